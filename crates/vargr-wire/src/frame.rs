@@ -1,0 +1,217 @@
+//! Frame header layout and the streaming frame decoder.
+//!
+//! ```text
+//! offset  size  field
+//!      0     1  magic    (0xA5)
+//!      1     1  version  (1)
+//!      2     1  kind     (FrameKind)
+//!      3     1  flags    (kind-specific)
+//!      4     4  length   payload bytes, u32 LE
+//!      8     4  stream   stream id, u32 LE
+//!     12     4  tag      i32 LE
+//!     16     -  payload
+//! ```
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::WireError;
+
+pub const MAGIC: u8 = 0xA5;
+pub const VERSION: u8 = 1;
+pub const HEADER_LEN: usize = 16;
+/// Default largest payload accepted from a peer (64 MiB).
+pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+
+macro_rules! frame_kinds {
+    ($( $(#[$doc:meta])* $name:ident = $val:expr, )*) => {
+        /// Every message type of the vargr protocol, in one place.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum FrameKind { $( $(#[$doc])* $name = $val, )* }
+
+        impl FrameKind {
+            pub fn from_u8(v: u8) -> Result<Self, WireError> {
+                match v {
+                    $( $val => Ok(FrameKind::$name), )*
+                    other => Err(WireError::UnknownKind(other)),
+                }
+            }
+            pub fn name(self) -> &'static str {
+                match self { $( FrameKind::$name => stringify!($name), )* }
+            }
+        }
+    };
+}
+
+frame_kinds! {
+    /// Acceptor → connector: a random nonce to prove knowledge of the network secret.
+    Challenge = 1,
+    /// Connector → acceptor: identity, own nonce and HMAC over both nonces.
+    Proof = 2,
+    /// Acceptor → connector: HMAC proving the acceptor knows the secret too.
+    Welcome = 3,
+    /// Either side: authentication or admission refused; payload is a UTF-8 reason.
+    Refused = 4,
+    /// Parent → child: the child's sub-tree and run configuration.
+    Subtree = 5,
+    /// Child → parent: the sub-tree is up; payload lists its reachable back-ends.
+    Ready = 6,
+    /// Typed or raw application data on a stream.
+    Data = 16,
+    /// Front-end → down: create a stream (communicator members, filters, mode).
+    StreamOpen = 17,
+    /// Front-end → down: close a stream.
+    StreamClose = 18,
+    /// Liveness on an otherwise idle link.
+    Heartbeat = 19,
+    /// Orderly shutdown of the receiving sub-tree.
+    Shutdown = 20,
+    /// A failure report travelling towards the front-end (lost node, filter error).
+    Fault = 21,
+    /// Back-end to back-end data, routed through the tree by destination rank.
+    PointToPoint = 22,
+    /// Acknowledges a Shutdown: the sub-tree below has exited.
+    ShutdownDone = 23,
+}
+
+/// One protocol message. The payload is a reference-counted slice of the read buffer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    pub kind: FrameKind,
+    pub flags: u8,
+    pub stream: u32,
+    pub tag: i32,
+    pub payload: Bytes,
+}
+
+impl Frame {
+    pub fn new(kind: FrameKind, stream: u32, tag: i32, payload: impl Into<Bytes>) -> Self {
+        Frame { kind, flags: 0, stream, tag, payload: payload.into() }
+    }
+
+    /// Bytes this frame occupies on the wire.
+    pub fn wire_len(&self) -> usize {
+        HEADER_LEN + self.payload.len()
+    }
+}
+
+/// Appends the header of a frame whose payload is `payload_len` bytes.
+pub fn encode_header(kind: FrameKind, flags: u8, stream: u32, tag: i32, payload_len: usize, out: &mut BytesMut) {
+    out.reserve(HEADER_LEN);
+    out.put_u8(MAGIC);
+    out.put_u8(VERSION);
+    out.put_u8(kind as u8);
+    out.put_u8(flags);
+    out.put_u32_le(u32::try_from(payload_len).expect("payload length checked by caller"));
+    out.put_u32_le(stream);
+    out.put_i32_le(tag);
+}
+
+/// Appends `frame` to `out`.
+pub fn encode_frame(frame: &Frame, out: &mut BytesMut) {
+    encode_header(frame.kind, frame.flags, frame.stream, frame.tag, frame.payload.len(), out);
+    out.extend_from_slice(&frame.payload);
+}
+
+/// Takes one complete frame off the front of `buf`.
+///
+/// Returns `Ok(None)` when `buf` holds only part of a frame (read more and call again),
+/// and an error as soon as the header is known to be bad, without waiting for a payload
+/// that would exceed `max_payload`.
+pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Frame>, WireError> {
+    if buf.is_empty() {
+        return Ok(None);
+    }
+    if buf[0] != MAGIC {
+        return Err(WireError::BadMagic { found: buf[0], expected: MAGIC });
+    }
+    if buf.len() >= 2 && buf[1] != VERSION {
+        return Err(WireError::BadVersion { found: buf[1], supported: VERSION });
+    }
+    if buf.len() >= 3 {
+        FrameKind::from_u8(buf[2])?;
+    }
+    if buf.len() < HEADER_LEN {
+        return Ok(None);
+    }
+    let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
+    if len > max_payload {
+        return Err(WireError::FrameTooLarge { len, max: max_payload });
+    }
+    if buf.len() < HEADER_LEN + len {
+        buf.reserve(HEADER_LEN + len - buf.len());
+        return Ok(None);
+    }
+    let mut head = buf.split_to(HEADER_LEN);
+    let payload = buf.split_to(len).freeze();
+    head.advance(2);
+    let kind = FrameKind::from_u8(head.get_u8())?;
+    let flags = head.get_u8();
+    let _len = head.get_u32_le();
+    let stream = head.get_u32_le();
+    let tag = head.get_i32_le();
+    Ok(Some(Frame { kind, flags, stream, tag, payload }))
+}
+
+/// Decodes exactly one frame that must fill `bytes` completely (datagram-style use).
+pub fn decode_exact(bytes: &[u8], max_payload: usize) -> Result<Frame, WireError> {
+    let mut buf = BytesMut::from(bytes);
+    match decode_frame(&mut buf, max_payload)? {
+        Some(f) if buf.is_empty() => Ok(f),
+        Some(f) => Err(WireError::TrailingBytes { format: f.kind.name().to_string(), extra: buf.len() }),
+        None => {
+            let needed = if bytes.len() < HEADER_LEN {
+                HEADER_LEN
+            } else {
+                HEADER_LEN + u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize
+            };
+            Err(WireError::Truncated { what: "frame", needed, available: bytes.len() })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_split_reads() {
+        let f = Frame::new(FrameKind::Data, 7, -3, &b"hello"[..]);
+        let mut out = BytesMut::new();
+        encode_frame(&f, &mut out);
+        encode_frame(&f, &mut out);
+        let all = out.freeze();
+        // Feed one byte at a time: the decoder must wait, then yield both frames.
+        let mut buf = BytesMut::new();
+        let mut got = Vec::new();
+        for b in all.iter() {
+            buf.put_u8(*b);
+            while let Some(fr) = decode_frame(&mut buf, 1024).unwrap() {
+                got.push(fr);
+            }
+        }
+        assert_eq!(got, vec![f.clone(), f]);
+    }
+
+    #[test]
+    fn rejects_bad_header_fields_early() {
+        let mut b = BytesMut::from(&[0x00u8][..]);
+        assert!(matches!(decode_frame(&mut b, 10), Err(WireError::BadMagic { .. })));
+        let mut b = BytesMut::from(&[MAGIC, 9][..]);
+        assert!(matches!(decode_frame(&mut b, 10), Err(WireError::BadVersion { found: 9, .. })));
+        let mut b = BytesMut::from(&[MAGIC, VERSION, 200][..]);
+        assert_eq!(decode_frame(&mut b, 10), Err(WireError::UnknownKind(200)));
+        let mut out = BytesMut::new();
+        encode_header(FrameKind::Data, 0, 0, 0, 11, &mut out);
+        assert_eq!(decode_frame(&mut out, 10), Err(WireError::FrameTooLarge { len: 11, max: 10 }));
+    }
+
+    #[test]
+    fn decode_exact_reports_truncation() {
+        let f = Frame::new(FrameKind::Heartbeat, 0, 0, &b"abc"[..]);
+        let mut out = BytesMut::new();
+        encode_frame(&f, &mut out);
+        let err = decode_exact(&out[..out.len() - 1], 100).unwrap_err();
+        assert_eq!(err, WireError::Truncated { what: "frame", needed: 19, available: 18 });
+    }
+}
