@@ -6,7 +6,9 @@ use thiserror::Error;
 /// connection says where the stream went bad.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 pub enum WireError {
-    #[error("bad magic byte {found:#04x} (expected {expected:#04x}): the peer does not speak vargr")]
+    #[error(
+        "bad magic byte {found:#04x} (expected {expected:#04x}): the peer does not speak vargr"
+    )]
     BadMagic { found: u8, expected: u8 },
     #[error("unsupported wire version {found} (this build speaks {supported})")]
     BadVersion { found: u8, supported: u8 },
@@ -15,11 +17,23 @@ pub enum WireError {
     #[error("frame payload of {len} bytes exceeds the limit of {max} bytes")]
     FrameTooLarge { len: usize, max: usize },
     #[error("truncated {what}: needed {needed} bytes, {available} available")]
-    Truncated { what: &'static str, needed: usize, available: usize },
+    Truncated {
+        what: &'static str,
+        needed: usize,
+        available: usize,
+    },
     #[error("bad format string {format:?} at byte {offset}: {reason}")]
-    BadFormat { format: String, offset: usize, reason: &'static str },
+    BadFormat {
+        format: String,
+        offset: usize,
+        reason: &'static str,
+    },
     #[error("payload does not match format field {index} ({field}): {reason}")]
-    Mismatch { index: usize, field: String, reason: String },
+    Mismatch {
+        index: usize,
+        field: String,
+        reason: String,
+    },
     #[error("{extra} trailing bytes after the last field of format {format:?}")]
     TrailingBytes { format: String, extra: usize },
     #[error("field {index} ({field}) holds invalid UTF-8")]

@@ -86,7 +86,13 @@ pub struct Frame {
 
 impl Frame {
     pub fn new(kind: FrameKind, stream: u32, tag: i32, payload: impl Into<Bytes>) -> Self {
-        Frame { kind, flags: 0, stream, tag, payload: payload.into() }
+        Frame {
+            kind,
+            flags: 0,
+            stream,
+            tag,
+            payload: payload.into(),
+        }
     }
 
     /// Bytes this frame occupies on the wire.
@@ -96,7 +102,14 @@ impl Frame {
 }
 
 /// Appends the header of a frame whose payload is `payload_len` bytes.
-pub fn encode_header(kind: FrameKind, flags: u8, stream: u32, tag: i32, payload_len: usize, out: &mut BytesMut) {
+pub fn encode_header(
+    kind: FrameKind,
+    flags: u8,
+    stream: u32,
+    tag: i32,
+    payload_len: usize,
+    out: &mut BytesMut,
+) {
     out.reserve(HEADER_LEN);
     out.put_u8(MAGIC);
     out.put_u8(VERSION);
@@ -109,7 +122,14 @@ pub fn encode_header(kind: FrameKind, flags: u8, stream: u32, tag: i32, payload_
 
 /// Appends `frame` to `out`.
 pub fn encode_frame(frame: &Frame, out: &mut BytesMut) {
-    encode_header(frame.kind, frame.flags, frame.stream, frame.tag, frame.payload.len(), out);
+    encode_header(
+        frame.kind,
+        frame.flags,
+        frame.stream,
+        frame.tag,
+        frame.payload.len(),
+        out,
+    );
     out.extend_from_slice(&frame.payload);
 }
 
@@ -123,10 +143,16 @@ pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Fra
         return Ok(None);
     }
     if buf[0] != MAGIC {
-        return Err(WireError::BadMagic { found: buf[0], expected: MAGIC });
+        return Err(WireError::BadMagic {
+            found: buf[0],
+            expected: MAGIC,
+        });
     }
     if buf.len() >= 2 && buf[1] != VERSION {
-        return Err(WireError::BadVersion { found: buf[1], supported: VERSION });
+        return Err(WireError::BadVersion {
+            found: buf[1],
+            supported: VERSION,
+        });
     }
     if buf.len() >= 3 {
         FrameKind::from_u8(buf[2])?;
@@ -136,7 +162,10 @@ pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Fra
     }
     let len = u32::from_le_bytes([buf[4], buf[5], buf[6], buf[7]]) as usize;
     if len > max_payload {
-        return Err(WireError::FrameTooLarge { len, max: max_payload });
+        return Err(WireError::FrameTooLarge {
+            len,
+            max: max_payload,
+        });
     }
     if buf.len() < HEADER_LEN + len {
         buf.reserve(HEADER_LEN + len - buf.len());
@@ -150,7 +179,13 @@ pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Fra
     let _len = head.get_u32_le();
     let stream = head.get_u32_le();
     let tag = head.get_i32_le();
-    Ok(Some(Frame { kind, flags, stream, tag, payload }))
+    Ok(Some(Frame {
+        kind,
+        flags,
+        stream,
+        tag,
+        payload,
+    }))
 }
 
 /// Decodes exactly one frame that must fill `bytes` completely (datagram-style use).
@@ -158,14 +193,21 @@ pub fn decode_exact(bytes: &[u8], max_payload: usize) -> Result<Frame, WireError
     let mut buf = BytesMut::from(bytes);
     match decode_frame(&mut buf, max_payload)? {
         Some(f) if buf.is_empty() => Ok(f),
-        Some(f) => Err(WireError::TrailingBytes { format: f.kind.name().to_string(), extra: buf.len() }),
+        Some(f) => Err(WireError::TrailingBytes {
+            format: f.kind.name().to_string(),
+            extra: buf.len(),
+        }),
         None => {
             let needed = if bytes.len() < HEADER_LEN {
                 HEADER_LEN
             } else {
                 HEADER_LEN + u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]) as usize
             };
-            Err(WireError::Truncated { what: "frame", needed, available: bytes.len() })
+            Err(WireError::Truncated {
+                what: "frame",
+                needed,
+                available: bytes.len(),
+            })
         }
     }
 }
@@ -196,14 +238,23 @@ mod tests {
     #[test]
     fn rejects_bad_header_fields_early() {
         let mut b = BytesMut::from(&[0x00u8][..]);
-        assert!(matches!(decode_frame(&mut b, 10), Err(WireError::BadMagic { .. })));
+        assert!(matches!(
+            decode_frame(&mut b, 10),
+            Err(WireError::BadMagic { .. })
+        ));
         let mut b = BytesMut::from(&[MAGIC, 9][..]);
-        assert!(matches!(decode_frame(&mut b, 10), Err(WireError::BadVersion { found: 9, .. })));
+        assert!(matches!(
+            decode_frame(&mut b, 10),
+            Err(WireError::BadVersion { found: 9, .. })
+        ));
         let mut b = BytesMut::from(&[MAGIC, VERSION, 200][..]);
         assert_eq!(decode_frame(&mut b, 10), Err(WireError::UnknownKind(200)));
         let mut out = BytesMut::new();
         encode_header(FrameKind::Data, 0, 0, 0, 11, &mut out);
-        assert_eq!(decode_frame(&mut out, 10), Err(WireError::FrameTooLarge { len: 11, max: 10 }));
+        assert_eq!(
+            decode_frame(&mut out, 10),
+            Err(WireError::FrameTooLarge { len: 11, max: 10 })
+        );
     }
 
     #[test]
@@ -212,6 +263,13 @@ mod tests {
         let mut out = BytesMut::new();
         encode_frame(&f, &mut out);
         let err = decode_exact(&out[..out.len() - 1], 100).unwrap_err();
-        assert_eq!(err, WireError::Truncated { what: "frame", needed: 19, available: 18 });
+        assert_eq!(
+            err,
+            WireError::Truncated {
+                what: "frame",
+                needed: 19,
+                available: 18
+            }
+        );
     }
 }

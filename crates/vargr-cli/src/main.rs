@@ -1,0 +1,63 @@
+//! `vargr`: the command-line face of the libraries. It parses, calls, and prints.
+
+mod bench;
+mod demo;
+mod roles;
+mod topo_cmd;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "vargr",
+    version,
+    about = "A communication layer for parallel and distributed programs on slow networks"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start a local tree and tour multicast, reduction, equivalence classes and BE→BE messages.
+    Demo(demo::DemoArgs),
+    /// Generate, check and draw topologies.
+    #[command(subcommand)]
+    Topo(topo_cmd::TopoCmd),
+    /// Benchmarks (JSON under bench/results/).
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
+    /// Internal node of a tree (started by vargr itself).
+    #[command(hide = true)]
+    Commnode,
+    /// Built-in back-end programs used by the demo, the benchmarks and tests.
+    #[command(hide = true)]
+    Backend {
+        /// echo | demo | load | fail-after:N
+        role: String,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let r: Result<()> = match cli.cmd {
+        Cmd::Demo(a) => demo::run(a),
+        Cmd::Topo(t) => topo_cmd::run(t),
+        Cmd::Bench(b) => bench::run(b),
+        Cmd::Commnode => roles::commnode(),
+        Cmd::Backend { role } => roles::backend(&role),
+    };
+    if let Err(e) = r {
+        eprintln!("vargr: error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// Where benchmark JSON goes by default.
+pub fn results_dir() -> PathBuf {
+    PathBuf::from("bench/results")
+}

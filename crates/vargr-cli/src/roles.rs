@@ -1,0 +1,108 @@
+//! The processes vargr starts on its own behalf: commnodes and built-in back-ends.
+
+use anyhow::{Context, Result};
+use vargr_net::launch::Launcher;
+use vargr_tbon::spawn::Spawner;
+use vargr_tbon::{Backend, Bootstrap, TbonError, Value};
+
+/// Tags the built-in back-ends understand.
+pub const TAG_ECHO: i32 = 1;
+pub const TAG_RANK: i32 = 2;
+pub const TAG_GROUP: i32 = 3;
+pub const TAG_P2P_START: i32 = 4;
+pub const TAG_P2P: i32 = 5;
+pub const TAG_P2P_REPORT: i32 = 6;
+pub const TAG_BURN: i32 = 7;
+
+pub fn commnode() -> Result<()> {
+    let boot = Bootstrap::from_env().context("starting commnode")?;
+    vargr_tbon::commnode::run(boot, Spawner::Processes(Launcher::Local)).context("commnode")
+}
+
+pub fn backend(role: &str) -> Result<()> {
+    let be = Backend::from_env().context("joining the network")?;
+    let fail_after: Option<u64> = role
+        .strip_prefix("fail-after:")
+        .and_then(|n| n.parse().ok());
+    serve(&be, fail_after)
+}
+
+/// The built-in back-end loop: answers the demo's and the benchmarks' requests.
+pub fn serve(be: &Backend, fail_after: Option<u64>) -> Result<()> {
+    let mut seen = 0u64;
+    loop {
+        let p = match be.recv() {
+            Ok(p) => p,
+            Err(TbonError::Shutdown) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        seen += 1;
+        if fail_after.is_some_and(|n| seen > n) {
+            std::process::exit(3);
+        }
+        match p.tag {
+            TAG_ECHO => be.send(p.stream, p.tag, p.format.as_str(), p.values)?,
+            TAG_RANK => {
+                let base = match p.values.first() {
+                    Some(Value::Int(v)) => *v,
+                    _ => 0,
+                };
+                be.send(
+                    p.stream,
+                    p.tag,
+                    "%d",
+                    vec![Value::Int(base + be.rank() as i32)],
+                )?
+            }
+            TAG_GROUP => {
+                let group = format!("libtool-{}.so", be.rank() % 3);
+                be.send(p.stream, p.tag, "%s", vec![Value::Str(group)])?
+            }
+            TAG_P2P_START => {
+                let dest = match p.values.first() {
+                    Some(Value::UInt(d)) => *d,
+                    _ => 0,
+                };
+                if dest != be.rank() {
+                    be.send_to(
+                        dest,
+                        TAG_P2P,
+                        "%s %ud",
+                        vec![
+                            Value::Str(format!("hello from back-end {}", be.rank())),
+                            Value::UInt(p.stream),
+                        ],
+                    )?;
+                }
+            }
+            TAG_P2P => {
+                let (msg, stream) = match (p.values.first(), p.values.get(1)) {
+                    (Some(Value::Str(m)), Some(Value::UInt(s))) => (m.clone(), *s),
+                    _ => continue,
+                };
+                be.send(
+                    stream,
+                    TAG_P2P_REPORT,
+                    "%s %ud",
+                    vec![Value::Str(msg), Value::UInt(p.source)],
+                )?;
+            }
+            TAG_BURN => {
+                // Offered load for the figure-9 experiment: M samples of one value.
+                let n = match p.values.first() {
+                    Some(Value::UInt(n)) => *n,
+                    _ => 1,
+                };
+                for i in 0..n {
+                    be.send(
+                        p.stream,
+                        TAG_BURN,
+                        "%lf",
+                        vec![Value::Double(be.rank() as f64 + i as f64)],
+                    )?;
+                }
+            }
+            _ => {}
+        }
+    }
+}

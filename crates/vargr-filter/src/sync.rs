@@ -1,0 +1,240 @@
+//! Synchronization filters: which upstream packets travel together as one wave.
+//!
+//! [`SyncFilter`] is a sans-IO state machine per (stream, node), in the style of
+//! quinn-proto: the runtime feeds it packets with the current time, sleeps until
+//! [`SyncFilter::poll_timeout`], calls [`SyncFilter::on_timeout`], and hands every wave
+//! it gets back to the transformation filter. It never reads a clock.
+//!
+//! Each child has a FIFO queue, so a fast child can run several waves ahead of a slow
+//! one (pipelining) and a wave takes the *head* of every queue. Waves list their packets
+//! in child-index order. The queues are not bounded here: the runtime bounds them by
+//! not reading from a child whose backlog ([`SyncFilter::queued_from`]) is too long,
+//! which pushes back on that sub-tree.
+//!
+//! A lost child ([`SyncFilter::remove_child`]) is no longer waited for; packets it sent
+//! before it was lost still travel in later waves, and packets it sends afterwards are
+//! dropped and counted ([`SyncFilter::dropped`]).
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use vargr_wire::Packet;
+
+use crate::FilterError;
+
+/// MRNet's three synchronization policies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// A wave is one packet from every live child.
+    WaitForAll,
+    /// A wave is released when every live child contributed, or when this long has passed
+    /// since its first packet arrived, with whatever arrived.
+    TimeOut(Duration),
+    /// Every packet is a wave of its own.
+    DontWait,
+}
+
+impl FromStr for SyncMode {
+    type Err = FilterError;
+
+    /// Accepts `all` / `wait-for-all`, `timeout:250ms` / `timeout:250` (milliseconds) /
+    /// `timeout:1.5s` / `timeout:100us`, and `dontwait` / `dont-wait` / `none`.
+    fn from_str(input: &str) -> Result<SyncMode, FilterError> {
+        let s = input.trim().to_ascii_lowercase();
+        let err = |reason: &str| FilterError::BadSyncMode {
+            input: input.to_string(),
+            reason: reason.to_string(),
+        };
+        match s.as_str() {
+            "all" | "wait-for-all" | "waitforall" => return Ok(SyncMode::WaitForAll),
+            "dontwait" | "dont-wait" | "none" => return Ok(SyncMode::DontWait),
+            _ => {}
+        }
+        let Some(t) = s.strip_prefix("timeout:") else {
+            return Err(err("unknown mode"));
+        };
+        let (num, scale) = if let Some(n) = t.strip_suffix("ms") {
+            (n, 1e-3)
+        } else if let Some(n) = t.strip_suffix("us") {
+            (n, 1e-6)
+        } else if let Some(n) = t.strip_suffix('s') {
+            (n, 1.0)
+        } else {
+            (t, 1e-3)
+        };
+        let x: f64 = num
+            .trim()
+            .parse()
+            .map_err(|_| err("the time-out is not a number"))?;
+        if !x.is_finite() || x < 0.0 || x * scale > 1e9 {
+            return Err(err(
+                "the time-out must be a non-negative number below 1e9 s",
+            ));
+        }
+        Ok(SyncMode::TimeOut(Duration::from_secs_f64(x * scale)))
+    }
+}
+
+impl fmt::Display for SyncMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SyncMode::WaitForAll => f.write_str("all"),
+            SyncMode::DontWait => f.write_str("dontwait"),
+            SyncMode::TimeOut(d) if d.subsec_nanos() % 1_000_000 == 0 => {
+                write!(f, "timeout:{}ms", d.as_millis())
+            }
+            SyncMode::TimeOut(d) => write!(f, "timeout:{}us", d.as_micros()),
+        }
+    }
+}
+
+/// The synchronization state of one stream at one node. Children are numbered
+/// `0..children`; see the module documentation.
+#[derive(Debug)]
+pub struct SyncFilter {
+    mode: SyncMode,
+    queues: Vec<VecDeque<(Instant, Packet)>>,
+    live: Vec<bool>,
+    dropped: u64,
+}
+
+impl SyncFilter {
+    pub fn new(mode: SyncMode, children: usize) -> Self {
+        SyncFilter {
+            mode,
+            queues: (0..children).map(|_| VecDeque::new()).collect(),
+            live: vec![true; children],
+            dropped: 0,
+        }
+    }
+
+    pub fn mode(&self) -> SyncMode {
+        self.mode
+    }
+
+    /// Adds a child that joined late; returns its index. Waves from now on wait for it.
+    pub fn add_child(&mut self) -> usize {
+        self.queues.push(VecDeque::new());
+        self.live.push(true);
+        self.queues.len() - 1
+    }
+
+    /// A packet from `child`; returns the waves now complete, oldest first. An index past
+    /// the known children adds children up to it (a late joiner).
+    pub fn push(&mut self, child: usize, pkt: Packet, now: Instant) -> Vec<Vec<Packet>> {
+        while child >= self.queues.len() {
+            self.add_child();
+        }
+        if !self.live[child] {
+            self.dropped += 1;
+            return Vec::new();
+        }
+        if self.mode == SyncMode::DontWait {
+            return vec![vec![pkt]];
+        }
+        // A wave whose time ran out before this packet arrived leaves without it.
+        let mut out = self.expire(now);
+        self.queues[child].push_back((now, pkt));
+        out.extend(self.release_complete());
+        out
+    }
+
+    /// When [`on_timeout`](Self::on_timeout) must be called next (time-out mode with a
+    /// wave waiting), or `None`.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        match self.mode {
+            SyncMode::TimeOut(d) => self.oldest_head().map(|t| t + d),
+            _ => None,
+        }
+    }
+
+    /// Releases the waves whose time ran out by `now`.
+    pub fn on_timeout(&mut self, now: Instant) -> Vec<Vec<Packet>> {
+        let mut out = self.expire(now);
+        out.extend(self.release_complete());
+        out
+    }
+
+    /// `child` is lost: waves that were waiting only for it are released.
+    pub fn remove_child(&mut self, child: usize, now: Instant) -> Vec<Vec<Packet>> {
+        if let Some(l) = self.live.get_mut(child) {
+            *l = false;
+        }
+        let mut out = self.expire(now);
+        out.extend(self.release_complete());
+        out
+    }
+
+    /// Releases everything still queued (stream closing), as waves of queue heads.
+    pub fn flush(&mut self) -> Vec<Vec<Packet>> {
+        let mut out = Vec::new();
+        while self.queues.iter().any(|q| !q.is_empty()) {
+            out.push(self.take_heads());
+        }
+        out
+    }
+
+    /// Packets waiting in all queues.
+    pub fn queued(&self) -> usize {
+        self.queues.iter().map(VecDeque::len).sum()
+    }
+
+    /// Packets waiting from one child (0 for an unknown child).
+    pub fn queued_from(&self, child: usize) -> usize {
+        self.queues.get(child).map_or(0, VecDeque::len)
+    }
+
+    /// Children not removed.
+    pub fn live_children(&self) -> usize {
+        self.live.iter().filter(|l| **l).count()
+    }
+
+    /// Packets dropped because their child had been removed.
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+
+    fn oldest_head(&self) -> Option<Instant> {
+        self.queues
+            .iter()
+            .filter_map(|q| q.front().map(|(t, _)| *t))
+            .min()
+    }
+
+    fn take_heads(&mut self) -> Vec<Packet> {
+        self.queues
+            .iter_mut()
+            .filter_map(|q| q.pop_front().map(|(_, p)| p))
+            .collect()
+    }
+
+    /// Waves in which every live child has a packet (the queued leftovers of lost
+    /// children ride along).
+    fn release_complete(&mut self) -> Vec<Vec<Packet>> {
+        let mut out = Vec::new();
+        loop {
+            let any = self.queues.iter().any(|q| !q.is_empty());
+            let all_live = self
+                .queues
+                .iter()
+                .zip(&self.live)
+                .all(|(q, live)| !live || !q.is_empty());
+            if !(any && all_live) {
+                return out;
+            }
+            out.push(self.take_heads());
+        }
+    }
+
+    fn expire(&mut self, now: Instant) -> Vec<Vec<Packet>> {
+        let mut out = Vec::new();
+        if let SyncMode::TimeOut(d) = self.mode {
+            while self.oldest_head().is_some_and(|t| t + d <= now) {
+                out.push(self.take_heads());
+            }
+        }
+        out
+    }
+}

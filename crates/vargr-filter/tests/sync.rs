@@ -1,0 +1,209 @@
+//! The synchronization filter on a fake clock.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use vargr_filter::{FilterError, SyncFilter, SyncMode};
+use vargr_wire::{Packet, Value};
+
+fn p(child: u32, seq: i32) -> Packet {
+    pkt_from(child, "%d", vec![Value::Int(seq)])
+}
+
+/// (child, seq) pairs of each wave.
+fn ids(waves: Vec<Vec<Packet>>) -> Vec<Vec<(u32, i32)>> {
+    waves
+        .into_iter()
+        .map(|w| {
+            w.into_iter()
+                .map(|p| {
+                    (
+                        p.source,
+                        if let Value::Int(s) = p.values[0] {
+                            s
+                        } else {
+                            -1
+                        },
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn wait_for_all_pipelines_per_child_queues() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 3);
+    assert!(s.push(0, p(0, 1), t).is_empty());
+    assert!(s.push(0, p(0, 2), t).is_empty());
+    assert!(s.push(2, p(2, 1), t).is_empty());
+    assert_eq!(s.queued(), 3);
+    assert_eq!(s.queued_from(0), 2);
+    assert_eq!(s.poll_timeout(), None);
+    // Child 1's first packet completes wave 1; waves list packets in child order.
+    assert_eq!(
+        ids(s.push(1, p(1, 1), t)),
+        vec![vec![(0, 1), (1, 1), (2, 1)]]
+    );
+    assert!(s.push(1, p(1, 2), t).is_empty());
+    assert_eq!(
+        ids(s.push(2, p(2, 2), t)),
+        vec![vec![(0, 2), (1, 2), (2, 2)]]
+    );
+    assert_eq!(s.queued(), 0);
+    // Far in the future nothing times out.
+    assert!(s.push(0, p(0, 3), t).is_empty());
+    assert!(s.on_timeout(t + Duration::from_secs(3600)).is_empty());
+}
+
+#[test]
+fn wait_for_all_child_removal_releases_waves() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 3);
+    s.push(0, p(0, 1), t);
+    s.push(0, p(0, 2), t);
+    s.push(1, p(1, 1), t);
+    s.push(1, p(1, 2), t);
+    s.push(2, p(2, 1), t); // wave 1 complete
+    assert_eq!(s.queued(), 2);
+    s.push(2, p(2, 2), t); // wave 2 complete
+    s.push(0, p(0, 3), t);
+    s.push(2, p(2, 3), t);
+    // Child 1 dies: wave 3 no longer waits for it.
+    assert_eq!(ids(s.remove_child(1, t)), vec![vec![(0, 3), (2, 3)]]);
+    assert_eq!(s.live_children(), 2);
+    // Packets from a removed child are dropped and counted.
+    assert!(s.push(1, p(1, 9), t).is_empty());
+    assert_eq!(s.dropped(), 1);
+    assert_eq!(ids(s.push(0, p(0, 4), t)), Vec::<Vec<(u32, i32)>>::new());
+    assert_eq!(ids(s.push(2, p(2, 4), t)), vec![vec![(0, 4), (2, 4)]]);
+}
+
+#[test]
+fn removed_childs_queued_packets_still_travel() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 2);
+    s.push(0, p(0, 1), t);
+    s.push(0, p(0, 2), t);
+    assert_eq!(
+        ids(s.remove_child(1, t)),
+        vec![vec![(0, 1)], vec![(0, 2)]],
+        "nobody left to wait for"
+    );
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 2);
+    s.push(1, p(1, 1), t);
+    s.push(1, p(1, 2), t);
+    assert!(s.remove_child(1, t).is_empty());
+    assert_eq!(s.queued(), 2, "child 0 still alive and silent");
+    assert_eq!(ids(s.push(0, p(0, 1), t)), vec![vec![(0, 1), (1, 1)]]);
+}
+
+#[test]
+fn timeout_releases_partial_waves() {
+    let t0 = Instant::now();
+    let d = Duration::from_millis(250);
+    let mut s = SyncFilter::new(SyncMode::TimeOut(d), 3);
+    assert_eq!(s.poll_timeout(), None);
+    assert!(s.push(0, p(0, 1), t0).is_empty());
+    assert_eq!(s.poll_timeout(), Some(t0 + d));
+    assert!(s
+        .push(1, p(1, 1), t0 + Duration::from_millis(100))
+        .is_empty());
+    assert_eq!(
+        s.poll_timeout(),
+        Some(t0 + d),
+        "deadline counts from the wave's first packet"
+    );
+    assert!(s.on_timeout(t0 + Duration::from_millis(249)).is_empty());
+    assert_eq!(ids(s.on_timeout(t0 + d)), vec![vec![(0, 1), (1, 1)]]);
+    assert_eq!(s.poll_timeout(), None);
+    // All contribute before the deadline: released at once.
+    let t1 = t0 + Duration::from_secs(1);
+    s.push(2, p(2, 2), t1);
+    s.push(0, p(0, 2), t1);
+    assert_eq!(
+        ids(s.push(1, p(1, 2), t1)),
+        vec![vec![(0, 2), (1, 2), (2, 2)]]
+    );
+}
+
+#[test]
+fn timeout_pipelined_waves_each_have_their_own_deadline() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut s = SyncFilter::new(SyncMode::TimeOut(ms(100)), 2);
+    s.push(0, p(0, 1), t0);
+    s.push(0, p(0, 2), t0 + ms(50));
+    assert_eq!(ids(s.on_timeout(t0 + ms(100))), vec![vec![(0, 1)]]);
+    assert_eq!(s.poll_timeout(), Some(t0 + ms(150)));
+    // A packet arriving after a missed deadline does not join the expired wave.
+    let waves = s.push(1, p(1, 2), t0 + ms(400));
+    assert_eq!(ids(waves), vec![vec![(0, 2)]]);
+    assert_eq!(s.poll_timeout(), Some(t0 + ms(500)));
+    assert_eq!(ids(s.remove_child(0, t0 + ms(401))), vec![vec![(1, 2)]]);
+}
+
+#[test]
+fn dontwait_passes_each_packet() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::DontWait, 2);
+    assert_eq!(ids(s.push(1, p(1, 1), t)), vec![vec![(1, 1)]]);
+    assert_eq!(ids(s.push(1, p(1, 2), t)), vec![vec![(1, 2)]]);
+    assert_eq!(s.queued(), 0);
+    assert_eq!(s.poll_timeout(), None);
+}
+
+#[test]
+fn late_children_and_flush() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 1);
+    assert_eq!(s.add_child(), 1);
+    s.push(0, p(0, 1), t);
+    assert!(
+        s.push(3, p(3, 1), t).is_empty(),
+        "index 3 adds children 2 and 3"
+    );
+    assert_eq!(s.live_children(), 4);
+    assert_eq!(ids(s.flush()), vec![vec![(0, 1), (3, 1)]]);
+    assert_eq!(s.queued(), 0);
+}
+
+#[test]
+fn sync_mode_parsing() {
+    let ok = |s: &str| s.parse::<SyncMode>().unwrap();
+    assert_eq!(ok("all"), SyncMode::WaitForAll);
+    assert_eq!(ok("wait-for-all"), SyncMode::WaitForAll);
+    assert_eq!(ok("dontwait"), SyncMode::DontWait);
+    assert_eq!(ok("none"), SyncMode::DontWait);
+    assert_eq!(
+        ok("timeout:250ms"),
+        SyncMode::TimeOut(Duration::from_millis(250))
+    );
+    assert_eq!(
+        ok("timeout:250"),
+        SyncMode::TimeOut(Duration::from_millis(250))
+    );
+    assert_eq!(
+        ok("timeout:1.5s"),
+        SyncMode::TimeOut(Duration::from_millis(1500))
+    );
+    assert_eq!(
+        ok("timeout:20us"),
+        SyncMode::TimeOut(Duration::from_micros(20))
+    );
+    for m in ["all", "dontwait", "timeout:250ms", "timeout:20us"] {
+        assert_eq!(ok(m).to_string(), m);
+    }
+    let e = "timeout:soon".parse::<SyncMode>().unwrap_err();
+    assert!(matches!(e, FilterError::BadSyncMode { .. }));
+    assert!(e.to_string().contains("\"timeout:soon\""), "{e}");
+    assert!("sometimes"
+        .parse::<SyncMode>()
+        .unwrap_err()
+        .to_string()
+        .contains("expected all"));
+    assert!("timeout:-1".parse::<SyncMode>().is_err());
+}

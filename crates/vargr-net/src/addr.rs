@@ -1,0 +1,282 @@
+//! Addresses and the two transports (TCP, Unix-domain sockets) behind one type.
+
+use std::fmt;
+use std::io::{self, Read, Write};
+use std::net::{TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use crate::NetError;
+
+/// Where a listener can be reached: `unix:/path` or `tcp:host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Addr {
+    Tcp(String),
+    Unix(PathBuf),
+}
+
+impl fmt::Display for Addr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Addr::Tcp(a) => write!(f, "tcp:{a}"),
+            Addr::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl FromStr for Addr {
+    type Err = NetError;
+    fn from_str(s: &str) -> Result<Self, NetError> {
+        let bad = |reason: &str| NetError::BadAddr {
+            addr: s.to_string(),
+            reason: reason.to_string(),
+        };
+        if let Some(p) = s.strip_prefix("unix:") {
+            if p.is_empty() {
+                return Err(bad("empty socket path"));
+            }
+            Ok(Addr::Unix(PathBuf::from(p)))
+        } else if let Some(a) = s.strip_prefix("tcp:") {
+            match a.rsplit_once(':') {
+                Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+                    Ok(Addr::Tcp(a.to_string()))
+                }
+                _ => Err(bad("missing host or port")),
+            }
+        } else {
+            Err(bad("unknown scheme"))
+        }
+    }
+}
+
+/// A bound listening socket.
+pub enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Binds `addr`. A TCP port of 0 picks a free port; see [`Listener::local_addr`].
+    pub fn bind(addr: &Addr) -> Result<Listener, NetError> {
+        match addr {
+            Addr::Tcp(a) => {
+                let l = TcpListener::bind(a).map_err(|e| NetError::io("binding", addr, e))?;
+                Ok(Listener::Tcp(l))
+            }
+            Addr::Unix(p) => {
+                let _ = std::fs::remove_file(p);
+                let l = UnixListener::bind(p).map_err(|e| NetError::io("binding", addr, e))?;
+                Ok(Listener::Unix(l, p.clone()))
+            }
+        }
+    }
+
+    /// The address peers should connect to.
+    pub fn local_addr(&self) -> Result<Addr, NetError> {
+        match self {
+            Listener::Tcp(l) => {
+                let a = l
+                    .local_addr()
+                    .map_err(|e| NetError::io("reading address of", "tcp listener", e))?;
+                Ok(Addr::Tcp(a.to_string()))
+            }
+            Listener::Unix(_, p) => Ok(Addr::Unix(p.clone())),
+        }
+    }
+
+    /// Accepts one connection, waiting at most `timeout`.
+    pub fn accept_timeout(&self, timeout: Duration) -> Result<Conn, NetError> {
+        let fd = match self {
+            Listener::Tcp(l) => std::os::fd::AsRawFd::as_raw_fd(l),
+            Listener::Unix(l, _) => std::os::fd::AsRawFd::as_raw_fd(l),
+        };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
+        // SAFETY: pfd is a valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n < 0 {
+            return Err(NetError::io(
+                "waiting on",
+                self.describe(),
+                io::Error::last_os_error(),
+            ));
+        }
+        if n == 0 {
+            return Err(NetError::Timeout {
+                what: "a connection",
+                peer: self.describe(),
+                after_ms: timeout.as_millis() as u64,
+            });
+        }
+        let conn = match self {
+            Listener::Tcp(l) => Conn::Tcp(
+                l.accept()
+                    .map_err(|e| NetError::io("accepting on", self.describe(), e))?
+                    .0,
+            ),
+            Listener::Unix(l, _) => Conn::Unix(
+                l.accept()
+                    .map_err(|e| NetError::io("accepting on", self.describe(), e))?
+                    .0,
+            ),
+        };
+        conn.tune();
+        Ok(conn)
+    }
+
+    fn describe(&self) -> String {
+        self.local_addr()
+            .map(|a| a.to_string())
+            .unwrap_or_else(|_| "listener".into())
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Listener::Unix(_, p) = self {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A connected stream, blocking until [`Conn::into_mio`] hands it to a reactor.
+pub enum Conn {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+/// Connects to `addr`, retrying refused connections until `timeout` (the listener may
+/// still be starting).
+pub fn connect(addr: &Addr, timeout: Duration) -> Result<Conn, NetError> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let r = match addr {
+            Addr::Tcp(a) => a
+                .to_socket_addrs()
+                .and_then(|mut it| {
+                    it.next()
+                        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "no address"))
+                })
+                .and_then(|sa| TcpStream::connect_timeout(&sa, timeout))
+                .map(Conn::Tcp),
+            Addr::Unix(p) => UnixStream::connect(p).map(Conn::Unix),
+        };
+        match r {
+            Ok(c) => {
+                c.tune();
+                return Ok(c);
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(NetError::io("connecting to", addr, e)),
+        }
+    }
+}
+
+impl Conn {
+    fn tune(&self) {
+        if let Conn::Tcp(s) = self {
+            let _ = s.set_nodelay(true);
+            let sock = socket2::SockRef::from(s);
+            // Kernel heartbeats for links whose peer vanishes without closing.
+            let ka = socket2::TcpKeepalive::new()
+                .with_time(Duration::from_secs(1))
+                .with_interval(Duration::from_secs(1))
+                .with_retries(1);
+            let _ = sock.set_tcp_keepalive(&ka);
+        }
+    }
+
+    pub fn set_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Conn::Tcp(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+            Conn::Unix(s) => {
+                s.set_read_timeout(t)?;
+                s.set_write_timeout(t)
+            }
+        }
+    }
+
+    pub fn peer_name(&self) -> String {
+        match self {
+            Conn::Tcp(s) => s
+                .peer_addr()
+                .map(|a| format!("tcp:{a}"))
+                .unwrap_or_else(|_| "tcp peer".into()),
+            Conn::Unix(_) => "unix peer".into(),
+        }
+    }
+
+    /// Switches to non-blocking mode for use in a [`crate::Reactor`].
+    pub fn into_mio(self) -> io::Result<MioConn> {
+        match self {
+            Conn::Tcp(s) => {
+                s.set_read_timeout(None)?;
+                s.set_nonblocking(true)?;
+                Ok(MioConn::Tcp(mio::net::TcpStream::from_std(s)))
+            }
+            Conn::Unix(s) => {
+                s.set_read_timeout(None)?;
+                s.set_nonblocking(true)?;
+                Ok(MioConn::Unix(mio::net::UnixStream::from_std(s)))
+            }
+        }
+    }
+}
+
+impl Read for Conn {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.read(buf),
+            Conn::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Conn::Tcp(s) => s.write(buf),
+            Conn::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A non-blocking stream registered with a reactor.
+pub enum MioConn {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+impl MioConn {
+    pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            MioConn::Tcp(s) => s,
+            MioConn::Unix(s) => s,
+        }
+    }
+    pub(crate) fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            MioConn::Tcp(s) => s.write_vectored(bufs),
+            MioConn::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+}

@@ -1,0 +1,53 @@
+use std::io;
+
+use thiserror::Error;
+use vargr_wire::WireError;
+
+/// Failures of transports, authentication and process launch.
+#[derive(Debug, Error)]
+pub enum NetError {
+    #[error("bad address {addr:?}: {reason} (expected unix:/path or tcp:host:port)")]
+    BadAddr { addr: String, reason: String },
+    #[error("{what} {addr}: {source}")]
+    Io {
+        what: &'static str,
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("malformed frame from {peer}: {source}")]
+    Wire {
+        peer: String,
+        #[source]
+        source: WireError,
+    },
+    #[error("authentication with {peer} failed: {reason}")]
+    Auth { peer: String, reason: String },
+    #[error("refused by {peer}: {reason}")]
+    Refused { peer: String, reason: String },
+    #[error("timed out after {after_ms} ms waiting for {what} from {peer}")]
+    Timeout {
+        what: &'static str,
+        peer: String,
+        after_ms: u64,
+    },
+    #[error("could not start {program:?} for node {node}: {source}")]
+    Spawn {
+        program: String,
+        node: u32,
+        #[source]
+        source: io::Error,
+    },
+    #[error("bad launcher template {template:?}: {reason}")]
+    BadTemplate { template: String, reason: String },
+}
+
+impl NetError {
+    pub(crate) fn io(what: &'static str, addr: impl ToString, source: io::Error) -> Self {
+        NetError::Io {
+            what,
+            addr: addr.to_string(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,26 @@
+//! Everything in vargr that owns a socket or a process.
+//!
+//! - [`Addr`], [`Listener`], [`connect`]: TCP and Unix-domain transports behind one type.
+//! - [`auth`]: the HMAC challenge-response every connection passes before any frame is
+//!   accepted (a sans-IO state machine plus a blocking driver used at start-up).
+//! - [`Link`]: one authenticated connection: a read buffer feeding the frame decoder and
+//!   a bounded, batched write queue.
+//! - [`Reactor`]: one `mio` poll loop over many links, with a waker so other threads can
+//!   hand it work.
+//! - [`launch`]: starting child processes locally or through an ssh-like command template.
+//!
+//! Protocol logic (streams, filters, routing) lives in `vargr-tbon`; this crate moves
+//! frames and reports what happened to them.
+
+mod addr;
+pub mod auth;
+mod error;
+pub mod launch;
+mod link;
+mod reactor;
+
+pub use addr::{connect, Addr, Conn, Listener, MioConn};
+pub use error::NetError;
+pub use link::{Link, LinkStats, ReadOutcome};
+pub use mio::Waker;
+pub use reactor::{LinkId, Reactor, ReactorEvent};

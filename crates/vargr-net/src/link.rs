@@ -1,0 +1,253 @@
+//! One authenticated connection: framed reads and a batched, bounded write queue.
+//!
+//! Reads go straight into the link's buffer and are cut into frames that share it.
+//! Writes are queued as `Bytes` (an encoded frame is shared by every child it is sent
+//! to) and flushed with one `writev` per batch. Frames on *latest*-mode streams wait in
+//! a one-per-stream slot while the link is backed up, so a slow reader sees only the
+//! newest (PATHS' last-observe).
+
+use std::collections::{BTreeMap, VecDeque};
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::time::Instant;
+
+use bytes::{Buf, Bytes, BytesMut};
+use vargr_wire::{decode_frame, Frame};
+
+use crate::addr::MioConn;
+use crate::NetError;
+
+const READ_CHUNK: usize = 64 * 1024;
+const MAX_IOVECS: usize = 64;
+
+/// Counters kept per link (read by monitors and `vargr top`).
+#[derive(Debug, Clone, Default)]
+pub struct LinkStats {
+    pub frames_in: u64,
+    pub frames_out: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// Latest-mode frames replaced by a newer one before they could be sent.
+    pub skipped: u64,
+}
+
+/// What a read pass found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadOutcome {
+    /// The socket has no more data for now.
+    Drained,
+    /// The frame budget was used up; more data may be waiting.
+    Budget,
+    /// The peer closed the connection.
+    Closed,
+}
+
+pub struct Link {
+    conn: MioConn,
+    peer: String,
+    rbuf: BytesMut,
+    wq: VecDeque<Bytes>,
+    wq_bytes: usize,
+    latest: BTreeMap<u32, Bytes>,
+    max_frame: usize,
+    pub(crate) readable: bool,
+    pub(crate) writable: bool,
+    pub(crate) paused: bool,
+    /// Whether the poller is asked for writable events (only while writes are blocked,
+    /// so that a peer draining its socket does not wake this process).
+    pub(crate) write_interest: bool,
+    pub stats: LinkStats,
+    pub last_read: Instant,
+    pub last_write: Instant,
+}
+
+impl Link {
+    pub fn new(conn: MioConn, peer: impl Into<String>, max_frame: usize) -> Link {
+        let now = Instant::now();
+        Link {
+            conn,
+            peer: peer.into(),
+            rbuf: BytesMut::with_capacity(READ_CHUNK),
+            wq: VecDeque::new(),
+            wq_bytes: 0,
+            latest: BTreeMap::new(),
+            max_frame,
+            readable: true,
+            writable: true,
+            paused: false,
+            write_interest: false,
+            stats: LinkStats::default(),
+            last_read: now,
+            last_write: now,
+        }
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+
+    pub(crate) fn conn(&mut self) -> &mut MioConn {
+        &mut self.conn
+    }
+
+    /// Bytes queued but not yet accepted by the kernel.
+    pub fn backlog(&self) -> usize {
+        self.wq_bytes
+    }
+
+    /// Reads and decodes up to `budget` frames into `out`.
+    pub fn read_frames(
+        &mut self,
+        out: &mut Vec<Frame>,
+        budget: usize,
+    ) -> Result<ReadOutcome, NetError> {
+        let mut got = 0;
+        // A short read means the socket is empty: with edge-triggered polling, data that
+        // arrives later raises a new event, so the extra read that would only return
+        // EAGAIN is skipped.
+        let mut drained = false;
+        loop {
+            while got < budget {
+                match decode_frame(&mut self.rbuf, self.max_frame) {
+                    Ok(Some(f)) => {
+                        self.stats.frames_in += 1;
+                        out.push(f);
+                        got += 1;
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        return Err(NetError::Wire {
+                            peer: self.peer.clone(),
+                            source: e,
+                        })
+                    }
+                }
+            }
+            if got >= budget {
+                return Ok(ReadOutcome::Budget);
+            }
+            if drained {
+                self.readable = false;
+                return Ok(ReadOutcome::Drained);
+            }
+            match self.read_some() {
+                Ok((0, _)) => return Ok(ReadOutcome::Closed),
+                Ok((n, asked)) => {
+                    self.stats.bytes_in += n as u64;
+                    self.last_read = Instant::now();
+                    drained = n < asked;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.readable = false;
+                    return Ok(ReadOutcome::Drained);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::ConnectionReset => {
+                    return Ok(ReadOutcome::Closed)
+                }
+                Err(e) => return Err(NetError::io("reading from", &self.peer, e)),
+            }
+        }
+    }
+
+    /// Reads once into the buffer's spare room; returns (bytes read, room offered).
+    fn read_some(&mut self) -> io::Result<(usize, usize)> {
+        if self.rbuf.capacity() - self.rbuf.len() < READ_CHUNK / 4 {
+            self.rbuf.reserve(READ_CHUNK);
+        }
+        let fd = match &self.conn {
+            MioConn::Tcp(s) => s.as_raw_fd(),
+            MioConn::Unix(s) => s.as_raw_fd(),
+        };
+        let spare = self.rbuf.spare_capacity_mut();
+        let asked = spare.len();
+        // SAFETY: the kernel writes at most `spare.len()` bytes into the spare capacity,
+        // and only the bytes it reports written are exposed by `set_len`.
+        let n = unsafe { libc::read(fd, spare.as_mut_ptr().cast(), spare.len()) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = n as usize;
+        // SAFETY: `n` bytes were initialised by the read above.
+        unsafe { self.rbuf.set_len(self.rbuf.len() + n) };
+        Ok((n, asked))
+    }
+
+    /// Queues an encoded frame. Call [`Link::flush`] (the reactor does) to send it.
+    pub fn queue(&mut self, bytes: Bytes) {
+        self.wq_bytes += bytes.len();
+        self.wq.push_back(bytes);
+    }
+
+    /// Queues a frame of a latest-mode stream: sent now if the link keeps up, otherwise
+    /// it replaces any older frame of the same stream still waiting.
+    pub fn queue_latest(&mut self, stream: u32, bytes: Bytes) {
+        if self.wq.is_empty() && self.latest.is_empty() {
+            self.queue(bytes);
+        } else if self.latest.insert(stream, bytes).is_some() {
+            self.stats.skipped += 1;
+        }
+    }
+
+    /// Writes as much of the queue as the socket takes. Returns true when all is sent.
+    pub fn flush(&mut self) -> Result<bool, NetError> {
+        loop {
+            if self.wq.is_empty() {
+                if self.latest.is_empty() {
+                    return Ok(true);
+                }
+                let slots = std::mem::take(&mut self.latest);
+                for (_, b) in slots {
+                    self.queue(b);
+                }
+            }
+            let n = {
+                let mut iov: [IoSlice<'_>; MAX_IOVECS] = [IoSlice::new(&[]); MAX_IOVECS];
+                let mut k = 0;
+                for b in self.wq.iter().take(MAX_IOVECS) {
+                    iov[k] = IoSlice::new(b);
+                    k += 1;
+                }
+                self.conn.write_vectored(&iov[..k])
+            };
+            match n {
+                Ok(0) => {
+                    return Err(NetError::io(
+                        "writing to",
+                        &self.peer,
+                        io::ErrorKind::WriteZero.into(),
+                    ))
+                }
+                Ok(mut n) => {
+                    self.stats.bytes_out += n as u64;
+                    self.wq_bytes -= n;
+                    self.last_write = Instant::now();
+                    while n > 0 {
+                        let front = self
+                            .wq
+                            .front_mut()
+                            .expect("written bytes came from the queue");
+                        if n >= front.len() {
+                            n -= front.len();
+                            self.wq.pop_front();
+                            self.stats.frames_out += 1;
+                        } else {
+                            front.advance(n);
+                            n = 0;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.writable = false;
+                    return Ok(false);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(NetError::io("writing to", &self.peer, e)),
+            }
+        }
+    }
+
+    pub(crate) fn wants_write(&self) -> bool {
+        !self.wq.is_empty() || !self.latest.is_empty()
+    }
+}

@@ -1,0 +1,155 @@
+//! The back-end side: a leaf of the tree, embedded in the tool's daemon.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vargr_net::{Link, Reactor};
+use vargr_wire::{Packet, Value};
+
+use crate::commnode::registry;
+use crate::engine::Engine;
+use crate::router::Router;
+use crate::spawn::{self, Bootstrap};
+use crate::{Result, TbonError};
+
+/// A back-end's handle on the network. Cheap to clone; all clones share one connection.
+#[derive(Clone)]
+pub struct Backend {
+    engine: Arc<Engine>,
+    rank: u32,
+    num_backends: u32,
+    node: u32,
+}
+
+impl Backend {
+    /// Joins the network this process was started by (reads `VARGR_PARENT`,
+    /// `VARGR_NODE`, `VARGR_SECRET`).
+    pub fn from_env() -> Result<Backend> {
+        Backend::join(Bootstrap::from_env()?)
+    }
+
+    /// Joins the network as described by `boot`.
+    pub fn join(boot: Bootstrap) -> Result<Backend> {
+        let (conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
+        let root = msg.topology.root();
+        let rank = root.backend_rank.ok_or_else(|| {
+            TbonError::Startup(format!(
+                "node {} was started as a back-end but is not a leaf",
+                boot.node
+            ))
+        })?;
+        let mut reactor = Reactor::new().map_err(|e| TbonError::Startup(e.to_string()))?;
+        let mio = conn
+            .into_mio()
+            .map_err(|e| TbonError::Startup(e.to_string()))?;
+        let parent = reactor
+            .add(Link::new(mio, "parent", msg.config.max_frame))
+            .map_err(|e| TbonError::Startup(e.to_string()))?;
+        reactor.send(parent, spawn::ready_frame(boot.node, vec![rank]));
+        reactor.flush_all();
+        let mut router = Router::new(
+            boot.node,
+            root.host.clone(),
+            Some(rank),
+            registry(&msg.config.plugins)?,
+        );
+        router.parent = Some(parent);
+        router.heartbeat = Duration::from_millis(msg.config.heartbeat_ms);
+        router.heartbeat_timeout = Duration::from_millis(msg.config.heartbeat_timeout_ms);
+        let engine = Engine::new(router, reactor, msg.config.queue_limit);
+        engine.start_keeper(Duration::from_millis(msg.config.heartbeat_ms / 2));
+        Ok(Backend {
+            engine,
+            rank,
+            num_backends: msg.config.num_backends,
+            node: boot.node,
+        })
+    }
+
+    /// This back-end's rank, 0..[`Backend::num_backends`].
+    pub fn rank(&self) -> u32 {
+        self.rank
+    }
+
+    pub fn num_backends(&self) -> u32 {
+        self.num_backends
+    }
+
+    /// The topology node id of this back-end.
+    pub fn node_id(&self) -> u32 {
+        self.node
+    }
+
+    /// Waits for the next packet on any stream (or point-to-point). Returns
+    /// `Err(TbonError::Shutdown)` once the front-end shut the network down.
+    pub fn recv(&self) -> Result<Packet> {
+        self.recv_until(None).expect("no deadline")
+    }
+
+    /// Like [`Backend::recv`], giving up after `timeout` with `Ok(None)`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<Packet>> {
+        self.recv_until(Some(Instant::now() + timeout))
+            .map_or(Ok(None), |r| r.map(Some))
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Option<Result<Packet>> {
+        self.engine.wait_for(deadline, |st| {
+            let d = &mut st.router.deliveries;
+            if let Some(p) = d.inbox.pop_front() {
+                return Some(Ok(p));
+            }
+            if let Some(e) = d.faults.pop() {
+                return Some(Err(e));
+            }
+            d.closed.clone().map(Err)
+        })
+    }
+
+    /// Sends values up `stream` (towards the front-end, through the stream's filters).
+    pub fn send(&self, stream: u32, tag: i32, format: &str, values: Vec<Value>) -> Result<()> {
+        let mut p = Packet::new(stream, tag, format, values)?;
+        p.source = self.rank;
+        self.send_packet(&p)
+    }
+
+    pub fn send_packet(&self, p: &Packet) -> Result<()> {
+        self.check_open()?;
+        self.engine.with_router(|r, out| r.send_up(p, out))?;
+        self.wait_backlog();
+        Ok(())
+    }
+
+    /// Sends values to back-end `dest`, routed through the lowest common ancestor.
+    pub fn send_to(&self, dest: u32, tag: i32, format: &str, values: Vec<Value>) -> Result<()> {
+        self.check_open()?;
+        let mut p = Packet::new(dest, tag, format, values)?;
+        p.source = self.rank;
+        if dest == self.rank {
+            self.engine
+                .with_router(|r, _| r.deliveries.inbox.push_back(p));
+            return Ok(());
+        }
+        self.engine
+            .with_router(|r, out| r.send_p2p(dest, &p, out))?;
+        self.wait_backlog();
+        Ok(())
+    }
+
+    fn check_open(&self) -> Result<()> {
+        match self.engine.lock().router.deliveries.closed.clone() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Blocks while the link to the parent holds more than the queue limit (backpressure).
+    fn wait_backlog(&self) {
+        self.engine.wait_for(None, |st| {
+            let Some(parent) = st.router.parent else {
+                return Some(());
+            };
+            let over = Engine::backlog(st, parent) > st.queue_limit;
+            (!over || st.router.deliveries.closed.is_some()).then_some(())
+        });
+    }
+}

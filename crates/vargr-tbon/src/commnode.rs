@@ -1,0 +1,123 @@
+//! The internal node (`vargr commnode`): joins its parent, starts its sub-tree, then
+//! forwards, filters and routes until shut down or orphaned.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use vargr_filter::Registry;
+use vargr_net::launch::Launcher;
+use vargr_net::{Link, Reactor};
+use vargr_wire::FrameKind;
+
+use crate::engine::Engine;
+use crate::router::{frame_bytes, Router};
+use crate::spawn::{self, start_children, Bootstrap, ChildHandle, Spawner};
+use crate::TbonError;
+
+/// Builds the filter registry every node uses: built-ins plus the configured plugins.
+pub fn registry(plugins: &[String]) -> Result<Arc<Registry>, TbonError> {
+    let mut r = Registry::with_builtins();
+    for p in plugins {
+        r.load_plugin(std::path::Path::new(p))
+            .map_err(|e| TbonError::Config(format!("loading filter plugin {p}: {e}")))?;
+    }
+    Ok(Arc::new(r))
+}
+
+/// Runs one commnode to completion.
+pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
+    let (mut conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
+    let me = boot.node;
+    let config = msg.config.clone();
+    let spawner = match spawner {
+        Spawner::Processes(_) => Spawner::Processes(match &config.remote_template {
+            Some(t) => Launcher::remote(t)?,
+            None => Launcher::Local,
+        }),
+        s => s,
+    };
+    let mut reactor = Reactor::new().map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
+    let started = registry(&config.plugins).and_then(|reg| {
+        let (children, handles) = start_children(
+            me,
+            &msg.topology,
+            &config,
+            &boot.secret,
+            &spawner,
+            &mut reactor,
+        )?;
+        Ok((reg, children, handles))
+    });
+    let (registry, children, handles) = match started {
+        Ok(v) => v,
+        Err(e) => {
+            let f = vargr_wire::Frame::new(FrameKind::Refused, 0, 0, e.to_string());
+            let _ = vargr_net::auth::write_frame(&mut conn, &f, "parent");
+            return Err(e);
+        }
+    };
+    let mio = conn
+        .into_mio()
+        .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
+    let parent = reactor
+        .add(Link::new(mio, "parent", config.max_frame))
+        .map_err(|e| TbonError::Startup(e.to_string()))?;
+    let mut backends: Vec<u32> = children
+        .iter()
+        .flat_map(|c| c.backends.iter().copied())
+        .collect();
+    backends.sort_unstable();
+    reactor.send(parent, spawn::ready_frame(me, backends));
+    reactor.flush_all();
+
+    let host = msg.topology.root().host.clone();
+    let mut router = Router::new(me, host, None, registry);
+    router.parent = Some(parent);
+    router.children = children;
+    router.heartbeat = Duration::from_millis(config.heartbeat_ms);
+    router.heartbeat_timeout = Duration::from_millis(config.heartbeat_timeout_ms);
+    let engine = Engine::new(router, reactor, config.queue_limit);
+
+    // Loop until our parent tells us to stop (and our children confirmed) or vanishes.
+    engine.wait_for(None, |st| {
+        let r = &st.router;
+        if r.deliveries.closed.is_some() {
+            return Some(());
+        }
+        (r.shutting_down && r.children_done()).then_some(())
+    });
+    let orphaned = engine.with_router(|r, out| {
+        if r.deliveries.closed.is_some() && !r.shutting_down {
+            // Parent lost: take the sub-tree down with us.
+            r.begin_shutdown(out);
+            true
+        } else {
+            if let Some(p) = r.parent {
+                out.send(p, frame_bytes(FrameKind::ShutdownDone, 0, 0, &[]));
+            }
+            false
+        }
+    });
+    if orphaned {
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        engine.wait_for(Some(deadline), |st| st.router.children_done().then_some(()));
+    }
+    // Give the ShutdownDone a moment to leave before the socket closes with the process.
+    engine.wait_for(
+        Some(std::time::Instant::now() + Duration::from_millis(5)),
+        |_| None::<()>,
+    );
+    finish_children(handles);
+    Ok(())
+}
+
+/// Reaps child processes and threads, killing any that do not exit promptly.
+pub fn finish_children(handles: Vec<ChildHandle>) {
+    let ths: Vec<_> = handles
+        .into_iter()
+        .map(|h| std::thread::spawn(move || h.finish(Duration::from_secs(2))))
+        .collect();
+    for t in ths {
+        let _ = t.join();
+    }
+}

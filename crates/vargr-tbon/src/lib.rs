@@ -1,0 +1,32 @@
+//! vargr's tree-based overlay network (MRNet's model, rebuilt).
+//!
+//! A front-end creates a [`Network`] from a topology and a back-end program. Every node
+//! starts its own children in parallel and hands each its sub-tree; each sub-tree
+//! reports the back-ends it reaches. The front-end then opens [`Stream`]s on
+//! [`Communicator`]s: packets multicast down, and waves of packets from the back-ends
+//! are synchronised ([`vargr_filter::SyncMode`]) and reduced by transformation filters at
+//! every node on their way up. Back-ends ([`Backend`]) can also message each other,
+//! routed through their lowest common ancestor.
+//!
+//! Internals: [`router`] is the per-node protocol logic (no I/O), `engine` shares one
+//! reactor among a process's threads without an I/O thread on the latency path,
+//! [`spawn`] instantiates the tree and [`commnode`] is the internal node's main loop.
+
+mod backend;
+pub mod commnode;
+mod engine;
+mod error;
+pub mod log;
+mod network;
+pub mod proto;
+pub mod router;
+pub mod spawn;
+
+pub use backend::Backend;
+pub use error::{Result, TbonError};
+pub use network::{
+    BackendSpec, Communicator, Network, NetworkOptions, Stream, StreamOptions, FIRST_USER_STREAM,
+};
+pub use spawn::Bootstrap;
+pub use vargr_filter::SyncMode;
+pub use vargr_wire::{Packet, Value};

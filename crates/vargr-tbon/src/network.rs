@@ -1,0 +1,403 @@
+//! The front-end: creates the tree, opens streams, multicasts down, receives reductions.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use vargr_filter::SyncMode;
+use vargr_net::auth::Secret;
+use vargr_net::launch::Launcher;
+use vargr_net::Reactor;
+use vargr_topo::Topology;
+use vargr_wire::{Packet, Value};
+
+use crate::commnode::{finish_children, registry};
+use crate::engine::Engine;
+use crate::proto::{RunConfig, StreamOpenMsg};
+use crate::router::Router;
+use crate::spawn::{start_children, BackendFn, ChildHandle, Spawner};
+use crate::{Backend, Result, TbonError};
+
+/// Stream ids below this are reserved for vargr's own streams.
+pub const FIRST_USER_STREAM: u32 = 16;
+
+/// What runs at the leaves.
+#[derive(Clone)]
+pub enum BackendSpec {
+    /// A program started once per back-end (with `VARGR_*` variables set).
+    Command { program: String, args: Vec<String> },
+    /// A closure run on a thread per back-end, everything in this process (tests,
+    /// embedded use). Commnodes become threads too.
+    Threads(BackendFn),
+}
+
+impl BackendSpec {
+    pub fn command(program: impl Into<String>, args: &[&str]) -> BackendSpec {
+        BackendSpec::Command {
+            program: program.into(),
+            args: args.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+    pub fn threads(f: impl Fn(Backend) + Send + Sync + 'static) -> BackendSpec {
+        BackendSpec::Threads(Arc::new(f))
+    }
+}
+
+/// Knobs of a network, each with a default that works on one machine.
+#[derive(Debug, Clone)]
+pub struct NetworkOptions {
+    /// Remote-shell template (`ssh -o BatchMode=yes {host} {cmd}`); None: local processes.
+    pub remote_template: Option<String>,
+    /// "unix" (default for local runs) or "tcp".
+    pub transport: String,
+    /// The `vargr` binary that runs commnodes. Default: `$VARGR_COMMNODE`, else a `vargr`
+    /// next to the current executable, else `vargr` on the PATH.
+    pub commnode_program: Option<String>,
+    pub max_frame: usize,
+    pub heartbeat: Duration,
+    pub heartbeat_timeout: Duration,
+    pub startup_timeout: Duration,
+    /// Unsent bytes per link before reading pauses (backpressure).
+    pub queue_limit: usize,
+    pub plugins: Vec<String>,
+}
+
+impl Default for NetworkOptions {
+    fn default() -> Self {
+        NetworkOptions {
+            remote_template: None,
+            transport: "unix".into(),
+            commnode_program: None,
+            max_frame: vargr_wire::DEFAULT_MAX_FRAME,
+            heartbeat: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_millis(1500),
+            startup_timeout: Duration::from_secs(30),
+            queue_limit: 8 << 20,
+            plugins: Vec::new(),
+        }
+    }
+}
+
+fn default_commnode() -> String {
+    if let Ok(p) = std::env::var("VARGR_COMMNODE") {
+        return p;
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if exe.file_name().is_some_and(|n| n == "vargr") {
+            return exe.display().to_string();
+        }
+        if let Some(dir) = exe.parent() {
+            for cand in [dir.join("vargr"), dir.join("../vargr")] {
+                if cand.is_file() {
+                    return cand.display().to_string();
+                }
+            }
+        }
+    }
+    "vargr".into()
+}
+
+/// A set of back-ends a stream talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Communicator {
+    ranks: Vec<u32>,
+}
+
+impl Communicator {
+    pub fn ranks(&self) -> &[u32] {
+        &self.ranks
+    }
+}
+
+/// How a stream treats its packets.
+#[derive(Debug, Clone)]
+pub struct StreamOptions {
+    /// Upstream transformation filter spec (`sum`, `max`, `histogram:0,10,5`, …).
+    pub up: String,
+    pub sync: SyncMode,
+    /// Downstream filter applied at every node on the way down.
+    pub down: Option<String>,
+    /// Latest mode: slow receivers see only the newest packet (PATHS last-observe).
+    pub latest: bool,
+}
+
+impl StreamOptions {
+    pub fn new(up: &str) -> StreamOptions {
+        StreamOptions {
+            up: up.into(),
+            sync: SyncMode::WaitForAll,
+            down: None,
+            latest: false,
+        }
+    }
+    pub fn sync(mut self, s: SyncMode) -> Self {
+        self.sync = s;
+        self
+    }
+    pub fn latest(mut self) -> Self {
+        self.latest = true;
+        self
+    }
+}
+
+fn sync_spec(s: &SyncMode) -> String {
+    match s {
+        SyncMode::WaitForAll => "all".into(),
+        SyncMode::TimeOut(d) => format!("timeout:{}ms", d.as_millis()),
+        SyncMode::DontWait => "dontwait".into(),
+    }
+}
+
+/// The front-end's handle on a running tree.
+pub struct Network {
+    engine: Arc<Engine>,
+    topology: Topology,
+    handles: Mutex<Vec<ChildHandle>>,
+    next_stream: AtomicU32,
+    sockdir: Option<PathBuf>,
+    startup: Duration,
+    down: bool,
+}
+
+impl Network {
+    /// Starts the tree described by `topology` with `backend` at every leaf.
+    pub fn new(topology: Topology, backend: BackendSpec, opts: NetworkOptions) -> Result<Network> {
+        let t0 = Instant::now();
+        let secret = Secret::random();
+        let sockdir = make_sockdir()?;
+        let (program, args, spawner) = match &backend {
+            BackendSpec::Command { program, args } => {
+                let launcher = match &opts.remote_template {
+                    Some(t) => Launcher::remote(t)?,
+                    None => Launcher::Local,
+                };
+                (program.clone(), args.clone(), Spawner::Processes(launcher))
+            }
+            BackendSpec::Threads(f) => (String::new(), Vec::new(), Spawner::Threads(f.clone())),
+        };
+        let transport = if opts.remote_template.is_some() {
+            "tcp".to_string()
+        } else {
+            opts.transport.clone()
+        };
+        if transport != "unix" && transport != "tcp" {
+            return Err(TbonError::Config(format!(
+                "unknown transport {transport:?} (expected unix or tcp)"
+            )));
+        }
+        let config = RunConfig {
+            backend_program: program,
+            backend_args: args,
+            commnode_program: opts
+                .commnode_program
+                .clone()
+                .unwrap_or_else(default_commnode),
+            remote_template: opts.remote_template.clone(),
+            transport,
+            sockdir: sockdir.display().to_string(),
+            max_frame: opts.max_frame,
+            heartbeat_ms: opts.heartbeat.as_millis() as u64,
+            heartbeat_timeout_ms: opts.heartbeat_timeout.as_millis() as u64,
+            startup_timeout_ms: opts.startup_timeout.as_millis() as u64,
+            queue_limit: opts.queue_limit,
+            num_backends: topology.num_backends() as u32,
+            plugins: opts.plugins.clone(),
+        };
+        let cleanup = |e: TbonError| {
+            let _ = std::fs::remove_dir_all(&sockdir);
+            e
+        };
+        let reg = registry(&config.plugins).map_err(cleanup)?;
+        let mut reactor = Reactor::new().map_err(|e| cleanup(TbonError::Startup(e.to_string())))?;
+        let root = topology.root().clone();
+        let (children, handles) =
+            start_children(root.id, &topology, &config, &secret, &spawner, &mut reactor)
+                .map_err(cleanup)?;
+        let mut router = Router::new(root.id, root.host.clone(), None, reg);
+        router.children = children;
+        router.heartbeat = opts.heartbeat;
+        router.heartbeat_timeout = opts.heartbeat_timeout;
+        let engine = Engine::new(router, reactor, opts.queue_limit);
+        engine.start_keeper(opts.heartbeat / 2);
+        Ok(Network {
+            engine,
+            topology,
+            handles: Mutex::new(handles),
+            next_stream: AtomicU32::new(FIRST_USER_STREAM),
+            sockdir: Some(sockdir),
+            startup: t0.elapsed(),
+            down: false,
+        })
+    }
+
+    /// Time from `Network::new` to every back-end reporting ready.
+    pub fn startup_time(&self) -> Duration {
+        self.startup
+    }
+
+    pub fn topology(&self) -> &Topology {
+        &self.topology
+    }
+
+    pub fn num_backends(&self) -> usize {
+        self.topology.num_backends()
+    }
+
+    /// Every back-end.
+    pub fn broadcast_communicator(&self) -> Communicator {
+        Communicator {
+            ranks: (0..self.num_backends() as u32).collect(),
+        }
+    }
+
+    /// A communicator over some back-ends.
+    pub fn communicator(&self, ranks: &[u32]) -> Result<Communicator> {
+        let mut r = ranks.to_vec();
+        r.sort_unstable();
+        r.dedup();
+        if r.is_empty() {
+            return Err(TbonError::BadCommunicator("no back-ends given".into()));
+        }
+        if let Some(bad) = r.iter().find(|&&x| x as usize >= self.num_backends()) {
+            return Err(TbonError::BadCommunicator(format!(
+                "rank {bad} does not exist (the network has {} back-ends)",
+                self.num_backends()
+            )));
+        }
+        Ok(Communicator { ranks: r })
+    }
+
+    /// Opens a stream to `comm` with filter options.
+    pub fn open_stream(&self, comm: &Communicator, opts: StreamOptions) -> Result<Stream> {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let msg = StreamOpenMsg {
+            id,
+            members: comm.ranks.clone(),
+            up: opts.up.clone(),
+            sync: sync_spec(&opts.sync),
+            down: opts.down.clone(),
+            latest: opts.latest,
+        };
+        self.engine.with_router(|r, out| r.open_stream(msg, out))?;
+        Ok(Stream {
+            engine: self.engine.clone(),
+            id,
+            members: comm.ranks.len(),
+        })
+    }
+
+    /// Faults seen so far (lost nodes, failed filters), oldest first.
+    pub fn faults(&self) -> Vec<TbonError> {
+        self.engine.lock().router.deliveries.faults.clone()
+    }
+
+    /// Shuts the tree down: every node is told to stop, confirms, and exits; stragglers
+    /// are killed after a grace period.
+    pub fn shutdown(mut self) -> Result<()> {
+        self.shutdown_inner()
+    }
+
+    fn shutdown_inner(&mut self) -> Result<()> {
+        if self.down {
+            return Ok(());
+        }
+        self.down = true;
+        self.engine.with_router(|r, out| r.begin_shutdown(out));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let clean = self
+            .engine
+            .wait_for(Some(deadline), |st| st.router.children_done().then_some(()));
+        let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
+        finish_children(handles);
+        if let Some(d) = self.sockdir.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+        match clean {
+            Some(()) => Ok(()),
+            None => Err(TbonError::Timeout(5000)),
+        }
+    }
+}
+
+impl Drop for Network {
+    fn drop(&mut self) {
+        let _ = self.shutdown_inner();
+    }
+}
+
+fn make_sockdir() -> Result<PathBuf> {
+    let mut r = [0u8; 6];
+    getrandom::getrandom(&mut r).map_err(|e| TbonError::Startup(e.to_string()))?;
+    let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("vargr-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| TbonError::Startup(format!("creating {}: {e}", dir.display())))?;
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
+    Ok(dir)
+}
+
+/// A logical channel between the front-end and a communicator's back-ends.
+pub struct Stream {
+    engine: Arc<Engine>,
+    id: u32,
+    members: usize,
+}
+
+impl Stream {
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub fn num_members(&self) -> usize {
+        self.members
+    }
+
+    /// Multicasts values to every back-end of the stream.
+    pub fn send(&self, tag: i32, format: &str, values: Vec<Value>) -> Result<()> {
+        let p = Packet::new(self.id, tag, format, values)?;
+        self.send_packet(p)
+    }
+
+    pub fn send_packet(&self, mut p: Packet) -> Result<()> {
+        p.stream = self.id;
+        self.engine.with_router(|r, out| r.send_down(p, out))?;
+        // Backpressure: wait while any child link is over its limit.
+        self.engine.wait_for(None, |st| {
+            let over = st
+                .router
+                .children
+                .iter()
+                .any(|c| Engine::backlog(st, c.link) > st.queue_limit);
+            (!over).then_some(())
+        });
+        Ok(())
+    }
+
+    /// Waits for the next result on this stream (a filtered wave, or an error naming a
+    /// lost node or failed filter).
+    pub fn recv(&self) -> Result<Packet> {
+        match self.recv_until(None) {
+            Some(r) => r,
+            None => Err(TbonError::Shutdown),
+        }
+    }
+
+    /// Like [`Stream::recv`], giving up after `timeout` with `Ok(None)`.
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<Option<Packet>> {
+        self.recv_until(Some(Instant::now() + timeout))
+            .map_or(Ok(None), |r| r.map(Some))
+    }
+
+    fn recv_until(&self, deadline: Option<Instant>) -> Option<Result<Packet>> {
+        let id = self.id;
+        self.engine.wait_for(deadline, |st| {
+            let d = &mut st.router.deliveries;
+            if let Some(r) = d.streams.get_mut(&id).and_then(|q| q.pop_front()) {
+                return Some(r);
+            }
+            d.closed.clone().map(Err)
+        })
+    }
+}

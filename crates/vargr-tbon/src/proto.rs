@@ -1,0 +1,82 @@
+//! Control messages of the tree protocol.
+//!
+//! They are rare (start-up, stream creation, faults), so they travel as JSON in the
+//! payload of their frame kind: easy to read in a capture and to extend. Data frames,
+//! the hot path, use vargr-wire's packed encoding instead.
+
+use serde::{Deserialize, Serialize};
+use vargr_topo::Topology;
+
+/// What a parent tells a child after the handshake: the child's sub-tree and how to
+/// start the nodes below it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct SubtreeMsg {
+    pub topology: Topology,
+    pub config: RunConfig,
+}
+
+/// Configuration every node of one network shares.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunConfig {
+    pub backend_program: String,
+    pub backend_args: Vec<String>,
+    pub commnode_program: String,
+    /// `None`: local processes; `Some(t)`: remote-shell template with {host} and {cmd}.
+    pub remote_template: Option<String>,
+    /// "unix" or "tcp".
+    pub transport: String,
+    /// Directory for Unix sockets.
+    pub sockdir: String,
+    pub max_frame: usize,
+    pub heartbeat_ms: u64,
+    pub heartbeat_timeout_ms: u64,
+    pub startup_timeout_ms: u64,
+    pub queue_limit: usize,
+    pub num_backends: u32,
+    /// Filter plugins (shared objects) every node loads at start.
+    pub plugins: Vec<String>,
+}
+
+/// A sub-tree is up: the back-end ranks reachable through it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ReadyMsg {
+    pub node: u32,
+    pub backends: Vec<u32>,
+}
+
+/// Stream creation, sent down to every node with members below it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StreamOpenMsg {
+    pub id: u32,
+    pub members: Vec<u32>,
+    pub up: String,
+    pub sync: String,
+    pub down: Option<String>,
+    pub latest: bool,
+}
+
+/// A failure travelling up to the front-end.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum FaultMsg {
+    NodeLost {
+        node: u32,
+        host: String,
+        reason: String,
+        backends: Vec<u32>,
+    },
+    Filter {
+        stream: u32,
+        node: u32,
+        filter: String,
+        reason: String,
+    },
+}
+
+pub fn to_json<T: Serialize>(v: &T) -> bytes::Bytes {
+    bytes::Bytes::from(serde_json::to_vec(v).expect("control messages always serialise"))
+}
+
+pub fn from_json<'a, T: Deserialize<'a>>(what: &str, b: &'a [u8]) -> Result<T, crate::TbonError> {
+    serde_json::from_slice(b)
+        .map_err(|e| crate::TbonError::Net(format!("malformed {what} message: {e}")))
+}

@@ -1,0 +1,718 @@
+//! The protocol logic of one tree node: where each frame goes and which filters it meets.
+//!
+//! The same [`Router`] runs in the front-end (root), in every commnode and in every
+//! back-end (leaf). It never touches a socket: frames come in through
+//! [`Router::on_frame`] with the current time, and everything it wants sent goes to an
+//! [`Out`] (the reactor, or an outbox when another thread holds the reactor). What is
+//! meant for the local application (front-end user, back-end user) lands in
+//! [`Deliveries`].
+
+use std::collections::{HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use vargr_filter::{apply_guarded, FilterContext, Registry, SyncFilter, SyncMode, TransformFilter};
+use vargr_net::LinkId;
+use vargr_wire::{encode_header, Frame, FrameKind, Packet};
+
+use crate::log::vlog;
+use crate::proto::{self, FaultMsg, StreamOpenMsg};
+use crate::TbonError;
+
+/// Where frames leave a node.
+pub trait Out {
+    fn send(&mut self, link: LinkId, bytes: Bytes);
+    fn send_latest(&mut self, link: LinkId, stream: u32, bytes: Bytes);
+}
+
+impl Out for vargr_net::Reactor {
+    fn send(&mut self, link: LinkId, bytes: Bytes) {
+        vargr_net::Reactor::send(self, link, bytes)
+    }
+    fn send_latest(&mut self, link: LinkId, stream: u32, bytes: Bytes) {
+        vargr_net::Reactor::send_latest(self, link, stream, bytes)
+    }
+}
+
+/// Frames waiting for the thread that holds the reactor.
+#[derive(Default)]
+pub struct Outbox(pub Vec<(LinkId, Option<u32>, Bytes)>);
+
+impl Out for Outbox {
+    fn send(&mut self, link: LinkId, bytes: Bytes) {
+        self.0.push((link, None, bytes));
+    }
+    fn send_latest(&mut self, link: LinkId, stream: u32, bytes: Bytes) {
+        self.0.push((link, Some(stream), bytes));
+    }
+}
+
+/// Encodes a frame into one shareable buffer.
+pub fn frame_bytes(kind: FrameKind, stream: u32, tag: i32, payload: &[u8]) -> Bytes {
+    let mut b = BytesMut::with_capacity(vargr_wire::HEADER_LEN + payload.len());
+    encode_header(kind, 0, stream, tag, payload.len(), &mut b);
+    b.extend_from_slice(payload);
+    b.freeze()
+}
+
+/// Encodes a data packet as a frame.
+pub fn packet_bytes(kind: FrameKind, p: &Packet) -> Bytes {
+    let mut payload = BytesMut::new();
+    p.encode_payload(&mut payload);
+    frame_bytes(kind, p.stream, p.tag, &payload)
+}
+
+/// What a node hands to its local application.
+#[derive(Default)]
+pub struct Deliveries {
+    /// Front-end: per-stream results; back-end: everything arrives on stream queues too.
+    pub streams: HashMap<u32, VecDeque<Result<Packet, TbonError>>>,
+    /// Back-end: packets in arrival order across streams (stream id inside the packet).
+    pub inbox: VecDeque<Packet>,
+    /// Faults seen (front-end), newest last.
+    pub faults: Vec<TbonError>,
+    /// Set when the node must stop: shutdown requested or parent lost.
+    pub closed: Option<TbonError>,
+}
+
+pub struct ChildInfo {
+    pub link: LinkId,
+    pub node: u32,
+    pub host: String,
+    pub backends: Vec<u32>,
+    pub alive: bool,
+    pub shutdown_done: bool,
+}
+
+struct StreamState {
+    open: StreamOpenMsg,
+    /// Indices into `children` of the children with members, and each one's input slot.
+    child_slots: Vec<(usize, usize)>,
+    sync: SyncFilter,
+    up: Option<Box<dyn TransformFilter>>,
+    down: Option<Box<dyn TransformFilter>>,
+    /// Fast path: identity filter with don't-wait, forwarded without decoding.
+    passthrough: bool,
+}
+
+pub struct Router {
+    pub node: u32,
+    pub host: String,
+    /// Back-end rank when this node is a leaf.
+    pub backend_rank: Option<u32>,
+    pub parent: Option<LinkId>,
+    pub children: Vec<ChildInfo>,
+    streams: HashMap<u32, StreamState>,
+    registry: std::sync::Arc<Registry>,
+    pub deliveries: Deliveries,
+    pub shutting_down: bool,
+    pub heartbeat: Duration,
+    pub heartbeat_timeout: Duration,
+}
+
+impl Router {
+    pub fn new(
+        node: u32,
+        host: String,
+        backend_rank: Option<u32>,
+        registry: std::sync::Arc<Registry>,
+    ) -> Router {
+        Router {
+            node,
+            host,
+            backend_rank,
+            parent: None,
+            children: Vec::new(),
+            streams: HashMap::new(),
+            registry,
+            deliveries: Deliveries::default(),
+            shutting_down: false,
+            heartbeat: Duration::from_millis(500),
+            heartbeat_timeout: Duration::from_millis(1500),
+        }
+    }
+
+    pub fn is_root(&self) -> bool {
+        self.parent.is_none()
+    }
+
+    fn child_index(&self, link: LinkId) -> Option<usize> {
+        self.children.iter().position(|c| c.link == link)
+    }
+
+    /// Creates a stream here and forwards its creation to the children with members.
+    pub fn open_stream(&mut self, msg: StreamOpenMsg, out: &mut dyn Out) -> Result<(), TbonError> {
+        let sync: SyncMode = msg
+            .sync
+            .parse()
+            .map_err(|e: vargr_filter::FilterError| TbonError::BadStream(e.to_string()))?;
+        let up = self
+            .registry
+            .create(&msg.up)
+            .map_err(|e| TbonError::BadStream(e.to_string()))?;
+        let down = match &msg.down {
+            Some(d) => Some(
+                self.registry
+                    .create(d)
+                    .map_err(|e| TbonError::BadStream(e.to_string()))?,
+            ),
+            None => None,
+        };
+        let mut child_slots = Vec::new();
+        for (i, c) in self.children.iter().enumerate() {
+            if c.alive
+                && c.backends
+                    .iter()
+                    .any(|b| msg.members.binary_search(b).is_ok())
+            {
+                child_slots.push((i, child_slots.len()));
+            }
+        }
+        let passthrough =
+            matches!(msg.up.as_str(), "null" | "identity") && matches!(sync, SyncMode::DontWait);
+        let bytes = frame_bytes(FrameKind::StreamOpen, msg.id, 0, &proto::to_json(&msg));
+        for &(ci, _) in &child_slots {
+            out.send(self.children[ci].link, bytes.clone());
+        }
+        self.deliveries.streams.entry(msg.id).or_default();
+        let st = StreamState {
+            sync: SyncFilter::new(sync, child_slots.len()),
+            child_slots,
+            up: Some(up),
+            down,
+            passthrough,
+            open: msg,
+        };
+        self.streams.insert(st.open.id, st);
+        Ok(())
+    }
+
+    /// Sends a packet down a stream from this node (front-end multicast).
+    pub fn send_down(&mut self, p: Packet, out: &mut dyn Out) -> Result<(), TbonError> {
+        let st = self
+            .streams
+            .get_mut(&p.stream)
+            .ok_or(TbonError::NoStream(p.stream))?;
+        let latest = st.open.latest;
+        let ctx = FilterContext {
+            node_id: self.node,
+            stream: p.stream,
+            is_root: self.parent.is_none(),
+            num_inputs: 1,
+        };
+        let packets = match st.down.as_mut() {
+            Some(f) => apply_guarded(f.as_mut(), &ctx, vec![p]).map_err(|e| TbonError::Filter {
+                stream: ctx.stream,
+                node: self.node,
+                filter: e.to_string(),
+                reason: e.to_string(),
+            })?,
+            None => vec![p],
+        };
+        for p in packets {
+            let bytes = packet_bytes(FrameKind::Data, &p);
+            for &(ci, _) in &st.child_slots {
+                let c = &self.children[ci];
+                if c.alive {
+                    if latest {
+                        out.send_latest(c.link, p.stream, bytes.clone());
+                    } else {
+                        out.send(c.link, bytes.clone());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends a packet up towards the front-end (back-end side).
+    pub fn send_up(&mut self, p: &Packet, out: &mut dyn Out) -> Result<(), TbonError> {
+        let parent = self
+            .parent
+            .ok_or_else(|| TbonError::Net("the front-end has no parent to send to".into()))?;
+        let bytes = packet_bytes(FrameKind::Data, p);
+        match self.streams.get(&p.stream) {
+            Some(st) if st.open.latest => out.send_latest(parent, p.stream, bytes),
+            _ => out.send(parent, bytes),
+        }
+        Ok(())
+    }
+
+    /// Routes a point-to-point packet to back-end `dest`.
+    pub fn send_p2p(&mut self, dest: u32, p: &Packet, out: &mut dyn Out) -> Result<(), TbonError> {
+        let mut payload = BytesMut::new();
+        p.encode_payload(&mut payload);
+        let bytes = frame_bytes(FrameKind::PointToPoint, dest, p.tag, &payload);
+        self.route_p2p(dest, bytes, None, out)
+    }
+
+    fn route_p2p(
+        &mut self,
+        dest: u32,
+        bytes: Bytes,
+        from: Option<LinkId>,
+        out: &mut dyn Out,
+    ) -> Result<(), TbonError> {
+        if let Some(c) = self
+            .children
+            .iter()
+            .find(|c| c.alive && c.backends.binary_search(&dest).is_ok())
+        {
+            out.send(c.link, bytes);
+            return Ok(());
+        }
+        match self.parent {
+            Some(p) if Some(p) != from => {
+                out.send(p, bytes);
+                Ok(())
+            }
+            _ => Err(TbonError::BadCommunicator(format!(
+                "no back-end with rank {dest} is reachable"
+            ))),
+        }
+    }
+
+    /// Handles one frame from `link`.
+    pub fn on_frame(&mut self, link: LinkId, f: Frame, now: Instant, out: &mut dyn Out) {
+        let from_parent = Some(link) == self.parent;
+        let child = if from_parent {
+            None
+        } else {
+            self.child_index(link)
+        };
+        match f.kind {
+            FrameKind::Data if from_parent => self.on_data_down(f, out),
+            FrameKind::Data => {
+                if let Some(ci) = child {
+                    self.on_data_up(ci, f, now, out)
+                }
+            }
+            FrameKind::StreamOpen if from_parent => {
+                match proto::from_json::<StreamOpenMsg>("StreamOpen", &f.payload) {
+                    Ok(msg) => {
+                        if let Err(e) = self.open_stream(msg, out) {
+                            self.report(
+                                FaultMsg::Filter {
+                                    stream: f.stream,
+                                    node: self.node,
+                                    filter: String::new(),
+                                    reason: e.to_string(),
+                                },
+                                out,
+                            );
+                        }
+                    }
+                    Err(e) => self.report(
+                        FaultMsg::Filter {
+                            stream: f.stream,
+                            node: self.node,
+                            filter: String::new(),
+                            reason: e.to_string(),
+                        },
+                        out,
+                    ),
+                }
+            }
+            FrameKind::StreamClose if from_parent => {
+                if let Some(st) = self.streams.remove(&f.stream) {
+                    for &(ci, _) in &st.child_slots {
+                        out.send(
+                            self.children[ci].link,
+                            frame_bytes(FrameKind::StreamClose, f.stream, 0, &[]),
+                        );
+                    }
+                }
+            }
+            FrameKind::PointToPoint => {
+                let dest = f.stream;
+                if self.backend_rank == Some(dest) {
+                    match Packet::decode_payload(dest, f.tag, &f.payload) {
+                        Ok(p) => self.deliveries.inbox.push_back(p),
+                        Err(e) => self.deliveries.faults.push(e.into()),
+                    }
+                } else {
+                    let bytes = frame_bytes(FrameKind::PointToPoint, dest, f.tag, &f.payload);
+                    if let Err(e) = self.route_p2p(dest, bytes, Some(link), out) {
+                        self.deliveries.faults.push(e);
+                    }
+                }
+            }
+            FrameKind::Fault => {
+                if let Ok(fault) = proto::from_json::<FaultMsg>("Fault", &f.payload) {
+                    self.report(fault, out);
+                }
+            }
+            FrameKind::Heartbeat => {}
+            FrameKind::Shutdown if from_parent => self.begin_shutdown(out),
+            FrameKind::ShutdownDone => {
+                if let Some(ci) = child {
+                    self.children[ci].shutdown_done = true;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn on_data_down(&mut self, f: Frame, out: &mut dyn Out) {
+        if self.backend_rank.is_some() {
+            match Packet::decode_payload(f.stream, f.tag, &f.payload) {
+                Ok(p) => self.deliveries.inbox.push_back(p),
+                Err(e) => self.deliveries.faults.push(e.into()),
+            }
+            return;
+        }
+        let Some(st) = self.streams.get_mut(&f.stream) else {
+            return;
+        };
+        if st.down.is_some() {
+            match Packet::decode_payload(f.stream, f.tag, &f.payload) {
+                Ok(p) => {
+                    if let Err(e) = self.send_down(p, out) {
+                        self.deliveries.faults.push(e);
+                    }
+                }
+                Err(e) => self.deliveries.faults.push(e.into()),
+            }
+            return;
+        }
+        let bytes = frame_bytes(FrameKind::Data, f.stream, f.tag, &f.payload);
+        for &(ci, _) in &st.child_slots {
+            let c = &self.children[ci];
+            if c.alive {
+                if st.open.latest {
+                    out.send_latest(c.link, f.stream, bytes.clone());
+                } else {
+                    out.send(c.link, bytes.clone());
+                }
+            }
+        }
+    }
+
+    fn on_data_up(&mut self, ci: usize, f: Frame, now: Instant, out: &mut dyn Out) {
+        let Some(st) = self.streams.get_mut(&f.stream) else {
+            return;
+        };
+        let Some(&(_, slot)) = st.child_slots.iter().find(|(c, _)| *c == ci) else {
+            return;
+        };
+        if st.passthrough {
+            match self.parent {
+                Some(p) => {
+                    let bytes = frame_bytes(FrameKind::Data, f.stream, f.tag, &f.payload);
+                    if st.open.latest {
+                        out.send_latest(p, f.stream, bytes)
+                    } else {
+                        out.send(p, bytes)
+                    }
+                }
+                None => {
+                    let r = Packet::decode_payload(f.stream, f.tag, &f.payload)
+                        .map_err(TbonError::from);
+                    let q = self.deliveries.streams.entry(f.stream).or_default();
+                    if st.open.latest {
+                        q.clear();
+                    }
+                    q.push_back(r);
+                }
+            }
+            return;
+        }
+        match Packet::decode_payload(f.stream, f.tag, &f.payload) {
+            Ok(p) => {
+                let waves = st.sync.push(slot, p, now);
+                self.run_waves(f.stream, waves, out);
+            }
+            Err(e) => {
+                let fault = FaultMsg::Filter {
+                    stream: f.stream,
+                    node: self.node,
+                    filter: "decode".into(),
+                    reason: e.to_string(),
+                };
+                self.report(fault, out);
+            }
+        }
+    }
+
+    fn run_waves(&mut self, stream: u32, waves: Vec<Vec<Packet>>, out: &mut dyn Out) {
+        if waves.is_empty() {
+            return;
+        }
+        let is_root = self.parent.is_none();
+        let Some(st) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        let ctx = FilterContext {
+            node_id: self.node,
+            stream,
+            is_root,
+            num_inputs: st.sync.live_children(),
+        };
+        let mut faults = Vec::new();
+        let mut results = Vec::new();
+        for wave in waves {
+            let Some(f) = st.up.as_mut() else { break };
+            match apply_guarded(f.as_mut(), &ctx, wave) {
+                Ok(ps) => results.extend(ps),
+                Err(e) => {
+                    // A failed instance may hold broken state: stop using it.
+                    st.up = None;
+                    faults.push(FaultMsg::Filter {
+                        stream,
+                        node: self.node,
+                        filter: st.open.up.clone(),
+                        reason: e.to_string(),
+                    });
+                }
+            }
+        }
+        let latest = st.open.latest;
+        for mut p in results {
+            p.stream = stream;
+            match self.parent {
+                Some(parent) => {
+                    let bytes = packet_bytes(FrameKind::Data, &p);
+                    if latest {
+                        out.send_latest(parent, stream, bytes)
+                    } else {
+                        out.send(parent, bytes)
+                    }
+                }
+                None => {
+                    let q = self.deliveries.streams.entry(stream).or_default();
+                    if latest {
+                        q.retain(|r| r.is_err());
+                    }
+                    q.push_back(Ok(p));
+                }
+            }
+        }
+        for f in faults {
+            self.report(f, out);
+        }
+    }
+
+    /// Releases waves whose time-out expired.
+    pub fn on_timer(&mut self, now: Instant, out: &mut dyn Out) {
+        let due: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.sync.poll_timeout().is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in due {
+            let waves = self
+                .streams
+                .get_mut(&id)
+                .map(|s| s.sync.on_timeout(now))
+                .unwrap_or_default();
+            self.run_waves(id, waves, out);
+        }
+    }
+
+    /// The earliest time a sync filter needs [`Router::on_timer`].
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.streams
+            .values()
+            .filter_map(|s| s.sync.poll_timeout())
+            .min()
+    }
+
+    /// Passes a fault towards the front-end, or records it there.
+    pub fn report(&mut self, fault: FaultMsg, out: &mut dyn Out) {
+        vlog!(self.node, "fault: {fault:?}");
+        match self.parent {
+            Some(p) => out.send(
+                p,
+                frame_bytes(FrameKind::Fault, 0, 0, &proto::to_json(&fault)),
+            ),
+            None => {
+                let err = match fault {
+                    FaultMsg::NodeLost {
+                        node,
+                        host,
+                        reason,
+                        backends,
+                    } => TbonError::NodeLost {
+                        node,
+                        host,
+                        reason,
+                        backends,
+                    },
+                    FaultMsg::Filter {
+                        stream,
+                        node,
+                        filter,
+                        reason,
+                    } => TbonError::Filter {
+                        stream,
+                        node,
+                        filter,
+                        reason,
+                    },
+                };
+                for (id, st) in &self.streams {
+                    let affected = match &err {
+                        TbonError::NodeLost { backends, .. } => backends
+                            .iter()
+                            .any(|b| st.open.members.binary_search(b).is_ok()),
+                        TbonError::Filter { stream, .. } => stream == id,
+                        _ => false,
+                    };
+                    if affected {
+                        self.deliveries
+                            .streams
+                            .entry(*id)
+                            .or_default()
+                            .push_back(Err(err.clone()));
+                    }
+                }
+                self.deliveries.faults.push(err);
+            }
+        }
+    }
+
+    /// A link went away. Children: every stream stops waiting for it and the loss is
+    /// reported up. Parent: this node must stop.
+    pub fn on_closed(&mut self, link: LinkId, reason: String, now: Instant, out: &mut dyn Out) {
+        vlog!(self.node, "link {link:?} closed: {reason}");
+        if Some(link) == self.parent {
+            self.parent_lost(reason);
+            return;
+        }
+        let Some(ci) = self.child_index(link) else {
+            return;
+        };
+        if !self.children[ci].alive {
+            return;
+        }
+        self.children[ci].alive = false;
+        if self.shutting_down && self.children[ci].shutdown_done {
+            return;
+        }
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for id in ids {
+            let waves = {
+                let st = self.streams.get_mut(&id).expect("id taken from the map");
+                match st.child_slots.iter().find(|(c, _)| *c == ci) {
+                    Some(&(_, slot)) => st.sync.remove_child(slot, now),
+                    None => Vec::new(),
+                }
+            };
+            self.run_waves(id, waves, out);
+        }
+        if !self.shutting_down {
+            let c = &self.children[ci];
+            let fault = FaultMsg::NodeLost {
+                node: c.node,
+                host: c.host.clone(),
+                reason,
+                backends: c.backends.clone(),
+            };
+            self.report(fault, out);
+        }
+    }
+
+    pub fn parent_lost(&mut self, reason: String) {
+        vlog!(self.node, "parent lost: {reason}");
+        if self.deliveries.closed.is_none() {
+            self.deliveries.closed = Some(if self.shutting_down {
+                TbonError::Shutdown
+            } else {
+                TbonError::ParentLost(reason)
+            });
+        }
+    }
+
+    /// Starts an orderly shutdown of the sub-tree below this node.
+    pub fn begin_shutdown(&mut self, out: &mut dyn Out) {
+        if self.shutting_down {
+            return;
+        }
+        self.shutting_down = true;
+        for c in &self.children {
+            if c.alive {
+                out.send(c.link, frame_bytes(FrameKind::Shutdown, 0, 0, &[]));
+            }
+        }
+        if self.children.is_empty() {
+            if let Some(p) = self.parent {
+                out.send(p, frame_bytes(FrameKind::ShutdownDone, 0, 0, &[]));
+            }
+            self.deliveries.closed.get_or_insert(TbonError::Shutdown);
+        }
+    }
+
+    /// True once every child confirmed shutdown or is gone.
+    pub fn children_done(&self) -> bool {
+        self.children.iter().all(|c| c.shutdown_done || !c.alive)
+    }
+
+    /// Sends heartbeats on idle links and declares silent links dead. Returns the links
+    /// to close.
+    pub fn on_tick(
+        &mut self,
+        now: Instant,
+        reactor: &mut vargr_net::Reactor,
+    ) -> Vec<(LinkId, String)> {
+        let mut dead = Vec::new();
+        let links: Vec<LinkId> = self
+            .parent
+            .into_iter()
+            .chain(self.children.iter().filter(|c| c.alive).map(|c| c.link))
+            .collect();
+        for id in links {
+            let Some(l) = reactor.link(id) else { continue };
+            if now.saturating_duration_since(l.last_read) > self.heartbeat_timeout {
+                dead.push((
+                    id,
+                    format!("no heartbeat for {} ms", self.heartbeat_timeout.as_millis()),
+                ));
+                continue;
+            }
+            if now.saturating_duration_since(l.last_write) >= self.heartbeat && l.backlog() == 0 {
+                reactor.send(id, frame_bytes(FrameKind::Heartbeat, 0, 0, &[]));
+            }
+        }
+        dead
+    }
+
+    pub fn stream_members(&self, id: u32) -> Option<&[u32]> {
+        self.streams.get(&id).map(|s| s.open.members.as_slice())
+    }
+
+    pub fn has_stream(&self, id: u32) -> bool {
+        self.streams.contains_key(&id)
+    }
+}
+
+impl Router {
+    /// Pauses reading where the next hop is backed up, so memory stays bounded and a slow
+    /// consumer slows its producers instead. Latest-mode streams never back up (they
+    /// replace), so they do not count.
+    pub fn apply_backpressure(&mut self, reactor: &mut vargr_net::Reactor, limit: usize) {
+        let over = |l: Option<LinkId>, r: &vargr_net::Reactor| {
+            l.and_then(|l| r.link(l))
+                .is_some_and(|l| l.backlog() > limit)
+        };
+        // Upward: parent link, or the front-end's own result queues.
+        let up_blocked = match self.parent {
+            Some(p) => over(Some(p), reactor),
+            None => self
+                .deliveries
+                .streams
+                .values()
+                .any(|q| q.len() > limit / 1024),
+        };
+        for c in &self.children {
+            reactor.set_paused(c.link, up_blocked);
+        }
+        // Downward: any child backed up stops reading from the parent.
+        if let Some(p) = self.parent {
+            let inbox_full = self.deliveries.inbox.len() > limit / 1024;
+            let down_blocked =
+                inbox_full || self.children.iter().any(|c| over(Some(c.link), reactor));
+            reactor.set_paused(p, down_blocked);
+        }
+    }
+}

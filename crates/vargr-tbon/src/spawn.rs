@@ -1,0 +1,418 @@
+//! Instantiation: every node starts its own children, hands them their sub-tree and
+//! waits until each sub-tree reports the back-ends it reaches (MRNet's recursive start).
+
+use std::process::Child;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vargr_net::auth::{self, Secret};
+use vargr_net::launch::{self, ChildSpec, Launcher};
+use vargr_net::{Addr, Conn, Link, Listener, Reactor, ReactorEvent};
+use vargr_topo::Topology;
+use vargr_wire::{Frame, FrameKind};
+
+use crate::proto::{self, ReadyMsg, RunConfig, SubtreeMsg};
+use crate::router::{frame_bytes, ChildInfo};
+use crate::{Backend, TbonError};
+
+/// A back-end body run as a thread by the in-process launcher.
+pub type BackendFn = Arc<dyn Fn(Backend) + Send + Sync>;
+
+/// How a node starts its children.
+#[derive(Clone)]
+pub enum Spawner {
+    Processes(Launcher),
+    Threads(BackendFn),
+}
+
+/// What a node needs to join its parent.
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    pub parent: Addr,
+    pub node: u32,
+    pub secret: Secret,
+}
+
+impl Bootstrap {
+    /// Reads `VARGR_PARENT`, `VARGR_NODE` and the secret, as set by a vargr parent.
+    pub fn from_env() -> Result<Bootstrap, TbonError> {
+        let get = |k: &str| {
+            std::env::var(k).map_err(|_| TbonError::Config(format!("{k} is not set: this program must be started by a vargr network (or use attach mode)")))
+        };
+        let parent: Addr = get("VARGR_PARENT")?.parse()?;
+        let node = get("VARGR_NODE")?
+            .parse()
+            .map_err(|_| TbonError::Config("VARGR_NODE is not a number".into()))?;
+        let secret = launch::secret_from_env()?;
+        Ok(Bootstrap {
+            parent,
+            node,
+            secret,
+        })
+    }
+}
+
+pub enum ChildHandle {
+    Process(u32, Child),
+    Thread(u32, JoinHandle<()>),
+}
+
+impl ChildHandle {
+    /// Waits up to `grace` for the child to exit, then kills it.
+    pub fn finish(self, grace: Duration) {
+        match self {
+            ChildHandle::Process(_, mut c) => {
+                let deadline = Instant::now() + grace;
+                loop {
+                    match c.try_wait() {
+                        Ok(Some(_)) => return,
+                        Ok(None) if Instant::now() < deadline => {
+                            std::thread::sleep(Duration::from_millis(2))
+                        }
+                        _ => {
+                            let _ = c.kill();
+                            let _ = c.wait();
+                            return;
+                        }
+                    }
+                }
+            }
+            ChildHandle::Thread(_, h) => {
+                let deadline = Instant::now() + grace;
+                while !h.is_finished() && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+                if h.is_finished() {
+                    let _ = h.join();
+                }
+            }
+        }
+    }
+}
+
+/// Joins the parent: connect, authenticate, receive the sub-tree.
+pub fn join_parent(boot: &Bootstrap, timeout: Duration) -> Result<(Conn, SubtreeMsg), TbonError> {
+    let peer = boot.parent.to_string();
+    let mut conn = vargr_net::connect(&boot.parent, timeout)?;
+    auth::connect(&mut conn, &boot.secret, boot.node, timeout, &peer)?;
+    let f = auth::read_frame(&mut conn, 64 << 20, &peer)?;
+    if f.kind != FrameKind::Subtree {
+        return Err(TbonError::Startup(format!(
+            "expected the sub-tree from {peer}, got {}",
+            f.kind.name()
+        )));
+    }
+    let msg: SubtreeMsg = proto::from_json("Subtree", &f.payload)?;
+    Ok((conn, msg))
+}
+
+fn listen_addr(me: u32, config: &RunConfig) -> Addr {
+    match config.transport.as_str() {
+        "tcp" => Addr::Tcp(if config.remote_template.is_some() {
+            "0.0.0.0:0".into()
+        } else {
+            "127.0.0.1:0".into()
+        }),
+        _ => Addr::Unix(std::path::Path::new(&config.sockdir).join(format!("n{me}.sock"))),
+    }
+}
+
+fn advertised(addr: Addr, config: &RunConfig) -> Addr {
+    match addr {
+        Addr::Tcp(a) if config.remote_template.is_some() => {
+            let port = a
+                .rsplit_once(':')
+                .map(|(_, p)| p.to_string())
+                .unwrap_or_default();
+            let host = hostname();
+            Addr::Tcp(format!("{host}:{port}"))
+        }
+        a => a,
+    }
+}
+
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if r != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Starts, authenticates and initialises every child of node `me`, adding their links
+/// to `reactor`. Returns the children (in topology order) once each sub-tree is ready.
+pub fn start_children(
+    me: u32,
+    topo: &Topology,
+    config: &RunConfig,
+    secret: &Secret,
+    spawner: &Spawner,
+    reactor: &mut Reactor,
+) -> Result<(Vec<ChildInfo>, Vec<ChildHandle>), TbonError> {
+    let node = topo
+        .node(me)
+        .ok_or_else(|| TbonError::Startup(format!("node {me} is not in its own sub-tree")))?;
+    if node.children.is_empty() {
+        return Ok((Vec::new(), Vec::new()));
+    }
+    let timeout = Duration::from_millis(config.startup_timeout_ms);
+    let deadline = Instant::now() + timeout;
+    let listener = Listener::bind(&listen_addr(me, config))?;
+    let addr = advertised(listener.local_addr()?, config);
+
+    let mut handles = Vec::new();
+    let fail = |handles: Vec<ChildHandle>, e: TbonError| {
+        for h in handles {
+            h.finish(Duration::ZERO);
+        }
+        Err(e)
+    };
+    for &cid in &node.children {
+        let child = topo.node(cid).expect("children are in the topology");
+        let is_leaf = child.children.is_empty();
+        let handle = match spawner {
+            Spawner::Processes(launcher) => {
+                let (program, args) = if is_leaf {
+                    (config.backend_program.clone(), config.backend_args.clone())
+                } else {
+                    (
+                        config.commnode_program.clone(),
+                        vec!["commnode".to_string()],
+                    )
+                };
+                let spec = ChildSpec {
+                    node: cid,
+                    host: child.host.clone(),
+                    program,
+                    args,
+                    env: vec![
+                        ("VARGR_PARENT".into(), addr.to_string()),
+                        ("VARGR_NODE".into(), cid.to_string()),
+                        ("VARGR_SECRET".into(), secret.to_hex()),
+                    ],
+                };
+                match launch::spawn(launcher, &spec) {
+                    Ok(c) => ChildHandle::Process(cid, c),
+                    Err(e) => return fail(handles, e.into()),
+                }
+            }
+            Spawner::Threads(body) => {
+                let boot = Bootstrap {
+                    parent: addr.clone(),
+                    node: cid,
+                    secret: secret.clone(),
+                };
+                let spawner = spawner.clone();
+                let body = body.clone();
+                let h = std::thread::Builder::new()
+                    .name(format!("vargr-node-{cid}"))
+                    .spawn(move || {
+                        if is_leaf {
+                            match Backend::join(boot) {
+                                Ok(be) => body(be),
+                                Err(e) => eprintln!("vargr: back-end node {cid}: {e}"),
+                            }
+                        } else if let Err(e) = crate::commnode::run(boot, spawner) {
+                            eprintln!("vargr: commnode {cid}: {e}");
+                        }
+                    })
+                    .map_err(|e| {
+                        TbonError::Startup(format!("spawning thread for node {cid}: {e}"))
+                    });
+                match h {
+                    Ok(h) => ChildHandle::Thread(cid, h),
+                    Err(e) => return fail(handles, e),
+                }
+            }
+        };
+        handles.push(handle);
+    }
+
+    // Accept and authenticate every child, in whatever order they arrive.
+    let mut pending: Vec<u32> = node.children.clone();
+    let mut conns: Vec<(u32, Conn)> = Vec::new();
+    while !pending.is_empty() {
+        let now = Instant::now();
+        if now >= deadline {
+            let e = TbonError::Startup(format!(
+                "node {me}: {} children never connected (first: node {} on {})",
+                pending.len(),
+                pending[0],
+                host_of(topo, pending[0])
+            ));
+            return fail(handles, e);
+        }
+        if let Some(e) = exited_early(&mut handles, &pending, topo) {
+            return fail(handles, e);
+        }
+        let mut conn =
+            match listener.accept_timeout((deadline - now).min(Duration::from_millis(100))) {
+                Ok(c) => c,
+                Err(vargr_net::NetError::Timeout { .. }) => continue,
+                Err(e) => return fail(handles, e.into()),
+            };
+        let id = match auth::accept(&mut conn, secret, timeout) {
+            Ok(id) => id,
+            Err(e) => {
+                eprintln!("vargr: node {me} refused a connection: {e}");
+                continue;
+            }
+        };
+        match pending.iter().position(|&p| p == id) {
+            Some(i) => {
+                pending.swap_remove(i);
+                conns.push((id, conn));
+            }
+            None => eprintln!(
+                "vargr: node {me}: unexpected connection claiming to be node {id}; dropped"
+            ),
+        }
+    }
+
+    // Hand each child its sub-tree, then wait for all of them to report ready.
+    let mut children = Vec::new();
+    for (id, mut conn) in conns {
+        let sub = topo.subtree(id).expect("child ids come from the topology");
+        let msg = SubtreeMsg {
+            topology: sub,
+            config: config.clone(),
+        };
+        let f = Frame::new(FrameKind::Subtree, 0, 0, proto::to_json(&msg));
+        let peer = format!("node {id}");
+        if let Err(e) = auth::write_frame(&mut conn, &f, &peer) {
+            return fail(handles, e.into());
+        }
+        let mio = match conn.into_mio() {
+            Ok(m) => m,
+            Err(e) => return fail(handles, TbonError::Startup(format!("node {id}: {e}"))),
+        };
+        let link = match reactor.add(Link::new(
+            mio,
+            format!("node {id} on {}", host_of(topo, id)),
+            config.max_frame,
+        )) {
+            Ok(l) => l,
+            Err(e) => {
+                return fail(
+                    handles,
+                    TbonError::Startup(format!("registering node {id}: {e}")),
+                )
+            }
+        };
+        children.push(ChildInfo {
+            link,
+            node: id,
+            host: host_of(topo, id),
+            backends: Vec::new(),
+            alive: true,
+            shutdown_done: false,
+        });
+    }
+    let mut ready = 0;
+    let mut events = Vec::new();
+    while ready < children.len() {
+        let now = Instant::now();
+        if now >= deadline {
+            let missing: Vec<u32> = children
+                .iter()
+                .filter(|c| c.backends.is_empty())
+                .map(|c| c.node)
+                .collect();
+            return fail(
+                handles,
+                TbonError::Startup(format!(
+                    "node {me}: sub-trees {missing:?} never reported ready"
+                )),
+            );
+        }
+        if let Err(e) = reactor.poll(Some(deadline - now), &mut events) {
+            return fail(handles, TbonError::Startup(format!("node {me}: poll: {e}")));
+        }
+        for ev in events.drain(..) {
+            match ev {
+                ReactorEvent::Frame(link, f) if f.kind == FrameKind::Ready => {
+                    let msg: ReadyMsg = match proto::from_json("Ready", &f.payload) {
+                        Ok(m) => m,
+                        Err(e) => return fail(handles, e),
+                    };
+                    if let Some(c) = children.iter_mut().find(|c| c.link == link) {
+                        if c.backends.is_empty() {
+                            ready += 1;
+                        }
+                        c.backends = msg.backends;
+                        c.backends.sort_unstable();
+                    }
+                }
+                ReactorEvent::Frame(link, f) if f.kind == FrameKind::Refused => {
+                    let who = children
+                        .iter()
+                        .find(|c| c.link == link)
+                        .map(|c| format!("node {} on {}", c.node, c.host))
+                        .unwrap_or_default();
+                    let why = String::from_utf8_lossy(&f.payload).into_owned();
+                    return fail(
+                        handles,
+                        TbonError::Startup(format!("{who} failed to start its sub-tree: {why}")),
+                    );
+                }
+                ReactorEvent::Frame(..) | ReactorEvent::Woken => {}
+                ReactorEvent::Closed(link, err) => {
+                    let c = children.iter().find(|c| c.link == link);
+                    let who = c
+                        .map(|c| format!("node {} on {}", c.node, c.host))
+                        .unwrap_or_default();
+                    let why = err
+                        .map(|e| e.to_string())
+                        .unwrap_or_else(|| "it closed its connection".into());
+                    return fail(
+                        handles,
+                        TbonError::Startup(format!("{who} failed during start-up: {why}")),
+                    );
+                }
+            }
+        }
+    }
+    // Order children as the topology does, so routing is deterministic.
+    children.sort_by_key(|c| node.children.iter().position(|&x| x == c.node));
+    Ok((children, handles))
+}
+
+fn host_of(topo: &Topology, id: u32) -> String {
+    topo.node(id)
+        .map(|n| n.host.clone())
+        .unwrap_or_else(|| "?".into())
+}
+
+fn exited_early(
+    handles: &mut [ChildHandle],
+    pending: &[u32],
+    topo: &Topology,
+) -> Option<TbonError> {
+    for h in handles.iter_mut() {
+        if let ChildHandle::Process(id, c) = h {
+            if pending.contains(id) {
+                if let Ok(Some(status)) = c.try_wait() {
+                    return Some(TbonError::Startup(format!(
+                        "node {id} on {} exited before connecting ({status})",
+                        host_of(topo, *id)
+                    )));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Sends the Ready report for this sub-tree to the parent.
+pub fn ready_frame(node: u32, backends: Vec<u32>) -> bytes::Bytes {
+    frame_bytes(
+        FrameKind::Ready,
+        0,
+        0,
+        &proto::to_json(&ReadyMsg { node, backends }),
+    )
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs every test of vargr, installing what the tests need first.
+# Usage: scripts/test.sh        (the README's test command; .ci/run calls it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() { command -v "$1" >/dev/null 2>&1; }
+apt_install() {
+  if need apt-get; then
+    (apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+  fi
+}
+
+echo "== toolchain"
+if ! need cargo; then
+  echo "cargo not found: install Rust with rustup (https://rustup.rs) and re-run" >&2
+  exit 1
+fi
+need cc || apt_install build-essential
+rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt || true
+cargo --version
+
+echo "== format and lints"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+echo "== build"
+cargo build --workspace --bins --quiet
+# Integration tests start real processes: point them at the freshly built binary.
+export VARGR_BIN="$PWD/target/debug/vargr"
+export VARGR_COMMNODE="$VARGR_BIN"
+
+echo "== fuzz target builds"
+cargo build --quiet --manifest-path fuzz/Cargo.toml
+
+echo "== bare C floor builds"
+make -s -C bench/floor
+
+echo "== tests"
+cargo test --workspace --quiet 2>&1 | tee target/test.log
+grep -q "test result:" target/test.log
