@@ -94,6 +94,8 @@ impl Engine {
                     g = self.poll_once(g, reactor, deadline);
                 }
                 None => {
+                    // Whoever holds the reactor notifies when it puts it back.
+                    g.waiters += 1;
                     g = match deadline {
                         Some(d) => {
                             self.cv
@@ -103,6 +105,7 @@ impl Engine {
                         }
                         None => self.cv.wait(g).unwrap_or_else(|p| p.into_inner()),
                     };
+                    g.waiters -= 1;
                 }
             }
         }

@@ -1,0 +1,163 @@
+//! The `vargr` command as a user runs it: `demo` and `topo`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::run_cli;
+
+const GUARD: Duration = Duration::from_secs(30);
+
+fn assert_demo_ok(args: &[&str], backends: usize) {
+    let r = run_cli(args, GUARD);
+    assert!(
+        r.status.success(),
+        "vargr {args:?} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        r.status,
+        r.stdout,
+        r.stderr
+    );
+    // The summary table.
+    let table = r
+        .stdout
+        .split_once("step")
+        .map(|(_, t)| t)
+        .unwrap_or_else(|| panic!("no summary table in:\n{}", r.stdout));
+    for step in [
+        "start-up",
+        "multicast + sum",
+        "round trips",
+        "equivalence classes",
+        "BE→BE message",
+        "shutdown",
+    ] {
+        assert!(table.contains(step), "summary lacks {step:?}:\n{table}");
+    }
+    let n = backends as i64;
+    let sum_line = table
+        .lines()
+        .find(|l| l.contains("multicast + sum"))
+        .expect("sum row");
+    let expect = 1000 * n + n * (n - 1) / 2;
+    assert!(
+        sum_line.contains(&format!("= {expect} (correct)")),
+        "sum row should report {expect} (correct): {sum_line}"
+    );
+    assert!(
+        table.contains(&format!(
+            "back-end {} got \"hello from back-end 0\"",
+            backends - 1
+        )),
+        "BE→BE row:\n{table}"
+    );
+}
+
+#[test]
+fn demo_default_topology_runs_to_completion() {
+    assert_demo_ok(&["demo"], 16);
+}
+
+#[test]
+fn demo_flat_topology_runs_to_completion() {
+    assert_demo_ok(&["demo", "--topology", "flat:4"], 4);
+}
+
+#[test]
+fn topo_gen_output_reparses_with_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = run_cli(&["topo", "gen", "kary:4@16"], GUARD);
+    assert!(gen.status.success(), "topo gen failed: {}", gen.stderr);
+    let file = dir.path().join("kary.top");
+    std::fs::write(&file, &gen.stdout).unwrap();
+    let check = run_cli(&["topo", "check", file.to_str().unwrap()], GUARD);
+    assert!(
+        check.status.success(),
+        "topo check of gen output failed: {}\nfile:\n{}",
+        check.stderr,
+        gen.stdout
+    );
+    assert!(
+        check
+            .stdout
+            .contains("ok: 21 nodes, 16 back-ends, 4 internal, depth 2, max fan-out 4"),
+        "unexpected summary: {}",
+        check.stdout
+    );
+
+    // The TOML form re-parses to the same shape.
+    let toml = run_cli(&["topo", "gen", "kary:4@16", "--format", "toml"], GUARD);
+    assert!(toml.status.success(), "{}", toml.stderr);
+    let tfile = dir.path().join("kary.toml");
+    std::fs::write(&tfile, &toml.stdout).unwrap();
+    let check = run_cli(&["topo", "check", tfile.to_str().unwrap()], GUARD);
+    assert!(check.status.success(), "{}", check.stderr);
+    assert!(
+        check.stdout.contains("21 nodes, 16 back-ends"),
+        "{}",
+        check.stdout
+    );
+}
+
+#[test]
+fn topo_check_broken_file_reports_file_line_col() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("broken.top");
+    // Line 2 misses its `;`, so the error is found at line 3, column 1.
+    std::fs::write(
+        &file,
+        "localhost:0 => localhost:1 localhost:2 ;\nlocalhost:1 => localhost:3\nlocalhost:9 => ;\n",
+    )
+    .unwrap();
+    let r = run_cli(&["topo", "check", file.to_str().unwrap()], GUARD);
+    assert!(
+        !r.status.success(),
+        "broken file was accepted: {}",
+        r.stdout
+    );
+    let want = format!("{}:3:1", file.display());
+    assert!(
+        r.stderr.contains(&want),
+        "stderr should locate the error as {want}: {}",
+        r.stderr
+    );
+
+    // A missing file is an error too, naming the file.
+    let missing = dir.path().join("nope.top");
+    let r = run_cli(&["topo", "check", missing.to_str().unwrap()], GUARD);
+    assert!(!r.status.success());
+    assert!(r.stderr.contains("nope.top"), "{}", r.stderr);
+}
+
+#[test]
+fn topo_show_dot_prints_digraph() {
+    let dir = tempfile::tempdir().unwrap();
+    let gen = run_cli(&["topo", "gen", "1x2x4"], GUARD);
+    assert!(gen.status.success(), "{}", gen.stderr);
+    let file = dir.path().join("t.top");
+    std::fs::write(&file, &gen.stdout).unwrap();
+    let r = run_cli(&["topo", "show", file.to_str().unwrap(), "--dot"], GUARD);
+    assert!(r.status.success(), "{}", r.stderr);
+    assert!(r.stdout.contains("digraph"), "not DOT:\n{}", r.stdout);
+    // One edge per non-root node: 2 commnodes + 4 back-ends.
+    assert_eq!(r.stdout.matches("->").count(), 6, "{}", r.stdout);
+    let plain = run_cli(&["topo", "show", file.to_str().unwrap()], GUARD);
+    assert!(plain.status.success(), "{}", plain.stderr);
+    assert!(plain.stdout.contains("[front-end]"), "{}", plain.stdout);
+}
+
+#[test]
+fn topo_gen_bad_spec_quotes_the_spec() {
+    for spec in ["kary:0@x", "blah:3", "flat:"] {
+        let r = run_cli(&["topo", "gen", spec], GUARD);
+        assert!(
+            !r.status.success(),
+            "spec {spec:?} was accepted: {}",
+            r.stdout
+        );
+        assert!(
+            r.stderr.contains(&format!("{spec:?}")),
+            "error should quote {spec:?}: {}",
+            r.stderr
+        );
+    }
+}

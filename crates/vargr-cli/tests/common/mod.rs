@@ -1,0 +1,265 @@
+//! Helpers shared by the process-level integration tests: the `vargr` binary, networks
+//! of real processes, bounded receives, running the CLI with a hang guard, and finding
+//! the processes a test started through `/proc`.
+//!
+//! Every wait here is bounded. Guards are generous: they catch hangs, they do not
+//! measure speed.
+
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use vargr_tbon::{BackendSpec, Network, NetworkOptions, Packet, Stream, TbonError, Value};
+use vargr_topo::Topology;
+
+/// Tags understood by `vargr backend` (crates/vargr-cli/src/roles.rs).
+pub const TAG_ECHO: i32 = 1;
+pub const TAG_RANK: i32 = 2;
+
+/// The `vargr` binary under test.
+pub fn vargr() -> &'static str {
+    env!("CARGO_BIN_EXE_vargr")
+}
+
+/// Options whose commnodes are the `vargr` binary under test.
+pub fn opts() -> NetworkOptions {
+    NetworkOptions {
+        commnode_program: Some(vargr().into()),
+        ..Default::default()
+    }
+}
+
+/// Starts a tree of real processes: `vargr commnode` inside, `vargr backend ROLE` at the
+/// leaves.
+pub fn start(spec: &str, role: &str, opts: NetworkOptions) -> Network {
+    let topo = Topology::generate(spec).unwrap_or_else(|e| panic!("topology {spec}: {e}"));
+    Network::new(
+        topo,
+        BackendSpec::command(vargr(), &["backend", role]),
+        opts,
+    )
+    .unwrap_or_else(|e| panic!("starting {spec} with back-end role {role}: {e}"))
+}
+
+/// Receives the next result on `s`, giving up (panicking) after `guard`.
+///
+/// The wait is cut into short `recv_timeout` slices: a front-end thread that misses a
+/// wake-up in the engine (see `streams.rs::plain_recv_never_loses_a_wakeup`) then costs
+/// one slice instead of the whole guard, so the other tests test what they are about.
+pub fn recv_within(s: &Stream, guard: Duration) -> Result<Packet, TbonError> {
+    let deadline = Instant::now() + guard;
+    loop {
+        match s.recv_timeout(Duration::from_millis(50)) {
+            Ok(Some(p)) => return Ok(p),
+            Ok(None) => {}
+            Err(e) => return Err(e),
+        }
+        if Instant::now() >= deadline {
+            panic!(
+                "no result on stream {} within {:?} (hang guard)",
+                s.id(),
+                guard
+            );
+        }
+    }
+}
+
+/// Like [`recv_within`], for results that must be packets.
+pub fn recv_ok(s: &Stream, guard: Duration) -> Packet {
+    recv_within(s, guard).unwrap_or_else(|e| panic!("stream {}: {e}", s.id()))
+}
+
+/// The first value of a packet as an i64 (any integer type).
+pub fn first_int(p: &Packet) -> i64 {
+    match p.values.first() {
+        Some(Value::Int(v)) => i64::from(*v),
+        Some(Value::UInt(v)) => i64::from(*v),
+        Some(Value::Long(v)) => *v,
+        Some(Value::ULong(v)) => *v as i64,
+        Some(Value::IntArray(v)) if !v.is_empty() => i64::from(v[0]),
+        other => panic!("expected an integer first value, got {other:?} in {p:?}"),
+    }
+}
+
+/// One multicast + reduction round trip: sends `values` with `tag`, returns the result.
+pub fn round_trip(s: &Stream, tag: i32, format: &str, values: Vec<Value>) -> Packet {
+    s.send(tag, format, values)
+        .unwrap_or_else(|e| panic!("send on stream {}: {e}", s.id()));
+    recv_ok(s, Duration::from_secs(10))
+}
+
+/// What a finished CLI run printed.
+#[derive(Debug)]
+pub struct CliRun {
+    pub status: ExitStatus,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs `vargr ARGS`, killing it (and failing the test) if it runs longer than `guard`.
+pub fn run_cli(args: &[&str], guard: Duration) -> CliRun {
+    let mut child = Command::new(vargr())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawning vargr {args:?}: {e}"));
+    let out = reader(child.stdout.take().expect("piped stdout"));
+    let err = reader(child.stderr.take().expect("piped stderr"));
+    let status = wait_guarded(&mut child, guard);
+    let stdout = out.join().expect("stdout reader");
+    let stderr = err.join().expect("stderr reader");
+    match status {
+        Some(status) => CliRun {
+            status,
+            stdout,
+            stderr,
+        },
+        None => panic!(
+            "vargr {args:?} did not finish within {guard:?} (hang guard); killed it.\n\
+             stdout:\n{stdout}\nstderr:\n{stderr}"
+        ),
+    }
+}
+
+fn reader(mut r: impl Read + Send + 'static) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = r.read_to_string(&mut s);
+        s
+    })
+}
+
+/// Waits up to `guard` for `child`; on time-out kills and reaps it and returns None.
+pub fn wait_guarded(child: &mut Child, guard: Duration) -> Option<ExitStatus> {
+    let deadline = Instant::now() + guard;
+    loop {
+        match child.try_wait() {
+            Ok(Some(s)) => return Some(s),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
+}
+
+/// A process identified by pid and start time (so a recycled pid is not mistaken for it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proc {
+    pub pid: u32,
+    pub start: u64,
+    pub cmdline: String,
+}
+
+/// (state, start time) from /proc/PID/stat, None if the process is gone.
+fn stat(pid: u32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may contain spaces: parse after the last ')'.
+    let rest = &s[s.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // Fields after the name start at field 3 (state); start time is field 22.
+    let state = f.first()?.chars().next()?;
+    let start = f.get(19)?.parse().ok()?;
+    Some((state, start))
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            b.split(|&c| c == 0)
+                .filter(|w| !w.is_empty())
+                .map(|w| String::from_utf8_lossy(w).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .unwrap_or_default()
+}
+
+fn proc_of(pid: u32) -> Option<Proc> {
+    let (_, start) = stat(pid)?;
+    Some(Proc {
+        pid,
+        start,
+        cmdline: cmdline(pid),
+    })
+}
+
+/// True while the process runs (a zombie has exited and counts as gone).
+pub fn alive(p: &Proc) -> bool {
+    matches!(stat(p.pid), Some((state, start)) if start == p.start && state != 'Z')
+}
+
+fn children_file(path: &str) -> Vec<u32> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect()
+}
+
+/// Direct children of every thread of process `pid`.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            out.extend(children_file(&format!("{}/children", t.path().display())));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// Every live descendant of the given processes (not including them).
+pub fn descendants_of(roots: &[u32]) -> Vec<Proc> {
+    let mut out = Vec::new();
+    let mut todo: Vec<u32> = roots.iter().flat_map(|&r| children_of(r)).collect();
+    while let Some(pid) = todo.pop() {
+        if let Some(p) = proc_of(pid) {
+            if alive(&p) {
+                todo.extend(children_of(pid));
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Every live process started by the calling thread, and their descendants. Tests run
+/// on threads of one process, so this isolates one test's processes from another's.
+pub fn my_descendants() -> Vec<Proc> {
+    let direct = children_file("/proc/thread-self/children");
+    let mut out = Vec::new();
+    for pid in direct {
+        if let Some(p) = proc_of(pid) {
+            if alive(&p) {
+                out.extend(descendants_of(&[pid]));
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+/// Polls until none of `procs` is alive or `guard` passes; returns those still alive.
+pub fn wait_all_gone(procs: &[Proc], guard: Duration) -> Vec<Proc> {
+    let deadline = Instant::now() + guard;
+    loop {
+        let left: Vec<Proc> = procs.iter().filter(|p| alive(p)).cloned().collect();
+        if left.is_empty() || Instant::now() >= deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Counts processes whose command line contains `needle`.
+pub fn count_matching(procs: &[Proc], needle: &str) -> usize {
+    procs.iter().filter(|p| p.cmdline.contains(needle)).count()
+}
