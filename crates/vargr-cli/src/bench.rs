@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -340,6 +340,5 @@ fn run_floor(
         ],
         "waves_per_s",
     );
-    let _ = Duration::ZERO;
     (rtt, wps)
 }

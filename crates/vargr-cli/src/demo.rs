@@ -162,7 +162,7 @@ fn describe_classes(classes: &[vargr_tbon::Packet]) -> String {
         .iter()
         .map(|c| {
             let members = match c.values.get(2) {
-                Some(Value::UIntArray(m)) => ranks(m),
+                Some(Value::UIntArray(m)) => vargr_tbon::fmt_ranks(m),
                 _ => "?".into(),
             };
             let value = c.values.get(3).and_then(Value::as_str).unwrap_or("?");
@@ -171,23 +171,4 @@ fn describe_classes(classes: &[vargr_tbon::Packet]) -> String {
         .collect();
     parts.sort();
     format!("{} classes: {}", classes.len(), parts.join("; "))
-}
-
-/// `0,3,6` style, with runs collapsed (`4-7`).
-fn ranks(r: &[u32]) -> String {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < r.len() {
-        let mut j = i;
-        while j + 1 < r.len() && r[j + 1] == r[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            r[i].to_string()
-        } else {
-            format!("{}-{}", r[i], r[j])
-        });
-        i = j + 1;
-    }
-    out.join(",")
 }

@@ -31,10 +31,7 @@ fn first_error(s: &Stream, guard: Duration) -> (TbonError, Vec<vargr_tbon::Packe
 
 /// The VARGR_NODE a process of the tree was started with.
 fn node_of(pid: u32) -> Option<u32> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|kv| kv.strip_prefix(b"VARGR_NODE="))
-        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+    environ_var(pid, "VARGR_NODE")?.parse().ok()
 }
 
 fn backend_nodes(net: &Network) -> Vec<u32> {
@@ -294,9 +291,19 @@ fn no_process_outlives_a_killed_front_end() {
         fe.try_wait().unwrap().is_none(),
         "the front-end finished before it could be killed"
     );
+    let fe_pid = fe.id();
     fe.kill().unwrap();
     fe.wait().unwrap();
     let left = wait_all_gone(&procs, Duration::from_secs(5));
+    // A SIGKILLed front-end cannot remove its socket directory: do it for it.
+    if let Ok(d) = std::fs::read_dir(std::env::temp_dir()) {
+        let prefix = format!("vargr-{fe_pid}-");
+        for e in d.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+    }
     assert!(
         left.is_empty(),
         "processes outlived their killed front-end: {left:#?}"
@@ -388,7 +395,8 @@ fn backend_process_with_wrong_secret_is_refused_and_exits() {
 /// built-in back-end and the commnode exit non-zero with a message naming the problem.
 #[test]
 fn processes_without_a_parent_explain_themselves() {
-    let cases: [(&[&str], &[(&str, &str)], &str); 3] = [
+    type Case<'a> = (&'a [&'a str], &'a [(&'a str, &'a str)], &'a str);
+    let cases: [Case; 3] = [
         (&["backend", "echo"], &[], "VARGR_PARENT is not set"),
         (&["commnode"], &[], "VARGR_PARENT is not set"),
         (

@@ -12,6 +12,11 @@ use vargr_tbon::{Network, NetworkOptions, StreamOptions, Value};
 /// Multicast + sum round trips, then min/max/sum on sub-communicators; finally a clean
 /// shutdown after which no process of the tree is left.
 fn exercise(spec: &str, n: usize, opts: NetworkOptions) {
+    exercise_checking(spec, n, opts, |_| {});
+}
+
+/// [`exercise`], with a look at the tree's processes (`vargr` ones) before the traffic.
+fn exercise_checking(spec: &str, n: usize, opts: NetworkOptions, check: impl Fn(&[Proc])) {
     let net = start(spec, "echo", opts);
     assert_eq!(net.num_backends(), n, "{spec}");
     let procs = my_descendants();
@@ -19,6 +24,12 @@ fn exercise(spec: &str, n: usize, opts: NetworkOptions) {
         count_matching(&procs, "backend echo") >= n,
         "{spec}: expected {n} back-end processes, found {procs:#?}"
     );
+    let vargrs: Vec<Proc> = procs
+        .iter()
+        .filter(|p| p.cmdline.starts_with(vargr()))
+        .cloned()
+        .collect();
+    check(&vargrs);
     check_sums(&net, spec);
     let r = net.shutdown();
     assert!(r.is_ok(), "{spec}: shutdown: {r:?}");
@@ -118,12 +129,20 @@ fn binomial_at_8() {
 
 #[test]
 fn tcp_transport_locally() {
-    exercise(
+    exercise_checking(
         "kary:2@4",
         4,
         NetworkOptions {
             transport: "tcp".into(),
             ..opts()
+        },
+        |procs| {
+            // 2 commnodes + 4 back-ends, each told to reach its parent over TCP.
+            assert_eq!(procs.len(), 6, "{procs:#?}");
+            for p in procs {
+                let parent = environ_var(p.pid, "VARGR_PARENT").unwrap_or_default();
+                assert!(parent.starts_with("tcp:127.0.0.1:"), "{p:?}: {parent}");
+            }
         },
     );
 }
@@ -132,29 +151,30 @@ fn tcp_transport_locally() {
 /// standard input, every word shell-quoted) run on this machine.
 #[test]
 fn remote_template_through_sh() {
-    exercise(
+    exercise_checking(
         "kary:2@4",
         4,
         NetworkOptions {
             remote_template: Some("sh -c {cmd}".into()),
             ..opts()
         },
-    );
-}
-
-#[test]
-fn unknown_transport_is_a_config_error() {
-    let topo = vargr_topo::Topology::generate("flat:2").unwrap();
-    let r = Network::new(
-        topo,
-        vargr_tbon::BackendSpec::command(vargr(), &["backend", "echo"]),
-        NetworkOptions {
-            transport: "carrier-pigeon".into(),
-            ..opts()
+        |procs| {
+            assert_eq!(procs.len(), 6, "{procs:#?}");
+            for p in procs {
+                // The secret came on standard input, never in the environment or argv.
+                let secret = environ_var(p.pid, "VARGR_SECRET").unwrap_or_default();
+                assert_eq!(secret, "-", "{p:?}");
+                let parent = environ_var(p.pid, "VARGR_PARENT").unwrap_or_default();
+                assert!(parent.starts_with("tcp:"), "{p:?}: {parent}");
+                assert!(
+                    !p.cmdline
+                        .split(' ')
+                        .any(|w| w.len() == 64 && w.bytes().all(|b| b.is_ascii_hexdigit())),
+                    "{p:?}"
+                );
+            }
         },
     );
-    let e = r.err().expect("an unknown transport must be refused");
-    assert!(e.to_string().contains("carrier-pigeon"), "{e}");
 }
 
 /// A `Network` is `Send`: creating it on one thread and using it on another is allowed

@@ -39,7 +39,8 @@ pub enum TbonError {
     Config(String),
 }
 
-fn fmt_ranks(r: &[u32]) -> String {
+/// Back-end ranks as `0-2,5,7-8`: runs collapsed, for messages and summaries.
+pub fn fmt_ranks(r: &[u32]) -> String {
     if r.is_empty() {
         return "none".into();
     }

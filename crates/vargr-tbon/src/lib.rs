@@ -23,7 +23,7 @@ pub mod router;
 pub mod spawn;
 
 pub use backend::Backend;
-pub use error::{Result, TbonError};
+pub use error::{fmt_ranks, Result, TbonError};
 pub use network::{
     BackendSpec, Communicator, Network, NetworkOptions, Stream, StreamOptions, FIRST_USER_STREAM,
 };

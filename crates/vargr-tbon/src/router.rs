@@ -288,29 +288,16 @@ impl Router {
                 }
             }
             FrameKind::StreamOpen if from_parent => {
-                match proto::from_json::<StreamOpenMsg>("StreamOpen", &f.payload) {
-                    Ok(msg) => {
-                        if let Err(e) = self.open_stream(msg, out) {
-                            self.report(
-                                FaultMsg::Filter {
-                                    stream: f.stream,
-                                    node: self.node,
-                                    filter: String::new(),
-                                    reason: e.to_string(),
-                                },
-                                out,
-                            );
-                        }
-                    }
-                    Err(e) => self.report(
-                        FaultMsg::Filter {
-                            stream: f.stream,
-                            node: self.node,
-                            filter: String::new(),
-                            reason: e.to_string(),
-                        },
-                        out,
-                    ),
+                let opened = proto::from_json::<StreamOpenMsg>("StreamOpen", &f.payload)
+                    .and_then(|msg| self.open_stream(msg, out));
+                if let Err(e) = opened {
+                    let fault = FaultMsg::Filter {
+                        stream: f.stream,
+                        node: self.node,
+                        filter: String::new(),
+                        reason: e.to_string(),
+                    };
+                    self.report(fault, out);
                 }
             }
             FrameKind::StreamClose if from_parent => {

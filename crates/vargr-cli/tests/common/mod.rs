@@ -45,9 +45,9 @@ pub fn start(spec: &str, role: &str, opts: NetworkOptions) -> Network {
 
 /// Receives the next result on `s`, giving up (panicking) after `guard`.
 ///
-/// The wait is cut into short `recv_timeout` slices: a front-end thread that misses a
-/// wake-up in the engine (see `streams.rs::plain_recv_never_loses_a_wakeup`) then costs
-/// one slice instead of the whole guard, so the other tests test what they are about.
+/// The wait is cut into short `recv_timeout` slices, so a missed wake-up in the engine
+/// costs one slice rather than the whole guard and the other tests stay about what they
+/// test. Lost wake-ups themselves are tested in `streams.rs` with plain `recv`.
 pub fn recv_within(s: &Stream, guard: Duration) -> Result<Packet, TbonError> {
     let deadline = Instant::now() + guard;
     loop {
@@ -257,6 +257,15 @@ pub fn wait_all_gone(procs: &[Proc], guard: Duration) -> Vec<Proc> {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// A variable of a process's environment, as the process was started.
+pub fn environ_var(pid: u32, key: &str) -> Option<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    let prefix = format!("{key}=");
+    env.split(|&b| b == 0)
+        .find_map(|kv| kv.strip_prefix(prefix.as_bytes()))
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Counts processes whose command line contains `needle`.
