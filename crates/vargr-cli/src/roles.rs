@@ -29,13 +29,17 @@ pub fn backend(role: &str) -> Result<()> {
 
 /// The built-in back-end loop: answers the demo's and the benchmarks' requests.
 pub fn serve(be: &Backend, fail_after: Option<u64>) -> Result<()> {
+    match serve_until_error(be, fail_after) {
+        // A shutdown that arrives while answering is a normal end too.
+        Ok(()) | Err(TbonError::Shutdown) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn serve_until_error(be: &Backend, fail_after: Option<u64>) -> Result<(), TbonError> {
     let mut seen = 0u64;
     loop {
-        let p = match be.recv() {
-            Ok(p) => p,
-            Err(TbonError::Shutdown) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        };
+        let p = be.recv()?;
         seen += 1;
         if fail_after.is_some_and(|n| seen > n) {
             std::process::exit(3);

@@ -99,7 +99,6 @@ fn config_errors_quote_the_bad_value() {
 
 /// ... and also remove the socket directory `Network::new` made first.
 #[test]
-#[ignore = "bug: Network::new leaks its $TMPDIR/vargr-PID-* socket directory on transport/template errors"]
 fn config_errors_leave_no_socket_directory() {
     let (_, leaked) = config_error(NetworkOptions {
         transport: "carrier-pigeon".into(),

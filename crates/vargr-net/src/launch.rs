@@ -8,6 +8,7 @@
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Mutex, OnceLock};
 
 use crate::NetError;
 
@@ -80,7 +81,7 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null());
             die_with_parent(&mut cmd);
-            cmd.spawn().map_err(spawn_err)
+            spawn_from_lasting_thread(cmd).map_err(spawn_err)
         }
         Launcher::Remote { template } => {
             let mut remote = vec!["env".to_string()];
@@ -103,7 +104,7 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
             let mut cmd = Command::new(&words[0]);
             cmd.args(&words[1..]).stdin(Stdio::piped());
             die_with_parent(&mut cmd);
-            let mut child = cmd.spawn().map_err(spawn_err)?;
+            let mut child = spawn_from_lasting_thread(cmd).map_err(spawn_err)?;
             if let (Some(s), Some(mut stdin)) = (secret, child.stdin.take()) {
                 stdin
                     .write_all(format!("{s}\n").as_bytes())
@@ -112,6 +113,40 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
             Ok(child)
         }
     }
+}
+
+/// Spawns `cmd` from a thread that lives as long as the process.
+///
+/// `PR_SET_PDEATHSIG` fires when the *thread* that forked the child exits, so children
+/// spawned from a short-lived thread (a `Network` built in a worker thread and moved
+/// elsewhere) would be killed with it. One lasting spawner thread ties them to the
+/// process instead.
+fn spawn_from_lasting_thread(cmd: Command) -> std::io::Result<Child> {
+    type Request = (Command, mpsc::Sender<std::io::Result<Child>>);
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<Request>>> = OnceLock::new();
+    let tx = SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("vargr-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+            })
+            .expect("starting the spawner thread");
+        Mutex::new(tx)
+    });
+    let (reply_tx, reply_rx) = mpsc::channel();
+    let sent = tx
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .send((cmd, reply_tx));
+    if sent.is_err() {
+        return Err(std::io::Error::other("the spawner thread is gone"));
+    }
+    reply_rx
+        .recv()
+        .unwrap_or_else(|_| Err(std::io::Error::other("the spawner thread is gone")))
 }
 
 fn die_with_parent(cmd: &mut Command) {

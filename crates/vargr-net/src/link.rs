@@ -48,7 +48,7 @@ pub struct Link {
     rbuf: BytesMut,
     wq: VecDeque<Bytes>,
     wq_bytes: usize,
-    latest: BTreeMap<u32, Bytes>,
+    latest: BTreeMap<u64, Bytes>,
     max_frame: usize,
     pub(crate) readable: bool,
     pub(crate) writable: bool,
@@ -80,6 +80,11 @@ impl Link {
             last_read: now,
             last_write: now,
         }
+    }
+
+    /// True while reading is paused by backpressure.
+    pub fn is_paused(&self) -> bool {
+        self.paused
     }
 
     pub fn peer(&self) -> &str {
@@ -180,11 +185,11 @@ impl Link {
     }
 
     /// Queues a frame of a latest-mode stream: sent now if the link keeps up, otherwise
-    /// it replaces any older frame of the same stream still waiting.
-    pub fn queue_latest(&mut self, stream: u32, bytes: Bytes) {
+    /// it replaces any older frame with the same `key` (stream and source) still waiting.
+    pub fn queue_latest(&mut self, key: u64, bytes: Bytes) {
         if self.wq.is_empty() && self.latest.is_empty() {
             self.queue(bytes);
-        } else if self.latest.insert(stream, bytes).is_some() {
+        } else if self.latest.insert(key, bytes).is_some() {
             self.stats.skipped += 1;
         }
     }

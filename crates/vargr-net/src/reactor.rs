@@ -110,9 +110,10 @@ impl Reactor {
         }
     }
 
-    pub fn send_latest(&mut self, id: LinkId, stream: u32, bytes: Bytes) {
+    /// Queues a latest-mode frame; see [`Link::queue_latest`] for `key`.
+    pub fn send_latest(&mut self, id: LinkId, key: u64, bytes: Bytes) {
         if let Some(l) = self.link_mut(id) {
-            l.queue_latest(stream, bytes);
+            l.queue_latest(key, bytes);
         }
     }
 

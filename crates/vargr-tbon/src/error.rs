@@ -31,6 +31,8 @@ pub enum TbonError {
     BadCommunicator(String),
     #[error("bad stream options: {0}")]
     BadStream(String),
+    #[error("flow control: {0}")]
+    Backpressure(String),
     #[error("the network was shut down")]
     Shutdown,
     #[error("timed out after {0} ms")]

@@ -165,7 +165,6 @@ impl Network {
     pub fn new(topology: Topology, backend: BackendSpec, opts: NetworkOptions) -> Result<Network> {
         let t0 = Instant::now();
         let secret = Secret::random();
-        let sockdir = make_sockdir()?;
         let (program, args, spawner) = match &backend {
             BackendSpec::Command { program, args } => {
                 let launcher = match &opts.remote_template {
@@ -186,6 +185,8 @@ impl Network {
                 "unknown transport {transport:?} (expected unix or tcp)"
             )));
         }
+        // Created only once the options are known to be good, so errors leave nothing behind.
+        let sockdir = make_sockdir()?;
         let config = RunConfig {
             backend_program: program,
             backend_args: args,
@@ -287,6 +288,19 @@ impl Network {
         })
     }
 
+    /// Process ids of the front-end's direct children (commnodes or back-ends started as
+    /// local or remote-shell processes; empty for the threads launcher).
+    pub fn child_pids(&self) -> Vec<u32> {
+        let handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        handles
+            .iter()
+            .filter_map(|h| match h {
+                ChildHandle::Process(_, c) => Some(c.id()),
+                ChildHandle::Thread(..) => None,
+            })
+            .collect()
+    }
+
     /// Faults seen so far (lost nodes, failed filters), oldest first.
     pub fn faults(&self) -> Vec<TbonError> {
         self.engine.lock().router.deliveries.faults.clone()
@@ -363,16 +377,39 @@ impl Stream {
     pub fn send_packet(&self, mut p: Packet) -> Result<()> {
         p.stream = self.id;
         self.engine.with_router(|r, out| r.send_down(p, out))?;
-        // Backpressure: wait while any child link is over its limit.
-        self.engine.wait_for(None, |st| {
-            let over = st
-                .router
-                .children
-                .iter()
-                .any(|c| Engine::backlog(st, c.link) > st.queue_limit);
-            (!over).then_some(())
-        });
-        Ok(())
+        // Backpressure: wait while any child link is over its limit. If the tree is held
+        // back by this front-end's own unread results for long, waiting would never end
+        // (nobody reads them while we send): say so instead of hanging.
+        let started = Instant::now();
+        let stuck_after = Duration::from_secs(2);
+        self.engine
+            .wait_for(None, |st| {
+                let limit = st.queue_limit;
+                let over = st
+                    .router
+                    .children
+                    .iter()
+                    .any(|c| Engine::backlog(st, c.link) > limit);
+                if !over {
+                    return Some(Ok(()));
+                }
+                let own_full = st
+                    .router
+                    .deliveries
+                    .streams
+                    .values()
+                    .any(|q| q.len() > limit / 1024);
+                if own_full && started.elapsed() > stuck_after {
+                    return Some(Err(TbonError::Backpressure(format!(
+                        "sending on stream {} is blocked because results are not being received \
+                         (more than {} waves wait unread): receive, or raise queue_limit",
+                        self.id,
+                        limit / 1024
+                    ))));
+                }
+                None
+            })
+            .unwrap_or(Ok(()))
     }
 
     /// Waits for the next result on this stream (a filtered wave, or an error naming a

@@ -22,28 +22,43 @@ use crate::TbonError;
 /// Where frames leave a node.
 pub trait Out {
     fn send(&mut self, link: LinkId, bytes: Bytes);
-    fn send_latest(&mut self, link: LinkId, stream: u32, bytes: Bytes);
+    /// Sends a latest-mode frame; a newer frame with the same `key` replaces it while
+    /// the link is backed up.
+    fn send_latest(&mut self, link: LinkId, key: u64, bytes: Bytes);
 }
 
 impl Out for vargr_net::Reactor {
     fn send(&mut self, link: LinkId, bytes: Bytes) {
         vargr_net::Reactor::send(self, link, bytes)
     }
-    fn send_latest(&mut self, link: LinkId, stream: u32, bytes: Bytes) {
-        vargr_net::Reactor::send_latest(self, link, stream, bytes)
+    fn send_latest(&mut self, link: LinkId, key: u64, bytes: Bytes) {
+        vargr_net::Reactor::send_latest(self, link, key, bytes)
     }
 }
 
 /// Frames waiting for the thread that holds the reactor.
 #[derive(Default)]
-pub struct Outbox(pub Vec<(LinkId, Option<u32>, Bytes)>);
+pub struct Outbox(pub Vec<(LinkId, Option<u64>, Bytes)>);
 
 impl Out for Outbox {
     fn send(&mut self, link: LinkId, bytes: Bytes) {
         self.0.push((link, None, bytes));
     }
-    fn send_latest(&mut self, link: LinkId, stream: u32, bytes: Bytes) {
-        self.0.push((link, Some(stream), bytes));
+    fn send_latest(&mut self, link: LinkId, key: u64, bytes: Bytes) {
+        self.0.push((link, Some(key), bytes));
+    }
+}
+
+/// Latest-mode replacement key: one slot per stream and source.
+fn latest_key(stream: u32, source: u32) -> u64 {
+    (u64::from(stream) << 32) | u64::from(source)
+}
+
+/// The source rank at the front of a data payload (see vargr-wire), without decoding it.
+fn payload_source(payload: &[u8]) -> u32 {
+    match payload.get(..4) {
+        Some(b) => u32::from_le_bytes([b[0], b[1], b[2], b[3]]),
+        None => u32::MAX,
     }
 }
 
@@ -168,6 +183,12 @@ impl Router {
                 child_slots.push((i, child_slots.len()));
             }
         }
+        if self.parent.is_none() && child_slots.is_empty() {
+            return Err(TbonError::BadCommunicator(format!(
+                "none of the stream's {} back-ends is reachable (all were lost)",
+                msg.members.len()
+            )));
+        }
         let passthrough =
             matches!(msg.up.as_str(), "null" | "identity") && matches!(sync, SyncMode::DontWait);
         let bytes = frame_bytes(FrameKind::StreamOpen, msg.id, 0, &proto::to_json(&msg));
@@ -215,7 +236,7 @@ impl Router {
                 let c = &self.children[ci];
                 if c.alive {
                     if latest {
-                        out.send_latest(c.link, p.stream, bytes.clone());
+                        out.send_latest(c.link, latest_key(p.stream, p.source), bytes.clone());
                     } else {
                         out.send(c.link, bytes.clone());
                     }
@@ -232,7 +253,9 @@ impl Router {
             .ok_or_else(|| TbonError::Net("the front-end has no parent to send to".into()))?;
         let bytes = packet_bytes(FrameKind::Data, p);
         match self.streams.get(&p.stream) {
-            Some(st) if st.open.latest => out.send_latest(parent, p.stream, bytes),
+            Some(st) if st.open.latest => {
+                out.send_latest(parent, latest_key(p.stream, p.source), bytes)
+            }
             _ => out.send(parent, bytes),
         }
         Ok(())
@@ -367,7 +390,11 @@ impl Router {
             let c = &self.children[ci];
             if c.alive {
                 if st.open.latest {
-                    out.send_latest(c.link, f.stream, bytes.clone());
+                    out.send_latest(
+                        c.link,
+                        latest_key(f.stream, payload_source(&f.payload)),
+                        bytes.clone(),
+                    );
                 } else {
                     out.send(c.link, bytes.clone());
                 }
@@ -387,7 +414,7 @@ impl Router {
                 Some(p) => {
                     let bytes = frame_bytes(FrameKind::Data, f.stream, f.tag, &f.payload);
                     if st.open.latest {
-                        out.send_latest(p, f.stream, bytes)
+                        out.send_latest(p, latest_key(f.stream, payload_source(&f.payload)), bytes)
                     } else {
                         out.send(p, bytes)
                     }
@@ -397,7 +424,9 @@ impl Router {
                         .map_err(TbonError::from);
                     let q = self.deliveries.streams.entry(f.stream).or_default();
                     if st.open.latest {
-                        q.clear();
+                        // Keep only the newest packet of each source.
+                        let src = payload_source(&f.payload);
+                        q.retain(|r| !matches!(r, Ok(p) if p.source == src));
                     }
                     q.push_back(r);
                 }
@@ -460,7 +489,7 @@ impl Router {
                 Some(parent) => {
                     let bytes = packet_bytes(FrameKind::Data, &p);
                     if latest {
-                        out.send_latest(parent, stream, bytes)
+                        out.send_latest(parent, latest_key(stream, p.source), bytes)
                     } else {
                         out.send(parent, bytes)
                     }
@@ -468,7 +497,7 @@ impl Router {
                 None => {
                     let q = self.deliveries.streams.entry(stream).or_default();
                     if latest {
-                        q.retain(|r| r.is_err());
+                        q.retain(|r| !matches!(r, Ok(old) if old.source == p.source));
                     }
                     q.push_back(Ok(p));
                 }
@@ -577,6 +606,17 @@ impl Router {
         if self.shutting_down && self.children[ci].shutdown_done {
             return;
         }
+        // The loss is reported first, so a receiver sees why the next wave is partial.
+        if !self.shutting_down {
+            let c = &self.children[ci];
+            let fault = FaultMsg::NodeLost {
+                node: c.node,
+                host: c.host.clone(),
+                reason,
+                backends: c.backends.clone(),
+            };
+            self.report(fault, out);
+        }
         let ids: Vec<u32> = self.streams.keys().copied().collect();
         for id in ids {
             let waves = {
@@ -587,16 +627,6 @@ impl Router {
                 }
             };
             self.run_waves(id, waves, out);
-        }
-        if !self.shutting_down {
-            let c = &self.children[ci];
-            let fault = FaultMsg::NodeLost {
-                node: c.node,
-                host: c.host.clone(),
-                reason,
-                backends: c.backends.clone(),
-            };
-            self.report(fault, out);
         }
     }
 
@@ -650,7 +680,12 @@ impl Router {
             .collect();
         for id in links {
             let Some(l) = reactor.link(id) else { continue };
-            if now.saturating_duration_since(l.last_read) > self.heartbeat_timeout {
+            // Silence is evidence of death only on a link that flows freely: when we pause
+            // it, or the peer does not take our writes, the peer is held back by flow
+            // control and cannot send heartbeats; a peer that really dies closes the socket
+            // (or TCP keepalive notices).
+            let held_back = l.is_paused() || l.backlog() > 0;
+            if !held_back && now.saturating_duration_since(l.last_read) > self.heartbeat_timeout {
                 dead.push((
                     id,
                     format!("no heartbeat for {} ms", self.heartbeat_timeout.as_millis()),

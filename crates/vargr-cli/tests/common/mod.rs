@@ -217,6 +217,18 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 }
 
 /// Every live descendant of the given processes (not including them).
+/// Every live process of `net`'s tree (its direct children and their descendants).
+pub fn tree_processes(net: &vargr_tbon::Network) -> Vec<Proc> {
+    let direct = net.child_pids();
+    let mut out: Vec<Proc> = direct
+        .iter()
+        .filter_map(|&p| proc_of(p))
+        .filter(alive)
+        .collect();
+    out.extend(descendants_of(&direct));
+    out
+}
+
 pub fn descendants_of(roots: &[u32]) -> Vec<Proc> {
     let mut out = Vec::new();
     let mut todo: Vec<u32> = roots.iter().flat_map(|&r| children_of(r)).collect();
@@ -234,7 +246,13 @@ pub fn descendants_of(roots: &[u32]) -> Vec<Proc> {
 /// Every live process started by the calling thread, and their descendants. Tests run
 /// on threads of one process, so this isolates one test's processes from another's.
 pub fn my_descendants() -> Vec<Proc> {
-    let direct = children_file("/proc/thread-self/children");
+    // Children are forked by vargr's spawner thread, so look at every thread's children.
+    let mut direct = Vec::new();
+    if let Ok(tasks) = std::fs::read_dir("/proc/self/task") {
+        for t in tasks.flatten() {
+            direct.extend(children_file(&format!("{}/children", t.path().display())));
+        }
+    }
     let mut out = Vec::new();
     for pid in direct {
         if let Some(p) = proc_of(pid) {
