@@ -125,6 +125,10 @@ impl Reactor {
         let resumed = l.paused && !paused;
         l.paused = paused;
         if resumed {
+            // The peer could not be heard while paused: its silence starts now.
+            l.last_read = std::time::Instant::now();
+        }
+        if resumed {
             self.leftover.push(id.0);
         }
     }

@@ -679,13 +679,17 @@ impl Router {
             .chain(self.children.iter().filter(|c| c.alive).map(|c| c.link))
             .collect();
         for id in links {
-            let Some(l) = reactor.link(id) else { continue };
+            let Some(l) = reactor.link_mut(id) else {
+                continue;
+            };
             // Silence is evidence of death only on a link that flows freely: when we pause
             // it, or the peer does not take our writes, the peer is held back by flow
             // control and cannot send heartbeats; a peer that really dies closes the socket
-            // (or TCP keepalive notices).
-            let held_back = l.is_paused() || l.backlog() > 0;
-            if !held_back && now.saturating_duration_since(l.last_read) > self.heartbeat_timeout {
+            // (or TCP keepalive notices). The silence clock restarts once the link flows.
+            if l.is_paused() || l.backlog() > 0 {
+                l.last_read = now;
+            }
+            if now.saturating_duration_since(l.last_read) > self.heartbeat_timeout {
                 dead.push((
                     id,
                     format!("no heartbeat for {} ms", self.heartbeat_timeout.as_millis()),
