@@ -137,10 +137,7 @@ impl Engine {
         let timeout = wake_at.saturating_duration_since(now);
         // Frames queued by senders while the reactor was out go first.
         for (link, latest, bytes) in g.outbox.0.drain(..) {
-            match latest {
-                Some(s) => reactor.send_latest(link, s, bytes),
-                None => reactor.send(link, bytes),
-            }
+            reactor.forward(link, latest, bytes);
         }
         reactor.flush_all();
         drop(g);
@@ -175,10 +172,7 @@ impl Engine {
             st.next_tick = now + st.router.heartbeat / 2;
         }
         for (link, latest, bytes) in st.outbox.0.drain(..) {
-            match latest {
-                Some(s) => reactor.send_latest(link, s, bytes),
-                None => reactor.send(link, bytes),
-            }
+            reactor.forward(link, latest, bytes);
         }
         reactor.flush_all();
         st.reactor = Some(reactor);

@@ -141,14 +141,6 @@ impl StreamOptions {
     }
 }
 
-fn sync_spec(s: &SyncMode) -> String {
-    match s {
-        SyncMode::WaitForAll => "all".into(),
-        SyncMode::TimeOut(d) => format!("timeout:{}ms", d.as_millis()),
-        SyncMode::DontWait => "dontwait".into(),
-    }
-}
-
 /// The front-end's handle on a running tree.
 pub struct Network {
     engine: Arc<Engine>,
@@ -276,7 +268,7 @@ impl Network {
             id,
             members: comm.ranks.clone(),
             up: opts.up.clone(),
-            sync: sync_spec(&opts.sync),
+            sync: opts.sync.to_string(),
             down: opts.down.clone(),
             latest: opts.latest,
         };

@@ -25,6 +25,14 @@ pub trait Out {
     /// Sends a latest-mode frame; a newer frame with the same `key` replaces it while
     /// the link is backed up.
     fn send_latest(&mut self, link: LinkId, key: u64, bytes: Bytes);
+
+    /// Sends `bytes`, as a latest-mode frame when `latest` carries its key.
+    fn forward(&mut self, link: LinkId, latest: Option<u64>, bytes: Bytes) {
+        match latest {
+            Some(key) => self.send_latest(link, key, bytes),
+            None => self.send(link, bytes),
+        }
+    }
 }
 
 impl Out for vargr_net::Reactor {
@@ -232,14 +240,11 @@ impl Router {
         };
         for p in packets {
             let bytes = packet_bytes(FrameKind::Data, &p);
+            let key = latest.then(|| latest_key(p.stream, p.source));
             for &(ci, _) in &st.child_slots {
                 let c = &self.children[ci];
                 if c.alive {
-                    if latest {
-                        out.send_latest(c.link, latest_key(p.stream, p.source), bytes.clone());
-                    } else {
-                        out.send(c.link, bytes.clone());
-                    }
+                    out.forward(c.link, key, bytes.clone());
                 }
             }
         }
@@ -252,12 +257,12 @@ impl Router {
             .parent
             .ok_or_else(|| TbonError::Net("the front-end has no parent to send to".into()))?;
         let bytes = packet_bytes(FrameKind::Data, p);
-        match self.streams.get(&p.stream) {
-            Some(st) if st.open.latest => {
-                out.send_latest(parent, latest_key(p.stream, p.source), bytes)
-            }
-            _ => out.send(parent, bytes),
-        }
+        let latest = self.streams.get(&p.stream).is_some_and(|st| st.open.latest);
+        out.forward(
+            parent,
+            latest.then(|| latest_key(p.stream, p.source)),
+            bytes,
+        );
         Ok(())
     }
 
@@ -386,18 +391,14 @@ impl Router {
             return;
         }
         let bytes = frame_bytes(FrameKind::Data, f.stream, f.tag, &f.payload);
+        let key = st
+            .open
+            .latest
+            .then(|| latest_key(f.stream, payload_source(&f.payload)));
         for &(ci, _) in &st.child_slots {
             let c = &self.children[ci];
             if c.alive {
-                if st.open.latest {
-                    out.send_latest(
-                        c.link,
-                        latest_key(f.stream, payload_source(&f.payload)),
-                        bytes.clone(),
-                    );
-                } else {
-                    out.send(c.link, bytes.clone());
-                }
+                out.forward(c.link, key, bytes.clone());
             }
         }
     }
@@ -413,11 +414,11 @@ impl Router {
             match self.parent {
                 Some(p) => {
                     let bytes = frame_bytes(FrameKind::Data, f.stream, f.tag, &f.payload);
-                    if st.open.latest {
-                        out.send_latest(p, latest_key(f.stream, payload_source(&f.payload)), bytes)
-                    } else {
-                        out.send(p, bytes)
-                    }
+                    let key = st
+                        .open
+                        .latest
+                        .then(|| latest_key(f.stream, payload_source(&f.payload)));
+                    out.forward(p, key, bytes);
                 }
                 None => {
                     let r = Packet::decode_payload(f.stream, f.tag, &f.payload)
@@ -488,11 +489,7 @@ impl Router {
             match self.parent {
                 Some(parent) => {
                     let bytes = packet_bytes(FrameKind::Data, &p);
-                    if latest {
-                        out.send_latest(parent, latest_key(stream, p.source), bytes)
-                    } else {
-                        out.send(parent, bytes)
-                    }
+                    out.forward(parent, latest.then(|| latest_key(stream, p.source)), bytes);
                 }
                 None => {
                     let q = self.deliveries.streams.entry(stream).or_default();

@@ -176,17 +176,22 @@ fn statements<'a>(src: &Src<'a>) -> Result<Vec<Stmt<'a>>, TopoError> {
 }
 
 impl Topology {
+    /// The `# vargr topology: …` first line both text formats start with.
+    pub(crate) fn summary_comment(&self) -> String {
+        format!(
+            "# vargr topology: {} nodes, {} back-ends, depth {}\n",
+            self.len(),
+            self.num_backends(),
+            self.depth()
+        )
+    }
+
     /// The MRNet file form: `host:rank => host:rank … ;` for every node with
     /// children, root first, breadth-first; long child lists wrap, eight
     /// names per line. A lone root prints as `host:rank ;`. Re-parseable by
     /// [`Topology::parse_mrnet`]; for a full topology the result is equal.
     pub fn to_mrnet(&self) -> String {
-        let mut out = format!(
-            "# vargr topology: {} nodes, {} back-ends, depth {}\n",
-            self.len(),
-            self.num_backends(),
-            self.depth()
-        );
+        let mut out = self.summary_comment();
         for n in self.nodes() {
             if n.children.is_empty() {
                 if n.id == self.root().id {

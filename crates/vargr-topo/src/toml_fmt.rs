@@ -84,12 +84,7 @@ impl Topology {
     /// with children, root first, breadth-first. Re-parseable by
     /// [`Topology::parse_toml`]; for a full topology the result is equal.
     pub fn to_toml(&self) -> String {
-        let mut out = format!(
-            "# vargr topology: {} nodes, {} back-ends, depth {}\n",
-            self.len(),
-            self.num_backends(),
-            self.depth()
-        );
+        let mut out = self.summary_comment();
         for n in self.nodes() {
             if n.children.is_empty() && n.id != self.root().id {
                 continue;
