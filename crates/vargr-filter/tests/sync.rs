@@ -207,3 +207,71 @@ fn sync_mode_parsing() {
         .contains("expected all"));
     assert!("timeout:-1".parse::<SyncMode>().is_err());
 }
+
+/// The straightforward definition the filter's counters must agree with: a wave goes
+/// out whenever some packet waits and every live child has one.
+struct Model {
+    queues: Vec<std::collections::VecDeque<(u32, i32)>>,
+    live: Vec<bool>,
+}
+
+impl Model {
+    fn release(&mut self) -> Vec<Vec<(u32, i32)>> {
+        let mut out = Vec::new();
+        loop {
+            let any = self.queues.iter().any(|q| !q.is_empty());
+            let all = self
+                .queues
+                .iter()
+                .zip(&self.live)
+                .all(|(q, l)| !l || !q.is_empty());
+            if !(any && all) {
+                return out;
+            }
+            out.push(
+                self.queues
+                    .iter_mut()
+                    .filter_map(|q| q.pop_front())
+                    .collect(),
+            );
+        }
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn wait_for_all_matches_its_definition(
+        children in 1usize..6,
+        ops in proptest::collection::vec((0usize..6, 0u8..10), 0..80),
+    ) {
+        let t = Instant::now();
+        let mut s = SyncFilter::new(SyncMode::WaitForAll, children);
+        let mut m = Model {
+            queues: vec![Default::default(); children],
+            live: vec![true; children],
+        };
+        for (seq, (child, op)) in ops.into_iter().enumerate() {
+            let child = child % children;
+            let seq = seq as i32;
+            let (got, want) = if op == 0 {
+                // A child is lost: its leftovers ride along with later waves.
+                m.live[child] = false;
+                (ids(s.remove_child(child, t)), m.release())
+            } else {
+                let got = ids(s.push(child, p(child as u32, seq), t));
+                if m.live[child] {
+                    m.queues[child].push_back((child as u32, seq));
+                }
+                (got, m.release())
+            };
+            proptest::prop_assert_eq!(got, want);
+            proptest::prop_assert_eq!(s.live_children(), m.live.iter().filter(|l| **l).count());
+        }
+        let rest: Vec<Vec<(u32, i32)>> = ids(s.flush());
+        let mut want = Vec::new();
+        while m.queues.iter().any(|q| !q.is_empty()) {
+            want.push(m.queues.iter_mut().filter_map(|q| q.pop_front()).collect::<Vec<_>>());
+        }
+        proptest::prop_assert_eq!(rest, want);
+    }
+}

@@ -273,6 +273,12 @@ impl MioConn {
             MioConn::Unix(s) => s,
         }
     }
+    pub(crate) fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            MioConn::Tcp(s) => s.write(buf),
+            MioConn::Unix(s) => s.write(buf),
+        }
+    }
     pub(crate) fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         match self {
             MioConn::Tcp(s) => s.write_vectored(bufs),

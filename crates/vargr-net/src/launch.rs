@@ -76,7 +76,19 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
     };
     match launcher {
         Launcher::Local => {
-            let mut cmd = Command::new(&spec.program);
+            // `VARGR_WRAP="valgrind --tool=callgrind"` (or gdb, strace, perf) runs every
+            // process of the tree under a tool, the way MRNet users debug commnodes.
+            let wrap: Vec<String> = std::env::var("VARGR_WRAP")
+                .map(|w| w.split_whitespace().map(String::from).collect())
+                .unwrap_or_default();
+            let mut cmd = match wrap.split_first() {
+                Some((tool, tool_args)) => {
+                    let mut c = Command::new(tool);
+                    c.args(tool_args).arg(&spec.program);
+                    c
+                }
+                None => Command::new(&spec.program),
+            };
             cmd.args(&spec.args)
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null());

@@ -206,7 +206,10 @@ impl Link {
                     self.queue(b);
                 }
             }
-            let n = {
+            let n = if self.wq.len() == 1 {
+                // The common case at low load: one frame, no iovec array to fill.
+                self.conn.write(&self.wq[0])
+            } else {
                 let mut iov: [IoSlice<'_>; MAX_IOVECS] = [IoSlice::new(&[]); MAX_IOVECS];
                 let mut k = 0;
                 for b in self.wq.iter().take(MAX_IOVECS) {

@@ -66,11 +66,12 @@ impl Reactor {
             .iter()
             .position(Option::is_none)
             .unwrap_or(self.links.len());
-        self.poll.registry().register(
-            link.conn().source(),
-            Token(idx),
-            Interest::READABLE | Interest::WRITABLE,
-        )?;
+        // Writable events only while a write is blocked (see `flush_all`): a socket
+        // registered for them wakes its process each time the peer drains it.
+        link.write_interest = false;
+        self.poll
+            .registry()
+            .register(link.conn().source(), Token(idx), Interest::READABLE)?;
         if idx == self.links.len() {
             self.links.push(Some(link));
         } else {

@@ -18,6 +18,8 @@ pub struct State {
     pub router: Router,
     reactor: Option<Reactor>,
     outbox: Outbox,
+    /// Reused between polls so that a poll allocates nothing.
+    events: Vec<ReactorEvent>,
     next_tick: Instant,
     /// Bytes a link may hold unsent (and packets a local queue may hold) before reading
     /// from the other side pauses.
@@ -41,6 +43,7 @@ impl Engine {
                 router,
                 reactor: Some(reactor),
                 outbox: Outbox::default(),
+                events: Vec::new(),
                 next_tick: Instant::now(),
                 queue_limit,
                 waiters: 0,
@@ -140,13 +143,13 @@ impl Engine {
             reactor.forward(link, latest, bytes);
         }
         reactor.flush_all();
+        let mut events = std::mem::take(&mut g.events);
         drop(g);
-        let mut events = Vec::new();
         let poll_err = reactor.poll(Some(timeout), &mut events).err();
         let mut g = self.lock();
         let now = Instant::now();
         let st = &mut *g;
-        for ev in events {
+        for ev in events.drain(..) {
             match ev {
                 ReactorEvent::Frame(link, f) => st.router.on_frame(link, f, now, &mut reactor),
                 ReactorEvent::Closed(link, err) => {
@@ -175,6 +178,7 @@ impl Engine {
             reactor.forward(link, latest, bytes);
         }
         reactor.flush_all();
+        st.events = events;
         st.reactor = Some(reactor);
         if st.waiters > 0 {
             self.cv.notify_all();

@@ -7,7 +7,9 @@
 //! meant for the local application (front-end user, back-end user) lands in
 //! [`Deliveries`].
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -78,18 +80,18 @@ pub fn frame_bytes(kind: FrameKind, stream: u32, tag: i32, payload: &[u8]) -> By
     b.freeze()
 }
 
-/// Encodes a data packet as a frame.
-pub fn packet_bytes(kind: FrameKind, p: &Packet) -> Bytes {
-    let mut payload = BytesMut::new();
-    p.encode_payload(&mut payload);
-    frame_bytes(kind, p.stream, p.tag, &payload)
+/// Encodes a data packet as a Data frame, in one buffer.
+pub fn packet_bytes(p: &Packet) -> Bytes {
+    let mut b = BytesMut::new();
+    p.encode_frame(&mut b);
+    b.freeze()
 }
 
 /// What a node hands to its local application.
 #[derive(Default)]
 pub struct Deliveries {
     /// Front-end: per-stream results; back-end: everything arrives on stream queues too.
-    pub streams: HashMap<u32, VecDeque<Result<Packet, TbonError>>>,
+    pub streams: FxHashMap<u32, VecDeque<Result<Packet, TbonError>>>,
     /// Back-end: packets in arrival order across streams (stream id inside the packet).
     pub inbox: VecDeque<Packet>,
     /// Faults seen (front-end), newest last.
@@ -125,7 +127,7 @@ pub struct Router {
     pub backend_rank: Option<u32>,
     pub parent: Option<LinkId>,
     pub children: Vec<ChildInfo>,
-    streams: HashMap<u32, StreamState>,
+    streams: FxHashMap<u32, StreamState>,
     registry: std::sync::Arc<Registry>,
     pub deliveries: Deliveries,
     pub shutting_down: bool,
@@ -146,7 +148,7 @@ impl Router {
             backend_rank,
             parent: None,
             children: Vec::new(),
-            streams: HashMap::new(),
+            streams: FxHashMap::default(),
             registry,
             deliveries: Deliveries::default(),
             shutting_down: false,
@@ -239,7 +241,7 @@ impl Router {
             None => vec![p],
         };
         for p in packets {
-            let bytes = packet_bytes(FrameKind::Data, &p);
+            let bytes = packet_bytes(&p);
             let key = latest.then(|| latest_key(p.stream, p.source));
             for &(ci, _) in &st.child_slots {
                 let c = &self.children[ci];
@@ -256,7 +258,7 @@ impl Router {
         let parent = self
             .parent
             .ok_or_else(|| TbonError::Net("the front-end has no parent to send to".into()))?;
-        let bytes = packet_bytes(FrameKind::Data, p);
+        let bytes = packet_bytes(p);
         let latest = self.streams.get(&p.stream).is_some_and(|st| st.open.latest);
         out.forward(
             parent,
@@ -346,7 +348,7 @@ impl Router {
                         Err(e) => self.deliveries.faults.push(e.into()),
                     }
                 } else {
-                    let bytes = frame_bytes(FrameKind::PointToPoint, dest, f.tag, &f.payload);
+                    let bytes = f.to_wire();
                     if let Err(e) = self.route_p2p(dest, bytes, Some(link), out) {
                         self.deliveries.faults.push(e);
                     }
@@ -390,7 +392,7 @@ impl Router {
             }
             return;
         }
-        let bytes = frame_bytes(FrameKind::Data, f.stream, f.tag, &f.payload);
+        let bytes = f.to_wire();
         let key = st
             .open
             .latest
@@ -413,7 +415,7 @@ impl Router {
         if st.passthrough {
             match self.parent {
                 Some(p) => {
-                    let bytes = frame_bytes(FrameKind::Data, f.stream, f.tag, &f.payload);
+                    let bytes = f.to_wire();
                     let key = st
                         .open
                         .latest
@@ -488,7 +490,7 @@ impl Router {
             p.stream = stream;
             match self.parent {
                 Some(parent) => {
-                    let bytes = packet_bytes(FrameKind::Data, &p);
+                    let bytes = packet_bytes(&p);
                     out.forward(parent, latest.then(|| latest_key(stream, p.source)), bytes);
                 }
                 None => {

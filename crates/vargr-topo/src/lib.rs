@@ -38,7 +38,6 @@
 use std::path::Path;
 
 pub mod error;
-mod fxhash;
 pub mod hostfile;
 pub mod mrnet;
 mod numbering;

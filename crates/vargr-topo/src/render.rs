@@ -10,8 +10,8 @@
 
 use std::fmt::Write as _;
 
-use crate::fxhash::FxHashMap;
 use crate::tree::{Node, Role, Topology};
+use rustc_hash::FxHashMap;
 
 /// Children shown per node by [`Topology::draw`] before collapsing.
 pub const DRAW_WIDTH: usize = 8;

@@ -18,9 +18,9 @@
 //! line and column when an error is reported.
 
 use crate::error::{Location, TopoError};
-use crate::fxhash::FxHashMap;
 use crate::numbering::build;
 use crate::tree::{valid_host, Topology, MAX_NODES};
+use rustc_hash::FxHashMap;
 
 /// A text being parsed: its name for messages and its contents.
 #[derive(Clone, Copy)]

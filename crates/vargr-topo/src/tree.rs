@@ -18,7 +18,7 @@ use std::collections::VecDeque;
 use serde::{Deserialize, Serialize};
 
 use crate::error::TopoError;
-use crate::fxhash::FxHashMap;
+use rustc_hash::FxHashMap;
 
 /// One process of the tree: front-end (root), commnode or back-end (leaf).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

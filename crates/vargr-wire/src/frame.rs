@@ -12,7 +12,7 @@
 //!     16     -  payload
 //! ```
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 
 use crate::WireError;
 
@@ -75,14 +75,29 @@ frame_kinds! {
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Frame {
     pub kind: FrameKind,
     pub flags: u8,
     pub stream: u32,
     pub tag: i32,
     pub payload: Bytes,
+    /// The whole frame as it was read (header and payload), so that a node forwarding it
+    /// unchanged sends the same buffer instead of copying; empty for frames built here.
+    wire: Bytes,
 }
+
+impl PartialEq for Frame {
+    fn eq(&self, other: &Frame) -> bool {
+        self.kind == other.kind
+            && self.flags == other.flags
+            && self.stream == other.stream
+            && self.tag == other.tag
+            && self.payload == other.payload
+    }
+}
+
+impl Eq for Frame {}
 
 impl Frame {
     pub fn new(kind: FrameKind, stream: u32, tag: i32, payload: impl Into<Bytes>) -> Self {
@@ -92,7 +107,19 @@ impl Frame {
             stream,
             tag,
             payload: payload.into(),
+            wire: Bytes::new(),
         }
+    }
+
+    /// The encoded frame: the received buffer itself when the frame was decoded (no copy),
+    /// a fresh encoding otherwise.
+    pub fn to_wire(&self) -> Bytes {
+        if !self.wire.is_empty() {
+            return self.wire.clone();
+        }
+        let mut out = BytesMut::with_capacity(self.wire_len());
+        encode_frame(self, &mut out);
+        out.freeze()
     }
 
     /// Bytes this frame occupies on the wire.
@@ -110,14 +137,17 @@ pub fn encode_header(
     payload_len: usize,
     out: &mut BytesMut,
 ) {
-    out.reserve(HEADER_LEN);
-    out.put_u8(MAGIC);
-    out.put_u8(VERSION);
-    out.put_u8(kind as u8);
-    out.put_u8(flags);
-    out.put_u32_le(u32::try_from(payload_len).expect("payload length checked by caller"));
-    out.put_u32_le(stream);
-    out.put_i32_le(tag);
+    let len = u32::try_from(payload_len).expect("payload length checked by caller");
+    // Built on the stack and appended at once: one capacity check instead of seven.
+    let mut h = [0u8; HEADER_LEN];
+    h[0] = MAGIC;
+    h[1] = VERSION;
+    h[2] = kind as u8;
+    h[3] = flags;
+    h[4..8].copy_from_slice(&len.to_le_bytes());
+    h[8..12].copy_from_slice(&stream.to_le_bytes());
+    h[12..16].copy_from_slice(&tag.to_le_bytes());
+    out.extend_from_slice(&h);
 }
 
 /// Appends `frame` to `out`.
@@ -171,20 +201,19 @@ pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Fra
         buf.reserve(HEADER_LEN + len - buf.len());
         return Ok(None);
     }
-    let mut head = buf.split_to(HEADER_LEN);
-    let payload = buf.split_to(len).freeze();
-    head.advance(2);
-    let kind = FrameKind::from_u8(head.get_u8())?;
-    let flags = head.get_u8();
-    let _len = head.get_u32_le();
-    let stream = head.get_u32_le();
-    let tag = head.get_i32_le();
+    let wire = buf.split_to(HEADER_LEN + len).freeze();
+    let h = &wire[..HEADER_LEN];
+    let kind = FrameKind::from_u8(h[2])?;
+    let flags = h[3];
+    let stream = u32::from_le_bytes([h[8], h[9], h[10], h[11]]);
+    let tag = i32::from_le_bytes([h[12], h[13], h[14], h[15]]);
     Ok(Some(Frame {
         kind,
         flags,
         stream,
         tag,
-        payload,
+        payload: wire.slice(HEADER_LEN..),
+        wire,
     }))
 }
 
@@ -215,6 +244,7 @@ pub fn decode_exact(bytes: &[u8], max_payload: usize) -> Result<Frame, WireError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::BufMut;
 
     #[test]
     fn round_trip_and_split_reads() {

@@ -23,8 +23,10 @@
 //! - Numeric arrays are moved with one size check and one allocation each; the per-element
 //!   little-endian loops compile to plain copies on little-endian targets.
 
+use std::cell::RefCell;
 use std::fmt;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -68,10 +70,12 @@ pub enum Field {
 }
 
 /// A parsed format string.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Eq)]
 pub struct Format {
-    text: String,
-    fields: Vec<Field>,
+    // Shared so that packets of one stream (and decoded formats, see `FORMAT_CACHE`)
+    // reuse one parse instead of allocating per packet.
+    text: Arc<str>,
+    fields: Arc<[Field]>,
 }
 
 /// One typed value. Arrays hold their elements; `Raw` shares the frame's buffer.
@@ -298,7 +302,7 @@ impl Format {
     /// ignored and `""` is the empty format. The stored text is canonical (one space
     /// between fields), see [`Format::as_str`].
     pub fn parse(text: &str) -> Result<Format, WireError> {
-        Format::parse_bytes(text.as_bytes())
+        Format::parse_cached(text.as_bytes())
     }
 
     /// Parses format bytes as they arrive off the wire.
@@ -335,7 +339,31 @@ impl Format {
             text.push_str(field.token());
             fields.push(field);
         }
-        Ok(Format { text, fields })
+        Ok(Format {
+            text: text.into(),
+            fields: fields.into(),
+        })
+    }
+
+    /// Parses wire format bytes through a small per-thread cache: a node sees the same few
+    /// formats over and over, so most packets skip parsing and allocation entirely.
+    fn parse_cached(bytes: &[u8]) -> Result<Format, WireError> {
+        FORMAT_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if let Some((_, f)) = c.entries.iter().find(|(k, _)| &k[..] == bytes) {
+                return Ok(f.clone());
+            }
+            let f = Format::parse_bytes(bytes)?;
+            let entry = (Box::from(bytes), f.clone());
+            if c.entries.len() < FORMAT_CACHE_SLOTS {
+                c.entries.push(entry);
+            } else {
+                let slot = c.next;
+                c.entries[slot] = entry;
+                c.next = (slot + 1) % FORMAT_CACHE_SLOTS;
+            }
+            Ok(f)
+        })
     }
 
     /// Builds a format from its fields, subject to the same limits as [`Format::parse`].
@@ -363,8 +391,8 @@ impl Format {
             });
         }
         Ok(Format {
-            text,
-            fields: fields.to_vec(),
+            text: text.into(),
+            fields: fields.into(),
         })
     }
 
@@ -452,12 +480,25 @@ impl Format {
     }
 }
 
+impl PartialEq for Format {
+    fn eq(&self, other: &Format) -> bool {
+        // Packets of one stream share one parse, so this is usually a pointer compare.
+        Arc::ptr_eq(&self.fields, &other.fields) || self.fields == other.fields
+    }
+}
+
+impl std::hash::Hash for Format {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.fields.hash(state);
+    }
+}
+
 impl Default for Format {
     /// The empty format `""`.
     fn default() -> Self {
         Format {
-            text: String::new(),
-            fields: Vec::new(),
+            text: "".into(),
+            fields: Arc::new([]),
         }
     }
 }
@@ -473,6 +514,19 @@ impl FromStr for Format {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Format::parse(s)
     }
+}
+
+/// Formats kept per thread by [`Format::parse_cached`] (replaced round-robin).
+const FORMAT_CACHE_SLOTS: usize = 16;
+
+#[derive(Default)]
+struct FormatCache {
+    entries: Vec<(Box<[u8]>, Format)>,
+    next: usize,
+}
+
+thread_local! {
+    static FORMAT_CACHE: RefCell<FormatCache> = RefCell::default();
 }
 
 fn fits_u32(n: usize) -> bool {
@@ -935,7 +989,7 @@ impl Packet {
         };
         let source = r.scalar::<u32>("source rank")?;
         let format_len = usize::from(r.scalar::<u16>("format length")?);
-        let format = Format::parse_bytes(r.take(format_len, "format string")?)?;
+        let format = Format::parse_cached(r.take(format_len, "format string")?)?;
         let mut values = Vec::with_capacity(format.fields.len());
         for (index, &field) in format.fields.iter().enumerate() {
             values.push(r.value(index, field)?);
@@ -943,7 +997,7 @@ impl Packet {
         let extra = r.remaining();
         if extra != 0 {
             return Err(WireError::TrailingBytes {
-                format: format.text,
+                format: format.text.to_string(),
                 extra,
             });
         }
