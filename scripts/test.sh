@@ -17,6 +17,8 @@ if ! need cargo; then
   exit 1
 fi
 need cc || apt_install build-essential
+# Attach-mode tests start back-ends with a real mpirun (and issue 3 compares with MPI).
+need mpirun || apt_install openmpi-bin libopenmpi-dev
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt || true
 cargo --version
 

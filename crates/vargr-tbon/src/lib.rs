@@ -19,13 +19,15 @@ mod error;
 pub mod log;
 mod network;
 pub mod proto;
+pub mod rendezvous;
 pub mod router;
 pub mod spawn;
 
 pub use backend::Backend;
 pub use error::{fmt_ranks, Result, TbonError};
 pub use network::{
-    BackendSpec, Communicator, Network, NetworkOptions, Stream, StreamOptions, FIRST_USER_STREAM,
+    AttachSpec, BackendSpec, Communicator, Network, NetworkOptions, Stream, StreamOptions,
+    FIRST_USER_STREAM,
 };
 pub use spawn::Bootstrap;
 pub use vargr_filter::SyncMode;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use vargr_filter::SyncMode;
 use vargr_net::auth::Secret;
-use vargr_net::launch::Launcher;
+use vargr_net::launch::{ChildSpec, Launcher};
 use vargr_net::Reactor;
 use vargr_topo::Topology;
 use vargr_wire::{Packet, Value};
@@ -15,6 +15,7 @@ use vargr_wire::{Packet, Value};
 use crate::commnode::{finish_children, registry};
 use crate::engine::Engine;
 use crate::proto::{RunConfig, StreamOpenMsg};
+use crate::rendezvous::Rendezvous;
 use crate::router::Router;
 use crate::spawn::{start_children, BackendFn, ChildHandle, Spawner};
 use crate::{Backend, Result, TbonError};
@@ -30,6 +31,22 @@ pub enum BackendSpec {
     /// A closure run on a thread per back-end, everything in this process (tests,
     /// embedded use). Commnodes become threads too.
     Threads(BackendFn),
+    /// Attach mode: back-ends are started by another launcher (`mpirun`, `srun`) and
+    /// meet their parents through a rendezvous (see [`AttachSpec`]).
+    Attach(AttachSpec),
+}
+
+/// Where attaching back-ends come from and how they find the tree.
+#[derive(Debug, Clone, Default)]
+pub struct AttachSpec {
+    /// A command the front-end runs to start the back-ends, e.g. `mpirun -n {n}
+    /// my_daemon`; `{n}` becomes the number of back-ends. It gets `VARGR_RENDEZVOUS`
+    /// and `VARGR_SECRET` in its environment (Open MPI across hosts: add `-x
+    /// VARGR_RENDEZVOUS -x VARGR_SECRET`). None: they are started some other way.
+    pub launch: Option<Vec<String>>,
+    /// Also write the rendezvous (address, secret; mode 0600) to this file, for
+    /// back-ends started with `VARGR_RENDEZVOUS=file:PATH`.
+    pub file: Option<PathBuf>,
 }
 
 impl BackendSpec {
@@ -166,6 +183,13 @@ impl Network {
                 (program.clone(), args.clone(), Spawner::Processes(launcher))
             }
             BackendSpec::Threads(f) => (String::new(), Vec::new(), Spawner::Threads(f.clone())),
+            BackendSpec::Attach(_) => {
+                let launcher = match &opts.remote_template {
+                    Some(t) => Launcher::remote(t)?,
+                    None => Launcher::Local,
+                };
+                (String::new(), Vec::new(), Spawner::Processes(launcher))
+            }
         };
         let transport = if opts.remote_template.is_some() {
             "tcp".to_string()
@@ -196,17 +220,37 @@ impl Network {
             queue_limit: opts.queue_limit,
             num_backends: topology.num_backends() as u32,
             plugins: opts.plugins.clone(),
+            attach: None,
         };
-        let cleanup = |e: TbonError| {
+        let mut config = config;
+        let mut launched = None;
+        let cleanup = |e: TbonError, launched: &mut Option<ChildHandle>| {
+            if let Some(h) = launched.take() {
+                h.finish(Duration::ZERO);
+            }
             let _ = std::fs::remove_dir_all(&sockdir);
             e
         };
-        let reg = registry(&config.plugins).map_err(cleanup)?;
-        let mut reactor = Reactor::new().map_err(|e| cleanup(TbonError::Startup(e.to_string())))?;
+        let reg = registry(&config.plugins).map_err(|e| cleanup(e, &mut launched))?;
+        let rendezvous = match &backend {
+            BackendSpec::Attach(spec) => {
+                let rv = start_rendezvous(&topology, &config, &secret, spec)
+                    .and_then(|rv| Ok((launch_backends(&rv, &secret, spec, &topology)?, rv)));
+                let (h, rv) = rv.map_err(|e| cleanup(e, &mut launched))?;
+                launched = h;
+                config.attach = Some(rv.addr().to_string());
+                Some(rv)
+            }
+            _ => None,
+        };
+        let mut reactor = Reactor::new()
+            .map_err(|e| cleanup(TbonError::Startup(e.to_string()), &mut launched))?;
         let root = topology.root().clone();
-        let (children, handles) =
+        let (children, mut handles) =
             start_children(root.id, &topology, &config, &secret, &spawner, &mut reactor)
-                .map_err(cleanup)?;
+                .map_err(|e| cleanup(e, &mut launched))?;
+        drop(rendezvous);
+        handles.extend(launched);
         let mut router = Router::new(root.id, root.host.clone(), None, reg);
         router.children = children;
         router.heartbeat = opts.heartbeat;
@@ -330,6 +374,63 @@ impl Drop for Network {
     fn drop(&mut self) {
         let _ = self.shutdown_inner();
     }
+}
+
+/// Binds and starts the attach-mode rendezvous next to the front-end.
+fn start_rendezvous(
+    topology: &Topology,
+    config: &RunConfig,
+    secret: &Secret,
+    spec: &AttachSpec,
+) -> Result<Rendezvous> {
+    let bind = match crate::spawn::listen_addr(0, config) {
+        vargr_net::Addr::Unix(p) => vargr_net::Addr::Unix(p.with_file_name("rendezvous.sock")),
+        a => a,
+    };
+    let listener = vargr_net::Listener::bind(&bind)?;
+    let addr = crate::spawn::advertised(listener.local_addr()?, config);
+    let rv = Rendezvous::start(
+        listener,
+        addr,
+        topology,
+        secret.clone(),
+        Duration::from_millis(config.startup_timeout_ms),
+    );
+    if let Some(path) = &spec.file {
+        rv.write_file(path, secret)?;
+    }
+    Ok(rv)
+}
+
+/// Runs the attach spec's launch command, if any, with the rendezvous in its environment.
+fn launch_backends(
+    rv: &Rendezvous,
+    secret: &Secret,
+    spec: &AttachSpec,
+    topology: &Topology,
+) -> Result<Option<ChildHandle>> {
+    let Some(words) = &spec.launch else {
+        return Ok(None);
+    };
+    let n = topology.num_backends().to_string();
+    let words: Vec<String> = words.iter().map(|w| w.replace("{n}", &n)).collect();
+    let Some((program, args)) = words.split_first() else {
+        return Err(TbonError::Config(
+            "the attach launch command is empty".into(),
+        ));
+    };
+    let spec = ChildSpec {
+        node: u32::MAX,
+        host: "localhost".into(),
+        program: program.clone(),
+        args: args.to_vec(),
+        env: vec![
+            ("VARGR_RENDEZVOUS".into(), rv.addr().to_string()),
+            ("VARGR_SECRET".into(), secret.to_hex()),
+        ],
+    };
+    let child = vargr_net::launch::spawn(&Launcher::Local, &spec)?;
+    Ok(Some(ChildHandle::Process(u32::MAX, child)))
 }
 
 fn make_sockdir() -> Result<PathBuf> {

@@ -35,6 +35,10 @@ pub struct RunConfig {
     pub num_backends: u32,
     /// Filter plugins (shared objects) every node loads at start.
     pub plugins: Vec<String>,
+    /// Attach mode: back-ends are started by another launcher and meet their parents
+    /// through the rendezvous at this address.
+    #[serde(default)]
+    pub attach: Option<String>,
 }
 
 /// A sub-tree is up: the back-end ranks reachable through it.
@@ -42,6 +46,22 @@ pub struct RunConfig {
 pub struct ReadyMsg {
     pub node: u32,
     pub backends: Vec<u32>,
+}
+
+/// A request to the attach-mode rendezvous.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum AttachMsg {
+    /// A node whose children are attaching back-ends listens at `addr`.
+    Parent { node: u32, addr: String },
+    /// A back-end started by another launcher asks where rank `rank` belongs.
+    Backend { rank: u32 },
+}
+
+/// The rendezvous' answer to a back-end: its node id and its parent's address.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AttachReplyMsg {
+    pub node: u32,
+    pub parent: String,
 }
 
 /// Stream creation, sent down to every node with members below it.

@@ -26,6 +26,9 @@ pub enum Spawner {
     Threads(BackendFn),
 }
 
+/// How long an attaching back-end waits for the rendezvous to place it.
+const ATTACH_WAIT: Duration = Duration::from_secs(120);
+
 /// What a node needs to join its parent.
 #[derive(Debug, Clone)]
 pub struct Bootstrap {
@@ -36,7 +39,16 @@ pub struct Bootstrap {
 
 impl Bootstrap {
     /// Reads `VARGR_PARENT`, `VARGR_NODE` and the secret, as set by a vargr parent.
+    /// Without `VARGR_PARENT` but with `VARGR_RENDEZVOUS`, attaches instead: the rank
+    /// comes from the launcher's variables (see [`crate::rendezvous::RANK_VARIABLES`]).
     pub fn from_env() -> Result<Bootstrap, TbonError> {
+        if std::env::var_os("VARGR_PARENT").is_none() {
+            if let Ok(spec) = std::env::var("VARGR_RENDEZVOUS") {
+                let (rv, secret) = crate::rendezvous::resolve(&spec)?;
+                let rank = crate::rendezvous::rank_from_env()?;
+                return crate::rendezvous::attach(&rv, &secret, rank, ATTACH_WAIT);
+            }
+        }
         let get = |k: &str| {
             std::env::var(k).map_err(|_| TbonError::Config(format!("{k} is not set: this program must be started by a vargr network (or use attach mode)")))
         };
@@ -107,7 +119,7 @@ pub fn join_parent(boot: &Bootstrap, timeout: Duration) -> Result<(Conn, Subtree
     Ok((conn, msg))
 }
 
-fn listen_addr(me: u32, config: &RunConfig) -> Addr {
+pub(crate) fn listen_addr(me: u32, config: &RunConfig) -> Addr {
     match config.transport.as_str() {
         "tcp" => Addr::Tcp(if config.remote_template.is_some() {
             "0.0.0.0:0".into()
@@ -118,7 +130,7 @@ fn listen_addr(me: u32, config: &RunConfig) -> Addr {
     }
 }
 
-fn advertised(addr: Addr, config: &RunConfig) -> Addr {
+pub(crate) fn advertised(addr: Addr, config: &RunConfig) -> Addr {
     match addr {
         Addr::Tcp(a) if config.remote_template.is_some() => {
             let port = a
@@ -171,9 +183,15 @@ pub fn start_children(
         }
         Err(e)
     };
+    let mut attaching = false;
     for &cid in &node.children {
         let child = topo.node(cid).expect("children are in the topology");
         let is_leaf = child.children.is_empty();
+        if is_leaf && config.attach.is_some() {
+            // Started by another launcher; it finds us through the rendezvous.
+            attaching = true;
+            continue;
+        }
         let handle = match spawner {
             Spawner::Processes(launcher) => {
                 let (program, args) = if is_leaf {
@@ -232,18 +250,41 @@ pub fn start_children(
         handles.push(handle);
     }
 
+    if let (true, Some(rv)) = (attaching, &config.attach) {
+        let registered = rv
+            .parse()
+            .map_err(TbonError::from)
+            .and_then(|rv| crate::rendezvous::register_parent(&rv, secret, me, &addr, timeout));
+        if let Err(e) = registered {
+            return fail(handles, e);
+        }
+    }
+
     // Accept and authenticate every child, in whatever order they arrive.
     let mut pending: Vec<u32> = node.children.clone();
     let mut conns: Vec<(u32, Conn)> = Vec::new();
     while !pending.is_empty() {
         let now = Instant::now();
         if now >= deadline {
-            let e = TbonError::Startup(format!(
-                "node {me}: {} children never connected (first: node {} on {})",
-                pending.len(),
-                pending[0],
-                host_of(topo, pending[0])
-            ));
+            let e = if attaching {
+                let mut ranks: Vec<u32> = pending
+                    .iter()
+                    .filter_map(|&n| topo.node(n).and_then(|n| n.backend_rank))
+                    .collect();
+                ranks.sort_unstable();
+                TbonError::Startup(format!(
+                    "node {me}: back-ends {} never attached within {} s (were they started, with VARGR_RENDEZVOUS set?)",
+                    crate::fmt_ranks(&ranks),
+                    timeout.as_secs()
+                ))
+            } else {
+                TbonError::Startup(format!(
+                    "node {me}: {} children never connected (first: node {} on {})",
+                    pending.len(),
+                    pending[0],
+                    host_of(topo, pending[0])
+                ))
+            };
             return fail(handles, e);
         }
         if let Some(e) = exited_early(&mut handles, &pending, topo) {

@@ -72,6 +72,10 @@ frame_kinds! {
     PointToPoint = 22,
     /// Acknowledges a Shutdown: the sub-tree below has exited.
     ShutdownDone = 23,
+    /// To the rendezvous (attach mode): a leaf parent's address, or a back-end's rank.
+    Attach = 24,
+    /// From the rendezvous: where an attaching back-end finds its parent.
+    AttachReply = 25,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.

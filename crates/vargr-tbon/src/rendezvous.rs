@@ -1,0 +1,354 @@
+//! Attach mode: back-ends started by another launcher (`mpirun`, `srun`, a batch
+//! script) find their leaf parents through a rendezvous run by the front-end.
+//!
+//! MPI jobs place their own processes, so the tree cannot spawn its leaves. Instead every
+//! node whose children are back-ends registers its listening address with the
+//! rendezvous, and each back-end connects there with its rank (read from the variables
+//! the launcher already sets), learns its node id and parent, and then joins the tree
+//! exactly as a spawned back-end would. Both sides prove the network secret first.
+//!
+//! The rendezvous address reaches back-ends through `VARGR_RENDEZVOUS`: either the address
+//! itself (`unix:/path`, `tcp:host:port`) with the secret in `VARGR_SECRET`, or
+//! `file:PATH` naming a file (mode 0600, on a shared file system) whose first line is the
+//! address and whose second line is the secret.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use vargr_net::auth::{self, Secret};
+use vargr_net::{Addr, Conn, Listener};
+use vargr_topo::Topology;
+use vargr_wire::{Frame, FrameKind};
+
+use crate::proto::{self, AttachMsg, AttachReplyMsg};
+use crate::spawn::Bootstrap;
+use crate::TbonError;
+
+/// Node id an attaching back-end claims before it knows its own.
+const UNKNOWN_NODE: u32 = u32::MAX;
+
+/// Variables holding a process's rank, in the order they are tried: vargr's own, then
+/// Open MPI, PMIx, MPICH/Intel MPI (PMI) and Slurm.
+pub const RANK_VARIABLES: [&str; 5] = [
+    "VARGR_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "PMIX_RANK",
+    "PMI_RANK",
+    "SLURM_PROCID",
+];
+
+#[derive(Default)]
+struct Table {
+    /// Listening address of each registered leaf parent.
+    parents: HashMap<u32, String>,
+    /// Ranks already handed out (a second claim is an error in the launch).
+    claimed: HashSet<u32>,
+}
+
+struct Shared {
+    table: Mutex<Table>,
+    registered: Condvar,
+    stop: AtomicBool,
+}
+
+/// The front-end's rendezvous server; stops when dropped.
+pub struct Rendezvous {
+    addr: Addr,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Rendezvous {
+    /// Serves attach requests for `topology` on `listener` until dropped. `wait` bounds
+    /// how long a back-end may wait for its parent to register.
+    pub fn start(
+        listener: Listener,
+        advertised: Addr,
+        topology: &Topology,
+        secret: Secret,
+        wait: Duration,
+    ) -> Rendezvous {
+        let shared = Arc::new(Shared {
+            table: Mutex::new(Table::default()),
+            registered: Condvar::new(),
+            stop: AtomicBool::new(false),
+        });
+        // Each back-end rank's node and the node it hangs from.
+        let placement: Arc<HashMap<u32, (u32, u32)>> = Arc::new(
+            topology
+                .nodes()
+                .filter_map(|n| Some((n.backend_rank?, (n.id, n.parent?))))
+                .collect(),
+        );
+        let num_backends = topology.num_backends() as u32;
+        let sh = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("vargr-rendezvous".into())
+            .spawn(move || {
+                while !sh.stop.load(Ordering::Relaxed) {
+                    let conn = match listener.accept_timeout(Duration::from_millis(100)) {
+                        Ok(c) => c,
+                        Err(vargr_net::NetError::Timeout { .. }) => continue,
+                        Err(e) => {
+                            eprintln!("vargr: rendezvous: {e}");
+                            continue;
+                        }
+                    };
+                    let (sh, placement, secret) = (sh.clone(), placement.clone(), secret.clone());
+                    let _ = std::thread::Builder::new()
+                        .name("vargr-rendezvous-conn".into())
+                        .spawn(move || {
+                            serve_one(conn, &sh, &placement, num_backends, &secret, wait)
+                        });
+                }
+            })
+            .expect("spawning the rendezvous thread");
+        Rendezvous {
+            addr: advertised,
+            shared,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn addr(&self) -> &Addr {
+        &self.addr
+    }
+
+    /// Writes the rendezvous file (address, then secret), readable by its owner only.
+    pub fn write_file(&self, path: &Path, secret: &Secret) -> Result<(), TbonError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let err = |e: std::io::Error| {
+            TbonError::Config(format!(
+                "writing the rendezvous file {}: {e}",
+                path.display()
+            ))
+        };
+        let tmp = path.with_extension("tmp");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .map_err(err)?;
+        writeln!(f, "{}\n{}", self.addr, secret.to_hex()).map_err(err)?;
+        f.sync_all().map_err(err)?;
+        // Renamed into place so a back-end never reads half a file.
+        std::fs::rename(&tmp, path).map_err(err)
+    }
+
+    /// Ranks that have not attached yet.
+    pub fn missing(&self, num_backends: u32) -> Vec<u32> {
+        let t = self.shared.table.lock().unwrap_or_else(|p| p.into_inner());
+        (0..num_backends)
+            .filter(|r| !t.claimed.contains(r))
+            .collect()
+    }
+}
+
+impl Drop for Rendezvous {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        self.shared.registered.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn serve_one(
+    mut conn: Conn,
+    sh: &Shared,
+    placement: &HashMap<u32, (u32, u32)>,
+    num_backends: u32,
+    secret: &Secret,
+    wait: Duration,
+) {
+    let peer = conn.peer_name();
+    if let Err(e) = auth::accept(&mut conn, secret, Duration::from_secs(10)) {
+        eprintln!("vargr: rendezvous refused {peer}: {e}");
+        return;
+    }
+    let _ = conn.set_timeout(Some(Duration::from_secs(10)));
+    let req = auth::read_frame(&mut conn, 64 << 10, &peer)
+        .map_err(TbonError::from)
+        .and_then(|f| match f.kind {
+            FrameKind::Attach => proto::from_json::<AttachMsg>("Attach", &f.payload),
+            k => Err(TbonError::Net(format!(
+                "expected an Attach request, got {}",
+                k.name()
+            ))),
+        });
+    let reply = match req {
+        Ok(AttachMsg::Parent { node, addr }) => {
+            let mut t = sh.table.lock().unwrap_or_else(|p| p.into_inner());
+            t.parents.insert(node, addr);
+            sh.registered.notify_all();
+            Ok(Frame::new(FrameKind::AttachReply, 0, 0, &b"{}"[..]))
+        }
+        Ok(AttachMsg::Backend { rank }) => place_backend(sh, placement, num_backends, rank, wait)
+            .map(|(node, parent)| {
+                Frame::new(
+                    FrameKind::AttachReply,
+                    0,
+                    0,
+                    proto::to_json(&AttachReplyMsg { node, parent }),
+                )
+            }),
+        Err(e) => Err(e.to_string()),
+    };
+    let f = reply.unwrap_or_else(|why| Frame::new(FrameKind::Refused, 0, 0, why));
+    let _ = auth::write_frame(&mut conn, &f, &peer);
+}
+
+fn place_backend(
+    sh: &Shared,
+    placement: &HashMap<u32, (u32, u32)>,
+    num_backends: u32,
+    rank: u32,
+    wait: Duration,
+) -> Result<(u32, String), String> {
+    let Some(&(node, parent)) = placement.get(&rank) else {
+        return Err(format!(
+            "rank {rank} is out of range: the network has {num_backends} back-ends (ranks 0..{num_backends})"
+        ));
+    };
+    let deadline = Instant::now() + wait;
+    let mut t = sh.table.lock().unwrap_or_else(|p| p.into_inner());
+    if !t.claimed.insert(rank) {
+        return Err(format!(
+            "rank {rank} attached twice: check the launcher's rank variables"
+        ));
+    }
+    loop {
+        if let Some(addr) = t.parents.get(&parent) {
+            return Ok((node, addr.clone()));
+        }
+        let now = Instant::now();
+        if now >= deadline || sh.stop.load(Ordering::Relaxed) {
+            t.claimed.remove(&rank);
+            return Err(format!(
+                "the parent of rank {rank} (node {parent}) did not come up in time"
+            ));
+        }
+        t = sh
+            .registered
+            .wait_timeout(t, deadline - now)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+}
+
+/// Registers node `node`, listening at `addr` for attaching back-ends.
+pub fn register_parent(
+    rendezvous: &Addr,
+    secret: &Secret,
+    node: u32,
+    addr: &Addr,
+    timeout: Duration,
+) -> Result<(), TbonError> {
+    let msg = AttachMsg::Parent {
+        node,
+        addr: addr.to_string(),
+    };
+    exchange(rendezvous, secret, node, &msg, timeout).map(|_| ())
+}
+
+fn exchange(
+    rendezvous: &Addr,
+    secret: &Secret,
+    node: u32,
+    msg: &AttachMsg,
+    timeout: Duration,
+) -> Result<Frame, TbonError> {
+    let peer = format!("the rendezvous at {rendezvous}");
+    let mut conn = vargr_net::connect(rendezvous, timeout)?;
+    auth::connect(&mut conn, secret, node, timeout, &peer)?;
+    let _ = conn.set_timeout(Some(timeout));
+    auth::write_frame(
+        &mut conn,
+        &Frame::new(FrameKind::Attach, 0, 0, proto::to_json(msg)),
+        &peer,
+    )?;
+    let f = auth::read_frame(&mut conn, 64 << 10, &peer)?;
+    match f.kind {
+        FrameKind::AttachReply => Ok(f),
+        FrameKind::Refused => Err(TbonError::Startup(format!(
+            "{peer} refused: {}",
+            String::from_utf8_lossy(&f.payload)
+        ))),
+        k => Err(TbonError::Startup(format!(
+            "{peer} answered with {}",
+            k.name()
+        ))),
+    }
+}
+
+/// This process's rank from the first of [`RANK_VARIABLES`] that is set.
+pub fn rank_from_env() -> Result<u32, TbonError> {
+    for var in RANK_VARIABLES {
+        if let Ok(v) = std::env::var(var) {
+            return v.trim().parse().map_err(|_| {
+                TbonError::Config(format!("{var}={v:?} is not a rank (a whole number)"))
+            });
+        }
+    }
+    Err(TbonError::Config(format!(
+        "attach mode needs this process's rank: none of {} is set",
+        RANK_VARIABLES.join(", ")
+    )))
+}
+
+/// Resolves `VARGR_RENDEZVOUS` (an address or `file:PATH`) to the address and secret.
+pub fn resolve(spec: &str) -> Result<(Addr, Secret), TbonError> {
+    let (addr, secret) = match spec.strip_prefix("file:") {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                TbonError::Config(format!("reading the rendezvous file {path}: {e}"))
+            })?;
+            let mut lines = text.lines();
+            let addr = lines.next().unwrap_or("").trim().to_string();
+            let secret = lines.next().map(|s| s.trim().to_string());
+            if addr.is_empty() {
+                return Err(TbonError::Config(format!(
+                    "the rendezvous file {path} is empty (expected an address, then the secret)"
+                )));
+            }
+            (addr, secret)
+        }
+        None => (spec.to_string(), None),
+    };
+    let addr: Addr = addr.parse()?;
+    let secret = match secret {
+        Some(s) => Secret::from_hex(&s)?,
+        None => vargr_net::launch::secret_from_env()?,
+    };
+    Ok((addr, secret))
+}
+
+/// Asks the rendezvous where back-end `rank` belongs.
+pub fn attach(
+    rendezvous: &Addr,
+    secret: &Secret,
+    rank: u32,
+    timeout: Duration,
+) -> Result<Bootstrap, TbonError> {
+    let f = exchange(
+        rendezvous,
+        secret,
+        UNKNOWN_NODE,
+        &AttachMsg::Backend { rank },
+        timeout,
+    )?;
+    let reply: AttachReplyMsg = proto::from_json("AttachReply", &f.payload)?;
+    Ok(Bootstrap {
+        parent: reply.parent.parse()?,
+        node: reply.node,
+        secret: secret.clone(),
+    })
+}
