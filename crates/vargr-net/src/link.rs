@@ -129,6 +129,9 @@ impl Link {
                 }
             }
             if got >= budget {
+                // Frames still buffered from this peer are not silence: a node that reads
+                // slower than its peer sends must not declare the peer dead.
+                self.last_read = Instant::now();
                 return Ok(ReadOutcome::Budget);
             }
             if drained {
