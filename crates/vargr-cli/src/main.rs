@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod emu_cmd;
 mod roles;
 mod topo_cmd;
 
@@ -31,6 +32,8 @@ enum Cmd {
     /// Benchmarks (JSON under bench/results/).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// WAN emulator: relay TCP connections with a configured latency and bandwidth.
+    Emu(emu_cmd::EmuArgs),
     /// Internal node of a tree (started by vargr itself).
     #[command(hide = true)]
     Commnode,
@@ -48,6 +51,7 @@ fn main() {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Topo(t) => topo_cmd::run(t),
         Cmd::Bench(b) => bench::run(b),
+        Cmd::Emu(a) => emu_cmd::run(a),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };
