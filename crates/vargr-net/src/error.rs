@@ -38,6 +38,12 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
+    #[error("stage {stage} on the link to {peer} rejected a frame: {reason}")]
+    Stage {
+        peer: String,
+        stage: String,
+        reason: String,
+    },
     #[error("bad launcher template {template:?}: {reason}")]
     BadTemplate { template: String, reason: String },
 }

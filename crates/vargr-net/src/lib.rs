@@ -7,6 +7,7 @@
 //!   a bounded, batched write queue.
 //! - [`Reactor`]: one `mio` poll loop over many links, with a waker so other threads can
 //!   hand it work.
+//! - [`stage`]: per-link stages (PATHS wrappers) such as WAN emulation and compression.
 //! - [`launch`]: starting child processes locally or through an ssh-like command template.
 //!
 //! Protocol logic (streams, filters, routing) lives in `vargr-tbon`; this crate moves
@@ -18,9 +19,11 @@ mod error;
 pub mod launch;
 mod link;
 mod reactor;
+pub mod stage;
 
 pub use addr::{connect, Addr, Conn, Listener, MioConn};
 pub use error::NetError;
 pub use link::{Link, LinkStats, ReadOutcome};
 pub use mio::Waker;
 pub use reactor::{LinkId, Reactor, ReactorEvent};
+pub use stage::{Stage, StageChain};

@@ -15,6 +15,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use vargr_wire::{decode_frame, Frame};
 
 use crate::addr::MioConn;
+use crate::stage::StageChain;
 use crate::NetError;
 
 const READ_CHUNK: usize = 64 * 1024;
@@ -59,6 +60,9 @@ pub struct Link {
     pub stats: LinkStats,
     pub last_read: Instant,
     pub last_write: Instant,
+    /// Stages every frame passes (empty: none, and no cost).
+    stages: StageChain,
+    staged: Vec<Bytes>,
 }
 
 impl Link {
@@ -79,7 +83,37 @@ impl Link {
             stats: LinkStats::default(),
             last_read: now,
             last_write: now,
+            stages: StageChain::default(),
+            staged: Vec::new(),
         }
+    }
+
+    /// Puts `stages` on this link (before any traffic).
+    pub fn with_stages(mut self, stages: StageChain) -> Link {
+        self.stages = stages;
+        self
+    }
+
+    pub fn stages(&self) -> &StageChain {
+        &self.stages
+    }
+
+    /// When a stage next needs [`Link::release_stages`].
+    pub fn stage_deadline(&self) -> Option<Instant> {
+        if self.stages.is_empty() {
+            return None;
+        }
+        self.stages.next_deadline()
+    }
+
+    /// Queues the frames stages held back that are due by `now`.
+    pub fn release_stages(&mut self, now: Instant) {
+        let mut out = std::mem::take(&mut self.staged);
+        self.stages.release(now, &mut out);
+        for b in out.drain(..) {
+            self.push_wire(b);
+        }
+        self.staged = out;
     }
 
     /// True while reading is paused by backpressure.
@@ -97,7 +131,10 @@ impl Link {
 
     /// Bytes queued but not yet accepted by the kernel.
     pub fn backlog(&self) -> usize {
-        self.wq_bytes
+        if self.stages.is_empty() {
+            return self.wq_bytes;
+        }
+        self.wq_bytes + self.stages.held_bytes()
     }
 
     /// Reads and decodes up to `budget` frames into `out`.
@@ -116,7 +153,11 @@ impl Link {
                 match decode_frame(&mut self.rbuf, self.max_frame) {
                     Ok(Some(f)) => {
                         self.stats.frames_in += 1;
-                        out.push(f);
+                        if self.stages.is_empty() {
+                            out.push(f);
+                        } else {
+                            self.stages.inbound(&self.peer, Instant::now(), f, out)?;
+                        }
                         got += 1;
                     }
                     Ok(None) => break,
@@ -183,6 +224,18 @@ impl Link {
 
     /// Queues an encoded frame. Call [`Link::flush`] (the reactor does) to send it.
     pub fn queue(&mut self, bytes: Bytes) {
+        if self.stages.is_empty() {
+            return self.push_wire(bytes);
+        }
+        let mut out = std::mem::take(&mut self.staged);
+        self.stages.outbound(Instant::now(), bytes, &mut out);
+        for b in out.drain(..) {
+            self.push_wire(b);
+        }
+        self.staged = out;
+    }
+
+    fn push_wire(&mut self, bytes: Bytes) {
         self.wq_bytes += bytes.len();
         self.wq.push_back(bytes);
     }

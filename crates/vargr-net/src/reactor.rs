@@ -6,7 +6,7 @@
 //! protocol logic decides what to send, and [`Reactor::flush_all`] batches the writes.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -39,6 +39,8 @@ pub struct Reactor {
     leftover: Vec<usize>,
     closed: Vec<(usize, Option<NetError>)>,
     frames: Vec<Frame>,
+    /// Links with stages, whose held frames need timed releases.
+    staged: Vec<usize>,
 }
 
 impl Reactor {
@@ -53,6 +55,7 @@ impl Reactor {
             leftover: Vec::new(),
             closed: Vec::new(),
             frames: Vec::new(),
+            staged: Vec::new(),
         })
     }
 
@@ -72,6 +75,10 @@ impl Reactor {
         self.poll
             .registry()
             .register(link.conn().source(), Token(idx), Interest::READABLE)?;
+        self.staged.retain(|&i| i != idx);
+        if !link.stages().is_empty() {
+            self.staged.push(idx);
+        }
         if idx == self.links.len() {
             self.links.push(Some(link));
         } else {
@@ -176,6 +183,29 @@ impl Reactor {
         }
     }
 
+    /// The earliest time a link's stages release a held frame.
+    pub fn stage_deadline(&self) -> Option<Instant> {
+        self.staged
+            .iter()
+            .filter_map(|&i| self.links.get(i)?.as_ref()?.stage_deadline())
+            .min()
+    }
+
+    /// Queues held frames that are due.
+    fn release_stages(&mut self) {
+        if self.staged.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for &i in &self.staged {
+            if let Some(Some(l)) = self.links.get_mut(i) {
+                if l.stage_deadline().is_some_and(|d| d <= now) {
+                    l.release_stages(now);
+                }
+            }
+        }
+    }
+
     /// Waits up to `timeout` (None: forever) for I/O, then reads what arrived.
     pub fn poll(
         &mut self,
@@ -193,7 +223,13 @@ impl Reactor {
         let timeout = if runnable || !out.is_empty() {
             Some(Duration::ZERO)
         } else {
-            timeout
+            match self.stage_deadline() {
+                Some(d) => {
+                    let until = d.saturating_duration_since(std::time::Instant::now());
+                    Some(timeout.map_or(until, |t| t.min(until)))
+                }
+                None => timeout,
+            }
         };
         match self.poll.poll(&mut self.events, timeout) {
             Ok(()) => {}
@@ -241,6 +277,7 @@ impl Reactor {
                     .map(|f| ReactorEvent::Frame(LinkId(i), f)),
             );
         }
+        self.release_stages();
         // Links found dead are reported after the frames they delivered.
         self.reap();
         for (i, e) in self.closed.drain(..) {

@@ -42,8 +42,13 @@ impl Backend {
         let mio = conn
             .into_mio()
             .map_err(|e| TbonError::Startup(e.to_string()))?;
+        let stages = msg.config.link_stages.chain(
+            &root.host,
+            &msg.parent_host,
+            spawn::seed(boot.node, root.parent.unwrap_or(0)),
+        );
         let parent = reactor
-            .add(Link::new(mio, "parent", msg.config.max_frame))
+            .add(Link::new(mio, "parent", msg.config.max_frame).with_stages(stages))
             .map_err(|e| TbonError::Startup(e.to_string()))?;
         reactor.send(parent, spawn::ready_frame(boot.node, vec![rank]));
         reactor.flush_all();

@@ -59,8 +59,13 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     let mio = conn
         .into_mio()
         .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
+    let me_host = &msg.topology.root().host;
+    let parent_id = msg.topology.root().parent.unwrap_or(0);
+    let stages = config
+        .link_stages
+        .chain(me_host, &msg.parent_host, spawn::seed(me, parent_id));
     let parent = reactor
-        .add(Link::new(mio, "parent", config.max_frame))
+        .add(Link::new(mio, "parent", config.max_frame).with_stages(stages))
         .map_err(|e| TbonError::Startup(e.to_string()))?;
     let mut backends: Vec<u32> = children
         .iter()

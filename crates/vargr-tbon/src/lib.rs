@@ -22,6 +22,7 @@ pub mod proto;
 pub mod rendezvous;
 pub mod router;
 pub mod spawn;
+pub mod stages;
 
 pub use backend::Backend;
 pub use error::{fmt_ranks, Result, TbonError};
@@ -30,5 +31,6 @@ pub use network::{
     FIRST_USER_STREAM,
 };
 pub use spawn::Bootstrap;
+pub use stages::LinkStages;
 pub use vargr_filter::SyncMode;
 pub use vargr_wire::{Packet, Value};

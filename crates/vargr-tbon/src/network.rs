@@ -78,6 +78,8 @@ pub struct NetworkOptions {
     /// Unsent bytes per link before reading pauses (backpressure).
     pub queue_limit: usize,
     pub plugins: Vec<String>,
+    /// Sites of hosts and the WAN between them (emulated on cross-site links).
+    pub link_stages: crate::LinkStages,
 }
 
 impl Default for NetworkOptions {
@@ -92,6 +94,7 @@ impl Default for NetworkOptions {
             startup_timeout: Duration::from_secs(30),
             queue_limit: 8 << 20,
             plugins: Vec::new(),
+            link_stages: crate::LinkStages::default(),
         }
     }
 }
@@ -202,6 +205,7 @@ impl Network {
             )));
         }
         // Created only once the options are known to be good, so errors leave nothing behind.
+        opts.link_stages.validate()?;
         let sockdir = make_sockdir()?;
         let config = RunConfig {
             backend_program: program,
@@ -221,6 +225,7 @@ impl Network {
             num_backends: topology.num_backends() as u32,
             plugins: opts.plugins.clone(),
             attach: None,
+            link_stages: opts.link_stages.clone(),
         };
         let mut config = config;
         let mut launched = None;

@@ -13,6 +13,9 @@ use vargr_topo::Topology;
 pub struct SubtreeMsg {
     pub topology: Topology,
     pub config: RunConfig,
+    /// The parent's host, for choosing the stages of the link to it.
+    #[serde(default)]
+    pub parent_host: String,
 }
 
 /// Configuration every node of one network shares.
@@ -39,6 +42,9 @@ pub struct RunConfig {
     /// through the rendezvous at this address.
     #[serde(default)]
     pub attach: Option<String>,
+    /// Sites of hosts and the WAN between them: the stages of each link.
+    #[serde(default)]
+    pub link_stages: crate::stages::LinkStages,
 }
 
 /// A sub-tree is up: the back-end ranks reachable through it.

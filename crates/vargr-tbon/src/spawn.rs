@@ -321,6 +321,7 @@ pub fn start_children(
         let msg = SubtreeMsg {
             topology: sub,
             config: config.clone(),
+            parent_host: node.host.clone(),
         };
         let f = Frame::new(FrameKind::Subtree, 0, 0, proto::to_json(&msg));
         let peer = format!("node {id}");
@@ -331,11 +332,17 @@ pub fn start_children(
             Ok(m) => m,
             Err(e) => return fail(handles, TbonError::Startup(format!("node {id}: {e}"))),
         };
-        let link = match reactor.add(Link::new(
-            mio,
-            format!("node {id} on {}", host_of(topo, id)),
-            config.max_frame,
-        )) {
+        let stages = config
+            .link_stages
+            .chain(&node.host, &host_of(topo, id), seed(me, id));
+        let link = match reactor.add(
+            Link::new(
+                mio,
+                format!("node {id} on {}", host_of(topo, id)),
+                config.max_frame,
+            )
+            .with_stages(stages),
+        ) {
             Ok(l) => l,
             Err(e) => {
                 return fail(
@@ -420,6 +427,11 @@ pub fn start_children(
     // Order children as the topology does, so routing is deterministic.
     children.sort_by_key(|c| node.children.iter().position(|&x| x == c.node));
     Ok((children, handles))
+}
+
+/// Jitter seed of the link from node `from` to node `to`: fixed, so runs repeat.
+pub(crate) fn seed(from: u32, to: u32) -> u64 {
+    (u64::from(from) << 32) | u64::from(to)
 }
 
 fn host_of(topo: &Topology, id: u32) -> String {

@@ -1,0 +1,65 @@
+//! Link stages chosen by labels, with real processes: hosts in two sites joined by an
+//! emulated WAN, all on this machine.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use vargr_tbon::{BackendSpec, LinkStages, Network, NetworkOptions, StreamOptions, Value};
+use vargr_topo::Topology;
+
+const TWO_SITES: &str = "fe:0 => a:0 b:0 ;\na:0 => a:1 a:2 ;\nb:0 => b:1 b:2 ;\n";
+
+fn two_site_options(wan: &str) -> NetworkOptions {
+    let mut stages = LinkStages::default();
+    for (host, site) in [("fe", "A"), ("a", "A"), ("b", "B")] {
+        stages.sites.insert(host.into(), site.into());
+    }
+    stages.wan.insert("A-B".into(), wan.into());
+    NetworkOptions {
+        link_stages: stages,
+        ..opts()
+    }
+}
+
+#[test]
+fn cross_site_links_are_delayed_and_results_unchanged() {
+    let topo = Topology::parse_mrnet(TWO_SITES, "two-sites").unwrap();
+    let net = Network::new(
+        topo,
+        BackendSpec::command(vargr(), &["backend", "echo"]),
+        two_site_options("latency=15ms"),
+    )
+    .unwrap();
+    let n = net.num_backends() as i64;
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    for i in 0..5 {
+        let t = Instant::now();
+        let p = round_trip(&s, TAG_RANK, "%d", vec![Value::Int(i)]);
+        let rtt = t.elapsed();
+        assert_eq!(first_int(&p), i as i64 * n + n * (n - 1) / 2);
+        // The path to site B crosses the WAN down and up: it cannot be faster than that.
+        assert!(
+            rtt >= Duration::from_millis(30),
+            "round trip {rtt:?} skipped the emulated WAN"
+        );
+    }
+    net.shutdown().unwrap();
+}
+
+#[test]
+fn a_bad_wan_profile_is_refused_before_anything_starts() {
+    let topo = Topology::parse_mrnet(TWO_SITES, "two-sites").unwrap();
+    let err = Network::new(
+        topo,
+        BackendSpec::command(vargr(), &["backend", "echo"]),
+        two_site_options("latency=fast"),
+    )
+    .err()
+    .expect("a bad profile must be refused");
+    let msg = err.to_string();
+    assert!(msg.contains("A-B") && msg.contains("fast"), "{msg}");
+}

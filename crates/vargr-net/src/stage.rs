@@ -1,0 +1,262 @@
+//! Per-link stages: PATHS' wrappers, chained on every link that is configured to have them.
+//!
+//! A stage sees each frame a link sends before the socket does, and each frame it receives
+//! before the node's protocol logic does. Emulation (delay), compression, redundancy
+//! elimination and tracing are stages, so they compose on any link without the router
+//! knowing. Stages are sans-IO: they get the time as an argument and may hold frames back
+//! until a deadline ([`Stage::next_deadline`], [`Stage::release`]), which the reactor
+//! honours. A link without stages pays nothing for this.
+//!
+//! Order: stage 0 is nearest the application. Outgoing frames go 0 → n−1 → socket;
+//! incoming frames go socket → n−1 → 0.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use vargr_wire::Frame;
+
+use crate::NetError;
+
+/// One wrapper on a link.
+pub trait Stage: Send {
+    /// Short name for errors and traces (`emu`, `codec`, …).
+    fn name(&self) -> &str;
+
+    /// An outgoing encoded frame. Push what should continue towards the socket (the
+    /// frame, a transformed one, or nothing if it is held for later) onto `out`.
+    fn outbound(&mut self, now: Instant, frame: Bytes, out: &mut Vec<Bytes>);
+
+    /// An incoming frame. Push what should continue towards the node onto `out`; an error
+    /// closes the link, naming this stage.
+    fn inbound(&mut self, _now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
+        out.push(frame);
+        Ok(())
+    }
+
+    /// When a held outgoing frame falls due, if any is held.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Moves outgoing frames due by `now` onto `out`.
+    fn release(&mut self, _now: Instant, _out: &mut Vec<Bytes>) {}
+
+    /// Bytes held back, counted as the link's backlog so that backpressure sees them.
+    fn held_bytes(&self) -> usize {
+        0
+    }
+}
+
+/// The stages of one link, in order.
+#[derive(Default)]
+pub struct StageChain {
+    stages: Vec<Box<dyn Stage>>,
+    // Scratch buffers, kept to avoid allocating per frame.
+    a: Vec<Bytes>,
+    b: Vec<Bytes>,
+    fa: Vec<Frame>,
+    fb: Vec<Frame>,
+}
+
+impl StageChain {
+    pub fn new(stages: Vec<Box<dyn Stage>>) -> StageChain {
+        StageChain {
+            stages,
+            ..Default::default()
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stages.is_empty()
+    }
+
+    pub fn names(&self) -> Vec<&str> {
+        self.stages.iter().map(|s| s.name()).collect()
+    }
+
+    /// Runs an outgoing frame through every stage; what comes out is appended to `out`.
+    pub fn outbound(&mut self, now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+        self.a.clear();
+        self.a.push(frame);
+        self.run_outbound_from(0, now, out);
+    }
+
+    fn run_outbound_from(&mut self, first: usize, now: Instant, out: &mut Vec<Bytes>) {
+        for s in &mut self.stages[first..] {
+            self.b.clear();
+            for f in self.a.drain(..) {
+                s.outbound(now, f, &mut self.b);
+            }
+            std::mem::swap(&mut self.a, &mut self.b);
+            if self.a.is_empty() {
+                return;
+            }
+        }
+        out.append(&mut self.a);
+    }
+
+    /// Runs an incoming frame through the stages in reverse order.
+    pub fn inbound(
+        &mut self,
+        peer: &str,
+        now: Instant,
+        frame: Frame,
+        out: &mut Vec<Frame>,
+    ) -> Result<(), NetError> {
+        self.fa.clear();
+        self.fa.push(frame);
+        for s in self.stages.iter_mut().rev() {
+            self.fb.clear();
+            for f in self.fa.drain(..) {
+                s.inbound(now, f, &mut self.fb)
+                    .map_err(|reason| NetError::Stage {
+                        peer: peer.to_string(),
+                        stage: s.name().to_string(),
+                        reason,
+                    })?;
+            }
+            std::mem::swap(&mut self.fa, &mut self.fb);
+        }
+        out.append(&mut self.fa);
+        Ok(())
+    }
+
+    /// Bytes the stages hold back.
+    pub fn held_bytes(&self) -> usize {
+        self.stages.iter().map(|s| s.held_bytes()).sum()
+    }
+
+    /// The earliest deadline of any stage.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.stages.iter().filter_map(|s| s.next_deadline()).min()
+    }
+
+    /// Releases every frame due by `now`, passing each through the stages after the one
+    /// that held it.
+    pub fn release(&mut self, now: Instant, out: &mut Vec<Bytes>) {
+        for i in 0..self.stages.len() {
+            if self.stages[i].next_deadline().is_some_and(|d| d <= now) {
+                self.a.clear();
+                let mut due = std::mem::take(&mut self.a);
+                self.stages[i].release(now, &mut due);
+                self.a = due;
+                if !self.a.is_empty() {
+                    self.run_outbound_from(i + 1, now, out);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::time::Duration;
+
+    use vargr_wire::FrameKind;
+
+    use super::*;
+
+    /// Appends its mark to outgoing bytes; checks and strips it from incoming payloads.
+    struct Mark(u8, &'static str);
+
+    impl Stage for Mark {
+        fn name(&self) -> &str {
+            self.1
+        }
+        fn outbound(&mut self, _now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+            let mut v = frame.to_vec();
+            v.push(self.0);
+            out.push(v.into());
+        }
+        fn inbound(&mut self, _now: Instant, f: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
+            match f.payload.last() {
+                Some(&m) if m == self.0 => {
+                    let p = f.payload.slice(..f.payload.len() - 1);
+                    out.push(Frame::new(f.kind, f.stream, f.tag, p));
+                    Ok(())
+                }
+                other => Err(format!("expected mark {}, found {other:?}", self.0)),
+            }
+        }
+    }
+
+    /// Holds every frame for a fixed delay.
+    struct Delay(Duration, VecDeque<(Instant, Bytes)>);
+
+    impl Stage for Delay {
+        fn name(&self) -> &str {
+            "delay"
+        }
+        fn outbound(&mut self, now: Instant, frame: Bytes, _out: &mut Vec<Bytes>) {
+            self.1.push_back((now + self.0, frame));
+        }
+        fn next_deadline(&self) -> Option<Instant> {
+            self.1.front().map(|(t, _)| *t)
+        }
+        fn release(&mut self, now: Instant, out: &mut Vec<Bytes>) {
+            while self.1.front().is_some_and(|(t, _)| *t <= now) {
+                out.push(self.1.pop_front().unwrap().1);
+            }
+        }
+        fn held_bytes(&self) -> usize {
+            self.1.iter().map(|(_, b)| b.len()).sum()
+        }
+    }
+
+    #[test]
+    fn outbound_runs_first_to_last_and_inbound_last_to_first() {
+        let mut c = StageChain::new(vec![Box::new(Mark(1, "a")), Box::new(Mark(2, "b"))]);
+        let now = Instant::now();
+        let mut out = Vec::new();
+        c.outbound(now, Bytes::from_static(b"x"), &mut out);
+        assert_eq!(out, vec![Bytes::from_static(&[b'x', 1, 2])]);
+        // The far side undoes b before a.
+        let f = Frame::new(FrameKind::Data, 1, 2, vec![b'y', 1, 2]);
+        let mut got = Vec::new();
+        c.inbound("peer", now, f, &mut got).unwrap();
+        assert_eq!(&got[0].payload[..], b"y");
+        assert_eq!(c.names(), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn an_inbound_error_names_the_stage_and_the_peer() {
+        let mut c = StageChain::new(vec![Box::new(Mark(1, "a")), Box::new(Mark(2, "b"))]);
+        let f = Frame::new(FrameKind::Data, 1, 2, vec![b'y', 2, 1]);
+        let e = c
+            .inbound("node 3", Instant::now(), f, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("stage b") && e.contains("node 3"), "{e}");
+    }
+
+    #[test]
+    fn held_frames_continue_through_later_stages_when_due() {
+        let d = Duration::from_millis(5);
+        let mut c = StageChain::new(vec![
+            Box::new(Mark(1, "a")),
+            Box::new(Delay(d, VecDeque::new())),
+            Box::new(Mark(2, "b")),
+        ]);
+        let t0 = Instant::now();
+        let mut out = Vec::new();
+        c.outbound(t0, Bytes::from_static(b"p"), &mut out);
+        c.outbound(
+            t0 + Duration::from_millis(1),
+            Bytes::from_static(b"q"),
+            &mut out,
+        );
+        assert!(out.is_empty());
+        assert_eq!(c.held_bytes(), 4);
+        assert_eq!(c.next_deadline(), Some(t0 + d));
+        c.release(t0 + Duration::from_millis(4), &mut out);
+        assert!(out.is_empty(), "nothing is due yet");
+        c.release(t0 + d, &mut out);
+        assert_eq!(out, vec![Bytes::from_static(&[b'p', 1, 2])]);
+        c.release(t0 + Duration::from_millis(6), &mut out);
+        assert_eq!(out.len(), 2);
+        assert_eq!(out[1], Bytes::from_static(&[b'q', 1, 2]));
+        assert_eq!(c.next_deadline(), None);
+        assert_eq!(c.held_bytes(), 0);
+    }
+}

@@ -1,0 +1,109 @@
+//! Which stages each link of a tree gets, decided from the link's labels.
+//!
+//! Stage choice is configuration, never code (ARCHITECTURE principle 2): every node
+//! evaluates the same [`LinkStages`] for the links it owns, from its own host and the
+//! peer's. Today the labels are sites and the one stage chosen from them is WAN
+//! emulation, so a topology whose hosts belong to different sites runs on one machine
+//! as if its sites were joined by the configured WAN (seed 000, Longcut).
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use vargr_emu::{EmuStage, WanProfile};
+use vargr_net::{Stage, StageChain};
+
+use crate::TbonError;
+
+/// Link labels and the stages they call for, shared by every node of a network.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkStages {
+    /// Site of each host (a cluster, a data centre). Hosts not listed have no site.
+    pub sites: BTreeMap<String, String>,
+    /// WAN between two sites, keyed `"A-B"` (either order) or `"*"` for any pair, as a
+    /// profile such as `rtt=36ms,bandwidth=100mbit`. Links between those sites get an
+    /// emulation stage in each direction.
+    pub wan: BTreeMap<String, String>,
+}
+
+impl LinkStages {
+    /// Checks every profile once, at the front-end, so a typo fails before anything
+    /// starts and names the site pair.
+    pub fn validate(&self) -> Result<(), TbonError> {
+        for (pair, profile) in &self.wan {
+            profile
+                .parse::<WanProfile>()
+                .map_err(|e| TbonError::Config(format!("WAN profile for sites {pair:?}: {e}")))?;
+            if pair != "*" && pair.split_once('-').is_none() {
+                return Err(TbonError::Config(format!(
+                    "WAN key {pair:?}: expected \"SITE-SITE\" or \"*\""
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn site_of(&self, host: &str) -> Option<&str> {
+        self.sites.get(host).map(String::as_str)
+    }
+
+    /// The WAN profile between two hosts' sites, if they differ and one is configured.
+    pub fn wan_between(&self, a: &str, b: &str) -> Option<WanProfile> {
+        let (sa, sb) = (self.site_of(a)?, self.site_of(b)?);
+        if sa == sb {
+            return None;
+        }
+        let text = self
+            .wan
+            .get(&format!("{sa}-{sb}"))
+            .or_else(|| self.wan.get(&format!("{sb}-{sa}")))
+            .or_else(|| self.wan.get("*"))?;
+        text.parse().ok()
+    }
+
+    /// The stages of the link from `local` to `peer`, for frames this side sends.
+    pub fn chain(&self, local: &str, peer: &str, seed: u64) -> StageChain {
+        let mut stages: Vec<Box<dyn Stage>> = Vec::new();
+        if let Some(p) = self.wan_between(local, peer) {
+            // No limit of its own: what it holds counts as backlog (see below).
+            let stage = EmuStage::new(p, seed).with_limit(usize::MAX);
+            stages.push(Box::new(EmuLinkStage(stage)));
+        }
+        StageChain::new(stages)
+    }
+}
+
+/// Longcut as a link stage: outgoing frames are held until the emulated WAN would have
+/// delivered them (latency plus size over bandwidth, in order).
+struct EmuLinkStage(EmuStage);
+
+impl Stage for EmuLinkStage {
+    fn name(&self) -> &str {
+        "emu"
+    }
+
+    fn outbound(&mut self, now: Instant, frame: Bytes, _out: &mut Vec<Bytes>) {
+        // Never full (no limit): held bytes count as the link's backlog, so backpressure
+        // pauses the producers instead of this stage dropping anything.
+        let accepted = self.0.push(now, frame);
+        debug_assert!(
+            accepted.is_ok(),
+            "an unlimited emulation stage refused a frame"
+        );
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.0.next_deadline()
+    }
+
+    fn release(&mut self, now: Instant, out: &mut Vec<Bytes>) {
+        while let Some(b) = self.0.poll_ready(now) {
+            out.push(b);
+        }
+    }
+
+    fn held_bytes(&self) -> usize {
+        self.0.queued_bytes()
+    }
+}
