@@ -4,6 +4,7 @@ mod bench;
 mod demo;
 mod emu_cmd;
 mod roles;
+mod run_cmd;
 mod topo_cmd;
 
 use std::path::PathBuf;
@@ -32,11 +33,16 @@ enum Cmd {
     /// Benchmarks (JSON under bench/results/).
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Start the ranks of a parallel job (locally, or on the hosts of a hostfile).
+    Run(run_cmd::RunArgs),
     /// WAN emulator: relay TCP connections with a configured latency and bandwidth.
     Emu(emu_cmd::EmuArgs),
     /// Internal node of a tree (started by vargr itself).
     #[command(hide = true)]
     Commnode,
+    /// Joins the job it was started in and prints what it learned (tests of `vargr run`).
+    #[command(hide = true)]
+    RankInfo,
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
@@ -52,6 +58,8 @@ fn main() {
         Cmd::Topo(t) => topo_cmd::run(t),
         Cmd::Bench(b) => bench::run(b),
         Cmd::Emu(a) => emu_cmd::run(a),
+        Cmd::Run(a) => run_cmd::run(a),
+        Cmd::RankInfo => roles::rank_info(),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

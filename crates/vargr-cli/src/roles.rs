@@ -110,3 +110,27 @@ fn serve_until_error(be: &Backend, fail_after: Option<u64>) -> Result<(), TbonEr
         }
     }
 }
+
+/// Joins the job (rank and size from `vargr run`, `mpirun` or `srun`) and prints one line
+/// per local rank: `rank R of N host H site S peers P`, where P counts the table entries.
+pub fn rank_info() -> Result<()> {
+    let env = vargr_net::job::JobEnv::from_env()?;
+    let listener = vargr_net::Listener::bind(&vargr_net::Addr::Tcp("127.0.0.1:0".into()))?;
+    let addr = listener.local_addr()?;
+    let table = vargr_net::job::join_job(&env, &addr, std::time::Duration::from_secs(60))?;
+    for r in env.rank..env.rank + env.local {
+        let me = &table[r as usize];
+        anyhow::ensure!(
+            me.addr == addr,
+            "rank {r}: the table has another address for me"
+        );
+        println!(
+            "rank {r} of {} host {} site {} peers {}",
+            env.size,
+            me.host,
+            me.site.as_deref().unwrap_or("-"),
+            table.len()
+        );
+    }
+    Ok(())
+}

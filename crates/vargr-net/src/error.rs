@@ -44,6 +44,8 @@ pub enum NetError {
         stage: String,
         reason: String,
     },
+    #[error("job start-up: {reason}")]
+    Job { reason: String },
     #[error("bad launcher template {template:?}: {reason}")]
     BadTemplate { template: String, reason: String },
 }

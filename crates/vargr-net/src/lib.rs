@@ -8,6 +8,7 @@
 //! - [`Reactor`]: one `mio` poll loop over many links, with a waker so other threads can
 //!   hand it work.
 //! - [`stage`]: per-link stages (PATHS wrappers) such as WAN emulation and compression.
+//! - [`job`]: wire-up of a parallel job's ranks under `vargr run`, `mpirun` or `srun`.
 //! - [`launch`]: starting child processes locally or through an ssh-like command template.
 //!
 //! Protocol logic (streams, filters, routing) lives in `vargr-tbon`; this crate moves
@@ -16,6 +17,7 @@
 mod addr;
 pub mod auth;
 mod error;
+pub mod job;
 pub mod launch;
 mod link;
 mod reactor;

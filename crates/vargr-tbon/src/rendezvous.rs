@@ -31,16 +31,6 @@ use crate::TbonError;
 /// Node id an attaching back-end claims before it knows its own.
 const UNKNOWN_NODE: u32 = u32::MAX;
 
-/// Variables holding a process's rank, in the order they are tried: vargr's own, then
-/// Open MPI, PMIx, MPICH/Intel MPI (PMI) and Slurm.
-pub const RANK_VARIABLES: [&str; 5] = [
-    "VARGR_RANK",
-    "OMPI_COMM_WORLD_RANK",
-    "PMIX_RANK",
-    "PMI_RANK",
-    "SLURM_PROCID",
-];
-
 #[derive(Default)]
 struct Table {
     /// Listening address of each registered leaf parent.
@@ -120,26 +110,7 @@ impl Rendezvous {
 
     /// Writes the rendezvous file (address, then secret), readable by its owner only.
     pub fn write_file(&self, path: &Path, secret: &Secret) -> Result<(), TbonError> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let err = |e: std::io::Error| {
-            TbonError::Config(format!(
-                "writing the rendezvous file {}: {e}",
-                path.display()
-            ))
-        };
-        let tmp = path.with_extension("tmp");
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)
-            .map_err(err)?;
-        writeln!(f, "{}\n{}", self.addr, secret.to_hex()).map_err(err)?;
-        f.sync_all().map_err(err)?;
-        // Renamed into place so a back-end never reads half a file.
-        std::fs::rename(&tmp, path).map_err(err)
+        vargr_net::job::write_rendezvous_file(path, &self.addr, secret).map_err(TbonError::from)
     }
 
     /// Ranks that have not attached yet.
@@ -287,48 +258,6 @@ fn exchange(
             k.name()
         ))),
     }
-}
-
-/// This process's rank from the first of [`RANK_VARIABLES`] that is set.
-pub fn rank_from_env() -> Result<u32, TbonError> {
-    for var in RANK_VARIABLES {
-        if let Ok(v) = std::env::var(var) {
-            return v.trim().parse().map_err(|_| {
-                TbonError::Config(format!("{var}={v:?} is not a rank (a whole number)"))
-            });
-        }
-    }
-    Err(TbonError::Config(format!(
-        "attach mode needs this process's rank: none of {} is set",
-        RANK_VARIABLES.join(", ")
-    )))
-}
-
-/// Resolves `VARGR_RENDEZVOUS` (an address or `file:PATH`) to the address and secret.
-pub fn resolve(spec: &str) -> Result<(Addr, Secret), TbonError> {
-    let (addr, secret) = match spec.strip_prefix("file:") {
-        Some(path) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                TbonError::Config(format!("reading the rendezvous file {path}: {e}"))
-            })?;
-            let mut lines = text.lines();
-            let addr = lines.next().unwrap_or("").trim().to_string();
-            let secret = lines.next().map(|s| s.trim().to_string());
-            if addr.is_empty() {
-                return Err(TbonError::Config(format!(
-                    "the rendezvous file {path} is empty (expected an address, then the secret)"
-                )));
-            }
-            (addr, secret)
-        }
-        None => (spec.to_string(), None),
-    };
-    let addr: Addr = addr.parse()?;
-    let secret = match secret {
-        Some(s) => Secret::from_hex(&s)?,
-        None => vargr_net::launch::secret_from_env()?,
-    };
-    Ok((addr, secret))
 }
 
 /// Asks the rendezvous where back-end `rank` belongs.

@@ -40,13 +40,13 @@ pub struct Bootstrap {
 impl Bootstrap {
     /// Reads `VARGR_PARENT`, `VARGR_NODE` and the secret, as set by a vargr parent.
     /// Without `VARGR_PARENT` but with `VARGR_RENDEZVOUS`, attaches instead: the rank
-    /// comes from the launcher's variables (see [`crate::rendezvous::RANK_VARIABLES`]).
+    /// comes from the launcher's variables (see [`vargr_net::job::RANK_VARIABLES`]).
     pub fn from_env() -> Result<Bootstrap, TbonError> {
         if std::env::var_os("VARGR_PARENT").is_none() {
             if let Ok(spec) = std::env::var("VARGR_RENDEZVOUS") {
-                let (rv, secret) = crate::rendezvous::resolve(&spec)?;
-                let rank = crate::rendezvous::rank_from_env()?;
-                return crate::rendezvous::attach(&rv, &secret, rank, ATTACH_WAIT);
+                let rv = vargr_net::job::resolve_rendezvous(&spec)?;
+                let rank = vargr_net::job::rank_from_env()?;
+                return crate::rendezvous::attach(&rv.addr, &rv.secret, rank, ATTACH_WAIT);
             }
         }
         let get = |k: &str| {
@@ -137,22 +137,11 @@ pub(crate) fn advertised(addr: Addr, config: &RunConfig) -> Addr {
                 .rsplit_once(':')
                 .map(|(_, p)| p.to_string())
                 .unwrap_or_default();
-            let host = hostname();
+            let host = launch::hostname();
             Addr::Tcp(format!("{host}:{port}"))
         }
         a => a,
     }
-}
-
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if r != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
 /// Starts, authenticates and initialises every child of node `me`, adding their links

@@ -10,6 +10,7 @@
 //! node02:2                # MPICH style: 2 slots
 //! node03                  # 1 slot
 //! node04 slots=2 max_slots=8   # max_slots / max-slots accepted, ignored
+//! node05 slots=2 site=westcoast  # vargr: the host's site (cluster, data centre)
 //! ```
 //!
 //! A host listed twice gets the sum of its slots (as in Open MPI). Host
@@ -35,6 +36,9 @@ pub struct HostEntry {
     pub host: String,
     /// Process slots (at least 1; 1 when not given).
     pub slots: u32,
+    /// Site label (`site=NAME`): which cluster or data centre the host is in, for
+    /// WAN-aware collectives and emulation.
+    pub site: Option<String>,
 }
 
 /// The hosts of an allocation, in file order.
@@ -105,6 +109,7 @@ impl HostFile {
                 message,
             };
             let mut ws = words(line);
+            let mut site: Option<String> = None;
             let Some((off, first)) = ws.next() else {
                 continue;
             };
@@ -139,6 +144,13 @@ impl HostFile {
                             err(off, format!("bad slot count {value:?}: expected slots=N with N a positive integer"))
                         })?);
                     }
+                    "site" if valid_host(value) => site = Some(value.to_string()),
+                    "site" => {
+                        return Err(err(
+                            off,
+                            format!("bad site {value:?}: use letters, digits, '.', '-' and '_'"),
+                        ))
+                    }
                     "max_slots" | "max-slots" => {
                         slots_number(value).ok_or_else(|| {
                             err(off, format!("bad {key} {value:?}: expected a positive integer"))
@@ -147,19 +159,28 @@ impl HostFile {
                     _ => {
                         return Err(err(
                             off,
-                            format!("unknown hostfile attribute {w:?}: accepted are slots=N and max_slots=N"),
+                            format!("unknown hostfile attribute {w:?}: accepted are slots=N, max_slots=N and site=NAME"),
                         ))
                     }
                 }
             }
             let slots = slots.unwrap_or(1);
             match seen.get(host) {
-                Some(&i) => entries[i].slots = entries[i].slots.saturating_add(slots),
+                Some(&i) => {
+                    entries[i].slots = entries[i].slots.saturating_add(slots);
+                    if let Some(s) = site {
+                        if entries[i].site.as_ref().is_some_and(|old| *old != s) {
+                            return Err(err(off, format!("host {host} is given two sites")));
+                        }
+                        entries[i].site = Some(s);
+                    }
+                }
                 None => {
                     seen.insert(host.to_string(), entries.len());
                     entries.push(HostEntry {
                         host: host.to_string(),
                         slots,
+                        site,
                     });
                 }
             }

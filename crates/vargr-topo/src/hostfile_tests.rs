@@ -143,6 +143,7 @@ fn policy_names_and_constructor() {
     let e = HostEntry {
         host: "h".into(),
         slots: 2,
+        site: None,
     };
     assert_eq!(
         HostFile::new("x", vec![e.clone()]).unwrap().total_slots(),
@@ -152,6 +153,18 @@ fn policy_names_and_constructor() {
     let bad = HostEntry {
         host: "h h".into(),
         slots: 2,
+        site: None,
     };
     assert!(HostFile::new("x", vec![bad]).is_err());
+}
+
+#[test]
+fn sites_are_read_and_checked() {
+    let h = hosts("a1 slots=2 site=west\na2 site=west\nb1:4 site=east\nc1\n");
+    let sites: Vec<Option<&str>> = h.entries().iter().map(|e| e.site.as_deref()).collect();
+    assert_eq!(sites, vec![Some("west"), Some("west"), Some("east"), None]);
+    let e = err("a1 site=we/st\n");
+    assert!(e.contains("hosts:1:4") && e.contains("bad site"), "{e}");
+    let e = err("a1 site=west\na1 site=east\n");
+    assert!(e.contains("hosts:2:1") && e.contains("two sites"), "{e}");
 }

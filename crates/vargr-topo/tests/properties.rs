@@ -131,7 +131,7 @@ proptest! {
     fn host_assignment_keeps_trees_valid(spec in spec_strategy(), slots in prop::collection::vec(1u32..50, 1..6)) {
         let hosts = HostFile::new(
             "h",
-            slots.iter().enumerate().map(|(i, &s)| HostEntry { host: format!("host{i}"), slots: s }).collect(),
+            slots.iter().enumerate().map(|(i, &s)| HostEntry { host: format!("host{i}"), slots: s, site: None }).collect(),
         ).unwrap();
         let mut t = Topology::generate(&spec).unwrap();
         t.assign_hosts(&hosts, HostPolicy::RoundRobin).unwrap();

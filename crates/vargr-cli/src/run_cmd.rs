@@ -1,0 +1,233 @@
+//! `vargr run`: start the ranks of a parallel job and wire them up.
+//!
+//! Like `mpirun`, but only what vargr needs: N ranks (K per process as threads if asked)
+//! started locally or through ssh on the hosts of a hostfile, each told its rank, the job
+//! size, its site and where the job's rendezvous is. The first rank to fail ends the job,
+//! and the exit status says which.
+
+use std::path::PathBuf;
+use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use vargr_net::auth::Secret;
+use vargr_net::job::JobRendezvous;
+use vargr_net::launch::{self, ChildSpec, Launcher};
+use vargr_net::{Addr, Listener};
+use vargr_topo::HostFile;
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// Number of ranks.
+    #[arg(short = 'n', long = "np")]
+    ranks: u32,
+    /// Hostfile (Open MPI style, `site=NAME` per host); ranks fill each host's slots in
+    /// order and start through --launcher. Default: all ranks on this machine.
+    #[arg(long)]
+    hosts: Option<PathBuf>,
+    /// Ranks per process, run as threads of one process (overdecomposition).
+    #[arg(long, default_value_t = 1)]
+    ranks_per_process: u32,
+    /// Remote-shell template for --hosts.
+    #[arg(long, default_value = "ssh -o BatchMode=yes {host} {cmd}")]
+    launcher: String,
+    /// Site label for local runs (sets VARGR_SITE).
+    #[arg(long)]
+    site: Option<String>,
+    /// Seconds the ranks have to reach the rendezvous.
+    #[arg(long, default_value_t = 60)]
+    startup_timeout: u64,
+    /// The program and its arguments.
+    #[arg(last = true, required = true)]
+    command: Vec<String>,
+}
+
+/// One started process and the ranks it hosts.
+struct Proc {
+    first: u32,
+    count: u32,
+    host: String,
+    child: Child,
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    if a.ranks == 0 {
+        bail!("-n must be at least 1");
+    }
+    let k = a.ranks_per_process.max(1);
+    let hosts = match &a.hosts {
+        Some(p) => Some(HostFile::load(p)?),
+        None => None,
+    };
+    let secret = Secret::random();
+    let (bind, launcher) = match &hosts {
+        Some(_) => (
+            Addr::Tcp("0.0.0.0:0".into()),
+            Launcher::remote(&a.launcher)?,
+        ),
+        None => (Addr::Tcp("127.0.0.1:0".into()), Launcher::Local),
+    };
+    let listener = Listener::bind(&bind)?;
+    let addr = match (listener.local_addr()?, &hosts) {
+        (Addr::Tcp(t), Some(_)) => {
+            let port = t.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
+            Addr::Tcp(format!("{}:{port}", launch::hostname()))
+        }
+        (a, _) => a,
+    };
+    let timeout = Duration::from_secs(a.startup_timeout);
+    let rv = JobRendezvous::start(listener, addr.clone(), a.ranks, secret.clone(), timeout);
+
+    // Processes: K consecutive ranks each, placed on the hostfile's slots in order.
+    let placement = place(a.ranks, k, hosts.as_ref())?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let s2 = stop.clone();
+    ctrlc::set_handler(move || s2.store(true, Ordering::SeqCst))
+        .context("installing the Ctrl-C handler")?;
+    let mut procs = Vec::new();
+    for Placement {
+        first,
+        count,
+        host,
+        site,
+    } in placement
+    {
+        let mut env = vec![
+            ("VARGR_RANK".to_string(), first.to_string()),
+            ("VARGR_SIZE".to_string(), a.ranks.to_string()),
+            ("VARGR_RANKS_PER_PROCESS".to_string(), count.to_string()),
+            ("VARGR_JOB".to_string(), addr.to_string()),
+            ("VARGR_SECRET".to_string(), secret.to_hex()),
+        ];
+        if let Some(s) = site.or_else(|| a.site.clone()) {
+            env.push(("VARGR_SITE".into(), s));
+        }
+        let spec = ChildSpec {
+            node: first,
+            host: host.clone(),
+            program: a.command[0].clone(),
+            args: a.command[1..].to_vec(),
+            env,
+        };
+        let child = launch::spawn(&launcher, &spec)
+            .with_context(|| format!("starting ranks {first}..{} on {host}", first + count))?;
+        procs.push(Proc {
+            first,
+            count,
+            host,
+            child,
+        });
+    }
+    let status = supervise(&mut procs, &stop);
+    // The rendezvous has served everyone, or the job ended before it could.
+    drop(rv);
+    status
+}
+
+/// Where one process goes and which ranks it hosts.
+struct Placement {
+    first: u32,
+    count: u32,
+    host: String,
+    site: Option<String>,
+}
+
+/// Consecutive ranks per process, processes on the hostfile's slots in order.
+fn place(ranks: u32, k: u32, hosts: Option<&HostFile>) -> Result<Vec<Placement>> {
+    let mut out = Vec::new();
+    let mut slots: Vec<(String, Option<String>)> = Vec::new();
+    if let Some(h) = hosts {
+        for e in h.entries() {
+            for _ in 0..e.slots {
+                slots.push((e.host.clone(), e.site.clone()));
+            }
+        }
+        let need = ranks.div_ceil(k) as usize;
+        if slots.len() < need {
+            bail!(
+                "{} needs {need} process slots for {ranks} ranks at {k} per process, the hostfile has {}",
+                h.name(),
+                slots.len()
+            );
+        }
+    }
+    let mut first = 0;
+    let mut i = 0;
+    while first < ranks {
+        let count = k.min(ranks - first);
+        let (host, site) = slots
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| ("localhost".into(), None));
+        out.push(Placement {
+            first,
+            count,
+            host,
+            site,
+        });
+        first += count;
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// Waits for every process; the first failure (or Ctrl-C) stops the rest.
+fn supervise(procs: &mut [Proc], stop: &AtomicBool) -> Result<()> {
+    let mut failure: Option<String> = None;
+    let mut done = vec![false; procs.len()];
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        let mut running = 0;
+        for (i, p) in procs.iter_mut().enumerate() {
+            if done[i] {
+                continue;
+            }
+            match p.child.try_wait() {
+                Ok(Some(st)) => {
+                    done[i] = true;
+                    if !st.success() && failure.is_none() {
+                        failure = Some(describe(p, st));
+                        // Give the others a moment to notice and exit on their own.
+                        kill_at = Some(Instant::now() + Duration::from_secs(1));
+                    }
+                }
+                Ok(None) => running += 1,
+                Err(e) => {
+                    done[i] = true;
+                    failure.get_or_insert(format!("waiting for ranks of {}: {e}", p.host));
+                }
+            }
+        }
+        if running == 0 {
+            break;
+        }
+        if stop.load(Ordering::SeqCst) && failure.is_none() {
+            failure = Some("interrupted".into());
+            kill_at = Some(Instant::now());
+        }
+        if kill_at.is_some_and(|t| Instant::now() >= t) {
+            for (i, p) in procs.iter_mut().enumerate() {
+                if !done[i] {
+                    let _ = p.child.kill();
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    match failure {
+        Some(f) => bail!("{f}"),
+        None => Ok(()),
+    }
+}
+
+fn describe(p: &Proc, st: ExitStatus) -> String {
+    let ranks = if p.count == 1 {
+        format!("rank {}", p.first)
+    } else {
+        format!("ranks {}..{}", p.first, p.first + p.count)
+    };
+    format!("{ranks} on {} failed ({st}); the job was stopped", p.host)
+}

@@ -1,0 +1,147 @@
+//! `vargr run` and job wire-up with real processes: local ranks, ranks as threads,
+//! a hostfile's sites, Open MPI's mpirun, and the failures a user will meet.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+fn lines_sorted(out: &str) -> Vec<String> {
+    let mut v: Vec<String> = out.lines().map(String::from).collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_rank_learns_the_whole_job() {
+    let r = run_cli(
+        &["run", "-n", "4", "--", vargr(), "rank-info"],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    let got = lines_sorted(&r.stdout);
+    assert_eq!(got.len(), 4, "{r:?}");
+    for (i, l) in got.iter().enumerate() {
+        assert!(
+            l.starts_with(&format!("rank {i} of 4 ")) && l.ends_with("peers 4"),
+            "{l}"
+        );
+    }
+}
+
+#[test]
+fn ranks_per_process_share_a_process_and_sites_are_passed_on() {
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "5",
+            "--ranks-per-process",
+            "2",
+            "--site",
+            "west",
+            "--",
+            vargr(),
+            "rank-info",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    let got = lines_sorted(&r.stdout);
+    assert_eq!(got.len(), 5, "{r:?}");
+    assert!(got.iter().all(|l| l.contains("site west")), "{got:?}");
+}
+
+#[test]
+fn the_first_failing_rank_stops_the_job_and_is_named() {
+    let script = "if [ \"$VARGR_RANK\" = 2 ]; then exit 3; fi; exec sleep 30";
+    let r = run_cli(
+        &["run", "-n", "3", "--", "sh", "-c", script],
+        Duration::from_secs(20),
+    );
+    assert!(!r.status.success());
+    assert!(
+        r.stderr.contains("rank 2") && r.stderr.contains("exit status: 3"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_rank_that_never_arrives_is_named_by_the_others() {
+    let script = format!(
+        "if [ \"$VARGR_RANK\" = 1 ]; then exec sleep 10; else exec {} rank-info; fi",
+        vargr()
+    );
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "3",
+            "--startup-timeout",
+            "2",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!r.status.success());
+    assert!(
+        r.stderr.contains("[1]") && r.stderr.contains("never reached"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn a_hostfile_too_small_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let hf = dir.path().join("hosts");
+    std::fs::write(&hf, "node1 slots=2 site=a\n").unwrap();
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "3",
+            "--hosts",
+            hf.to_str().unwrap(),
+            "--",
+            "true",
+        ],
+        Duration::from_secs(20),
+    );
+    assert!(!r.status.success());
+    assert!(
+        r.stderr.contains("needs 3 process slots") && r.stderr.contains("has 2"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn ranks_started_by_open_mpi_wire_up_without_vargr_run() {
+    let out = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "3",
+            vargr(),
+            "rank-info",
+        ])
+        .env_remove("VARGR_JOB")
+        .output()
+        .expect("mpirun not found: install Open MPI (scripts/test.sh installs openmpi-bin)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = lines_sorted(&stdout);
+    assert_eq!(got.len(), 3, "{got:?}");
+    for (i, l) in got.iter().enumerate() {
+        assert!(l.starts_with(&format!("rank {i} of 3 ")), "{l}");
+    }
+}
