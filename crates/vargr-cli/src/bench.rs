@@ -20,6 +20,8 @@ use crate::roles::{TAG_BURN, TAG_ECHO};
 pub enum BenchCmd {
     /// Start-up, round-trip latency and pipelined throughput of trees (MRNet figure 7).
     Tree(TreeArgs),
+    /// Accuracy of the Longcut WAN emulator relay (latency with 2 and 40 connections, bandwidth).
+    Emu(crate::bench_emu::EmuBenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -76,6 +78,7 @@ struct Record {
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Tree(a) => tree(a),
+        BenchCmd::Emu(a) => crate::bench_emu::run(a),
     }
 }
 

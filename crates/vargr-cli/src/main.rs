@@ -1,6 +1,7 @@
 //! `vargr`: the command-line face of the libraries. It parses, calls, and prints.
 
 mod bench;
+mod bench_emu;
 mod demo;
 mod emu_cmd;
 mod roles;

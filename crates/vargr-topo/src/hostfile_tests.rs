@@ -56,7 +56,7 @@ fn hostfile_errors_are_located() {
     );
     assert_eq!(
         err("  a cpus=2"),
-        "hosts:1:5: unknown hostfile attribute \"cpus=2\": accepted are slots=N and max_slots=N"
+        "hosts:1:5: unknown hostfile attribute \"cpus=2\": accepted are slots=N, max_slots=N and site=NAME"
     );
     assert_eq!(
         err("a:2 slots=3"),
