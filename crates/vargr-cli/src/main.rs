@@ -44,6 +44,9 @@ enum Cmd {
     /// Joins the job it was started in and prints what it learned (tests of `vargr run`).
     #[command(hide = true)]
     RankInfo,
+    /// Joins the job's mesh and checks every pair and a ring (tests of `vargr run`).
+    #[command(hide = true)]
+    MeshCheck,
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
@@ -61,6 +64,7 @@ fn main() {
         Cmd::Emu(a) => emu_cmd::run(a),
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),
+        Cmd::MeshCheck => roles::mesh_check(),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

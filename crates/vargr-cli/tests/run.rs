@@ -145,3 +145,63 @@ fn ranks_started_by_open_mpi_wire_up_without_vargr_run() {
         assert!(l.starts_with(&format!("rank {i} of 3 ")), "{l}");
     }
 }
+
+/// Every rank printed `rank R ok` exactly once for R in 0..n.
+fn all_ok(stdout: &str, n: usize) {
+    let got = lines_sorted(stdout);
+    let mut want: Vec<String> = (0..n).map(|r| format!("rank {r} ok")).collect();
+    want.sort();
+    assert_eq!(got, want);
+}
+
+#[test]
+fn the_mesh_carries_all_pairs_and_a_large_ring_between_processes() {
+    let r = run_cli(
+        &["run", "-n", "6", "--", vargr(), "mesh-check"],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    all_ok(&r.stdout, 6);
+}
+
+#[test]
+fn the_mesh_mixes_ranks_as_threads_and_processes() {
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "7",
+            "--ranks-per-process",
+            "3",
+            "--",
+            vargr(),
+            "mesh-check",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    all_ok(&r.stdout, 7);
+}
+
+#[test]
+fn the_mesh_works_under_open_mpi() {
+    let out = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "4",
+            vargr(),
+            "mesh-check",
+        ])
+        .env_remove("VARGR_JOB")
+        .output()
+        .expect("mpirun not found: install Open MPI (scripts/test.sh installs openmpi-bin)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    all_ok(&stdout, 4);
+}

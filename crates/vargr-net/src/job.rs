@@ -106,6 +106,24 @@ impl JobEnv {
         Ok(env)
     }
 
+    /// Whether every rank of the job runs on this host, as far as the launcher says:
+    /// then ranks talk over Unix sockets instead of TCP.
+    pub fn single_host(&self) -> bool {
+        let var = |k: &str| std::env::var(k).ok();
+        if let Some(job) = var("VARGR_JOB") {
+            return job.starts_with("unix:")
+                || job.starts_with("tcp:127.")
+                || job.starts_with("tcp:localhost:");
+        }
+        if let Some(local) = var("OMPI_COMM_WORLD_LOCAL_SIZE") {
+            return local.parse::<u32>().ok() == Some(self.size);
+        }
+        if let Some(nodes) = var("SLURM_NNODES").or_else(|| var("SLURM_JOB_NUM_NODES")) {
+            return nodes == "1";
+        }
+        false
+    }
+
     fn check(&self) -> Result<(), NetError> {
         if self.size == 0 || self.rank.saturating_add(self.local) > self.size {
             return Err(NetError::Job {
@@ -457,13 +475,21 @@ pub fn wire_up(
 
 /// Joins the job this process belongs to: through `VARGR_JOB` (set by `vargr run`, or
 /// `file:PATH`), or else through a rendezvous that the process hosting rank 0 starts and
-/// publishes in [`default_job_file`]. Returns every rank's entry in rank order.
-pub fn join_job(env: &JobEnv, addr: &Addr, timeout: Duration) -> Result<Vec<PeerInfo>, NetError> {
+/// publishes in [`default_job_file`]. Returns every rank's entry in rank order, and the
+/// job's secret (which the ranks' own connections prove too).
+pub fn join_job(
+    env: &JobEnv,
+    addr: &Addr,
+    timeout: Duration,
+) -> Result<(Vec<PeerInfo>, Secret), NetError> {
     if let Ok(spec) = std::env::var("VARGR_JOB") {
         let deadline = Instant::now() + timeout;
         return match spec.strip_prefix("file:") {
             Some(path) => join_through_file(env, addr, Path::new(path), deadline),
-            None => wire_up(env, addr, &resolve_rendezvous(&spec)?, timeout),
+            None => {
+                let rv = resolve_rendezvous(&spec)?;
+                Ok((wire_up(env, addr, &rv, timeout)?, rv.secret))
+            }
         };
     }
     let file = default_job_file()?;
@@ -480,7 +506,7 @@ fn host_and_join(
     addr: &Addr,
     file: &Path,
     timeout: Duration,
-) -> Result<Vec<PeerInfo>, NetError> {
+) -> Result<(Vec<PeerInfo>, Secret), NetError> {
     let listener = Listener::bind(&Addr::Tcp("0.0.0.0:0".into()))?;
     let port = match listener.local_addr()? {
         Addr::Tcp(a) => a
@@ -508,7 +534,7 @@ fn host_and_join(
     // Everyone has the table (or the job failed): the file must not mislead a later job.
     let _ = std::fs::remove_file(file);
     served?;
-    table
+    Ok((table?, spec.secret))
 }
 
 /// Other ranks: read the file rank 0 writes, retrying while it is missing or stale (a
@@ -518,11 +544,12 @@ fn join_through_file(
     addr: &Addr,
     file: &Path,
     deadline: Instant,
-) -> Result<Vec<PeerInfo>, NetError> {
+) -> Result<(Vec<PeerInfo>, Secret), NetError> {
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let attempt = if file.exists() {
             read_rendezvous_file(file).and_then(|rv| {
+                let secret = rv.secret.clone();
                 wire_up(
                     env,
                     addr,
@@ -541,6 +568,7 @@ fn join_through_file(
                     },
                     _ => e,
                 })
+                .map(|t| (t, secret))
             })
         } else {
             Err(NetError::Timeout {

@@ -9,6 +9,7 @@
 //!   hand it work.
 //! - [`stage`]: per-link stages (PATHS wrappers) such as WAN emulation and compression.
 //! - [`job`]: wire-up of a parallel job's ranks under `vargr run`, `mpirun` or `srun`.
+//! - [`mesh`]: tagged messages between the ranks of a job (what collectives run on).
 //! - [`launch`]: starting child processes locally or through an ssh-like command template.
 //!
 //! Protocol logic (streams, filters, routing) lives in `vargr-tbon`; this crate moves
@@ -20,6 +21,7 @@ mod error;
 pub mod job;
 pub mod launch;
 mod link;
+pub mod mesh;
 mod reactor;
 pub mod stage;
 

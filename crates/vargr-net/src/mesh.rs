@@ -1,0 +1,481 @@
+//! A mesh of ranks: tagged messages between the ranks of a job, over sockets between
+//! processes and straight into mailboxes within one.
+//!
+//! This is what MPI-style collectives need from the network (vargr-coll's socket
+//! transport is a thin layer over it): eager `send(src, dest, tag, bytes)` that never
+//! waits for the receiver, and blocking `recv(dest, src, tag)` matched on source and tag,
+//! in order per (source, tag). Connections open on first use, one per ordered pair of
+//! processes (the sender dials), so two ranks dialling each other never race. A separate
+//! thread accepts and authenticates incoming connections, off the latency path; whichever
+//! rank thread waits in `recv` drives the sockets (no I/O thread on the hot path). Links
+//! carry the configured stages, so a job split into sites runs over an emulated WAN.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use vargr_wire::{encode_header, FrameKind, HEADER_LEN};
+
+use crate::auth::{self, Secret};
+use crate::job::{JobEnv, PeerInfo};
+use crate::stage::StageChain;
+use crate::{Addr, Conn, Link, LinkId, Listener, NetError, Reactor, ReactorEvent};
+
+/// Chooses the stages of the link from this process to the process of a peer.
+pub type StagePicker = dyn Fn(&PeerInfo) -> StageChain + Send + Sync;
+
+/// Largest message, in bytes.
+pub const MAX_MESSAGE: usize = 1 << 30;
+
+struct State {
+    reactor: Option<Reactor>,
+    /// Outgoing link per destination process (by its first rank).
+    out: HashMap<u32, LinkId>,
+    /// Incoming links and the first rank of the process at the other end.
+    inbound: HashMap<LinkId, u32>,
+    /// Messages waiting for a `recv`, by (destination rank, source rank, tag).
+    mail: HashMap<(u32, u32, u64), VecDeque<Bytes>>,
+    /// Processes whose links failed, with the reason (a `recv` from them fails).
+    lost: HashMap<u32, String>,
+    events: Vec<ReactorEvent>,
+    waiters: usize,
+    /// Work for the reactor queued while another thread had it out polling.
+    outbox: Vec<(u32, Bytes)>,
+    pending: Vec<(u32, Link)>,
+    /// Whether the link to a process has stages (which must see whole frames).
+    staged: HashMap<u32, bool>,
+}
+
+impl State {
+    /// Hands queued links and frames to `reactor` and writes what the sockets take.
+    fn apply(&mut self, reactor: &mut Reactor) {
+        for (p, link) in self.pending.drain(..) {
+            match reactor.add(link) {
+                Ok(id) => {
+                    self.out.insert(p, id);
+                }
+                Err(e) => {
+                    self.lost.insert(p, format!("registering its link: {e}"));
+                }
+            }
+        }
+        for (p, b) in self.outbox.drain(..) {
+            if let Some(&id) = self.out.get(&p) {
+                reactor.send(id, b);
+            }
+        }
+        reactor.flush_all();
+    }
+}
+
+/// One process's endpoint in the mesh, shared by the ranks it hosts.
+pub struct Mesh {
+    env: JobEnv,
+    table: Vec<PeerInfo>,
+    secret: Secret,
+    state: Mutex<State>,
+    cv: Condvar,
+    waker: Arc<mio::Waker>,
+    accepted: Mutex<mpsc::Receiver<(u32, Conn)>>,
+    dialing: Mutex<()>,
+    stages: Box<StagePicker>,
+    stop: Arc<AtomicBool>,
+    timeout: Duration,
+}
+
+impl Mesh {
+    /// Binds this process's listener (returns it with the address to publish) before
+    /// the job's wire-up; [`Mesh::start`] then takes the table.
+    pub fn bind(local_only: bool) -> Result<(Listener, Addr), NetError> {
+        let addr = if local_only {
+            let mut r = [0u8; 6];
+            getrandom::getrandom(&mut r).map_err(|e| NetError::Job {
+                reason: format!("no randomness for a socket name: {e}"),
+            })?;
+            let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
+            Addr::Unix(
+                std::env::temp_dir().join(format!("vargr-mesh-{}-{name}.sock", std::process::id())),
+            )
+        } else {
+            Addr::Tcp("0.0.0.0:0".into())
+        };
+        let l = Listener::bind(&addr)?;
+        let advertised = match l.local_addr()? {
+            Addr::Tcp(a) => {
+                let port = a
+                    .rsplit_once(':')
+                    .map(|(_, p)| p.to_string())
+                    .unwrap_or_default();
+                Addr::Tcp(format!("{}:{port}", crate::launch::hostname()))
+            }
+            a => a,
+        };
+        Ok((l, advertised))
+    }
+
+    /// Starts the mesh for this process's ranks, given the job table from wire-up.
+    pub fn start(
+        env: JobEnv,
+        table: Vec<PeerInfo>,
+        listener: Listener,
+        secret: Secret,
+        stages: Box<StagePicker>,
+    ) -> Result<Arc<Mesh>, NetError> {
+        let reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
+        let waker = reactor.waker();
+        let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let timeout = Duration::from_secs(30);
+        spawn_acceptor(
+            listener,
+            secret.clone(),
+            tx,
+            waker.clone(),
+            stop.clone(),
+            timeout,
+        );
+        Ok(Arc::new(Mesh {
+            env,
+            table,
+            secret,
+            state: Mutex::new(State {
+                reactor: Some(reactor),
+                out: HashMap::new(),
+                inbound: HashMap::new(),
+                mail: HashMap::new(),
+                lost: HashMap::new(),
+                events: Vec::new(),
+                waiters: 0,
+                outbox: Vec::new(),
+                pending: Vec::new(),
+                staged: HashMap::new(),
+            }),
+            cv: Condvar::new(),
+            waker,
+            accepted: Mutex::new(rx),
+            dialing: Mutex::new(()),
+            stages,
+            stop,
+            timeout,
+        }))
+    }
+
+    pub fn size(&self) -> u32 {
+        self.env.size
+    }
+
+    pub fn env(&self) -> &JobEnv {
+        &self.env
+    }
+
+    pub fn table(&self) -> &[PeerInfo] {
+        &self.table
+    }
+
+    fn is_local(&self, rank: u32) -> bool {
+        rank >= self.env.rank && rank < self.env.rank + self.env.local
+    }
+
+    /// The first rank of the process hosting `rank` (processes share one address).
+    fn process_of(&self, rank: u32) -> u32 {
+        let addr = &self.table[rank as usize].addr;
+        let mut r = rank;
+        while r > 0 && self.table[r as usize - 1].addr == *addr {
+            r -= 1;
+        }
+        r
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn check_rank(&self, what: &str, r: u32) -> Result<(), NetError> {
+        if r >= self.env.size {
+            return Err(NetError::Job {
+                reason: format!(
+                    "{what} rank {r} is outside the job (size {})",
+                    self.env.size
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Sends `data` from local rank `src` to rank `dest`; returns without waiting for
+    /// the receiver (what the socket does not take now is queued).
+    pub fn send(&self, src: u32, dest: u32, tag: u64, data: Bytes) -> Result<(), NetError> {
+        self.check_rank("destination", dest)?;
+        if data.len() > MAX_MESSAGE {
+            return Err(NetError::Job {
+                reason: format!(
+                    "a message of {} bytes exceeds the {MAX_MESSAGE}-byte limit",
+                    data.len()
+                ),
+            });
+        }
+        if self.is_local(dest) {
+            let mut g = self.lock();
+            g.mail.entry((dest, src, tag)).or_default().push_back(data);
+            if g.waiters > 0 {
+                self.cv.notify_all();
+            }
+            if g.reactor.is_none() {
+                // The thread polling may be the one this message is for.
+                let _ = self.waker.wake();
+            }
+            return Ok(());
+        }
+        let proc_ = self.process_of(dest);
+        let mut head = BytesMut::with_capacity(HEADER_LEN + 12);
+        encode_header(
+            FrameKind::PointToPoint,
+            0,
+            dest,
+            src as i32,
+            8 + data.len(),
+            &mut head,
+        );
+        head.put_u64_le(tag);
+        let mut g = self.lock();
+        if let Some(why) = g.lost.get(&proc_) {
+            return Err(NetError::Job {
+                reason: format!("rank {dest} is unreachable: {why}"),
+            });
+        }
+        let known =
+            |g: &State| g.out.contains_key(&proc_) || g.pending.iter().any(|(p, _)| *p == proc_);
+        if !known(&g) {
+            // Dial without the state lock (the other side's acceptor answers on its own
+            // thread), but one dial at a time: a second connection to the same process
+            // would be closed, and the peer would take that for this process dying.
+            drop(g);
+            let dialing = self.dialing.lock().unwrap_or_else(|p| p.into_inner());
+            if !known(&self.lock()) {
+                let link = self.dial(proc_)?;
+                let mut g = self.lock();
+                g.staged.insert(proc_, !link.stages().is_empty());
+                g.pending.push((proc_, link));
+            }
+            drop(dialing);
+            g = self.lock();
+        }
+        if g.staged.get(&proc_).copied().unwrap_or(false) {
+            // A stage must see whole frames.
+            let mut whole = head;
+            whole.extend_from_slice(&data);
+            g.outbox.push((proc_, whole.freeze()));
+        } else {
+            g.outbox.push((proc_, head.freeze()));
+            g.outbox.push((proc_, data));
+        }
+        let st = &mut *g;
+        match st.reactor.take() {
+            Some(mut r) => {
+                st.apply(&mut r);
+                st.reactor = Some(r);
+            }
+            // The polling thread sends it as soon as it wakes.
+            None => {
+                let _ = self.waker.wake();
+            }
+        }
+        Ok(())
+    }
+
+    /// Connects and authenticates to the process whose first rank is `proc_`.
+    fn dial(&self, proc_: u32) -> Result<Link, NetError> {
+        let peer = &self.table[proc_ as usize];
+        let name = format!("rank {} on {}", proc_, peer.host);
+        let mut conn = crate::connect(&peer.addr, self.timeout)?;
+        auth::connect(&mut conn, &self.secret, self.env.rank, self.timeout, &name)?;
+        let mio = conn
+            .into_mio()
+            .map_err(|e| NetError::io("configuring", &name, e))?;
+        let stages = (self.stages)(peer);
+        Ok(Link::new(mio, name, MAX_MESSAGE + 64).with_stages(stages))
+    }
+
+    /// Receives, for local rank `dest`, the oldest message from `src` with `tag`.
+    pub fn recv(&self, dest: u32, src: u32, tag: u64) -> Result<Bytes, NetError> {
+        self.check_rank("source", src)?;
+        let key = (dest, src, tag);
+        let src_proc = self.process_of(src);
+        let mut g = self.lock();
+        loop {
+            if let Some(q) = g.mail.get_mut(&key) {
+                if let Some(b) = q.pop_front() {
+                    if q.is_empty() {
+                        g.mail.remove(&key);
+                    }
+                    return Ok(b);
+                }
+            }
+            if let Some(why) = g.lost.get(&src_proc) {
+                return Err(NetError::Job {
+                    reason: format!("rank {src} was lost before it sent the message: {why}"),
+                });
+            }
+            match g.reactor.take() {
+                Some(reactor) => g = self.poll_once(g, reactor),
+                None => {
+                    g.waiters += 1;
+                    g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+                    g.waiters -= 1;
+                }
+            }
+        }
+    }
+
+    fn poll_once<'a>(
+        &'a self,
+        mut g: MutexGuard<'a, State>,
+        mut reactor: Reactor,
+    ) -> MutexGuard<'a, State> {
+        g.apply(&mut reactor);
+        let mut events = std::mem::take(&mut g.events);
+        drop(g);
+        // New incoming connections from the acceptor thread.
+        let mut fresh = Vec::new();
+        {
+            let rx = self.accepted.lock().unwrap_or_else(|p| p.into_inner());
+            while let Ok((rank, conn)) = rx.try_recv() {
+                fresh.push((rank, conn));
+            }
+        }
+        let mut added = Vec::new();
+        for (rank, conn) in fresh {
+            let name = format!("rank {rank}");
+            if let Ok(mio) = conn.into_mio() {
+                if let Ok(id) = reactor.add(Link::new(mio, name, MAX_MESSAGE + 64)) {
+                    added.push((id, rank));
+                }
+            }
+        }
+        let r = reactor.poll(Some(Duration::from_millis(500)), &mut events);
+        let mut g = self.lock();
+        for (id, rank) in added {
+            g.inbound.insert(id, rank);
+        }
+        if let Err(e) = r {
+            eprintln!("vargr: mesh poll failed: {e}");
+        }
+        for ev in events.drain(..) {
+            match ev {
+                ReactorEvent::Frame(_, f) if f.kind == FrameKind::PointToPoint => {
+                    if f.payload.len() < 8 {
+                        continue;
+                    }
+                    let tag = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
+                    let key = (f.stream, f.tag as u32, tag);
+                    g.mail
+                        .entry(key)
+                        .or_default()
+                        .push_back(f.payload.slice(8..));
+                }
+                ReactorEvent::Frame(..) | ReactorEvent::Woken => {}
+                ReactorEvent::Closed(id, err) => {
+                    let who = g
+                        .inbound
+                        .get(&id)
+                        .copied()
+                        .or_else(|| g.out.iter().find(|(_, l)| **l == id).map(|(p, _)| *p));
+                    let was_inbound = g.inbound.contains_key(&id);
+                    g.inbound.remove(&id);
+                    g.out.retain(|_, l| *l != id);
+                    // Only a link that brings messages makes a rank lost for `recv`;
+                    // what it sent before closing stays in the mailboxes.
+                    if let (Some(p), true) = (who, was_inbound) {
+                        let why = err
+                            .map(|e| e.to_string())
+                            .unwrap_or_else(|| "it closed its connection".into());
+                        g.lost.insert(p, why);
+                    }
+                }
+            }
+        }
+        g.apply(&mut reactor);
+        g.events = events;
+        g.reactor = Some(reactor);
+        if g.waiters > 0 {
+            self.cv.notify_all();
+        }
+        g
+    }
+
+    /// Writes everything queued (call before the process exits).
+    pub fn flush(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        let mut g = self.lock();
+        loop {
+            match g.reactor.take() {
+                Some(mut r) => {
+                    g.apply(&mut r);
+                    let backlog: usize =
+                        r.ids().filter_map(|i| r.link(i)).map(|l| l.backlog()).sum();
+                    if backlog == 0 || Instant::now() >= deadline {
+                        g.reactor = Some(r);
+                        return;
+                    }
+                    g = self.poll_once(g, r);
+                }
+                None => {
+                    g.waiters += 1;
+                    g = self
+                        .cv
+                        .wait_timeout(g, Duration::from_millis(50))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                    g.waiters -= 1;
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Mesh {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn spawn_acceptor(
+    listener: Listener,
+    secret: Secret,
+    tx: mpsc::Sender<(u32, Conn)>,
+    waker: Arc<mio::Waker>,
+    stop: Arc<AtomicBool>,
+    timeout: Duration,
+) {
+    let _ = std::thread::Builder::new()
+        .name("vargr-mesh-accept".into())
+        .spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let mut conn = match listener.accept_timeout(Duration::from_millis(200)) {
+                    Ok(c) => c,
+                    Err(NetError::Timeout { .. }) => continue,
+                    Err(_) => continue,
+                };
+                match auth::accept(&mut conn, &secret, timeout) {
+                    Ok(rank) => {
+                        if tx.send((rank, conn)).is_err() {
+                            return;
+                        }
+                        let _ = waker.wake();
+                    }
+                    Err(e) => eprintln!("vargr: mesh refused a connection: {e}"),
+                }
+            }
+        });
+}
+
+/// Joins the job this process was started in (see [`crate::job::join_job`]) and opens its
+/// mesh, with `stages` choosing each outgoing link's stages.
+pub fn join(stages: Box<StagePicker>, timeout: Duration) -> Result<Arc<Mesh>, NetError> {
+    let env = JobEnv::from_env()?;
+    let (listener, addr) = Mesh::bind(env.single_host())?;
+    let (table, secret) = crate::job::join_job(&env, &addr, timeout)?;
+    Mesh::start(env, table, listener, secret, stages)
+}
