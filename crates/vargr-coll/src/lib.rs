@@ -1,0 +1,60 @@
+//! Ranks, communicators and collective algorithms (MPI-like), plus the in-process
+//! transport that runs many ranks as threads of one process.
+//!
+//! - [`Transport`]: what algorithms need from a network (eager send, blocking receive
+//!   matched by source and tag). [`InProcess`] endpoints of a [`Fabric`] implement it for
+//!   threads; the socket transport in `vargr-net` implements it across processes.
+//! - [`Schedule`]: one rank's part of a collective as data (sends, receives, copies,
+//!   combines), built by the pure functions in [`algo`] and run by [`execute`]. Keeping
+//!   algorithms sans-IO lets monitors and cost models inspect and simulate them.
+//! - [`Comm`] (from a [`World`]): typed barrier, bcast, reduce, allreduce, gather(v),
+//!   scatter(v), allgather(v), alltoall(v), point-to-point `send`/`recv`, `split`, `dup`.
+//! - [`Op`] and [`Elem`]: reduction operators over `i8`…`u64`, `f32`, `f64`, with MPI's
+//!   semantics, and user operators.
+//! - [`SelectionTable`] and [`Selector`]: which algorithm a call uses, as data (TOML or
+//!   JSON), overridable by environment and per call.
+//! - [`Hierarchy`]: host and site of each rank, for hierarchical (MagPIe-style) algorithms.
+//! - [`bench_allreduce`]: the in-process latency micro-benchmark.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use vargr_coll::{Fabric, Op, World};
+//!
+//! let fabric = Fabric::new(4);
+//! let threads: Vec<_> = fabric.endpoints().into_iter().map(|ep| {
+//!     std::thread::spawn(move || {
+//!         let comm = World::new(Arc::new(ep)).comm().unwrap();
+//!         let mut x = [comm.rank() as u64 + 1];
+//!         comm.allreduce(&mut x, &Op::Sum).unwrap();
+//!         x[0]
+//!     })
+//! }).collect();
+//! for t in threads {
+//!     assert_eq!(t.join().unwrap(), 10);
+//! }
+//! ```
+
+pub mod algo;
+mod arena;
+mod bench;
+mod comm;
+mod elem;
+mod error;
+mod hierarchy;
+mod inproc;
+mod op;
+mod schedule;
+mod select;
+mod transport;
+
+pub use arena::{Arena, Group};
+pub use bench::{bench_allreduce, bench_allreduce_with};
+pub use comm::{Comm, World};
+pub use elem::{Elem, ElemKind};
+pub use error::{CollError, Result};
+pub use hierarchy::{Hierarchy, Levels};
+pub use inproc::{Fabric, InProcess, WaitPolicy};
+pub use op::{Op, UserFn, UserOp};
+pub use schedule::{execute, Buf, ExecCtx, Mode, Schedule, Step};
+pub use select::{Across, Algorithm, CallShape, CollKind, Rule, SelectionTable, Selector};
+pub use transport::{Tag, Transport};
