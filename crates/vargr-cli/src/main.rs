@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_emu;
+mod coll_check;
 mod demo;
 mod emu_cmd;
 mod roles;
@@ -47,6 +48,9 @@ enum Cmd {
     /// Joins the job's mesh and checks every pair and a ring (tests of `vargr run`).
     #[command(hide = true)]
     MeshCheck,
+    /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
+    #[command(hide = true)]
+    CollCheck,
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
@@ -65,6 +69,7 @@ fn main() {
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),
         Cmd::MeshCheck => roles::mesh_check(),
+        Cmd::CollCheck => coll_check::run(),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

@@ -205,3 +205,67 @@ fn the_mesh_works_under_open_mpi() {
     );
     all_ok(&stdout, 4);
 }
+
+/// Builds `bench/mpi/coll_check.c` with mpicc into `dir`.
+fn build_mpi_reference(dir: &std::path::Path) -> std::path::PathBuf {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/mpi/coll_check.c");
+    let exe = dir.join("coll_check");
+    let st = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("mpicc not found: install Open MPI (scripts/test.sh installs libopenmpi-dev)");
+    assert!(st.success(), "mpicc failed on {}", src.display());
+    exe
+}
+
+fn mpirun(n: usize, prog: &[&str]) -> String {
+    let out = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            &n.to_string(),
+        ])
+        .args(prog)
+        .env_remove("VARGR_JOB")
+        .output()
+        .expect("mpirun not found: install Open MPI (scripts/test.sh installs openmpi-bin)");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+#[test]
+fn collectives_equal_open_mpi_for_processes_threads_and_mpirun() {
+    let dir = tempfile::tempdir().unwrap();
+    let reference = build_mpi_reference(dir.path());
+    let reference = reference.to_str().unwrap();
+    for (n, k) in [(4, "1"), (7, "3"), (6, "6")] {
+        let want = lines_sorted(&mpirun(n, &[reference]));
+        assert!(want.len() > 20 * n, "{want:?}");
+        let r = run_cli(
+            &[
+                "run",
+                "-n",
+                &n.to_string(),
+                "--ranks-per-process",
+                k,
+                "--",
+                vargr(),
+                "coll-check",
+            ],
+            Duration::from_secs(120),
+        );
+        assert!(r.status.success(), "{r:?}");
+        assert_eq!(lines_sorted(&r.stdout), want, "{n} ranks, {k} per process");
+    }
+    // The same program started by mpirun instead of vargr run.
+    let want = lines_sorted(&mpirun(5, &[reference]));
+    assert_eq!(lines_sorted(&mpirun(5, &[vargr(), "coll-check"])), want);
+}

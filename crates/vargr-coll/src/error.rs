@@ -86,6 +86,9 @@ pub enum CollError {
     /// A hierarchy whose length differs from the communicator's size.
     #[error("hierarchy lists {got} ranks, the communicator has {expected}")]
     BadHierarchy { expected: usize, got: usize },
+    /// Joining the job failed (no rank variables, rendezvous unreachable, wrong secret).
+    #[error("joining the job: {reason}")]
+    Job { reason: String },
     /// A user operator that changed the length of its output or panicked.
     #[error("user operator failed on rank {rank}: {reason}")]
     UserOp { rank: usize, reason: String },

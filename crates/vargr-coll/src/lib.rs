@@ -13,6 +13,8 @@
 //!   semantics, and user operators.
 //! - [`SelectionTable`] and [`Selector`]: which algorithm a call uses, as data (TOML or
 //!   JSON), overridable by environment and per call.
+//! - [`Job`]: this process's ranks in a job started by `vargr run`, `mpirun` or `srun`,
+//!   over sockets between processes ([`MeshTransport`]).
 //! - [`Hierarchy`]: host and site of each rank, for hierarchical (MagPIe-style) algorithms.
 //! - [`bench_allreduce`]: the in-process latency micro-benchmark.
 //!
@@ -42,6 +44,7 @@ mod elem;
 mod error;
 mod hierarchy;
 mod inproc;
+mod job;
 mod op;
 mod schedule;
 mod select;
@@ -54,6 +57,7 @@ pub use elem::{Elem, ElemKind};
 pub use error::{CollError, Result};
 pub use hierarchy::{Hierarchy, Levels};
 pub use inproc::{Fabric, InProcess, WaitPolicy};
+pub use job::{Job, JoinOptions, MeshTransport};
 pub use op::{Op, UserFn, UserOp};
 pub use schedule::{execute, Buf, ExecCtx, Mode, Schedule, Step};
 pub use select::{Across, Algorithm, CallShape, CollKind, Rule, SelectionTable, Selector};

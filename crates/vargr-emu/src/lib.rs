@@ -14,6 +14,8 @@
 //!   reordered within a stream. Latency is **one-way**; a round trip costs twice.
 //! - [`EmuStage`]: the model in front of a bounded delay line, for links inside a vargr
 //!   process (push frames, poll them out when due).
+//! - [`EmuLinkStage`] and [`WanMap`]: the stage on a vargr link between two sites, and
+//!   which WAN joins which pair of sites.
 //! - [`Relay`] / [`run_relay`] (module [`relay`]): a TCP relay that puts the emulated WAN
 //!   in front of any TCP program (`vargr emu --listen .. --connect ..`).
 //! - [`measure`]: the accuracy check, comparing ping-pong latency and bulk throughput
@@ -33,6 +35,7 @@
 //! ```
 
 mod error;
+mod link;
 pub mod measure;
 pub mod profile;
 pub mod relay;
@@ -42,6 +45,7 @@ pub mod trace;
 mod units;
 
 pub use error::{EmuError, ParseError};
+pub use link::{EmuLinkStage, WanMap};
 pub use profile::{LinkSpec, WanProfile};
 pub use relay::{
     run_relay, EventSink, Relay, RelayConfig, RelayEvent, RelayStats, Sharing, StopHandle,

@@ -236,6 +236,11 @@ impl Link {
     }
 
     fn push_wire(&mut self, bytes: Bytes) {
+        // An empty buffer (a zero-length message body sent after its header) would make
+        // `write` return 0, which means a dead socket.
+        if bytes.is_empty() {
+            return;
+        }
         self.wq_bytes += bytes.len();
         self.wq.push_back(bytes);
     }

@@ -6,12 +6,9 @@
 //! emulation, so a topology whose hosts belong to different sites runs on one machine
 //! as if its sites were joined by the configured WAN (seed 000, Longcut).
 
-use std::collections::BTreeMap;
-use std::time::Instant;
-
-use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use vargr_emu::{EmuStage, WanProfile};
+use std::collections::BTreeMap;
+use vargr_emu::{EmuLinkStage, WanProfile};
 use vargr_net::{Stage, StageChain};
 
 use crate::TbonError;
@@ -66,44 +63,8 @@ impl LinkStages {
     pub fn chain(&self, local: &str, peer: &str, seed: u64) -> StageChain {
         let mut stages: Vec<Box<dyn Stage>> = Vec::new();
         if let Some(p) = self.wan_between(local, peer) {
-            // No limit of its own: what it holds counts as backlog (see below).
-            let stage = EmuStage::new(p, seed).with_limit(usize::MAX);
-            stages.push(Box::new(EmuLinkStage(stage)));
+            stages.push(Box::new(EmuLinkStage::new(p, seed)));
         }
         StageChain::new(stages)
-    }
-}
-
-/// Longcut as a link stage: outgoing frames are held until the emulated WAN would have
-/// delivered them (latency plus size over bandwidth, in order).
-struct EmuLinkStage(EmuStage);
-
-impl Stage for EmuLinkStage {
-    fn name(&self) -> &str {
-        "emu"
-    }
-
-    fn outbound(&mut self, now: Instant, frame: Bytes, _out: &mut Vec<Bytes>) {
-        // Never full (no limit): held bytes count as the link's backlog, so backpressure
-        // pauses the producers instead of this stage dropping anything.
-        let accepted = self.0.push(now, frame);
-        debug_assert!(
-            accepted.is_ok(),
-            "an unlimited emulation stage refused a frame"
-        );
-    }
-
-    fn next_deadline(&self) -> Option<Instant> {
-        self.0.next_deadline()
-    }
-
-    fn release(&mut self, now: Instant, out: &mut Vec<Bytes>) {
-        while let Some(b) = self.0.poll_ready(now) {
-            out.push(b);
-        }
-    }
-
-    fn held_bytes(&self) -> usize {
-        self.0.queued_bytes()
     }
 }

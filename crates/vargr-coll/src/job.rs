@@ -1,0 +1,239 @@
+//! Ranks of a real job: the socket transport over `vargr-net`'s mesh, and joining a job
+//! started by `vargr run`, `mpirun` or `srun`.
+//!
+//! A process hosts one rank, or K ranks as threads (`vargr run --ranks-per-process K`).
+//! Its ranks share one [`Mesh`]: messages between them go straight into mailboxes,
+//! messages to other processes over authenticated sockets, and links between sites carry
+//! the Longcut stage for the WAN that `VARGR_WAN` describes. Host and site of every rank
+//! come from the job's table, so hierarchical algorithms know the shape of the job
+//! without being told.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use vargr_emu::WanMap;
+use vargr_net::mesh::{self, Mesh};
+
+use crate::arena::Arena;
+use crate::comm::{Comm, World};
+use crate::error::{CollError, Result};
+use crate::hierarchy::Hierarchy;
+use crate::inproc::WaitPolicy;
+use crate::select::Selector;
+use crate::transport::Transport;
+
+/// One rank's endpoint on a process's mesh.
+pub struct MeshTransport {
+    mesh: Arc<Mesh>,
+    rank: usize,
+    arena: Option<Arc<Arena>>,
+}
+
+impl MeshTransport {
+    fn lost(&self, peer: usize, e: vargr_net::NetError) -> CollError {
+        CollError::PeerLost {
+            rank: self.rank,
+            peer,
+            reason: e.to_string(),
+        }
+    }
+}
+
+impl Transport for MeshTransport {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn size(&self) -> usize {
+        self.mesh.size() as usize
+    }
+
+    fn send(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
+        self.mesh
+            .send(self.rank as u32, dest as u32, tag, data)
+            .map_err(|e| self.lost(dest, e))
+    }
+
+    fn recv(&self, src: usize, tag: u64) -> Result<Bytes> {
+        self.mesh
+            .recv(self.rank as u32, src as u32, tag)
+            .map_err(|e| self.lost(src, e))
+    }
+
+    fn arena(&self) -> Option<&Arena> {
+        self.arena.as_deref()
+    }
+}
+
+/// How to join a job.
+#[derive(Debug, Clone)]
+pub struct JoinOptions {
+    /// How long wire-up may take before it fails with an error naming what is missing.
+    pub timeout: Duration,
+    /// WAN between sites; `None` reads `VARGR_WAN` (see [`WanMap::parse_line`]).
+    pub wan: Option<WanMap>,
+    /// Algorithm selection; `None` reads `VARGR_COLL_*` (see [`Selector::from_env`]).
+    pub selector: Option<Selector>,
+}
+
+impl Default for JoinOptions {
+    fn default() -> Self {
+        JoinOptions {
+            timeout: Duration::from_secs(60),
+            wan: None,
+            selector: None,
+        }
+    }
+}
+
+/// This process's part of a parallel job.
+pub struct Job {
+    mesh: Arc<Mesh>,
+    arena: Option<Arc<Arena>>,
+    hierarchy: Hierarchy,
+    selector: Selector,
+}
+
+fn job_error(e: impl std::fmt::Display) -> CollError {
+    CollError::Job {
+        reason: e.to_string(),
+    }
+}
+
+impl Job {
+    /// Joins the job this process was started in, with default options.
+    pub fn join() -> Result<Job> {
+        Job::join_with(JoinOptions::default())
+    }
+
+    pub fn join_with(opts: JoinOptions) -> Result<Job> {
+        let wan = match opts.wan {
+            Some(w) => w,
+            None => match std::env::var("VARGR_WAN") {
+                Ok(line) => {
+                    WanMap::parse_line(&line).map_err(|e| job_error(format!("VARGR_WAN: {e}")))?
+                }
+                Err(_) => WanMap::default(),
+            },
+        };
+        let selector = match opts.selector {
+            Some(s) => s,
+            None => Selector::from_env()?,
+        };
+        let my_site = std::env::var("VARGR_SITE").ok().filter(|s| !s.is_empty());
+        let picker = Box::new(move |peer: &vargr_net::job::PeerInfo| {
+            wan.chain(my_site.as_deref(), peer.site.as_deref(), peer.rank as u64)
+        });
+        let mesh = mesh::join(picker, opts.timeout).map_err(job_error)?;
+        let env = mesh.env();
+        let hierarchy = hierarchy_of(mesh.table());
+        let (first, local) = (env.rank as usize, env.local as usize);
+        let arena = (local > 1).then(|| {
+            Arc::new(Arena::new(
+                env.size as usize,
+                first..first + local,
+                WaitPolicy::default(),
+            ))
+        });
+        Ok(Job {
+            mesh,
+            arena,
+            hierarchy,
+            selector,
+        })
+    }
+
+    pub fn size(&self) -> usize {
+        self.mesh.size() as usize
+    }
+
+    /// The ranks this process hosts.
+    pub fn local_ranks(&self) -> Range<usize> {
+        let env = self.mesh.env();
+        env.rank as usize..(env.rank + env.local) as usize
+    }
+
+    /// Host and site of every rank, from the job's table.
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    /// Site label of `rank`, if the job has sites.
+    pub fn site_of(&self, rank: usize) -> Option<&str> {
+        self.mesh.table().get(rank)?.site.as_deref()
+    }
+
+    /// The world of local rank `rank` (create one per rank, on the thread that runs it).
+    pub fn world(&self, rank: usize) -> Result<World> {
+        if !self.local_ranks().contains(&rank) {
+            return Err(CollError::BadRank {
+                what: "local",
+                rank,
+                size: self.size(),
+                ctx: 0,
+            });
+        }
+        let t = MeshTransport {
+            mesh: self.mesh.clone(),
+            rank,
+            arena: self.arena.clone(),
+        };
+        Ok(World::new(Arc::new(t))
+            .with_selector(self.selector.clone())
+            .with_hierarchy(self.hierarchy.clone()))
+    }
+
+    /// Runs `f` once per local rank, each on its own thread with its world communicator,
+    /// and returns the results in rank order. The first error wins.
+    pub fn run<R, F>(&self, f: F) -> Result<Vec<R>>
+    where
+        R: Send,
+        F: Fn(Comm) -> Result<R> + Sync,
+    {
+        let f = &f;
+        std::thread::scope(|s| {
+            let handles: Vec<_> = self
+                .local_ranks()
+                .map(|r| {
+                    let world = self.world(r);
+                    std::thread::Builder::new()
+                        .name(format!("rank-{r}"))
+                        .spawn_scoped(s, move || f(world?.comm()?))
+                        .map_err(job_error)
+                })
+                .collect::<Result<_>>()?;
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join().unwrap_or_else(|_| {
+                        Err(job_error("a rank thread panicked (see its message above)"))
+                    })
+                })
+                .collect()
+        })
+    }
+
+    /// Writes everything still queued for other processes; call before exiting.
+    pub fn finish(&self) {
+        self.mesh.flush(Duration::from_secs(30));
+    }
+}
+
+/// Dense host and site ids from the job table's labels. Ranks without a site share one.
+fn hierarchy_of(table: &[vargr_net::job::PeerInfo]) -> Hierarchy {
+    let mut hosts: HashMap<(&str, &str), u32> = HashMap::new();
+    let mut sites: HashMap<&str, u32> = HashMap::new();
+    let mut h = Vec::with_capacity(table.len());
+    let mut s = Vec::with_capacity(table.len());
+    for p in table {
+        let site = p.site.as_deref().unwrap_or("");
+        let n = sites.len() as u32;
+        s.push(*sites.entry(site).or_insert(n));
+        let n = hosts.len() as u32;
+        h.push(*hosts.entry((site, p.host.as_str())).or_insert(n));
+    }
+    Hierarchy { host: h, site: s }
+}
