@@ -37,6 +37,14 @@ pub struct RunArgs {
     /// Site label for local runs (sets VARGR_SITE).
     #[arg(long)]
     site: Option<String>,
+    /// Split the ranks into sites: `3` (three equal sites s0, s1, s2) or `east:4,west:8`
+    /// (consecutive ranks per site). A process never straddles two sites.
+    #[arg(long, conflicts_with = "site")]
+    sites: Option<String>,
+    /// WAN emulated between sites (sets VARGR_WAN): a profile for every pair of sites,
+    /// `rtt=36ms,bandwidth=100mbit`, or per pair, `east-west:rtt=36ms;*:rtt=10ms`.
+    #[arg(long)]
+    wan: Option<String>,
     /// Seconds the ranks have to reach the rendezvous.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
@@ -82,7 +90,13 @@ pub fn run(a: RunArgs) -> Result<()> {
     let rv = JobRendezvous::start(listener, addr.clone(), a.ranks, secret.clone(), timeout);
 
     // Processes: K consecutive ranks each, placed on the hostfile's slots in order.
-    let placement = place(a.ranks, k, hosts.as_ref())?;
+    let mut placement = place(a.ranks, k, hosts.as_ref())?;
+    if let Some(spec) = &a.sites {
+        assign_sites(&mut placement, &parse_sites(spec, a.ranks)?)?;
+    }
+    if let Some(w) = &a.wan {
+        vargr_emu::WanMap::parse_line(w).context("--wan")?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     ctrlc::set_handler(move || s2.store(true, Ordering::SeqCst))
@@ -104,6 +118,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         ];
         if let Some(s) = site.or_else(|| a.site.clone()) {
             env.push(("VARGR_SITE".into(), s));
+        }
+        if let Some(w) = &a.wan {
+            env.push(("VARGR_WAN".into(), w.clone()));
         }
         let spec = ChildSpec {
             node: first,
@@ -172,6 +189,70 @@ fn place(ranks: u32, k: u32, hosts: Option<&HostFile>) -> Result<Vec<Placement>>
         i += 1;
     }
     Ok(out)
+}
+
+/// Sites and their rank counts from `--sites` (`3`, or `name:count,...`), checked
+/// against the job size.
+fn parse_sites(spec: &str, ranks: u32) -> Result<Vec<(String, u32)>> {
+    let sites: Vec<(String, u32)> = if let Ok(n) = spec.trim().parse::<u32>() {
+        if n == 0 || n > ranks {
+            bail!("--sites {n}: need between 1 and {ranks} sites for {ranks} ranks");
+        }
+        (0..n)
+            .map(|i| (format!("s{i}"), ranks / n + u32::from(i < ranks % n)))
+            .collect()
+    } else {
+        spec.split(',')
+            .map(|part| {
+                let (name, count) = part.trim().split_once(':').with_context(|| {
+                    format!("--sites: {part:?} is not NAME:COUNT (e.g. east:4,west:4) or a number of sites")
+                })?;
+                let count: u32 = count
+                    .trim()
+                    .parse()
+                    .with_context(|| format!("--sites: the count in {part:?} is not a number"))?;
+                if name.trim().is_empty() || count == 0 {
+                    bail!("--sites: {part:?} needs a name and at least one rank");
+                }
+                Ok((name.trim().to_string(), count))
+            })
+            .collect::<Result<_>>()?
+    };
+    let total: u32 = sites.iter().map(|s| s.1).sum();
+    if total != ranks {
+        bail!("--sites {spec}: the sites hold {total} ranks, the job has {ranks}");
+    }
+    Ok(sites)
+}
+
+/// Labels each process with the site of its ranks.
+fn assign_sites(placement: &mut [Placement], sites: &[(String, u32)]) -> Result<()> {
+    let mut bounds = Vec::new();
+    let mut at = 0;
+    for (name, count) in sites {
+        bounds.push((at, at + count, name));
+        at += count;
+    }
+    for p in placement {
+        let last = p.first + p.count - 1;
+        let (_, _, name) = bounds
+            .iter()
+            .find(|(lo, hi, _)| (*lo..*hi).contains(&p.first))
+            .expect("the sites cover every rank");
+        let (_, _, last_site) = bounds
+            .iter()
+            .find(|(lo, hi, _)| (*lo..*hi).contains(&last))
+            .expect("the sites cover every rank");
+        if name != last_site {
+            bail!(
+                "ranks {}..={last} share a process but --sites puts them in {name} and {last_site}; \
+                 choose --ranks-per-process to divide each site's rank count",
+                p.first
+            );
+        }
+        p.site = Some((*name).clone());
+    }
+    Ok(())
 }
 
 /// Waits for every process; the first failure (or Ctrl-C) stops the rest.

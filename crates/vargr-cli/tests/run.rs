@@ -246,26 +246,57 @@ fn collectives_equal_open_mpi_for_processes_threads_and_mpirun() {
     let dir = tempfile::tempdir().unwrap();
     let reference = build_mpi_reference(dir.path());
     let reference = reference.to_str().unwrap();
-    for (n, k) in [(4, "1"), (7, "3"), (6, "6")] {
+    // Processes; threads and processes mixed; all threads; three sites over an emulated
+    // WAN (hierarchical algorithms chosen from the job's sites).
+    let cases: [(usize, &[&str]); 4] = [
+        (4, &[]),
+        (7, &["--ranks-per-process", "3"]),
+        (6, &["--ranks-per-process", "6"]),
+        (
+            6,
+            &[
+                "--ranks-per-process",
+                "2",
+                "--sites",
+                "3",
+                "--wan",
+                "rtt=4ms",
+            ],
+        ),
+    ];
+    for (n, extra) in cases {
         let want = lines_sorted(&mpirun(n, &[reference]));
         assert!(want.len() > 20 * n, "{want:?}");
-        let r = run_cli(
-            &[
-                "run",
-                "-n",
-                &n.to_string(),
-                "--ranks-per-process",
-                k,
-                "--",
-                vargr(),
-                "coll-check",
-            ],
-            Duration::from_secs(120),
-        );
+        let n_text = n.to_string();
+        let mut args = vec!["run", "-n", &n_text];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", vargr(), "coll-check"]);
+        let r = run_cli(&args, Duration::from_secs(120));
         assert!(r.status.success(), "{r:?}");
-        assert_eq!(lines_sorted(&r.stdout), want, "{n} ranks, {k} per process");
+        assert_eq!(lines_sorted(&r.stdout), want, "{n} ranks, {extra:?}");
     }
     // The same program started by mpirun instead of vargr run.
     let want = lines_sorted(&mpirun(5, &[reference]));
     assert_eq!(lines_sorted(&mpirun(5, &[vargr(), "coll-check"])), want);
+}
+
+#[test]
+fn sites_that_split_a_process_or_miscount_are_refused() {
+    for (args, want) in [
+        (
+            vec!["run", "-n", "6", "--ranks-per-process", "4", "--sites", "3"],
+            "share a process",
+        ),
+        (vec!["run", "-n", "6", "--sites", "a:2,b:3"], "hold 5 ranks"),
+        (
+            vec!["run", "-n", "2", "--sites", "2", "--wan", "rtt=soon"],
+            "--wan",
+        ),
+    ] {
+        let mut args = args;
+        args.extend_from_slice(&["--", "true"]);
+        let r = run_cli(&args, Duration::from_secs(30));
+        assert!(!r.status.success(), "{r:?}");
+        assert!(r.stderr.contains(want), "{want}: {r:?}");
+    }
 }
