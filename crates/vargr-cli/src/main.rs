@@ -51,6 +51,14 @@ enum Cmd {
     /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
     #[command(hide = true)]
     CollCheck,
+    /// Red-black SOR with plain and conditional allreduce; fails if they disagree.
+    #[command(hide = true)]
+    SorCheck {
+        #[arg(long, default_value_t = 48)]
+        side: usize,
+        #[arg(long, default_value_t = 20.0)]
+        epsilon: f64,
+    },
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
@@ -70,6 +78,7 @@ fn main() {
         Cmd::RankInfo => roles::rank_info(),
         Cmd::MeshCheck => roles::mesh_check(),
         Cmd::CollCheck => coll_check::run(),
+        Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

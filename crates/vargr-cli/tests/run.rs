@@ -300,3 +300,34 @@ fn sites_that_split_a_process_or_miscount_are_refused() {
         assert!(r.stderr.contains(want), "{want}: {r:?}");
     }
 }
+
+#[test]
+fn sor_gives_the_same_answer_with_conditional_allreduce_across_emulated_sites() {
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "6",
+            "--ranks-per-process",
+            "2",
+            "--sites",
+            "3",
+            "--wan",
+            "rtt=2ms",
+            "--",
+            vargr(),
+            "sor-check",
+            "--side",
+            "40",
+            "--epsilon",
+            "60",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(r.status.success(), "{r:?}");
+    let got = lines_sorted(&r.stdout);
+    assert_eq!(got.len(), 6, "{r:?}");
+    for (i, l) in got.iter().enumerate() {
+        assert!(l.starts_with(&format!("rank {i} ok ")), "{l}");
+    }
+}

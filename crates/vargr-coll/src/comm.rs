@@ -167,6 +167,17 @@ impl Comm {
         self.ranks.get(r).copied()
     }
 
+    /// The transport, for helpers (such as conditional allreduce's prefetch threads)
+    /// that talk on this communicator's context from other threads.
+    pub(crate) fn transport_handle(&self) -> Arc<dyn Transport> {
+        self.transport.clone()
+    }
+
+    /// The transport tag of user tag `tag` on this communicator.
+    pub(crate) fn user_tag(&self, tag: u64) -> u64 {
+        Tag::user(self.ctx, tag)
+    }
+
     pub fn hierarchy(&self) -> Option<&Hierarchy> {
         self.hierarchy.as_deref()
     }

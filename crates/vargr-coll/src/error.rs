@@ -86,6 +86,9 @@ pub enum CollError {
     /// A hierarchy whose length differs from the communicator's size.
     #[error("hierarchy lists {got} ranks, the communicator has {expected}")]
     BadHierarchy { expected: usize, got: usize },
+    /// A conditional allreduce whose inputs or setup break its preconditions.
+    #[error("cond_allreduce on rank {rank}: {reason}")]
+    CondPrecondition { rank: usize, reason: String },
     /// Joining the job failed (no rank variables, rendezvous unreachable, wrong secret).
     #[error("joining the job: {reason}")]
     Job { reason: String },

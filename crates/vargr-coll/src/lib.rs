@@ -9,6 +9,8 @@
 //!   algorithms sans-IO lets monitors and cost models inspect and simulate them.
 //! - [`Comm`] (from a [`World`]): typed barrier, bcast, reduce, allreduce, gather(v),
 //!   scatter(v), allgather(v), alltoall(v), point-to-point `send`/`recv`, `split`, `dup`.
+//! - [`CondAllreduce`] (from [`Comm::conditional`]): the seed's conditional allreduce,
+//!   which settles a convergence test without waiting for remote sites when it can.
 //! - [`Op`] and [`Elem`]: reduction operators over `i8`…`u64`, `f32`, `f64`, with MPI's
 //!   semantics, and user operators.
 //! - [`SelectionTable`] and [`Selector`]: which algorithm a call uses, as data (TOML or
@@ -40,6 +42,7 @@ pub mod algo;
 mod arena;
 mod bench;
 mod comm;
+mod cond;
 mod elem;
 mod error;
 mod hierarchy;
@@ -48,11 +51,13 @@ mod job;
 mod op;
 mod schedule;
 mod select;
+pub mod sor;
 mod transport;
 
 pub use arena::{Arena, Group};
 pub use bench::{bench_allreduce, bench_allreduce_with};
 pub use comm::{Comm, World};
+pub use cond::{CondAllreduce, CondOp, CondOutcome, Predicate};
 pub use elem::{Elem, ElemKind};
 pub use error::{CollError, Result};
 pub use hierarchy::{Hierarchy, Levels};
