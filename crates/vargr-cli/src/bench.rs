@@ -22,6 +22,8 @@ pub enum BenchCmd {
     Tree(TreeArgs),
     /// Accuracy of the Longcut WAN emulator relay (latency with 2 and 40 connections, bandwidth).
     Emu(crate::bench_emu::EmuBenchArgs),
+    /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce.
+    Wan(crate::bench_wan::WanBenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -79,6 +81,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Tree(a) => tree(a),
         BenchCmd::Emu(a) => crate::bench_emu::run(a),
+        BenchCmd::Wan(a) => crate::bench_wan::run(a),
     }
 }
 
@@ -92,7 +95,7 @@ fn level_spec(n: usize) -> String {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_emu;
+mod bench_wan;
 mod coll_check;
 mod demo;
 mod emu_cmd;
@@ -59,6 +60,9 @@ enum Cmd {
         #[arg(long, default_value_t = 20.0)]
         epsilon: f64,
     },
+    /// One rank of `vargr bench wan`.
+    #[command(hide = true)]
+    CollWanRank(bench_wan::WanRankArgs),
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
@@ -79,6 +83,7 @@ fn main() {
         Cmd::MeshCheck => roles::mesh_check(),
         Cmd::CollCheck => coll_check::run(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
+        Cmd::CollWanRank(a) => bench_wan::rank(a),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };
