@@ -24,6 +24,8 @@ pub enum BenchCmd {
     Emu(crate::bench_emu::EmuBenchArgs),
     /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce.
     Wan(crate::bench_wan::WanBenchArgs),
+    /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
+    Sor(crate::bench_wan::SorBenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -82,6 +84,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Tree(a) => tree(a),
         BenchCmd::Emu(a) => crate::bench_emu::run(a),
         BenchCmd::Wan(a) => crate::bench_wan::run(a),
+        BenchCmd::Sor(a) => crate::bench_wan::sor_bench(a),
     }
 }
 

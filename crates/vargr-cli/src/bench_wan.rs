@@ -357,3 +357,176 @@ fn print_table(records: &[(&str, WanRecord)]) {
         );
     }
 }
+
+/// `vargr bench sor`: red-black SOR to convergence across two emulated sites with 1, 2
+/// and 4 ranks per core (overdecomposition, seed 000 §8.3), with and without the
+/// priority scheduler, plain allreduce against conditional allreduce.
+#[derive(Args, Clone)]
+pub struct SorBenchArgs {
+    /// Round-trip time of the emulated WAN between the two sites.
+    #[arg(long, default_value = "10ms")]
+    rtt: String,
+    /// Grid side.
+    #[arg(long, default_value_t = 96)]
+    side: usize,
+    /// Convergence threshold (sum of changes).
+    #[arg(long, default_value_t = 60.0)]
+    epsilon: f64,
+    /// Ranks per core to try.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4")]
+    per_core: Vec<u32>,
+    /// Write the records here (default bench/results/coll-sor.json).
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct SorRecord {
+    benchmark: String,
+    op: String,
+    bytes: usize,
+    ranks: u32,
+    ranks_per_process: u32,
+    ranks_per_core: u32,
+    sites: u32,
+    wan_rtt_ms: f64,
+    algorithm: String,
+    sched: String,
+    iterations: u64,
+    total_s: f64,
+    median_us: f64,
+    p90_us: f64,
+}
+
+/// What one SOR rank job runs.
+#[derive(Args, Clone, Debug)]
+pub struct SorRankArgs {
+    /// plain | cond
+    #[arg(long)]
+    test: String,
+    #[arg(long)]
+    side: usize,
+    #[arg(long)]
+    epsilon: f64,
+}
+
+/// The rank side of `vargr bench sor`: rank 0 prints `iterations seconds`.
+pub fn sor_rank(a: SorRankArgs) -> Result<()> {
+    let job = Job::join()?;
+    let cfg = SorConfig {
+        side: a.side,
+        epsilon: a.epsilon,
+        ..SorConfig::default()
+    };
+    let test = match a.test.as_str() {
+        "plain" => ConvergenceTest::Allreduce,
+        "cond" => ConvergenceTest::Conditional,
+        other => bail!("unknown --test {other:?} (plain or cond)"),
+    };
+    let out = job.run(|c| {
+        c.barrier()?;
+        let t0 = Instant::now();
+        let r = sor(&c, &cfg, test)?;
+        let mut t = [t0.elapsed().as_secs_f64()];
+        c.allreduce(&mut t, &Op::Max)?;
+        Ok((c.rank() == 0).then(|| format!("{} {}", r.iterations, t[0])))
+    })?;
+    job.finish();
+    if let Some(Some(line)) = out.into_iter().next() {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+pub fn sor_bench(a: SorBenchArgs) -> Result<()> {
+    let exe = std::env::current_exe().context("finding the vargr binary")?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+    let rtt_ms = vargr_emu::parse_duration(&a.rtt)
+        .map_err(|e| anyhow::anyhow!("--rtt: {e}"))?
+        .as_secs_f64()
+        * 1e3;
+    // Two sites, one process per core, each process on one site.
+    let procs = cores.max(2);
+    let mut records = Vec::new();
+    for &k in &a.per_core {
+        let ranks = procs * k.max(1);
+        for (test, sched) in [
+            ("plain", "none"),
+            ("plain", "priority"),
+            ("cond", "none"),
+            ("cond", "priority"),
+        ] {
+            if k == 1 && sched != "none" {
+                continue; // one rank per process: nothing to schedule
+            }
+            let out = Command::new(&exe)
+                .args(["run", "-n", &ranks.to_string()])
+                .args(["--ranks-per-process", &k.to_string()])
+                .args(["--sites", "2", "--wan", &format!("rtt={}", a.rtt)])
+                .args(["--sched", sched, "--"])
+                .arg(&exe)
+                .args(["coll-sor-rank", "--test", test])
+                .args(["--side", &a.side.to_string()])
+                .args(["--epsilon", &a.epsilon.to_string()])
+                .output()
+                .context("starting vargr run")?;
+            if !out.status.success() {
+                bail!(
+                    "SOR with {ranks} ranks ({test}, {sched}) failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            let text = String::from_utf8_lossy(&out.stdout);
+            let mut it = text.split_whitespace();
+            let (Some(iters), Some(secs)) = (it.next(), it.next()) else {
+                bail!("SOR with {ranks} ranks: no result in {text:?}");
+            };
+            let (iters, secs): (u64, f64) = (iters.parse()?, secs.parse()?);
+            let per_it = secs * 1e6 / iters.max(1) as f64;
+            eprintln!(
+                "SOR {ranks} ranks ({k}/core), {test}, sched {sched}: {iters} iterations in {secs:.2} s"
+            );
+            records.push(SorRecord {
+                benchmark: "sor-wan".into(),
+                op: "allreduce".into(),
+                bytes: 8,
+                ranks,
+                ranks_per_process: k,
+                ranks_per_core: k,
+                sites: 2,
+                wan_rtt_ms: rtt_ms,
+                algorithm: if test == "cond" {
+                    "cond_allreduce".into()
+                } else {
+                    "auto".into()
+                },
+                sched: sched.into(),
+                iterations: iters,
+                total_s: secs,
+                median_us: per_it,
+                p90_us: per_it,
+            });
+        }
+    }
+    println!(
+        "\n{:>6} {:>9} {:>16} {:>9} {:>7} {:>10} {:>12}",
+        "ranks", "per core", "test", "sched", "iters", "total s", "µs/iteration"
+    );
+    for r in &records {
+        println!(
+            "{:>6} {:>9} {:>16} {:>9} {:>7} {:>10.2} {:>12.1}",
+            r.ranks, r.ranks_per_core, r.algorithm, r.sched, r.iterations, r.total_s, r.median_us
+        );
+    }
+    let path = a
+        .json
+        .clone()
+        .unwrap_or_else(|| crate::results_dir().join("coll-sor.json"));
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&records)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {} records to {}", records.len(), path.display());
+    Ok(())
+}

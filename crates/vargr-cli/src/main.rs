@@ -63,6 +63,9 @@ enum Cmd {
     /// One rank of `vargr bench wan`.
     #[command(hide = true)]
     CollWanRank(bench_wan::WanRankArgs),
+    /// One rank of `vargr bench sor`.
+    #[command(hide = true)]
+    CollSorRank(bench_wan::SorRankArgs),
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
@@ -84,6 +87,7 @@ fn main() {
         Cmd::CollCheck => coll_check::run(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
         Cmd::CollWanRank(a) => bench_wan::rank(a),
+        Cmd::CollSorRank(a) => bench_wan::sor_rank(a),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

@@ -45,6 +45,11 @@ pub struct RunArgs {
     /// `rtt=36ms,bandwidth=100mbit`, or per pair, `east-west:rtt=36ms;*:rtt=10ms`.
     #[arg(long)]
     wan: Option<String>,
+    /// How ranks that share a process share its cores (sets VARGR_SCHED): none,
+    /// serialize (one computes at a time) or priority (ranks talking to other processes
+    /// run first).
+    #[arg(long)]
+    sched: Option<String>,
     /// Seconds the ranks have to reach the rendezvous.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
@@ -97,6 +102,10 @@ pub fn run(a: RunArgs) -> Result<()> {
     if let Some(w) = &a.wan {
         vargr_emu::WanMap::parse_line(w).context("--wan")?;
     }
+    if let Some(p) = &a.sched {
+        p.parse::<vargr_coll::SchedPolicy>()
+            .map_err(|e| anyhow::anyhow!("--sched: {e}"))?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     ctrlc::set_handler(move || s2.store(true, Ordering::SeqCst))
@@ -121,6 +130,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         if let Some(w) = &a.wan {
             env.push(("VARGR_WAN".into(), w.clone()));
+        }
+        if let Some(p) = &a.sched {
+            env.push(("VARGR_SCHED".into(), p.clone()));
         }
         let spec = ChildSpec {
             node: first,

@@ -246,10 +246,12 @@ fn collectives_equal_open_mpi_for_processes_threads_and_mpirun() {
     let dir = tempfile::tempdir().unwrap();
     let reference = build_mpi_reference(dir.path());
     let reference = reference.to_str().unwrap();
-    // Processes; threads and processes mixed; all threads; three sites over an emulated
+    // Processes; ranks as threads under the priority scheduler; threads and processes
+    // mixed; all threads; three sites over an emulated
     // WAN (hierarchical algorithms chosen from the job's sites).
-    let cases: [(usize, &[&str]); 4] = [
+    let cases: [(usize, &[&str]); 5] = [
         (4, &[]),
+        (6, &["--ranks-per-process", "3", "--sched", "priority"]),
         (7, &["--ranks-per-process", "3"]),
         (6, &["--ranks-per-process", "6"]),
         (

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,7 @@ use crate::comm::{Comm, World};
 use crate::error::{CollError, Result};
 use crate::hierarchy::Hierarchy;
 use crate::inproc::WaitPolicy;
+use crate::sched::{SchedPolicy, Scheduler, HIGH, LOW};
 use crate::select::Selector;
 use crate::transport::Transport;
 
@@ -30,6 +32,11 @@ pub struct MeshTransport {
     mesh: Arc<Mesh>,
     rank: usize,
     arena: Option<Arc<Arena>>,
+    /// Ranks of this process (sends outside it raise this rank's scheduling priority).
+    local: Range<usize>,
+    sched: Option<Arc<Scheduler>>,
+    /// Whether this rank's last send left the process.
+    sent_remote: AtomicBool,
 }
 
 impl MeshTransport {
@@ -52,15 +59,33 @@ impl Transport for MeshTransport {
     }
 
     fn send(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
+        self.sent_remote
+            .store(!self.local.contains(&dest), Ordering::Relaxed);
         self.mesh
             .send(self.rank as u32, dest as u32, tag, data)
             .map_err(|e| self.lost(dest, e))
     }
 
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes> {
-        self.mesh
+        // A waiting rank gives its core to a rank with work. Only rank threads hold
+        // slots; helper threads (conditional allreduce's prefetchers) pass through.
+        let sched = self
+            .sched
+            .as_deref()
+            .filter(|_| HOLDS_SLOT.with(|h| h.replace(false)));
+        if let Some(s) = sched {
+            s.release();
+        }
+        let r = self
+            .mesh
             .recv(self.rank as u32, src as u32, tag)
-            .map_err(|e| self.lost(src, e))
+            .map_err(|e| self.lost(src, e));
+        if let Some(s) = sched {
+            let remote = self.sent_remote.load(Ordering::Relaxed);
+            s.acquire(if remote { HIGH } else { LOW });
+            HOLDS_SLOT.with(|h| h.set(true));
+        }
+        r
     }
 
     fn arena(&self) -> Option<&Arena> {
@@ -77,6 +102,9 @@ pub struct JoinOptions {
     pub wan: Option<WanMap>,
     /// Algorithm selection; `None` reads `VARGR_COLL_*` (see [`Selector::from_env`]).
     pub selector: Option<Selector>,
+    /// How ranks of one process share its cores; `None` reads `VARGR_SCHED`
+    /// (`none`, `serialize` or `priority`; see [`SchedPolicy`]).
+    pub sched: Option<SchedPolicy>,
 }
 
 impl Default for JoinOptions {
@@ -85,6 +113,7 @@ impl Default for JoinOptions {
             timeout: Duration::from_secs(60),
             wan: None,
             selector: None,
+            sched: None,
         }
     }
 }
@@ -95,6 +124,7 @@ pub struct Job {
     arena: Option<Arc<Arena>>,
     hierarchy: Hierarchy,
     selector: Selector,
+    sched: Option<Arc<Scheduler>>,
 }
 
 fn job_error(e: impl std::fmt::Display) -> CollError {
@@ -123,6 +153,13 @@ impl Job {
             Some(s) => s,
             None => Selector::from_env()?,
         };
+        let policy = match opts.sched {
+            Some(p) => p,
+            None => std::env::var("VARGR_SCHED")
+                .unwrap_or_default()
+                .parse()
+                .map_err(|e| job_error(format!("VARGR_SCHED: {e}")))?,
+        };
         let my_site = std::env::var("VARGR_SITE").ok().filter(|s| !s.is_empty());
         let picker = Box::new(move |peer: &vargr_net::job::PeerInfo| {
             wan.chain(my_site.as_deref(), peer.site.as_deref(), peer.rank as u64)
@@ -131,7 +168,13 @@ impl Job {
         let env = mesh.env();
         let hierarchy = hierarchy_of(mesh.table());
         let (first, local) = (env.rank as usize, env.local as usize);
-        let arena = (local > 1).then(|| {
+        let sched = if local > 1 {
+            Scheduler::for_policy(policy).map(Arc::new)
+        } else {
+            None
+        };
+        // Shared-memory waits happen outside `recv`, where the scheduler cannot see them.
+        let arena = (local > 1 && sched.is_none()).then(|| {
             Arc::new(Arena::new(
                 env.size as usize,
                 first..first + local,
@@ -143,6 +186,7 @@ impl Job {
             arena,
             hierarchy,
             selector,
+            sched,
         })
     }
 
@@ -180,6 +224,9 @@ impl Job {
             mesh: self.mesh.clone(),
             rank,
             arena: self.arena.clone(),
+            local: self.local_ranks(),
+            sched: self.sched.clone(),
+            sent_remote: AtomicBool::new(false),
         };
         Ok(World::new(Arc::new(t))
             .with_selector(self.selector.clone())
@@ -201,7 +248,10 @@ impl Job {
                     let world = self.world(r);
                     std::thread::Builder::new()
                         .name(format!("rank-{r}"))
-                        .spawn_scoped(s, move || f(world?.comm()?))
+                        .spawn_scoped(s, move || {
+                            let _slot = self.sched.as_deref().map(Slot::take);
+                            f(world?.comm()?)
+                        })
                         .map_err(job_error)
                 })
                 .collect::<Result<_>>()?;
@@ -219,6 +269,30 @@ impl Job {
     /// Writes everything still queued for other processes; call before exiting.
     pub fn finish(&self) {
         self.mesh.flush(Duration::from_secs(30));
+    }
+}
+
+thread_local! {
+    /// Whether this thread is a rank holding a scheduler slot.
+    static HOLDS_SLOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// A rank's scheduler slot while it runs, given back when it ends (or panics).
+struct Slot<'a>(&'a Scheduler);
+
+impl Slot<'_> {
+    fn take(s: &Scheduler) -> Slot<'_> {
+        s.acquire(LOW);
+        HOLDS_SLOT.with(|h| h.set(true));
+        Slot(s)
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        if HOLDS_SLOT.with(|h| h.replace(false)) {
+            self.0.release();
+        }
     }
 }
 
