@@ -592,3 +592,34 @@ enum Failure {
     /// The remote site (by index) broke it, closed early, or was lost.
     Remote(usize),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn tuples_round_trip_and_garbage_is_refused(
+            seq: u64, value: f64, last_false: u64, fv: f64, flags: u64,
+            junk in proptest::collection::vec(any::<u8>(), 0..100),
+        ) {
+            let t = Tuple { seq, value, last_false, false_value: fv, flags };
+            let back = Tuple::decode(&t.encode()).unwrap();
+            prop_assert_eq!(back.seq, seq);
+            prop_assert_eq!(back.value.to_bits(), value.to_bits());
+            prop_assert_eq!(back.false_value.to_bits(), fv.to_bits());
+            prop_assert_eq!((back.last_false, back.flags), (last_false, flags));
+            prop_assert_eq!(Tuple::decode(&junk).is_some(), junk.len() == Tuple::LEN);
+        }
+    }
+
+    #[test]
+    fn predicates_and_ops() {
+        assert!(Predicate::GreaterEq.holds(1.0, 1.0) && !Predicate::Greater.holds(1.0, 1.0));
+        assert!(Predicate::Less.holds(0.5, 1.0) && Predicate::LessEq.holds(1.0, 1.0));
+        assert_eq!(CondOp::Max.apply(1.0, 3.0), 3.0);
+        assert_eq!(CondOp::Min.apply(1.0, 3.0), 1.0);
+        assert_eq!(Predicate::GreaterEq.to_string(), ">=");
+    }
+}
