@@ -22,6 +22,8 @@ pub enum BenchCmd {
     Tree(TreeArgs),
     /// Accuracy of the Longcut WAN emulator relay (latency with 2 and 40 connections, bandwidth).
     Emu(crate::bench_emu::EmuBenchArgs),
+    /// Collective latency, vargr (processes, threads) against Open MPI (TCP, shared memory).
+    Coll(crate::bench_coll::CollBenchArgs),
     /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce.
     Wan(crate::bench_wan::WanBenchArgs),
     /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
@@ -83,6 +85,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Tree(a) => tree(a),
         BenchCmd::Emu(a) => crate::bench_emu::run(a),
+        BenchCmd::Coll(a) => crate::bench_coll::run(a),
         BenchCmd::Wan(a) => crate::bench_wan::run(a),
         BenchCmd::Sor(a) => crate::bench_wan::sor_bench(a),
     }

@@ -1,8 +1,10 @@
 //! `vargr`: the command-line face of the libraries. It parses, calls, and prints.
 
 mod bench;
+mod bench_coll;
 mod bench_emu;
 mod bench_wan;
+mod coll_bench_role;
 mod coll_check;
 mod demo;
 mod emu_cmd;
@@ -60,6 +62,9 @@ enum Cmd {
         #[arg(long, default_value_t = 20.0)]
         epsilon: f64,
     },
+    /// One rank of `vargr bench coll`: times a collective, rank 0 prints the result.
+    #[command(hide = true)]
+    CollBenchRank(coll_bench_role::CollRankArgs),
     /// One rank of `vargr bench wan`.
     #[command(hide = true)]
     CollWanRank(bench_wan::WanRankArgs),
@@ -86,6 +91,7 @@ fn main() {
         Cmd::MeshCheck => roles::mesh_check(),
         Cmd::CollCheck => coll_check::run(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
+        Cmd::CollBenchRank(a) => coll_bench_role::run(a),
         Cmd::CollWanRank(a) => bench_wan::rank(a),
         Cmd::CollSorRank(a) => bench_wan::sor_rank(a),
         Cmd::Commnode => roles::commnode(),
