@@ -22,7 +22,7 @@ use crate::arena::Arena;
 use crate::comm::{Comm, World};
 use crate::error::{CollError, Result};
 use crate::hierarchy::Hierarchy;
-use crate::inproc::WaitPolicy;
+use crate::inproc::{Fabric, InProcess, WaitPolicy};
 use crate::sched::{SchedPolicy, Scheduler, HIGH, LOW};
 use crate::select::Selector;
 use crate::transport::Transport;
@@ -37,6 +37,9 @@ pub struct MeshTransport {
     sched: Option<Arc<Scheduler>>,
     /// Whether this rank's last send left the process.
     sent_remote: AtomicBool,
+    /// This rank's mailbox among the ranks of its process (indexed from the first local
+    /// rank): messages between threads skip the mesh's shared lock.
+    here: Option<InProcess>,
 }
 
 impl MeshTransport {
@@ -59,8 +62,11 @@ impl Transport for MeshTransport {
     }
 
     fn send(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
-        self.sent_remote
-            .store(!self.local.contains(&dest), Ordering::Relaxed);
+        let remote = !self.local.contains(&dest);
+        self.sent_remote.store(remote, Ordering::Relaxed);
+        if let (false, Some(ep)) = (remote, &self.here) {
+            return ep.send(dest - self.local.start, tag, data);
+        }
         self.mesh
             .send(self.rank as u32, dest as u32, tag, data)
             .map_err(|e| self.lost(dest, e))
@@ -76,10 +82,13 @@ impl Transport for MeshTransport {
         if let Some(s) = sched {
             s.release();
         }
-        let r = self
-            .mesh
-            .recv(self.rank as u32, src as u32, tag)
-            .map_err(|e| self.lost(src, e));
+        let r = match &self.here {
+            Some(ep) if self.local.contains(&src) => ep.recv(src - self.local.start, tag),
+            _ => self
+                .mesh
+                .recv(self.rank as u32, src as u32, tag)
+                .map_err(|e| self.lost(src, e)),
+        };
         if let Some(s) = sched {
             let remote = self.sent_remote.load(Ordering::Relaxed);
             s.acquire(if remote { HIGH } else { LOW });
@@ -125,6 +134,8 @@ pub struct Job {
     hierarchy: Hierarchy,
     selector: Selector,
     sched: Option<Arc<Scheduler>>,
+    /// Mailboxes of this process's ranks, when it has several.
+    fabric: Option<Fabric>,
 }
 
 fn job_error(e: impl std::fmt::Display) -> CollError {
@@ -181,8 +192,10 @@ impl Job {
                 WaitPolicy::default(),
             ))
         });
+        let fabric = (local > 1).then(|| Fabric::new(local));
         Ok(Job {
             mesh,
+            fabric,
             arena,
             hierarchy,
             selector,
@@ -227,6 +240,10 @@ impl Job {
             local: self.local_ranks(),
             sched: self.sched.clone(),
             sent_remote: AtomicBool::new(false),
+            here: self
+                .fabric
+                .as_ref()
+                .and_then(|f| f.endpoint(rank - self.local_ranks().start)),
         };
         Ok(World::new(Arc::new(t))
             .with_selector(self.selector.clone())

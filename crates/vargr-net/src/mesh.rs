@@ -40,7 +40,12 @@ struct State {
     /// Processes whose links failed, with the reason (a `recv` from them fails).
     lost: HashMap<u32, String>,
     events: Vec<ReactorEvent>,
-    waiters: usize,
+    /// Threads waiting for mail, per local rank (index: rank minus the first local rank).
+    waiting: Vec<u32>,
+    /// Of those, the ones waiting for another process (only they need the reactor).
+    wants_reactor: Vec<u32>,
+    /// The local rank whose thread has the reactor out polling, if any.
+    poller: Option<u32>,
     /// Work for the reactor queued while another thread had it out polling.
     outbox: Vec<(u32, Bytes)>,
     pending: Vec<(u32, Link)>,
@@ -76,7 +81,9 @@ pub struct Mesh {
     table: Vec<PeerInfo>,
     secret: Secret,
     state: Mutex<State>,
-    cv: Condvar,
+    /// One condition variable per local rank, so a message wakes only the threads
+    /// waiting for that rank (one shared variable woke all 64 ranks for each message).
+    cvs: Box<[Condvar]>,
     waker: Arc<mio::Waker>,
     accepted: Mutex<mpsc::Receiver<(u32, Conn)>>,
     dialing: Mutex<()>,
@@ -123,6 +130,7 @@ impl Mesh {
         secret: Secret,
         stages: Box<StagePicker>,
     ) -> Result<Arc<Mesh>, NetError> {
+        let local = env.local.max(1) as usize;
         let reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
         let waker = reactor.waker();
         let (tx, rx) = mpsc::channel();
@@ -147,12 +155,14 @@ impl Mesh {
                 mail: HashMap::new(),
                 lost: HashMap::new(),
                 events: Vec::new(),
-                waiters: 0,
+                waiting: vec![0; local],
+                wants_reactor: vec![0; local],
+                poller: None,
                 outbox: Vec::new(),
                 pending: Vec::new(),
                 staged: HashMap::new(),
             }),
-            cv: Condvar::new(),
+            cvs: (0..local).map(|_| Condvar::new()).collect(),
             waker,
             accepted: Mutex::new(rx),
             dialing: Mutex::new(()),
@@ -188,6 +198,27 @@ impl Mesh {
         r
     }
 
+    /// Index of local rank `rank` into the per-rank waiting state.
+    fn slot(&self, rank: u32) -> usize {
+        (rank - self.env.rank) as usize
+    }
+
+    /// Wakes the threads waiting for local rank `rank`, if any.
+    fn notify_rank(&self, g: &State, rank: u32) {
+        let i = self.slot(rank);
+        if g.waiting[i] > 0 {
+            self.cvs[i].notify_all();
+        }
+    }
+
+    /// The reactor is free again: if anyone waits for another process, wake that rank's
+    /// threads so one of them polls it.
+    fn hand_off(&self, g: &State) {
+        if let Some(i) = g.wants_reactor.iter().position(|&w| w > 0) {
+            self.cvs[i].notify_all();
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -219,11 +250,9 @@ impl Mesh {
         if self.is_local(dest) {
             let mut g = self.lock();
             g.mail.entry((dest, src, tag)).or_default().push_back(data);
-            if g.waiters > 0 {
-                self.cv.notify_all();
-            }
-            if g.reactor.is_none() {
-                // The thread polling may be the one this message is for.
+            self.notify_rank(&g, dest);
+            if g.reactor.is_none() && g.poller == Some(dest) {
+                // The thread polling is the one this message is for.
                 let _ = self.waker.wake();
             }
             return Ok(());
@@ -301,8 +330,15 @@ impl Mesh {
     /// Receives, for local rank `dest`, the oldest message from `src` with `tag`.
     pub fn recv(&self, dest: u32, src: u32, tag: u64) -> Result<Bytes, NetError> {
         self.check_rank("source", src)?;
+        if !self.is_local(dest) {
+            return Err(NetError::Job {
+                reason: format!("rank {dest} does not live in this process"),
+            });
+        }
         let key = (dest, src, tag);
         let src_proc = self.process_of(src);
+        // Mail from a rank of this process arrives by `send` alone: no need to poll.
+        let from_here = self.is_local(src);
         let mut g = self.lock();
         loop {
             if let Some(q) = g.mail.get_mut(&key) {
@@ -310,20 +346,33 @@ impl Mesh {
                     if q.is_empty() {
                         g.mail.remove(&key);
                     }
+                    if g.reactor.is_some() {
+                        self.hand_off(&g);
+                    }
                     return Ok(b);
                 }
             }
             if let Some(why) = g.lost.get(&src_proc) {
-                return Err(NetError::Job {
-                    reason: format!("rank {src} was lost before it sent the message: {why}"),
-                });
+                let reason = format!("rank {src} was lost before it sent the message: {why}");
+                if g.reactor.is_some() {
+                    self.hand_off(&g);
+                }
+                return Err(NetError::Job { reason });
             }
-            match g.reactor.take() {
-                Some(reactor) => g = self.poll_once(g, reactor),
+            match g.reactor.take_if(|_| !from_here) {
+                Some(reactor) => {
+                    g.poller = Some(dest);
+                    g = self.poll_once(g, reactor);
+                    g.poller = None;
+                }
                 None => {
-                    g.waiters += 1;
-                    g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
-                    g.waiters -= 1;
+                    let i = self.slot(dest);
+                    let remote = u32::from(!from_here);
+                    g.waiting[i] += 1;
+                    g.wants_reactor[i] += remote;
+                    g = self.cvs[i].wait(g).unwrap_or_else(|p| p.into_inner());
+                    g.waiting[i] -= 1;
+                    g.wants_reactor[i] -= remote;
                 }
             }
         }
@@ -369,11 +418,15 @@ impl Mesh {
                         continue;
                     }
                     let tag = u64::from_le_bytes(f.payload[..8].try_into().expect("8 bytes"));
+                    if !self.is_local(f.stream) {
+                        continue;
+                    }
                     let key = (f.stream, f.tag as u32, tag);
                     g.mail
                         .entry(key)
                         .or_default()
                         .push_back(f.payload.slice(8..));
+                    self.notify_rank(&g, f.stream);
                 }
                 ReactorEvent::Frame(..) | ReactorEvent::Woken => {}
                 ReactorEvent::Closed(id, err) => {
@@ -392,6 +445,10 @@ impl Mesh {
                             .map(|e| e.to_string())
                             .unwrap_or_else(|| "it closed its connection".into());
                         g.lost.insert(p, why);
+                        // Anyone may be waiting for that process.
+                        for cv in self.cvs.iter() {
+                            cv.notify_all();
+                        }
                     }
                 }
             }
@@ -399,9 +456,6 @@ impl Mesh {
         g.apply(&mut reactor);
         g.events = events;
         g.reactor = Some(reactor);
-        if g.waiters > 0 {
-            self.cv.notify_all();
-        }
         g
     }
 
@@ -417,18 +471,18 @@ impl Mesh {
                         r.ids().filter_map(|i| r.link(i)).map(|l| l.backlog()).sum();
                     if backlog == 0 || Instant::now() >= deadline {
                         g.reactor = Some(r);
+                        self.hand_off(&g);
                         return;
                     }
                     g = self.poll_once(g, r);
                 }
                 None => {
-                    g.waiters += 1;
-                    g = self
-                        .cv
+                    g.waiting[0] += 1;
+                    g = self.cvs[0]
                         .wait_timeout(g, Duration::from_millis(50))
                         .unwrap_or_else(|p| p.into_inner())
                         .0;
-                    g.waiters -= 1;
+                    g.waiting[0] -= 1;
                 }
             }
         }
