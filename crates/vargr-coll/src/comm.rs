@@ -30,6 +30,8 @@ use crate::transport::{Tag, Transport};
 /// State shared by all communicators of one rank.
 struct RankShared {
     next_ctx: AtomicU32,
+    /// See [`CallShape::ranks_per_core`]; the same for every communicator of the job.
+    ranks_per_core: usize,
 }
 
 /// Builds the world communicator of one rank. Create exactly one per transport endpoint:
@@ -38,6 +40,7 @@ pub struct World {
     transport: Arc<dyn Transport>,
     selector: Selector,
     hierarchy: Option<Hierarchy>,
+    ranks_per_core: usize,
 }
 
 impl World {
@@ -47,7 +50,15 @@ impl World {
             transport,
             selector: Selector::default(),
             hierarchy: None,
+            ranks_per_core: 1,
         }
+    }
+
+    /// Ranks per core on the job's most crowded host (the same value on every rank), for
+    /// algorithm selection.
+    pub fn with_ranks_per_core(mut self, ranks_per_core: usize) -> World {
+        self.ranks_per_core = ranks_per_core.max(1);
+        self
     }
 
     pub fn with_selector(mut self, selector: Selector) -> World {
@@ -87,6 +98,7 @@ impl World {
             0,
             Arc::new(RankShared {
                 next_ctx: AtomicU32::new(1),
+                ranks_per_core: self.ranks_per_core,
             }),
             Arc::new(self.selector),
             self.hierarchy,
@@ -233,6 +245,7 @@ impl Comm {
             hierarchical: hier.is_some_and(Hierarchy::is_nontrivial),
             sites: hier.map_or(1, Hierarchy::sites),
             local: self.local,
+            ranks_per_core: self.shared.ranks_per_core,
         }
     }
 

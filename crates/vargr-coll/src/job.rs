@@ -134,6 +134,7 @@ pub struct Job {
     hierarchy: Hierarchy,
     selector: Selector,
     sched: Option<Arc<Scheduler>>,
+    ranks_per_core: usize,
     /// Mailboxes of this process's ranks, when it has several.
     fabric: Option<Fabric>,
 }
@@ -193,7 +194,9 @@ impl Job {
             ))
         });
         let fabric = (local > 1).then(|| Fabric::new(local));
+        let ranks_per_core = ranks_per_core(mesh.table());
         Ok(Job {
+            ranks_per_core,
             mesh,
             fabric,
             arena,
@@ -247,7 +250,8 @@ impl Job {
         };
         Ok(World::new(Arc::new(t))
             .with_selector(self.selector.clone())
-            .with_hierarchy(self.hierarchy.clone()))
+            .with_hierarchy(self.hierarchy.clone())
+            .with_ranks_per_core(self.ranks_per_core))
     }
 
     /// Runs `f` once per local rank, each on its own thread with its world communicator,
@@ -311,6 +315,23 @@ impl Drop for Slot<'_> {
             self.0.release();
         }
     }
+}
+
+/// Ranks per core on the most crowded host, from the job table (equal on every rank).
+fn ranks_per_core(table: &[vargr_net::job::PeerInfo]) -> usize {
+    // By machine, not by site: emulated sites on one machine share its cores.
+    let mut hosts: HashMap<&str, (usize, usize)> = HashMap::new();
+    for p in table {
+        let e = hosts
+            .entry(p.host.as_str())
+            .or_insert((0, p.cores.max(1) as usize));
+        e.0 += 1;
+    }
+    hosts
+        .values()
+        .map(|&(ranks, cores)| ranks.div_ceil(cores))
+        .max()
+        .unwrap_or(1)
 }
 
 /// Dense host and site ids from the job table's labels. Ranks without a site share one.

@@ -55,6 +55,14 @@ pub struct PeerInfo {
     pub addr: Addr,
     pub host: String,
     pub site: Option<String>,
+    /// Cores of the rank's machine, as its process sees them: with the ranks per host
+    /// this tells how oversubscribed the machine is, which changes the best algorithms.
+    pub cores: u32,
+}
+
+/// Cores this process may run on.
+pub fn cores() -> u32 {
+    std::thread::available_parallelism().map_or(1, |n| n.get() as u32)
 }
 
 /// The first of `vars` that is set, with its value.
@@ -356,16 +364,17 @@ fn serve_job(
     Ok(())
 }
 
-/// Hello: `rank size local addr host site` on one line (site `-` when none).
+/// Hello: `rank size local addr host site cores` on one line (site `-` when none).
 fn encode_hello(env: &JobEnv, addr: &Addr) -> String {
     format!(
-        "{} {} {} {} {} {}",
+        "{} {} {} {} {} {} {}",
         env.rank,
         env.size,
         env.local,
         addr,
         env.host,
-        env.site.as_deref().unwrap_or("-")
+        env.site.as_deref().unwrap_or("-"),
+        cores()
     )
 }
 
@@ -378,8 +387,8 @@ fn parse_hello(f: &Frame) -> Result<(PeerInfo, u32, u32), NetError> {
     }
     let text = std::str::from_utf8(&f.payload).map_err(|_| bad("not UTF-8"))?;
     let w: Vec<&str> = text.split_whitespace().collect();
-    if w.len() != 6 {
-        return Err(bad("expected 6 fields"));
+    if w.len() != 7 {
+        return Err(bad("expected 7 fields"));
     }
     let num = |s: &str| {
         s.parse::<u32>()
@@ -395,23 +404,25 @@ fn parse_hello(f: &Frame) -> Result<(PeerInfo, u32, u32), NetError> {
             addr: w[3].parse()?,
             host: w[4].into(),
             site: (w[5] != "-").then(|| w[5].to_string()),
+            cores: num(w[6])?.max(1),
         },
         local,
         size,
     ))
 }
 
-/// The table: one line per rank, `rank addr host site`; ranks hosted by one process
-/// share its address.
+/// The table: one line per rank, `rank addr host site cores`; ranks hosted by one
+/// process share its address.
 fn encode_table<'a>(entries: impl Iterator<Item = &'a (PeerInfo, u32)>) -> String {
     let mut out = String::new();
     for (p, local) in entries {
         for r in p.rank..p.rank + local {
             out.push_str(&format!(
-                "{r} {} {} {}\n",
+                "{r} {} {} {} {}\n",
                 p.addr,
                 p.host,
-                p.site.as_deref().unwrap_or("-")
+                p.site.as_deref().unwrap_or("-"),
+                p.cores
             ));
         }
     }
@@ -426,7 +437,8 @@ fn parse_table(text: &[u8], size: u32) -> Result<Vec<PeerInfo>, NetError> {
     let mut peers = Vec::with_capacity(size as usize);
     for (i, line) in text.lines().enumerate() {
         let w: Vec<&str> = line.split_whitespace().collect();
-        if w.len() != 4 || w[0].parse::<u32>().ok() != Some(i as u32) {
+        let cores = w.get(4).and_then(|c| c.parse::<u32>().ok());
+        if w.len() != 5 || w[0].parse::<u32>().ok() != Some(i as u32) || cores.is_none() {
             return Err(bad(format!("line {}: {line:?}", i + 1)));
         }
         peers.push(PeerInfo {
@@ -434,6 +446,7 @@ fn parse_table(text: &[u8], size: u32) -> Result<Vec<PeerInfo>, NetError> {
             addr: w[1].parse()?,
             host: w[2].into(),
             site: (w[3] != "-").then(|| w[3].to_string()),
+            cores: cores.unwrap_or(1).max(1),
         });
     }
     if peers.len() != size as usize {
