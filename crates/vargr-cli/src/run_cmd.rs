@@ -42,7 +42,8 @@ pub struct RunArgs {
     #[arg(long, conflicts_with = "site")]
     sites: Option<String>,
     /// WAN emulated between sites (sets VARGR_WAN): a profile for every pair of sites,
-    /// `rtt=36ms,bandwidth=100mbit`, or per pair, `east-west:rtt=36ms;*:rtt=10ms`.
+    /// `rtt=36ms,bandwidth=100mbit`, or per pair, `east-west:rtt=36ms;*:rtt=10ms`; a
+    /// recorded trace replays with `trace=FILE[,jitter=1ms]` (rows as for `vargr emu`).
     #[arg(long)]
     wan: Option<String>,
     /// How ranks that share a process share its cores (sets VARGR_SCHED): none,
