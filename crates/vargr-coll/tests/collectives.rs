@@ -507,6 +507,10 @@ fn selection_is_reported_and_follows_the_table() {
         assert_eq!(comm.algorithm_for(CollKind::Barrier, 0), Algorithm::Shm);
         assert_eq!(
             comm.algorithm_for(CollKind::Allreduce, 1 << 20),
+            Algorithm::ReduceBcast
+        );
+        assert_eq!(
+            comm.algorithm_for(CollKind::Allreduce, 1 << 17),
             Algorithm::Rabenseifner
         );
         assert_eq!(comm.algorithm_for(CollKind::Bcast, 8), Algorithm::Binomial);
