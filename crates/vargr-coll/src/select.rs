@@ -345,6 +345,15 @@ algorithm = "shm"
 coll = "barrier"
 algorithm = "dissemination"
 
+# Threads share memory bandwidth, not links: splitting the buffer pays from 4 ranks on
+# (1 MiB at 4 threads: 0.25 ms against the binomial tree's 0.73 ms).
+[[rule]]
+coll = "bcast"
+local = true
+min_bytes = 131072
+min_ranks = 3
+algorithm = "scatter_allgather"
+
 [[rule]]
 coll = "bcast"
 min_bytes = 131072
