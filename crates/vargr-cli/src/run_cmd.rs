@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// run first).
     #[arg(long)]
     sched: Option<String>,
+    /// Write every process's collector records (trace files) into this directory at the
+    /// end of the run, for `vargr trace export` and `vargr trace report`.
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Seconds the ranks have to reach the rendezvous.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
@@ -96,6 +100,17 @@ pub fn run(a: RunArgs) -> Result<()> {
     let rv = JobRendezvous::start(listener, addr.clone(), a.ranks, secret.clone(), timeout);
 
     // Processes: K consecutive ranks each, placed on the hostfile's slots in order.
+    // Absolute, so ranks started elsewhere (another directory, ssh) write where asked.
+    let trace_dir = match &a.trace {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            Some(
+                d.canonicalize()
+                    .with_context(|| format!("resolving {}", d.display()))?,
+            )
+        }
+        None => None,
+    };
     let mut placement = place(a.ranks, k, hosts.as_ref())?;
     if let Some(spec) = &a.sites {
         assign_sites(&mut placement, &parse_sites(spec, a.ranks)?)?;
@@ -134,6 +149,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         if let Some(p) = &a.sched {
             env.push(("VARGR_SCHED".into(), p.clone()));
+        }
+        if let Some(d) = &trace_dir {
+            env.push(("VARGR_TRACE_DIR".into(), d.display().to_string()));
         }
         let spec = ChildSpec {
             node: first,

@@ -124,6 +124,8 @@ pub struct Comm {
     local: bool,
     /// The shared-memory group, looked up on first use.
     group: OnceCell<Arc<Group>>,
+    /// Trace collector ids per collective, registered on first use.
+    collectors: [Cell<Option<u16>>; CollKind::ALL.len()],
 }
 
 fn bytes_of<T: Pod>(v: &[T]) -> &[u8] {
@@ -158,6 +160,7 @@ impl Comm {
             levels,
             local,
             group: OnceCell::new(),
+            collectors: Default::default(),
         }
     }
 
@@ -296,8 +299,42 @@ impl Comm {
         Tag::collective(self.ctx, seq)
     }
 
+    /// The trace collector of `coll` on this communicator (`ctx<id>/<coll>`), registered
+    /// on first use.
+    fn collector(&self, coll: CollKind) -> u16 {
+        let slot = &self.collectors[coll as usize];
+        if let Some(id) = slot.get() {
+            return id;
+        }
+        let id = vargr_trace::collector(&format!("ctx{}/{}", self.ctx, coll.name()));
+        slot.set(Some(id));
+        id
+    }
+
+    /// Records one whole call (arrival to departure) of this rank.
+    fn trace_call(&self, coll: CollKind, seq: u32, start: u64, bytes: usize, ok: bool) {
+        vargr_trace::record(&vargr_trace::Record {
+            start,
+            end: vargr_trace::now(),
+            seq,
+            bytes: bytes.min(u32::MAX as usize) as u32,
+            collector: self.collector(coll),
+            op: vargr_trace::EventOp::Call as u8,
+            status: u8::from(!ok),
+            peer: vargr_trace::NO_PEER,
+        });
+    }
+
     /// Shared-memory allreduce (or barrier with `op = None`) through the arena group.
-    fn run_shm(&self, work: &mut [u8], kind: ElemKind, op: Option<&Op>) -> Result<()> {
+    fn run_shm(
+        &self,
+        coll: CollKind,
+        work: &mut [u8],
+        kind: ElemKind,
+        op: Option<&Op>,
+    ) -> Result<()> {
+        let start = vargr_trace::now();
+        let seq = self.seq.get();
         let group = match self.group.get() {
             Some(g) => g,
             None => {
@@ -315,25 +352,34 @@ impl Comm {
         };
         // Keep sequence numbers in step with ranks that use message schedules.
         self.next_tag();
-        group.allreduce(self.me, work, kind, op)
+        let r = group.allreduce(self.me, work, kind, op);
+        self.trace_call(coll, seq, start, work.len(), r.is_ok());
+        r
     }
 
     fn run(
         &self,
+        coll: CollKind,
         sched: &Schedule,
         input: &[u8],
         work: &mut [u8],
         kind: ElemKind,
         op: Option<&Op>,
     ) -> Result<()> {
+        let start = vargr_trace::now();
+        let seq = self.seq.get();
         let ctx = ExecCtx {
             transport: &*self.transport,
             ranks: &self.ranks,
             tag_base: self.next_tag(),
             kind,
             op,
+            collector: self.collector(coll),
+            seq,
         };
-        execute(&ctx, sched, input, work)
+        let r = execute(&ctx, sched, input, work);
+        self.trace_call(coll, seq, start, work.len().max(input.len()), r.is_ok());
+        r
     }
 
     // ---- barrier, bcast, reduce, allreduce -------------------------------------------
@@ -346,11 +392,11 @@ impl Comm {
         let alg = self.pick(CollKind::Barrier, 0, algorithm, None, 0)?;
         let (me, p) = (self.me, self.size());
         let s = match alg {
-            Algorithm::Shm => return self.run_shm(&mut [], ElemKind::U8, None),
+            Algorithm::Shm => return self.run_shm(CollKind::Barrier, &mut [], ElemKind::U8, None),
             Algorithm::Flat => tree::barrier_flat(me, p),
             _ => tree::barrier_dissemination(me, p),
         };
-        self.run(&s, &[], &mut [], ElemKind::U8, None)
+        self.run(CollKind::Barrier, &s, &[], &mut [], ElemKind::U8, None)
     }
 
     /// Broadcasts the root's `buf` into every rank's `buf` (all the same length).
@@ -377,7 +423,14 @@ impl Comm {
             }
             _ => tree::bcast_binomial(me, p, root, n),
         };
-        self.run(&s, &[], bytes_of_mut(buf), ElemKind::U8, None)
+        self.run(
+            CollKind::Bcast,
+            &s,
+            &[],
+            bytes_of_mut(buf),
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Reduces every rank's `send` into the root's `recv` (ignored elsewhere, may be empty).
@@ -409,10 +462,24 @@ impl Comm {
         };
         if me == root {
             recv.copy_from_slice(send);
-            self.run(&s, &[], bytes_of_mut(recv), T::KIND, Some(op))
+            self.run(
+                CollKind::Reduce,
+                &s,
+                &[],
+                bytes_of_mut(recv),
+                T::KIND,
+                Some(op),
+            )
         } else {
             let mut work = send.to_vec();
-            self.run(&s, &[], bytes_of_mut(&mut work), T::KIND, Some(op))
+            self.run(
+                CollKind::Reduce,
+                &s,
+                &[],
+                bytes_of_mut(&mut work),
+                T::KIND,
+                Some(op),
+            )
         }
     }
 
@@ -431,10 +498,17 @@ impl Comm {
         let n = std::mem::size_of_val(buf);
         let alg = self.pick(CollKind::Allreduce, n, algorithm, Some(op), 0)?;
         if alg == Algorithm::Shm {
-            return self.run_shm(bytes_of_mut(buf), T::KIND, Some(op));
+            return self.run_shm(CollKind::Allreduce, bytes_of_mut(buf), T::KIND, Some(op));
         }
         let s = self.allreduce_schedule(alg, buf.len(), T::KIND.size());
-        self.run(&s, &[], bytes_of_mut(buf), T::KIND, Some(op))
+        self.run(
+            CollKind::Allreduce,
+            &s,
+            &[],
+            bytes_of_mut(buf),
+            T::KIND,
+            Some(op),
+        )
     }
 
     /// Allreduce from `send` into `recv` (same lengths).
@@ -502,7 +576,14 @@ impl Comm {
         } else {
             &mut []
         };
-        self.run(&s, bytes_of(send), work, ElemKind::U8, None)
+        self.run(
+            CollKind::Gather,
+            &s,
+            bytes_of(send),
+            work,
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Gathers `send` of varying lengths; at the root, rank `r`'s data lands at
@@ -532,7 +613,14 @@ impl Comm {
         } else {
             &mut []
         };
-        self.run(&s, bytes_of(send), work, ElemKind::U8, None)
+        self.run(
+            CollKind::Gather,
+            &s,
+            bytes_of(send),
+            work,
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Scatters consecutive blocks of the root's `send` (`size * recv.len()`) to every
@@ -560,7 +648,14 @@ impl Comm {
             _ => g::scatter_binomial(self.me, p, root, b),
         };
         let input: &[u8] = if self.me == root { bytes_of(send) } else { &[] };
-        self.run(&s, input, bytes_of_mut(recv), ElemKind::U8, None)
+        self.run(
+            CollKind::Scatter,
+            &s,
+            input,
+            bytes_of_mut(recv),
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Scatters `send[displs[r]..][..counts[r]]` of the root to rank `r`'s `recv`
@@ -590,7 +685,14 @@ impl Comm {
         };
         let s = g::scatter_flat(self.me, p, root, &blocks, std::mem::size_of_val(recv));
         let input: &[u8] = if self.me == root { bytes_of(send) } else { &[] };
-        self.run(&s, input, bytes_of_mut(recv), ElemKind::U8, None)
+        self.run(
+            CollKind::Scatter,
+            &s,
+            input,
+            bytes_of_mut(recv),
+            ElemKind::U8,
+            None,
+        )
     }
 
     // ---- allgather / alltoall ----------------------------------------------------------
@@ -620,7 +722,14 @@ impl Comm {
             Algorithm::Bruck => g::allgather_bruck(self.me, p, b),
             _ => g::allgather_ring(self.me, p, &Blocks::regular(p, b)),
         };
-        self.run(&s, bytes_of(send), bytes_of_mut(recv), ElemKind::U8, None)
+        self.run(
+            CollKind::Allgather,
+            &s,
+            bytes_of(send),
+            bytes_of_mut(recv),
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Rank `r`'s `send` (of `counts[r]` elements) lands at `recv[displs[r]..]` everywhere.
@@ -640,7 +749,14 @@ impl Comm {
             send.len(),
         )?;
         let s = g::allgather_ring(self.me, self.size(), &blocks);
-        self.run(&s, bytes_of(send), bytes_of_mut(recv), ElemKind::U8, None)
+        self.run(
+            CollKind::Allgather,
+            &s,
+            bytes_of(send),
+            bytes_of_mut(recv),
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Block `j` of rank `i`'s `send` lands as block `i` of rank `j`'s `recv`; both buffers
@@ -658,7 +774,14 @@ impl Comm {
         }
         let blocks = Blocks::regular(p, std::mem::size_of_val(send) / p);
         let s = g::alltoall_pairwise(self.me, p, &blocks, &blocks);
-        self.run(&s, bytes_of(send), bytes_of_mut(recv), ElemKind::U8, None)
+        self.run(
+            CollKind::Alltoall,
+            &s,
+            bytes_of(send),
+            bytes_of_mut(recv),
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Alltoall with per-rank counts and displacements (in elements) on both sides.
@@ -675,7 +798,14 @@ impl Comm {
         let sb = self.layout(CollKind::Alltoall, send_counts, send_displs, send.len(), sz)?;
         let rb = self.layout(CollKind::Alltoall, recv_counts, recv_displs, recv.len(), sz)?;
         let s = g::alltoall_pairwise(self.me, self.size(), &sb, &rb);
-        self.run(&s, bytes_of(send), bytes_of_mut(recv), ElemKind::U8, None)
+        self.run(
+            CollKind::Alltoall,
+            &s,
+            bytes_of(send),
+            bytes_of_mut(recv),
+            ElemKind::U8,
+            None,
+        )
     }
 
     /// Checks a `*v` layout against a buffer of `len` elements and converts it to bytes.

@@ -270,6 +270,7 @@ impl Job {
                     std::thread::Builder::new()
                         .name(format!("rank-{r}"))
                         .spawn_scoped(s, move || {
+                            vargr_trace::set_thread_label(&format!("rank {r}"), Some(r as u32));
                             let _slot = self.sched.as_deref().map(Slot::take);
                             f(world?.comm()?)
                         })
@@ -287,9 +288,30 @@ impl Job {
         })
     }
 
-    /// Writes everything still queued for other processes; call before exiting.
+    /// Writes everything still queued for other processes, and the trace file when
+    /// `VARGR_TRACE_DIR` is set (`vargr run --trace DIR`); call before exiting.
     pub fn finish(&self) {
         self.mesh.flush(Duration::from_secs(30));
+        if let Ok(dir) = std::env::var("VARGR_TRACE_DIR") {
+            if let Err(e) = self.write_trace(std::path::Path::new(&dir)) {
+                eprintln!("vargr: could not write the trace: {e}");
+            }
+        }
+    }
+
+    /// Writes this process's collector records to `DIR/<host>-<first rank>.vtr`.
+    pub fn write_trace(&self, dir: &std::path::Path) -> Result<std::path::PathBuf> {
+        let r = self.local_ranks();
+        let file = vargr_trace::Tracer::new().snapshot(&format!(
+            "ranks {}..{} of {}",
+            r.start,
+            r.end,
+            self.size()
+        ));
+        std::fs::create_dir_all(dir).map_err(|e| job_error(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(format!("{}-{:05}.vtr", file.host, r.start));
+        file.write(&path).map_err(job_error)?;
+        Ok(path)
     }
 }
 

@@ -187,6 +187,25 @@ pub struct ExecCtx<'a> {
     pub kind: ElemKind,
     /// Needed by `Reduce` receives and `Combine` steps.
     pub op: Option<&'a Op>,
+    /// Trace collector and call sequence number that sends and receives are recorded
+    /// under.
+    pub collector: u16,
+    pub seq: u32,
+}
+
+/// Records one send or receive of a schedule.
+#[inline]
+fn trace_step(ctx: &ExecCtx<'_>, op: vargr_trace::EventOp, start: u64, peer: usize, bytes: usize) {
+    vargr_trace::record(&vargr_trace::Record {
+        start,
+        end: vargr_trace::now(),
+        seq: ctx.seq,
+        bytes: bytes.min(u32::MAX as usize) as u32,
+        collector: ctx.collector,
+        op: op as u8,
+        status: 0,
+        peer: peer as u32,
+    });
 }
 
 /// Runs `sched` on this rank. `input` and `work` are the caller's buffers; scratch is
@@ -209,9 +228,12 @@ pub fn execute(ctx: &ExecCtx<'_>, sched: &Schedule, input: &[u8], work: &mut [u8
                     Buf::Work => work,
                     Buf::Tmp => tmp,
                 };
+                let t0 = vargr_trace::now();
                 let data = Bytes::copy_from_slice(&src[range.clone()]);
+                let dest = ctx.ranks[*to];
                 ctx.transport
-                    .send(ctx.ranks[*to], Tag::with_phase(ctx.tag_base, *phase), data)?;
+                    .send(dest, Tag::with_phase(ctx.tag_base, *phase), data)?;
+                trace_step(ctx, vargr_trace::EventOp::Send, t0, dest, range.len());
             }
             Step::Recv {
                 from,
@@ -222,7 +244,9 @@ pub fn execute(ctx: &ExecCtx<'_>, sched: &Schedule, input: &[u8], work: &mut [u8
             } => {
                 let tag = Tag::with_phase(ctx.tag_base, *phase);
                 let src = ctx.ranks[*from];
+                let t0 = vargr_trace::now();
                 let data = ctx.transport.recv(src, tag)?;
+                trace_step(ctx, vargr_trace::EventOp::Recv, t0, src, data.len());
                 if data.len() != range.len() {
                     return Err(CollError::MessageLength {
                         rank: me,

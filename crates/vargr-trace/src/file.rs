@@ -1,0 +1,275 @@
+//! Trace files: what one process's collectors recorded, with what is needed to read it
+//! on another machine (collector names, thread labels, clock calibration).
+//!
+//! Layout: the magic `VARGRTR1`, a little-endian `u32` header length, a JSON header, then
+//! each thread's records (32 bytes each) in header order. Files come from crashed or
+//! foreign processes, so reading is bounded and every inconsistency is an error naming
+//! the file and what is wrong, never a panic or a huge allocation.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Calibration;
+use crate::record::Record;
+
+const MAGIC: &[u8; 8] = b"VARGRTR1";
+/// Largest header accepted.
+const MAX_HEADER: usize = 16 << 20;
+
+/// One thread's records.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadTrace {
+    pub label: String,
+    pub rank: Option<u32>,
+    /// Records lost to ring overwrites before they were read.
+    pub lost: u64,
+    pub records: Vec<Record>,
+}
+
+/// One process's trace.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceFile {
+    /// What the process was (e.g. `ranks 0..4`).
+    pub process: String,
+    pub host: String,
+    pub pid: u32,
+    pub clock: Calibration,
+    /// Collector names by id.
+    pub collectors: Vec<String>,
+    pub threads: Vec<ThreadTrace>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Header {
+    process: String,
+    host: String,
+    pid: u32,
+    clock: Calibration,
+    collectors: Vec<String>,
+    threads: Vec<ThreadHeader>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct ThreadHeader {
+    label: String,
+    rank: Option<u32>,
+    lost: u64,
+    records: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a vargr trace file ({what})")]
+    Format { path: PathBuf, what: String },
+}
+
+impl TraceFile {
+    /// The file's bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let header = Header {
+            process: self.process.clone(),
+            host: self.host.clone(),
+            pid: self.pid,
+            clock: self.clock,
+            collectors: self.collectors.clone(),
+            threads: self
+                .threads
+                .iter()
+                .map(|t| ThreadHeader {
+                    label: t.label.clone(),
+                    rank: t.rank,
+                    lost: t.lost,
+                    records: t.records.len() as u64,
+                })
+                .collect(),
+        };
+        let h = serde_json::to_vec(&header).expect("a trace header always serializes");
+        let n: usize = self.threads.iter().map(|t| t.records.len()).sum();
+        let mut out = Vec::with_capacity(12 + h.len() + n * Record::LEN);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&(h.len() as u32).to_le_bytes());
+        out.extend_from_slice(&h);
+        for t in &self.threads {
+            for r in &t.records {
+                r.encode(&mut out);
+            }
+        }
+        out
+    }
+
+    /// Parses a file's bytes; `path` only names it in errors.
+    pub fn decode(bytes: &[u8], path: &Path) -> Result<TraceFile, FileError> {
+        let bad = |what: String| FileError::Format {
+            path: path.to_path_buf(),
+            what,
+        };
+        if bytes.len() < 12 || &bytes[..8] != MAGIC {
+            return Err(bad("missing the VARGRTR1 magic".into()));
+        }
+        let hlen = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
+        if hlen > MAX_HEADER || 12 + hlen > bytes.len() {
+            return Err(bad(format!(
+                "header of {hlen} bytes does not fit a {}-byte file",
+                bytes.len()
+            )));
+        }
+        let header: Header = serde_json::from_slice(&bytes[12..12 + hlen])
+            .map_err(|e| bad(format!("header: {e}")))?;
+        let body = &bytes[12 + hlen..];
+        let want: u64 = header
+            .threads
+            .iter()
+            .try_fold(0u64, |a, t| a.checked_add(t.records))
+            .ok_or_else(|| bad("record counts overflow".into()))?;
+        if want.checked_mul(Record::LEN as u64) != Some(body.len() as u64) {
+            return Err(bad(format!(
+                "the header lists {want} records, the file holds {} bytes of them",
+                body.len()
+            )));
+        }
+        let mut at = 0;
+        let mut threads = Vec::with_capacity(header.threads.len());
+        for t in header.threads {
+            let n = t.records as usize;
+            let records = body[at..at + n * Record::LEN]
+                .chunks_exact(Record::LEN)
+                .map(|c| Record::decode(c).expect("exact chunks"))
+                .collect();
+            at += n * Record::LEN;
+            threads.push(ThreadTrace {
+                label: t.label,
+                rank: t.rank,
+                lost: t.lost,
+                records,
+            });
+        }
+        Ok(TraceFile {
+            process: header.process,
+            host: header.host,
+            pid: header.pid,
+            clock: header.clock,
+            collectors: header.collectors,
+            threads,
+        })
+    }
+
+    /// Writes the file atomically (a temporary name, then a rename).
+    pub fn write(&self, path: &Path) -> Result<(), FileError> {
+        let io = |source| FileError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, self.encode()).map_err(io)?;
+        std::fs::rename(&tmp, path).map_err(io)
+    }
+
+    pub fn read(path: &Path) -> Result<TraceFile, FileError> {
+        let bytes = std::fs::read(path).map_err(|source| FileError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        TraceFile::decode(&bytes, path)
+    }
+
+    /// Every `*.vtr` file of a directory, in name order.
+    pub fn read_dir(dir: &Path) -> Result<Vec<TraceFile>, FileError> {
+        let io = |source| FileError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let mut paths: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(io)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "vtr"))
+            .collect();
+        paths.sort();
+        paths.iter().map(|p| TraceFile::read(p)).collect()
+    }
+
+    /// Name of the collector with `id`.
+    pub fn collector_name(&self, id: u16) -> &str {
+        self.collectors
+            .get(id as usize)
+            .map_or("unknown", String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::ClockPoint;
+    use proptest::prelude::*;
+
+    fn sample() -> TraceFile {
+        TraceFile {
+            process: "ranks 0..2".into(),
+            host: "h".into(),
+            pid: 7,
+            clock: Calibration {
+                first: ClockPoint { tick: 0, ns: 100 },
+                last: ClockPoint {
+                    tick: 1000,
+                    ns: 600,
+                },
+            },
+            collectors: vec!["coll/allreduce".into()],
+            threads: vec![ThreadTrace {
+                label: "rank 0".into(),
+                rank: Some(0),
+                lost: 3,
+                records: vec![Record {
+                    start: 10,
+                    end: 20,
+                    seq: 1,
+                    bytes: 8,
+                    collector: 0,
+                    op: 1,
+                    status: 0,
+                    peer: 1,
+                }],
+            }],
+        }
+    }
+
+    #[test]
+    fn files_round_trip_through_disk() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.vtr");
+        sample().write(&p).unwrap();
+        assert_eq!(TraceFile::read_dir(dir.path()).unwrap(), vec![sample()]);
+        assert_eq!(sample().clock.to_ns(500), 350);
+    }
+
+    #[test]
+    fn damaged_files_are_refused_with_the_reason() {
+        let p = Path::new("t.vtr");
+        let good = sample().encode();
+        let e = TraceFile::decode(&good[..good.len() - 1], p).unwrap_err();
+        assert!(
+            e.to_string().contains("t.vtr") && e.to_string().contains("records"),
+            "{e}"
+        );
+        let e = TraceFile::decode(b"NOTATRACE...", p).unwrap_err();
+        assert!(e.to_string().contains("magic"), "{e}");
+        let mut big = good.clone();
+        big[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(TraceFile::decode(&big, p).is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = TraceFile::decode(&b, Path::new("x"));
+            let mut with_magic = MAGIC.to_vec();
+            with_magic.extend_from_slice(&b);
+            let _ = TraceFile::decode(&with_magic, Path::new("x"));
+        }
+    }
+}
