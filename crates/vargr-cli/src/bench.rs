@@ -28,6 +28,8 @@ pub enum BenchCmd {
     Wan(crate::bench_wan::WanBenchArgs),
     /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
     Sor(crate::bench_wan::SorBenchArgs),
+    /// Cost of the always-on collectors: per call, and on gsum and compute-gsum.
+    Trace(crate::bench_trace::TraceBenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -88,6 +90,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Coll(a) => crate::bench_coll::run(a),
         BenchCmd::Wan(a) => crate::bench_wan::run(a),
         BenchCmd::Sor(a) => crate::bench_wan::sor_bench(a),
+        BenchCmd::Trace(a) => crate::bench_trace::run(a),
     }
 }
 

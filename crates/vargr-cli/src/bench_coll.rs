@@ -163,7 +163,7 @@ fn warmup_for(iters: usize) -> usize {
 
 /// Spin-kernel steps that take `us` microseconds here (the fastest of a few tries, so
 /// that a busy machine does not inflate it).
-fn calibrate_spin(us: f64) -> (u64, f64) {
+pub(crate) fn calibrate_spin(us: f64) -> (u64, f64) {
     const PROBE: u64 = 200_000;
     let best = (0..5)
         .map(|_| {

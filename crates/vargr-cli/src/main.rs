@@ -3,6 +3,7 @@
 mod bench;
 mod bench_coll;
 mod bench_emu;
+mod bench_trace;
 mod bench_wan;
 mod coll_bench_role;
 mod coll_check;
@@ -68,6 +69,9 @@ enum Cmd {
     /// One rank of `vargr bench wan`.
     #[command(hide = true)]
     CollWanRank(bench_wan::WanRankArgs),
+    /// One rank of `vargr bench trace`.
+    #[command(hide = true)]
+    TraceBenchRank(bench_trace::TraceRankArgs),
     /// One rank of `vargr bench sor`.
     #[command(hide = true)]
     CollSorRank(bench_wan::SorRankArgs),
@@ -94,6 +98,7 @@ fn main() {
         Cmd::CollBenchRank(a) => coll_bench_role::run(a),
         Cmd::CollWanRank(a) => bench_wan::rank(a),
         Cmd::CollSorRank(a) => bench_wan::sor_rank(a),
+        Cmd::TraceBenchRank(a) => bench_trace::rank(a),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };
