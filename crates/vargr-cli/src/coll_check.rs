@@ -331,3 +331,21 @@ pub fn sor_check(side: usize, epsilon: f64) -> Result<()> {
     job.finish();
     Ok(())
 }
+
+/// `vargr slow-rank`: allreduce loops in which one rank sleeps before every call (tests
+/// and demonstrations of the load-balance monitor).
+pub fn slow_rank(slow: usize, iters: u32, sleep_us: u64) -> Result<()> {
+    let job = Job::join()?;
+    job.run(|c| {
+        for i in 0..iters {
+            if c.rank() == slow {
+                std::thread::sleep(std::time::Duration::from_micros(sleep_us));
+            }
+            let mut x = [f64::from(i)];
+            c.allreduce(&mut x, &Op::Sum)?;
+        }
+        Ok(())
+    })?;
+    job.finish();
+    Ok(())
+}

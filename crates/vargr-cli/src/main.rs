@@ -69,6 +69,16 @@ enum Cmd {
     /// One rank of `vargr bench wan`.
     #[command(hide = true)]
     CollWanRank(bench_wan::WanRankArgs),
+    /// Allreduce loops with one slow rank (load-balance monitor tests).
+    #[command(hide = true)]
+    SlowRank {
+        #[arg(long)]
+        rank: usize,
+        #[arg(long, default_value_t = 2000)]
+        iters: u32,
+        #[arg(long, default_value_t = 1000)]
+        sleep_us: u64,
+    },
     /// One rank of `vargr bench trace`.
     #[command(hide = true)]
     TraceBenchRank(bench_trace::TraceRankArgs),
@@ -99,6 +109,11 @@ fn main() {
         Cmd::CollWanRank(a) => bench_wan::rank(a),
         Cmd::CollSorRank(a) => bench_wan::sor_rank(a),
         Cmd::TraceBenchRank(a) => bench_trace::rank(a),
+        Cmd::SlowRank {
+            rank,
+            iters,
+            sleep_us,
+        } => coll_check::slow_rank(rank, iters, sleep_us),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

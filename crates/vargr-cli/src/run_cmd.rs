@@ -55,6 +55,11 @@ pub struct RunArgs {
     /// end of the run, for `vargr trace export` and `vargr trace report`.
     #[arg(long)]
     trace: Option<PathBuf>,
+    /// Run the load-balance monitor: rank 0's process pulls every process's collector
+    /// records during the run and reports on stderr which rank arrives last at the
+    /// world's collectives, how often, and how long the others wait for it.
+    #[arg(long)]
+    monitor: bool,
     /// Seconds the ranks have to reach the rendezvous.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
@@ -149,6 +154,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         if let Some(p) = &a.sched {
             env.push(("VARGR_SCHED".into(), p.clone()));
+        }
+        if a.monitor {
+            env.push(("VARGR_MONITOR".into(), "load-balance".into()));
         }
         if let Some(d) = &trace_dir {
             env.push(("VARGR_TRACE_DIR".into(), d.display().to_string()));

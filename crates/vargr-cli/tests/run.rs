@@ -333,3 +333,20 @@ fn sor_gives_the_same_answer_with_conditional_allreduce_across_emulated_sites() 
         assert!(l.starts_with(&format!("rank {i} ok ")), "{l}");
     }
 }
+
+#[test]
+fn the_load_balance_monitor_names_a_slow_rank() {
+    for extra in [&[][..], &["--ranks-per-process", "2"][..]] {
+        let mut args = vec!["run", "-n", "4", "--monitor"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", vargr(), "slow-rank", "--rank", "2", "--iters", "600"]);
+        let r = run_cli(&args, Duration::from_secs(60));
+        assert!(r.status.success(), "{r:?}");
+        assert!(
+            r.stderr
+                .contains("vargr monitor (final): allreduce: rank 2 arrived last"),
+            "{extra:?}: {}",
+            r.stderr
+        );
+    }
+}

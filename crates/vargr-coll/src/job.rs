@@ -23,6 +23,7 @@ use crate::comm::{Comm, World};
 use crate::error::{CollError, Result};
 use crate::hierarchy::Hierarchy;
 use crate::inproc::{Fabric, InProcess, WaitPolicy};
+use crate::monitor::{self, MonitorHandle};
 use crate::sched::{SchedPolicy, Scheduler, HIGH, LOW};
 use crate::select::Selector;
 use crate::transport::Transport;
@@ -137,6 +138,8 @@ pub struct Job {
     ranks_per_core: usize,
     /// Mailboxes of this process's ranks, when it has several.
     fabric: Option<Fabric>,
+    /// The load-balance monitor, in rank 0's process when `VARGR_MONITOR` is set.
+    monitor: std::sync::Mutex<Option<MonitorHandle>>,
 }
 
 fn job_error(e: impl std::fmt::Display) -> CollError {
@@ -195,7 +198,9 @@ impl Job {
         });
         let fabric = (local > 1).then(|| Fabric::new(local));
         let ranks_per_core = ranks_per_core(mesh.table());
-        Ok(Job {
+        let monitor = std::sync::Mutex::new(None);
+        let job = Job {
+            monitor,
             ranks_per_core,
             mesh,
             fabric,
@@ -203,11 +208,48 @@ impl Job {
             hierarchy,
             selector,
             sched,
-        })
+        };
+        job.start_monitor()?;
+        Ok(job)
     }
 
     pub fn size(&self) -> usize {
         self.mesh.size() as usize
+    }
+
+    /// Starts the monitor plane when `VARGR_MONITOR` is set (`vargr run --monitor`):
+    /// an agent in every process, and the load-balance monitor in rank 0's, pulling
+    /// every `VARGR_MONITOR_PERIOD_MS` (default 200) and printing culprits to stderr.
+    fn start_monitor(&self) -> Result<()> {
+        if std::env::var_os("VARGR_MONITOR").is_none() {
+            return Ok(());
+        }
+        let period = std::env::var("VARGR_MONITOR_PERIOD_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(200u64);
+        let first = self.local_ranks().start;
+        let transport: Arc<dyn Transport> = Arc::new(self.transport(first));
+        let r = self.local_ranks();
+        monitor::spawn_agent(
+            transport.clone(),
+            0,
+            format!("ranks {}..{} of {}", r.start, r.end, self.size()),
+        );
+        if first == 0 {
+            // The first rank of every process, from the table (processes share an address).
+            let table = self.mesh.table();
+            let processes: Vec<usize> = (0..table.len())
+                .filter(|&i| i == 0 || table[i].addr != table[i - 1].addr)
+                .collect();
+            *self.monitor.lock().unwrap_or_else(|p| p.into_inner()) = Some(MonitorHandle::start(
+                transport,
+                processes,
+                self.size(),
+                Duration::from_millis(period),
+            ));
+        }
+        Ok(())
     }
 
     /// The ranks this process hosts.
@@ -236,7 +278,15 @@ impl Job {
                 ctx: 0,
             });
         }
-        let t = MeshTransport {
+        Ok(World::new(Arc::new(self.transport(rank)))
+            .with_selector(self.selector.clone())
+            .with_hierarchy(self.hierarchy.clone())
+            .with_ranks_per_core(self.ranks_per_core))
+    }
+
+    /// The transport endpoint of local rank `rank`.
+    fn transport(&self, rank: usize) -> MeshTransport {
+        MeshTransport {
             mesh: self.mesh.clone(),
             rank,
             arena: self.arena.clone(),
@@ -247,11 +297,7 @@ impl Job {
                 .fabric
                 .as_ref()
                 .and_then(|f| f.endpoint(rank - self.local_ranks().start)),
-        };
-        Ok(World::new(Arc::new(t))
-            .with_selector(self.selector.clone())
-            .with_hierarchy(self.hierarchy.clone())
-            .with_ranks_per_core(self.ranks_per_core))
+        }
     }
 
     /// Runs `f` once per local rank, each on its own thread with its world communicator,
@@ -291,6 +337,22 @@ impl Job {
     /// Writes everything still queued for other processes, and the trace file when
     /// `VARGR_TRACE_DIR` is set (`vargr run --trace DIR`); call before exiting.
     pub fn finish(&self) {
+        let monitor = self
+            .monitor
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(lb) = monitor.and_then(MonitorHandle::stop) {
+            for l in lb.summary() {
+                eprintln!("vargr monitor (final): {l}");
+            }
+            if lb.records_lost > 0 {
+                eprintln!(
+                    "vargr monitor: {} records were overwritten before a pull",
+                    lb.records_lost
+                );
+            }
+        }
         self.mesh.flush(Duration::from_secs(30));
         if let Ok(dir) = std::env::var("VARGR_TRACE_DIR") {
             if let Err(e) = self.write_trace(std::path::Path::new(&dir)) {

@@ -48,6 +48,7 @@ mod error;
 mod hierarchy;
 mod inproc;
 mod job;
+pub mod monitor;
 mod op;
 mod sched;
 mod schedule;
