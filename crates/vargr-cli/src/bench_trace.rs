@@ -27,6 +27,9 @@ pub struct TraceBenchArgs {
     /// Blocks per run (half with collectors on, half off, alternating).
     #[arg(long, default_value_t = 20)]
     blocks: u32,
+    /// Ranks of the extra run that measures the monitor's gather rate (gsum only).
+    #[arg(long)]
+    gather_ranks: Option<u32>,
     /// Write the records here (default bench/results/trace.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -75,6 +78,7 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
         for b in 0..a.blocks + 2 {
             let tracing = b % 2 == 0;
             vargr_trace::set_enabled(tracing);
+            vargr_coll::monitor::set_active(tracing);
             c.barrier()?;
             let t = Instant::now();
             for _ in 0..a.iters {
@@ -104,6 +108,27 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
         println!("{}", serde_json::to_string(&o)?);
     }
     Ok(())
+}
+
+/// The monitor's final gather rate and lost records, from the line it prints.
+fn monitor_totals(stderr: &str) -> (Option<f64>, Option<u64>) {
+    let Some(line) = stderr
+        .lines()
+        .find(|l| l.starts_with("vargr monitor: gathered"))
+    else {
+        return (None, None);
+    };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let lost = words
+        .iter()
+        .position(|w| *w == "overwritten")
+        .and_then(|i| words.get(i.wrapping_sub(1)))
+        .and_then(|w| w.parse().ok());
+    let rate = line
+        .rsplit("gather rate ")
+        .next()
+        .and_then(|r| r.trim_end_matches(')').parse().ok());
+    (rate, lost)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -162,78 +187,106 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
             collector_ns: Some(ns),
         });
     }
+    // (what runs besides the collectors, environment of the ranks)
+    let monitors: [(&str, &[(&str, &str)]); 4] = [
+        ("collectors", &[]),
+        ("load-balance monitor", &[("VARGR_MONITOR", "load-balance")]),
+        ("statistics monitor", &[("VARGR_MONITOR", "stats")]),
+        (
+            "statistics monitor, coscheduled",
+            &[
+                ("VARGR_MONITOR", "stats"),
+                ("VARGR_MONITOR_COSCHEDULE", "1"),
+            ],
+        ),
+    ];
+    // (ranks, transport, ranks per process, monitors label, their environment)
+    type Run<'a> = (u32, &'a str, u32, &'a str, &'a [(&'a str, &'a str)]);
+    let mut runs: Vec<Run> = Vec::new();
     for &n in &a.ranks {
-        for (transport, k) in [("threads", n), ("processes", 1)] {
-            let mut gsum_us = None;
-            for workload in ["gsum", "compute-gsum"] {
-                let steps = match (workload, gsum_us) {
-                    ("gsum", _) => 0,
-                    // Half computation: as long as one gsum allreduce took.
-                    (_, Some(us)) => crate::bench_coll::calibrate_spin(us).0,
-                    _ => bail!("compute-gsum needs the gsum time first"),
-                };
-                let out = Command::new(&exe)
-                    .args(["run", "-n", &n.to_string()])
-                    .args(["--ranks-per-process", &k.to_string(), "--"])
-                    .arg(&exe)
-                    .args(["trace-bench-rank", "--iters", &a.iters.to_string()])
-                    .args(["--blocks", &a.blocks.to_string()])
-                    .args(["--compute-steps", &steps.to_string()])
-                    .output()
-                    .context("starting vargr run")?;
-                if !out.status.success() {
-                    bail!(
-                        "{workload} with {n} ranks ({transport}) failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                }
-                let text = String::from_utf8_lossy(&out.stdout);
-                let line = text
-                    .lines()
-                    .find(|l| l.starts_with('{'))
-                    .with_context(|| format!("no result from the ranks: {text}"))?;
-                let mut r: RankOut = serde_json::from_str(line)?;
-                let (on, off) = (median(&mut r.on_us), median(&mut r.off_us));
-                if workload == "gsum" {
-                    gsum_us = Some(off);
-                }
-                let pct = (on / off - 1.0) * 100.0;
-                eprintln!(
-                    "{workload} {n} ranks ({transport}): {on:.2} µs/call with collectors, {off:.2} without ({pct:+.2} %)"
-                );
-                records.push(BenchRecord {
-                    benchmark: workload.into(),
-                    config: format!("collectors on vs off ({transport})"),
-                    ranks: n,
-                    ranks_per_process: k,
-                    median_us: on,
-                    median_off_us: Some(off),
-                    overhead_pct: Some(pct),
-                    gather_rate: None,
-                    records_lost: None,
-                    collector_ns: None,
-                });
+        runs.push((n, "threads", n, monitors[0].0, monitors[0].1));
+        for (label, env) in monitors {
+            runs.push((n, "processes", 1, label, env));
+        }
+    }
+    if let Some(&n) = a.gather_ranks.as_ref() {
+        runs.push((n, "processes", 1, monitors[1].0, monitors[1].1));
+    }
+    let mut gsum_us: std::collections::HashMap<(u32, &str), f64> = Default::default();
+    for (n, transport, k, label, env) in runs {
+        for workload in ["gsum", "compute-gsum"] {
+            if n > 16 && workload == "compute-gsum" {
+                continue; // the large run is there for the gather rate
             }
+            let steps = match (workload, gsum_us.get(&(n, transport))) {
+                ("gsum", _) => 0,
+                // Half computation: as long as one gsum allreduce took.
+                (_, Some(&us)) => crate::bench_coll::calibrate_spin(us).0,
+                _ => bail!("compute-gsum needs the gsum time first"),
+            };
+            let out = Command::new(&exe)
+                .args(["run", "-n", &n.to_string()])
+                .args(["--ranks-per-process", &k.to_string(), "--"])
+                .arg(&exe)
+                .args(["trace-bench-rank", "--iters", &a.iters.to_string()])
+                .args(["--blocks", &a.blocks.to_string()])
+                .args(["--compute-steps", &steps.to_string()])
+                .envs(env.iter().copied())
+                .output()
+                .context("starting vargr run")?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                bail!("{workload} with {n} ranks ({transport}, {label}) failed: {stderr}");
+            }
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text
+                .lines()
+                .find(|l| l.starts_with('{'))
+                .with_context(|| format!("no result from the ranks: {text}"))?;
+            let mut r: RankOut = serde_json::from_str(line)?;
+            let (on, off) = (median(&mut r.on_us), median(&mut r.off_us));
+            if workload == "gsum" && label == "collectors" {
+                gsum_us.insert((n, transport), off);
+            }
+            let pct = (on / off - 1.0) * 100.0;
+            let (gather_rate, records_lost) = monitor_totals(&stderr);
+            eprintln!(
+                "{workload} {n} ranks ({transport}, {label}): {on:.2} µs/call on, {off:.2} off ({pct:+.2} %)"
+            );
+            records.push(BenchRecord {
+                benchmark: workload.into(),
+                config: format!("{label} on vs off ({transport})"),
+                ranks: n,
+                ranks_per_process: k,
+                median_us: on,
+                median_off_us: Some(off),
+                overhead_pct: Some(pct),
+                gather_rate,
+                records_lost,
+                collector_ns: None,
+            });
         }
     }
     println!(
-        "\n{:<14} {:<34} {:>6} {:>12} {:>12} {:>10}",
-        "benchmark", "config", "ranks", "µs (on)", "µs (off)", "overhead"
+        "\n{:<14} {:<54} {:>6} {:>10} {:>10} {:>9} {:>8} {:>6}",
+        "benchmark", "config", "ranks", "µs (on)", "µs (off)", "overhead", "gather", "lost"
     );
     for r in &records {
         match r.collector_ns {
             Some(ns) => println!(
-                "{:<14} {:<34} {:>6} {:>10.1} ns",
+                "{:<14} {:<54} {:>6} {:>8.1} ns",
                 r.benchmark, r.config, r.ranks, ns
             ),
             None => println!(
-                "{:<14} {:<34} {:>6} {:>12.2} {:>12.2} {:>9.2} %",
+                "{:<14} {:<54} {:>6} {:>10.2} {:>10.2} {:>7.2} % {:>8} {:>6}",
                 r.benchmark,
                 r.config,
                 r.ranks,
                 r.median_us,
                 r.median_off_us.unwrap_or(f64::NAN),
-                r.overhead_pct.unwrap_or(f64::NAN)
+                r.overhead_pct.unwrap_or(f64::NAN),
+                r.gather_rate.map_or("-".into(), |g| format!("{g:.4}")),
+                r.records_lost.map_or("-".into(), |l| l.to_string()),
             ),
         }
     }

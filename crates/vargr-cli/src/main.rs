@@ -12,6 +12,7 @@ mod emu_cmd;
 mod roles;
 mod run_cmd;
 mod topo_cmd;
+mod trace_cmd;
 
 use std::path::PathBuf;
 
@@ -43,6 +44,9 @@ enum Cmd {
     Run(run_cmd::RunArgs),
     /// WAN emulator: relay TCP connections with a configured latency and bandwidth.
     Emu(emu_cmd::EmuArgs),
+    /// Timelines and reports from the trace files of `vargr run --trace DIR`.
+    #[command(subcommand)]
+    Trace(trace_cmd::TraceCmd),
     /// Internal node of a tree (started by vargr itself).
     #[command(hide = true)]
     Commnode,
@@ -100,6 +104,7 @@ fn main() {
         Cmd::Topo(t) => topo_cmd::run(t),
         Cmd::Bench(b) => bench::run(b),
         Cmd::Emu(a) => emu_cmd::run(a),
+        Cmd::Trace(t) => trace_cmd::run(t),
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),
         Cmd::MeshCheck => roles::mesh_check(),

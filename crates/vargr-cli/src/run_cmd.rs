@@ -58,8 +58,13 @@ pub struct RunArgs {
     /// Run the load-balance monitor: rank 0's process pulls every process's collector
     /// records during the run and reports on stderr which rank arrives last at the
     /// world's collectives, how often, and how long the others wait for it.
-    #[arg(long)]
-    monitor: bool,
+    /// `--monitor load-balance,stats` adds the statistics monitor (latency mean, min,
+    /// max, standard deviation, median of the last 100 calls).
+    #[arg(long, num_args = 0..=1, default_missing_value = "load-balance")]
+    monitor: Option<String>,
+    /// Monitors analyse only while a rank of their process waits in a receive.
+    #[arg(long, requires = "monitor")]
+    coschedule: bool,
     /// Seconds the ranks have to reach the rendezvous.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
@@ -116,6 +121,14 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
+    if let Some(m) = &a.monitor {
+        if let Some(bad) = m
+            .split(',')
+            .find(|k| !matches!(*k, "load-balance" | "stats"))
+        {
+            bail!("--monitor: unknown monitor {bad:?} (load-balance, stats)");
+        }
+    }
     let mut placement = place(a.ranks, k, hosts.as_ref())?;
     if let Some(spec) = &a.sites {
         assign_sites(&mut placement, &parse_sites(spec, a.ranks)?)?;
@@ -155,8 +168,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         if let Some(p) = &a.sched {
             env.push(("VARGR_SCHED".into(), p.clone()));
         }
-        if a.monitor {
-            env.push(("VARGR_MONITOR".into(), "load-balance".into()));
+        if let Some(m) = &a.monitor {
+            env.push(("VARGR_MONITOR".into(), m.clone()));
+        }
+        if a.coschedule {
+            env.push(("VARGR_MONITOR_COSCHEDULE".into(), "1".into()));
         }
         if let Some(d) = &trace_dir {
             env.push(("VARGR_TRACE_DIR".into(), d.display().to_string()));

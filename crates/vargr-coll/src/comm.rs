@@ -306,7 +306,16 @@ impl Comm {
         if let Some(id) = slot.get() {
             return id;
         }
-        let id = vargr_trace::collector(&format!("ctx{}/{}", self.ctx, coll.name()));
+        // Groups made by one split share a context id; their lowest rank tells them apart.
+        let name = match self.ctx {
+            0 => format!("ctx0/{}", coll.name()),
+            c => format!(
+                "ctx{c}.{}/{}",
+                self.ranks.iter().min().unwrap_or(&0),
+                coll.name()
+            ),
+        };
+        let id = vargr_trace::collector(&name);
         slot.set(Some(id));
         id
     }

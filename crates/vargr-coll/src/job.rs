@@ -83,6 +83,7 @@ impl Transport for MeshTransport {
         if let Some(s) = sched {
             s.release();
         }
+        let _blocked = monitor::Blocked::enter();
         let r = match &self.here {
             Some(ep) if self.local.contains(&src) => ep.recv(src - self.local.start, tag),
             _ => self
@@ -237,6 +238,8 @@ impl Job {
             format!("ranks {}..{} of {}", r.start, r.end, self.size()),
         );
         if first == 0 {
+            let kinds = std::env::var("VARGR_MONITOR").unwrap_or_default();
+            let coschedule = std::env::var_os("VARGR_MONITOR_COSCHEDULE").is_some();
             // The first rank of every process, from the table (processes share an address).
             let table = self.mesh.table();
             let processes: Vec<usize> = (0..table.len())
@@ -247,6 +250,8 @@ impl Job {
                 processes,
                 self.size(),
                 Duration::from_millis(period),
+                kinds.split(',').any(|k| k == "stats"),
+                coschedule,
             ));
         }
         Ok(())
@@ -346,12 +351,15 @@ impl Job {
             for l in lb.summary() {
                 eprintln!("vargr monitor (final): {l}");
             }
-            if lb.records_lost > 0 {
-                eprintln!(
-                    "vargr monitor: {} records were overwritten before a pull",
-                    lb.records_lost
-                );
+            for l in lb.stats_summary() {
+                eprintln!("vargr monitor (final): {l}");
             }
+            eprintln!(
+                "vargr monitor: gathered {} records, {} overwritten before a pull (gather rate {:.4})",
+                lb.records,
+                lb.records_lost,
+                lb.gather_rate()
+            );
         }
         self.mesh.flush(Duration::from_secs(30));
         if let Ok(dir) = std::env::var("VARGR_TRACE_DIR") {

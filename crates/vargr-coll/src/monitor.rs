@@ -13,8 +13,8 @@
 //! monotonic clock, so merged times are exact on one host. Across hosts the clocks must
 //! be aligned first (not done yet).
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,6 +22,103 @@ use bytes::Bytes;
 use vargr_trace::{EventOp, TraceFile, Tracer};
 
 use crate::transport::{Tag, Transport};
+
+/// Whether monitors pull and analyse (benchmarks pause them to compare like with like).
+static ACTIVE: AtomicBool = AtomicBool::new(true);
+/// Whether monitors analyse only while a rank of their process waits in a receive (the
+/// seed's coscheduling: analysis uses cycles the application is not using).
+static COSCHEDULE: AtomicBool = AtomicBool::new(false);
+/// Ranks of this process waiting in a receive right now (counted only when coscheduling).
+static BLOCKED: AtomicUsize = AtomicUsize::new(0);
+
+/// Pauses or resumes this process's monitor.
+pub fn set_active(on: bool) {
+    ACTIVE.store(on, Ordering::Relaxed);
+}
+
+/// Counts a rank as blocked for as long as the guard lives (only when coscheduling).
+pub(crate) struct Blocked(bool);
+
+impl Blocked {
+    #[inline]
+    pub(crate) fn enter() -> Blocked {
+        let on = COSCHEDULE.load(Ordering::Relaxed);
+        if on {
+            BLOCKED.fetch_add(1, Ordering::Relaxed);
+        }
+        Blocked(on)
+    }
+}
+
+impl Drop for Blocked {
+    fn drop(&mut self) {
+        if self.0 {
+            BLOCKED.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Running statistics of one series: mean, min, max and standard deviation over
+/// everything, and the median of the last [`Stats::WINDOW`] values (the seed's
+/// statistics monitor).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Stats {
+    pub n: u64,
+    mean: f64,
+    m2: f64,
+    pub min: f64,
+    pub max: f64,
+    window: VecDeque<f64>,
+}
+
+impl Stats {
+    pub const WINDOW: usize = 100;
+
+    pub fn add(&mut self, x: f64) {
+        self.n += 1;
+        if self.n == 1 {
+            self.min = x;
+            self.max = x;
+        }
+        self.min = self.min.min(x);
+        self.max = self.max.max(x);
+        // Welford: stable for long runs.
+        let d = x - self.mean;
+        self.mean += d / self.n as f64;
+        self.m2 += d * (x - self.mean);
+        if self.window.len() == Self::WINDOW {
+            self.window.pop_front();
+        }
+        self.window.push_back(x);
+    }
+
+    pub fn mean(&self) -> f64 {
+        self.mean
+    }
+
+    pub fn sd(&self) -> f64 {
+        if self.n < 2 {
+            0.0
+        } else {
+            (self.m2 / (self.n - 1) as f64).sqrt()
+        }
+    }
+
+    /// Median of the last [`Stats::WINDOW`] values.
+    pub fn window_median(&self) -> f64 {
+        let mut w: Vec<f64> = self.window.iter().copied().collect();
+        if w.is_empty() {
+            return f64::NAN;
+        }
+        w.sort_by(f64::total_cmp);
+        let m = w.len() / 2;
+        if w.len() % 2 == 1 {
+            w[m]
+        } else {
+            (w[m - 1] + w[m]) / 2.0
+        }
+    }
+}
 
 /// Context id reserved for monitor traffic: no communicator ever gets it.
 pub(crate) const MONITOR_CTX: u32 = u32::MAX;
@@ -69,6 +166,8 @@ pub struct Culprits {
     pub last: BTreeMap<u32, u64>,
     /// Longest time the first rank waited for the last (ns).
     pub longest_wait_ns: u64,
+    /// Latency of each call (first arrival to last departure), in µs.
+    pub latency_us: Stats,
 }
 
 impl Culprits {
@@ -79,12 +178,16 @@ impl Culprits {
     }
 }
 
+/// One rank's part of one call: (rank, arrival ns, departure ns).
+type Arrival = (u32, u64, u64);
+
 /// Merges pulled records and finds who arrives last in the world's collectives.
 #[derive(Debug, Default)]
 pub struct LoadBalance {
     size: usize,
-    /// (collector, seq) → arrival (ns) per rank, until every rank's record is in.
-    pending: HashMap<(String, u32), Vec<(u32, u64)>>,
+    /// (collector, seq) → (rank, arrival, departure) in ns, until every rank's record is
+    /// in.
+    pending: HashMap<(String, u32), Vec<Arrival>>,
     pub by_collector: BTreeMap<String, Culprits>,
     pub records_lost: u64,
     pub records: u64,
@@ -115,23 +218,53 @@ impl LoadBalance {
                 }
                 let key = (name.to_string(), r.seq);
                 let v = self.pending.entry(key.clone()).or_default();
-                v.push((rank, file.clock.to_ns(r.start)));
+                v.push((rank, file.clock.to_ns(r.start), file.clock.to_ns(r.end)));
                 if v.len() == self.size {
                     let v = self.pending.remove(&key).expect("just filled");
-                    let (first, last) = (
-                        v.iter().map(|x| x.1).min().unwrap_or(0),
-                        *v.iter().max_by_key(|x| x.1).expect("non-empty"),
-                    );
+                    let first = v.iter().map(|x| x.1).min().unwrap_or(0);
+                    let last = *v.iter().max_by_key(|x| x.1).expect("non-empty");
+                    let gone = v.iter().map(|x| x.2).max().unwrap_or(0);
                     let c = self.by_collector.entry(key.0).or_default();
                     c.calls += 1;
                     *c.last.entry(last.0).or_default() += 1;
                     c.longest_wait_ns = c.longest_wait_ns.max(last.1 - first);
+                    c.latency_us.add(gone.saturating_sub(first) as f64 / 1e3);
                 }
             }
         }
         // Calls whose records were lost never complete; keep the map bounded.
         if self.pending.len() > 100_000 {
             self.pending.clear();
+        }
+    }
+
+    /// One line per collector with the latency statistics (the statistics monitor).
+    pub fn stats_summary(&self) -> Vec<String> {
+        self.by_collector
+            .iter()
+            .map(|(name, c)| {
+                let s = &c.latency_us;
+                format!(
+                    "{} latency µs: mean {:.1} min {:.1} max {:.1} sd {:.1} median(last {}) {:.1}",
+                    name.trim_start_matches("ctx0/"),
+                    s.mean(),
+                    s.min,
+                    s.max,
+                    s.sd(),
+                    Stats::WINDOW,
+                    s.window_median()
+                )
+            })
+            .collect()
+    }
+
+    /// Fraction of the records written that reached the monitor.
+    pub fn gather_rate(&self) -> f64 {
+        let all = self.records + self.records_lost;
+        if all == 0 {
+            1.0
+        } else {
+            self.records as f64 / all as f64
         }
     }
 
@@ -167,7 +300,10 @@ impl MonitorHandle {
         processes: Vec<usize>,
         size: usize,
         period: Duration,
+        stats: bool,
+        coschedule: bool,
     ) -> MonitorHandle {
+        COSCHEDULE.store(coschedule, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
@@ -184,6 +320,16 @@ impl MonitorHandle {
                 );
                 while !s.load(Ordering::Relaxed) {
                     std::thread::sleep(period);
+                    if !ACTIVE.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    if coschedule {
+                        // Wait (a period at most) for a moment when a rank here is blocked.
+                        let until = Instant::now() + period;
+                        while BLOCKED.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+                            std::thread::sleep(Duration::from_micros(50));
+                        }
+                    }
                     // Parallel gather: all requests first, then the answers.
                     alive.retain(|&p| t.send(p, pull, Bytes::from_static(b"pull")).is_ok());
                     alive.retain(|&p| match t.recv(p, data) {
@@ -202,7 +348,12 @@ impl MonitorHandle {
                         .map(|(n, c)| (n.clone(), c.culprit().map(|x| x.0)))
                         .collect();
                     if culprits != last_culprits || last_print.elapsed() >= Duration::from_secs(5) {
-                        for l in lb.summary() {
+                        let lines = if stats {
+                            lb.stats_summary()
+                        } else {
+                            lb.summary()
+                        };
+                        for l in lines {
                             eprintln!("vargr monitor {:.1} s: {l}", t0.elapsed().as_secs_f64());
                         }
                         last_culprits = culprits;
@@ -274,5 +425,21 @@ mod tests {
         assert_eq!(c.culprit(), Some((1, 1.0)));
         assert_eq!(c.longest_wait_ns, 700);
         assert!(lb.summary()[0].contains("of 2 calls"));
+        // Latencies: first arrival to last departure (records end 10 after they start).
+        let s = &lb.by_collector["ctx0/allreduce"].latency_us;
+        assert_eq!((s.n, s.min * 1e3, s.max * 1e3), (2, 510.0, 710.0));
+        assert_eq!(lb.gather_rate(), 1.0);
+    }
+
+    #[test]
+    fn statistics_follow_the_seed_definitions() {
+        let mut s = Stats::default();
+        for x in 1..=300 {
+            s.add(f64::from(x));
+        }
+        assert_eq!((s.min, s.max, s.mean()), (1.0, 300.0, 150.5));
+        assert!((s.sd() - 86.746_757).abs() < 1e-3, "{}", s.sd());
+        // The window holds 201..=300.
+        assert_eq!(s.window_median(), 250.5);
     }
 }

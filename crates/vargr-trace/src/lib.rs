@@ -12,9 +12,12 @@
 //! - `VARGR_TRACE=off` turns collectors off at run time; the `off` feature compiles
 //!   them out. `VARGR_TRACE_RING` sets records per thread (default 16384, 512 KiB).
 
+pub mod analysis;
 pub mod clock;
+pub mod export;
 mod file;
 mod record;
+pub mod report;
 mod ring;
 
 use std::collections::HashMap;

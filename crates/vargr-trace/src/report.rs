@@ -1,0 +1,769 @@
+//! A one-file HTML report of a traced job: what an operator wants to see first after
+//! `vargr run --trace DIR` — which rank holds the others up, where the slowest
+//! collectives spent their time, and how fast the links were — readable offline, mailed
+//! around, or attached to an issue.
+//!
+//! The file is self-contained (inline CSS and SVG, no scripts, no external resources),
+//! every text from the trace is escaped, and drawings stay bounded for big runs: at most
+//! [`MAX_TIMEMAPS`] time maps, [`MAX_ROWS`] rows per drawing (ranks beyond that are
+//! bucketed), and capped tables.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use crate::analysis::{format_ns, Analysis, Instance, LoadBalance};
+
+/// Slowest collective instances drawn as time maps.
+pub const MAX_TIMEMAPS: usize = 8;
+/// Rows (ranks or rank buckets) and columns per drawing.
+pub const MAX_ROWS: usize = 64;
+/// Collectors with an arrival-order histogram.
+const MAX_HISTOGRAMS: usize = 6;
+const MAX_TABLE_ROWS: usize = 256;
+
+const STYLE: &str = "\
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;padding:0 1em;color:#222}\
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ccc;margin-top:2em}\
+h3{font-size:1em;margin:1.2em 0 .2em}\
+table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #eee;text-align:right}\
+th{background:#f4f4f4}.l{text-align:left}.culprit td{background:#fde2e2;font-weight:600}\
+.warn{color:#a33}.note{color:#666;font-size:.9em}svg{display:block;margin:.4em 0}\
+svg text{font:11px system-ui,sans-serif;fill:#333}\
+.key span{display:inline-block;width:12px;height:12px;margin:0 4px 0 14px;vertical-align:-1px}";
+
+const WAIT: &str = "#f0a030";
+const COLL: &str = "#4878d0";
+const DEPART: &str = "#8cc08f";
+const BAR: &str = "#7d9cc8";
+const HOT: &str = "#d03030";
+
+/// Escapes text for HTML content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => o.push_str("&amp;"),
+            '<' => o.push_str("&lt;"),
+            '>' => o.push_str("&gt;"),
+            '"' => o.push_str("&quot;"),
+            '\'' => o.push_str("&#39;"),
+            _ => o.push(c),
+        }
+    }
+    o
+}
+
+fn t(ns: f64) -> String {
+    esc(&format_ns(ns))
+}
+
+/// At most `max` consecutive ranges covering `0..n`.
+fn buckets(n: usize, max: usize) -> Vec<std::ops::Range<usize>> {
+    let per = n.div_ceil(max.max(1)).max(1);
+    (0..n).step_by(per).map(|s| s..(s + per).min(n)).collect()
+}
+
+/// `rank 3` or `ranks 0–15` for a bucket of sorted ranks.
+fn rank_label(ranks: &[u32]) -> String {
+    match ranks {
+        [] => String::new(),
+        [r] => format!("rank {r}"),
+        [a, .., b] => format!("ranks {a}–{b}"),
+    }
+}
+
+fn ordinal(k: usize) -> String {
+    let suffix = match (k % 10, k % 100) {
+        (1, 11) | (2, 12) | (3, 13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{k}{suffix}")
+}
+
+/// The report as one HTML document; `title` names the trace (e.g. its directory).
+pub fn render(a: &Analysis, title: &str) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>vargr trace report: {}</title><style>{STYLE}</style></head><body>\n\
+         <h1>vargr trace report</h1><p class=\"note\">{}</p>\n",
+        esc(title),
+        esc(title)
+    );
+    summary(&mut h, a);
+    load_balance(&mut h, a);
+    timemaps(&mut h, a);
+    histograms(&mut h, a);
+    statistics(&mut h, a);
+    links(&mut h, a);
+    h.push_str("</body></html>\n");
+    h
+}
+
+fn summary(h: &mut String, a: &Analysis) {
+    let s = &a.summary;
+    h.push_str("<h2 id=\"summary\">Summary</h2>\n<table>\n");
+    let mut row = |k: &str, v: String| {
+        let _ = writeln!(h, "<tr><th class=\"l\">{k}</th><td>{v}</td></tr>");
+    };
+    row("Ranks", s.ranks.to_string());
+    row("Processes", s.processes.to_string());
+    row("Hosts", s.hosts.to_string());
+    row("Threads", s.tracks.to_string());
+    row("Collectives", s.collectives.to_string());
+    row(
+        "Collective instances",
+        format!("{} ({} partial)", s.instances, s.partial_instances),
+    );
+    row("Records", s.records.to_string());
+    row("Records lost", s.lost.to_string());
+    row("Messages matched", s.messages.to_string());
+    row("Time span", t(s.span_ns as f64));
+    row(
+        "Culprit",
+        match s.culprit {
+            Some(c) => format!("rank {} (last in {} of {})", c.rank, c.last, c.of),
+            None => "none".into(),
+        },
+    );
+    h.push_str("</table>\n");
+    let warnings = s.warnings();
+    if !warnings.is_empty() {
+        h.push_str("<ul class=\"warn\">\n");
+        for w in warnings {
+            let _ = writeln!(h, "<li>{}</li>", esc(&w));
+        }
+        h.push_str("</ul>\n");
+    }
+    if a.timeline.hosts.len() > 1 {
+        h.push_str(
+            "<p class=\"note\">Hosts' monotonic clocks are put on the first host's axis \
+             with offsets estimated from messages in both directions.</p>\n<table>\
+             <tr><th class=\"l\">host</th><th>offset</th><th class=\"l\">how</th></tr>\n",
+        );
+        for c in &a.timeline.hosts {
+            let _ = writeln!(
+                h,
+                "<tr><td class=\"l\">{}</td><td>{}</td><td class=\"l\">{}</td></tr>",
+                esc(&c.host),
+                t(c.offset_ns as f64),
+                esc(&format!("{:?}", c.alignment))
+            );
+        }
+        h.push_str("</table>\n");
+    }
+}
+
+fn load_balance(h: &mut String, a: &Analysis) {
+    h.push_str("<h2 id=\"load-balance\">Load balance</h2>\n");
+    let Some(c) = a.summary.culprit else {
+        h.push_str(
+            "<p>No complete collective of two or more ranks, so no rank arrived last.</p>\n",
+        );
+        return;
+    };
+    let _ = writeln!(
+        h,
+        "<p>Rank <b>{}</b> arrived last most often: in {} of the {} collective instances it \
+         took part in ({:.0}%); the longest the others waited for it was {}.</p>",
+        c.rank,
+        c.last,
+        c.of,
+        100.0 * c.last as f64 / c.of.max(1) as f64,
+        t(c.longest_wait_caused as f64)
+    );
+    // Last arrivals per rank over all collectors.
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    for b in a.load_balance.iter().flat_map(|l| &l.ranks) {
+        *last.entry(b.rank).or_default() += b.last;
+    }
+    let ranks: Vec<(u32, u64)> = last.into_iter().collect();
+    bar_chart(h, &ranks, c.rank);
+    h.push_str(
+        "<table><tr><th class=\"l\">collector</th><th>instances</th><th>partial</th>\
+         <th>most often last</th><th>times last</th><th>longest wait it caused</th>\
+         <th class=\"l\">last arrivals per host</th></tr>\n",
+    );
+    let mut rows: Vec<&LoadBalance> = a.load_balance.iter().collect();
+    rows.sort_by(|x, y| y.instances.cmp(&x.instances).then(x.name.cmp(&y.name)));
+    for l in rows.iter().take(MAX_TABLE_ROWS) {
+        let culprit = l.culprit.and_then(|r| l.ranks.iter().find(|b| b.rank == r));
+        let (who, times, longest) = match culprit {
+            Some(b) => (
+                format!("rank {}", b.rank),
+                format!(
+                    "{} ({:.0}%)",
+                    b.last,
+                    100.0 * b.last as f64 / l.instances.max(1) as f64
+                ),
+                t(b.longest_wait_caused as f64),
+            ),
+            None => ("–".into(), "–".into(), "–".into()),
+        };
+        let hosts: Vec<String> = l
+            .hosts
+            .iter()
+            .take(3)
+            .map(|(host, n)| format!("{} {n}", esc(host)))
+            .collect();
+        let class = if l.culprit == Some(c.rank) {
+            " class=\"culprit\""
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            h,
+            "<tr{class}><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{who}</td><td>{times}</td>\
+             <td>{longest}</td><td class=\"l\">{}</td></tr>",
+            esc(&l.name),
+            l.instances,
+            l.partial,
+            hosts.join(", ")
+        );
+    }
+    h.push_str("</table>\n");
+    more(h, rows.len(), MAX_TABLE_ROWS, "collectors");
+}
+
+fn more(h: &mut String, n: usize, shown: usize, what: &str) {
+    if n > shown {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">{} more {what} not shown.</p>",
+            n - shown
+        );
+    }
+}
+
+/// Bars of last-arrival counts per rank (bucketed beyond [`MAX_ROWS`]); the culprit's
+/// bar is red.
+fn bar_chart(h: &mut String, ranks: &[(u32, u64)], culprit: u32) {
+    let groups = buckets(ranks.len(), MAX_ROWS);
+    let bars: Vec<(String, u64, bool)> = groups
+        .iter()
+        .map(|g| {
+            let part = &ranks[g.clone()];
+            let members: Vec<u32> = part.iter().map(|x| x.0).collect();
+            (
+                rank_label(&members),
+                part.iter().map(|x| x.1).sum(),
+                members.contains(&culprit),
+            )
+        })
+        .collect();
+    let max = bars.iter().map(|b| b.1).max().unwrap_or(0).max(1);
+    let bw = (760 / bars.len().max(1)).clamp(6, 40);
+    let (top, ph) = (14, 120);
+    let width = 40 + bars.len() * bw + 10;
+    let height = top + ph + 40;
+    let _ = writeln!(
+        h,
+        "<svg width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" \
+         role=\"img\" aria-label=\"last arrivals per rank\">"
+    );
+    let _ = writeln!(
+        h,
+        "<text x=\"0\" y=\"10\">times last (max {max})</text>\
+         <line x1=\"38\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#999\"/>",
+        top + ph,
+        width - 10,
+        top + ph
+    );
+    let label_every = bars.len().div_ceil(24).max(1);
+    for (k, (label, n, hot)) in bars.iter().enumerate() {
+        let bh = (*n as f64 / max as f64 * ph as f64).round() as usize;
+        let x = 40 + k * bw;
+        let _ = writeln!(
+            h,
+            "<rect x=\"{x}\" y=\"{}\" width=\"{}\" height=\"{bh}\" fill=\"{}\"><title>{}: last {n} times</title></rect>",
+            top + ph - bh,
+            bw.saturating_sub(2).max(1),
+            if *hot { HOT } else { BAR },
+            esc(label)
+        );
+        if k % label_every == 0 {
+            let short = label
+                .trim_start_matches("ranks ")
+                .trim_start_matches("rank ");
+            let _ = writeln!(
+                h,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                x + bw / 2,
+                top + ph + 14,
+                esc(short)
+            );
+        }
+    }
+    let _ = writeln!(
+        h,
+        "<text x=\"40\" y=\"{}\">rank</text></svg>",
+        top + ph + 30
+    );
+}
+
+fn timemaps(h: &mut String, a: &Analysis) {
+    h.push_str(
+        "<h2 id=\"timemap\">Time map of the slowest collectives</h2>\n<p class=\"key\">\
+         Each rank's call from arrival to departure:\
+         <span style=\"background:#f0a030\"></span>waiting for the last rank to arrive\
+         <span style=\"background:#4878d0\"></span>the collective (last arrival to first \
+         departure)<span style=\"background:#8cc08f\"></span>departure (after the first \
+         rank left). The last rank to arrive is in red.</p>\n",
+    );
+    let mut slow: Vec<&Instance> = a.instances.list.iter().filter(|i| i.complete()).collect();
+    if slow.is_empty() {
+        h.push_str("<p>No complete collective instance.</p>\n");
+        return;
+    }
+    slow.sort_by(|x, y| y.latency().cmp(&x.latency()).then(x.seq.cmp(&y.seq)));
+    for i in slow.iter().take(MAX_TIMEMAPS) {
+        let name = a
+            .timeline
+            .collectors
+            .get(i.collector)
+            .map_or("?", String::as_str);
+        let _ = writeln!(
+            h,
+            "<h3>{} #{} (group of rank {}): {} from first arrival to last departure, last to \
+             arrive: rank {}, {} after the first</h3>",
+            esc(name),
+            i.seq,
+            i.group,
+            t(i.latency() as f64),
+            i.last_rank(),
+            t(i.spread() as f64)
+        );
+        timemap(h, i);
+    }
+    more(h, slow.len(), MAX_TIMEMAPS, "instances");
+}
+
+fn timemap(h: &mut String, i: &Instance) {
+    let (left, plot) = (110.0, 760.0);
+    let t0 = i.first_arrival;
+    let span = i.latency().max(1) as f64;
+    let x = |ns: i64| left + ns.saturating_sub(t0) as f64 / span * plot;
+    // Rows: ranks, or buckets of ranks shown by the member that arrived last.
+    let rows: Vec<(String, usize)> = buckets(i.ranks.len(), MAX_ROWS)
+        .into_iter()
+        .map(|g| {
+            let members: Vec<u32> = i.ranks[g.clone()].iter().map(|r| r.rank).collect();
+            let latest = g
+                .clone()
+                .max_by_key(|&k| (i.ranks[k].arrival, std::cmp::Reverse(k)))
+                .unwrap_or(g.start);
+            let label = if members.len() == 1 {
+                rank_label(&members)
+            } else {
+                format!("{} ({})", rank_label(&members), i.ranks[latest].rank)
+            };
+            (label, latest)
+        })
+        .collect();
+    let (top, rh) = (18.0, 16.0);
+    let height = top + rh * rows.len() as f64 + 6.0;
+    let width = left + plot + 20.0;
+    let _ = writeln!(
+        h,
+        "<svg width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
+         aria-label=\"time map\">"
+    );
+    for (k, frac) in [0.0, 0.25, 0.5, 0.75, 1.0].iter().enumerate() {
+        let anchor = ["start", "middle", "middle", "middle", "end"][k];
+        let _ = writeln!(
+            h,
+            "<text x=\"{:.1}\" y=\"11\" text-anchor=\"{anchor}\">{}</text>\
+             <line x1=\"{:.1}\" y1=\"14\" x2=\"{:.1}\" y2=\"{height}\" stroke=\"#eee\"/>",
+            left + frac * plot,
+            t(frac * span),
+            left + frac * plot,
+            left + frac * plot
+        );
+    }
+    for (row, (label, k)) in rows.iter().enumerate() {
+        let r = &i.ranks[*k];
+        let y = top + rh * row as f64;
+        let hot = r.rank == i.last_rank();
+        let _ = writeln!(
+            h,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\"{}>{}</text>",
+            left - 6.0,
+            y + 10.0,
+            if hot {
+                " style=\"fill:#d03030;font-weight:bold\""
+            } else {
+                ""
+            },
+            esc(label)
+        );
+        // Arrival → last arrival → first departure → departure, each clamped to the
+        // rank's own call (non-synchronizing collectives may leave before the last
+        // rank arrives).
+        let (a, d) = (r.arrival, r.departure);
+        let la = i.last_arrival.clamp(a, d);
+        let fd = i.first_departure.clamp(la, d);
+        for (s, e, colour, what) in [
+            (a, la, WAIT, "waiting for the last rank"),
+            (la, fd, COLL, "in the collective"),
+            (fd, d, DEPART, "departing"),
+        ] {
+            if e > s {
+                let _ = writeln!(
+                    h,
+                    "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"11\" fill=\"{colour}\">\
+                     <title>rank {}: {what} {}</title></rect>",
+                    x(s),
+                    (x(e) - x(s)).max(0.5),
+                    r.rank,
+                    t(e.saturating_sub(s) as f64)
+                );
+            }
+        }
+        if d == a {
+            // A call too short to see still gets a mark.
+            let _ = writeln!(
+                h,
+                "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"1\" height=\"11\" fill=\"{COLL}\"/>",
+                x(a)
+            );
+        }
+    }
+    let _ = writeln!(
+        h,
+        "<line x1=\"{0:.1}\" y1=\"14\" x2=\"{0:.1}\" y2=\"{height}\" stroke=\"{HOT}\" \
+         stroke-dasharray=\"3,3\"><title>last arrival</title></line></svg>",
+        x(i.last_arrival)
+    );
+}
+
+fn histograms(h: &mut String, a: &Analysis) {
+    h.push_str(
+        "<h2 id=\"arrival-order\">Arrival order</h2>\n<p class=\"note\">How often each rank \
+         arrived 1st, 2nd, … last at a collective (darker: a larger share of its calls). A \
+         rank always in the last column holds the others up.</p>\n",
+    );
+    let mut lbs: Vec<&LoadBalance> = a.load_balance.iter().filter(|l| l.instances > 0).collect();
+    if lbs.is_empty() {
+        h.push_str("<p>No complete collective of two or more ranks.</p>\n");
+        return;
+    }
+    lbs.sort_by(|x, y| y.instances.cmp(&x.instances).then(x.name.cmp(&y.name)));
+    for l in lbs.iter().take(MAX_HISTOGRAMS) {
+        let _ = writeln!(h, "<h3>{} ({} instances)</h3>", esc(&l.name), l.instances);
+        heatmap(h, l);
+    }
+    more(h, lbs.len(), MAX_HISTOGRAMS, "collectors");
+}
+
+fn heatmap(h: &mut String, l: &LoadBalance) {
+    let cols_n = l
+        .ranks
+        .iter()
+        .map(|b| b.arrival_hist.len())
+        .max()
+        .unwrap_or(0);
+    let rows = buckets(l.ranks.len(), MAX_ROWS);
+    let cols = buckets(cols_n, MAX_ROWS);
+    let cw = (640 / cols.len().max(1)).clamp(8, 40) as f64;
+    let (left, top, rh) = (110.0, 18.0, 14.0);
+    let width = left + cw * cols.len() as f64 + 10.0;
+    let height = top + rh * rows.len() as f64 + 4.0;
+    let _ = writeln!(
+        h,
+        "<svg width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
+         aria-label=\"arrival order\">"
+    );
+    for (c, g) in cols.iter().enumerate() {
+        let label = if g.len() == 1 {
+            if g.start + 1 == cols_n {
+                "last".to_string()
+            } else {
+                ordinal(g.start + 1)
+            }
+        } else {
+            format!("{}–{}", g.start + 1, g.end)
+        };
+        if cw >= 20.0 || c % 4 == 0 {
+            let _ = writeln!(
+                h,
+                "<text x=\"{:.1}\" y=\"12\" text-anchor=\"middle\">{}</text>",
+                left + cw * (c as f64 + 0.5),
+                esc(&label)
+            );
+        }
+    }
+    for (r, g) in rows.iter().enumerate() {
+        let members: Vec<u32> = l.ranks[g.clone()].iter().map(|b| b.rank).collect();
+        let counts: Vec<u64> = cols
+            .iter()
+            .map(|cg| {
+                l.ranks[g.clone()]
+                    .iter()
+                    .map(|b| {
+                        cg.clone()
+                            .filter_map(|k| b.arrival_hist.get(k))
+                            .sum::<u64>()
+                    })
+                    .sum()
+            })
+            .collect();
+        let total = counts.iter().sum::<u64>().max(1);
+        let y = top + rh * r as f64;
+        let hot = l.culprit.is_some_and(|c| members.contains(&c));
+        let _ = writeln!(
+            h,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\"{}>{}</text>",
+            left - 6.0,
+            y + 10.5,
+            if hot {
+                " style=\"fill:#d03030;font-weight:bold\""
+            } else {
+                ""
+            },
+            esc(&rank_label(&members))
+        );
+        for (c, &n) in counts.iter().enumerate() {
+            let share = n as f64 / total as f64;
+            // White to dark blue.
+            let shade = |full: f64| (255.0 - share * (255.0 - full)).round() as u8;
+            let x = left + cw * c as f64;
+            let _ = writeln!(
+                h,
+                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"{:.1}\" \
+                 fill=\"rgb({},{},{})\" stroke=\"#fff\"><title>{}: {n} times</title></rect>",
+                cw,
+                rh,
+                shade(32.0),
+                shade(80.0),
+                shade(170.0),
+                esc(&rank_label(&members))
+            );
+            if cw >= 20.0 && n > 0 {
+                let fill = if share > 0.5 { "#fff" } else { "#333" };
+                let _ = writeln!(
+                    h,
+                    "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"middle\" style=\"fill:{fill}\">{n}</text>",
+                    x + cw / 2.0,
+                    y + 10.5
+                );
+            }
+        }
+    }
+    h.push_str("</svg>\n");
+}
+
+fn statistics(h: &mut String, a: &Analysis) {
+    h.push_str(
+        "<h2 id=\"statistics\">Latency per collective</h2>\n<p class=\"note\">Latency is the \
+         time from the first rank's arrival to the last rank's departure; spread is the time \
+         from the first arrival to the last. Median of the last 100 instances; standard \
+         deviation over all.</p>\n",
+    );
+    if a.stats.is_empty() {
+        h.push_str("<p>No complete collective instance.</p>\n");
+        return;
+    }
+    h.push_str(
+        "<table><tr><th class=\"l\">collector</th><th>instances</th><th>mean</th><th>min</th>\
+         <th>max</th><th>sd</th><th>median</th><th>mean spread</th><th>max spread</th></tr>\n",
+    );
+    for s in a.stats.iter().take(MAX_TABLE_ROWS) {
+        let l = &s.latency;
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&s.name),
+            l.count,
+            t(l.mean),
+            t(l.min),
+            t(l.max),
+            t(l.sd),
+            t(l.median),
+            t(s.spread.mean),
+            t(s.spread.max)
+        );
+    }
+    h.push_str("</table>\n");
+    more(h, a.stats.len(), MAX_TABLE_ROWS, "collectors");
+}
+
+fn links(h: &mut String, a: &Analysis) {
+    h.push_str(
+        "<h2 id=\"links\">Links</h2>\n<p class=\"note\">Per pair of ranks, from each receive \
+         and its send: receive end − send start. That includes the time the message waited \
+         for a late receiver, so the minimum is the best estimate of the link's latency; \
+         round trip is the minimum each way summed, which no clock offset between hosts \
+         can distort.</p>\n",
+    );
+    if a.links.is_empty() {
+        h.push_str(
+            "<p>No messages were recorded (shared-memory collectives record calls only).</p>\n",
+        );
+        return;
+    }
+    h.push_str(
+        "<table><tr><th>from</th><th>to</th><th>messages</th><th>mean</th><th>median</th>\
+         <th>min</th><th>max</th><th>round trip</th></tr>\n",
+    );
+    for l in a.links.iter().take(MAX_TABLE_ROWS) {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>\
+             <td>{}</td></tr>",
+            l.src,
+            l.dst,
+            l.count,
+            t(l.mean),
+            t(l.median),
+            t(l.min as f64),
+            t(l.max as f64),
+            l.round_trip.map_or("–".into(), |r| t(r as f64))
+        );
+    }
+    h.push_str("</table>\n");
+    more(h, a.links.len(), MAX_TABLE_ROWS, "links");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::analyze;
+    use crate::analysis::tests::{file, rec, slow_rank_job};
+    use crate::{EventOp, TraceFile, NO_PEER};
+
+    /// Tags that open must close, in order (the report has no void elements besides
+    /// `<meta>`, and SVG shapes are written either self-closed or closed).
+    fn balanced(html: &str) -> Result<(), String> {
+        let mut stack: Vec<String> = Vec::new();
+        let mut rest = html;
+        while let Some(i) = rest.find('<') {
+            rest = &rest[i + 1..];
+            let end = rest.find('>').ok_or("unclosed <")?;
+            let tag = &rest[..end];
+            rest = &rest[end + 1..];
+            if tag.starts_with('!') || tag.ends_with('/') {
+                continue;
+            }
+            let name: String = tag
+                .trim_start_matches('/')
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric())
+                .collect();
+            if name == "meta" {
+                continue;
+            }
+            if tag.starts_with('/') {
+                match stack.pop() {
+                    Some(open) if open == name => {}
+                    other => return Err(format!("</{name}> closes {other:?}")),
+                }
+            } else {
+                stack.push(name);
+            }
+        }
+        if stack.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("left open: {stack:?}"))
+        }
+    }
+
+    #[test]
+    fn the_report_shows_the_culprit_and_its_parts() {
+        let a = analyze(&slow_rank_job(20, 2, 5_000));
+        let html = render(&a, "/tmp/<job>");
+        balanced(&html).unwrap();
+        assert!(html.starts_with("<!DOCTYPE html>"));
+        assert!(html.contains("/tmp/&lt;job&gt;"));
+        for part in [
+            "id=\"summary\"",
+            "id=\"load-balance\"",
+            "id=\"timemap\"",
+            "id=\"arrival-order\"",
+            "id=\"statistics\"",
+            "id=\"links\"",
+        ] {
+            assert!(html.contains(part), "{part} missing");
+        }
+        assert!(html.contains("Rank <b>2</b> arrived last most often: in 20 of the 20"));
+        assert!(html.contains("<tr class=\"culprit\"><td class=\"l\">ctx0/allreduce"));
+        assert_eq!(html.matches("<svg").count(), 1 + MAX_TIMEMAPS + 1);
+        assert!(!html.contains("<script"));
+        assert!(!html.contains("http"));
+    }
+
+    #[test]
+    fn trace_text_is_escaped() {
+        let mut f = file(
+            "<b>host</b>",
+            0,
+            vec![
+                (0, vec![rec(EventOp::Call, 0, 0, 1, 2, NO_PEER)]),
+                (1, vec![rec(EventOp::Call, 0, 0, 5, 9, NO_PEER)]),
+            ],
+        );
+        f.collectors = vec!["ctx0/<script>alert('x')</script>".into()];
+        let html = render(&analyze(&[f]), "t");
+        balanced(&html).unwrap();
+        assert!(!html.contains("<script"));
+        assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)"));
+        assert!(html.contains("&lt;b&gt;host&lt;/b&gt;"));
+    }
+
+    #[test]
+    fn big_runs_stay_bounded() {
+        // 300 ranks in one process, 30 calls each; rank 299 always last.
+        let threads: Vec<(u32, Vec<crate::Record>)> = (0..300u32)
+            .map(|r| {
+                let recs = (0..30u32)
+                    .map(|s| {
+                        let t0 = u64::from(s) * 100_000;
+                        let arrive = t0 + u64::from(r) * 10;
+                        rec(EventOp::Call, 0, s, arrive, t0 + 50_000, NO_PEER)
+                    })
+                    .collect();
+                (r, recs)
+            })
+            .collect();
+        let a = analyze(&[file("h", 0, threads)]);
+        assert_eq!(a.summary.culprit.map(|c| c.rank), Some(299));
+        let html = render(&a, "big");
+        balanced(&html).unwrap();
+        // Time map rows and histogram rows are bucketed.
+        let rows = html.matches("ranks 295–299").count();
+        assert!(rows >= 2, "{rows}");
+        assert!(html.len() < 2_000_000, "{} bytes", html.len());
+    }
+
+    #[test]
+    fn an_empty_trace_still_renders() {
+        let html = render(&analyze(&[] as &[TraceFile]), "empty");
+        balanced(&html).unwrap();
+        assert!(html.contains("No complete collective"));
+    }
+
+    #[test]
+    fn small_helpers() {
+        assert_eq!(buckets(5, 64), vec![0..1, 1..2, 2..3, 3..4, 4..5]);
+        assert_eq!(
+            buckets(130, 64),
+            (0..130)
+                .step_by(3)
+                .map(|s| s..(s + 3).min(130))
+                .collect::<Vec<_>>()
+        );
+        assert!(buckets(130, 64).len() <= 64);
+        assert_eq!(buckets(0, 64), vec![]);
+        assert_eq!(ordinal(1), "1st");
+        assert_eq!(ordinal(12), "12th");
+        assert_eq!(ordinal(23), "23rd");
+        assert_eq!(rank_label(&[3]), "rank 3");
+        assert_eq!(rank_label(&[3, 4, 9]), "ranks 3–9");
+        assert_eq!(esc("a<b>&\"'"), "a&lt;b&gt;&amp;&quot;&#39;");
+    }
+}
