@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use vargr_trace::{EventOp, TraceFile, Tracer};
 
+use crate::job::MeshTransport;
 use crate::transport::{Tag, Transport};
 
 /// Whether monitors pull and analyse (benchmarks pause them to compare like with like).
@@ -125,8 +126,14 @@ pub(crate) const MONITOR_CTX: u32 = u32::MAX;
 const TAG_PULL: u64 = 1;
 const TAG_DATA: u64 = 2;
 
+/// How often an agent looks for a pull request.
+const AGENT_POLL: Duration = Duration::from_millis(5);
+
 /// Answers pulls from the monitor at `monitor` (a world rank) until the process ends.
-pub(crate) fn spawn_agent(t: Arc<dyn Transport>, monitor: usize, process: String) {
+/// The agent never waits in a receive: a thread blocked there could end up polling the
+/// sockets for the ranks and put itself between them and their messages. It looks for
+/// requests the ranks' own polling has delivered.
+pub(crate) fn spawn_agent(t: Arc<MeshTransport>, monitor: usize, process: String) {
     let _ = std::thread::Builder::new()
         .name("vargr-monitor-agent".into())
         .spawn(move || {
@@ -137,7 +144,15 @@ pub(crate) fn spawn_agent(t: Arc<dyn Transport>, monitor: usize, process: String
                 Tag::user(MONITOR_CTX, TAG_PULL),
                 Tag::user(MONITOR_CTX, TAG_DATA),
             );
-            while let Ok(req) = t.recv(monitor, pull) {
+            loop {
+                let req = match t.try_recv(monitor, pull) {
+                    Ok(Some(req)) => req,
+                    Ok(None) => {
+                        std::thread::sleep(AGENT_POLL);
+                        continue;
+                    }
+                    Err(_) => return,
+                };
                 if req.as_ref() == b"stop" {
                     return;
                 }

@@ -327,6 +327,29 @@ impl Mesh {
         Ok(Link::new(mio, name, MAX_MESSAGE + 64).with_stages(stages))
     }
 
+    /// The oldest message for local rank `dest` from `src` with `tag`, if one is already
+    /// here. Never polls the sockets: for helper threads (monitor agents) that must not
+    /// stand between the sockets and the ranks.
+    pub fn try_recv(&self, dest: u32, src: u32, tag: u64) -> Result<Option<Bytes>, NetError> {
+        self.check_rank("source", src)?;
+        let key = (dest, src, tag);
+        let mut g = self.lock();
+        if let Some(q) = g.mail.get_mut(&key) {
+            if let Some(b) = q.pop_front() {
+                if q.is_empty() {
+                    g.mail.remove(&key);
+                }
+                return Ok(Some(b));
+            }
+        }
+        if let Some(why) = g.lost.get(&self.process_of(src)) {
+            return Err(NetError::Job {
+                reason: format!("rank {src} was lost: {why}"),
+            });
+        }
+        Ok(None)
+    }
+
     /// Receives, for local rank `dest`, the oldest message from `src` with `tag`.
     pub fn recv(&self, dest: u32, src: u32, tag: u64) -> Result<Bytes, NetError> {
         self.check_rank("source", src)?;
