@@ -126,8 +126,10 @@ pub(crate) const MONITOR_CTX: u32 = u32::MAX;
 const TAG_PULL: u64 = 1;
 const TAG_DATA: u64 = 2;
 
-/// How often an agent looks for a pull request.
+/// How often an agent looks for a pull request and drains the rings.
 const AGENT_POLL: Duration = Duration::from_millis(5);
+/// Records an agent holds per thread between pulls (32 MiB at most per thread).
+const AGENT_HOLD: usize = 1 << 20;
 
 /// Answers pulls from the monitor at `monitor` (a world rank) until the process ends.
 /// The agent never waits in a receive: a thread blocked there could end up polling the
@@ -140,6 +142,9 @@ pub(crate) fn spawn_agent(t: Arc<MeshTransport>, monitor: usize, process: String
             lowest_priority();
             vargr_trace::set_thread_label("monitor agent", None);
             let mut tracer = Tracer::new();
+            // Records drained from the rings between pulls, so rings never overflow
+            // while the monitor is slow.
+            let mut held = Vec::new();
             let (pull, data) = (
                 Tag::user(MONITOR_CTX, TAG_PULL),
                 Tag::user(MONITOR_CTX, TAG_DATA),
@@ -148,6 +153,7 @@ pub(crate) fn spawn_agent(t: Arc<MeshTransport>, monitor: usize, process: String
                 let req = match t.try_recv(monitor, pull) {
                     Ok(Some(req)) => req,
                     Ok(None) => {
+                        tracer.drain_into(&mut held, AGENT_HOLD);
                         std::thread::sleep(AGENT_POLL);
                         continue;
                     }
@@ -156,7 +162,8 @@ pub(crate) fn spawn_agent(t: Arc<MeshTransport>, monitor: usize, process: String
                 if req.as_ref() == b"stop" {
                     return;
                 }
-                let snap = tracer.snapshot(&process);
+                tracer.drain_into(&mut held, AGENT_HOLD);
+                let snap = Tracer::file_of(&process, std::mem::take(&mut held));
                 if t.send(monitor, data, Bytes::from(snap.encode())).is_err() {
                     return;
                 }

@@ -193,6 +193,37 @@ impl Tracer {
     /// A trace file of everything new, with the clock calibration and collector names.
     pub fn snapshot(&mut self, process: &str) -> TraceFile {
         let threads = self.read();
+        Tracer::file_of(process, threads)
+    }
+
+    /// Drains the rings into `held` (one entry per thread, by registration order), so a
+    /// reader that answers rarely can still empty the rings often. Holds at most `cap`
+    /// records per thread; beyond that the oldest go and count as lost.
+    pub fn drain_into(&mut self, held: &mut Vec<ThreadTrace>, cap: usize) {
+        for (i, t) in self.read().into_iter().enumerate() {
+            if held.len() <= i {
+                held.push(ThreadTrace {
+                    label: t.label.clone(),
+                    rank: t.rank,
+                    lost: 0,
+                    records: Vec::new(),
+                });
+            }
+            let h = &mut held[i];
+            h.label = t.label;
+            h.rank = t.rank;
+            h.lost += t.lost;
+            h.records.extend(t.records);
+            if h.records.len() > cap {
+                let over = h.records.len() - cap;
+                h.records.drain(..over);
+                h.lost += over as u64;
+            }
+        }
+    }
+
+    /// A trace file of `threads` with this process's calibration and collector names.
+    pub fn file_of(process: &str, threads: Vec<ThreadTrace>) -> TraceFile {
         TraceFile {
             process: process.to_string(),
             host: hostname(),
