@@ -13,12 +13,13 @@
 //! monotonic clock, so merged times are exact on one host. Across hosts the clocks must
 //! be aligned first (not done yet).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use vargr_trace::analysis::{StatsMonitor, MEDIAN_WINDOW};
 use vargr_trace::{EventOp, TraceFile, Tracer};
 
 use crate::job::MeshTransport;
@@ -55,68 +56,6 @@ impl Drop for Blocked {
     fn drop(&mut self) {
         if self.0 {
             BLOCKED.fetch_sub(1, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Running statistics of one series: mean, min, max and standard deviation over
-/// everything, and the median of the last [`Stats::WINDOW`] values (the seed's
-/// statistics monitor).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Stats {
-    pub n: u64,
-    mean: f64,
-    m2: f64,
-    pub min: f64,
-    pub max: f64,
-    window: VecDeque<f64>,
-}
-
-impl Stats {
-    pub const WINDOW: usize = 100;
-
-    pub fn add(&mut self, x: f64) {
-        self.n += 1;
-        if self.n == 1 {
-            self.min = x;
-            self.max = x;
-        }
-        self.min = self.min.min(x);
-        self.max = self.max.max(x);
-        // Welford: stable for long runs.
-        let d = x - self.mean;
-        self.mean += d / self.n as f64;
-        self.m2 += d * (x - self.mean);
-        if self.window.len() == Self::WINDOW {
-            self.window.pop_front();
-        }
-        self.window.push_back(x);
-    }
-
-    pub fn mean(&self) -> f64 {
-        self.mean
-    }
-
-    pub fn sd(&self) -> f64 {
-        if self.n < 2 {
-            0.0
-        } else {
-            (self.m2 / (self.n - 1) as f64).sqrt()
-        }
-    }
-
-    /// Median of the last [`Stats::WINDOW`] values.
-    pub fn window_median(&self) -> f64 {
-        let mut w: Vec<f64> = self.window.iter().copied().collect();
-        if w.is_empty() {
-            return f64::NAN;
-        }
-        w.sort_by(f64::total_cmp);
-        let m = w.len() / 2;
-        if w.len() % 2 == 1 {
-            w[m]
-        } else {
-            (w[m - 1] + w[m]) / 2.0
         }
     }
 }
@@ -180,7 +119,7 @@ fn lowest_priority() {
 }
 
 /// The load-balance monitor's view of one collector.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default)]
 pub struct Culprits {
     /// Complete calls seen.
     pub calls: u64,
@@ -189,7 +128,7 @@ pub struct Culprits {
     /// Longest time the first rank waited for the last (ns).
     pub longest_wait_ns: u64,
     /// Latency of each call (first arrival to last departure), in µs.
-    pub latency_us: Stats,
+    pub latency_us: StatsMonitor,
 }
 
 impl Culprits {
@@ -250,7 +189,7 @@ impl LoadBalance {
                     c.calls += 1;
                     *c.last.entry(last.0).or_default() += 1;
                     c.longest_wait_ns = c.longest_wait_ns.max(last.1 - first);
-                    c.latency_us.add(gone.saturating_sub(first) as f64 / 1e3);
+                    c.latency_us.push(gone.saturating_sub(first) as f64 / 1e3);
                 }
             }
         }
@@ -264,18 +203,18 @@ impl LoadBalance {
     pub fn stats_summary(&self) -> Vec<String> {
         self.by_collector
             .iter()
-            .map(|(name, c)| {
-                let s = &c.latency_us;
-                format!(
+            .filter_map(|(name, c)| {
+                let s = c.latency_us.summary()?;
+                Some(format!(
                     "{} latency µs: mean {:.1} min {:.1} max {:.1} sd {:.1} median(last {}) {:.1}",
                     name.trim_start_matches("ctx0/"),
-                    s.mean(),
+                    s.mean,
                     s.min,
                     s.max,
-                    s.sd(),
-                    Stats::WINDOW,
-                    s.window_median()
-                )
+                    s.sd,
+                    MEDIAN_WINDOW,
+                    s.median
+                ))
             })
             .collect()
     }
@@ -448,20 +387,11 @@ mod tests {
         assert_eq!(c.longest_wait_ns, 700);
         assert!(lb.summary()[0].contains("of 2 calls"));
         // Latencies: first arrival to last departure (records end 10 after they start).
-        let s = &lb.by_collector["ctx0/allreduce"].latency_us;
-        assert_eq!((s.n, s.min * 1e3, s.max * 1e3), (2, 510.0, 710.0));
+        let st = lb.by_collector["ctx0/allreduce"]
+            .latency_us
+            .summary()
+            .unwrap();
+        assert_eq!((st.count, st.min * 1e3, st.max * 1e3), (2, 510.0, 710.0));
         assert_eq!(lb.gather_rate(), 1.0);
-    }
-
-    #[test]
-    fn statistics_follow_the_seed_definitions() {
-        let mut s = Stats::default();
-        for x in 1..=300 {
-            s.add(f64::from(x));
-        }
-        assert_eq!((s.min, s.max, s.mean()), (1.0, 300.0, 150.5));
-        assert!((s.sd() - 86.746_757).abs() < 1e-3, "{}", s.sd());
-        // The window holds 201..=300.
-        assert_eq!(s.window_median(), 250.5);
     }
 }
