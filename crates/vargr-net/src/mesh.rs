@@ -54,6 +54,16 @@ struct State {
 }
 
 impl State {
+    /// The oldest message waiting under `key`, if any.
+    fn take_mail(&mut self, key: &(u32, u32, u64)) -> Option<Bytes> {
+        let q = self.mail.get_mut(key)?;
+        let b = q.pop_front();
+        if q.is_empty() {
+            self.mail.remove(key);
+        }
+        b
+    }
+
     /// Hands queued links and frames to `reactor` and writes what the sockets take.
     fn apply(&mut self, reactor: &mut Reactor) {
         for (p, link) in self.pending.drain(..) {
@@ -334,13 +344,8 @@ impl Mesh {
         self.check_rank("source", src)?;
         let key = (dest, src, tag);
         let mut g = self.lock();
-        if let Some(q) = g.mail.get_mut(&key) {
-            if let Some(b) = q.pop_front() {
-                if q.is_empty() {
-                    g.mail.remove(&key);
-                }
-                return Ok(Some(b));
-            }
+        if let Some(b) = g.take_mail(&key) {
+            return Ok(Some(b));
         }
         if let Some(why) = g.lost.get(&self.process_of(src)) {
             return Err(NetError::Job {
@@ -364,16 +369,11 @@ impl Mesh {
         let from_here = self.is_local(src);
         let mut g = self.lock();
         loop {
-            if let Some(q) = g.mail.get_mut(&key) {
-                if let Some(b) = q.pop_front() {
-                    if q.is_empty() {
-                        g.mail.remove(&key);
-                    }
-                    if g.reactor.is_some() {
-                        self.hand_off(&g);
-                    }
-                    return Ok(b);
+            if let Some(b) = g.take_mail(&key) {
+                if g.reactor.is_some() {
+                    self.hand_off(&g);
                 }
+                return Ok(b);
             }
             if let Some(why) = g.lost.get(&src_proc) {
                 let reason = format!("rank {src} was lost before it sent the message: {why}");
