@@ -94,6 +94,26 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
     }
 }
 
+/// Writes `records` as pretty JSON to `json`, or to `bench/results/<default_name>`, and
+/// says where.
+pub(crate) fn write_records<T: Serialize>(
+    json: Option<&Path>,
+    default_name: &str,
+    records: &[T],
+) -> Result<()> {
+    let path = json.map_or_else(
+        || crate::results_dir().join(default_name),
+        Path::to_path_buf,
+    );
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(records)?)
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {} records to {}", records.len(), path.display());
+    Ok(())
+}
+
 fn level_spec(n: usize) -> String {
     // The balanced two-level tree MRNet's experiments use: sqrt(n) commnodes.
     let k = (n as f64).sqrt().round() as usize;
@@ -176,15 +196,8 @@ fn tree(a: TreeArgs) -> Result<()> {
         );
         records.push(rec);
     }
-    let path = a.json.clone().unwrap_or_else(|| {
-        crate::results_dir().join(if load { "tree-load.json" } else { "tree.json" })
-    });
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&records)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {} records to {}", records.len(), path.display());
+    let name = if load { "tree-load.json" } else { "tree.json" };
+    write_records(a.json.as_deref(), name, &records)?;
     Ok(())
 }
 

@@ -355,16 +355,7 @@ pub fn run(a: CollBenchArgs) -> Result<()> {
     }
 
     print_table(&cases, &records);
-    let path = a
-        .json
-        .clone()
-        .unwrap_or_else(|| crate::results_dir().join("coll.json"));
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&records)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {} records to {}", records.len(), path.display());
+    crate::bench::write_records(a.json.as_deref(), "coll.json", &records)?;
     if !failures.is_empty() {
         bail!(
             "{} of {total} runs failed:\n  {}",

@@ -290,15 +290,6 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
             ),
         }
     }
-    let path = a
-        .json
-        .clone()
-        .unwrap_or_else(|| crate::results_dir().join("trace.json"));
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&records)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {} records to {}", records.len(), path.display());
+    crate::bench::write_records(a.json.as_deref(), "trace.json", &records)?;
     Ok(())
 }

@@ -312,17 +312,8 @@ pub fn run(a: WanBenchArgs) -> Result<()> {
         records.push((label, rec));
     }
     print_table(&records);
-    let path = a
-        .json
-        .clone()
-        .unwrap_or_else(|| crate::results_dir().join("coll-wan.json"));
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
     let recs: Vec<&WanRecord> = records.iter().map(|(_, r)| r).collect();
-    std::fs::write(&path, serde_json::to_string_pretty(&recs)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {} records to {}", recs.len(), path.display());
+    crate::bench::write_records(a.json.as_deref(), "coll-wan.json", &recs)?;
     Ok(())
 }
 
@@ -518,15 +509,6 @@ pub fn sor_bench(a: SorBenchArgs) -> Result<()> {
             r.ranks, r.ranks_per_core, r.algorithm, r.sched, r.iterations, r.total_s, r.median_us
         );
     }
-    let path = a
-        .json
-        .clone()
-        .unwrap_or_else(|| crate::results_dir().join("coll-sor.json"));
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&records)?)
-        .with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {} records to {}", records.len(), path.display());
+    crate::bench::write_records(a.json.as_deref(), "coll-sor.json", &records)?;
     Ok(())
 }
