@@ -270,6 +270,13 @@ fn every_backend_starts_and_shutdown_is_clean() {
         NetworkOptions::default(),
     )
     .unwrap();
+    // A back-end counts as up once it has joined, which is before its body runs; a
+    // reduction over all of them proves every body is running.
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    s.send(TAG_ECHO, "%d", vec![Value::Int(1)]).unwrap();
+    assert_eq!(s.recv().unwrap().values[0], Value::Int(16));
     assert_eq!(started.load(Ordering::SeqCst), 16);
     net.shutdown().unwrap();
 }
