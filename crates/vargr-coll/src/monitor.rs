@@ -179,7 +179,7 @@ impl LoadBalance {
                 }
                 let key = (name.to_string(), r.seq);
                 let v = self.pending.entry(key.clone()).or_default();
-                v.push((rank, file.clock.to_ns(r.start), file.clock.to_ns(r.end)));
+                v.push((rank, file.to_ns(r.start), file.to_ns(r.end)));
                 if v.len() == self.size {
                     let v = self.pending.remove(&key).expect("just filled");
                     let first = v.iter().map(|x| x.1).min().unwrap_or(0);
@@ -351,6 +351,7 @@ mod tests {
                 first: ClockPoint { tick: 0, ns: 0 },
                 last: ClockPoint { tick: 1, ns: 1 },
             },
+            align: Default::default(),
             collectors: vec!["ctx0/allreduce".into()],
             threads: vec![ThreadTrace {
                 label: format!("rank {rank}"),

@@ -48,6 +48,8 @@ pub struct Process {
     pub process: String,
     pub host: String,
     pub pid: u32,
+    /// The run-time clock alignment the file carried.
+    pub align: crate::clock::Alignment,
 }
 
 /// One thread of one process.
@@ -68,6 +70,9 @@ pub enum Alignment {
     Reference,
     /// Shifted by an offset estimated from messages in both directions.
     Estimated { messages: usize },
+    /// Aligned at run time by the tree's skew estimation (the files carry the offsets),
+    /// to within `error_ns`.
+    Probed { error_ns: u64 },
     /// No messages in both directions link it to the reference: left unshifted, so its
     /// times cannot be compared with other hosts'.
     Unaligned,
@@ -143,6 +148,7 @@ pub fn timeline(files: &[TraceFile]) -> Timeline {
     };
     for (fi, f) in files.iter().enumerate() {
         tl.processes.push(Process {
+            align: f.align,
             process: f.process.clone(),
             host: f.host.clone(),
             pid: f.pid,
@@ -166,8 +172,8 @@ pub fn timeline(files: &[TraceFile]) -> Timeline {
                     Some(&c) => c,
                     None => intern(&mut tl, &format!("collector#{}", r.collector)),
                 };
-                let start = ns(f.clock.to_ns(r.start));
-                let mut end = ns(f.clock.to_ns(r.end));
+                let start = ns(f.to_ns(r.start));
+                let mut end = ns(f.to_ns(r.end));
                 if end < start {
                     tl.reversed += 1;
                     end = start;
@@ -214,6 +220,24 @@ fn align_hosts(tl: &mut Timeline) {
             }
         })
         .collect();
+    if !tl.processes.is_empty() && tl.processes.iter().all(|p| p.align.aligned) {
+        tl.hosts = hosts
+            .into_iter()
+            .enumerate()
+            .map(|(h, host)| HostClock {
+                host,
+                offset_ns: 0,
+                alignment: Alignment::Probed {
+                    error_ns: (0..tl.processes.len())
+                        .filter(|&p| proc_host[p] == h)
+                        .map(|p| tl.processes[p].align.error_ns)
+                        .max()
+                        .unwrap_or(0),
+                },
+            })
+            .collect();
+        return;
+    }
     let host_of = |tl: &Timeline, track: usize| proc_host[tl.tracks[track].process];
     let mut offset: Vec<Option<(i64, Alignment)>> = vec![None; hosts.len()];
     if let Some(first) = offset.first_mut() {
@@ -744,7 +768,7 @@ pub fn culprit(lb: &[LoadBalance]) -> Option<Culprit> {
 }
 
 /// Summary statistics of a series.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Stats {
     pub count: u64,
     pub mean: f64,
@@ -1198,6 +1222,7 @@ pub(crate) mod tests {
             host: host.into(),
             pid: 1,
             clock: clock(base),
+            align: Default::default(),
             collectors: vec!["ctx0/allreduce".into(), "ctx0/bcast".into()],
             threads: threads
                 .into_iter()

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::clock::Calibration;
+use crate::clock::{Alignment, Calibration};
 use crate::record::Record;
 
 const MAGIC: &[u8; 8] = b"VARGRTR1";
@@ -35,6 +35,8 @@ pub struct TraceFile {
     pub host: String,
     pub pid: u32,
     pub clock: Calibration,
+    /// This process's clock relative to the job's or network's root clock.
+    pub align: Alignment,
     /// Collector names by id.
     pub collectors: Vec<String>,
     pub threads: Vec<ThreadTrace>,
@@ -46,6 +48,9 @@ struct Header {
     host: String,
     pid: u32,
     clock: Calibration,
+    /// Absent in files written before clocks were aligned: the root's own clock.
+    #[serde(default)]
+    align: Alignment,
     collectors: Vec<String>,
     threads: Vec<ThreadHeader>,
 }
@@ -77,6 +82,7 @@ impl TraceFile {
             host: self.host.clone(),
             pid: self.pid,
             clock: self.clock,
+            align: self.align,
             collectors: self.collectors.clone(),
             threads: self
                 .threads
@@ -154,6 +160,7 @@ impl TraceFile {
             host: header.host,
             pid: header.pid,
             clock: header.clock,
+            align: header.align,
             collectors: header.collectors,
             threads,
         })
@@ -193,6 +200,12 @@ impl TraceFile {
         paths.iter().map(|p| TraceFile::read(p)).collect()
     }
 
+    /// A record tick as nanoseconds on the root's time axis (the host's monotonic clock
+    /// corrected by the process's alignment).
+    pub fn to_ns(&self, tick: u64) -> u64 {
+        self.align.to_root(self.clock.to_ns(tick))
+    }
+
     /// Name of the collector with `id`.
     pub fn collector_name(&self, id: u16) -> &str {
         self.collectors
@@ -219,6 +232,7 @@ mod tests {
                     ns: 600,
                 },
             },
+            align: Alignment::default(),
             collectors: vec!["coll/allreduce".into()],
             threads: vec![ThreadTrace {
                 label: "rank 0".into(),

@@ -19,12 +19,13 @@ mod file;
 mod record;
 pub mod report;
 mod ring;
+pub mod scope;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
-pub use clock::{now, Calibration, ClockPoint};
+pub use clock::{now, Alignment, Calibration, ClockPoint, SkewProbe};
 pub use file::{FileError, ThreadTrace, TraceFile};
 pub use record::{EventOp, Record, NO_PEER};
 pub use ring::{Batch, Ring};
@@ -45,6 +46,7 @@ struct Registry {
     threads: Mutex<Vec<Arc<ThreadRing>>>,
     ring_size: usize,
     origin: ClockPoint,
+    align: Mutex<Alignment>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -61,6 +63,7 @@ fn registry() -> &'static Registry {
             .and_then(|v| v.parse().ok())
             .unwrap_or(DEFAULT_RING),
         origin: ClockPoint::now(),
+        align: Mutex::new(Alignment::ROOT),
     })
 }
 
@@ -159,6 +162,17 @@ pub fn set_thread_label(label: &str, rank: Option<u32>) {
     });
 }
 
+/// Records how this process's clock relates to the root's (see [`clock`]); trace files
+/// written from now on carry it.
+pub fn set_alignment(a: Alignment) {
+    *lock(&registry().align) = a;
+}
+
+/// This process's clock alignment ([`Alignment::ROOT`] until one is set).
+pub fn alignment() -> Alignment {
+    *lock(&registry().align)
+}
+
 /// Reads every thread ring of this process, remembering where each reader stopped.
 #[derive(Default)]
 pub struct Tracer {
@@ -232,6 +246,7 @@ impl Tracer {
                 first: registry().origin,
                 last: ClockPoint::now(),
             },
+            align: alignment(),
             collectors: collector_names(),
             threads,
         }

@@ -1,0 +1,521 @@
+//! Event scopes (EventSpace, seed 004 §3.2): what a monitor asks a process's agent for,
+//! and the reduction the agent applies *before* anything crosses the network.
+//!
+//! A [`Scope`] selects collectors by name pattern (`ctx0/*`, `tbon/link/*`) and says how
+//! to reduce what matched:
+//!
+//! - [`Reduce::All`]: every matching record (a [`TraceFile`]).
+//! - [`Reduce::LastArrival`]: one [`CallSummary`] per collective call instead of one
+//!   record per rank: first and last arrival, who arrived last, last departure. The
+//!   load-balance monitor needs nothing else, and a process hosting 16 ranks sends 1/16
+//!   of the records.
+//! - [`Reduce::Stats`]: the statistics monitor run on the node itself; only per-collector
+//!   summaries travel (the seed's distributed analysis).
+//!
+//! [`ScopeReducer`] is the agent side, sans-IO: it is fed the trace drained from the
+//! rings and produces a [`Reply`]. Replies come from other processes, so
+//! [`Reply::decode`] is bounded and fuzzed.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::{Stats, StatsMonitor};
+use crate::file::{FileError, ThreadTrace, TraceFile};
+use crate::record::EventOp;
+
+/// How an agent reduces the records a scope selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reduce {
+    All,
+    LastArrival,
+    Stats,
+}
+
+/// What a monitor pulls.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Scope {
+    /// Collector name patterns (`*` matches any run of characters, `?` one); empty
+    /// selects every collector.
+    pub collectors: Vec<String>,
+    pub reduce: Reduce,
+}
+
+impl Scope {
+    pub fn matches(&self, collector: &str) -> bool {
+        self.collectors.is_empty() || self.collectors.iter().any(|p| glob(p, collector))
+    }
+}
+
+/// Whether `name` matches `pattern` (`*` = any run, `?` = one character).
+pub fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Greedy with one backtrack point: linear for the patterns people write.
+    let (mut pi, mut ni, mut star, mut mark) = (0, 0, None, 0);
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some(pi);
+            mark = ni;
+            pi += 1;
+        } else if let Some(s) = star {
+            pi = s + 1;
+            mark += 1;
+            ni = mark;
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+/// One collective call as one process saw it, on the root's time axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallSummary {
+    /// Index into the reply's collector names.
+    pub collector: u32,
+    pub seq: u32,
+    /// Ranks whose records are folded in.
+    pub ranks: u32,
+    pub first_arrival_ns: u64,
+    pub last_arrival_ns: u64,
+    pub last_rank: u32,
+    pub last_departure_ns: u64,
+}
+
+impl CallSummary {
+    /// Folds another part of the same call in (from another process, or another rank).
+    pub fn merge(&mut self, o: &CallSummary) {
+        self.ranks += o.ranks;
+        self.first_arrival_ns = self.first_arrival_ns.min(o.first_arrival_ns);
+        if o.last_arrival_ns > self.last_arrival_ns {
+            self.last_arrival_ns = o.last_arrival_ns;
+            self.last_rank = o.last_rank;
+        }
+        self.last_departure_ns = self.last_departure_ns.max(o.last_departure_ns);
+    }
+}
+
+/// A collector's call durations (arrival to departure, µs) on one process.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectorStats {
+    pub collector: String,
+    pub stats: Stats,
+}
+
+/// An agent's answer.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    Records(TraceFile),
+    Calls(Reduced<Vec<CallSummary>>),
+    Stats(Reduced<Vec<CollectorStats>>),
+}
+
+/// A reduced answer and what it was reduced from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reduced<T> {
+    pub process: String,
+    pub host: String,
+    /// Records the agent read since its last answer, and records the rings overwrote
+    /// before it could read them.
+    pub records: u64,
+    pub lost: u64,
+    pub collectors: Vec<String>,
+    pub clock_error_ns: u64,
+    pub body: T,
+}
+
+impl Reduced<()> {
+    fn with<T>(self, body: T) -> Reduced<T> {
+        Reduced {
+            process: self.process,
+            host: self.host,
+            records: self.records,
+            lost: self.lost,
+            collectors: self.collectors,
+            clock_error_ns: self.clock_error_ns,
+            body,
+        }
+    }
+}
+
+/// Largest reply accepted.
+pub const MAX_REPLY: usize = 256 << 20;
+
+impl Reply {
+    pub fn encode(&self) -> Vec<u8> {
+        let (tag, mut body) = match self {
+            Reply::Records(f) => (b'R', f.encode()),
+            Reply::Calls(r) => (b'C', serde_json::to_vec(r).expect("serializable")),
+            Reply::Stats(r) => (b'S', serde_json::to_vec(r).expect("serializable")),
+        };
+        body.insert(0, tag);
+        body
+    }
+
+    /// Parses a reply; `from` names the sender in errors.
+    pub fn decode(b: &[u8], from: &str) -> Result<Reply, FileError> {
+        let bad = |what: String| FileError::Format {
+            path: from.into(),
+            what,
+        };
+        if b.len() > MAX_REPLY {
+            return Err(bad(format!("reply of {} bytes is too large", b.len())));
+        }
+        let (&tag, body) = b
+            .split_first()
+            .ok_or_else(|| bad("empty monitor reply".into()))?;
+        Ok(match tag {
+            b'R' => Reply::Records(TraceFile::decode(body, std::path::Path::new(from))?),
+            b'C' => Reply::Calls(
+                serde_json::from_slice(body).map_err(|e| bad(format!("call summaries: {e}")))?,
+            ),
+            b'S' => Reply::Stats(
+                serde_json::from_slice(body).map_err(|e| bad(format!("statistics: {e}")))?,
+            ),
+            t => return Err(bad(format!("unknown monitor reply kind {t:#04x}"))),
+        })
+    }
+
+    /// Records read and lost at the source.
+    pub fn counts(&self) -> (u64, u64) {
+        match self {
+            Reply::Records(f) => f.threads.iter().fold((0, 0), |(r, l), t| {
+                (r + t.records.len() as u64, l + t.lost)
+            }),
+            Reply::Calls(r) => (r.records, r.lost),
+            Reply::Stats(r) => (r.records, r.lost),
+        }
+    }
+}
+
+/// The agent side of a scope: fed what the rings held, answers pulls.
+pub struct ScopeReducer {
+    scope: Scope,
+    /// Ranks of this process: a call is complete here when all have recorded it.
+    local_ranks: u32,
+    held: Vec<ThreadTrace>,
+    /// Cap on records held per thread between pulls (beyond it the oldest go, counted).
+    hold: usize,
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+    pending: HashMap<(u32, u32), CallSummary>,
+    done: Vec<CallSummary>,
+    stats: BTreeMap<String, StatsMonitor>,
+    records: u64,
+    lost: u64,
+}
+
+impl ScopeReducer {
+    pub fn new(scope: Scope, local_ranks: u32, hold: usize) -> ScopeReducer {
+        ScopeReducer {
+            scope,
+            local_ranks: local_ranks.max(1),
+            held: Vec::new(),
+            hold,
+            names: Vec::new(),
+            index: HashMap::new(),
+            pending: HashMap::new(),
+            done: Vec::new(),
+            stats: BTreeMap::new(),
+            records: 0,
+            lost: 0,
+        }
+    }
+
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
+    /// Changes the scope; what was held under the old one is dropped.
+    pub fn set_scope(&mut self, scope: Scope) {
+        if scope != self.scope {
+            *self = ScopeReducer::new(scope, self.local_ranks, self.hold);
+        }
+    }
+
+    /// Takes in records drained from the rings (a [`TraceFile`] of this process).
+    pub fn add(&mut self, f: &TraceFile) {
+        let selected: Vec<bool> = f.collectors.iter().map(|n| self.scope.matches(n)).collect();
+        let picked = |c: u16| selected.get(usize::from(c)).copied().unwrap_or(false);
+        for (i, t) in f.threads.iter().enumerate() {
+            self.records += t.records.len() as u64;
+            self.lost += t.lost;
+            match self.scope.reduce {
+                Reduce::All => {
+                    if self.held.len() <= i {
+                        self.held.push(ThreadTrace {
+                            label: t.label.clone(),
+                            rank: t.rank,
+                            lost: 0,
+                            records: Vec::new(),
+                        });
+                    }
+                    let h = &mut self.held[i];
+                    h.label.clone_from(&t.label);
+                    h.rank = t.rank;
+                    h.lost += t.lost;
+                    h.records
+                        .extend(t.records.iter().filter(|r| picked(r.collector)));
+                    if h.records.len() > self.hold {
+                        let over = h.records.len() - self.hold;
+                        h.records.drain(..over);
+                        h.lost += over as u64;
+                    }
+                }
+                Reduce::LastArrival => {
+                    let Some(rank) = t.rank else { continue };
+                    for r in &t.records {
+                        if r.event_op() != Some(EventOp::Call) || !picked(r.collector) {
+                            continue;
+                        }
+                        let c = self.intern(f.collector_name(r.collector));
+                        let (a, d) = (f.to_ns(r.start), f.to_ns(r.end));
+                        let part = CallSummary {
+                            collector: c,
+                            seq: r.seq,
+                            ranks: 1,
+                            first_arrival_ns: a,
+                            last_arrival_ns: a,
+                            last_rank: rank,
+                            last_departure_ns: d,
+                        };
+                        let key = (c, r.seq);
+                        let full = match self.pending.get_mut(&key) {
+                            Some(p) => {
+                                p.merge(&part);
+                                p.ranks >= self.local_ranks
+                            }
+                            None => {
+                                self.pending.insert(key, part);
+                                self.local_ranks == 1
+                            }
+                        };
+                        if full {
+                            let p = self.pending.remove(&key).expect("present");
+                            self.done.push(p);
+                        }
+                    }
+                }
+                Reduce::Stats => {
+                    for r in &t.records {
+                        if r.event_op() != Some(EventOp::Call) || !picked(r.collector) {
+                            continue;
+                        }
+                        let name = f.collector_name(r.collector);
+                        let us = f.to_ns(r.end).saturating_sub(f.to_ns(r.start)) as f64 / 1e3;
+                        match self.stats.get_mut(name) {
+                            Some(s) => s.push(us),
+                            None => {
+                                let mut s = StatsMonitor::new();
+                                s.push(us);
+                                self.stats.insert(name.to_string(), s);
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // Calls a rank never finished (it died, or records were lost) stay partial;
+        // keep the map bounded.
+        if self.pending.len() > 100_000 {
+            self.lost += self.pending.len() as u64;
+            self.pending.clear();
+        }
+    }
+
+    fn intern(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.index.get(name) {
+            return i;
+        }
+        let i = self.names.len() as u32;
+        self.names.push(name.to_string());
+        self.index.insert(name.to_string(), i);
+        i
+    }
+
+    /// The answer to a pull: everything reduced since the last one. `file` supplies the
+    /// process's identity and clock (its threads are ignored).
+    pub fn reply(&mut self, file: TraceFile) -> Reply {
+        let (records, lost) = (
+            std::mem::take(&mut self.records),
+            std::mem::take(&mut self.lost),
+        );
+        let head = Reduced {
+            process: file.process.clone(),
+            host: file.host.clone(),
+            records,
+            lost,
+            collectors: self.names.clone(),
+            clock_error_ns: file.align.error_ns,
+            body: (),
+        };
+        match self.scope.reduce {
+            Reduce::All => Reply::Records(TraceFile {
+                threads: std::mem::take(&mut self.held),
+                ..file
+            }),
+            Reduce::LastArrival => Reply::Calls(head.with(std::mem::take(&mut self.done))),
+            Reduce::Stats => Reply::Stats(head.with(
+                self.stats
+                    .iter()
+                    .filter_map(|(n, s)| {
+                        Some(CollectorStats {
+                            collector: n.clone(),
+                            stats: s.summary()?,
+                        })
+                    })
+                    .collect(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::{Alignment, Calibration, ClockPoint};
+    use crate::record::{Record, NO_PEER};
+
+    fn file(ranks: &[(u32, &[u64])]) -> TraceFile {
+        TraceFile {
+            process: "p".into(),
+            host: "h".into(),
+            pid: 1,
+            clock: Calibration {
+                first: ClockPoint { tick: 0, ns: 0 },
+                last: ClockPoint { tick: 1, ns: 1 },
+            },
+            align: Alignment::default(),
+            collectors: vec!["ctx0/allreduce".into(), "tbon/link/in".into()],
+            threads: ranks
+                .iter()
+                .map(|&(rank, arrivals)| ThreadTrace {
+                    label: format!("rank {rank}"),
+                    rank: Some(rank),
+                    lost: 1,
+                    records: arrivals
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(seq, &a)| {
+                            [0u16, 1].map(|c| Record {
+                                start: a,
+                                end: a + 100,
+                                seq: seq as u32,
+                                bytes: 8,
+                                collector: c,
+                                op: EventOp::Call as u8,
+                                status: 0,
+                                peer: NO_PEER,
+                            })
+                        })
+                        .collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn patterns_select_collectors() {
+        assert!(glob("ctx0/*", "ctx0/allreduce"));
+        assert!(glob("*/link/*", "tbon/link/in"));
+        assert!(glob("ctx?/a*e", "ctx7/allreduce"));
+        assert!(!glob("ctx0/*", "ctx1/allreduce"));
+        assert!(!glob("a", "ab"));
+        assert!(glob("*", ""));
+        assert!(glob("a**b", "axxb"));
+    }
+
+    #[test]
+    fn last_arrival_sends_one_summary_per_complete_call() {
+        let scope = Scope {
+            collectors: vec!["ctx0/*".into()],
+            reduce: Reduce::LastArrival,
+        };
+        let mut r = ScopeReducer::new(scope, 2, 1000);
+        // Rank 5 has recorded two calls, rank 4 only the first so far.
+        r.add(&file(&[(4, &[100]), (5, &[300, 400])]));
+        let Reply::Calls(c) = r.reply(file(&[])) else {
+            panic!("not calls")
+        };
+        assert_eq!(c.body.len(), 1);
+        let s = c.body[0];
+        assert_eq!(
+            (s.ranks, s.first_arrival_ns, s.last_arrival_ns, s.last_rank),
+            (2, 100, 300, 5)
+        );
+        assert_eq!(s.last_departure_ns, 400);
+        assert_eq!(c.collectors, vec!["ctx0/allreduce".to_string()]);
+        assert_eq!((c.records, c.lost), (6, 2));
+        // The second call completes when rank 4's record arrives in a later drain.
+        r.add(&file(&[(4, &[])]));
+        r.add(&TraceFile {
+            threads: vec![ThreadTrace {
+                label: "rank 4".into(),
+                rank: Some(4),
+                lost: 0,
+                records: vec![Record {
+                    start: 900,
+                    end: 950,
+                    seq: 1,
+                    bytes: 8,
+                    collector: 0,
+                    op: EventOp::Call as u8,
+                    status: 0,
+                    peer: NO_PEER,
+                }],
+            }],
+            ..file(&[])
+        });
+        let Reply::Calls(c) = r.reply(file(&[])) else {
+            panic!("not calls")
+        };
+        assert_eq!(c.body.len(), 1);
+        assert_eq!((c.body[0].last_rank, c.body[0].last_arrival_ns), (4, 900));
+        // Round trip through bytes.
+        let back = Reply::decode(&Reply::Calls(c.clone()).encode(), "agent").unwrap();
+        assert_eq!(back, Reply::Calls(c));
+    }
+
+    #[test]
+    fn stats_and_records_scopes() {
+        let mut r = ScopeReducer::new(
+            Scope {
+                collectors: vec!["ctx0/*".into()],
+                reduce: Reduce::Stats,
+            },
+            1,
+            1000,
+        );
+        r.add(&file(&[(0, &[0, 10, 20])]));
+        let Reply::Stats(s) = r.reply(file(&[])) else {
+            panic!("not stats")
+        };
+        assert_eq!(s.body.len(), 1);
+        assert_eq!(s.body[0].stats.count, 3);
+        assert!((s.body[0].stats.mean - 0.1).abs() < 1e-9);
+
+        let mut r = ScopeReducer::new(
+            Scope {
+                collectors: vec!["tbon/*".into()],
+                reduce: Reduce::All,
+            },
+            1,
+            2,
+        );
+        r.add(&file(&[(0, &[0, 10, 20])]));
+        let Reply::Records(f) = r.reply(file(&[])) else {
+            panic!("not records")
+        };
+        // Three tbon records matched; the hold of 2 dropped the oldest.
+        assert_eq!(f.threads[0].records.len(), 2);
+        assert!(f.threads[0].records.iter().all(|x| x.collector == 1));
+        assert_eq!(f.threads[0].lost, 2);
+        assert!(Reply::decode(b"", "x").is_err());
+        assert!(Reply::decode(b"Zxx", "x").is_err());
+        assert!(Reply::decode(b"C{}", "x").is_err());
+    }
+}
