@@ -11,6 +11,7 @@ mod demo;
 mod emu_cmd;
 mod roles;
 mod run_cmd;
+mod top_cmd;
 mod topo_cmd;
 mod trace_cmd;
 
@@ -47,6 +48,9 @@ enum Cmd {
     /// Timelines and reports from the trace files of `vargr run --trace DIR`.
     #[command(subcommand)]
     Trace(trace_cmd::TraceCmd),
+    /// Live view of a monitored run (`vargr run --monitor`): collectives, rates,
+    /// latencies, who arrives last, records lost, clock error per process.
+    Top(top_cmd::TopArgs),
     /// Internal node of a tree (started by vargr itself).
     #[command(hide = true)]
     Commnode,
@@ -105,6 +109,7 @@ fn main() {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Emu(a) => emu_cmd::run(a),
         Cmd::Trace(t) => trace_cmd::run(t),
+        Cmd::Top(a) => top_cmd::run(a),
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),
         Cmd::MeshCheck => roles::mesh_check(),

@@ -59,9 +59,19 @@ pub struct RunArgs {
     /// records during the run and reports on stderr which rank arrives last at the
     /// world's collectives, how often, and how long the others wait for it.
     /// `--monitor load-balance,stats` adds the statistics monitor (latency mean, min,
-    /// max, standard deviation, median of the last 100 calls).
+    /// max, standard deviation, median of the last 100 calls); `stats,distributed` runs
+    /// the statistics on every process and gathers only the results. Watch it live with
+    /// `vargr top`.
     #[arg(long, num_args = 0..=1, default_missing_value = "load-balance")]
     monitor: Option<String>,
+    /// Collectors the monitor watches, as name patterns (default `ctx0/*`: the world
+    /// communicator's collectives).
+    #[arg(long, requires = "monitor")]
+    monitor_scope: Option<String>,
+    /// Where the monitor keeps the status `vargr top` shows (default: a file per run in
+    /// the user's runtime directory, which `vargr top` finds by itself).
+    #[arg(long, requires = "monitor")]
+    status: Option<PathBuf>,
     /// Monitors analyse only while a rank of their process waits in a receive.
     #[arg(long, requires = "monitor")]
     coschedule: bool,
@@ -124,11 +134,20 @@ pub fn run(a: RunArgs) -> Result<()> {
     if let Some(m) = &a.monitor {
         if let Some(bad) = m
             .split(',')
-            .find(|k| !matches!(*k, "load-balance" | "stats"))
+            .find(|k| !matches!(*k, "load-balance" | "stats" | "distributed"))
         {
-            bail!("--monitor: unknown monitor {bad:?} (load-balance, stats)");
+            bail!("--monitor: unknown monitor {bad:?} (load-balance, stats, distributed)");
         }
     }
+    let status_file = match (&a.monitor, &a.status) {
+        (None, _) => None,
+        (Some(_), Some(p)) => Some(p.clone()),
+        (Some(_), None) => {
+            let dir = crate::top_cmd::status_dir();
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            Some(dir.join(format!("run-{}.json", std::process::id())))
+        }
+    };
     let mut placement = place(a.ranks, k, hosts.as_ref())?;
     if let Some(spec) = &a.sites {
         assign_sites(&mut placement, &parse_sites(spec, a.ranks)?)?;
@@ -174,6 +193,12 @@ pub fn run(a: RunArgs) -> Result<()> {
         if a.coschedule {
             env.push(("VARGR_MONITOR_COSCHEDULE".into(), "1".into()));
         }
+        if let Some(p) = &a.monitor_scope {
+            env.push(("VARGR_MONITOR_SCOPE".into(), p.clone()));
+        }
+        if let Some(f) = &status_file {
+            env.push(("VARGR_MONITOR_STATUS".into(), f.display().to_string()));
+        }
         if let Some(d) = &trace_dir {
             env.push(("VARGR_TRACE_DIR".into(), d.display().to_string()));
         }
@@ -196,6 +221,10 @@ pub fn run(a: RunArgs) -> Result<()> {
     let status = supervise(&mut procs, &stop);
     // The rendezvous has served everyone, or the job ended before it could.
     drop(rv);
+    if let (Some(f), None) = (&status_file, &a.status) {
+        // Ours to clean up: `vargr top` must not show a finished run as live.
+        let _ = std::fs::remove_file(f);
+    }
     status
 }
 

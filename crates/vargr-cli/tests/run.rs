@@ -350,3 +350,90 @@ fn the_load_balance_monitor_names_a_slow_rank() {
         );
     }
 }
+
+#[test]
+fn monitor_status_feeds_vargr_top_and_statistics_can_run_distributed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let status = tmp.path().join("status.json");
+    let st = status.to_str().unwrap();
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "4",
+            "--ranks-per-process",
+            "2",
+            "--monitor",
+            "load-balance,stats",
+            "--status",
+            st,
+            "--",
+            vargr(),
+            "slow-rank",
+            "--rank",
+            "2",
+            "--iters",
+            "400",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    assert!(
+        r.stderr.contains("allreduce latency µs: mean"),
+        "{}",
+        r.stderr
+    );
+    // The last status of the run is still there: `vargr top --once` draws it.
+    let top = run_cli(&["top", "--once", st], Duration::from_secs(30));
+    assert!(top.status.success(), "{top:?}");
+    assert!(top.stdout.contains("COLLECTIVE"), "{}", top.stdout);
+    let row = top
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("allreduce "))
+        .unwrap_or_else(|| panic!("no allreduce row:\n{}", top.stdout));
+    assert!(row.contains("rank 2 ("), "{row}");
+    assert!(top.stdout.contains("ranks 2..4 of 4"), "{}", top.stdout);
+
+    // Distributed statistics: every process computes its own, only results travel.
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "4",
+            "--ranks-per-process",
+            "2",
+            "--monitor",
+            "stats,distributed",
+            "--",
+            vargr(),
+            "slow-rank",
+            "--rank",
+            "2",
+            "--iters",
+            "300",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    for p in ["ranks 0..2 of 4", "ranks 2..4 of 4"] {
+        assert!(
+            r.stderr
+                .contains(&format!("allreduce on {p}, call time µs: mean")),
+            "{p}: {}",
+            r.stderr
+        );
+    }
+
+    // Without a run to show, `vargr top` says so.
+    let top = run_cli(
+        &[
+            "top",
+            "--once",
+            tmp.path().join("none.json").to_str().unwrap(),
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!top.status.success());
+    assert!(top.stderr.contains("none.json"), "{}", top.stderr);
+}

@@ -191,3 +191,48 @@ fn bad_trace_directories_are_named_in_the_error() {
         "{r:?}"
     );
 }
+
+#[test]
+fn clocks_of_processes_are_aligned_with_a_reported_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().to_str().unwrap();
+    // Rank 2's process reads a clock 50 ms ahead, as if it ran on another host.
+    let mut child = std::process::Command::new(vargr())
+        .args([
+            "run",
+            "-n",
+            "4",
+            "--ranks-per-process",
+            "2",
+            "--trace",
+            d,
+            "--",
+        ])
+        .args([vargr(), "coll-check"])
+        .env("VARGR_CLOCK_SKEW_NS", "2=50000000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_guarded(&mut child, Duration::from_secs(120)).expect("hang guard");
+    assert!(status.success());
+    let files = vargr_trace::TraceFile::read_dir(tmp.path()).unwrap();
+    assert_eq!(files.len(), 2);
+    for f in &files {
+        let a = f.align;
+        assert!(a.aligned, "{}: {a:?}", f.process);
+        let want = if f.process.starts_with("ranks 2..") {
+            50_000_000
+        } else {
+            0
+        };
+        assert!(a.error_ns < 5_000_000, "{}: {a:?}", f.process);
+        assert!(
+            (a.offset_ns - want).unsigned_abs() <= a.error_ns + 100_000,
+            "{}: {a:?}, want {want}",
+            f.process
+        );
+    }
+    // The report's clock table says how the hosts were aligned.
+    let r = ok(&["trace", "report", d]);
+    assert!(r.status.success());
+}

@@ -23,7 +23,7 @@ use crate::comm::{Comm, World};
 use crate::error::{CollError, Result};
 use crate::hierarchy::Hierarchy;
 use crate::inproc::{Fabric, InProcess, WaitPolicy};
-use crate::monitor::{self, MonitorHandle};
+use crate::monitor::{self, MonitorConfig, MonitorHandle};
 use crate::sched::{SchedPolicy, Scheduler, HIGH, LOW};
 use crate::select::Selector;
 use crate::transport::Transport;
@@ -224,6 +224,7 @@ impl Job {
             selector,
             sched,
         };
+        job.align_clocks()?;
         job.start_monitor()?;
         Ok(job)
     }
@@ -232,41 +233,53 @@ impl Job {
         self.mesh.size() as usize
     }
 
-    /// Starts the monitor plane when `VARGR_MONITOR` is set (`vargr run --monitor`):
-    /// an agent in every process, and the load-balance monitor in rank 0's, pulling
-    /// every `VARGR_MONITOR_PERIOD_MS` (default 200) and printing culprits to stderr.
-    fn start_monitor(&self) -> Result<()> {
-        if std::env::var_os("VARGR_MONITOR").is_none() {
+    /// The first rank of every process, from the table (processes share an address).
+    fn leaders(&self) -> Vec<usize> {
+        let table = self.mesh.table();
+        (0..table.len())
+            .filter(|&i| i == 0 || table[i].addr != table[i - 1].addr)
+            .collect()
+    }
+
+    /// Aligns this process's clock with rank 0's (see [`crate::clocksync`]) when the run
+    /// is traced or monitored (`VARGR_TRACE_DIR`, `VARGR_MONITOR`, or
+    /// `VARGR_CLOCK_SYNC=1`): every process of the job must take part, and these come
+    /// from the launcher, so all processes agree.
+    fn align_clocks(&self) -> Result<()> {
+        let wanted = std::env::var_os("VARGR_TRACE_DIR").is_some()
+            || std::env::var_os("VARGR_MONITOR").is_some()
+            || std::env::var("VARGR_CLOCK_SYNC").is_ok_and(|v| v == "1");
+        if !wanted {
             return Ok(());
         }
-        let period = std::env::var("VARGR_MONITOR_PERIOD_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(200u64);
+        let t = self.transport(self.local_ranks().start);
+        let a = crate::clocksync::align(&t, &self.leaders())?;
+        vargr_trace::set_alignment(a);
+        Ok(())
+    }
+
+    /// Starts the monitor plane when `VARGR_MONITOR` is set (`vargr run --monitor`):
+    /// an agent in every process, and the monitor in rank 0's (see [`MonitorConfig`]).
+    fn start_monitor(&self) -> Result<()> {
+        let Some(cfg) = MonitorConfig::from_env() else {
+            return Ok(());
+        };
         let first = self.local_ranks().start;
-        let agent_end = Arc::new(self.transport(first));
-        let transport: Arc<dyn Transport> = Arc::new(self.transport(first));
         let r = self.local_ranks();
         monitor::spawn_agent(
-            agent_end,
+            Arc::new(self.transport(first)),
+            self.mesh.clone(),
             0,
             format!("ranks {}..{} of {}", r.start, r.end, self.size()),
+            r.len() as u32,
         );
         if first == 0 {
-            let kinds = std::env::var("VARGR_MONITOR").unwrap_or_default();
-            let coschedule = std::env::var_os("VARGR_MONITOR_COSCHEDULE").is_some();
-            // The first rank of every process, from the table (processes share an address).
-            let table = self.mesh.table();
-            let processes: Vec<usize> = (0..table.len())
-                .filter(|&i| i == 0 || table[i].addr != table[i - 1].addr)
-                .collect();
             *self.monitor.lock().unwrap_or_else(|p| p.into_inner()) = Some(MonitorHandle::start(
-                transport,
-                processes,
+                Arc::new(self.transport(first)),
+                self.mesh.clone(),
+                self.leaders(),
                 self.size(),
-                Duration::from_millis(period),
-                kinds.split(',').any(|k| k == "stats"),
-                coschedule,
+                cfg,
             ));
         }
         Ok(())

@@ -41,6 +41,7 @@
 pub mod algo;
 mod arena;
 mod bench;
+mod clocksync;
 mod comm;
 mod cond;
 mod elem;

@@ -1,26 +1,38 @@
 //! The monitor plane (EventSpace's event scopes, seed 004): monitors *pull* records from
-//! every process's collectors through the job's own mesh, so a monitor may run slower
-//! than the events it reads and the application never waits for it.
+//! every process's collectors, so a monitor may run slower than the events it reads and
+//! the application never waits for it.
 //!
-//! Each process runs one agent thread (at the lowest CPU priority, so it takes cycles
-//! only when ranks wait) that answers a pull with the records written since its last
-//! answer. The monitor, a thread in the process of rank 0, pulls from all agents in
-//! parallel (every request goes out before any answer is awaited), merges the records
-//! and runs the load-balance monitor on the world communicator's collectives: which rank
-//! arrives last, how often, and how long the others waited for it.
+//! Each process runs one agent thread at the lowest CPU priority. The monitor, a thread
+//! in rank 0's process, opens a listener and tells the agents where it is (one small
+//! message over the job's mesh); from then on monitor traffic has its own authenticated
+//! connections, marked as lower-effort traffic, and never queues behind or in front of
+//! application frames. A pull carries a [`Scope`]: which collectors (by pattern) and how
+//! to reduce them at the source. The load-balance monitor asks for one [`CallSummary`]
+//! per collective call per process (who arrived last there, and when); the distributed
+//! statistics monitor asks each agent for its own statistics and gathers only those.
+//! Requests go to every agent before any answer is awaited (parallel gather).
 //!
-//! Records carry ticks of each process's clock; all processes of one host share the
-//! monotonic clock, so merged times are exact on one host. Across hosts the clocks must
-//! be aligned first (not done yet).
+//! Records carry ticks of each process's clock; agents convert them to the root's time
+//! axis with the alignment measured at start-up (see [`crate::clocksync`]).
+//!
+//! With `VARGR_MONITOR_STATUS=FILE` the monitor rewrites FILE after every pull with what
+//! `vargr top` shows.
 
 use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use vargr_trace::analysis::{StatsMonitor, MEDIAN_WINDOW};
-use vargr_trace::{EventOp, TraceFile, Tracer};
+use serde::{Deserialize, Serialize};
+use vargr_net::{auth, mesh::Mesh, Conn, NetError};
+use vargr_trace::analysis::{Stats, StatsMonitor, MEDIAN_WINDOW};
+use vargr_trace::scope::{
+    CallSummary, CollectorStats, Reduce, Reduced, Reply, Scope, ScopeReducer,
+};
+use vargr_trace::Tracer;
+use vargr_wire::{Frame, FrameKind};
 
 use crate::job::MeshTransport;
 use crate::transport::{Tag, Transport};
@@ -60,54 +72,135 @@ impl Drop for Blocked {
     }
 }
 
-/// Context id reserved for monitor traffic: no communicator ever gets it.
+/// Context id reserved for monitor and clock traffic: no communicator ever gets it.
 pub(crate) const MONITOR_CTX: u32 = u32::MAX;
-const TAG_PULL: u64 = 1;
-const TAG_DATA: u64 = 2;
+/// Monitor → agents over the mesh: where the monitor plane listens, and the scope.
+const TAG_PLANE: u64 = 1;
 
-/// How often an agent looks for a pull request and drains the rings.
+/// How often an agent drains the rings when nobody pulls.
 const AGENT_POLL: Duration = Duration::from_millis(5);
 /// Records an agent holds per thread between pulls (32 MiB at most per thread).
 const AGENT_HOLD: usize = 1 << 20;
+/// Largest pull request (a scope) an agent accepts.
+const MAX_REQUEST: usize = 64 << 10;
+/// How long the monitor waits for agents to connect, and for one answer.
+const PLANE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Answers pulls from the monitor at `monitor` (a world rank) until the process ends.
-/// The agent never waits in a receive: a thread blocked there could end up polling the
-/// sockets for the ranks and put itself between them and their messages. It looks for
-/// requests the ranks' own polling has delivered.
-pub(crate) fn spawn_agent(t: Arc<MeshTransport>, monitor: usize, process: String) {
+/// What the monitor sends the agents over the mesh to open the plane.
+#[derive(Serialize, Deserialize)]
+struct PlaneInvite {
+    addr: String,
+    scope: Scope,
+}
+
+fn request_frame(scope: Option<&Scope>) -> Frame {
+    let body = match scope {
+        Some(s) => serde_json::to_vec(s).expect("a scope serializes"),
+        None => b"stop".to_vec(),
+    };
+    Frame::new(FrameKind::Data, 0, 0, body)
+}
+
+/// Answers pulls from the monitor at world rank `monitor` until the process ends or the
+/// monitor says stop. `local_ranks` is how many ranks this process hosts.
+pub(crate) fn spawn_agent(
+    t: Arc<MeshTransport>,
+    mesh: Arc<Mesh>,
+    monitor: usize,
+    process: String,
+    local_ranks: u32,
+) {
     let _ = std::thread::Builder::new()
         .name("vargr-monitor-agent".into())
         .spawn(move || {
             lowest_priority();
             vargr_trace::set_thread_label("monitor agent", None);
-            let mut tracer = Tracer::new();
-            // Records drained from the rings between pulls, so rings never overflow
-            // while the monitor is slow.
-            let mut held = Vec::new();
-            let (pull, data) = (
-                Tag::user(MONITOR_CTX, TAG_PULL),
-                Tag::user(MONITOR_CTX, TAG_DATA),
-            );
-            loop {
-                let req = match t.try_recv(monitor, pull) {
-                    Ok(Some(req)) => req,
-                    Ok(None) => {
-                        tracer.drain_into(&mut held, AGENT_HOLD);
-                        std::thread::sleep(AGENT_POLL);
-                        continue;
-                    }
-                    Err(_) => return,
-                };
-                if req.as_ref() == b"stop" {
-                    return;
-                }
-                tracer.drain_into(&mut held, AGENT_HOLD);
-                let snap = Tracer::file_of(&process, std::mem::take(&mut held));
-                if t.send(monitor, data, Bytes::from(snap.encode())).is_err() {
-                    return;
-                }
+            if let Err(e) = run_agent(&t, &mesh, monitor, &process, local_ranks) {
+                eprintln!("vargr monitor agent ({process}): {e}");
             }
         });
+}
+
+fn run_agent(
+    t: &MeshTransport,
+    mesh: &Mesh,
+    monitor: usize,
+    process: &str,
+    local_ranks: u32,
+) -> Result<(), String> {
+    let mut tracer = Tracer::new();
+    let drain = |tracer: &mut Tracer, red: &mut ScopeReducer| {
+        let threads = tracer.read();
+        red.add(&Tracer::file_of(process, threads));
+    };
+    // Until the invitation comes, records are kept as they are.
+    let mut red = ScopeReducer::new(
+        Scope {
+            collectors: Vec::new(),
+            reduce: Reduce::All,
+        },
+        local_ranks,
+        AGENT_HOLD,
+    );
+    // The agent never waits in a mesh receive: a thread blocked there could end up
+    // polling the sockets for the ranks and put itself between them and their messages.
+    let invite: PlaneInvite = loop {
+        match t.try_recv(monitor, Tag::user(MONITOR_CTX, TAG_PLANE)) {
+            Ok(Some(b)) => {
+                break serde_json::from_slice(&b)
+                    .map_err(|e| format!("bad invitation from the monitor: {e}"))?
+            }
+            Ok(None) => {
+                drain(&mut tracer, &mut red);
+                std::thread::sleep(AGENT_POLL);
+            }
+            Err(_) => return Ok(()),
+        }
+    };
+    red.set_scope(invite.scope);
+    let addr: vargr_net::Addr = invite
+        .addr
+        .parse()
+        .map_err(|e: NetError| format!("monitor address {:?}: {e}", invite.addr))?;
+    let mut conn = vargr_net::connect(&addr, PLANE_TIMEOUT).map_err(|e| e.to_string())?;
+    let peer = format!("monitor at {}", invite.addr);
+    auth::connect(
+        &mut conn,
+        mesh.secret(),
+        t.rank() as u32,
+        PLANE_TIMEOUT,
+        &peer,
+    )
+    .map_err(|e| e.to_string())?;
+    conn.set_low_priority();
+    let _ = conn.set_timeout(None);
+    loop {
+        match conn.wait_readable(AGENT_POLL) {
+            Ok(false) => {
+                drain(&mut tracer, &mut red);
+                continue;
+            }
+            Ok(true) => {}
+            Err(e) => return Err(format!("{peer}: {e}")),
+        }
+        let req = match auth::read_frame(&mut conn, MAX_REQUEST, &peer) {
+            Ok(f) => f,
+            // The monitor's process ended: nothing more to answer.
+            Err(_) => return Ok(()),
+        };
+        if req.payload.as_ref() == b"stop" {
+            return Ok(());
+        }
+        let scope: Scope = serde_json::from_slice(&req.payload)
+            .map_err(|e| format!("{peer}: bad pull request: {e}"))?;
+        red.set_scope(scope);
+        drain(&mut tracer, &mut red);
+        let reply = red.reply(Tracer::file_of(process, Vec::new()));
+        let f = Frame::new(FrameKind::Data, 0, 0, Bytes::from(reply.encode()));
+        if auth::write_frame(&mut conn, &f, &peer).is_err() {
+            return Ok(());
+        }
+    }
 }
 
 fn lowest_priority() {
@@ -139,17 +232,26 @@ impl Culprits {
     }
 }
 
-/// One rank's part of one call: (rank, arrival ns, departure ns).
-type Arrival = (u32, u64, u64);
+/// One process as the monitor last heard from it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub process: String,
+    pub host: String,
+    pub records: u64,
+    pub lost: u64,
+    pub clock_error_ns: u64,
+}
 
-/// Merges pulled records and finds who arrives last in the world's collectives.
+/// Merges pulled call summaries and finds who arrives last in the world's collectives.
 #[derive(Debug, Default)]
 pub struct LoadBalance {
     size: usize,
-    /// (collector, seq) → (rank, arrival, departure) in ns, until every rank's record is
-    /// in.
-    pending: HashMap<(String, u32), Vec<Arrival>>,
+    /// (collector, seq) → the call so far, until every rank's part is in.
+    pending: HashMap<(String, u32), CallSummary>,
     pub by_collector: BTreeMap<String, Culprits>,
+    /// Distributed statistics, per process and collector, as the agents computed them.
+    pub node_stats: BTreeMap<String, Vec<CollectorStats>>,
+    pub nodes: BTreeMap<String, NodeStatus>,
     pub records_lost: u64,
     pub records: u64,
 }
@@ -162,35 +264,68 @@ impl LoadBalance {
         }
     }
 
-    /// Adds one pull's worth of records.
-    pub fn add(&mut self, file: &TraceFile) {
-        for t in &file.threads {
-            self.records_lost += t.lost;
-            self.records += t.records.len() as u64;
-            let Some(rank) = t.rank else { continue };
-            for r in &t.records {
-                if r.event_op() != Some(EventOp::Call) {
-                    continue;
+    fn count<T>(&mut self, r: &Reduced<T>) {
+        self.records += r.records;
+        self.records_lost += r.lost;
+        let n = self.nodes.entry(r.process.clone()).or_default();
+        n.process.clone_from(&r.process);
+        n.host.clone_from(&r.host);
+        n.records += r.records;
+        n.lost += r.lost;
+        n.clock_error_ns = r.clock_error_ns;
+    }
+
+    /// Adds one agent's answer.
+    pub fn add(&mut self, reply: &Reply) {
+        match reply {
+            Reply::Calls(r) => {
+                self.count(r);
+                self.add_calls(&r.collectors, &r.body);
+            }
+            Reply::Stats(r) => {
+                self.count(r);
+                self.node_stats.insert(r.process.clone(), r.body.clone());
+            }
+            Reply::Records(f) => {
+                let (records, lost) = reply.counts();
+                self.records += records;
+                self.records_lost += lost;
+                let _ = f;
+            }
+        }
+    }
+
+    /// Adds per-process call summaries (collector indices into `names`).
+    pub fn add_calls(&mut self, names: &[String], calls: &[CallSummary]) {
+        for c in calls {
+            let Some(name) = names.get(c.collector as usize) else {
+                continue;
+            };
+            // The world communicator is context 0; others have other members.
+            if !name.starts_with("ctx0/") {
+                continue;
+            }
+            let key = (name.clone(), c.seq);
+            let done = match self.pending.get_mut(&key) {
+                Some(p) => {
+                    p.merge(c);
+                    p.ranks as usize >= self.size
                 }
-                let name = file.collector_name(r.collector);
-                // The world communicator is context 0; others have other members.
-                if !name.starts_with("ctx0/") {
-                    continue;
+                None => {
+                    self.pending.insert(key.clone(), *c);
+                    c.ranks as usize >= self.size
                 }
-                let key = (name.to_string(), r.seq);
-                let v = self.pending.entry(key.clone()).or_default();
-                v.push((rank, file.to_ns(r.start), file.to_ns(r.end)));
-                if v.len() == self.size {
-                    let v = self.pending.remove(&key).expect("just filled");
-                    let first = v.iter().map(|x| x.1).min().unwrap_or(0);
-                    let last = *v.iter().max_by_key(|x| x.1).expect("non-empty");
-                    let gone = v.iter().map(|x| x.2).max().unwrap_or(0);
-                    let c = self.by_collector.entry(key.0).or_default();
-                    c.calls += 1;
-                    *c.last.entry(last.0).or_default() += 1;
-                    c.longest_wait_ns = c.longest_wait_ns.max(last.1 - first);
-                    c.latency_us.push(gone.saturating_sub(first) as f64 / 1e3);
-                }
+            };
+            if done {
+                let v = self.pending.remove(&key).expect("present");
+                let cu = self.by_collector.entry(key.0).or_default();
+                cu.calls += 1;
+                *cu.last.entry(v.last_rank).or_default() += 1;
+                cu.longest_wait_ns = cu
+                    .longest_wait_ns
+                    .max(v.last_arrival_ns.saturating_sub(v.first_arrival_ns));
+                cu.latency_us
+                    .push(v.last_departure_ns.saturating_sub(v.first_arrival_ns) as f64 / 1e3);
             }
         }
         // Calls whose records were lost never complete; keep the map bounded.
@@ -201,22 +336,33 @@ impl LoadBalance {
 
     /// One line per collector with the latency statistics (the statistics monitor).
     pub fn stats_summary(&self) -> Vec<String> {
-        self.by_collector
+        let line = |name: &str, what: &str, s: &Stats| {
+            format!(
+                "{}{what} µs: mean {:.1} min {:.1} max {:.1} sd {:.1} median(last {}) {:.1}",
+                name.trim_start_matches("ctx0/"),
+                s.mean,
+                s.min,
+                s.max,
+                s.sd,
+                MEDIAN_WINDOW,
+                s.median
+            )
+        };
+        let mut out: Vec<String> = self
+            .by_collector
             .iter()
-            .filter_map(|(name, c)| {
-                let s = c.latency_us.summary()?;
-                Some(format!(
-                    "{} latency µs: mean {:.1} min {:.1} max {:.1} sd {:.1} median(last {}) {:.1}",
-                    name.trim_start_matches("ctx0/"),
-                    s.mean,
-                    s.min,
-                    s.max,
-                    s.sd,
-                    MEDIAN_WINDOW,
-                    s.median
-                ))
-            })
-            .collect()
+            .filter_map(|(name, c)| Some(line(name, " latency", &c.latency_us.summary()?)))
+            .collect();
+        for (process, list) in &self.node_stats {
+            for c in list {
+                out.push(line(
+                    &c.collector,
+                    &format!(" on {process}, call time"),
+                    &c.stats,
+                ));
+            }
+        }
+        out
     }
 
     /// Fraction of the records written that reached the monitor.
@@ -247,6 +393,130 @@ impl LoadBalance {
     }
 }
 
+/// What `vargr top` reads: the monitor's view after its latest pull.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Status {
+    /// Seconds since the monitor started.
+    pub uptime_s: f64,
+    pub ranks: usize,
+    pub pulls: u64,
+    /// Time the last parallel gather took (ms).
+    pub last_pull_ms: f64,
+    pub period_ms: u64,
+    pub records: u64,
+    pub lost: u64,
+    pub gather_rate: f64,
+    pub collectors: Vec<CollectorStatus>,
+    pub nodes: Vec<NodeStatus>,
+    /// Distributed statistics (per process), when the monitor runs that way.
+    pub node_stats: BTreeMap<String, Vec<CollectorStats>>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct CollectorStatus {
+    pub name: String,
+    pub calls: u64,
+    /// Calls per second since the previous pull.
+    pub rate: f64,
+    pub latency_us: Option<Stats>,
+    pub culprit: Option<u32>,
+    pub culprit_share: f64,
+    pub longest_wait_ms: f64,
+}
+
+impl Status {
+    fn of(lb: &LoadBalance, prev: &Status, dt: f64) -> Status {
+        let collectors = lb
+            .by_collector
+            .iter()
+            .map(|(name, c)| {
+                let before = prev
+                    .collectors
+                    .iter()
+                    .find(|p| &p.name == name)
+                    .map_or(0, |p| p.calls);
+                let culprit = c.culprit();
+                CollectorStatus {
+                    name: name.clone(),
+                    calls: c.calls,
+                    rate: (c.calls - before.min(c.calls)) as f64 / dt.max(1e-9),
+                    latency_us: c.latency_us.summary(),
+                    culprit: culprit.map(|x| x.0),
+                    culprit_share: culprit.map_or(0.0, |x| x.1),
+                    longest_wait_ms: c.longest_wait_ns as f64 / 1e6,
+                }
+            })
+            .collect();
+        Status {
+            ranks: lb.size,
+            records: lb.records,
+            lost: lb.records_lost,
+            gather_rate: lb.gather_rate(),
+            collectors,
+            nodes: lb.nodes.values().cloned().collect(),
+            node_stats: lb.node_stats.clone(),
+            ..Status::default()
+        }
+    }
+
+    /// Replaces `path` atomically, so `vargr top` never reads half a file.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, path)
+    }
+}
+
+/// How the monitor of a job runs.
+#[derive(Debug, Clone)]
+pub struct MonitorConfig {
+    pub period: Duration,
+    /// Print latency statistics, not only culprits.
+    pub stats: bool,
+    /// Run the statistics on every node and gather only results (no culprits then).
+    pub distributed: bool,
+    pub coschedule: bool,
+    /// Collector patterns to watch (default `ctx0/*`, the world's collectives).
+    pub collectors: Vec<String>,
+    pub status_file: Option<PathBuf>,
+}
+
+impl MonitorConfig {
+    /// From `VARGR_MONITOR` (`load-balance`, `stats`, `distributed`, comma-separated),
+    /// `VARGR_MONITOR_PERIOD_MS`, `VARGR_MONITOR_COSCHEDULE`, `VARGR_MONITOR_SCOPE` and
+    /// `VARGR_MONITOR_STATUS`; `None` when `VARGR_MONITOR` is unset.
+    pub fn from_env() -> Option<MonitorConfig> {
+        let kinds = std::env::var("VARGR_MONITOR").ok()?;
+        let has = |k: &str| kinds.split(',').any(|x| x.trim() == k);
+        Some(MonitorConfig {
+            period: Duration::from_millis(
+                std::env::var("VARGR_MONITOR_PERIOD_MS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(200),
+            ),
+            stats: has("stats"),
+            distributed: has("distributed"),
+            coschedule: std::env::var_os("VARGR_MONITOR_COSCHEDULE").is_some(),
+            collectors: std::env::var("VARGR_MONITOR_SCOPE")
+                .map(|s| s.split(',').map(|p| p.trim().to_string()).collect())
+                .unwrap_or_else(|_| vec!["ctx0/*".into()]),
+            status_file: std::env::var_os("VARGR_MONITOR_STATUS").map(PathBuf::from),
+        })
+    }
+
+    fn scope(&self) -> Scope {
+        Scope {
+            collectors: self.collectors.clone(),
+            reduce: if self.distributed {
+                Reduce::Stats
+            } else {
+                Reduce::LastArrival
+            },
+        }
+    }
+}
+
 /// The monitor thread of rank 0's process.
 pub(crate) struct MonitorHandle {
     stop: Arc<AtomicBool>,
@@ -254,75 +524,25 @@ pub(crate) struct MonitorHandle {
 }
 
 impl MonitorHandle {
-    /// Pulls from the agents of `processes` (their first ranks) every `period`, printing
-    /// the culprits to stderr when they change.
+    /// Opens the plane to the agents of `processes` (their first ranks) and pulls from
+    /// them every period, printing culprits to stderr when they change.
     pub(crate) fn start(
         t: Arc<dyn Transport>,
+        mesh: Arc<Mesh>,
         processes: Vec<usize>,
         size: usize,
-        period: Duration,
-        stats: bool,
-        coschedule: bool,
+        cfg: MonitorConfig,
     ) -> MonitorHandle {
-        COSCHEDULE.store(coschedule, Ordering::Relaxed);
+        COSCHEDULE.store(cfg.coschedule, Ordering::Relaxed);
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
             .name("vargr-monitor".into())
             .spawn(move || {
                 let mut lb = LoadBalance::new(size);
-                let mut alive = processes;
-                let t0 = Instant::now();
-                let mut last_culprits = Vec::new();
-                let mut last_print = Instant::now();
-                let (pull, data) = (
-                    Tag::user(MONITOR_CTX, TAG_PULL),
-                    Tag::user(MONITOR_CTX, TAG_DATA),
-                );
-                while !s.load(Ordering::Relaxed) {
-                    std::thread::sleep(period);
-                    if !ACTIVE.load(Ordering::Relaxed) {
-                        continue;
-                    }
-                    if coschedule {
-                        // Wait (a period at most) for a moment when a rank here is blocked.
-                        let until = Instant::now() + period;
-                        while BLOCKED.load(Ordering::Relaxed) == 0 && Instant::now() < until {
-                            std::thread::sleep(Duration::from_micros(50));
-                        }
-                    }
-                    // Parallel gather: all requests first, then the answers.
-                    alive.retain(|&p| t.send(p, pull, Bytes::from_static(b"pull")).is_ok());
-                    alive.retain(|&p| match t.recv(p, data) {
-                        Ok(b) => {
-                            if let Ok(f) = TraceFile::decode(&b, std::path::Path::new("pull")) {
-                                lb.add(&f);
-                            }
-                            true
-                        }
-                        Err(_) => false,
-                    });
-                    // Speak when a culprit changes, and otherwise every few seconds.
-                    let culprits: Vec<(String, Option<u32>)> = lb
-                        .by_collector
-                        .iter()
-                        .map(|(n, c)| (n.clone(), c.culprit().map(|x| x.0)))
-                        .collect();
-                    if culprits != last_culprits || last_print.elapsed() >= Duration::from_secs(5) {
-                        let lines = if stats {
-                            lb.stats_summary()
-                        } else {
-                            lb.summary()
-                        };
-                        for l in lines {
-                            eprintln!("vargr monitor {:.1} s: {l}", t0.elapsed().as_secs_f64());
-                        }
-                        last_culprits = culprits;
-                        last_print = Instant::now();
-                    }
-                    if alive.is_empty() {
-                        break;
-                    }
+                match open_plane(&*t, &mesh, &processes, &cfg.scope()) {
+                    Ok(conns) => monitor_loop(conns, &mut lb, &cfg, &s),
+                    Err(e) => eprintln!("vargr monitor: {e}"),
                 }
                 lb
             })
@@ -337,10 +557,143 @@ impl MonitorHandle {
     }
 }
 
+/// One agent's connection.
+struct AgentConn {
+    conn: Conn,
+    name: String,
+}
+
+/// Listens, invites every agent over the mesh and accepts their connections.
+fn open_plane(
+    t: &dyn Transport,
+    mesh: &Mesh,
+    processes: &[usize],
+    scope: &Scope,
+) -> Result<Vec<AgentConn>, String> {
+    let (listener, addr) =
+        Mesh::bind(mesh.env().single_host()).map_err(|e| format!("monitor plane: {e}"))?;
+    let invite = serde_json::to_vec(&PlaneInvite {
+        addr: addr.to_string(),
+        scope: scope.clone(),
+    })
+    .expect("serializable");
+    for &p in processes {
+        t.send(
+            p,
+            Tag::user(MONITOR_CTX, TAG_PLANE),
+            Bytes::from(invite.clone()),
+        )
+        .map_err(|e| format!("inviting the agent of rank {p}: {e}"))?;
+    }
+    let mut conns = Vec::with_capacity(processes.len());
+    let deadline = Instant::now() + PLANE_TIMEOUT;
+    while conns.len() < processes.len() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let mut conn = listener.accept_timeout(left).map_err(|e| {
+            format!(
+                "monitor plane: {} of {} agents connected: {e}",
+                conns.len(),
+                processes.len()
+            )
+        })?;
+        match auth::accept(&mut conn, mesh.secret(), Duration::from_secs(5)) {
+            Ok(rank) => {
+                conn.set_low_priority();
+                let _ = conn.set_timeout(Some(PLANE_TIMEOUT));
+                conns.push(AgentConn {
+                    conn,
+                    name: format!("agent of rank {rank}"),
+                });
+            }
+            // A stranger on the port: refused by the handshake, not fatal.
+            Err(e) => eprintln!("vargr monitor: refused a plane connection: {e}"),
+        }
+    }
+    Ok(conns)
+}
+
+fn monitor_loop(
+    mut conns: Vec<AgentConn>,
+    lb: &mut LoadBalance,
+    cfg: &MonitorConfig,
+    s: &AtomicBool,
+) {
+    let t0 = Instant::now();
+    let mut last_culprits = Vec::new();
+    let mut last_print = Instant::now();
+    let mut status = Status::default();
+    let mut last_status = Instant::now();
+    let request = request_frame(Some(&cfg.scope()));
+    while !s.load(Ordering::Relaxed) && !conns.is_empty() {
+        std::thread::sleep(cfg.period);
+        if !ACTIVE.load(Ordering::Relaxed) {
+            continue;
+        }
+        if cfg.coschedule {
+            // Wait (a period at most) for a moment when a rank here is blocked.
+            let until = Instant::now() + cfg.period;
+            while BLOCKED.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        let pull = Instant::now();
+        // Parallel gather: all requests first, then the answers.
+        conns.retain_mut(|a| auth::write_frame(&mut a.conn, &request, &a.name).is_ok());
+        conns.retain_mut(|a| {
+            match auth::read_frame(&mut a.conn, vargr_trace::scope::MAX_REPLY, &a.name) {
+                Ok(f) => {
+                    match Reply::decode(&f.payload, &a.name) {
+                        Ok(r) => lb.add(&r),
+                        Err(e) => eprintln!("vargr monitor: {e}"),
+                    }
+                    true
+                }
+                Err(_) => false,
+            }
+        });
+        let pull_ms = pull.elapsed().as_secs_f64() * 1e3;
+        if let Some(path) = &cfg.status_file {
+            let mut next = Status::of(lb, &status, last_status.elapsed().as_secs_f64());
+            next.uptime_s = t0.elapsed().as_secs_f64();
+            next.pulls = status.pulls + 1;
+            next.last_pull_ms = pull_ms;
+            next.period_ms = cfg.period.as_millis() as u64;
+            if let Err(e) = next.write(path) {
+                eprintln!("vargr monitor: {}: {e}", path.display());
+            }
+            status = next;
+            last_status = Instant::now();
+        }
+        // Speak when a culprit changes, and otherwise every few seconds.
+        let culprits: Vec<(String, Option<u32>)> = lb
+            .by_collector
+            .iter()
+            .map(|(n, c)| (n.clone(), c.culprit().map(|x| x.0)))
+            .collect();
+        if culprits != last_culprits || last_print.elapsed() >= Duration::from_secs(5) {
+            let lines = if cfg.stats || cfg.distributed {
+                lb.stats_summary()
+            } else {
+                lb.summary()
+            };
+            for l in lines {
+                eprintln!("vargr monitor {:.1} s: {l}", t0.elapsed().as_secs_f64());
+            }
+            last_culprits = culprits;
+            last_print = Instant::now();
+        }
+    }
+    // Let the agents go; a final pull happened above.
+    let stop = request_frame(None);
+    for a in &mut conns {
+        let _ = auth::write_frame(&mut a.conn, &stop, &a.name);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vargr_trace::{Calibration, ClockPoint, Record, ThreadTrace};
+    use vargr_trace::{Calibration, ClockPoint, EventOp, Record, ThreadTrace, TraceFile};
 
     fn file(rank: u32, arrivals: &[u64]) -> TraceFile {
         TraceFile {
@@ -375,13 +728,27 @@ mod tests {
         }
     }
 
+    /// What an agent of a one-rank process answers for these records.
+    fn pulled(rank: u32, arrivals: &[u64]) -> Reply {
+        let mut r = ScopeReducer::new(
+            Scope {
+                collectors: vec!["ctx0/*".into()],
+                reduce: Reduce::LastArrival,
+            },
+            1,
+            1000,
+        );
+        r.add(&file(rank, arrivals));
+        r.reply(file(rank, &[]))
+    }
+
     #[test]
     fn the_rank_that_arrives_last_is_named() {
         let mut lb = LoadBalance::new(3);
-        lb.add(&file(0, &[100, 200, 300]));
-        lb.add(&file(1, &[600, 900, 310]));
+        lb.add(&pulled(0, &[100, 200, 300]));
+        lb.add(&pulled(1, &[600, 900, 310]));
         // Rank 2's third call has not been pulled yet: only two calls are complete.
-        lb.add(&file(2, &[500, 210]));
+        lb.add(&pulled(2, &[500, 210]));
         let c = &lb.by_collector["ctx0/allreduce"];
         assert_eq!(c.calls, 2);
         assert_eq!(c.culprit(), Some((1, 1.0)));
@@ -394,5 +761,8 @@ mod tests {
             .unwrap();
         assert_eq!((st.count, st.min * 1e3, st.max * 1e3), (2, 510.0, 710.0));
         assert_eq!(lb.gather_rate(), 1.0);
+        let status = Status::of(&lb, &Status::default(), 1.0);
+        assert_eq!(status.collectors[0].culprit, Some(1));
+        assert_eq!(status.collectors[0].rate, 2.0);
     }
 }

@@ -212,6 +212,46 @@ impl Conn {
         }
     }
 
+    /// Marks the connection as background traffic: IP precedence CS1 ("lower effort",
+    /// RFC 8622) so that routers and the kernel's queueing serve application traffic
+    /// first, and a small send buffer so that a burst of it cannot fill the queue.
+    pub fn set_low_priority(&self) {
+        if let Conn::Tcp(s) = self {
+            let sock = socket2::SockRef::from(s);
+            let _ = sock.set_tos(0x20);
+        }
+    }
+
+    /// Waits until the connection has bytes to read (or is closed), for at most
+    /// `timeout`; `Ok(false)` when the time ran out.
+    pub fn wait_readable(&self, timeout: Duration) -> io::Result<bool> {
+        use std::os::fd::AsRawFd;
+        let fd = match self {
+            Conn::Tcp(s) => s.as_raw_fd(),
+            Conn::Unix(s) => s.as_raw_fd(),
+        };
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX);
+        // SAFETY: `p` is one valid pollfd for the duration of the call.
+        let rc = unsafe { libc::poll(&mut p, 1, ms) };
+        match rc {
+            0 => Ok(false),
+            r if r > 0 => Ok(true),
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    Ok(false)
+                } else {
+                    Err(e)
+                }
+            }
+        }
+    }
+
     pub fn peer_name(&self) -> String {
         match self {
             Conn::Tcp(s) => s

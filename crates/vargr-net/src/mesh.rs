@@ -194,6 +194,12 @@ impl Mesh {
         &self.table
     }
 
+    /// The job's shared secret, for side connections (the monitor plane) that must
+    /// authenticate like the mesh's own.
+    pub fn secret(&self) -> &Secret {
+        &self.secret
+    }
+
     fn is_local(&self, rank: u32) -> bool {
         rank >= self.env.rank && rank < self.env.rank + self.env.local
     }

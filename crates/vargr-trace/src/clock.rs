@@ -87,7 +87,9 @@ impl Calibration {
 
 /// This process's clock as trace files see it, in nanoseconds: `CLOCK_MONOTONIC`, plus
 /// the test skew `VARGR_CLOCK_SKEW_NS` (which makes processes of one host look like
-/// hosts with different clocks, so alignment can be tested on one machine).
+/// hosts with different clocks, so alignment can be tested on one machine). The skew is
+/// either one number for the process, or `RANK=NS,...` picking by `VARGR_RANK` (so one
+/// launcher environment can skew some ranks' processes and not others).
 pub fn trace_ns() -> u64 {
     monotonic_ns().saturating_add_signed(test_skew())
 }
@@ -96,9 +98,17 @@ pub fn trace_ns() -> u64 {
 pub fn test_skew() -> i64 {
     static SKEW: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
     *SKEW.get_or_init(|| {
-        std::env::var("VARGR_CLOCK_SKEW_NS")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
+        let Ok(v) = std::env::var("VARGR_CLOCK_SKEW_NS") else {
+            return 0;
+        };
+        if let Ok(n) = v.trim().parse() {
+            return n;
+        }
+        let rank = std::env::var("VARGR_RANK").unwrap_or_default();
+        v.split(',')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(r, _)| r.trim() == rank.trim())
+            .and_then(|(_, n)| n.trim().parse().ok())
             .unwrap_or(0)
     })
 }

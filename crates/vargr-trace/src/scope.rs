@@ -183,9 +183,10 @@ impl Reply {
     /// Records read and lost at the source.
     pub fn counts(&self) -> (u64, u64) {
         match self {
-            Reply::Records(f) => f.threads.iter().fold((0, 0), |(r, l), t| {
-                (r + t.records.len() as u64, l + t.lost)
-            }),
+            Reply::Records(f) => f
+                .threads
+                .iter()
+                .fold((0, 0), |(r, l), t| (r + t.records.len() as u64, l + t.lost)),
             Reply::Calls(r) => (r.records, r.lost),
             Reply::Stats(r) => (r.records, r.lost),
         }
@@ -359,17 +360,19 @@ impl ScopeReducer {
                 ..file
             }),
             Reduce::LastArrival => Reply::Calls(head.with(std::mem::take(&mut self.done))),
-            Reduce::Stats => Reply::Stats(head.with(
-                self.stats
-                    .iter()
-                    .filter_map(|(n, s)| {
-                        Some(CollectorStats {
-                            collector: n.clone(),
-                            stats: s.summary()?,
+            Reduce::Stats => Reply::Stats(
+                head.with(
+                    self.stats
+                        .iter()
+                        .filter_map(|(n, s)| {
+                            Some(CollectorStats {
+                                collector: n.clone(),
+                                stats: s.summary()?,
+                            })
                         })
-                    })
-                    .collect(),
-            )),
+                        .collect(),
+                ),
+            ),
         }
     }
 }

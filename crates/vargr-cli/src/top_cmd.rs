@@ -1,0 +1,193 @@
+//! `vargr top`: a live terminal view of a monitored run (`vargr run --monitor`).
+//!
+//! The job's monitor rewrites a small status file after every pull; `top` redraws it.
+//! Reading a file instead of connecting to the job keeps `top` out of the job's way: it
+//! can start, stop and run slowly without the job noticing.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use vargr_coll::monitor::Status;
+
+#[derive(Debug, Args)]
+pub struct TopArgs {
+    /// The status file (`vargr run --status FILE`); default: the newest run's.
+    file: Option<PathBuf>,
+    /// Print one view and exit (for scripts and logs).
+    #[arg(long)]
+    once: bool,
+    /// Seconds between redraws.
+    #[arg(long, default_value_t = 1.0)]
+    interval: f64,
+}
+
+/// Where runs keep their status files unless told otherwise.
+pub fn status_dir() -> PathBuf {
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("vargr").join("top"),
+        // SAFETY: getuid cannot fail.
+        None => std::env::temp_dir()
+            .join(format!("vargr-{}", unsafe { libc::getuid() }))
+            .join("top"),
+    }
+}
+
+fn newest(dir: &Path) -> Result<PathBuf> {
+    let mut best: Option<(SystemTime, PathBuf)> = None;
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "json") {
+                if let Ok(m) = e.metadata().and_then(|m| m.modified()) {
+                    if best.as_ref().is_none_or(|(t, _)| m > *t) {
+                        best = Some((m, p));
+                    }
+                }
+            }
+        }
+    }
+    match best {
+        Some((_, p)) => Ok(p),
+        None => bail!(
+            "no monitored run found in {} (start one with `vargr run --monitor ...`, \
+             or name its status file)",
+            dir.display()
+        ),
+    }
+}
+
+pub fn run(a: TopArgs) -> Result<()> {
+    if !(a.interval > 0.0 && a.interval.is_finite()) {
+        bail!("--interval must be a positive number of seconds");
+    }
+    let path = match &a.file {
+        Some(p) => p.clone(),
+        None => newest(&status_dir())?,
+    };
+    loop {
+        let view = match std::fs::read(&path) {
+            Ok(b) => {
+                let st: Status = serde_json::from_slice(&b)
+                    .with_context(|| format!("{}: not a vargr monitor status", path.display()))?;
+                let age = std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|m| m.elapsed().ok())
+                    .unwrap_or_default();
+                render(&path, &st, age)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !a.once => {
+                format!("{}: the run has ended.\n", path.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        };
+        if a.once {
+            print!("{view}");
+            return Ok(());
+        }
+        // Home the cursor and clear, like top.
+        print!("\x1b[H\x1b[2J{view}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        std::thread::sleep(Duration::from_secs_f64(a.interval));
+    }
+}
+
+fn stat_cell(s: Option<f64>) -> String {
+    s.map_or("-".into(), |v| format!("{v:.1}"))
+}
+
+/// The view of one status, as text.
+pub fn render(path: &Path, st: &Status, age: Duration) -> String {
+    let mut o = String::new();
+    let stale = age.as_millis() as u64 > 3 * st.period_ms.max(100) + 1000;
+    o += &format!(
+        "vargr top — {}  {} ranks, {} processes, up {:.1} s, pull every {} ms (last took {:.2} ms){}\n",
+        path.display(),
+        st.ranks,
+        st.nodes.len(),
+        st.uptime_s,
+        st.period_ms,
+        st.last_pull_ms,
+        if stale {
+            format!("  [no update for {:.0} s]", age.as_secs_f64())
+        } else {
+            String::new()
+        }
+    );
+    o += &format!(
+        "records gathered {}  lost {}  gather rate {:.2} %\n\n",
+        st.records,
+        st.lost,
+        st.gather_rate * 100.0
+    );
+    o += &format!(
+        "{:<24} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}  {:<22} {:>9}\n",
+        "COLLECTIVE",
+        "CALLS",
+        "CALLS/S",
+        "MEAN µs",
+        "MEDIAN µs",
+        "MIN µs",
+        "MAX µs",
+        "LAST TO ARRIVE",
+        "WAIT ms"
+    );
+    for c in &st.collectors {
+        let l = c.latency_us.as_ref();
+        o += &format!(
+            "{:<24} {:>9} {:>9.0} {:>10} {:>10} {:>10} {:>10}  {:<22} {:>9.2}\n",
+            c.name.trim_start_matches("ctx0/"),
+            c.calls,
+            c.rate,
+            stat_cell(l.map(|s| s.mean)),
+            stat_cell(l.map(|s| s.median)),
+            stat_cell(l.map(|s| s.min)),
+            stat_cell(l.map(|s| s.max)),
+            c.culprit.map_or("-".into(), |r| format!(
+                "rank {r} ({:.0} %)",
+                c.culprit_share * 100.0
+            )),
+            c.longest_wait_ms
+        );
+    }
+    if st.collectors.is_empty() {
+        o += "(no complete collective call yet)\n";
+    }
+    o += &format!(
+        "\n{:<28} {:<16} {:>12} {:>8} {:>12}\n",
+        "PROCESS", "HOST", "RECORDS", "LOST", "CLOCK ±µs"
+    );
+    for n in &st.nodes {
+        o += &format!(
+            "{:<28} {:<16} {:>12} {:>8} {:>12.1}\n",
+            n.process,
+            n.host,
+            n.records,
+            n.lost,
+            n.clock_error_ns as f64 / 1e3
+        );
+    }
+    if !st.node_stats.is_empty() {
+        o += &format!(
+            "\n{:<28} {:<24} {:>9} {:>10} {:>10} {:>10}\n",
+            "PROCESS (distributed)", "COLLECTIVE", "CALLS", "MEAN µs", "MEDIAN µs", "MAX µs"
+        );
+        for (p, list) in &st.node_stats {
+            for c in list {
+                o += &format!(
+                    "{:<28} {:<24} {:>9} {:>10.1} {:>10.1} {:>10.1}\n",
+                    p,
+                    c.collector.trim_start_matches("ctx0/"),
+                    c.stats.count,
+                    c.stats.mean,
+                    c.stats.median,
+                    c.stats.max
+                );
+            }
+        }
+    }
+    o
+}
