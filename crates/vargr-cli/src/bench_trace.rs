@@ -4,7 +4,16 @@
 //! measured like for like inside one run: each rank alternates blocks of gsum (the seed's
 //! back-to-back 8-byte allreduces) or compute-gsum (half computation) with collectors on
 //! and off (the run-time switch; all ranks switch at the same block), so the machine's
-//! drift hits both equally, and the overhead is the ratio of the blocks' medians.
+//! drift hits both equally. The overhead is the median of the ratios of adjacent on/off
+//! pairs, with a 95 % interval for it: on two shared cores single blocks vary by a few
+//! percent, and only many pairs pin down an effect below one percent. A model beside it
+//! (events per call × cost of one collector call ÷ time per call) says what the
+//! collectors alone can cost.
+//!
+//! With `--compiled-out BIN` (a vargr built with `--features trace-off`), whole runs of
+//! this binary and of BIN alternate, and the overhead is the median of the runs' ratios.
+//! A last run injects a slow rank and times how long the load-balance monitor takes to
+//! name it.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,14 +31,23 @@ pub struct TraceBenchArgs {
     #[arg(long, value_delimiter = ',', default_value = "4,16")]
     ranks: Vec<u32>,
     /// Allreduces per block.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 500)]
     iters: u32,
     /// Blocks per run (half with collectors on, half off, alternating).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 60)]
     blocks: u32,
     /// Ranks of the extra run that measures the monitor's gather rate (gsum only).
     #[arg(long)]
     gather_ranks: Option<u32>,
+    /// A vargr built with `--features trace-off`: compare with collectors compiled out.
+    #[arg(long)]
+    compiled_out: Option<PathBuf>,
+    /// Runs of each binary for the compiled-out comparison.
+    #[arg(long, default_value_t = 4)]
+    runs: u32,
+    /// Ranks of the slow-rank detection run (0 skips it).
+    #[arg(long, default_value_t = 16)]
+    slow_ranks: u32,
     /// Write the records here (default bench/results/trace.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -44,9 +62,37 @@ struct BenchRecord {
     median_us: f64,
     median_off_us: Option<f64>,
     overhead_pct: Option<f64>,
+    /// Half-width of the 95 % interval of `overhead_pct`.
+    overhead_ci_pct: Option<f64>,
+    /// Events recorded per allreduce per rank, and what they cost by the model.
+    records_per_call: Option<f64>,
+    model_overhead_pct: Option<f64>,
     gather_rate: Option<f64>,
     records_lost: Option<u64>,
     collector_ns: Option<f64>,
+    /// Seconds until the load-balance monitor named an injected slow rank.
+    detect_s: Option<f64>,
+}
+
+impl BenchRecord {
+    fn new(benchmark: &str, config: String, ranks: u32, ranks_per_process: u32) -> BenchRecord {
+        BenchRecord {
+            benchmark: benchmark.into(),
+            config,
+            ranks,
+            ranks_per_process,
+            median_us: f64::NAN,
+            median_off_us: None,
+            overhead_pct: None,
+            overhead_ci_pct: None,
+            records_per_call: None,
+            model_overhead_pct: None,
+            gather_rate: None,
+            records_lost: None,
+            collector_ns: None,
+            detect_s: None,
+        }
+    }
 }
 
 /// What one rank job runs.
@@ -59,12 +105,17 @@ pub struct TraceRankArgs {
     /// Spin-kernel steps before each allreduce (0 = gsum).
     #[arg(long, default_value_t = 0)]
     compute_steps: u64,
+    /// Keep collectors as built in every block (no on/off alternation).
+    #[arg(long)]
+    fixed: bool,
 }
 
 #[derive(Serialize, Deserialize, Debug)]
 struct RankOut {
     on_us: Vec<f64>,
     off_us: Vec<f64>,
+    /// Events recorded per allreduce, averaged over ranks (collector blocks only).
+    records_per_call: f64,
 }
 
 /// The rank side: blocks of allreduces, collectors switched per block; rank 0 prints the
@@ -75,11 +126,13 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
         let mut on = Vec::new();
         let mut off = Vec::new();
         let mut x = 0.5f64;
+        let mut events = 0u64;
         for b in 0..a.blocks + 2 {
-            let tracing = b % 2 == 0;
+            let tracing = a.fixed || b % 2 == 0;
             vargr_trace::set_enabled(tracing);
             vargr_coll::monitor::set_active(tracing);
             c.barrier()?;
+            let before = vargr_trace::thread_records();
             let t = Instant::now();
             for _ in 0..a.iters {
                 if a.compute_steps > 0 {
@@ -90,6 +143,9 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
                 x = v[0] * 1e-9;
             }
             let mut us = [t.elapsed().as_secs_f64() * 1e6 / f64::from(a.iters)];
+            if tracing {
+                events += vargr_trace::thread_records() - before;
+            }
             c.allreduce(&mut us, &Op::Max)?;
             // The first two blocks warm up.
             if b >= 2 {
@@ -98,9 +154,17 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
         }
         vargr_trace::set_enabled(true);
         std::hint::black_box(x);
+        let traced_blocks = if a.fixed {
+            a.blocks + 2
+        } else {
+            a.blocks / 2 + 1
+        };
+        let mut per_call = [events as f64 / f64::from(a.iters * traced_blocks)];
+        c.allreduce(&mut per_call, &Op::Sum)?;
         Ok((c.rank() == 0).then_some(RankOut {
             on_us: on,
             off_us: off,
+            records_per_call: per_call[0] / c.size() as f64,
         }))
     })?;
     job.finish();
@@ -131,9 +195,89 @@ fn monitor_totals(stderr: &str) -> (Option<f64>, Option<u64>) {
     (rate, lost)
 }
 
-fn median(v: &mut [f64]) -> f64 {
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
     v.sort_by(f64::total_cmp);
-    crate::bench::percentile(v, 50.0)
+    crate::bench::percentile(&v, 50.0)
+}
+
+/// Overhead in percent of `on` over `off` from paired samples (adjacent blocks, or
+/// runs): the median of the pairs' ratios, and the half-width of its 95 % interval
+/// (normal approximation of the median's standard error, 1.2533·sd/√n).
+fn paired_overhead(on: &[f64], off: &[f64]) -> (f64, f64) {
+    let r: Vec<f64> = on
+        .iter()
+        .zip(off)
+        .map(|(a, b)| (a / b - 1.0) * 100.0)
+        .collect();
+    let n = r.len() as f64;
+    if r.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mean = r.iter().sum::<f64>() / n;
+    let sd = (r.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0).max(1.0)).sqrt();
+    (median(&r), 1.96 * 1.2533 * sd / n.sqrt())
+}
+
+/// One `vargr run` of the rank benchmark with `exe`; returns what rank 0 printed and
+/// the job's stderr.
+fn rank_job(
+    exe: &std::path::Path,
+    n: u32,
+    k: u32,
+    a: &TraceBenchArgs,
+    steps: u64,
+    fixed: bool,
+    env: &[(&str, &str)],
+) -> Result<(RankOut, String)> {
+    let out = Command::new(exe)
+        .args(["run", "-n", &n.to_string()])
+        .args(["--ranks-per-process", &k.to_string(), "--"])
+        .arg(exe)
+        .args(["trace-bench-rank", "--iters", &a.iters.to_string()])
+        .args(["--blocks", &a.blocks.to_string()])
+        .args(["--compute-steps", &steps.to_string()])
+        .args(fixed.then_some("--fixed"))
+        .envs(env.iter().copied())
+        .output()
+        .with_context(|| format!("starting {} run", exe.display()))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        bail!("{} ranks with {}: {stderr}", n, exe.display());
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .with_context(|| format!("no result from the ranks: {text}"))?;
+    Ok((serde_json::from_str(line)?, stderr))
+}
+
+/// Seconds from the monitor's start until it first names `slow` as the last to arrive.
+fn detection_time(exe: &std::path::Path, n: u32, slow: u32) -> Result<Option<f64>> {
+    let out = Command::new(exe)
+        .args(["run", "-n", &n.to_string(), "--monitor", "--"])
+        .arg(exe)
+        .args(["slow-rank", "--rank", &slow.to_string(), "--iters", "3000"])
+        .env("VARGR_MONITOR_PERIOD_MS", "100")
+        .output()
+        .context("starting the slow-rank run")?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("slow-rank run failed: {stderr}");
+    }
+    let needle = format!("allreduce: rank {slow} arrived last");
+    Ok(stderr
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .filter_map(|l| {
+            l.strip_prefix("vargr monitor ")?
+                .split(" s:")
+                .next()?
+                .parse()
+                .ok()
+        })
+        .next())
 }
 
 /// Nanoseconds per collector call: one timestamp plus one record, as the collectives
@@ -175,16 +319,9 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
         ("collector call, two timestamps", two),
     ] {
         records.push(BenchRecord {
-            benchmark: "collector".into(),
-            config: config.into(),
-            ranks: 1,
-            ranks_per_process: 1,
             median_us: ns / 1000.0,
-            median_off_us: None,
-            overhead_pct: None,
-            gather_rate: None,
-            records_lost: None,
             collector_ns: Some(ns),
+            ..BenchRecord::new("collector", config.into(), 1, 1)
         });
     }
     // (what runs besides the collectors, environment of the ranks)
@@ -212,6 +349,7 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
     if let Some(&n) = a.gather_ranks.as_ref() {
         runs.push((n, "processes", 1, monitors[1].0, monitors[1].1));
     }
+    let cost_ns = two;
     let mut gsum_us: std::collections::HashMap<(u32, &str), f64> = Default::default();
     for (n, transport, k, label, env) in runs {
         for workload in ["gsum", "compute-gsum"] {
@@ -224,70 +362,128 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
                 (_, Some(&us)) => crate::bench_coll::calibrate_spin(us).0,
                 _ => bail!("compute-gsum needs the gsum time first"),
             };
-            let out = Command::new(&exe)
-                .args(["run", "-n", &n.to_string()])
-                .args(["--ranks-per-process", &k.to_string(), "--"])
-                .arg(&exe)
-                .args(["trace-bench-rank", "--iters", &a.iters.to_string()])
-                .args(["--blocks", &a.blocks.to_string()])
-                .args(["--compute-steps", &steps.to_string()])
-                .envs(env.iter().copied())
-                .output()
-                .context("starting vargr run")?;
-            let stderr = String::from_utf8_lossy(&out.stderr);
-            if !out.status.success() {
-                bail!("{workload} with {n} ranks ({transport}, {label}) failed: {stderr}");
-            }
-            let text = String::from_utf8_lossy(&out.stdout);
-            let line = text
-                .lines()
-                .find(|l| l.starts_with('{'))
-                .with_context(|| format!("no result from the ranks: {text}"))?;
-            let mut r: RankOut = serde_json::from_str(line)?;
-            let (on, off) = (median(&mut r.on_us), median(&mut r.off_us));
+            let (r, stderr) = rank_job(&exe, n, k, &a, steps, false, env)?;
+            let (on, off) = (median(&r.on_us), median(&r.off_us));
             if workload == "gsum" && label == "collectors" {
                 gsum_us.insert((n, transport), off);
             }
-            let pct = (on / off - 1.0) * 100.0;
+            let (pct, ci) = paired_overhead(&r.on_us, &r.off_us);
+            let model = r.records_per_call * cost_ns / 1e3 / off * 100.0;
             let (gather_rate, records_lost) = monitor_totals(&stderr);
             eprintln!(
-                "{workload} {n} ranks ({transport}, {label}): {on:.2} µs/call on, {off:.2} off ({pct:+.2} %)"
+                "{workload} {n} ranks ({transport}, {label}): {on:.2} µs/call on, {off:.2} off \
+                 ({pct:+.2} ± {ci:.2} %; model {model:.3} % for {:.1} events/call)",
+                r.records_per_call
             );
             records.push(BenchRecord {
-                benchmark: workload.into(),
-                config: format!("{label} on vs off ({transport})"),
-                ranks: n,
-                ranks_per_process: k,
                 median_us: on,
                 median_off_us: Some(off),
                 overhead_pct: Some(pct),
+                overhead_ci_pct: Some(ci),
+                records_per_call: Some(r.records_per_call),
+                model_overhead_pct: Some(model),
                 gather_rate,
                 records_lost,
-                collector_ns: None,
+                ..BenchRecord::new(
+                    workload,
+                    format!("{label} on vs off at run time ({transport})"),
+                    n,
+                    k,
+                )
             });
+            if let (Some(off_exe), true) = (&a.compiled_out, label == "collectors") {
+                // Whole runs of each binary, alternating; collectors as built.
+                let (mut ons, mut offs) = (Vec::new(), Vec::new());
+                for _ in 0..a.runs {
+                    ons.push(median(&rank_job(&exe, n, k, &a, steps, true, &[])?.0.on_us));
+                    offs.push(median(
+                        &rank_job(off_exe, n, k, &a, steps, true, &[])?.0.on_us,
+                    ));
+                }
+                let (pct, ci) = paired_overhead(&ons, &offs);
+                let (on, off) = (median(&ons), median(&offs));
+                eprintln!(
+                    "{workload} {n} ranks ({transport}): {on:.2} µs/call with collectors, \
+                     {off:.2} compiled out ({pct:+.2} ± {ci:.2} % over {} run pairs)",
+                    a.runs
+                );
+                records.push(BenchRecord {
+                    median_us: on,
+                    median_off_us: Some(off),
+                    overhead_pct: Some(pct),
+                    overhead_ci_pct: Some(ci),
+                    ..BenchRecord::new(
+                        workload,
+                        format!("collectors on vs compiled out ({transport})"),
+                        n,
+                        k,
+                    )
+                });
+            }
         }
     }
+    if a.slow_ranks > 1 {
+        let slow = a.slow_ranks / 2 + 1;
+        let t = detection_time(&exe, a.slow_ranks, slow.min(a.slow_ranks - 1))?;
+        eprintln!(
+            "slow rank among {}: named after {}",
+            a.slow_ranks,
+            t.map_or("never".into(), |t| format!("{t:.1} s"))
+        );
+        records.push(BenchRecord {
+            detect_s: t,
+            ..BenchRecord::new(
+                "slow-rank detection",
+                "load-balance monitor, 1 ms sleep per iteration".into(),
+                a.slow_ranks,
+                1,
+            )
+        });
+    }
     println!(
-        "\n{:<14} {:<54} {:>6} {:>10} {:>10} {:>9} {:>8} {:>6}",
-        "benchmark", "config", "ranks", "µs (on)", "µs (off)", "overhead", "gather", "lost"
+        "\n{:<20} {:<66} {:>5} {:>9} {:>9} {:>16} {:>8} {:>8} {:>6}",
+        "benchmark",
+        "config",
+        "ranks",
+        "µs (on)",
+        "µs (off)",
+        "overhead (95 %)",
+        "model",
+        "gather",
+        "lost"
     );
     for r in &records {
-        match r.collector_ns {
-            Some(ns) => println!(
-                "{:<14} {:<54} {:>6} {:>8.1} ns",
+        if let Some(ns) = r.collector_ns {
+            println!(
+                "{:<20} {:<66} {:>5} {:>7.1} ns",
                 r.benchmark, r.config, r.ranks, ns
-            ),
-            None => println!(
-                "{:<14} {:<54} {:>6} {:>10.2} {:>10.2} {:>7.2} % {:>8} {:>6}",
+            );
+        } else if r.benchmark == "slow-rank detection" {
+            println!(
+                "{:<20} {:<66} {:>5} named after {}",
+                r.benchmark,
+                r.config,
+                r.ranks,
+                r.detect_s.map_or("never".into(), |t| format!("{t:.1} s"))
+            );
+        } else {
+            println!(
+                "{:<20} {:<66} {:>5} {:>9.2} {:>9.2} {:>16} {:>8} {:>8} {:>6}",
                 r.benchmark,
                 r.config,
                 r.ranks,
                 r.median_us,
                 r.median_off_us.unwrap_or(f64::NAN),
-                r.overhead_pct.unwrap_or(f64::NAN),
+                format!(
+                    "{:+.2} ± {:.2} %",
+                    r.overhead_pct.unwrap_or(f64::NAN),
+                    r.overhead_ci_pct.unwrap_or(f64::NAN)
+                ),
+                r.model_overhead_pct
+                    .map_or("-".into(), |m| format!("{m:.3} %")),
                 r.gather_rate.map_or("-".into(), |g| format!("{g:.4}")),
                 r.records_lost.map_or("-".into(), |l| l.to_string()),
-            ),
+            );
         }
     }
     crate::bench::write_records(a.json.as_deref(), "trace.json", &records)?;

@@ -154,6 +154,11 @@ pub fn record(r: &Record) {
     }
 }
 
+/// Records the calling thread has written so far (benchmarks count events per call).
+pub fn thread_records() -> u64 {
+    with_ring(|t| t.ring.written())
+}
+
 /// Names the calling thread's track and the rank it runs.
 pub fn set_thread_label(label: &str, rank: Option<u32>) {
     with_ring(|t| {
