@@ -139,7 +139,27 @@ fn summary(h: &mut String, a: &Analysis) {
         }
         h.push_str("</ul>\n");
     }
-    if a.timeline.hosts.len() > 1 {
+    let probed = a.timeline.processes.iter().all(|p| p.align.aligned);
+    if probed && a.timeline.processes.len() > 1 {
+        h.push_str(
+            "<p class=\"note\">Clocks were aligned at start-up by the tree's skew estimation \
+             (offsets summed along the tree; the error is half the fastest round trip per \
+             hop, summed).</p>\n<table><tr><th class=\"l\">process</th><th class=\"l\">host</th>\
+             <th>offset to the root</th><th>± error</th><th>hops</th></tr>\n",
+        );
+        for p in &a.timeline.processes {
+            let _ = writeln!(
+                h,
+                "<tr><td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                esc(&p.process),
+                esc(&p.host),
+                t(p.align.offset_ns as f64),
+                t(p.align.error_ns as f64),
+                p.align.hops
+            );
+        }
+        h.push_str("</table>\n");
+    } else if a.timeline.hosts.len() > 1 {
         h.push_str(
             "<p class=\"note\">Hosts' monotonic clocks are put on the first host's axis \
              with offsets estimated from messages in both directions.</p>\n<table>\
