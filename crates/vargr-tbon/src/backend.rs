@@ -10,6 +10,7 @@ use crate::commnode::registry;
 use crate::engine::Engine;
 use crate::router::Router;
 use crate::spawn::{self, Bootstrap};
+use crate::trace::TraceDump;
 use crate::{Result, TbonError};
 
 /// A back-end's handle on the network. Cheap to clone; all clones share one connection.
@@ -32,6 +33,7 @@ impl Backend {
     pub fn join(boot: Bootstrap) -> Result<Backend> {
         let (conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
         let root = msg.topology.root();
+        let parent_node = root.parent.unwrap_or(0);
         let rank = root.backend_rank.ok_or_else(|| {
             TbonError::Startup(format!(
                 "node {} was started as a back-end but is not a leaf",
@@ -45,12 +47,13 @@ impl Backend {
         let stages = msg.config.link_stages.chain(
             &root.host,
             &msg.parent_host,
-            spawn::seed(boot.node, root.parent.unwrap_or(0)),
+            spawn::seed(boot.node, parent_node),
         );
         let parent = reactor
             .add(Link::new(mio, "parent", msg.config.max_frame).with_stages(stages))
             .map_err(|e| TbonError::Startup(e.to_string()))?;
-        reactor.send(parent, spawn::ready_frame(boot.node, vec![rank]));
+        let ready = spawn::ready_frame(boot.node, vec![rank]);
+        crate::trace::send_recorded(&mut reactor, parent, ready, parent_node);
         reactor.flush_all();
         let mut router = Router::new(
             boot.node,
@@ -59,10 +62,21 @@ impl Backend {
             registry(&msg.config.plugins)?,
         );
         router.parent = Some(parent);
+        router.parent_node = parent_node;
         router.heartbeat = Duration::from_millis(msg.config.heartbeat_ms);
         router.heartbeat_timeout = Duration::from_millis(msg.config.heartbeat_timeout_ms);
+        let role = format!("back-end {rank}");
+        crate::trace::label_thread(boot.node, &role);
+        let dump = match crate::trace::in_process() {
+            true => None,
+            false => TraceDump::configured(msg.config.trace_dir.as_deref(), boot.node, role),
+        };
         let engine = Engine::new(router, reactor, msg.config.queue_limit);
-        engine.start_keeper(Duration::from_millis(msg.config.heartbeat_ms / 2));
+        engine.lock().dump_on_close = dump;
+        engine.start_keeper(
+            Duration::from_millis(msg.config.heartbeat_ms / 2),
+            boot.node,
+        );
         Ok(Backend {
             engine,
             rank,

@@ -12,6 +12,7 @@ use vargr_wire::FrameKind;
 use crate::engine::Engine;
 use crate::router::{frame_bytes, Router};
 use crate::spawn::{self, start_children, Bootstrap, ChildHandle, Spawner};
+use crate::trace::TraceDump;
 use crate::TbonError;
 
 /// Builds the filter registry every node uses: built-ins plus the configured plugins.
@@ -28,6 +29,7 @@ pub fn registry(plugins: &[String]) -> Result<Arc<Registry>, TbonError> {
 pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     let (mut conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
     let me = boot.node;
+    crate::trace::label_thread(me, "commnode");
     let config = msg.config.clone();
     let spawner = match spawner {
         Spawner::Processes(_) => Spawner::Processes(match &config.remote_template {
@@ -72,12 +74,18 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         .flat_map(|c| c.backends.iter().copied())
         .collect();
     backends.sort_unstable();
-    reactor.send(parent, spawn::ready_frame(me, backends));
+    crate::trace::send_recorded(
+        &mut reactor,
+        parent,
+        spawn::ready_frame(me, backends),
+        parent_id,
+    );
     reactor.flush_all();
 
     let host = msg.topology.root().host.clone();
     let mut router = Router::new(me, host, None, registry);
     router.parent = Some(parent);
+    router.parent_node = parent_id;
     router.children = children;
     router.heartbeat = Duration::from_millis(config.heartbeat_ms);
     router.heartbeat_timeout = Duration::from_millis(config.heartbeat_timeout_ms);
@@ -91,6 +99,12 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         }
         (r.shutting_down && r.children_done()).then_some(())
     });
+    // Before confirming, so the front-end's shutdown returns with every file written.
+    if !crate::trace::in_process() {
+        if let Some(d) = TraceDump::configured(config.trace_dir.as_deref(), me, "commnode".into()) {
+            d.write_or_log();
+        }
+    }
     let orphaned = engine.with_router(|r, out| {
         if r.deliveries.closed.is_some() && !r.shutting_down {
             // Parent lost: take the sub-tree down with us.

@@ -6,6 +6,11 @@
 //! unlocked, then locks the state again to run the router on what arrived. Other threads
 //! meanwhile wait on a condition variable, or, if they only want to send, put frames in
 //! an outbox and wake the poller. In a commnode the one thread simply loops.
+//!
+//! Every frame the router sends passes a [`TracedOut`], which records it (LinkOut); a
+//! back-end's trace file is written here, the moment its router closes, while its
+//! ShutdownDone still waits in the link queue: the front-end's shutdown returns only
+//! once every file is written.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -13,6 +18,7 @@ use std::time::{Duration, Instant};
 use vargr_net::{Reactor, ReactorEvent};
 
 use crate::router::{Out, Outbox, Router};
+use crate::trace::{LinkPeers, TraceDump, TracedOut};
 
 pub struct State {
     pub router: Router,
@@ -27,6 +33,10 @@ pub struct State {
     /// Threads blocked on the condition variable: notifying costs a system call, so it
     /// is only done when someone listens.
     waiters: usize,
+    /// The node at the other end of each link, for trace records.
+    peers: LinkPeers,
+    /// Written once, when the router closes (back-ends).
+    pub dump_on_close: Option<TraceDump>,
 }
 
 pub struct Engine {
@@ -38,6 +48,13 @@ pub struct Engine {
 impl Engine {
     pub fn new(router: Router, reactor: Reactor, queue_limit: usize) -> Arc<Engine> {
         let waker = reactor.waker();
+        let peers = LinkPeers::new(
+            router
+                .parent
+                .map(|p| (p, router.parent_node))
+                .into_iter()
+                .chain(router.children.iter().map(|c| (c.link, c.node))),
+        );
         Arc::new(Engine {
             state: Mutex::new(State {
                 router,
@@ -47,6 +64,8 @@ impl Engine {
                 next_tick: Instant::now(),
                 queue_limit,
                 waiters: 0,
+                peers,
+                dump_on_close: None,
             }),
             cv: Condvar::new(),
             waker,
@@ -64,12 +83,20 @@ impl Engine {
         let st = &mut *g;
         match st.reactor.as_mut() {
             Some(r) => {
-                let out = f(&mut st.router, r);
+                let mut traced = TracedOut {
+                    inner: r,
+                    peers: &st.peers,
+                };
+                let out = f(&mut st.router, &mut traced);
                 r.flush_all();
                 out
             }
             None => {
-                let out = f(&mut st.router, &mut st.outbox);
+                let mut traced = TracedOut {
+                    inner: &mut st.outbox,
+                    peers: &st.peers,
+                };
+                let out = f(&mut st.router, &mut traced);
                 drop(g);
                 let _ = self.waker.wake();
                 out
@@ -149,30 +176,47 @@ impl Engine {
         let mut g = self.lock();
         let now = Instant::now();
         let st = &mut *g;
-        for ev in events.drain(..) {
-            match ev {
-                ReactorEvent::Frame(link, f) => st.router.on_frame(link, f, now, &mut reactor),
-                ReactorEvent::Closed(link, err) => {
-                    let reason = err
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "connection closed".into());
-                    st.router.on_closed(link, reason, now, &mut reactor);
+        {
+            let mut out = TracedOut {
+                inner: &mut reactor,
+                peers: &st.peers,
+            };
+            for ev in events.drain(..) {
+                match ev {
+                    ReactorEvent::Frame(link, f) => st.router.on_frame(link, f, now, &mut out),
+                    ReactorEvent::Closed(link, err) => {
+                        let reason = err
+                            .map(|e| e.to_string())
+                            .unwrap_or_else(|| "connection closed".into());
+                        st.router.on_closed(link, reason, now, &mut out);
+                    }
+                    ReactorEvent::Woken => {}
                 }
-                ReactorEvent::Woken => {}
             }
+            if let Some(e) = poll_err {
+                st.router.parent_lost(format!("poll failed: {e}"));
+            }
+            st.router.on_timer(now, &mut out);
         }
-        if let Some(e) = poll_err {
-            st.router.parent_lost(format!("poll failed: {e}"));
-        }
-        st.router.on_timer(now, &mut reactor);
         st.router.apply_backpressure(&mut reactor, st.queue_limit);
         if now >= st.next_tick {
             let dead = st.router.on_tick(now, &mut reactor);
             for (link, reason) in dead {
                 reactor.remove(link);
-                st.router.on_closed(link, reason, now, &mut reactor);
+                let mut out = TracedOut {
+                    inner: &mut reactor,
+                    peers: &st.peers,
+                };
+                st.router.on_closed(link, reason, now, &mut out);
             }
             st.next_tick = now + st.router.heartbeat / 2;
+        }
+        // Before the flush below, so the ShutdownDone queued on close leaves only once
+        // the file is written.
+        if st.router.deliveries.closed.is_some() {
+            if let Some(d) = st.dump_on_close.take() {
+                d.write_or_log();
+            }
         }
         for (link, latest, bytes) in st.outbox.0.drain(..) {
             reactor.forward(link, latest, bytes);
@@ -197,17 +241,20 @@ impl Engine {
     }
 
     /// Spawns the keeper: heartbeats and liveness while no user thread is in the library.
-    pub fn start_keeper(self: &Arc<Self>, period: Duration) {
+    pub fn start_keeper(self: &Arc<Self>, period: Duration, node: u32) {
         let weak = Arc::downgrade(self);
         std::thread::Builder::new()
             .name("vargr-keeper".into())
-            .spawn(move || loop {
-                std::thread::sleep(period);
-                let Some(e) = weak.upgrade() else { return };
-                if e.lock().router.deliveries.closed.is_some() {
-                    return;
+            .spawn(move || {
+                crate::trace::label_thread(node, "keeper");
+                loop {
+                    std::thread::sleep(period);
+                    let Some(e) = weak.upgrade() else { return };
+                    if e.lock().router.deliveries.closed.is_some() {
+                        return;
+                    }
+                    e.try_tick();
                 }
-                e.try_tick();
             })
             .expect("spawning the keeper thread");
     }

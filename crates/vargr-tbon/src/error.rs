@@ -39,6 +39,10 @@ pub enum TbonError {
     Timeout(u64),
     #[error("bad configuration: {0}")]
     Config(String),
+    #[error("clock alignment: {0}")]
+    Clock(#[from] crate::clock::ClockMsgError),
+    #[error(transparent)]
+    Trace(#[from] crate::trace::TraceDumpError),
 }
 
 /// Back-end ranks as `0-2,5,7-8`: runs collapsed, for messages and summaries.

@@ -11,8 +11,11 @@
 //! Internals: [`router`] is the per-node protocol logic (no I/O), `engine` shares one
 //! reactor among a process's threads without an I/O thread on the latency path,
 //! [`spawn`] instantiates the tree and [`commnode`] is the internal node's main loop.
+//! [`trace`] holds the tree's event collectors and trace files, [`clock`] the
+//! tree-based clock-skew estimation that aligns them.
 
 mod backend;
+pub mod clock;
 pub mod commnode;
 mod engine;
 mod error;
@@ -23,6 +26,7 @@ pub mod rendezvous;
 pub mod router;
 pub mod spawn;
 pub mod stages;
+pub mod trace;
 
 pub use backend::Backend;
 pub use error::{fmt_ranks, Result, TbonError};
@@ -32,5 +36,7 @@ pub use network::{
 };
 pub use spawn::Bootstrap;
 pub use stages::LinkStages;
+pub use trace::{TraceDump, TraceDumpError};
 pub use vargr_filter::SyncMode;
+pub use vargr_trace::Alignment;
 pub use vargr_wire::{Packet, Value};

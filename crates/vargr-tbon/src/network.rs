@@ -1,5 +1,10 @@
 //! The front-end: creates the tree, opens streams, multicasts down, receives reductions.
+//!
+//! It is also the root of clock-skew estimation (its own edges are measured before
+//! [`Network::new`] returns, see [`crate::clock`]) and, with a trace directory, writes
+//! its own trace file once the whole tree has shut down.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,7 +23,8 @@ use crate::proto::{RunConfig, StreamOpenMsg};
 use crate::rendezvous::Rendezvous;
 use crate::router::Router;
 use crate::spawn::{start_children, BackendFn, ChildHandle, Spawner};
-use crate::{Backend, Result, TbonError};
+use crate::trace::{self, TraceDump};
+use crate::{Alignment, Backend, Result, TbonError};
 
 /// Stream ids below this are reserved for vargr's own streams.
 pub const FIRST_USER_STREAM: u32 = 16;
@@ -80,7 +86,24 @@ pub struct NetworkOptions {
     pub plugins: Vec<String>,
     /// Sites of hosts and the WAN between them (emulated on cross-site links).
     pub link_stages: crate::LinkStages,
+    /// Every node (front-end, commnodes, back-end processes) writes its event trace to
+    /// `DIR/node-<id>.vtr` at shutdown. None: `$VARGR_TRACE_DIR` if set, else no files.
+    pub trace_dir: Option<PathBuf>,
 }
+
+impl NetworkOptions {
+    /// Writes every node's trace file into `dir` at shutdown (see
+    /// [`NetworkOptions::trace_dir`](NetworkOptions#structfield.trace_dir)).
+    pub fn trace_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.trace_dir = Some(dir.into());
+        self
+    }
+}
+
+/// How long [`Network::new`] waits for its own children's clocks to be measured: long
+/// enough for a back-end that is not receiving yet (its keeper answers every half
+/// heartbeat), short enough not to hold up start-up much when one is slow.
+const CLOCK_WAIT: Duration = Duration::from_secs(2);
 
 impl Default for NetworkOptions {
     fn default() -> Self {
@@ -95,6 +118,7 @@ impl Default for NetworkOptions {
             queue_limit: 8 << 20,
             plugins: Vec::new(),
             link_stages: crate::LinkStages::default(),
+            trace_dir: None,
         }
     }
 }
@@ -170,6 +194,7 @@ pub struct Network {
     sockdir: Option<PathBuf>,
     startup: Duration,
     down: bool,
+    trace: Option<TraceDump>,
 }
 
 impl Network {
@@ -206,6 +231,13 @@ impl Network {
         }
         // Created only once the options are known to be good, so errors leave nothing behind.
         opts.link_stages.validate()?;
+        let trace_dir = opts
+            .trace_dir
+            .clone()
+            .or_else(|| std::env::var_os("VARGR_TRACE_DIR").map(PathBuf::from));
+        if let Some(d) = &trace_dir {
+            trace::check_dir(d)?;
+        }
         let sockdir = make_sockdir()?;
         let config = RunConfig {
             backend_program: program,
@@ -226,6 +258,7 @@ impl Network {
             plugins: opts.plugins.clone(),
             attach: None,
             link_stages: opts.link_stages.clone(),
+            trace_dir: trace_dir.as_ref().map(|d| d.display().to_string()),
         };
         let mut config = config;
         let mut launched = None;
@@ -261,7 +294,14 @@ impl Network {
         router.heartbeat = opts.heartbeat;
         router.heartbeat_timeout = opts.heartbeat_timeout;
         let engine = Engine::new(router, reactor, opts.queue_limit);
-        engine.start_keeper(opts.heartbeat / 2);
+        trace::label_thread(root.id, "front-end");
+        engine.start_keeper(opts.heartbeat / 2, root.id);
+        // Measured here, while this thread polls: a pong's arrival is timed when it is
+        // handled, and nothing else would handle it promptly before the first receive.
+        engine.with_router(|r, out| r.start_clock(out));
+        engine.wait_for(Some(Instant::now() + CLOCK_WAIT), |st| {
+            st.router.clock_edges_done().then_some(())
+        });
         Ok(Network {
             engine,
             topology,
@@ -270,6 +310,11 @@ impl Network {
             sockdir: Some(sockdir),
             startup: t0.elapsed(),
             down: false,
+            trace: trace_dir.map(|dir| TraceDump {
+                dir,
+                node: root.id,
+                role: "front-end".into(),
+            }),
         })
     }
 
@@ -342,6 +387,24 @@ impl Network {
             .collect()
     }
 
+    /// The clock alignment of every node that reported one so far (the front-end's is
+    /// [`Alignment::ROOT`]): `local = front-end + offset_ns`, within `error_ns`.
+    /// Alignments travel up a level at a time after start-up; see
+    /// [`Network::wait_clock_alignment`].
+    pub fn clock_alignment(&self) -> BTreeMap<u32, Alignment> {
+        self.engine.lock().router.clock.reports.clone()
+    }
+
+    /// Like [`Network::clock_alignment`], first waiting up to `timeout` until every node
+    /// of the topology has reported.
+    pub fn wait_clock_alignment(&self, timeout: Duration) -> BTreeMap<u32, Alignment> {
+        let n = self.topology.len();
+        self.engine.wait_for(Some(Instant::now() + timeout), |st| {
+            (st.router.clock.reports.len() >= n).then_some(())
+        });
+        self.clock_alignment()
+    }
+
     /// Faults seen so far (lost nodes, failed filters), oldest first.
     pub fn faults(&self) -> Vec<TbonError> {
         self.engine.lock().router.deliveries.faults.clone()
@@ -368,16 +431,26 @@ impl Network {
         if let Some(d) = self.sockdir.take() {
             let _ = std::fs::remove_dir_all(d);
         }
-        match clean {
-            Some(()) => Ok(()),
-            None => Err(TbonError::Timeout(5000)),
+        // Last, so that nodes running as threads of this process are in it too.
+        let traced = self.trace.take().map(|d| d.write()).transpose();
+        match (clean, traced) {
+            (None, Err(e)) => {
+                eprintln!("vargr: {e}");
+                Err(TbonError::Timeout(5000))
+            }
+            (None, Ok(_)) => Err(TbonError::Timeout(5000)),
+            (Some(()), Err(e)) => Err(e.into()),
+            (Some(()), Ok(_)) => Ok(()),
         }
     }
 }
 
 impl Drop for Network {
     fn drop(&mut self) {
-        let _ = self.shutdown_inner();
+        // Nobody sees the result of an implicit shutdown: say when the trace is lost.
+        if let Err(e @ TbonError::Trace(_)) = self.shutdown_inner() {
+            eprintln!("vargr: {e}");
+        }
     }
 }
 

@@ -45,6 +45,9 @@ pub struct RunConfig {
     /// Sites of hosts and the WAN between them: the stages of each link.
     #[serde(default)]
     pub link_stages: crate::stages::LinkStages,
+    /// Every node process writes its trace file (`node-<id>.vtr`) here at shutdown.
+    #[serde(default)]
+    pub trace_dir: Option<String>,
 }
 
 /// A sub-tree is up: the back-end ranks reachable through it.

@@ -6,6 +6,10 @@
 //! [`Out`] (the reactor, or an outbox when another thread holds the reactor). What is
 //! meant for the local application (front-end user, back-end user) lands in
 //! [`Deliveries`].
+//!
+//! The router also records the tree's link and filter events (see [`crate::trace`]) and
+//! runs the clock-skew exchange (see [`crate::clock`]); its clock is a field, so tests
+//! drive it with a fake one.
 
 use std::collections::VecDeque;
 
@@ -15,11 +19,13 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use vargr_filter::{apply_guarded, FilterContext, Registry, SyncFilter, SyncMode, TransformFilter};
 use vargr_net::LinkId;
+use vargr_trace::NO_PEER;
 use vargr_wire::{encode_header, Frame, FrameKind, Packet};
 
+use crate::clock::ClockState;
 use crate::log::vlog;
 use crate::proto::{self, FaultMsg, StreamOpenMsg};
-use crate::TbonError;
+use crate::{trace, TbonError};
 
 /// Where frames leave a node.
 pub trait Out {
@@ -118,6 +124,10 @@ struct StreamState {
     down: Option<Box<dyn TransformFilter>>,
     /// Fast path: identity filter with don't-wait, forwarded without decoding.
     passthrough: bool,
+    /// Trace collectors of the sync filter and the up and down transformation filters.
+    sync_collector: u16,
+    up_collector: u16,
+    down_collector: u16,
 }
 
 pub struct Router {
@@ -133,6 +143,18 @@ pub struct Router {
     pub shutting_down: bool,
     pub heartbeat: Duration,
     pub heartbeat_timeout: Duration,
+    /// Node id of the parent (trace records name it), or [`NO_PEER`] at the root.
+    pub parent_node: u32,
+    /// The clock skew estimation reads: [`vargr_trace::clock::trace_ns`] unless a test
+    /// substitutes its own.
+    pub clock_ns: fn() -> u64,
+    /// This process's id: a child answering with the same one (and on the same host)
+    /// shares our clock.
+    pub pid: u32,
+    /// Whether an alignment received makes this process's trace alignment (not for
+    /// nodes running as threads of another node's process).
+    pub adopt_alignment: bool,
+    pub clock: ClockState,
 }
 
 impl Router {
@@ -154,6 +176,11 @@ impl Router {
             shutting_down: false,
             heartbeat: Duration::from_millis(500),
             heartbeat_timeout: Duration::from_millis(1500),
+            parent_node: NO_PEER,
+            clock_ns: vargr_trace::clock::trace_ns,
+            pid: std::process::id(),
+            adopt_alignment: !trace::in_process(),
+            clock: ClockState::default(),
         }
     }
 
@@ -201,6 +228,14 @@ impl Router {
         }
         let passthrough =
             matches!(msg.up.as_str(), "null" | "identity") && matches!(sync, SyncMode::DontWait);
+        let sync_name = sync.to_string();
+        let sync_name = sync_name.split(':').next().unwrap_or("");
+        let sync_collector = vargr_trace::collector(&format!("tbon/sync/{sync_name}"));
+        let up_collector = trace::filter_collector("up", &msg.up);
+        let down_collector = msg
+            .down
+            .as_deref()
+            .map_or(0, |d| trace::filter_collector("down", d));
         let bytes = frame_bytes(FrameKind::StreamOpen, msg.id, 0, &proto::to_json(&msg));
         for &(ci, _) in &child_slots {
             out.send(self.children[ci].link, bytes.clone());
@@ -212,6 +247,9 @@ impl Router {
             up: Some(up),
             down,
             passthrough,
+            sync_collector,
+            up_collector,
+            down_collector,
             open: msg,
         };
         self.streams.insert(st.open.id, st);
@@ -232,12 +270,24 @@ impl Router {
             num_inputs: 1,
         };
         let packets = match st.down.as_mut() {
-            Some(f) => apply_guarded(f.as_mut(), &ctx, vec![p]).map_err(|e| TbonError::Filter {
-                stream: ctx.stream,
-                node: self.node,
-                filter: e.to_string(),
-                reason: e.to_string(),
-            })?,
+            Some(f) => {
+                let (t0, bytes) = (vargr_trace::now(), p.encoded_len());
+                let r = apply_guarded(f.as_mut(), &ctx, vec![p]);
+                trace::filter(
+                    st.down_collector,
+                    ctx.stream,
+                    bytes,
+                    self.node,
+                    t0,
+                    r.is_ok(),
+                );
+                r.map_err(|e| TbonError::Filter {
+                    stream: ctx.stream,
+                    node: self.node,
+                    filter: e.to_string(),
+                    reason: e.to_string(),
+                })?
+            }
             None => vec![p],
         };
         for p in packets {
@@ -302,14 +352,35 @@ impl Router {
         }
     }
 
-    /// Handles one frame from `link`.
+    /// Handles one frame from `link`, recording it (LinkIn) from arrival to the end of
+    /// its routing.
     pub fn on_frame(&mut self, link: LinkId, f: Frame, now: Instant, out: &mut dyn Out) {
+        let t0 = vargr_trace::now();
         let from_parent = Some(link) == self.parent;
         let child = if from_parent {
             None
         } else {
             self.child_index(link)
         };
+        let peer = match child {
+            Some(ci) => self.children[ci].node,
+            None if from_parent => self.parent_node,
+            None => NO_PEER,
+        };
+        let (kind, stream, len) = (f.kind, f.stream, f.wire_len());
+        self.route(link, from_parent, child, f, now, out);
+        trace::link_in(kind, stream, len, peer, t0);
+    }
+
+    fn route(
+        &mut self,
+        link: LinkId,
+        from_parent: bool,
+        child: Option<usize>,
+        f: Frame,
+        now: Instant,
+        out: &mut dyn Out,
+    ) {
         match f.kind {
             FrameKind::Data if from_parent => self.on_data_down(f, out),
             FrameKind::Data => {
@@ -360,6 +431,14 @@ impl Router {
                 }
             }
             FrameKind::Heartbeat => {}
+            FrameKind::ClockPing if from_parent => self.on_clock_ping(&f, out),
+            FrameKind::ClockPong => {
+                if let Some(ci) = child {
+                    self.on_clock_pong(ci, &f, out)
+                }
+            }
+            FrameKind::ClockSet if from_parent => self.on_clock_set(&f, out),
+            FrameKind::ClockReport if child.is_some() => self.on_clock_report(&f, out),
             FrameKind::Shutdown if from_parent => self.begin_shutdown(out),
             FrameKind::ShutdownDone => {
                 if let Some(ci) = child {
@@ -438,7 +517,17 @@ impl Router {
         }
         match Packet::decode_payload(f.stream, f.tag, &f.payload) {
             Ok(p) => {
+                let t0 = vargr_trace::now();
                 let waves = st.sync.push(slot, p, now);
+                let child = self.children[ci].node;
+                trace::filter(
+                    st.sync_collector,
+                    f.stream,
+                    f.payload.len(),
+                    child,
+                    t0,
+                    true,
+                );
                 self.run_waves(f.stream, waves, out);
             }
             Err(e) => {
@@ -471,7 +560,11 @@ impl Router {
         let mut results = Vec::new();
         for wave in waves {
             let Some(f) = st.up.as_mut() else { break };
-            match apply_guarded(f.as_mut(), &ctx, wave) {
+            let t0 = vargr_trace::now();
+            let bytes: usize = wave.iter().map(Packet::encoded_len).sum();
+            let r = apply_guarded(f.as_mut(), &ctx, wave);
+            trace::filter(st.up_collector, stream, bytes, self.node, t0, r.is_ok());
+            match r {
                 Ok(ps) => results.extend(ps),
                 Err(e) => {
                     // A failed instance may hold broken state: stop using it.
@@ -672,12 +765,18 @@ impl Router {
         reactor: &mut vargr_net::Reactor,
     ) -> Vec<(LinkId, String)> {
         let mut dead = Vec::new();
-        let links: Vec<LinkId> = self
+        let links: Vec<(LinkId, u32)> = self
             .parent
+            .map(|p| (p, self.parent_node))
             .into_iter()
-            .chain(self.children.iter().filter(|c| c.alive).map(|c| c.link))
+            .chain(
+                self.children
+                    .iter()
+                    .filter(|c| c.alive)
+                    .map(|c| (c.link, c.node)),
+            )
             .collect();
-        for id in links {
+        for (id, peer) in links {
             let Some(l) = reactor.link_mut(id) else {
                 continue;
             };
@@ -696,7 +795,11 @@ impl Router {
                 continue;
             }
             if now.saturating_duration_since(l.last_write) >= self.heartbeat && l.backlog() == 0 {
-                reactor.send(id, frame_bytes(FrameKind::Heartbeat, 0, 0, &[]));
+                let t0 = vargr_trace::now();
+                let hb = frame_bytes(FrameKind::Heartbeat, 0, 0, &[]);
+                let h = trace::header_of(&hb);
+                reactor.send(id, hb);
+                trace::link_out(h, peer, t0);
             }
         }
         dead

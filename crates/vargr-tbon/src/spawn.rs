@@ -218,6 +218,7 @@ pub fn start_children(
                 let h = std::thread::Builder::new()
                     .name(format!("vargr-node-{cid}"))
                     .spawn(move || {
+                        crate::trace::mark_in_process();
                         if is_leaf {
                             match Backend::join(boot) {
                                 Ok(be) => body(be),

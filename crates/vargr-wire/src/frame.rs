@@ -76,6 +76,14 @@ frame_kinds! {
     Attach = 24,
     /// From the rendezvous: where an attaching back-end finds its parent.
     AttachReply = 25,
+    /// Parent → child: one round of clock-skew measurement (stream = round number).
+    ClockPing = 26,
+    /// Child → parent: the answer to a ClockPing, carrying the child's clock.
+    ClockPong = 27,
+    /// Parent → child: the child's cumulative clock alignment to the front-end.
+    ClockSet = 28,
+    /// Towards the front-end: one node's clock alignment, for the front-end's map.
+    ClockReport = 29,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.
