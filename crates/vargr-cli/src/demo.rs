@@ -31,6 +31,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     );
     print!("{}", topo.draw());
     let exe = std::env::current_exe().context("locating the vargr binary")?;
+    let started = Instant::now();
     let net = Network::new(
         topo,
         BackendSpec::command(exe.display().to_string(), &["backend", "demo"]),
@@ -130,6 +131,42 @@ pub fn run(a: DemoArgs) -> Result<()> {
     };
     rows.push(("BE→BE message".into(), msg, t.elapsed()));
 
+    // 5. The monitor plane: every node's event counts, reduced where they were
+    // recorded and gathered through the tree on the links' low-priority lane.
+    let t = Instant::now();
+    let pulled = net.pull(
+        &vargr_tbon::monitor::NetworkStatus::scope(),
+        Duration::from_secs(5),
+    );
+    let events: u64 = pulled
+        .replies()
+        .map(|(_, r)| match r {
+            vargr_trace::scope::Reply::Counts(c) => c.body.iter().map(|x| x.events).sum(),
+            _ => 0,
+        })
+        .sum();
+    rows.push((
+        "monitor pull".into(),
+        format!(
+            "{} nodes answered through the tree, {} events counted{}",
+            pulled.replies().count(),
+            events,
+            if pulled.missing().is_empty() {
+                String::new()
+            } else {
+                format!(", missing {:?}", pulled.missing())
+            }
+        ),
+        t.elapsed(),
+    ));
+    let mut view = vargr_tbon::monitor::NetworkStatus::of(
+        &pulled,
+        started.elapsed().as_secs_f64(),
+        &net.clock_alignment(),
+    );
+    view.uptime_s = started.elapsed().as_secs_f64();
+    view.last_pull_ms = t.elapsed().as_secs_f64() * 1e3;
+
     let t = Instant::now();
     net.shutdown()?;
     rows.push((
@@ -143,6 +180,11 @@ pub fn run(a: DemoArgs) -> Result<()> {
     for (step, what, d) in rows {
         println!("{:<20} {:>10}  {}", step, fmt_dur(d), what);
     }
+    println!("\nWhat the monitor saw (rates over the whole demo; live: `vargr top`):\n");
+    print!(
+        "{}",
+        crate::top_cmd::render_network(std::path::Path::new("demo"), &view, Duration::ZERO)
+    );
     Ok(())
 }
 

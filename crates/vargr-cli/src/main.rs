@@ -96,7 +96,7 @@ enum Cmd {
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
-        /// echo | demo | load | fail-after:N
+        /// echo | demo | load | fail-after:N | slow:RANK:MICROSECONDS
         role: String,
     },
 }

@@ -24,25 +24,42 @@ pub fn backend(role: &str) -> Result<()> {
     let fail_after: Option<u64> = role
         .strip_prefix("fail-after:")
         .and_then(|n| n.parse().ok());
-    serve(&be, fail_after)
+    // `slow:R:US`: back-end R sleeps US µs before each answer (load-balance tests).
+    let delay = role.strip_prefix("slow:").and_then(|r| {
+        let (rank, us) = r.split_once(':')?;
+        let rank: u32 = rank.parse().ok()?;
+        (rank == be.rank()).then(|| std::time::Duration::from_micros(us.parse().unwrap_or(0)))
+    });
+    serve(&be, fail_after, delay)
 }
 
 /// The built-in back-end loop: answers the demo's and the benchmarks' requests.
-pub fn serve(be: &Backend, fail_after: Option<u64>) -> Result<()> {
-    match serve_until_error(be, fail_after) {
+pub fn serve(
+    be: &Backend,
+    fail_after: Option<u64>,
+    delay: Option<std::time::Duration>,
+) -> Result<()> {
+    match serve_until_error(be, fail_after, delay) {
         // A shutdown that arrives while answering is a normal end too.
         Ok(()) | Err(TbonError::Shutdown) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
 
-fn serve_until_error(be: &Backend, fail_after: Option<u64>) -> Result<(), TbonError> {
+fn serve_until_error(
+    be: &Backend,
+    fail_after: Option<u64>,
+    delay: Option<std::time::Duration>,
+) -> Result<(), TbonError> {
     let mut seen = 0u64;
     loop {
         let p = be.recv()?;
         seen += 1;
         if fail_after.is_some_and(|n| seen > n) {
             std::process::exit(3);
+        }
+        if let Some(d) = delay {
+            std::thread::sleep(d);
         }
         match p.tag {
             TAG_ECHO => be.send(p.stream, p.tag, p.format.as_str(), p.values)?,

@@ -1,6 +1,8 @@
-//! `vargr top`: a live terminal view of a monitored run (`vargr run --monitor`).
+//! `vargr top`: a live terminal view of a monitored run (`vargr run --monitor`) or tree
+//! (`NetworkOptions::monitor_status`).
 //!
-//! The job's monitor rewrites a small status file after every pull; `top` redraws it.
+//! The job's monitor (or the network's front-end) rewrites a small status file after
+//! every pull; `top` redraws it.
 //! Reading a file instead of connecting to the job keeps `top` out of the job's way: it
 //! can start, stop and run slowly without the job noticing.
 
@@ -10,6 +12,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use vargr_coll::monitor::Status;
+use vargr_tbon::monitor::NetworkStatus;
 
 #[derive(Debug, Args)]
 pub struct TopArgs {
@@ -69,14 +72,18 @@ pub fn run(a: TopArgs) -> Result<()> {
     loop {
         let view = match std::fs::read(&path) {
             Ok(b) => {
-                let st: Status = serde_json::from_slice(&b)
-                    .with_context(|| format!("{}: not a vargr monitor status", path.display()))?;
                 let age = std::fs::metadata(&path)
                     .and_then(|m| m.modified())
                     .ok()
                     .and_then(|m| m.elapsed().ok())
                     .unwrap_or_default();
-                render(&path, &st, age)
+                let what = || format!("{}: not a vargr monitor status", path.display());
+                let v: serde_json::Value = serde_json::from_slice(&b).with_context(what)?;
+                if v.get("kind").and_then(|k| k.as_str()) == Some("network") {
+                    render_network(&path, &serde_json::from_value(v).with_context(what)?, age)
+                } else {
+                    render(&path, &serde_json::from_value(v).with_context(what)?, age)
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !a.once => {
                 format!("{}: the run has ended.\n", path.display())
@@ -99,10 +106,101 @@ fn stat_cell(s: Option<f64>) -> String {
     s.map_or("-".into(), |v| format!("{v:.1}"))
 }
 
+/// `[no update for N s]` when the file is older than a few periods.
+fn staleness(age: Duration, period_ms: u64) -> String {
+    if age.as_millis() as u64 > 3 * period_ms.max(100) + 1000 {
+        format!("  [no update for {:.0} s]", age.as_secs_f64())
+    } else {
+        String::new()
+    }
+}
+
+fn rate(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.1}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.1}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// The view of a network's status, as text.
+pub fn render_network(path: &Path, st: &NetworkStatus, age: Duration) -> String {
+    let every = match st.period_ms {
+        0 => "one pull".to_string(),
+        p => format!("pull every {p} ms"),
+    };
+    let mut o = format!(
+        "vargr top — {}  tree of {} nodes, up {:.1} s, {every} through the tree (last took {:.2} ms){}\n",
+        path.display(),
+        st.nodes.len() + st.missing.len(),
+        st.uptime_s,
+        st.last_pull_ms,
+        staleness(age, st.period_ms)
+    );
+    if !st.missing.is_empty() {
+        o += &format!("not answering: nodes {:?}\n", st.missing);
+    }
+    o += &format!(
+        "\n{:>7} {:>10} {:>10} {:>10}  {:<28}\n",
+        "STREAM", "PACKETS/S", "WAVES/S", "FILTER µs", "LAST TO ARRIVE (share)"
+    );
+    for s in &st.streams {
+        o += &format!(
+            "{:>7} {:>10} {:>10} {:>10.1}  {:<28}\n",
+            s.stream,
+            rate(s.packets_per_s),
+            rate(s.waves_per_s),
+            s.filter_mean_us,
+            s.last_arrival
+                .map_or("-".into(), |(child, parent, share)| format!(
+                    "node {child} at {parent} ({:.0} %)",
+                    share * 100.0
+                ))
+        );
+    }
+    if st.streams.is_empty() {
+        o += "(no stream traffic in the last period)\n";
+    }
+    o += &format!(
+        "\n{:>5} {:<26} {:<12} {:>9} {:>9} {:>10} {:>10} {:>9} {:>9} {:>7} {:>11}\n",
+        "NODE",
+        "PROCESS",
+        "HOST",
+        "FRAMES/S↓",
+        "FRAMES/S↑",
+        "BYTES/S↓",
+        "BYTES/S↑",
+        "FILTER %",
+        "RECORDS",
+        "LOST",
+        "CLOCK ±µs"
+    );
+    for n in &st.nodes {
+        o += &format!(
+            "{:>5} {:<26} {:<12} {:>9} {:>9} {:>10} {:>10} {:>9.2} {:>9} {:>7} {:>11.1}\n",
+            n.node,
+            n.process,
+            n.host,
+            rate(n.frames_in_per_s),
+            rate(n.frames_out_per_s),
+            rate(n.bytes_in_per_s),
+            rate(n.bytes_out_per_s),
+            n.filter_us_per_s / 1e4,
+            n.records,
+            n.lost,
+            n.clock_error_ns as f64 / 1e3
+        );
+    }
+    o
+}
+
 /// The view of one status, as text.
 pub fn render(path: &Path, st: &Status, age: Duration) -> String {
     let mut o = String::new();
-    let stale = age.as_millis() as u64 > 3 * st.period_ms.max(100) + 1000;
     o += &format!(
         "vargr top — {}  {} ranks, {} processes, up {:.1} s, pull every {} ms (last took {:.2} ms){}\n",
         path.display(),
@@ -111,11 +209,7 @@ pub fn render(path: &Path, st: &Status, age: Duration) -> String {
         st.uptime_s,
         st.period_ms,
         st.last_pull_ms,
-        if stale {
-            format!("  [no update for {:.0} s]", age.as_secs_f64())
-        } else {
-            String::new()
-        }
+        staleness(age, st.period_ms)
     );
     o += &format!(
         "records gathered {}  lost {}  gather rate {:.2} %\n\n",

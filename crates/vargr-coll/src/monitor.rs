@@ -138,6 +138,7 @@ fn run_agent(
         Scope {
             collectors: Vec::new(),
             reduce: Reduce::All,
+            by_seq: false,
         },
         local_ranks,
         AGENT_HOLD,
@@ -286,11 +287,11 @@ impl LoadBalance {
                 self.count(r);
                 self.node_stats.insert(r.process.clone(), r.body.clone());
             }
-            Reply::Records(f) => {
+            Reply::Counts(r) => self.count(r),
+            Reply::Records(_) => {
                 let (records, lost) = reply.counts();
                 self.records += records;
                 self.records_lost += lost;
-                let _ = f;
             }
         }
     }
@@ -513,6 +514,7 @@ impl MonitorConfig {
             } else {
                 Reduce::LastArrival
             },
+            by_seq: false,
         }
     }
 }
@@ -734,6 +736,7 @@ mod tests {
             Scope {
                 collectors: vec!["ctx0/*".into()],
                 reduce: Reduce::LastArrival,
+                by_seq: false,
             },
             1,
             1000,

@@ -4,7 +4,9 @@
 //! Writes are queued as `Bytes` (an encoded frame is shared by every child it is sent
 //! to) and flushed with one `writev` per batch. Frames on *latest*-mode streams wait in
 //! a one-per-stream slot while the link is backed up, so a slow reader sees only the
-//! newest (PATHS' last-observe).
+//! newest (PATHS' last-observe). Low-priority frames (the monitor plane) wait in a lane
+//! of their own and go only when nothing else is queued, one at a time, so an
+//! application frame waits at most for the one low-priority frame already on its way.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice};
@@ -50,6 +52,7 @@ pub struct Link {
     wq: VecDeque<Bytes>,
     wq_bytes: usize,
     latest: BTreeMap<u64, Bytes>,
+    low: VecDeque<Bytes>,
     max_frame: usize,
     pub(crate) readable: bool,
     pub(crate) writable: bool,
@@ -75,6 +78,7 @@ impl Link {
             wq: VecDeque::new(),
             wq_bytes: 0,
             latest: BTreeMap::new(),
+            low: VecDeque::new(),
             max_frame,
             readable: true,
             writable: true,
@@ -255,16 +259,36 @@ impl Link {
         }
     }
 
+    /// Queues a low-priority frame: it is sent only when no other frame waits.
+    pub fn queue_low(&mut self, bytes: Bytes) {
+        self.low.push_back(bytes);
+    }
+
+    /// Bytes of low-priority frames not yet handed to the socket.
+    pub fn low_backlog(&self) -> usize {
+        self.low.iter().map(Bytes::len).sum()
+    }
+
     /// Writes as much of the queue as the socket takes. Returns true when all is sent.
     pub fn flush(&mut self) -> Result<bool, NetError> {
         loop {
             if self.wq.is_empty() {
-                if self.latest.is_empty() {
-                    return Ok(true);
+                if !self.latest.is_empty() {
+                    let slots = std::mem::take(&mut self.latest);
+                    for (_, b) in slots {
+                        self.queue(b);
+                    }
+                } else if self.stage_deadline().is_none() {
+                    // Low-priority frames enter the stages only when they hold nothing,
+                    // or a burst of them would sit in an emulated WAN ahead of the
+                    // application's next frame.
+                    if let Some(b) = self.low.pop_front() {
+                        self.queue(b);
+                    }
                 }
-                let slots = std::mem::take(&mut self.latest);
-                for (_, b) in slots {
-                    self.queue(b);
+                // Frames may wait in a stage (an emulated WAN) rather than the queue.
+                if self.wq.is_empty() {
+                    return Ok(true);
                 }
             }
             let n = if self.wq.len() == 1 {
@@ -317,6 +341,33 @@ impl Link {
     }
 
     pub(crate) fn wants_write(&self) -> bool {
-        !self.wq.is_empty() || !self.latest.is_empty()
+        !self.wq.is_empty()
+            || !self.latest.is_empty()
+            || (!self.low.is_empty() && self.stage_deadline().is_none())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn low_priority_frames_wait_for_the_others() {
+        let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let conn = MioConn::Unix(mio::net::UnixStream::from_std(a));
+        let mut l = Link::new(conn, "test", 1 << 20);
+        l.queue_low(Bytes::from_static(b"low1 "));
+        l.queue(Bytes::from_static(b"app1 "));
+        l.queue_low(Bytes::from_static(b"low2 "));
+        l.queue(Bytes::from_static(b"app2 "));
+        assert!(l.wants_write());
+        assert_eq!(l.low_backlog(), 10);
+        assert!(l.flush().unwrap());
+        assert!(!l.wants_write());
+        let mut got = vec![0u8; 20];
+        b.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"app1 app2 low1 low2 ");
     }
 }

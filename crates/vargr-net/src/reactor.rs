@@ -118,6 +118,13 @@ impl Reactor {
         }
     }
 
+    /// Queues a low-priority frame; see [`Link::queue_low`].
+    pub fn send_low(&mut self, id: LinkId, bytes: Bytes) {
+        if let Some(l) = self.link_mut(id) {
+            l.queue_low(bytes);
+        }
+    }
+
     /// Queues a latest-mode frame; see [`Link::queue_latest`] for `key`.
     pub fn send_latest(&mut self, id: LinkId, key: u64, bytes: Bytes) {
         if let Some(l) = self.link_mut(id) {

@@ -166,8 +166,8 @@ impl Engine {
         }
         let timeout = wake_at.saturating_duration_since(now);
         // Frames queued by senders while the reactor was out go first.
-        for (link, latest, bytes) in g.outbox.0.drain(..) {
-            reactor.forward(link, latest, bytes);
+        for (link, lane, bytes) in g.outbox.0.drain(..) {
+            reactor.send_on(link, lane, bytes);
         }
         reactor.flush_all();
         let mut events = std::mem::take(&mut g.events);
@@ -218,8 +218,8 @@ impl Engine {
                 d.write_or_log();
             }
         }
-        for (link, latest, bytes) in st.outbox.0.drain(..) {
-            reactor.forward(link, latest, bytes);
+        for (link, lane, bytes) in st.outbox.0.drain(..) {
+            reactor.send_on(link, lane, bytes);
         }
         reactor.flush_all();
         st.events = events;

@@ -12,7 +12,8 @@
 //! reactor among a process's threads without an I/O thread on the latency path,
 //! [`spawn`] instantiates the tree and [`commnode`] is the internal node's main loop.
 //! [`trace`] holds the tree's event collectors and trace files, [`clock`] the
-//! tree-based clock-skew estimation that aligns them.
+//! tree-based clock-skew estimation that aligns them, and [`monitor`] the monitor plane
+//! that pulls reduced records through the tree while it runs.
 
 mod backend;
 pub mod clock;
@@ -20,6 +21,7 @@ pub mod commnode;
 mod engine;
 mod error;
 pub mod log;
+pub mod monitor;
 mod network;
 pub mod proto;
 pub mod rendezvous;

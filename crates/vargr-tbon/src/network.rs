@@ -89,6 +89,10 @@ pub struct NetworkOptions {
     /// Every node (front-end, commnodes, back-end processes) writes its event trace to
     /// `DIR/node-<id>.vtr` at shutdown. None: `$VARGR_TRACE_DIR` if set, else no files.
     pub trace_dir: Option<PathBuf>,
+    /// A thread of the front-end pulls event counts through the tree every
+    /// `monitor_period` and keeps this file up to date for `vargr top`.
+    pub monitor_status: Option<PathBuf>,
+    pub monitor_period: Duration,
 }
 
 impl NetworkOptions {
@@ -96,6 +100,12 @@ impl NetworkOptions {
     /// [`NetworkOptions::trace_dir`](NetworkOptions#structfield.trace_dir)).
     pub fn trace_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.trace_dir = Some(dir.into());
+        self
+    }
+
+    /// Keeps `path` up to date with per-node and per-stream rates for `vargr top`.
+    pub fn monitor_status(mut self, path: impl Into<PathBuf>) -> Self {
+        self.monitor_status = Some(path.into());
         self
     }
 }
@@ -119,6 +129,8 @@ impl Default for NetworkOptions {
             plugins: Vec::new(),
             link_stages: crate::LinkStages::default(),
             trace_dir: None,
+            monitor_status: None,
+            monitor_period: Duration::from_millis(500),
         }
     }
 }
@@ -195,6 +207,71 @@ pub struct Network {
     startup: Duration,
     down: bool,
     trace: Option<TraceDump>,
+    status: Option<StatusThread>,
+}
+
+/// The front-end thread that writes the network's status for `vargr top`.
+struct StatusThread {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl StatusThread {
+    fn start(engine: &Arc<Engine>, path: PathBuf, period: Duration) -> StatusThread {
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (s, weak) = (stop.clone(), Arc::downgrade(engine));
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut last = Instant::now();
+            let mut pulls = 0;
+            let scope = crate::monitor::NetworkStatus::scope();
+            while !s.load(Ordering::Relaxed) {
+                std::thread::sleep(period);
+                let Some(engine) = weak.upgrade() else { return };
+                let started = Instant::now();
+                let pulled = pull_on(&engine, &scope, period.max(Duration::from_millis(200)));
+                let clocks = engine.lock().router.clock.reports.clone();
+                let mut st = crate::monitor::NetworkStatus::of(
+                    &pulled,
+                    last.elapsed().as_secs_f64(),
+                    &clocks,
+                );
+                last = Instant::now();
+                pulls += 1;
+                st.uptime_s = t0.elapsed().as_secs_f64();
+                st.period_ms = period.as_millis() as u64;
+                st.pulls = pulls;
+                st.last_pull_ms = started.elapsed().as_secs_f64() * 1e3;
+                if let Err(e) = st.write(&path) {
+                    eprintln!("vargr: monitor status {}: {e}", path.display());
+                    return;
+                }
+            }
+        });
+        StatusThread { stop, thread }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+    }
+}
+
+/// One pull through the tree (see [`Network::pull`]).
+fn pull_on(
+    engine: &Engine,
+    scope: &vargr_trace::scope::Scope,
+    budget: Duration,
+) -> crate::monitor::Pulled {
+    let id = engine.with_router(|r, out| r.start_pull(scope.clone(), budget, out));
+    // The router gives up on late sub-trees at the budget; the slack covers the last hop.
+    let deadline = Instant::now() + budget + Duration::from_secs(1);
+    engine
+        .wait_for(Some(deadline), |st| st.router.monitor.done.remove(&id))
+        .unwrap_or_else(|| crate::monitor::Pulled {
+            answers: Default::default(),
+            root: None,
+        })
 }
 
 impl Network {
@@ -302,7 +379,12 @@ impl Network {
         engine.wait_for(Some(Instant::now() + CLOCK_WAIT), |st| {
             st.router.clock_edges_done().then_some(())
         });
+        let status = opts
+            .monitor_status
+            .clone()
+            .map(|p| StatusThread::start(&engine, p, opts.monitor_period));
         Ok(Network {
+            status,
             engine,
             topology,
             handles: Mutex::new(handles),
@@ -387,6 +469,17 @@ impl Network {
             .collect()
     }
 
+    /// Pulls every node's collectors through the tree (the monitor plane, see
+    /// [`crate::monitor`]): each node selects and reduces its records with `scope`,
+    /// sub-trees answer within `budget`, and nodes that could not are listed as missing.
+    pub fn pull(
+        &self,
+        scope: &vargr_trace::scope::Scope,
+        budget: Duration,
+    ) -> crate::monitor::Pulled {
+        pull_on(&self.engine, scope, budget)
+    }
+
     /// The clock alignment of every node that reported one so far (the front-end's is
     /// [`Alignment::ROOT`]): `local = front-end + offset_ns`, within `error_ns`.
     /// Alignments travel up a level at a time after start-up; see
@@ -421,6 +514,9 @@ impl Network {
             return Ok(());
         }
         self.down = true;
+        if let Some(s) = self.status.take() {
+            s.stop();
+        }
         self.engine.with_router(|r, out| r.begin_shutdown(out));
         let deadline = Instant::now() + Duration::from_secs(5);
         let clean = self

@@ -34,6 +34,9 @@ pub trait Out {
     /// the link is backed up.
     fn send_latest(&mut self, link: LinkId, key: u64, bytes: Bytes);
 
+    /// Sends a monitor-plane frame: it leaves only when no other frame waits on the link.
+    fn send_low(&mut self, link: LinkId, bytes: Bytes);
+
     /// Sends `bytes`, as a latest-mode frame when `latest` carries its key.
     fn forward(&mut self, link: LinkId, latest: Option<u64>, bytes: Bytes) {
         match latest {
@@ -41,6 +44,25 @@ pub trait Out {
             None => self.send(link, bytes),
         }
     }
+
+    /// Sends `bytes` on `lane`.
+    fn send_on(&mut self, link: LinkId, lane: Lane, bytes: Bytes) {
+        match lane {
+            Lane::Normal => self.send(link, bytes),
+            Lane::Latest(key) => self.send_latest(link, key, bytes),
+            Lane::Low => self.send_low(link, bytes),
+        }
+    }
+}
+
+/// How a queued frame is to be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    Normal,
+    /// Latest-mode, with its replacement key.
+    Latest(u64),
+    /// The monitor plane's low-priority lane.
+    Low,
 }
 
 impl Out for vargr_net::Reactor {
@@ -50,18 +72,24 @@ impl Out for vargr_net::Reactor {
     fn send_latest(&mut self, link: LinkId, key: u64, bytes: Bytes) {
         vargr_net::Reactor::send_latest(self, link, key, bytes)
     }
+    fn send_low(&mut self, link: LinkId, bytes: Bytes) {
+        vargr_net::Reactor::send_low(self, link, bytes)
+    }
 }
 
 /// Frames waiting for the thread that holds the reactor.
 #[derive(Default)]
-pub struct Outbox(pub Vec<(LinkId, Option<u64>, Bytes)>);
+pub struct Outbox(pub Vec<(LinkId, Lane, Bytes)>);
 
 impl Out for Outbox {
     fn send(&mut self, link: LinkId, bytes: Bytes) {
-        self.0.push((link, None, bytes));
+        self.0.push((link, Lane::Normal, bytes));
     }
     fn send_latest(&mut self, link: LinkId, key: u64, bytes: Bytes) {
-        self.0.push((link, Some(key), bytes));
+        self.0.push((link, Lane::Latest(key), bytes));
+    }
+    fn send_low(&mut self, link: LinkId, bytes: Bytes) {
+        self.0.push((link, Lane::Low, bytes));
     }
 }
 
@@ -155,6 +183,8 @@ pub struct Router {
     /// nodes running as threads of another node's process).
     pub adopt_alignment: bool,
     pub clock: ClockState,
+    /// The monitor plane: pulls in progress, this node's reducer.
+    pub monitor: crate::monitor::MonitorState,
 }
 
 impl Router {
@@ -181,6 +211,7 @@ impl Router {
             pid: std::process::id(),
             adopt_alignment: !trace::in_process(),
             clock: ClockState::default(),
+            monitor: Default::default(),
         }
     }
 
@@ -439,6 +470,12 @@ impl Router {
             }
             FrameKind::ClockSet if from_parent => self.on_clock_set(&f, out),
             FrameKind::ClockReport if child.is_some() => self.on_clock_report(&f, out),
+            FrameKind::MonitorPull if from_parent => self.on_monitor_pull(&f, out),
+            FrameKind::MonitorData => {
+                if let Some(ci) = child {
+                    self.on_monitor_data(ci, &f, out)
+                }
+            }
             FrameKind::Shutdown if from_parent => self.begin_shutdown(out),
             FrameKind::ShutdownDone => {
                 if let Some(ci) = child {
@@ -528,6 +565,9 @@ impl Router {
                     t0,
                     true,
                 );
+                if !waves.is_empty() && st.child_slots.len() > 1 {
+                    trace::last_arrival(f.stream, child);
+                }
                 self.run_waves(f.stream, waves, out);
             }
             Err(e) => {
@@ -616,13 +656,15 @@ impl Router {
                 .unwrap_or_default();
             self.run_waves(id, waves, out);
         }
+        self.monitor_timer(now, out);
     }
 
-    /// The earliest time a sync filter needs [`Router::on_timer`].
+    /// The earliest time a sync filter or a monitor pull needs [`Router::on_timer`].
     pub fn next_deadline(&self) -> Option<Instant> {
         self.streams
             .values()
             .filter_map(|s| s.sync.poll_timeout())
+            .chain(self.monitor_deadline())
             .min()
     }
 
@@ -695,6 +737,7 @@ impl Router {
             return;
         }
         self.children[ci].alive = false;
+        self.monitor_child_lost(ci, out);
         if self.shutting_down && self.children[ci].shutdown_done {
             return;
         }
@@ -764,6 +807,7 @@ impl Router {
         now: Instant,
         reactor: &mut vargr_net::Reactor,
     ) -> Vec<(LinkId, String)> {
+        self.monitor_drain();
         let mut dead = Vec::new();
         let links: Vec<(LinkId, u32)> = self
             .parent

@@ -8,6 +8,7 @@
 //! | `tbon/link/in/control`, `tbon/link/out/control` | LinkIn / LinkOut | any other frame (heartbeats, clock, stream open, shutdown…) | header stream field | node id at the other end | whole frame |
 //! | `tbon/sync/<mode>` | Filter | packet pushed into a stream's synchronisation filter | stream id | child node the packet came from | packet payload |
 //! | `tbon/filter/up/<name>`, `tbon/filter/down/<name>` | Filter | transformation filter call (one wave up, one packet down) | stream id | this node's id | input packets |
+//! | `tbon/wave/last` | User | wave completed by a child's packet (that child arrived last) | stream id | the child's node id | 0 |
 //!
 //! Data and control traffic have separate collectors so a user can look at the
 //! application's frames alone (`tbon/link/in`) or at all of them (the `tbon/link/`
@@ -162,6 +163,31 @@ impl Out for TracedOut<'_> {
         self.inner.send_latest(link, key, bytes);
         link_out(h, self.peers.of(link), t);
     }
+
+    fn send_low(&mut self, link: LinkId, bytes: Bytes) {
+        let t = vargr_trace::now();
+        let h = header_of(&bytes);
+        self.inner.send_low(link, bytes);
+        link_out(h, self.peers.of(link), t);
+    }
+}
+
+/// Records that `child`'s packet completed a wave of `stream` (it arrived last): the
+/// load-balance view of the tree, counted per stream and child by the monitor.
+pub(crate) fn last_arrival(stream: u32, child: u32) {
+    static ID: OnceLock<u16> = OnceLock::new();
+    let id = *ID.get_or_init(|| vargr_trace::collector("tbon/wave/last"));
+    let t = vargr_trace::now();
+    vargr_trace::record(&Record {
+        start: t,
+        end: t,
+        seq: stream,
+        bytes: 0,
+        collector: id,
+        op: EventOp::User as u8,
+        status: 0,
+        peer: child,
+    });
 }
 
 thread_local! {

@@ -11,6 +11,8 @@
 //!   of the records.
 //! - [`Reduce::Stats`]: the statistics monitor run on the node itself; only per-collector
 //!   summaries travel (the seed's distributed analysis).
+//! - [`Reduce::Counts`]: per collector and peer, how many events, bytes and busy time
+//!   since the last pull: what a live view needs for rates, in a few hundred bytes.
 //!
 //! [`ScopeReducer`] is the agent side, sans-IO: it is fed the trace drained from the
 //! rings and produces a [`Reply`]. Replies come from other processes, so
@@ -31,6 +33,7 @@ pub enum Reduce {
     All,
     LastArrival,
     Stats,
+    Counts,
 }
 
 /// What a monitor pulls.
@@ -40,9 +43,21 @@ pub struct Scope {
     /// selects every collector.
     pub collectors: Vec<String>,
     pub reduce: Reduce,
+    /// [`Reduce::Counts`] only: count per sequence number too (the tree's records carry
+    /// the stream id there, so this gives per-stream rates).
+    #[serde(default)]
+    pub by_seq: bool,
 }
 
 impl Scope {
+    pub fn new(collectors: &[&str], reduce: Reduce) -> Scope {
+        Scope {
+            collectors: collectors.iter().map(|c| c.to_string()).collect(),
+            reduce,
+            by_seq: false,
+        }
+    }
+
     pub fn matches(&self, collector: &str) -> bool {
         self.collectors.is_empty() || self.collectors.iter().any(|p| glob(p, collector))
     }
@@ -106,12 +121,29 @@ pub struct CollectorStats {
     pub stats: Stats,
 }
 
+/// Events of one collector with one peer since the last pull.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Count {
+    pub collector: String,
+    /// The peer (rank or node) the events involved, if any.
+    pub peer: Option<u32>,
+    /// The sequence number, when the scope counts by it.
+    pub seq: Option<u32>,
+    pub events: u64,
+    pub bytes: u64,
+    /// Sum of the events' durations.
+    pub busy_ns: u64,
+    /// Longest single event.
+    pub max_ns: u64,
+}
+
 /// An agent's answer.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Records(TraceFile),
     Calls(Reduced<Vec<CallSummary>>),
     Stats(Reduced<Vec<CollectorStats>>),
+    Counts(Reduced<Vec<Count>>),
 }
 
 /// A reduced answer and what it was reduced from.
@@ -151,6 +183,7 @@ impl Reply {
             Reply::Records(f) => (b'R', f.encode()),
             Reply::Calls(r) => (b'C', serde_json::to_vec(r).expect("serializable")),
             Reply::Stats(r) => (b'S', serde_json::to_vec(r).expect("serializable")),
+            Reply::Counts(r) => (b'N', serde_json::to_vec(r).expect("serializable")),
         };
         body.insert(0, tag);
         body
@@ -176,6 +209,9 @@ impl Reply {
             b'S' => Reply::Stats(
                 serde_json::from_slice(body).map_err(|e| bad(format!("statistics: {e}")))?,
             ),
+            b'N' => Reply::Counts(
+                serde_json::from_slice(body).map_err(|e| bad(format!("event counts: {e}")))?,
+            ),
             t => return Err(bad(format!("unknown monitor reply kind {t:#04x}"))),
         })
     }
@@ -189,6 +225,7 @@ impl Reply {
                 .fold((0, 0), |(r, l), t| (r + t.records.len() as u64, l + t.lost)),
             Reply::Calls(r) => (r.records, r.lost),
             Reply::Stats(r) => (r.records, r.lost),
+            Reply::Counts(r) => (r.records, r.lost),
         }
     }
 }
@@ -206,6 +243,7 @@ pub struct ScopeReducer {
     pending: HashMap<(u32, u32), CallSummary>,
     done: Vec<CallSummary>,
     stats: BTreeMap<String, StatsMonitor>,
+    counts: BTreeMap<(String, Option<u32>, Option<u32>), Count>,
     records: u64,
     lost: u64,
 }
@@ -222,6 +260,7 @@ impl ScopeReducer {
             pending: HashMap::new(),
             done: Vec::new(),
             stats: BTreeMap::new(),
+            counts: BTreeMap::new(),
             records: 0,
             lost: 0,
         }
@@ -301,6 +340,25 @@ impl ScopeReducer {
                         }
                     }
                 }
+                Reduce::Counts => {
+                    for r in t.records.iter().filter(|r| picked(r.collector)) {
+                        let name = f.collector_name(r.collector);
+                        let peer = (r.peer != crate::record::NO_PEER).then_some(r.peer);
+                        let seq = self.scope.by_seq.then_some(r.seq);
+                        let key = (name.to_string(), peer, seq);
+                        let c = self.counts.entry(key).or_insert_with(|| Count {
+                            collector: name.to_string(),
+                            peer,
+                            seq,
+                            ..Count::default()
+                        });
+                        let ns = f.to_ns(r.end).saturating_sub(f.to_ns(r.start));
+                        c.events += 1;
+                        c.bytes += u64::from(r.bytes);
+                        c.busy_ns += ns;
+                        c.max_ns = c.max_ns.max(ns);
+                    }
+                }
                 Reduce::Stats => {
                     for r in &t.records {
                         if r.event_op() != Some(EventOp::Call) || !picked(r.collector) {
@@ -360,6 +418,9 @@ impl ScopeReducer {
                 ..file
             }),
             Reduce::LastArrival => Reply::Calls(head.with(std::mem::take(&mut self.done))),
+            Reduce::Counts => {
+                Reply::Counts(head.with(std::mem::take(&mut self.counts).into_values().collect()))
+            }
             Reduce::Stats => Reply::Stats(
                 head.with(
                     self.stats
@@ -437,6 +498,7 @@ mod tests {
         let scope = Scope {
             collectors: vec!["ctx0/*".into()],
             reduce: Reduce::LastArrival,
+            by_seq: false,
         };
         let mut r = ScopeReducer::new(scope, 2, 1000);
         // Rank 5 has recorded two calls, rank 4 only the first so far.
@@ -489,6 +551,7 @@ mod tests {
             Scope {
                 collectors: vec!["ctx0/*".into()],
                 reduce: Reduce::Stats,
+                by_seq: false,
             },
             1,
             1000,
@@ -505,6 +568,7 @@ mod tests {
             Scope {
                 collectors: vec!["tbon/*".into()],
                 reduce: Reduce::All,
+                by_seq: false,
             },
             1,
             2,
@@ -517,6 +581,31 @@ mod tests {
         assert_eq!(f.threads[0].records.len(), 2);
         assert!(f.threads[0].records.iter().all(|x| x.collector == 1));
         assert_eq!(f.threads[0].lost, 2);
+        let mut r = ScopeReducer::new(
+            Scope {
+                collectors: vec!["tbon/*".into()],
+                reduce: Reduce::Counts,
+                by_seq: false,
+            },
+            1,
+            100,
+        );
+        r.add(&file(&[(0, &[0, 10, 20])]));
+        let Reply::Counts(c) = r.reply(file(&[])) else {
+            panic!("not counts")
+        };
+        assert_eq!(c.body.len(), 1);
+        assert_eq!(
+            (
+                c.body[0].events,
+                c.body[0].bytes,
+                c.body[0].busy_ns,
+                c.body[0].peer
+            ),
+            (3, 24, 300, None)
+        );
+        let back = Reply::decode(&Reply::Counts(c.clone()).encode(), "x").unwrap();
+        assert_eq!(back, Reply::Counts(c));
         assert!(Reply::decode(b"", "x").is_err());
         assert!(Reply::decode(b"Zxx", "x").is_err());
         assert!(Reply::decode(b"C{}", "x").is_err());

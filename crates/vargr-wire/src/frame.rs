@@ -84,6 +84,12 @@ frame_kinds! {
     ClockSet = 28,
     /// Towards the front-end: one node's clock alignment, for the front-end's map.
     ClockReport = 29,
+    /// Parent → children (low priority): a monitor pull; stream = pull id, payload = the
+    /// scope as JSON.
+    MonitorPull = 30,
+    /// Child → parent (low priority): one chunk of a sub-tree's answers to a pull;
+    /// stream = pull id, tag = chunks still to come (0 on the last).
+    MonitorData = 31,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.

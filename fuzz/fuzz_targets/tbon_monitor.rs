@@ -1,0 +1,9 @@
+//! Monitor answers come up the tree from other nodes: decoding arbitrary bytes must
+//! return an error naming the sender, never panic or allocate without bound.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let _ = vargr_tbon::monitor::decode_answers(data, "fuzz");
+});
