@@ -30,11 +30,15 @@ pub struct TraceBenchArgs {
     /// Rank counts to run.
     #[arg(long, value_delimiter = ',', default_value = "4,16")]
     ranks: Vec<u32>,
-    /// Allreduces per block.
-    #[arg(long, default_value_t = 500)]
+    /// Allreduces in the first warm-up block, which sizes the others.
+    #[arg(long, default_value_t = 200)]
     iters: u32,
+    /// Target length of one block (ms): every configuration gets as many pairs in the
+    /// same time, whatever one call costs.
+    #[arg(long, default_value_t = 40)]
+    block_ms: u32,
     /// Blocks per run (half with collectors on, half off, alternating).
-    #[arg(long, default_value_t = 60)]
+    #[arg(long, default_value_t = 120)]
     blocks: u32,
     /// Ranks of the extra run that measures the monitor's gather rate (gsum only).
     #[arg(long)]
@@ -42,8 +46,9 @@ pub struct TraceBenchArgs {
     /// A vargr built with `--features trace-off`: compare with collectors compiled out.
     #[arg(long)]
     compiled_out: Option<PathBuf>,
-    /// Runs of each binary for the compiled-out comparison.
-    #[arg(long, default_value_t = 4)]
+    /// Runs of each binary for the compiled-out comparison (each a quarter of
+    /// `--blocks` long).
+    #[arg(long, default_value_t = 8)]
     runs: u32,
     /// Ranks of the slow-rank detection run (0 skips it).
     #[arg(long, default_value_t = 16)]
@@ -98,8 +103,12 @@ impl BenchRecord {
 /// What one rank job runs.
 #[derive(Args, Clone, Debug)]
 pub struct TraceRankArgs {
+    /// Allreduces in the first warm-up block.
     #[arg(long)]
     iters: u32,
+    /// Target block length (ms), from which the first block sizes the others.
+    #[arg(long, default_value_t = 40)]
+    block_ms: u32,
     #[arg(long)]
     blocks: u32,
     /// Spin-kernel steps before each allreduce (0 = gsum).
@@ -126,7 +135,8 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
         let mut on = Vec::new();
         let mut off = Vec::new();
         let mut x = 0.5f64;
-        let mut events = 0u64;
+        let (mut events, mut calls) = (0u64, 0u64);
+        let mut iters = a.iters.max(1);
         for b in 0..a.blocks + 2 {
             let tracing = a.fixed || b % 2 == 0;
             vargr_trace::set_enabled(tracing);
@@ -134,7 +144,7 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
             c.barrier()?;
             let before = vargr_trace::thread_records();
             let t = Instant::now();
-            for _ in 0..a.iters {
+            for _ in 0..iters {
                 if a.compute_steps > 0 {
                     x = crate::coll_bench_role::spin(std::hint::black_box(a.compute_steps), x);
                 }
@@ -142,24 +152,24 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
                 c.allreduce(&mut v, &Op::Sum)?;
                 x = v[0] * 1e-9;
             }
-            let mut us = [t.elapsed().as_secs_f64() * 1e6 / f64::from(a.iters)];
+            let mut us = [t.elapsed().as_secs_f64() * 1e6 / f64::from(iters)];
             if tracing {
                 events += vargr_trace::thread_records() - before;
+                calls += u64::from(iters);
             }
             c.allreduce(&mut us, &Op::Max)?;
-            // The first two blocks warm up.
+            // The first two blocks warm up; the first also sizes the rest (the same on
+            // every rank: `us` is the maximum over ranks).
+            if b == 0 {
+                iters = (f64::from(a.block_ms) * 1e3 / us[0]).clamp(20.0, 1e6) as u32;
+            }
             if b >= 2 {
                 if tracing { &mut on } else { &mut off }.push(us[0]);
             }
         }
         vargr_trace::set_enabled(true);
         std::hint::black_box(x);
-        let traced_blocks = if a.fixed {
-            a.blocks + 2
-        } else {
-            a.blocks / 2 + 1
-        };
-        let mut per_call = [events as f64 / f64::from(a.iters * traced_blocks)];
+        let mut per_call = [events as f64 / calls.max(1) as f64];
         c.allreduce(&mut per_call, &Op::Sum)?;
         Ok((c.rank() == 0).then_some(RankOut {
             on_us: on,
@@ -230,12 +240,19 @@ fn rank_job(
     fixed: bool,
     env: &[(&str, &str)],
 ) -> Result<(RankOut, String)> {
+    // Whole runs are compared by their medians: fewer blocks do.
+    let blocks = if fixed {
+        (a.blocks / 4).max(4)
+    } else {
+        a.blocks
+    };
     let out = Command::new(exe)
         .args(["run", "-n", &n.to_string()])
         .args(["--ranks-per-process", &k.to_string(), "--"])
         .arg(exe)
         .args(["trace-bench-rank", "--iters", &a.iters.to_string()])
-        .args(["--blocks", &a.blocks.to_string()])
+        .args(["--block-ms", &a.block_ms.to_string()])
+        .args(["--blocks", &blocks.to_string()])
         .args(["--compute-steps", &steps.to_string()])
         .args(fixed.then_some("--fixed"))
         .envs(env.iter().copied())
