@@ -146,7 +146,7 @@ pub fn render_network(path: &Path, st: &NetworkStatus, age: Duration) -> String 
     }
     o += &format!(
         "\n{:>7} {:>10} {:>10} {:>10}  {:<28}\n",
-        "STREAM", "PACKETS/S", "WAVES/S", "FILTER µs", "LAST TO ARRIVE (share)"
+        "STREAM", "PACKETS/S", "WAVES/S", "FILTER µs", "LAST TO ARRIVE (path, share)"
     );
     for s in &st.streams {
         o += &format!(
@@ -155,11 +155,18 @@ pub fn render_network(path: &Path, st: &NetworkStatus, age: Duration) -> String 
             rate(s.packets_per_s),
             rate(s.waves_per_s),
             s.filter_mean_us,
-            s.last_arrival
-                .map_or("-".into(), |(child, parent, share)| format!(
-                    "node {child} at {parent} ({:.0} %)",
-                    share * 100.0
-                ))
+            match s.last_path.as_slice() {
+                [] => "-".into(),
+                path => format!(
+                    "node {} via {} ({:.0} %)",
+                    path[path.len() - 1],
+                    path.iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join("→"),
+                    s.last_share * 100.0
+                ),
+            }
         );
     }
     if st.streams.is_empty() {

@@ -77,8 +77,10 @@ pub(crate) const MONITOR_CTX: u32 = u32::MAX;
 /// Monitor → agents over the mesh: where the monitor plane listens, and the scope.
 const TAG_PLANE: u64 = 1;
 
-/// How often an agent drains the rings when nobody pulls.
-const AGENT_POLL: Duration = Duration::from_millis(5);
+/// How often an agent drains the rings when nobody pulls: as rarely as the busiest
+/// ring allows (a quarter of a ring between drains), within these bounds.
+const AGENT_POLL_MIN: Duration = Duration::from_millis(5);
+const AGENT_POLL_MAX: Duration = Duration::from_millis(100);
 /// Records an agent holds per thread between pulls (32 MiB at most per thread).
 const AGENT_HOLD: usize = 1 << 20;
 /// Largest pull request (a scope) an agent accepts.
@@ -129,9 +131,17 @@ fn run_agent(
     local_ranks: u32,
 ) -> Result<(), String> {
     let mut tracer = Tracer::new();
-    let drain = |tracer: &mut Tracer, red: &mut ScopeReducer| {
+    let capacity = vargr_trace::ring_capacity() as f64;
+    let mut last_drain = Instant::now();
+    // Drains, and picks the next interval from the busiest thread's rate.
+    let mut drain = |tracer: &mut Tracer, red: &mut ScopeReducer| {
         let threads = tracer.read();
+        let busiest = threads.iter().map(|t| t.records.len()).max().unwrap_or(0);
+        let rate = busiest as f64 / last_drain.elapsed().as_secs_f64().max(1e-6);
+        last_drain = Instant::now();
         red.add(&Tracer::file_of(process, threads));
+        Duration::from_secs_f64(capacity / 4.0 / rate.max(1.0))
+            .clamp(AGENT_POLL_MIN, AGENT_POLL_MAX)
     };
     // Until the invitation comes, records are kept as they are.
     let mut red = ScopeReducer::new(
@@ -152,8 +162,8 @@ fn run_agent(
                     .map_err(|e| format!("bad invitation from the monitor: {e}"))?
             }
             Ok(None) => {
-                drain(&mut tracer, &mut red);
-                std::thread::sleep(AGENT_POLL);
+                let wait = drain(&mut tracer, &mut red);
+                std::thread::sleep(wait.min(Duration::from_millis(20)));
             }
             Err(_) => return Ok(()),
         }
@@ -175,10 +185,11 @@ fn run_agent(
     .map_err(|e| e.to_string())?;
     conn.set_low_priority();
     let _ = conn.set_timeout(None);
+    let mut wait = AGENT_POLL_MIN;
     loop {
-        match conn.wait_readable(AGENT_POLL) {
+        match conn.wait_readable(wait) {
             Ok(false) => {
-                drain(&mut tracer, &mut red);
+                wait = drain(&mut tracer, &mut red);
                 continue;
             }
             Ok(true) => {}
@@ -195,7 +206,7 @@ fn run_agent(
         let scope: Scope = serde_json::from_slice(&req.payload)
             .map_err(|e| format!("{peer}: bad pull request: {e}"))?;
         red.set_scope(scope);
-        drain(&mut tracer, &mut red);
+        wait = drain(&mut tracer, &mut red);
         let reply = red.reply(Tracer::file_of(process, Vec::new()));
         let f = Frame::new(FrameKind::Data, 0, 0, Bytes::from(reply.encode()));
         if auth::write_frame(&mut conn, &f, &peer).is_err() {

@@ -416,9 +416,12 @@ pub struct StreamRates {
     pub waves_per_s: f64,
     /// Mean time of one filter call, over all nodes.
     pub filter_mean_us: f64,
-    /// The child that completed the most waves last (node, its parent, share of the
-    /// parent's waves) during the last period.
-    pub last_arrival: Option<(u32, u32, f64)>,
+    /// The load-balance view: from the front-end down, the child that most often
+    /// completed its parent's waves (arrived last), then that child's own latest, down
+    /// to where it ends: the path to the culprit, whose last entry is the culprit.
+    pub last_path: Vec<u32>,
+    /// How often the culprit was last at its parent, as a share of the parent's waves.
+    pub last_share: f64,
 }
 
 impl NetworkStatus {
@@ -489,14 +492,26 @@ impl NetworkStatus {
             if let Some(&(n, busy)) = filter_calls.get(stream) {
                 s.filter_mean_us = busy as f64 / n.max(1) as f64 / 1e3;
             }
-            s.last_arrival = last
-                .iter()
-                .filter(|((st, _, _), _)| st == stream)
-                .max_by_key(|(_, &n)| n)
-                .map(|(&(_, parent, child), &n)| {
-                    let waves = waves_at.get(&(*stream, parent)).copied().unwrap_or(n);
-                    (child, parent, n as f64 / waves.max(1) as f64)
-                });
+            // The child most often last at `parent`, with how often.
+            let worst = |parent: u32| {
+                last.range((*stream, parent, 0)..=(*stream, parent, u32::MAX))
+                    .max_by_key(|(_, &n)| n)
+                    .map(|(&(_, _, child), &n)| (child, n))
+            };
+            let Some(mut at) = pulled.root else { continue };
+            s.last_path.push(at);
+            while let Some((child, n)) = worst(at) {
+                if s.last_path.contains(&child) {
+                    break; // records from an unrelated tree; never loop
+                }
+                let waves = waves_at.get(&(*stream, at)).copied().unwrap_or(n);
+                s.last_share = n as f64 / waves.max(1) as f64;
+                s.last_path.push(child);
+                at = child;
+            }
+            if s.last_path.len() < 2 {
+                s.last_path.clear();
+            }
         }
         NetworkStatus {
             kind: "network".into(),

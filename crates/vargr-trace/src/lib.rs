@@ -258,7 +258,17 @@ impl Tracer {
     }
 }
 
+/// Records each thread's ring holds.
+pub fn ring_capacity() -> usize {
+    registry().ring_size
+}
+
 fn hostname() -> String {
+    static NAME: OnceLock<String> = OnceLock::new();
+    NAME.get_or_init(read_hostname).clone()
+}
+
+fn read_hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
