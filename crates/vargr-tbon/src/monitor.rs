@@ -533,8 +533,6 @@ impl NetworkStatus {
 
     /// Replaces `path` atomically, so `vargr top` never reads half a file.
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
-        std::fs::rename(&tmp, path)
+        vargr_trace::write_atomic(path, &serde_json::to_vec_pretty(self)?)
     }
 }

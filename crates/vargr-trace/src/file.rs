@@ -63,6 +63,14 @@ struct ThreadHeader {
     records: u64,
 }
 
+/// Replaces `path` with `bytes` through a temporary name and a rename, so readers (a
+/// report, `vargr top`) never see half a file.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, path)
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum FileError {
     #[error("{path}: {source}")]
@@ -172,9 +180,7 @@ impl TraceFile {
             path: path.to_path_buf(),
             source,
         };
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, self.encode()).map_err(io)?;
-        std::fs::rename(&tmp, path).map_err(io)
+        write_atomic(path, &self.encode()).map_err(io)
     }
 
     pub fn read(path: &Path) -> Result<TraceFile, FileError> {

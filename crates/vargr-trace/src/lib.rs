@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use clock::{now, Alignment, Calibration, ClockPoint, SkewProbe};
-pub use file::{FileError, ThreadTrace, TraceFile};
+pub use file::{write_atomic, FileError, ThreadTrace, TraceFile};
 pub use record::{EventOp, Record, NO_PEER};
 pub use ring::{Batch, Ring};
 
