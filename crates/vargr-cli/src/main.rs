@@ -5,6 +5,7 @@ mod bench_coll;
 mod bench_emu;
 mod bench_trace;
 mod bench_wan;
+mod codec_cmd;
 mod coll_bench_role;
 mod coll_check;
 mod demo;
@@ -45,6 +46,9 @@ enum Cmd {
     Run(run_cmd::RunArgs),
     /// WAN emulator: relay TCP connections with a configured latency and bandwidth.
     Emu(emu_cmd::EmuArgs),
+    /// Codecs: ratio and speed on a file, and what pays on a given link.
+    #[command(subcommand)]
+    Codec(codec_cmd::CodecCmd),
     /// Timelines and reports from the trace files of `vargr run --trace DIR`.
     #[command(subcommand)]
     Trace(trace_cmd::TraceCmd),
@@ -109,6 +113,7 @@ fn main() {
         Cmd::Bench(b) => bench::run(b),
         Cmd::Emu(a) => emu_cmd::run(a),
         Cmd::Trace(t) => trace_cmd::run(t),
+        Cmd::Codec(c) => codec_cmd::run(c),
         Cmd::Top(a) => top_cmd::run(a),
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),

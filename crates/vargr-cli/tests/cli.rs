@@ -29,6 +29,7 @@ fn assert_demo_ok(args: &[&str], backends: usize) {
         "round trips",
         "equivalence classes",
         "BE→BE message",
+        "monitor pull",
         "shutdown",
     ] {
         assert!(table.contains(step), "summary lacks {step:?}:\n{table}");
@@ -49,6 +50,63 @@ fn assert_demo_ok(args: &[&str], backends: usize) {
             backends - 1
         )),
         "BE→BE row:\n{table}"
+    );
+    // The monitor's view: every node answered the pull through the tree.
+    let pull = table
+        .lines()
+        .find(|l| l.contains("monitor pull"))
+        .expect("pull row");
+    assert!(pull.contains("nodes answered through the tree"), "{pull}");
+    assert!(!pull.contains("missing"), "{pull}");
+    assert!(
+        r.stdout.contains("WAVES/S"),
+        "no monitor view:\n{}",
+        r.stdout
+    );
+}
+
+#[test]
+fn codec_bench_prices_every_codec_on_a_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let f = tmp.path().join("ramp.f64");
+    let data: Vec<u8> = (0..20_000)
+        .flat_map(|i| (f64::from(i) * 0.5).to_le_bytes())
+        .collect();
+    std::fs::write(&f, data).unwrap();
+    let path = f.to_str().unwrap();
+    let r = run_cli(
+        &[
+            "codec",
+            "bench",
+            path,
+            "--type",
+            "f64",
+            "--bandwidth",
+            "10mbit",
+        ],
+        GUARD,
+    );
+    assert!(r.status.success(), "{r:?}");
+    for codec in ["none", "lz4", "fpc:16", "zstd:3", "shuffle-lz4"] {
+        assert!(
+            r.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{codec} "))),
+            "no {codec} row:\n{}",
+            r.stdout
+        );
+    }
+    // A smooth ramp compresses well and a 10 Mbit/s link makes that pay.
+    assert!(r.stdout.contains("pays on this link: "), "{}", r.stdout);
+
+    let bad = run_cli(&["codec", "bench", path, "--type", "f65"], GUARD);
+    assert!(!bad.status.success());
+    assert!(bad.stderr.contains("f65"), "{}", bad.stderr);
+    let missing = run_cli(&["codec", "bench", "/nonexistent/file"], GUARD);
+    assert!(
+        missing.stderr.contains("/nonexistent/file"),
+        "{}",
+        missing.stderr
     );
 }
 

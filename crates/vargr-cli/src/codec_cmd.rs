@@ -1,0 +1,124 @@
+//! `vargr codec`: what each codec does to a file, and what would pay on a given link.
+//!
+//! `vargr codec bench FILE --type f64 --bandwidth 100mbit --latency 1ms` measures every
+//! codec that fits the element type (ratio, compression and decompression speed on this
+//! machine) and prices one message of the file's size on the link: compression time +
+//! transfer of the compressed bytes + decompression time, against sending it raw (the
+//! seed's Eq. 4.4). Messages are cut from the file (`--message`) because links carry
+//! messages, not files.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use vargr_codec::{measure_all, ElemKind};
+
+#[derive(Debug, Subcommand)]
+pub enum CodecCmd {
+    /// Ratio and speed of every codec on a file, and what pays on a link.
+    Bench(CodecBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CodecBenchArgs {
+    file: PathBuf,
+    /// What the file holds: u8 (bytes), i8…i64, u16…u64, f32, f64.
+    #[arg(long = "type", default_value = "u8")]
+    elem: String,
+    /// Link bandwidth (`100mbit`, `1gbit`, `50MB/s`).
+    #[arg(long, default_value = "100mbit")]
+    bandwidth: String,
+    /// One-way link latency (`1ms`, `150us`).
+    #[arg(long, default_value = "0ms")]
+    latency: String,
+    /// Message size in bytes (a multiple of the element size): the first this many
+    /// bytes of the file are measured. Default: the whole file, at most 4 MiB.
+    #[arg(long)]
+    message: Option<usize>,
+}
+
+pub fn run(c: CodecCmd) -> Result<()> {
+    match c {
+        CodecCmd::Bench(a) => bench(a),
+    }
+}
+
+fn bench(a: CodecBenchArgs) -> Result<()> {
+    let elem: ElemKind = a
+        .elem
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--type {:?}: {e}", a.elem))?;
+    let bps = vargr_emu::parse_bandwidth(&a.bandwidth)
+        .with_context(|| format!("--bandwidth {:?}", a.bandwidth))?;
+    let latency = vargr_emu::parse_duration(&a.latency)
+        .with_context(|| format!("--latency {:?}", a.latency))?;
+    let data = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    let want = a.message.unwrap_or(4 << 20).min(data.len());
+    let size = want - want % elem.size();
+    if size == 0 {
+        bail!(
+            "{}: needs at least one {}-byte element",
+            a.file.display(),
+            elem.size()
+        );
+    }
+    let msg = &data[..size];
+    let wire = |bytes: usize| -> Duration {
+        latency
+            + match bps {
+                Some(b) => Duration::from_secs_f64(bytes as f64 * 8.0 / b as f64),
+                None => Duration::ZERO,
+            }
+    };
+    let raw = wire(size);
+    let mut rows: Vec<(String, f64, f64, f64, Duration)> = measure_all(msg, elem)
+        .into_iter()
+        .filter(|m| m.verified)
+        .map(|m| {
+            let mb = size as f64 / 1e6;
+            let t = Duration::from_secs_f64(mb / m.compress_mb_s + mb / m.decompress_mb_s)
+                + wire(m.compressed_len.min(size + 16));
+            (
+                m.codec.to_string(),
+                m.ratio,
+                m.compress_mb_s,
+                m.decompress_mb_s,
+                t,
+            )
+        })
+        .collect();
+    rows.sort_by_key(|r| r.4);
+    println!(
+        "{}: {} bytes as {elem} ({} per message), link {} + {}: raw {:.3} ms\n",
+        a.file.display(),
+        data.len(),
+        size,
+        vargr_emu::fmt_bandwidth(bps),
+        vargr_emu::fmt_duration(latency),
+        raw.as_secs_f64() * 1e3
+    );
+    println!(
+        "{:<16} {:>8} {:>12} {:>12} {:>12} {:>9}",
+        "codec", "ratio", "comp MB/s", "decomp MB/s", "message ms", "speedup"
+    );
+    for (name, ratio, c, d, t) in &rows {
+        println!(
+            "{:<16} {:>8.3} {:>12.0} {:>12.0} {:>12.3} {:>9.2}",
+            name,
+            ratio,
+            c,
+            d,
+            t.as_secs_f64() * 1e3,
+            raw.as_secs_f64() / t.as_secs_f64()
+        );
+    }
+    if let Some((best, .., t)) = rows.first() {
+        if *t < raw {
+            println!("\npays on this link: {best}");
+        } else {
+            println!("\nnothing pays on this link: send it raw");
+        }
+    }
+    Ok(())
+}
