@@ -15,6 +15,10 @@
 //!   announced length exceeds the caller's limit before allocating anything.
 //! - [`measure_all`] reports ratio and speed of every codec on some data;
 //!   [`testdata`] makes realistic data to measure on.
+//! - [`Engine`] chooses per message, link and data class whether and with which codec
+//!   to compress (the seed's runtime adaptive strategy), from a cost model
+//!   ([`LinkModel`] per link, [`CodecStats`] per codec and [`DataClass`]) that decides
+//!   whether compression pays (Eq. 4.4); [`EngineConfig`] holds its settings.
 //!
 //! The crate is sans-IO and never panics on input: every decoder is fuzzed, and garbage
 //! gives a [`CodecError`] naming the field or stream part that is wrong.
@@ -41,8 +45,10 @@
 //! # Ok::<(), vargr_codec::CodecError>(())
 //! ```
 
+mod adaptive;
 mod bits;
 mod codec;
+mod config;
 mod error;
 mod fpc;
 mod header;
@@ -50,12 +56,16 @@ mod huffman;
 mod kind;
 mod lz;
 mod measure;
+pub mod model;
 mod rice;
 mod rle;
 mod shuffle;
+pub mod stage;
 pub mod testdata;
 
+pub use adaptive::{ClassSummary, Decision, Engine, LinkKey, LinkOptions, Reason};
 pub use codec::{decompress, Codec, DEFAULT_FPC_TABLE_BITS, DEFAULT_ZSTD_LEVEL};
+pub use config::{Candidates, EngineConfig, MAX_CANDIDATES};
 pub use error::CodecError;
 pub use fpc::TABLE_BITS as FPC_TABLE_BITS;
 pub use header::{
@@ -65,5 +75,6 @@ pub use huffman::MAX_BITS as HUFFMAN_MAX_BITS;
 pub use kind::{CodecId, ElemKind};
 pub use lz::ZSTD_LEVELS;
 pub use measure::{format_table, measure, measure_all, CodecMeasure, DEFAULT_BUDGET};
+pub use model::{CodecRun, CodecStats, DataClass, LinkModel, Prediction};
 pub use rice::{BLOCK as RICE_BLOCK, QMAX as RICE_QMAX};
 pub use rle::MIN_RUN as RLE_MIN_RUN;

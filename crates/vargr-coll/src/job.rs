@@ -15,6 +15,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use vargr_codec::stage::CodecMode;
 use vargr_emu::WanMap;
 use vargr_net::mesh::{self, Mesh};
 
@@ -130,6 +131,9 @@ pub struct JoinOptions {
     /// How ranks of one process share its cores; `None` reads `VARGR_SCHED`
     /// (`none`, `serialize` or `priority`; see [`SchedPolicy`]).
     pub sched: Option<SchedPolicy>,
+    /// Compression on links between sites; `None` reads `VARGR_CODEC` (`off`,
+    /// `fixed:CODEC` or `adaptive`, the default).
+    pub codec: Option<CodecMode>,
 }
 
 impl Default for JoinOptions {
@@ -139,6 +143,7 @@ impl Default for JoinOptions {
             wan: None,
             selector: None,
             sched: None,
+            codec: None,
         }
     }
 }
@@ -190,9 +195,49 @@ impl Job {
                 .parse()
                 .map_err(|e| job_error(format!("VARGR_SCHED: {e}")))?,
         };
+        let codec = match opts.codec {
+            Some(c) => c,
+            None => match std::env::var("VARGR_CODEC") {
+                Ok(m) => m
+                    .parse()
+                    .map_err(|e| job_error(format!("VARGR_CODEC: {e}")))?,
+                Err(_) => CodecMode::Adaptive,
+            },
+        };
         let my_site = std::env::var("VARGR_SITE").ok().filter(|s| !s.is_empty());
+        let my_host = vargr_net::launch::hostname();
         let picker = Box::new(move |peer: &vargr_net::job::PeerInfo| {
-            wan.chain(my_site.as_deref(), peer.site.as_deref(), peer.rank as u64)
+            let (here, there) = (my_site.as_deref(), peer.site.as_deref());
+            let mut stages: Vec<Box<dyn vargr_net::Stage>> = Vec::new();
+            // Links between sites always get a codec stage, even when off, so that a
+            // compressed frame never reaches a side that cannot read it.
+            if let (Some(a), Some(b)) = (here, there) {
+                if a != b {
+                    let model = match wan.between(a, b) {
+                        Some(spec) => {
+                            let p = spec.profile_at(Duration::ZERO);
+                            vargr_codec::stage::link_model(p.latency, p.bandwidth_bits_per_s)
+                        }
+                        None => vargr_codec::stage::link_model(Duration::ZERO, None),
+                    };
+                    // Sites are the user's statement that the link is slow, even when an
+                    // emulated WAN joins two sites on one machine.
+                    let options = vargr_codec::LinkOptions {
+                        same_host: peer.host == my_host,
+                        compress_same_host: true,
+                    };
+                    if let Ok(st) = vargr_codec::stage::CodecStage::new(
+                        codec.clone(),
+                        model,
+                        options,
+                        mesh::MAX_MESSAGE + 64,
+                    ) {
+                        stages.push(Box::new(st));
+                    }
+                }
+            }
+            stages.extend(wan.stages(here, there, peer.rank as u64));
+            vargr_net::StageChain::new(stages)
         });
         let mesh = mesh::join(picker, opts.timeout).map_err(job_error)?;
         let env = mesh.env();

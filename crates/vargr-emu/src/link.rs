@@ -154,13 +154,24 @@ impl WanMap {
 
     /// The stages of a link from site `local` to site `peer` (empty within a site).
     pub fn chain(&self, local: Option<&str>, peer: Option<&str>, seed: u64) -> StageChain {
+        StageChain::new(self.stages(local, peer, seed))
+    }
+
+    /// The emulation stage of that link, if any, for callers that add stages of their
+    /// own in front of it (compression goes before the WAN it saves bytes on).
+    pub fn stages(
+        &self,
+        local: Option<&str>,
+        peer: Option<&str>,
+        seed: u64,
+    ) -> Vec<Box<dyn Stage>> {
         let mut stages: Vec<Box<dyn Stage>> = Vec::new();
         if let (Some(a), Some(b)) = (local, peer) {
             if let Some(p) = self.between(a, b) {
                 stages.push(Box::new(EmuLinkStage::new(p, seed)));
             }
         }
-        StageChain::new(stages)
+        stages
     }
 }
 

@@ -48,6 +48,7 @@ impl Backend {
             &root.host,
             &msg.parent_host,
             spawn::seed(boot.node, parent_node),
+            msg.config.max_frame,
         );
         let parent = reactor
             .add(Link::new(mio, "parent", msg.config.max_frame).with_stages(stages))

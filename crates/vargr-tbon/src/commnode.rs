@@ -63,9 +63,12 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
     let me_host = &msg.topology.root().host;
     let parent_id = msg.topology.root().parent.unwrap_or(0);
-    let stages = config
-        .link_stages
-        .chain(me_host, &msg.parent_host, spawn::seed(me, parent_id));
+    let stages = config.link_stages.chain(
+        me_host,
+        &msg.parent_host,
+        spawn::seed(me, parent_id),
+        config.max_frame,
+    );
     let parent = reactor
         .add(Link::new(mio, "parent", config.max_frame).with_stages(stages))
         .map_err(|e| TbonError::Startup(e.to_string()))?;

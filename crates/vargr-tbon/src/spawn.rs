@@ -322,9 +322,12 @@ pub fn start_children(
             Ok(m) => m,
             Err(e) => return fail(handles, TbonError::Startup(format!("node {id}: {e}"))),
         };
-        let stages = config
-            .link_stages
-            .chain(&node.host, &host_of(topo, id), seed(me, id));
+        let stages = config.link_stages.chain(
+            &node.host,
+            &host_of(topo, id),
+            seed(me, id),
+            config.max_frame,
+        );
         let link = match reactor.add(
             Link::new(
                 mio,

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use vargr_codec::stage::{CodecMode, CodecStage};
 use vargr_emu::{EmuLinkStage, WanProfile};
 use vargr_net::{Stage, StageChain};
 
@@ -22,12 +23,18 @@ pub struct LinkStages {
     /// profile such as `rtt=36ms,bandwidth=100mbit`. Links between those sites get an
     /// emulation stage in each direction.
     pub wan: BTreeMap<String, String>,
+    /// Compression on links between sites: `off`, `fixed:CODEC` or `adaptive` (the
+    /// default). Such links always get a codec stage, so that either side can read
+    /// what the other compressed.
+    #[serde(default)]
+    pub codec: Option<String>,
 }
 
 impl LinkStages {
     /// Checks every profile once, at the front-end, so a typo fails before anything
     /// starts and names the site pair.
     pub fn validate(&self) -> Result<(), TbonError> {
+        self.codec_mode()?;
         for (pair, profile) in &self.wan {
             profile
                 .parse::<WanProfile>()
@@ -59,10 +66,38 @@ impl LinkStages {
         text.parse().ok()
     }
 
-    /// The stages of the link from `local` to `peer`, for frames this side sends.
-    pub fn chain(&self, local: &str, peer: &str, seed: u64) -> StageChain {
+    fn codec_mode(&self) -> Result<CodecMode, TbonError> {
+        match &self.codec {
+            None => Ok(CodecMode::Adaptive),
+            Some(m) => m
+                .parse()
+                .map_err(|e| TbonError::Config(format!("codec mode {m:?}: {e}"))),
+        }
+    }
+
+    /// The stages of the link from `local` to `peer`, for frames this side sends;
+    /// `max_frame` bounds what a codec stage decodes.
+    pub fn chain(&self, local: &str, peer: &str, seed: u64, max_frame: usize) -> StageChain {
         let mut stages: Vec<Box<dyn Stage>> = Vec::new();
-        if let Some(p) = self.wan_between(local, peer) {
+        let crosses =
+            matches!((self.site_of(local), self.site_of(peer)), (Some(a), Some(b)) if a != b);
+        let wan = self.wan_between(local, peer);
+        if crosses {
+            let model = match &wan {
+                Some(p) => vargr_codec::stage::link_model(p.latency, p.bandwidth_bits_per_s),
+                None => vargr_codec::stage::link_model(std::time::Duration::ZERO, None),
+            };
+            let options = vargr_codec::LinkOptions {
+                same_host: local == peer,
+                compress_same_host: true,
+            };
+            // Checked by `validate` at the front-end; a node never fails here.
+            let mode = self.codec_mode().unwrap_or(CodecMode::Off);
+            if let Ok(st) = CodecStage::new(mode, model, options, max_frame) {
+                stages.push(Box::new(st));
+            }
+        }
+        if let Some(p) = wan {
             stages.push(Box::new(EmuLinkStage::new(p, seed)));
         }
         StageChain::new(stages)

@@ -1,0 +1,823 @@
+//! The runtime adaptive strategy: per link and per data class, which codec (if any) to
+//! compress the next message with.
+//!
+//! A fixed codec loses on data it cannot compress and on links fast enough that the
+//! CPU time costs more than the bytes save. The seed's CoMPI answers with a runtime
+//! strategy (its Figure 4.12), kept here step by step:
+//!
+//! 1. **Study.** For a (link, class) with nothing learned, every candidate codec is
+//!    tried, and the one predicted fastest ([`model::predict`]) becomes the class's
+//!    codec. Unlike the seed, which compressed the whole message with every candidate,
+//!    only a slice of [`EngineConfig::sample_bytes`] is compressed.
+//! 2. **Thresholds.** `raw_below` (the seed's `length_no_compression`) and
+//!    `compress_from` (`length_yes_compression`): a message that the model says does not
+//!    pay raises `raw_below` to its size; one that pays lowers `compress_from`. Messages
+//!    at or below `raw_below` go raw with no further thought — the fast path. A message
+//!    above it is checked against the model (arithmetic only, tens of nanoseconds), so
+//!    the engine never compresses where its model predicts a loss.
+//! 3. **Mistakes.** The caller reports what each compression really gave
+//!    ([`Engine::observe_sent`]); one that did not pay is a mistake, and
+//!    [`EngineConfig::mistakes_to_restudy`] of them within
+//!    [`EngineConfig::mistake_window`] messages start a new study.
+//! 4. **Re-evaluation.** After [`EngineConfig::reevaluate_after`] raw messages the class
+//!    is studied again (the seed's 1000).
+//! 5. **Giving up.** Too many mistake-driven studies within
+//!    [`EngineConfig::restudy_window`] switch compression off for the class on that
+//!    link for [`EngineConfig::disable_for`] messages.
+//! 6. **Samples** (not in the seed). Every [`EngineConfig::sample_every`] messages one
+//!    candidate, in turn, compresses a slice of the message. This is how a change of data
+//!    shows while the engine sends raw and the wire teaches it nothing.
+//!
+//! The engine is sans-IO and reads no clock: transfer times and codec times come in
+//! through [`Engine::observe_transfer`], [`Engine::observe_sent`] and
+//! [`Engine::observe_codec`], measured by the caller, and every interval is a count of
+//! messages. The same observations give the same decisions.
+//!
+//! ```
+//! use vargr_codec::{testdata, Codec, CodecRun, ElemKind, Engine, EngineConfig, LinkKey};
+//!
+//! let mut engine = Engine::new(EngineConfig::default())?;
+//! let link = LinkKey(7);
+//! // What the caller knows about the link: 100 Mbit/s, 300 µs one way.
+//! engine.observe_transfer(link, 1 << 20, 300e-6 + (1 << 20) as f64 / 12.5e6);
+//!
+//! let field = testdata::f64_bytes(&testdata::smooth_field_f64(16_384, 0.0, 1));
+//! let decision = engine.decide(link, ElemKind::F64, &field);
+//! assert_ne!(decision.codec, Codec::None);
+//!
+//! let noise = testdata::random_bytes(128 * 1024, 2);
+//! assert_eq!(engine.decide(link, ElemKind::BYTES, &noise).codec, Codec::None);
+//! # Ok::<(), vargr_codec::CodecError>(())
+//! ```
+
+use std::collections::HashMap;
+
+use crate::config::{EngineConfig, MAX_CANDIDATES};
+use crate::model::{self, CodecRun, CodecStats, DataClass, LinkModel, Prediction};
+use crate::{Codec, CodecError, CodecMeasure, ElemKind};
+
+/// Frame header bytes added to a sampled payload's estimate (the header of a message
+/// under 2 MiB); whole-message reports already include it.
+const FRAME_ESTIMATE: f64 = 6.0;
+
+/// A link as the caller names it (a peer rank, a connection id): opaque to the engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LinkKey(pub u64);
+
+/// What the engine needs to know about a link besides its speed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LinkOptions {
+    /// Both ends run on the same host (shared memory or loopback).
+    pub same_host: bool,
+    /// Compress even though both ends share a host. Off by default: local copies run at
+    /// memory speed, where no codec pays. (The seed's intra-node bypass pseudocode has
+    /// this test inverted; the intent, bypassing compression within a node, is kept.)
+    pub compress_same_host: bool,
+}
+
+/// The engine's answer for one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// The codec to compress with; [`Codec::None`] to send raw.
+    pub codec: Codec,
+    pub reason: Reason,
+}
+
+impl Decision {
+    /// Whether the message is to be compressed.
+    pub fn compress(&self) -> bool {
+        self.codec != Codec::None
+    }
+
+    fn raw(reason: Reason) -> Decision {
+        Decision {
+            codec: Codec::None,
+            reason,
+        }
+    }
+}
+
+/// Why the engine decided as it did: for traces (the seed's Figure 6.10 plots exactly
+/// these: no compress, deciding, compress) and for tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Reason {
+    /// Below [`EngineConfig::min_size`].
+    TooSmall,
+    /// A same-host link without `compress_same_host`.
+    SameHost,
+    /// The class has no candidate codecs.
+    NoCandidates,
+    /// Compression is switched off for a while after too many studies.
+    Disabled,
+    /// At or below the size under which this class was found not to pay.
+    BelowRawThreshold,
+    /// This message started a study of the candidates.
+    Studied,
+    /// Between the thresholds: the model was asked.
+    Evaluated,
+    /// At or above the size from which this class pays, and the model still agrees.
+    AboveCompressThreshold,
+    /// At or above that size, but the model no longer agrees (something was learned).
+    ModelVeto,
+}
+
+/// What the engine currently thinks of one (link, class), for traces and tests.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ClassSummary {
+    /// The codec this class compresses with when it pays.
+    pub codec: Option<Codec>,
+    /// Messages of at most this size go raw without evaluation.
+    pub raw_below: usize,
+    /// Messages from this size on were found to pay (`usize::MAX`: none yet).
+    pub compress_from: usize,
+    /// Messages seen by the adaptive logic.
+    pub messages: u64,
+    /// Studies so far, of which some were forced by mistakes.
+    pub studies: u64,
+    pub forced_studies: u64,
+    /// Compression is switched off for now.
+    pub disabled: bool,
+}
+
+/// The runtime adaptive compression engine. See the module documentation.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    /// Every codec the engine has figures for; indices into `stats`.
+    codecs: Vec<Codec>,
+    /// Per codec, per data class.
+    stats: Vec<[CodecStats; 4]>,
+    /// Per class: the candidates, as indices into `codecs`.
+    candidates: [Vec<usize>; 4],
+    links: HashMap<LinkKey, LinkEntry>,
+    /// Where samples are compressed to; reused so that sampling rarely allocates.
+    scratch: Vec<u8>,
+}
+
+#[derive(Debug, Clone)]
+struct LinkEntry {
+    options: LinkOptions,
+    model: LinkModel,
+    classes: [ClassState; 4],
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Estimate {
+    /// Moving average of `payload / slice` over samples (no header).
+    sampled: Option<f64>,
+    /// Moving average of `frame / message` over whole messages sent since the data last
+    /// changed.
+    full: Option<f64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct ClassState {
+    messages: u64,
+    needs_study: bool,
+    /// Candidate slot of the class's codec.
+    best: Option<usize>,
+    raw_below: usize,
+    compress_from: usize,
+    raw_since_study: u64,
+    next_sample: usize,
+    mistakes: u32,
+    mistake_window_start: u64,
+    restudies: u32,
+    restudy_window_start: u64,
+    disabled_until: Option<u64>,
+    studies: u64,
+    forced_studies: u64,
+    estimates: [Estimate; MAX_CANDIDATES],
+}
+
+impl Default for ClassState {
+    fn default() -> Self {
+        ClassState {
+            messages: 0,
+            needs_study: true,
+            best: None,
+            raw_below: 0,
+            compress_from: usize::MAX,
+            raw_since_study: 0,
+            next_sample: 0,
+            mistakes: 0,
+            mistake_window_start: 0,
+            restudies: 0,
+            restudy_window_start: 0,
+            disabled_until: None,
+            studies: 0,
+            forced_studies: 0,
+            estimates: [Estimate::default(); MAX_CANDIDATES],
+        }
+    }
+}
+
+impl Engine {
+    /// An engine with `config`, after checking it.
+    pub fn new(config: EngineConfig) -> Result<Engine, CodecError> {
+        config.validate()?;
+        let mut engine = Engine {
+            codecs: Vec::new(),
+            stats: Vec::new(),
+            candidates: Default::default(),
+            links: HashMap::new(),
+            scratch: Vec::with_capacity(2 * config.sample_bytes + 64),
+            config,
+        };
+        for class in DataClass::ALL {
+            let list = engine.config.candidates.for_class(class).to_vec();
+            let slots = list.into_iter().map(|c| engine.codec_index(c)).collect();
+            engine.candidates[class.index()] = slots;
+        }
+        Ok(engine)
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Forgets everything learned about a link (it closed; its peer may come back as
+    /// another process on another host).
+    pub fn remove_link(&mut self, link: LinkKey) {
+        self.links.remove(&link);
+    }
+
+    /// Sets what the engine knows about a link besides its speed.
+    pub fn set_link_options(&mut self, link: LinkKey, options: LinkOptions) {
+        self.link_entry(link).options = options;
+    }
+
+    /// Replaces a link's transfer model, e.g. with one from a ping-pong calibration
+    /// ([`LinkModel::from_calibration`]) or from an emulator's settings.
+    pub fn set_link_model(&mut self, link: LinkKey, model: LinkModel) {
+        self.link_entry(link).model = model;
+    }
+
+    /// The link's transfer model, if the engine has met the link.
+    pub fn link_model(&self, link: LinkKey) -> Option<&LinkModel> {
+        self.links.get(&link).map(|e| &e.model)
+    }
+
+    /// A codec's learned figures on a class, if the engine knows the codec.
+    pub fn codec_stats(&self, codec: Codec, class: DataClass) -> Option<&CodecStats> {
+        let i = self.codecs.iter().position(|&c| c == codec)?;
+        Some(&self.stats[i][class.index()])
+    }
+
+    /// Learns from one transfer on `link`: `bytes_on_wire` took `seconds` one way.
+    pub fn observe_transfer(&mut self, link: LinkKey, bytes_on_wire: usize, seconds: f64) {
+        let weight = self.config.link_weight;
+        self.link_entry(link)
+            .model
+            .observe(bytes_on_wire, seconds, weight);
+    }
+
+    /// Learns a codec's speed and ratio from a run that belongs to no link: a
+    /// calibration, or a decompression time the receiver reported back.
+    pub fn observe_codec(&mut self, run: &CodecRun) {
+        let i = self.codec_index(run.codec);
+        let weight = self.config.speed_weight;
+        self.stats[i][DataClass::of(run.elem).index()].observe(run, weight);
+    }
+
+    /// Learns a decompression time the receiver measured and reported back: `seconds`
+    /// to restore `original_bytes` bytes of `elem` compressed by `codec`. Until such
+    /// reports arrive, decompression time is estimated from Table 4.3.
+    pub fn observe_decompress(
+        &mut self,
+        codec: Codec,
+        elem: ElemKind,
+        original_bytes: usize,
+        seconds: f64,
+    ) {
+        let i = self.codec_index(codec);
+        let weight = self.config.speed_weight;
+        self.stats[i][DataClass::of(elem).index()].observe_decompress(
+            original_bytes,
+            seconds,
+            weight,
+        );
+    }
+
+    /// Seeds the codec figures for `elem`'s class from [`measure_all`](crate::measure_all)
+    /// results (what a stage does at start-up, on a sample of typical data).
+    pub fn calibrate_codecs(&mut self, elem: ElemKind, measures: &[CodecMeasure]) {
+        for m in measures {
+            let mb = m.original_len as f64 / 1e6;
+            if m.compress_mb_s <= 0.0 || m.decompress_mb_s <= 0.0 || !m.verified {
+                continue;
+            }
+            self.observe_codec(&CodecRun {
+                codec: m.codec,
+                elem,
+                in_bytes: m.original_len,
+                out_bytes: m.compressed_len,
+                compress_s: mb / m.compress_mb_s,
+                decompress_s: Some(mb / m.decompress_mb_s),
+            });
+        }
+    }
+
+    /// Learns from a message that [`decide`](Engine::decide) told to compress and the
+    /// caller compressed: its speed, its ratio, and whether it was a mistake (it did not
+    /// pay, by the measured times and size). `run.out_bytes` is what went on the wire,
+    /// header included (the input size if the frame fell back to raw).
+    pub fn observe_sent(&mut self, link: LinkKey, run: &CodecRun) {
+        self.observe_codec(run);
+        if run.in_bytes == 0 || run.codec == Codec::None {
+            return;
+        }
+        let class = DataClass::of(run.elem);
+        let Some(ci) = self.codecs.iter().position(|&c| c == run.codec) else {
+            return;
+        };
+        let stats = self.stats[ci][class.index()];
+        let slot = self.candidates[class.index()].iter().position(|&c| c == ci);
+        let config = &self.config;
+        let Some(entry) = self.links.get_mut(&link) else {
+            return;
+        };
+        let st = &mut entry.classes[class.index()];
+        let n = run.in_bytes as f64;
+        let out = run.out_bytes as f64;
+        if let Some(slot) = slot {
+            let e = &mut st.estimates[slot];
+            let ratio = out / n;
+            e.full = Some(
+                e.full
+                    .map_or(ratio, |r| r + config.ratio_weight * (ratio - r)),
+            );
+        }
+        let td = match run.decompress_s.filter(|d| d.is_finite() && *d >= 0.0) {
+            Some(d) => d,
+            None => stats.decompress_time(n, out),
+        };
+        let actual = Prediction {
+            raw_s: entry.model.transfer_time(n),
+            compressed_s: run.compress_s.max(0.0) + entry.model.transfer_time(out) + td,
+        };
+        if actual.pays(1.0) {
+            return;
+        }
+        if st.messages.saturating_sub(st.mistake_window_start) > config.mistake_window {
+            st.mistake_window_start = st.messages;
+            st.mistakes = 0;
+        }
+        st.mistakes += 1;
+        if st.mistakes >= config.mistakes_to_restudy {
+            st.mistakes = 0;
+            st.mistake_window_start = st.messages;
+            force_restudy(st, config);
+        }
+    }
+
+    /// What the model predicts for sending `bytes` bytes of `elem` over `link` with
+    /// `codec`, using the ratio the engine currently expects there (from samples and
+    /// reports on that link, else the codec's average). `None` if nothing is known
+    /// about the ratio yet.
+    pub fn predict(
+        &self,
+        link: LinkKey,
+        elem: ElemKind,
+        codec: Codec,
+        bytes: usize,
+    ) -> Option<Prediction> {
+        let class = DataClass::of(elem);
+        let ci = self.codecs.iter().position(|&c| c == codec)?;
+        let stats = &self.stats[ci][class.index()];
+        let entry = self.links.get(&link);
+        let prior;
+        let model = match entry {
+            Some(e) => &e.model,
+            None => {
+                prior = self.prior_link();
+                &prior
+            }
+        };
+        let slot = self.candidates[class.index()].iter().position(|&c| c == ci);
+        let from_link = match (entry, slot) {
+            (Some(e), Some(s)) => csize(&e.classes[class.index()].estimates[s], bytes),
+            _ => None,
+        };
+        let csize = from_link.or_else(|| stats.ratio.map(|r| r * bytes as f64))?;
+        Some(model::predict(model, stats, bytes, csize))
+    }
+
+    /// The engine's view of one (link, class).
+    pub fn summary(&self, link: LinkKey, elem: ElemKind) -> Option<ClassSummary> {
+        let class = DataClass::of(elem);
+        let st = &self.links.get(&link)?.classes[class.index()];
+        Some(ClassSummary {
+            codec: st
+                .best
+                .map(|s| self.codecs[self.candidates[class.index()][s]]),
+            raw_below: st.raw_below,
+            compress_from: st.compress_from,
+            messages: st.messages,
+            studies: st.studies,
+            forced_studies: st.forced_studies,
+            disabled: st.disabled_until.is_some(),
+        })
+    }
+
+    /// Decides how to send `data` (elements of `elem`) over `link`.
+    ///
+    /// Cheap once warmed up, and then allocation-free: a hash lookup, a few comparisons
+    /// and, above the raw threshold, a few floating-point operations (about 0.1 µs).
+    /// Every `sample_every` messages, and when a study is due, it also compresses
+    /// slices of `data` (a few to some tens of µs), which the default settings amortise
+    /// to 0.4-0.7 µs per message (`examples/decide_cost.rs`, release build).
+    pub fn decide(&mut self, link: LinkKey, elem: ElemKind, data: &[u8]) -> Decision {
+        let n = data.len();
+        if n < self.config.min_size || n == 0 {
+            return Decision::raw(Reason::TooSmall);
+        }
+        if !self.links.contains_key(&link) {
+            self.link_entry(link);
+        }
+        let Engine {
+            config,
+            codecs,
+            stats,
+            candidates,
+            links,
+            scratch,
+        } = self;
+        let Some(entry) = links.get_mut(&link) else {
+            return Decision::raw(Reason::NoCandidates);
+        };
+        if entry.options.same_host && !entry.options.compress_same_host {
+            return Decision::raw(Reason::SameHost);
+        }
+        let class = DataClass::of(elem);
+        let slots = &candidates[class.index()];
+        if slots.is_empty() {
+            return Decision::raw(Reason::NoCandidates);
+        }
+        let ctx = Ctx {
+            config,
+            model: &entry.model,
+            codecs,
+            all_stats: stats.as_slice(),
+            slots,
+            class,
+            elem,
+            data,
+        };
+        let st = &mut entry.classes[class.index()];
+        st.messages += 1;
+        if let Some(until) = st.disabled_until {
+            if st.messages < until {
+                return Decision::raw(Reason::Disabled);
+            }
+            st.disabled_until = None;
+            st.needs_study = true;
+        }
+        let studied = st.needs_study;
+        if studied {
+            ctx.study(st, scratch);
+        } else if config.sample_every > 0 && st.messages % u64::from(config.sample_every) == 0 {
+            ctx.sample_next(st, scratch);
+        }
+        let Some(best) = st.best else {
+            return ctx.send_raw(st, Reason::NoCandidates);
+        };
+        if !studied && n <= st.raw_below {
+            return ctx.send_raw(st, Reason::BelowRawThreshold);
+        }
+        let above = n >= st.compress_from;
+        let pays = ctx
+            .prediction(st, best, n)
+            .is_some_and(|p| p.pays(config.min_speedup));
+        let reason = match (studied, above, pays) {
+            (true, _, _) => Reason::Studied,
+            (false, true, true) => Reason::AboveCompressThreshold,
+            (false, true, false) => Reason::ModelVeto,
+            (false, false, _) => Reason::Evaluated,
+        };
+        if pays {
+            st.compress_from = st.compress_from.min(n);
+            Decision {
+                codec: ctx.codec(best),
+                reason,
+            }
+        } else {
+            if above {
+                st.compress_from = usize::MAX;
+            }
+            st.raw_below = st.raw_below.max(n);
+            ctx.send_raw(st, reason)
+        }
+    }
+
+    fn codec_index(&mut self, codec: Codec) -> usize {
+        if let Some(i) = self.codecs.iter().position(|&c| c == codec) {
+            return i;
+        }
+        self.codecs.push(codec);
+        self.stats
+            .push(DataClass::ALL.map(|_| CodecStats::prior(codec)));
+        self.codecs.len() - 1
+    }
+
+    fn prior_link(&self) -> LinkModel {
+        LinkModel::new(
+            self.config.prior_latency_s,
+            self.config.prior_bandwidth_mbit_s * 1e6 / 8.0,
+        )
+    }
+
+    fn link_entry(&mut self, link: LinkKey) -> &mut LinkEntry {
+        let prior = self.prior_link();
+        self.links.entry(link).or_insert_with(|| LinkEntry {
+            options: LinkOptions::default(),
+            model: prior,
+            classes: [ClassState::default(); 4],
+        })
+    }
+}
+
+/// Counts a study forced by mistakes; too many too close together switch compression
+/// off for a while instead.
+fn force_restudy(st: &mut ClassState, config: &EngineConfig) {
+    st.forced_studies += 1;
+    if st.messages.saturating_sub(st.restudy_window_start) > config.restudy_window {
+        st.restudy_window_start = st.messages;
+        st.restudies = 0;
+    }
+    st.restudies += 1;
+    if st.restudies >= config.max_restudies {
+        st.restudies = 0;
+        st.restudy_window_start = st.messages;
+        st.disabled_until = Some(st.messages.saturating_add(config.disable_for));
+    }
+    st.needs_study = true;
+}
+
+/// The expected compressed size of `bytes` bytes: from whole-message reports if any
+/// arrived since the data last changed, else from samples.
+fn csize(e: &Estimate, bytes: usize) -> Option<f64> {
+    let n = bytes as f64;
+    e.full
+        .map(|r| r * n)
+        .or_else(|| e.sampled.map(|r| r * n + FRAME_ESTIMATE))
+}
+
+/// Everything one decision reads, borrowed apart from the class state it updates.
+struct Ctx<'a> {
+    config: &'a EngineConfig,
+    model: &'a LinkModel,
+    codecs: &'a [Codec],
+    all_stats: &'a [[CodecStats; 4]],
+    slots: &'a [usize],
+    class: DataClass,
+    elem: ElemKind,
+    data: &'a [u8],
+}
+
+impl Ctx<'_> {
+    fn codec(&self, slot: usize) -> Codec {
+        self.codecs[self.slots[slot]]
+    }
+
+    fn stats(&self, slot: usize) -> &CodecStats {
+        &self.all_stats[self.slots[slot]][self.class.index()]
+    }
+
+    fn prediction(&self, st: &ClassState, slot: usize, n: usize) -> Option<Prediction> {
+        let c = csize(&st.estimates[slot], n)?;
+        Some(model::predict(self.model, self.stats(slot), n, c))
+    }
+
+    /// Predicted compressed time from samples alone: the same yardstick for every
+    /// candidate, since only the class's own codec has whole-message reports.
+    fn sampled_time(&self, st: &ClassState, slot: usize, n: usize) -> Option<f64> {
+        let r = st.estimates[slot].sampled?;
+        let p = model::predict(
+            self.model,
+            self.stats(slot),
+            n,
+            r * n as f64 + FRAME_ESTIMATE,
+        );
+        Some(p.compressed_s)
+    }
+
+    fn send_raw(&self, st: &mut ClassState, reason: Reason) -> Decision {
+        st.raw_since_study += 1;
+        if st.raw_since_study >= self.config.reevaluate_after {
+            st.needs_study = true;
+        }
+        Decision::raw(reason)
+    }
+
+    /// Samples every candidate afresh and starts the thresholds over.
+    fn study(&self, st: &mut ClassState, scratch: &mut Vec<u8>) {
+        for slot in 0..self.slots.len() {
+            st.estimates[slot] = Estimate {
+                sampled: self.sample(slot, st.messages, scratch),
+                full: None,
+            };
+        }
+        st.best = None;
+        self.pick_best(st);
+        st.raw_below = 0;
+        st.compress_from = usize::MAX;
+        st.raw_since_study = 0;
+        st.mistakes = 0;
+        st.mistake_window_start = st.messages;
+        st.needs_study = false;
+        st.studies += 1;
+    }
+
+    /// Samples the next candidate in turn and lets the result move the estimates, the
+    /// class's codec and, if the data changed under them, the thresholds.
+    fn sample_next(&self, st: &mut ClassState, scratch: &mut Vec<u8>) {
+        let slot = st.next_sample % self.slots.len();
+        st.next_sample = (slot + 1) % self.slots.len();
+        let Some(r) = self.sample(slot, st.messages, scratch) else {
+            return;
+        };
+        let e = &mut st.estimates[slot];
+        match e.sampled {
+            Some(old) if (r - old).abs() <= self.config.change_tolerance => {
+                e.sampled = Some(old + self.config.ratio_weight * (r - old));
+            }
+            _ => {
+                // The data changed: reports on the old data say nothing about the new.
+                *e = Estimate {
+                    sampled: Some(r),
+                    full: None,
+                };
+            }
+        }
+        self.pick_best(st);
+        // Thresholds learned on other data must not hold this message's decision.
+        let n = self.data.len();
+        if let Some(best) = st.best {
+            let pays = self
+                .prediction(st, best, n)
+                .is_some_and(|p| p.pays(self.config.min_speedup));
+            if pays && n <= st.raw_below {
+                st.raw_below = 0;
+            } else if !pays && n >= st.compress_from {
+                st.compress_from = usize::MAX;
+            }
+        }
+    }
+
+    /// Makes the fastest sampled candidate the class's codec, unless the current one is
+    /// within the switch margin of it.
+    fn pick_best(&self, st: &mut ClassState) {
+        let n = self.data.len();
+        let mut fastest: Option<(usize, f64)> = None;
+        for slot in 0..self.slots.len() {
+            if let Some(t) = self.sampled_time(st, slot, n) {
+                if fastest.is_none_or(|(_, bt)| t < bt) {
+                    fastest = Some((slot, t));
+                }
+            }
+        }
+        let Some((slot, t)) = fastest else {
+            return;
+        };
+        let keep = st
+            .best
+            .and_then(|b| self.sampled_time(st, b, n))
+            .is_some_and(|cur| cur <= t * (1.0 + self.config.switch_margin));
+        if !keep {
+            if st.best != Some(slot) {
+                // A new codec: the thresholds were the old codec's.
+                st.raw_below = 0;
+                st.compress_from = usize::MAX;
+            }
+            st.best = Some(slot);
+        }
+    }
+
+    /// `payload / slice` for a slice of the message compressed by the candidate in
+    /// `slot`. The slice moves through the message from one sample to the next, so that
+    /// a header or a constant prefix does not stand for the whole.
+    fn sample(&self, slot: usize, salt: u64, scratch: &mut Vec<u8>) -> Option<f64> {
+        let data = self.data;
+        let len = self.config.sample_bytes.min(data.len());
+        if len == 0 {
+            return None;
+        }
+        let span = data.len() - len;
+        let elem_size = self.elem.size();
+        let offset = if span == 0 {
+            0
+        } else {
+            let mixed = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
+            let off = (mixed % (span as u64 + 1)) as usize;
+            off - off % elem_size
+        };
+        let slice = &data[offset..offset + len];
+        scratch.clear();
+        match self.codec(slot).compress(slice, self.elem, scratch) {
+            Ok(()) => Some(scratch.len() as f64 / len as f64),
+            // A codec that cannot take this data compresses nothing.
+            Err(_) => Some(1.0),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata;
+
+    fn slow_engine(config: EngineConfig) -> Engine {
+        let mut e = Engine::new(config).unwrap();
+        for link in [LinkKey(0), LinkKey(1)] {
+            e.set_link_model(link, LinkModel::new(1e-3, 1e6));
+        }
+        e
+    }
+
+    #[test]
+    fn thresholds_narrow_like_the_seeds_figure_4_13() {
+        let mut e = slow_engine(EngineConfig::default());
+        let noise = testdata::random_bytes(1 << 16, 1);
+        let raw = |e: &mut Engine, n: usize| e.decide(LinkKey(0), ElemKind::BYTES, &noise[..n]);
+        assert_eq!(raw(&mut e, 8192).reason, Reason::Studied);
+        assert_eq!(raw(&mut e, 4096).reason, Reason::BelowRawThreshold);
+        let d = raw(&mut e, 16384);
+        assert_eq!((d.codec, d.reason), (Codec::None, Reason::Evaluated));
+        let s = e.summary(LinkKey(0), ElemKind::BYTES).unwrap();
+        assert_eq!((s.raw_below, s.compress_from), (16384, usize::MAX));
+
+        let zeros = vec![0u8; 1 << 16];
+        let zip = |e: &mut Engine, n: usize| e.decide(LinkKey(1), ElemKind::BYTES, &zeros[..n]);
+        assert_eq!(zip(&mut e, 16384).reason, Reason::Studied);
+        assert_eq!(zip(&mut e, 32768).reason, Reason::AboveCompressThreshold);
+        let d = zip(&mut e, 8192);
+        assert!(d.compress());
+        assert_eq!(d.reason, Reason::Evaluated);
+        let s = e.summary(LinkKey(1), ElemKind::BYTES).unwrap();
+        assert_eq!((s.raw_below, s.compress_from), (0, 8192));
+    }
+
+    #[test]
+    fn restudies_after_reevaluate_after_raw_messages() {
+        let mut e = slow_engine(EngineConfig {
+            reevaluate_after: 10,
+            sample_every: 0,
+            ..EngineConfig::default()
+        });
+        let noise = testdata::random_bytes(8192, 1);
+        let reasons: Vec<Reason> = (0..12)
+            .map(|_| e.decide(LinkKey(0), ElemKind::BYTES, &noise).reason)
+            .collect();
+        assert_eq!(reasons[0], Reason::Studied);
+        assert!(reasons[1..10]
+            .iter()
+            .all(|&r| r == Reason::BelowRawThreshold));
+        assert_eq!(reasons[10], Reason::Studied);
+        assert_eq!(e.summary(LinkKey(0), ElemKind::BYTES).unwrap().studies, 2);
+    }
+
+    #[test]
+    fn unknown_links_and_empty_classes_are_harmless() {
+        let mut e = Engine::new(EngineConfig {
+            candidates: crate::Candidates {
+                int: Vec::new(),
+                ..crate::Candidates::default()
+            },
+            min_size: 0,
+            ..EngineConfig::default()
+        })
+        .unwrap();
+        let d = e.decide(LinkKey(9), ElemKind::I32, &[0u8; 4096]);
+        assert_eq!(d.reason, Reason::NoCandidates);
+        assert_eq!(
+            e.decide(LinkKey(9), ElemKind::U8, &[]).reason,
+            Reason::TooSmall
+        );
+        // Reports about links or codecs never seen are absorbed.
+        let run = CodecRun {
+            codec: Codec::Zstd { level: 19 },
+            elem: ElemKind::F64,
+            in_bytes: 100,
+            out_bytes: 10,
+            compress_s: 1e-3,
+            decompress_s: None,
+        };
+        e.observe_sent(LinkKey(42), &run);
+        assert!(e
+            .codec_stats(Codec::Zstd { level: 19 }, DataClass::F64)
+            .is_some());
+        assert!(e
+            .predict(LinkKey(43), ElemKind::F64, run.codec, 1000)
+            .is_some());
+        e.observe_decompress(Codec::Lz4, ElemKind::F64, 1000, 1e-6);
+        e.observe_decompress(Codec::Lz4, ElemKind::F64, 0, f64::NAN);
+        let lz4 = e.codec_stats(Codec::Lz4, DataClass::F64).unwrap();
+        let d = lz4.decompress_s_per_byte.unwrap();
+        assert!((d - 1e-9).abs() < 1e-18, "{d}");
+        assert_eq!(lz4.runs, 0);
+        e.remove_link(LinkKey(9));
+        assert!(e.summary(LinkKey(9), ElemKind::U8).is_none());
+    }
+}

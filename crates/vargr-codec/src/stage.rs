@@ -1,0 +1,381 @@
+//! The codec stage: compression as a link stage (PATHS' wrapper), so any link of a tree
+//! or a job can compress without the protocol above it knowing.
+//!
+//! Outgoing application frames (Data, PointToPoint) whose payload the [`CodecMode`]
+//! decides to compress get a codec frame as payload and [`FLAG_CODEC`] in the header's
+//! flags; the receiving side's stage sees the flag, decodes (bounded by the link's
+//! largest frame) and passes the original frame on. Control frames, small frames and
+//! frames the codec cannot shrink pass untouched, so a link without a peer stage still
+//! works as long as nothing is compressed.
+//!
+//! The element type of a payload comes from the frame's flags ([`elem_hint`]), set by
+//! senders that know it (typed collectives); otherwise payloads count as bytes.
+//!
+//! Unlike the engine, the stage reads the clock: it is the driver that times the codecs
+//! and reports to the engine what each compression cost and gained.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Instant;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use vargr_net::Stage;
+use vargr_wire::{encode_header, Frame, FrameKind, HEADER_LEN};
+
+use crate::{decode, encode, Codec, CodecError, CodecRun, ElemKind, Engine, EngineConfig};
+use crate::{LinkKey, LinkModel, LinkOptions};
+
+/// Header flag: the payload is a codec frame (set and removed by the codec stage).
+pub const FLAG_CODEC: u8 = 0x80;
+/// Header flag bits 0–3: the payload's element type, as an index into
+/// [`ElemKind::ALL`] plus one (0: unknown, treated as bytes).
+pub const FLAG_ELEM_MASK: u8 = 0x0f;
+
+/// The flags bits that announce `elem` (for senders of typed payloads).
+pub fn elem_flags(elem: ElemKind) -> u8 {
+    ElemKind::ALL
+        .iter()
+        .position(|&e| e == elem)
+        .map_or(0, |i| (i as u8 + 1) & FLAG_ELEM_MASK)
+}
+
+/// The element type a frame's flags announce.
+pub fn elem_hint(flags: u8) -> ElemKind {
+    match (flags & FLAG_ELEM_MASK) as usize {
+        0 => ElemKind::BYTES,
+        i => ElemKind::ALL.get(i - 1).copied().unwrap_or(ElemKind::BYTES),
+    }
+}
+
+/// What a codec stage does: `off`, `fixed:CODEC` (e.g. `fixed:lz4`) or `adaptive`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CodecMode {
+    Off,
+    Fixed(Codec),
+    Adaptive,
+}
+
+impl FromStr for CodecMode {
+    type Err = CodecError;
+
+    fn from_str(s: &str) -> Result<CodecMode, CodecError> {
+        let s = s.trim();
+        match s {
+            "off" | "none" => Ok(CodecMode::Off),
+            "adaptive" => Ok(CodecMode::Adaptive),
+            _ => match s.strip_prefix("fixed:") {
+                Some(c) => Ok(CodecMode::Fixed(c.parse()?)),
+                None => Err(CodecError::InvalidParam(format!(
+                    "codec mode {s:?}: expected off, fixed:CODEC or adaptive"
+                ))),
+            },
+        }
+    }
+}
+
+impl fmt::Display for CodecMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CodecMode::Off => f.write_str("off"),
+            CodecMode::Fixed(c) => write!(f, "fixed:{c}"),
+            CodecMode::Adaptive => f.write_str("adaptive"),
+        }
+    }
+}
+
+/// A link model from a configured latency and bandwidth (`None`: unlimited, where no
+/// codec pays).
+pub fn link_model(latency: std::time::Duration, bits_per_s: Option<u64>) -> LinkModel {
+    // Unlimited: loopback-like speed, where only the fastest codecs could ever pay.
+    let bytes_per_s = bits_per_s.map_or(5e9, |b| b as f64 / 8.0);
+    LinkModel::new(latency.as_secs_f64(), bytes_per_s)
+}
+
+/// What a codec stage has done, for tests, traces and `vargr top`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StageCounters {
+    pub frames_out: u64,
+    pub compressed: u64,
+    pub bytes_in: u64,
+    pub bytes_on_wire: u64,
+    pub frames_decoded: u64,
+}
+
+/// One side of a link's codec stage.
+pub struct CodecStage {
+    mode: CodecMode,
+    engine: Option<Engine>,
+    link: LinkKey,
+    /// Smallest payload a fixed codec compresses (the engine has its own).
+    min_size: usize,
+    /// Largest payload a decoded frame may have.
+    max_frame: usize,
+    scratch: Vec<u8>,
+    pub counters: StageCounters,
+}
+
+impl CodecStage {
+    /// A stage in `mode` on a link whose speed is `model` (latency and bandwidth, from
+    /// the link's configuration or a calibration); `max_frame` bounds decoded payloads.
+    pub fn new(
+        mode: CodecMode,
+        model: LinkModel,
+        options: LinkOptions,
+        max_frame: usize,
+    ) -> Result<CodecStage, CodecError> {
+        let config = EngineConfig::default();
+        let min_size = config.min_size;
+        let link = LinkKey(0);
+        let engine = match mode {
+            CodecMode::Adaptive => {
+                let mut e = Engine::new(config)?;
+                e.set_link_model(link, model);
+                e.set_link_options(link, options);
+                Some(e)
+            }
+            _ => None,
+        };
+        Ok(CodecStage {
+            mode,
+            engine,
+            link,
+            min_size,
+            max_frame,
+            scratch: Vec::new(),
+            counters: StageCounters::default(),
+        })
+    }
+
+    pub fn mode(&self) -> &CodecMode {
+        &self.mode
+    }
+
+    fn choose(&mut self, elem: ElemKind, payload: &[u8]) -> Codec {
+        match &self.mode {
+            CodecMode::Off => Codec::None,
+            CodecMode::Fixed(c) if payload.len() >= self.min_size && c.supports(elem) => *c,
+            CodecMode::Fixed(_) => Codec::None,
+            CodecMode::Adaptive => match self.engine.as_mut() {
+                Some(e) => e.decide(self.link, elem, payload).codec,
+                None => Codec::None,
+            },
+        }
+    }
+}
+
+fn is_app(kind: u8) -> bool {
+    kind == FrameKind::Data as u8 || kind == FrameKind::PointToPoint as u8
+}
+
+impl Stage for CodecStage {
+    fn name(&self) -> &str {
+        "codec"
+    }
+
+    fn outbound(&mut self, _now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+        self.counters.frames_out += 1;
+        self.counters.bytes_in += frame.len() as u64;
+        let pass = frame.len() <= HEADER_LEN
+            || !is_app(frame[2])
+            || frame[3] & FLAG_CODEC != 0
+            || matches!(self.mode, CodecMode::Off);
+        if pass {
+            self.counters.bytes_on_wire += frame.len() as u64;
+            out.push(frame);
+            return;
+        }
+        let (flags, payload) = (frame[3], &frame[HEADER_LEN..]);
+        let elem = elem_hint(flags);
+        let codec = self.choose(elem, payload);
+        if codec == Codec::None {
+            self.counters.bytes_on_wire += frame.len() as u64;
+            out.push(frame);
+            return;
+        }
+        self.scratch.clear();
+        let t0 = Instant::now();
+        let header = encode(codec, elem, payload, &mut self.scratch);
+        let compress_s = t0.elapsed().as_secs_f64();
+        let compressed = header.codec != crate::CodecId::None;
+        if let Some(e) = self.engine.as_mut() {
+            e.observe_sent(
+                self.link,
+                &CodecRun {
+                    codec,
+                    elem,
+                    in_bytes: payload.len(),
+                    out_bytes: if compressed {
+                        self.scratch.len()
+                    } else {
+                        payload.len()
+                    },
+                    compress_s,
+                    decompress_s: None,
+                },
+            );
+        }
+        if !compressed {
+            // The codec did not shrink it: the original frame, unflagged, costs less.
+            self.counters.bytes_on_wire += frame.len() as u64;
+            out.push(frame);
+            return;
+        }
+        let kind = FrameKind::from_u8(frame[2]).expect("checked by is_app");
+        let stream = u32::from_le_bytes([frame[8], frame[9], frame[10], frame[11]]);
+        let tag = i32::from_le_bytes([frame[12], frame[13], frame[14], frame[15]]);
+        let mut b = BytesMut::with_capacity(HEADER_LEN + self.scratch.len());
+        encode_header(
+            kind,
+            flags | FLAG_CODEC,
+            stream,
+            tag,
+            self.scratch.len(),
+            &mut b,
+        );
+        b.put_slice(&self.scratch);
+        self.counters.compressed += 1;
+        self.counters.bytes_on_wire += b.len() as u64;
+        out.push(b.freeze());
+    }
+
+    fn inbound(&mut self, _now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
+        if frame.flags & FLAG_CODEC == 0 {
+            out.push(frame);
+            return Ok(());
+        }
+        let mut payload = Vec::new();
+        decode(&frame.payload, self.max_frame, &mut payload).map_err(|e| {
+            format!(
+                "{} frame on stream {}: {e}",
+                frame.kind.name(),
+                frame.stream
+            )
+        })?;
+        self.counters.frames_decoded += 1;
+        let mut f = Frame::new(frame.kind, frame.stream, frame.tag, payload);
+        f.flags = frame.flags & !FLAG_CODEC;
+        out.push(f);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testdata;
+
+    fn frame(kind: FrameKind, flags: u8, payload: &[u8]) -> Bytes {
+        let mut b = BytesMut::new();
+        encode_header(kind, flags, 7, -3, payload.len(), &mut b);
+        b.put_slice(payload);
+        b.freeze()
+    }
+
+    /// Sends `f` through `tx`, then what came out through `rx`'s inbound side.
+    fn round_trip(tx: &mut CodecStage, rx: &mut CodecStage, f: Bytes) -> (Vec<Bytes>, Vec<Frame>) {
+        let now = Instant::now();
+        let mut wire = Vec::new();
+        tx.outbound(now, f, &mut wire);
+        let mut got = Vec::new();
+        for w in &wire {
+            let fr = vargr_wire::decode_exact(w, 1 << 26).unwrap();
+            rx.inbound(now, fr, &mut got).unwrap();
+        }
+        (wire, got)
+    }
+
+    fn slow_link() -> LinkModel {
+        LinkModel::new(1e-3, 12.5e6)
+    }
+
+    #[test]
+    fn modes_parse_and_print() {
+        for m in [
+            "off",
+            "adaptive",
+            "fixed:lz4",
+            "fixed:zstd:3",
+            "fixed:fpc:16",
+        ] {
+            assert_eq!(m.parse::<CodecMode>().unwrap().to_string(), m);
+        }
+        assert!("fixed:nope".parse::<CodecMode>().is_err());
+        assert!("sometimes".parse::<CodecMode>().is_err());
+        for e in ElemKind::ALL {
+            assert_eq!(elem_hint(elem_flags(e) | FLAG_CODEC), e);
+        }
+        assert_eq!(elem_hint(0), ElemKind::BYTES);
+    }
+
+    #[test]
+    fn compressible_frames_shrink_on_the_wire_and_come_back_whole() {
+        // A piecewise-constant field: runs for LZ4, predictable values for FPC.
+        let values: Vec<f64> = (0..32_768).map(|i| f64::from(i / 64) * 0.125).collect();
+        let field = testdata::f64_bytes(&values);
+        let f = frame(FrameKind::PointToPoint, elem_flags(ElemKind::F64), &field);
+        for mode in ["fixed:lz4", "fixed:fpc:16", "adaptive"] {
+            let mode: CodecMode = mode.parse().unwrap();
+            let mut tx =
+                CodecStage::new(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26)
+                    .unwrap();
+            let mut rx =
+                CodecStage::new(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26)
+                    .unwrap();
+            let (wire, got) = round_trip(&mut tx, &mut rx, f.clone());
+            assert!(
+                wire[0].len() < f.len() / 2,
+                "{mode}: {} bytes",
+                wire[0].len()
+            );
+            assert_eq!(wire[0][3] & FLAG_CODEC, FLAG_CODEC);
+            assert_eq!(got.len(), 1);
+            assert_eq!(&got[0].payload[..], &field[..], "{mode}");
+            assert_eq!((got[0].stream, got[0].tag), (7, -3));
+            assert_eq!(elem_hint(got[0].flags), ElemKind::F64);
+            assert_eq!(got[0].flags & FLAG_CODEC, 0);
+            assert_eq!(tx.counters.compressed, 1);
+        }
+    }
+
+    #[test]
+    fn control_small_and_incompressible_frames_pass_untouched() {
+        let mut tx = CodecStage::new(
+            "fixed:lz4".parse().unwrap(),
+            slow_link(),
+            LinkOptions::default(),
+            1 << 26,
+        )
+        .unwrap();
+        let mut rx =
+            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 26).unwrap();
+        let big = vec![0u8; 100_000];
+        let noise = testdata::random_bytes(100_000, 3);
+        for f in [
+            frame(FrameKind::Heartbeat, 0, &big),
+            frame(FrameKind::Data, 0, b"small"),
+            frame(FrameKind::Data, 0, &noise),
+        ] {
+            let (wire, got) = round_trip(&mut tx, &mut rx, f.clone());
+            assert_eq!(wire, vec![f.clone()]);
+            assert_eq!(got[0].to_wire(), f);
+        }
+        assert_eq!(tx.counters.compressed, 0);
+    }
+
+    #[test]
+    fn a_damaged_codec_frame_is_an_error_naming_the_frame() {
+        let mut rx =
+            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 20).unwrap();
+        let f = frame(FrameKind::Data, FLAG_CODEC, b"\xff\xff\xff garbage");
+        let fr = vargr_wire::decode_exact(&f, 1 << 20).unwrap();
+        let e = rx.inbound(Instant::now(), fr, &mut Vec::new()).unwrap_err();
+        assert!(e.contains("Data frame on stream 7"), "{e}");
+        // A frame claiming more than the link's largest frame is refused before decoding.
+        let field = vec![0u8; 2 << 20];
+        let mut big = Vec::new();
+        encode(Codec::Lz4, ElemKind::BYTES, &field, &mut big);
+        let f = frame(FrameKind::Data, FLAG_CODEC, &big);
+        let fr = vargr_wire::decode_exact(&f, 1 << 22).unwrap();
+        assert!(rx.inbound(Instant::now(), fr, &mut Vec::new()).is_err());
+    }
+}
