@@ -91,6 +91,12 @@ enum Cmd {
         #[arg(long, default_value_t = 1000)]
         sleep_us: u64,
     },
+    /// Large compressible bcast and allreduce, checked exactly (codec stage tests).
+    #[command(hide = true)]
+    CodecCheck {
+        #[arg(long, default_value_t = 65536)]
+        elements: usize,
+    },
     /// One rank of `vargr bench trace`.
     #[command(hide = true)]
     TraceBenchRank(bench_trace::TraceRankArgs),
@@ -129,6 +135,7 @@ fn main() {
             iters,
             sleep_us,
         } => coll_check::slow_rank(rank, iters, sleep_us),
+        Cmd::CodecCheck { elements } => coll_check::codec_check(elements),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

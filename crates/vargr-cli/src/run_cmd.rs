@@ -46,6 +46,11 @@ pub struct RunArgs {
     /// recorded trace replays with `trace=FILE[,jitter=1ms]` (rows as for `vargr emu`).
     #[arg(long)]
     wan: Option<String>,
+    /// Compression on links between sites (sets VARGR_CODEC): off, fixed:CODEC (e.g.
+    /// fixed:lz4, fixed:zstd:3) or adaptive (the default: the engine compresses what
+    /// pays on each link).
+    #[arg(long)]
+    codec: Option<String>,
     /// How ranks that share a process share its cores (sets VARGR_SCHED): none,
     /// serialize (one computes at a time) or priority (ranks talking to other processes
     /// run first).
@@ -159,6 +164,10 @@ pub fn run(a: RunArgs) -> Result<()> {
         p.parse::<vargr_coll::SchedPolicy>()
             .map_err(|e| anyhow::anyhow!("--sched: {e}"))?;
     }
+    if let Some(m) = &a.codec {
+        m.parse::<vargr_codec::stage::CodecMode>()
+            .map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     ctrlc::set_handler(move || s2.store(true, Ordering::SeqCst))
@@ -186,6 +195,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         if let Some(p) = &a.sched {
             env.push(("VARGR_SCHED".into(), p.clone()));
+        }
+        if let Some(m) = &a.codec {
+            env.push(("VARGR_CODEC".into(), m.clone()));
         }
         if let Some(m) = &a.monitor {
             env.push(("VARGR_MONITOR".into(), m.clone()));

@@ -426,8 +426,15 @@ impl Mesh {
         let mut added = Vec::new();
         for (rank, conn) in fresh {
             let name = format!("rank {rank}");
+            // Incoming links carry the same stages as outgoing ones to that peer: a
+            // stage that transforms frames (compression) must undo it on arrival.
+            let stages = match self.table.get(rank as usize) {
+                Some(peer) => (self.stages)(peer),
+                None => StageChain::default(),
+            };
             if let Ok(mio) = conn.into_mio() {
-                if let Ok(id) = reactor.add(Link::new(mio, name, MAX_MESSAGE + 64)) {
+                let link = Link::new(mio, name, MAX_MESSAGE + 64).with_stages(stages);
+                if let Ok(id) = reactor.add(link) {
                     added.push((id, rank));
                 }
             }
