@@ -29,7 +29,15 @@ fn stage_bytes(dir: &std::path::Path) -> BTreeMap<String, u64> {
 #[test]
 fn compressing_links_between_sites_change_nothing_but_the_bytes() {
     let mut checksums = Vec::new();
-    for mode in ["off", "fixed:lz4", "adaptive"] {
+    // FPC only takes floats: its row shows that typed collectives tell the link what
+    // their elements are.
+    for mode in [
+        "off",
+        "fixed:lz4",
+        "fixed:shuffle-lz4",
+        "fixed:fpc:16",
+        "adaptive",
+    ] {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().to_str().unwrap();
         let r = run_cli(
@@ -65,11 +73,14 @@ fn compressing_links_between_sites_change_nothing_but_the_bytes() {
         let b = stage_bytes(tmp.path());
         let (wire, delivered) = (b["link/stage/emu/in"], b["link/stage/codec/in"]);
         assert!(delivered >= 2 << 20, "{mode}: {b:?}");
-        if mode == "off" {
+        match mode {
             // Off passes frames as they are.
-            assert_eq!(wire, delivered, "{mode}: {b:?}");
-        } else {
-            assert!(delivered > 10 * wire, "{mode}: {b:?}");
+            "off" => assert_eq!(wire, delivered, "{mode}: {b:?}"),
+            // What adaptive does depends on how fast the codecs run here (a debug build
+            // is many times slower), so only "never more bytes" is asserted.
+            "adaptive" => assert!(wire <= delivered, "{mode}: {b:?}"),
+            "fixed:fpc:16" => assert!(delivered > 2 * wire, "{mode}: {b:?}"),
+            _ => assert!(delivered > 10 * wire, "{mode}: {b:?}"),
         }
     }
     assert!(checksums.windows(2).all(|w| w[0] == w[1]), "{checksums:?}");

@@ -877,7 +877,14 @@ impl Comm {
 
     /// Sends `data` to communicator rank `dest` with a user tag (eager: returns at once).
     pub fn send<T: Pod>(&self, dest: usize, tag: u64, data: &[T]) -> Result<()> {
-        self.send_bytes(dest, tag, Bytes::copy_from_slice(bytes_of(data)))
+        let bytes = Bytes::copy_from_slice(bytes_of(data));
+        match crate::elem::kind_of::<T>() {
+            Some(kind) => {
+                let t = self.p2p_check("destination", dest, tag)?;
+                self.transport.send_typed(self.ranks[dest], t, bytes, kind)
+            }
+            None => self.send_bytes(dest, tag, bytes),
+        }
     }
 
     /// Sends an owned buffer without copying it.

@@ -81,3 +81,20 @@ macro_rules! elem {
 
 elem!(i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32,
       i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+
+/// The element kind of a plain type, if it is one of the numeric types (what a
+/// point-to-point send of `&[T]` tells the link, so floats meet a float codec).
+pub fn kind_of<T: 'static>() -> Option<ElemKind> {
+    use std::any::TypeId;
+    let t = TypeId::of::<T>();
+    macro_rules! find {
+        ($($ty:ty => $k:ident),*) => {$(
+            if t == TypeId::of::<$ty>() {
+                return Some(ElemKind::$k);
+            }
+        )*};
+    }
+    find!(i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32,
+          i64 => I64, u64 => U64, f32 => F32, f64 => F64);
+    None
+}

@@ -21,6 +21,7 @@ use vargr_net::mesh::{self, Mesh};
 
 use crate::arena::Arena;
 use crate::comm::{Comm, World};
+use crate::elem::ElemKind;
 use crate::error::{CollError, Result};
 use crate::hierarchy::Hierarchy;
 use crate::inproc::{Fabric, InProcess, WaitPolicy};
@@ -44,7 +45,36 @@ pub struct MeshTransport {
     here: Option<InProcess>,
 }
 
+/// The frame flags that tell a link's codec stage what `elem` is.
+fn codec_flags(elem: ElemKind) -> u8 {
+    use vargr_codec::ElemKind as C;
+    let k = match elem {
+        ElemKind::I8 => C::I8,
+        ElemKind::U8 => C::U8,
+        ElemKind::I16 => C::I16,
+        ElemKind::U16 => C::U16,
+        ElemKind::I32 => C::I32,
+        ElemKind::U32 => C::U32,
+        ElemKind::I64 => C::I64,
+        ElemKind::U64 => C::U64,
+        ElemKind::F32 => C::F32,
+        ElemKind::F64 => C::F64,
+    };
+    vargr_codec::stage::elem_flags(k)
+}
+
 impl MeshTransport {
+    fn send_flags(&self, dest: usize, tag: u64, data: Bytes, flags: u8) -> Result<()> {
+        let remote = !self.local.contains(&dest);
+        self.sent_remote.store(remote, Ordering::Relaxed);
+        if let (false, Some(ep)) = (remote, &self.here) {
+            return ep.send(dest - self.local.start, tag, data);
+        }
+        self.mesh
+            .send_flags(self.rank as u32, dest as u32, tag, data, flags)
+            .map_err(|e| self.lost(dest, e))
+    }
+
     fn lost(&self, peer: usize, e: vargr_net::NetError) -> CollError {
         CollError::PeerLost {
             rank: self.rank,
@@ -78,14 +108,11 @@ impl Transport for MeshTransport {
     }
 
     fn send(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
-        let remote = !self.local.contains(&dest);
-        self.sent_remote.store(remote, Ordering::Relaxed);
-        if let (false, Some(ep)) = (remote, &self.here) {
-            return ep.send(dest - self.local.start, tag, data);
-        }
-        self.mesh
-            .send(self.rank as u32, dest as u32, tag, data)
-            .map_err(|e| self.lost(dest, e))
+        self.send_flags(dest, tag, data, 0)
+    }
+
+    fn send_typed(&self, dest: usize, tag: u64, data: Bytes, elem: ElemKind) -> Result<()> {
+        self.send_flags(dest, tag, data, codec_flags(elem))
     }
 
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes> {

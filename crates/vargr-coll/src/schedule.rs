@@ -231,8 +231,12 @@ pub fn execute(ctx: &ExecCtx<'_>, sched: &Schedule, input: &[u8], work: &mut [u8
                 let t0 = vargr_trace::now();
                 let data = Bytes::copy_from_slice(&src[range.clone()]);
                 let dest = ctx.ranks[*to];
-                ctx.transport
-                    .send(dest, Tag::with_phase(ctx.tag_base, *phase), data)?;
+                ctx.transport.send_typed(
+                    dest,
+                    Tag::with_phase(ctx.tag_base, *phase),
+                    data,
+                    ctx.kind,
+                )?;
                 trace_step(ctx, vargr_trace::EventOp::Send, t0, dest, range.len());
             }
             Step::Recv {

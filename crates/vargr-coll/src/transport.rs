@@ -12,6 +12,7 @@
 use bytes::Bytes;
 
 use crate::arena::Arena;
+use crate::elem::ElemKind;
 use crate::error::Result;
 
 /// One rank's view of a network of `size()` ranks.
@@ -30,6 +31,12 @@ pub trait Transport: Send + Sync {
     fn size(&self) -> usize;
     /// Queues `data` for `dest`; returns once the data is owned by the transport.
     fn send(&self, dest: usize, tag: u64, data: Bytes) -> Result<()>;
+    /// Like `send`, knowing that `data` holds elements of `elem`: transports whose links
+    /// compress pass it on, so that floats meet a float codec.
+    fn send_typed(&self, dest: usize, tag: u64, data: Bytes, elem: ElemKind) -> Result<()> {
+        let _ = elem;
+        self.send(dest, tag, data)
+    }
     /// Blocks until a message from `src` with `tag` arrives and returns it.
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes>;
     /// Sends to `dest`, then receives from `src`. Transports with a progress engine can

@@ -254,6 +254,19 @@ impl Mesh {
     /// Sends `data` from local rank `src` to rank `dest`; returns without waiting for
     /// the receiver (what the socket does not take now is queued).
     pub fn send(&self, src: u32, dest: u32, tag: u64, data: Bytes) -> Result<(), NetError> {
+        self.send_flags(src, dest, tag, data, 0)
+    }
+
+    /// Like [`Mesh::send`], with header `flags` for the link's stages (e.g. the element
+    /// type of `data`, which a compressing stage uses to pick a codec).
+    pub fn send_flags(
+        &self,
+        src: u32,
+        dest: u32,
+        tag: u64,
+        data: Bytes,
+        flags: u8,
+    ) -> Result<(), NetError> {
         self.check_rank("destination", dest)?;
         if data.len() > MAX_MESSAGE {
             return Err(NetError::Job {
@@ -277,7 +290,7 @@ impl Mesh {
         let mut head = BytesMut::with_capacity(HEADER_LEN + 12);
         encode_header(
             FrameKind::PointToPoint,
-            0,
+            flags,
             dest,
             src as i32,
             8 + data.len(),
