@@ -72,7 +72,16 @@ fn bench(a: CodecBenchArgs) -> Result<()> {
             }
     };
     let raw = wire(size);
-    let mut rows: Vec<(String, f64, f64, f64, Duration)> = measure_all(msg, elem)
+    let measures = measure_all(msg, elem);
+    // What the adaptive engine would do with these measurements on this link.
+    let engine_choice = {
+        let mut e = vargr_codec::Engine::new(vargr_codec::EngineConfig::default())?;
+        let link = vargr_codec::LinkKey(0);
+        e.set_link_model(link, vargr_codec::stage::link_model(latency, bps));
+        e.calibrate_codecs(elem, &measures);
+        e.decide(link, elem, msg)
+    };
+    let mut rows: Vec<(String, f64, f64, f64, Duration)> = measures
         .into_iter()
         .filter(|m| m.verified)
         .map(|m| {
@@ -120,5 +129,13 @@ fn bench(a: CodecBenchArgs) -> Result<()> {
             println!("\nnothing pays on this link: send it raw");
         }
     }
+    println!(
+        "the adaptive engine would send it {} ({:?})",
+        match engine_choice.codec {
+            vargr_codec::Codec::None => "raw".to_string(),
+            c => format!("with {c}"),
+        },
+        engine_choice.reason
+    );
     Ok(())
 }

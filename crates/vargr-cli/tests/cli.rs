@@ -98,6 +98,11 @@ fn codec_bench_prices_every_codec_on_a_file() {
     }
     // A smooth ramp compresses well and a 10 Mbit/s link makes that pay.
     assert!(r.stdout.contains("pays on this link: "), "{}", r.stdout);
+    assert!(
+        r.stdout.contains("the adaptive engine would send it with "),
+        "{}",
+        r.stdout
+    );
 
     let bad = run_cli(&["codec", "bench", path, "--type", "f65"], GUARD);
     assert!(!bad.status.success());
