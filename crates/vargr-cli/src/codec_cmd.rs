@@ -18,6 +18,25 @@ use vargr_codec::{measure_all, ElemKind};
 pub enum CodecCmd {
     /// Ratio and speed of every codec on a file, and what pays on a link.
     Bench(CodecBenchArgs),
+    /// The guided strategy's offline step: price every codec on the samples a
+    /// `vargr run --codec-trace DIR` recorded, and write one rule per kind of message
+    /// (use it with `vargr run --codec guided:PLAN`).
+    Plan(CodecPlanArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct CodecPlanArgs {
+    /// The directory `--codec-trace` wrote.
+    dir: PathBuf,
+    /// Link bandwidth the plan is for.
+    #[arg(long, default_value = "100mbit")]
+    bandwidth: String,
+    /// One-way link latency the plan is for.
+    #[arg(long, default_value = "0ms")]
+    latency: String,
+    /// Where to write the plan (default DIR/plan.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -41,7 +60,109 @@ pub struct CodecBenchArgs {
 pub fn run(c: CodecCmd) -> Result<()> {
     match c {
         CodecCmd::Bench(a) => bench(a),
+        CodecCmd::Plan(a) => plan(a),
     }
+}
+
+fn plan(a: CodecPlanArgs) -> Result<()> {
+    use vargr_codec::guided::{decode_trace, MessageKey, Plan, Rule};
+    let bps = vargr_emu::parse_bandwidth(&a.bandwidth)
+        .with_context(|| format!("--bandwidth {:?}", a.bandwidth))?;
+    let latency = vargr_emu::parse_duration(&a.latency)
+        .with_context(|| format!("--latency {:?}", a.latency))?;
+    let bytes_per_s = bps.map_or(5e9, |b| b as f64 / 8.0);
+    let wire = |bytes: usize| latency.as_secs_f64() + bytes as f64 / bytes_per_s;
+    // Every sample of every trace file, grouped by kind of message.
+    let mut by_key: std::collections::BTreeMap<MessageKey, Vec<Vec<u8>>> = Default::default();
+    let mut files = 0;
+    let rd = std::fs::read_dir(&a.dir).with_context(|| format!("reading {}", a.dir.display()))?;
+    for e in rd {
+        let p = e?.path();
+        if p.extension().is_none_or(|x| x != "ctr") {
+            continue;
+        }
+        let bytes = std::fs::read(&p).with_context(|| format!("reading {}", p.display()))?;
+        for s in decode_trace(&bytes, &p.display().to_string())? {
+            by_key.entry(s.key).or_default().push(s.payload);
+        }
+        files += 1;
+    }
+    if by_key.is_empty() {
+        bail!(
+            "{}: no codec samples (record some with `vargr run --codec-trace {}`)",
+            a.dir.display(),
+            a.dir.display()
+        );
+    }
+    let mut plan = Plan {
+        latency_s: latency.as_secs_f64(),
+        bytes_per_s,
+        rules: Default::default(),
+    };
+    println!(
+        "{} kinds of message from {files} trace files, priced for {} + {}\n",
+        by_key.len(),
+        vargr_emu::fmt_bandwidth(bps),
+        vargr_emu::fmt_duration(latency)
+    );
+    println!(
+        "{:<18} {:<5} {:>10} {:>8} {:<16} {:>8}",
+        "key", "type", "bytes", "samples", "rule", "speedup"
+    );
+    for (key, samples) in &by_key {
+        // The codec with the best mean time over the samples.
+        let mut best = (vargr_codec::Codec::None, 1.0f64);
+        let raw: f64 = samples.iter().map(|s| wire(s.len())).sum();
+        for &codec in vargr_codec::Codec::CATALOG.iter().skip(1) {
+            if !codec.supports(key.elem) {
+                continue;
+            }
+            let mut t = 0.0;
+            let mut ok = true;
+            for s in samples {
+                match vargr_codec::measure(codec, s, key.elem, Duration::from_millis(5)) {
+                    Ok(m) if m.verified => {
+                        let mb = s.len() as f64 / 1e6;
+                        t += mb / m.compress_mb_s
+                            + mb / m.decompress_mb_s
+                            + wire(m.compressed_len.min(s.len() + 16));
+                    }
+                    _ => ok = false,
+                }
+            }
+            if ok && raw / t > best.1 {
+                best = (codec, raw / t);
+            }
+        }
+        let id = format!("{:016x}", key.id());
+        println!(
+            "{:<18} {:<5} {:>10} {:>8} {:<16} {:>8.2}",
+            id,
+            key.elem.to_string(),
+            key.len,
+            samples.len(),
+            best.0.to_string(),
+            best.1
+        );
+        plan.rules.insert(
+            id,
+            Rule {
+                codec: best.0.to_string(),
+                speedup: best.1,
+                elem: key.elem.to_string(),
+                len: key.len,
+            },
+        );
+    }
+    let out = a.out.unwrap_or_else(|| a.dir.join("plan.json"));
+    std::fs::write(&out, serde_json::to_vec_pretty(&plan)?)
+        .with_context(|| format!("writing {}", out.display()))?;
+    println!(
+        "\nwrote {} (use it with `vargr run --codec guided:{}`)",
+        out.display(),
+        out.display()
+    );
+    Ok(())
 }
 
 fn bench(a: CodecBenchArgs) -> Result<()> {

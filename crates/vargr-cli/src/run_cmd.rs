@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// pays on each link).
     #[arg(long)]
     codec: Option<String>,
+    /// Record samples of what links between sites carry into this directory, for
+    /// `vargr codec plan` (the guided strategy's first run).
+    #[arg(long)]
+    codec_trace: Option<PathBuf>,
     /// How ranks that share a process share its cores (sets VARGR_SCHED): none,
     /// serialize (one computes at a time) or priority (ranks talking to other processes
     /// run first).
@@ -164,10 +168,32 @@ pub fn run(a: RunArgs) -> Result<()> {
         p.parse::<vargr_coll::SchedPolicy>()
             .map_err(|e| anyhow::anyhow!("--sched: {e}"))?;
     }
-    if let Some(m) = &a.codec {
-        m.parse::<vargr_codec::stage::CodecMode>()
-            .map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
-    }
+    // Plans are read by every rank, wherever it starts: make the path absolute.
+    let codec = match a.codec.as_deref() {
+        Some(m) => {
+            let m = match m.strip_prefix("guided:") {
+                Some(p) => format!(
+                    "guided:{}",
+                    std::path::Path::new(p)
+                        .canonicalize()
+                        .with_context(|| format!("--codec: plan {p}"))?
+                        .display()
+                ),
+                None => m.to_string(),
+            };
+            m.parse::<vargr_codec::stage::CodecMode>()
+                .map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+            Some(m)
+        }
+        None => None,
+    };
+    let codec_trace = match &a.codec_trace {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
+            Some(d.canonicalize()?)
+        }
+        None => None,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     ctrlc::set_handler(move || s2.store(true, Ordering::SeqCst))
@@ -196,8 +222,11 @@ pub fn run(a: RunArgs) -> Result<()> {
         if let Some(p) = &a.sched {
             env.push(("VARGR_SCHED".into(), p.clone()));
         }
-        if let Some(m) = &a.codec {
+        if let Some(m) = &codec {
             env.push(("VARGR_CODEC".into(), m.clone()));
+        }
+        if let Some(d) = &codec_trace {
+            env.push(("VARGR_CODEC_TRACE".into(), d.display().to_string()));
         }
         if let Some(m) = &a.monitor {
             env.push(("VARGR_MONITOR".into(), m.clone()));

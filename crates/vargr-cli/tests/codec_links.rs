@@ -101,3 +101,111 @@ fn compressing_links_between_sites_change_nothing_but_the_bytes() {
     assert!(!bad.status.success());
     assert!(bad.stderr.contains("--codec"), "{}", bad.stderr);
 }
+
+#[test]
+fn the_guided_strategy_records_plans_and_applies_rules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let samples = tmp.path().join("samples");
+    let traced = tmp.path().join("traced");
+    let (s, t) = (samples.to_str().unwrap(), traced.to_str().unwrap());
+    let wan = "rtt=2ms,bandwidth=100mbit";
+    // 1. A first run records what crossed between the sites.
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "4",
+            "--sites",
+            "2",
+            "--wan",
+            wan,
+            "--codec",
+            "off",
+            "--codec-trace",
+            s,
+            "--",
+            vargr(),
+            "codec-check",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(r.status.success(), "{r:?}");
+    // 2. Offline: a rule per kind of message.
+    let plan = run_cli(
+        &[
+            "codec",
+            "plan",
+            s,
+            "--bandwidth",
+            "100mbit",
+            "--latency",
+            "1ms",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(plan.status.success(), "{plan:?}");
+    assert!(plan.stdout.contains("kinds of message"), "{}", plan.stdout);
+    let plan_file = samples.join("plan.json");
+    let rules: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&plan_file).unwrap()).unwrap();
+    assert!(!rules["rules"].as_object().unwrap().is_empty(), "{rules}");
+    // 3. A second run applies the rules: same results, far fewer bytes between sites.
+    let guided = format!("guided:{}", plan_file.display());
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "4",
+            "--sites",
+            "2",
+            "--wan",
+            wan,
+            "--codec",
+            &guided,
+            "--trace",
+            t,
+            "--",
+            vargr(),
+            "codec-check",
+        ],
+        Duration::from_secs(120),
+    );
+    assert!(r.status.success(), "{r:?}");
+    assert!(r
+        .stdout
+        .lines()
+        .all(|l| l.contains("bcast ok allreduce ok")));
+    let b = stage_bytes(&traced);
+    assert!(
+        b["link/stage/codec/in"] > 10 * b["link/stage/emu/in"],
+        "{b:?}"
+    );
+
+    // A plan that is not there is named.
+    let bad = run_cli(
+        &[
+            "run",
+            "-n",
+            "2",
+            "--codec",
+            "guided:/nonexistent/plan.json",
+            "--",
+            vargr(),
+            "rank-info",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!bad.status.success());
+    assert!(
+        bad.stderr.contains("/nonexistent/plan.json"),
+        "{}",
+        bad.stderr
+    );
+    let empty = run_cli(&["codec", "plan", t], Duration::from_secs(30));
+    assert!(!empty.status.success());
+    assert!(
+        empty.stderr.contains("no codec samples"),
+        "{}",
+        empty.stderr
+    );
+}

@@ -51,6 +51,7 @@ mod codec;
 mod config;
 mod error;
 mod fpc;
+pub mod guided;
 mod header;
 mod huffman;
 mod kind;

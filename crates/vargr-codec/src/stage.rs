@@ -14,14 +14,20 @@
 //! Unlike the engine, the stage reads the clock: it is the driver that times the codecs
 //! and reports to the engine what each compression cost and gained.
 
+use std::collections::HashMap;
 use std::fmt;
+use std::io::Write as _;
+use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use vargr_net::Stage;
 use vargr_wire::{encode_header, Frame, FrameKind, HEADER_LEN};
 
+use crate::guided::{encode_sample, trace_header, MessageKey, Plan, Sample, MAX_SAMPLE};
 use crate::{decode, encode, Codec, CodecError, CodecRun, ElemKind, Engine, EngineConfig};
 use crate::{LinkKey, LinkModel, LinkOptions};
 
@@ -47,12 +53,14 @@ pub fn elem_hint(flags: u8) -> ElemKind {
     }
 }
 
-/// What a codec stage does: `off`, `fixed:CODEC` (e.g. `fixed:lz4`) or `adaptive`.
+/// What a codec stage does: `off`, `fixed:CODEC` (e.g. `fixed:lz4`), `adaptive`, or
+/// `guided:PLAN` (the rules `vargr codec plan` wrote; see [`crate::guided`]).
 #[derive(Debug, Clone, PartialEq)]
 pub enum CodecMode {
     Off,
     Fixed(Codec),
     Adaptive,
+    Guided { path: String, plan: Arc<Plan> },
 }
 
 impl FromStr for CodecMode {
@@ -63,12 +71,21 @@ impl FromStr for CodecMode {
         match s {
             "off" | "none" => Ok(CodecMode::Off),
             "adaptive" => Ok(CodecMode::Adaptive),
-            _ => match s.strip_prefix("fixed:") {
-                Some(c) => Ok(CodecMode::Fixed(c.parse()?)),
-                None => Err(CodecError::InvalidParam(format!(
-                    "codec mode {s:?}: expected off, fixed:CODEC or adaptive"
-                ))),
-            },
+            _ => {
+                if let Some(c) = s.strip_prefix("fixed:") {
+                    return Ok(CodecMode::Fixed(c.parse()?));
+                }
+                if let Some(path) = s.strip_prefix("guided:") {
+                    let plan = Plan::load(std::path::Path::new(path))?;
+                    return Ok(CodecMode::Guided {
+                        path: path.to_string(),
+                        plan: Arc::new(plan),
+                    });
+                }
+                Err(CodecError::InvalidParam(format!(
+                    "codec mode {s:?}: expected off, fixed:CODEC, adaptive or guided:PLAN"
+                )))
+            }
         }
     }
 }
@@ -79,6 +96,7 @@ impl fmt::Display for CodecMode {
             CodecMode::Off => f.write_str("off"),
             CodecMode::Fixed(c) => write!(f, "fixed:{c}"),
             CodecMode::Adaptive => f.write_str("adaptive"),
+            CodecMode::Guided { path, .. } => write!(f, "guided:{path}"),
         }
     }
 }
@@ -101,6 +119,70 @@ pub struct StageCounters {
     pub frames_decoded: u64,
 }
 
+/// Records what a link carries for the guided strategy: the first few payloads of each
+/// kind of message, appended to one file per stage under `VARGR_CODEC_TRACE`.
+struct SampleRecorder {
+    path: PathBuf,
+    seen: HashMap<MessageKey, u32>,
+    written: usize,
+    failed: bool,
+}
+
+impl SampleRecorder {
+    /// Samples kept per kind of message, and bytes per file.
+    const PER_KEY: u32 = 2;
+    const MAX_FILE: usize = 64 << 20;
+
+    fn from_env() -> Option<SampleRecorder> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let dir = PathBuf::from(std::env::var_os("VARGR_CODEC_TRACE")?);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let rank = std::env::var("VARGR_RANK").unwrap_or_else(|_| "x".into());
+        let path = dir.join(format!("rank{rank}-{}-{n}.ctr", std::process::id()));
+        Some(SampleRecorder {
+            path,
+            seen: HashMap::new(),
+            written: 0,
+            failed: false,
+        })
+    }
+
+    fn record(&mut self, key: MessageKey, payload: &[u8]) {
+        let n = self.seen.entry(key).or_insert(0);
+        if self.failed || *n >= Self::PER_KEY || self.written > Self::MAX_FILE {
+            return;
+        }
+        *n += 1;
+        let mut b = Vec::new();
+        if self.written == 0 {
+            b.extend_from_slice(trace_header());
+        }
+        encode_sample(
+            &Sample {
+                key,
+                payload: payload[..payload.len().min(MAX_SAMPLE)].to_vec(),
+            },
+            &mut b,
+        );
+        let r = std::fs::create_dir_all(self.path.parent().unwrap_or(std::path::Path::new(".")))
+            .and_then(|_| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&self.path)
+            })
+            .and_then(|mut f| f.write_all(&b));
+        match r {
+            Ok(()) => self.written += b.len(),
+            Err(e) => {
+                // Tracing must not stop the application: say so once and carry on.
+                eprintln!("vargr: codec trace {}: {e}", self.path.display());
+                self.failed = true;
+            }
+        }
+    }
+}
+
 /// One side of a link's codec stage.
 pub struct CodecStage {
     mode: CodecMode,
@@ -111,6 +193,7 @@ pub struct CodecStage {
     /// Largest payload a decoded frame may have.
     max_frame: usize,
     scratch: Vec<u8>,
+    recorder: Option<SampleRecorder>,
     pub counters: StageCounters,
 }
 
@@ -142,6 +225,7 @@ impl CodecStage {
             min_size,
             max_frame,
             scratch: Vec::new(),
+            recorder: SampleRecorder::from_env(),
             counters: StageCounters::default(),
         })
     }
@@ -150,9 +234,14 @@ impl CodecStage {
         &self.mode
     }
 
-    fn choose(&mut self, elem: ElemKind, payload: &[u8]) -> Codec {
+    fn choose(&mut self, key: &MessageKey, payload: &[u8]) -> Codec {
+        let elem = key.elem;
         match &self.mode {
             CodecMode::Off => Codec::None,
+            CodecMode::Guided { plan, .. } => match plan.codec_for(key) {
+                c if c.supports(elem) => c,
+                _ => Codec::None,
+            },
             CodecMode::Fixed(c) if payload.len() >= self.min_size && c.supports(elem) => *c,
             CodecMode::Fixed(_) => Codec::None,
             CodecMode::Adaptive => match self.engine.as_mut() {
@@ -175,10 +264,7 @@ impl Stage for CodecStage {
     fn outbound(&mut self, _now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
         self.counters.frames_out += 1;
         self.counters.bytes_in += frame.len() as u64;
-        let pass = frame.len() <= HEADER_LEN
-            || !is_app(frame[2])
-            || frame[3] & FLAG_CODEC != 0
-            || matches!(self.mode, CodecMode::Off);
+        let pass = frame.len() <= HEADER_LEN || !is_app(frame[2]) || frame[3] & FLAG_CODEC != 0;
         if pass {
             self.counters.bytes_on_wire += frame.len() as u64;
             out.push(frame);
@@ -186,7 +272,17 @@ impl Stage for CodecStage {
         }
         let (flags, payload) = (frame[3], &frame[HEADER_LEN..]);
         let elem = elem_hint(flags);
-        let codec = self.choose(elem, payload);
+        let key = MessageKey {
+            kind: frame[2],
+            elem,
+            stream: u32::from_le_bytes([frame[8], frame[9], frame[10], frame[11]]),
+            tag: i32::from_le_bytes([frame[12], frame[13], frame[14], frame[15]]),
+            len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
+        };
+        if let Some(r) = self.recorder.as_mut() {
+            r.record(key, payload);
+        }
+        let codec = self.choose(&key, payload);
         if codec == Codec::None {
             self.counters.bytes_on_wire += frame.len() as u64;
             out.push(frame);
