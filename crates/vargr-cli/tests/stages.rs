@@ -63,3 +63,47 @@ fn a_bad_wan_profile_is_refused_before_anything_starts() {
     let msg = err.to_string();
     assert!(msg.contains("A-B") && msg.contains("fast"), "{msg}");
 }
+
+#[test]
+fn tree_links_between_sites_compress_and_deliver_the_same_packets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let topo = Topology::parse_mrnet(TWO_SITES, "two-sites").unwrap();
+    let mut o = two_site_options("latency=1ms,bandwidth=100mbit").trace_dir(tmp.path());
+    o.link_stages.codec = Some("fixed:lz4".into());
+    let net = Network::new(topo, BackendSpec::command(vargr(), &["backend", "echo"]), o).unwrap();
+    let n = net.num_backends();
+    let s = net
+        .open_stream(
+            &net.broadcast_communicator(),
+            StreamOptions::new("null").sync(vargr_tbon::SyncMode::DontWait),
+        )
+        .unwrap();
+    // A piecewise-constant field: compressible, and checked exactly on the way back.
+    let field: Vec<f64> = (0..32_768).map(|i| f64::from(i / 64) * 0.25).collect();
+    s.send(TAG_ECHO, "%alf", vec![Value::DoubleArray(field.clone())])
+        .unwrap();
+    for _ in 0..n {
+        let p = recv_ok(&s, Duration::from_secs(30));
+        assert_eq!(p.values, vec![Value::DoubleArray(field.clone())]);
+    }
+    net.shutdown().unwrap();
+    // Between the sites the frames crossed the emulated WAN compressed.
+    let mut wire = 0u64;
+    let mut delivered = 0u64;
+    for f in vargr_trace::TraceFile::read_dir(tmp.path()).unwrap() {
+        for t in &f.threads {
+            for r in &t.records {
+                match f.collector_name(r.collector) {
+                    "link/stage/emu/in" => wire += u64::from(r.bytes),
+                    "link/stage/codec/in" => delivered += u64::from(r.bytes),
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert!(delivered >= 2 * 262_144, "{delivered} bytes delivered");
+    assert!(
+        delivered > 10 * wire,
+        "{delivered} delivered from {wire} on the wire"
+    );
+}
