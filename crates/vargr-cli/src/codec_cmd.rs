@@ -70,8 +70,8 @@ fn plan(a: CodecPlanArgs) -> Result<()> {
         .with_context(|| format!("--bandwidth {:?}", a.bandwidth))?;
     let latency = vargr_emu::parse_duration(&a.latency)
         .with_context(|| format!("--latency {:?}", a.latency))?;
-    let bytes_per_s = bps.map_or(5e9, |b| b as f64 / 8.0);
-    let wire = |bytes: usize| latency.as_secs_f64() + bytes as f64 / bytes_per_s;
+    let model = vargr_codec::stage::link_model(latency, bps);
+    let wire = |bytes: usize| model.transfer_time(bytes as f64);
     // Every sample of every trace file, grouped by kind of message.
     let mut by_key: std::collections::BTreeMap<MessageKey, Vec<Vec<u8>>> = Default::default();
     let mut files = 0;
@@ -96,7 +96,7 @@ fn plan(a: CodecPlanArgs) -> Result<()> {
     }
     let mut plan = Plan {
         latency_s: latency.as_secs_f64(),
-        bytes_per_s,
+        bytes_per_s: bps.map_or(f64::INFINITY, |b| b as f64 / 8.0),
         rules: Default::default(),
     };
     println!(
@@ -185,13 +185,8 @@ fn bench(a: CodecBenchArgs) -> Result<()> {
         );
     }
     let msg = &data[..size];
-    let wire = |bytes: usize| -> Duration {
-        latency
-            + match bps {
-                Some(b) => Duration::from_secs_f64(bytes as f64 * 8.0 / b as f64),
-                None => Duration::ZERO,
-            }
-    };
+    let model = vargr_codec::stage::link_model(latency, bps);
+    let wire = |bytes: usize| Duration::from_secs_f64(model.transfer_time(bytes as f64));
     let raw = wire(size);
     let measures = measure_all(msg, elem);
     // What the adaptive engine would do with these measurements on this link.

@@ -26,6 +26,25 @@ fn stage_bytes(dir: &std::path::Path) -> BTreeMap<String, u64> {
     out
 }
 
+/// `codec-check` on 4 ranks in two sites joined by an emulated 100 Mbit/s WAN, with
+/// `extra` options (codec mode, trace directories).
+fn two_sites(extra: &[&str]) -> CliRun {
+    let mut args = vec![
+        "run",
+        "-n",
+        "4",
+        "--sites",
+        "2",
+        "--wan",
+        "rtt=2ms,bandwidth=100mbit",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", vargr(), "codec-check"]);
+    let r = run_cli(&args, Duration::from_secs(120));
+    assert!(r.status.success(), "{extra:?}: {r:?}");
+    r
+}
+
 #[test]
 fn compressing_links_between_sites_change_nothing_but_the_bytes() {
     let mut checksums = Vec::new();
@@ -40,26 +59,7 @@ fn compressing_links_between_sites_change_nothing_but_the_bytes() {
     ] {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path().to_str().unwrap();
-        let r = run_cli(
-            &[
-                "run",
-                "-n",
-                "4",
-                "--sites",
-                "2",
-                "--wan",
-                "rtt=2ms,bandwidth=100mbit",
-                "--codec",
-                mode,
-                "--trace",
-                d,
-                "--",
-                vargr(),
-                "codec-check",
-            ],
-            Duration::from_secs(120),
-        );
-        assert!(r.status.success(), "{mode}: {r:?}");
+        let r = two_sites(&["--codec", mode, "--trace", d]);
         let lines: Vec<&str> = r.stdout.lines().collect();
         assert_eq!(lines.len(), 4, "{mode}: {}", r.stdout);
         assert!(
@@ -108,28 +108,8 @@ fn the_guided_strategy_records_plans_and_applies_rules() {
     let samples = tmp.path().join("samples");
     let traced = tmp.path().join("traced");
     let (s, t) = (samples.to_str().unwrap(), traced.to_str().unwrap());
-    let wan = "rtt=2ms,bandwidth=100mbit";
     // 1. A first run records what crossed between the sites.
-    let r = run_cli(
-        &[
-            "run",
-            "-n",
-            "4",
-            "--sites",
-            "2",
-            "--wan",
-            wan,
-            "--codec",
-            "off",
-            "--codec-trace",
-            s,
-            "--",
-            vargr(),
-            "codec-check",
-        ],
-        Duration::from_secs(120),
-    );
-    assert!(r.status.success(), "{r:?}");
+    two_sites(&["--codec", "off", "--codec-trace", s]);
     // 2. Offline: a rule per kind of message.
     let plan = run_cli(
         &[
@@ -151,26 +131,7 @@ fn the_guided_strategy_records_plans_and_applies_rules() {
     assert!(!rules["rules"].as_object().unwrap().is_empty(), "{rules}");
     // 3. A second run applies the rules: same results, far fewer bytes between sites.
     let guided = format!("guided:{}", plan_file.display());
-    let r = run_cli(
-        &[
-            "run",
-            "-n",
-            "4",
-            "--sites",
-            "2",
-            "--wan",
-            wan,
-            "--codec",
-            &guided,
-            "--trace",
-            t,
-            "--",
-            vargr(),
-            "codec-check",
-        ],
-        Duration::from_secs(120),
-    );
-    assert!(r.status.success(), "{r:?}");
+    let r = two_sites(&["--codec", &guided, "--trace", t]);
     assert!(r
         .stdout
         .lines()
