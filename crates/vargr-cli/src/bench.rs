@@ -30,6 +30,9 @@ pub enum BenchCmd {
     Sor(crate::bench_wan::SorBenchArgs),
     /// Cost of the always-on collectors: per call, and on gsum and compute-gsum.
     Trace(crate::bench_trace::TraceBenchArgs),
+    /// Message compression over emulated links: each codec and the adaptive engine on
+    /// synthetic and real data, and a bulk transfer against zstd --adapt.
+    Codec(crate::bench_codec::CodecBenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -91,6 +94,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Wan(a) => crate::bench_wan::run(a),
         BenchCmd::Sor(a) => crate::bench_wan::sor_bench(a),
         BenchCmd::Trace(a) => crate::bench_trace::run(a),
+        BenchCmd::Codec(a) => crate::bench_codec::run(a),
     }
 }
 

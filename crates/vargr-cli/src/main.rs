@@ -1,6 +1,7 @@
 //! `vargr`: the command-line face of the libraries. It parses, calls, and prints.
 
 mod bench;
+mod bench_codec;
 mod bench_coll;
 mod bench_emu;
 mod bench_trace;
@@ -100,6 +101,9 @@ enum Cmd {
     /// One rank of `vargr bench trace`.
     #[command(hide = true)]
     TraceBenchRank(bench_trace::TraceRankArgs),
+    /// One rank of `vargr bench codec`.
+    #[command(hide = true)]
+    CodecBenchRank(bench_codec::CodecRankArgs),
     /// One rank of `vargr bench sor`.
     #[command(hide = true)]
     CollSorRank(bench_wan::SorRankArgs),
@@ -130,6 +134,7 @@ fn main() {
         Cmd::CollWanRank(a) => bench_wan::rank(a),
         Cmd::CollSorRank(a) => bench_wan::sor_rank(a),
         Cmd::TraceBenchRank(a) => bench_trace::rank(a),
+        Cmd::CodecBenchRank(a) => bench_codec::rank(a),
         Cmd::SlowRank {
             rank,
             iters,

@@ -8,7 +8,8 @@
 //! 1. **Study.** For a (link, class) with nothing learned, every candidate codec is
 //!    tried, and the one predicted fastest ([`model::predict`]) becomes the class's
 //!    codec. Unlike the seed, which compressed the whole message with every candidate,
-//!    only a slice of [`EngineConfig::sample_bytes`] is compressed.
+//!    only [`EngineConfig::study_slices`] slices of [`EngineConfig::sample_bytes`],
+//!    spread over the message, are compressed.
 //! 2. **Thresholds.** `raw_below` (the seed's `length_no_compression`) and
 //!    `compress_from` (`length_yes_compression`): a message that the model says does not
 //!    pay raises `raw_below` to its size; one that pays lowers `compress_from`. Messages
@@ -615,7 +616,7 @@ impl Ctx<'_> {
     fn study(&self, st: &mut ClassState, scratch: &mut Vec<u8>) {
         for slot in 0..self.slots.len() {
             st.estimates[slot] = Estimate {
-                sampled: self.sample(slot, st.messages, scratch),
+                sampled: self.sample_spread(slot, st.messages, scratch),
                 full: None,
             };
         }
@@ -699,27 +700,52 @@ impl Ctx<'_> {
     /// `slot`. The slice moves through the message from one sample to the next, so that
     /// a header or a constant prefix does not stand for the whole.
     fn sample(&self, slot: usize, salt: u64, scratch: &mut Vec<u8>) -> Option<f64> {
+        let (out, len) = self.compress_slices(slot, salt, 1, scratch)?;
+        Some(out as f64 / len as f64)
+    }
+
+    /// Like [`sample`](Self::sample), over up to `study_slices` slices, one in each of
+    /// as many equal regions of the message: the ratio of their totals.
+    fn sample_spread(&self, slot: usize, salt: u64, scratch: &mut Vec<u8>) -> Option<f64> {
+        let (out, len) = self.compress_slices(slot, salt, self.config.study_slices, scratch)?;
+        Some(out as f64 / len as f64)
+    }
+
+    /// Compresses `slices` slices of `sample_bytes` (fewer if the message is short), one
+    /// at a salted place in each of as many equal regions; returns (output, input) bytes.
+    fn compress_slices(
+        &self,
+        slot: usize,
+        salt: u64,
+        slices: usize,
+        scratch: &mut Vec<u8>,
+    ) -> Option<(usize, usize)> {
         let data = self.data;
         let len = self.config.sample_bytes.min(data.len());
         if len == 0 {
             return None;
         }
-        let span = data.len() - len;
         let elem_size = self.elem.size();
-        let offset = if span == 0 {
-            0
-        } else {
-            let mixed = salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
-            let off = (mixed % (span as u64 + 1)) as usize;
-            off - off % elem_size
-        };
-        let slice = &data[offset..offset + len];
-        scratch.clear();
-        match self.codec(slot).compress(slice, self.elem, scratch) {
-            Ok(()) => Some(scratch.len() as f64 / len as f64),
-            // A codec that cannot take this data compresses nothing.
-            Err(_) => Some(1.0),
+        let regions = slices.clamp(1, (data.len() / len).max(1));
+        let region = data.len() / regions;
+        let (mut out, mut total) = (0, 0);
+        for r in 0..regions {
+            let span = region.saturating_sub(len);
+            let mixed = (salt ^ ((r as u64) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
+            let off = r * region + (mixed % (span as u64 + 1)) as usize;
+            let off = (off - off % elem_size).min(data.len() - len);
+            scratch.clear();
+            out += match self
+                .codec(slot)
+                .compress(&data[off..off + len], self.elem, scratch)
+            {
+                Ok(()) => scratch.len(),
+                // A codec that cannot take this data compresses nothing.
+                Err(_) => len,
+            };
+            total += len;
         }
+        Some((out, total))
     }
 }
 
@@ -734,6 +760,29 @@ mod tests {
             e.set_link_model(link, LinkModel::new(1e-3, 1e6));
         }
         e
+    }
+
+    #[test]
+    fn a_study_looks_at_more_than_one_place_in_the_message() {
+        // Three quarters zeros, one quarter noise, the noise in each quarter in turn:
+        // every layout pays on a slow link. One slice per study lands in the noise for
+        // some layout and sends the class raw; slices spread over the message do not.
+        let decisions = |study_slices: usize| -> Vec<bool> {
+            (0..4)
+                .map(|noisy| {
+                    let q = 1 << 18;
+                    let mut data = vec![0u8; 4 * q];
+                    data[noisy * q..(noisy + 1) * q].copy_from_slice(&testdata::random_bytes(q, 9));
+                    let mut e = slow_engine(EngineConfig {
+                        study_slices,
+                        ..EngineConfig::default()
+                    });
+                    e.decide(LinkKey(0), ElemKind::BYTES, &data).compress()
+                })
+                .collect()
+        };
+        assert_eq!(decisions(4), vec![true; 4]);
+        assert!(decisions(1).contains(&false), "the test data does not tell");
     }
 
     #[test]

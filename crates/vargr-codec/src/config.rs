@@ -31,6 +31,12 @@ pub struct EngineConfig {
     /// trial of the whole message. 4 KiB is long enough for LZ4/FPC/Huffman to reach
     /// their typical ratio on regular data and short enough (a few µs) to do often.
     pub sample_bytes: usize,
+    /// A study compresses up to this many slices per candidate, spread over the
+    /// message, and judges the candidate by their total. One slice can land in a
+    /// region unlike the rest (a run of zeros, a table in a binary) and make the whole
+    /// class go raw until the next study; four slices cost a few tens of µs per
+    /// candidate, once per study.
+    pub study_slices: usize,
     /// Sample one candidate every this many messages (candidates in turn), so that a
     /// change of data shows within `sample_every × candidates` messages even while the
     /// engine sends raw and learns nothing from the wire. 0 disables periodic samples.
@@ -91,6 +97,7 @@ impl Default for EngineConfig {
             min_size: 2048,
             min_speedup: 1.05,
             sample_bytes: 4096,
+            study_slices: 4,
             sample_every: 32,
             change_tolerance: 0.15,
             switch_margin: 0.05,
@@ -191,6 +198,12 @@ impl EngineConfig {
                     "{} is below 256, too short to estimate a ratio",
                     self.sample_bytes
                 ),
+            );
+        }
+        if !(1..=64).contains(&self.study_slices) {
+            return bad(
+                "study_slices",
+                format!("{} is not between 1 and 64", self.study_slices),
             );
         }
         fraction("change_tolerance", self.change_tolerance, false)?;
