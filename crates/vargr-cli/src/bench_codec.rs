@@ -124,9 +124,10 @@ pub struct CodecRankArgs {
     warmup: u32,
     #[arg(long, default_value_t = 1)]
     reps: u32,
-    /// Send every message of the set once, back to back, with one ack at the end.
+    /// Each repetition sends every message of the set, back to back, with one ack at
+    /// the end (a bulk transfer, or one iteration of an exchange).
     #[arg(long)]
-    bulk: bool,
+    batch: bool,
 }
 
 /// A data set as the driver knows it.
@@ -165,7 +166,7 @@ struct CodecRecord {
     test: &'static str,
     dataset: String,
     dtype: String,
-    /// Bytes per message (bulk: of the file).
+    /// Bytes per message (an exchange: per iteration; bulk: of the file).
     bytes: usize,
     /// Distinct messages the set was cut into.
     messages: usize,
@@ -237,6 +238,7 @@ fn synthetic_names(quick: bool) -> Vec<String> {
             "i32-r50-128k",
             "f64-pattern-r0-128k",
             "f64-nopattern-r0-128k",
+            "nas-is-2m",
         ]
         .map(String::from)
         .to_vec();
@@ -258,6 +260,7 @@ fn synthetic_names(quick: bool) -> Vec<String> {
     ] {
         v.push(format!("{s}-1m"));
     }
+    v.push("nas-is-2m".into());
     v
 }
 
@@ -332,6 +335,12 @@ fn synthetic(name: &str) -> Result<(ElemKind, Vec<u8>)> {
     };
     let (base, size) = name.rsplit_once('-').ok_or_else(unknown)?;
     let bytes = parse_size(size).ok_or_else(unknown)?;
+    if base == "nas-is" {
+        return Ok((
+            ElemKind::I32,
+            testdata::i32_bytes(&nas_is_keys(bytes / 4, 314_159_265)),
+        ));
+    }
     if let Some((kind, r)) = base.rsplit_once("-r") {
         if let Ok(pct) = r.parse::<u64>() {
             if pct <= 100 {
@@ -350,7 +359,71 @@ fn synthetic(name: &str) -> Result<(ElemKind, Vec<u8>)> {
         .ok_or_else(unknown)
 }
 
+/// NAS IS's key exchange, as one rank sends it: keys drawn like IS's (the sum of four
+/// uniform numbers, so bell-shaped over `0..2^19`), grouped into 16 buckets of equal key
+/// ranges, each bucket in generation order. Bucket `b` is the message to the rank that
+/// sorts that range; the middle buckets are large, the tails small. Like the seed's IS
+/// traffic, byte-oriented LZ codecs find almost nothing in such keys (random low bytes),
+/// while the unused high bits are there for a typed codec.
+fn nas_is_keys(n: usize, seed: u64) -> Vec<i32> {
+    let mut rng = Rng::new(seed);
+    let keys: Vec<i32> = (0..n)
+        .map(|_| {
+            let sum: f64 = (0..4).map(|_| rng.next_f64()).sum();
+            ((sum / 4.0) * f64::from(NAS_IS_MAX_KEY)) as i32
+        })
+        .collect();
+    let mut buckets = vec![Vec::new(); NAS_IS_BUCKETS];
+    for k in keys {
+        buckets[nas_is_bucket(k)].push(k);
+    }
+    buckets.concat()
+}
+
+/// IS's largest key (class A: 2^19) and the ranks its keys are spread over.
+const NAS_IS_MAX_KEY: i32 = 1 << 19;
+const NAS_IS_BUCKETS: usize = 16;
+
+fn nas_is_bucket(key: i32) -> usize {
+    (key as usize * NAS_IS_BUCKETS / NAS_IS_MAX_KEY as usize).min(NAS_IS_BUCKETS - 1)
+}
+
+/// Sets sent as one exchange per repetition (all their messages back to back).
+fn is_exchange(name: &str) -> bool {
+    name.starts_with("nas-is-")
+}
+
+/// The messages a set is cut into: equal pieces of `message` bytes, or for an exchange
+/// one message per bucket (empty buckets send nothing).
+fn messages(
+    name: &str,
+    bytes: &[u8],
+    message: usize,
+    elem: ElemKind,
+) -> Vec<std::ops::Range<usize>> {
+    if !is_exchange(name) {
+        return cut(bytes.len(), message, elem.size());
+    }
+    let mut ranges: Vec<std::ops::Range<usize>> = Vec::new();
+    let mut last = None;
+    for (i, k) in bytes.chunks_exact(4).enumerate() {
+        let b = nas_is_bucket(i32::from_le_bytes(k.try_into().expect("4 bytes")));
+        if last == Some(b) {
+            ranges.last_mut().expect("a bucket is open").end += 4;
+        } else {
+            ranges.push(i * 4..i * 4 + 4);
+            last = Some(b);
+        }
+    }
+    ranges
+}
+
 fn synthetic_source(name: &str) -> String {
+    if is_exchange(name) {
+        return "synthetic: NAS IS-like key exchange (16 buckets of bell-shaped 19-bit keys, \
+                one message each, sent back to back per repetition)"
+            .into();
+    }
     let seed_grid = name
         .rsplit_once('-')
         .and_then(|(base, _)| base.rsplit_once("-r"))
@@ -497,7 +570,9 @@ fn typed<T, const N: usize>(bytes: &[u8], from: fn([u8; N]) -> T) -> Vec<T> {
         .collect()
 }
 
-/// The exchange itself, on typed slices so that the link learns the element type.
+/// The exchange itself, on typed slices so that the link learns the element type. One
+/// timed unit is a message and its ack, or with `--batch` every message of the set sent
+/// back to back and one ack.
 fn exchange<T: Elem>(
     c: &Comm,
     data: &[T],
@@ -509,46 +584,40 @@ fn exchange<T: Elem>(
         let r = &msgs[i % msgs.len()];
         &data[r.start / size..r.end / size]
     };
-    let total = if a.bulk {
-        msgs.len()
-    } else {
-        (a.warmup + a.reps) as usize
+    let units = (a.warmup + a.reps) as usize;
+    // Message indices of unit `u`.
+    let unit = |u: usize| {
+        if a.batch {
+            0..msgs.len()
+        } else {
+            u..u + 1
+        }
     };
+    c.barrier()?;
     if c.rank() == 0 {
         let marker = vargr_trace::collector(WINDOW);
         let mut ack = [0u8; 1];
-        let mut times = Vec::with_capacity(total);
+        let mut times = Vec::with_capacity(units);
         let (mut tick0, mut sent) = (vargr_trace::now(), 0usize);
-        if a.bulk {
-            c.barrier()?;
-            tick0 = vargr_trace::now();
+        for u in 0..units {
+            if u == a.warmup as usize {
+                tick0 = vargr_trace::now();
+            }
             let t = Instant::now();
-            for i in 0..total {
+            for i in unit(u) {
                 c.send(1, TAG_DATA, msg(i))?;
-                sent += std::mem::size_of_val(msg(i));
+                if u >= a.warmup as usize {
+                    sent += std::mem::size_of_val(msg(i));
+                }
             }
             c.recv(1, TAG_ACK, &mut ack)?;
             times.push(t.elapsed().as_secs_f64() * 1e6);
-        } else {
-            for i in 0..total {
-                if i == a.warmup as usize {
-                    tick0 = vargr_trace::now();
-                }
-                let m = msg(i);
-                let t = Instant::now();
-                c.send(1, TAG_DATA, m)?;
-                c.recv(1, TAG_ACK, &mut ack)?;
-                times.push(t.elapsed().as_secs_f64() * 1e6);
-                if i >= a.warmup as usize {
-                    sent += std::mem::size_of_val(m);
-                }
-            }
         }
         // The window the driver counts wire bytes in.
         vargr_trace::record(&Record {
             start: tick0,
             end: vargr_trace::now(),
-            seq: total as u32,
+            seq: units as u32,
             bytes: u32::try_from(sent).unwrap_or(u32::MAX),
             collector: marker,
             op: EventOp::User as u8,
@@ -558,18 +627,15 @@ fn exchange<T: Elem>(
         Ok(Side::Sender(times))
     } else {
         let mut kept = Vec::new();
-        if a.bulk {
-            c.barrier()?;
-        }
-        for i in 0..total {
-            let got = c.recv_bytes(0, TAG_DATA)?;
-            if !a.bulk || i + 1 == total {
-                c.send(0, TAG_ACK, &[1u8])?;
+        for u in 0..units {
+            for i in unit(u) {
+                let got = c.recv_bytes(0, TAG_DATA)?;
+                // Checked after the run, so that checking adds to no message's time.
+                if u < (a.warmup as usize).max(1) {
+                    kept.push((i, got));
+                }
             }
-            // Checked after the run, so that checking adds to no message's time.
-            if a.bulk || i < (a.warmup as usize).max(1) {
-                kept.push((i, got));
-            }
+            c.send(0, TAG_ACK, &[1u8])?;
         }
         Ok(Side::Receiver(kept))
     }
@@ -586,7 +652,7 @@ pub fn rank(a: CodecRankArgs) -> Result<()> {
         None => None,
     };
     let (elem, bytes) = load(&a.set, a.file.as_deref(), elem, a.limit)?;
-    let msgs = cut(bytes.len(), a.message, elem.size());
+    let msgs = messages(&a.set, &bytes, a.message, elem);
     let job = Job::join()?;
     let sides = job.run(|c| {
         macro_rules! go {
@@ -712,6 +778,17 @@ struct Plan {
     timeout: Duration,
 }
 
+impl Plan {
+    /// Bytes of a set used: an exchange is used whole (it is one iteration).
+    fn limit_for(&self, set: &str) -> usize {
+        if is_exchange(set) {
+            usize::MAX
+        } else {
+            self.set_limit
+        }
+    }
+}
+
 /// One job: `set` over `link` with codec `mode`, traced for the ratio.
 fn measure(
     plan: &Plan,
@@ -739,13 +816,19 @@ fn measure(
     if let Some(f) = &set.file {
         cmd.arg("--file").arg(f).args(["--dtype", set.elem.name()]);
     }
-    let limit = bulk.unwrap_or(plan.set_limit);
+    let limit = bulk.unwrap_or(plan.limit_for(&set.name));
+    let (warmup, reps) = match (bulk, &link.wan) {
+        (Some(_), _) => (0, 1),
+        // Unshaped messages take tens of µs: more of them for the same confidence.
+        (None, None) => (plan.warmup, plan.reps * 4),
+        (None, Some(_)) => (plan.warmup, plan.reps),
+    };
     cmd.args(["--limit", &limit.to_string()])
         .args(["--message", &plan.message.to_string()])
-        .args(["--warmup", &plan.warmup.to_string()])
-        .args(["--reps", &plan.reps.to_string()]);
-    if bulk.is_some() {
-        cmd.arg("--bulk");
+        .args(["--warmup", &warmup.to_string()])
+        .args(["--reps", &reps.to_string()]);
+    if bulk.is_some() || is_exchange(&set.name) {
+        cmd.arg("--batch");
     }
     // Room for every record of the run in the trace rings.
     cmd.env("VARGR_TRACE_RING", "65536");
@@ -791,7 +874,24 @@ fn sorted(v: &[f64]) -> Vec<f64> {
 
 /// The codec modes measured on a data set of element type `elem`: none, the general
 /// codecs, the codec made for the type, a second typed one, and the engine.
-fn modes_for(elem: ElemKind, quick: bool) -> Vec<&'static str> {
+fn modes_for(set: &str, elem: ElemKind, quick: bool) -> Vec<&'static str> {
+    if is_exchange(set) {
+        // The seed ran CoMPI with one codec picked by hand (LZO); every hand pick here.
+        return if quick {
+            vec!["none", "lz4", "rle", "rice", "adaptive"]
+        } else {
+            vec![
+                "none",
+                "lz4",
+                "rle",
+                "huffman",
+                "rice",
+                "zstd:1",
+                "shuffle-lz4",
+                "adaptive",
+            ]
+        };
+    }
     let typed = if elem.is_float() {
         "fpc:16"
     } else if elem.size() == 1 {
@@ -938,7 +1038,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
         .flat_map(|l| {
             sets.iter().flat_map(move |s| {
                 (0..rounds).flat_map(move |r| {
-                    modes_for(s.elem, a.quick)
+                    modes_for(&s.name, s.elem, a.quick)
                         .into_iter()
                         .map(move |m| (l, s, r, m))
                 })
@@ -963,9 +1063,9 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
                 &set.name,
                 set.file.as_deref(),
                 Some(set.elem),
-                Some(plan.set_limit),
+                Some(plan.limit_for(&set.name)),
             )?;
-            let msgs = cut(bytes.len(), plan.message, set.elem.size());
+            let msgs = messages(&set.name, &bytes, plan.message, set.elem);
             loaded.insert(set.name.clone(), (bytes, msgs));
         }
         let (bytes, msgs) = &loaded[&set.name];
@@ -975,7 +1075,12 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
         {
             Some(i) => i,
             None => {
-                let mut rec = CodecRecord::new("message", set, msgs[0].len(), &link.name, mode);
+                let bytes_per_unit = if is_exchange(&set.name) {
+                    msgs.iter().map(|r| r.len()).sum()
+                } else {
+                    msgs[0].len()
+                };
+                let mut rec = CodecRecord::new("message", set, bytes_per_unit, &link.name, mode);
                 rec.messages = msgs.len();
                 if !matches!(mode, "none" | "adaptive") {
                     rec.expected_ratio = expected_ratio(mode, set.elem, bytes, msgs);
@@ -1302,8 +1407,11 @@ fn fmt_opt(v: Option<f64>, digits: usize) -> String {
 }
 
 /// The class a data set's codec columns belong to (its modes differ by type).
-fn class_of(dtype: &str) -> &'static str {
-    match dtype {
+fn class_of(r: &CodecRecord) -> &'static str {
+    if is_exchange(&r.dataset) {
+        return "exchange (time per iteration)";
+    }
+    match r.dtype.as_str() {
         "f32" | "f64" => "floats",
         "u8" | "i8" => "bytes",
         _ => "integers",
@@ -1318,11 +1426,16 @@ fn print_tables(records: &[CodecRecord], links: &[Link]) {
          speedup over its first messages"
     );
     for link in links {
-        for class in ["floats", "integers", "bytes"] {
+        for class in [
+            "floats",
+            "integers",
+            "bytes",
+            "exchange (time per iteration)",
+        ] {
             let mut sets: Vec<(&str, &str, usize)> = Vec::new();
             for r in msgs
                 .iter()
-                .filter(|r| r.link == link.name && class_of(&r.dtype) == class)
+                .filter(|r| r.link == link.name && class_of(r) == class)
             {
                 if !sets.iter().any(|s| s.0 == r.dataset) {
                     sets.push((&r.dataset, &r.dtype, r.bytes));
@@ -1494,6 +1607,23 @@ mod tests {
     }
 
     #[test]
+    fn the_is_exchange_is_one_message_per_bucket_largest_in_the_middle() {
+        let (elem, bytes) = synthetic("nas-is-2m").unwrap();
+        assert_eq!((elem, bytes.len()), (ElemKind::I32, 2 << 20));
+        let msgs = messages("nas-is-2m", &bytes, 1 << 20, elem);
+        assert_eq!(msgs.len(), NAS_IS_BUCKETS);
+        assert_eq!(msgs.first().unwrap().start, 0);
+        assert_eq!(msgs.last().unwrap().end, bytes.len());
+        for (b, r) in msgs.iter().enumerate() {
+            for k in bytes[r.clone()].chunks_exact(4) {
+                assert_eq!(nas_is_bucket(i32::from_le_bytes(k.try_into().unwrap())), b);
+            }
+        }
+        let len = |b: usize| msgs[b].len();
+        assert!(len(7) > 10 * len(0) && len(8) > 10 * len(15), "{msgs:?}");
+    }
+
+    #[test]
     fn sets_are_cut_into_equal_whole_element_messages() {
         assert_eq!(cut(100, 1 << 20, 8), vec![0..100]);
         assert_eq!(cut(4 << 20, 1 << 20, 8).len(), 4);
@@ -1510,7 +1640,7 @@ mod tests {
         assert_eq!(l[2].name, "latency=5ms");
         assert!(links(&["10gbit".into()]).is_err());
         for elem in [ElemKind::F64, ElemKind::I16, ElemKind::U8] {
-            for m in modes_for(elem, false) {
+            for m in modes_for("", elem, false) {
                 if !matches!(m, "none" | "adaptive") {
                     let c: Codec = m.parse().unwrap();
                     assert!(c.supports(elem), "{m} for {elem}");

@@ -224,3 +224,64 @@ fn topo_gen_bad_spec_quotes_the_spec() {
         );
     }
 }
+
+#[test]
+fn bench_codec_sends_real_messages_and_writes_records() {
+    // One small set over a slow emulated link: every mode is a real two-site job, and
+    // the ratio comes from what the codec stage put on the link.
+    let tmp = tempfile::tempdir().unwrap();
+    let json = tmp.path().join("codec.json");
+    let r = run_cli(
+        &[
+            "bench",
+            "codec",
+            "--quick",
+            "--no-fetch",
+            "--data",
+            tmp.path().to_str().unwrap(),
+            "--only",
+            "f64-pattern",
+            "--links",
+            "latency=1ms,bandwidth=50mbit",
+            "--reps",
+            "2",
+            "--warmup",
+            "1",
+            "--bulk-mb",
+            "0",
+            "--json",
+            json.to_str().unwrap(),
+        ],
+        GUARD,
+    );
+    assert!(r.status.success(), "{r:?}");
+    assert!(r.stdout.contains("real data skipped"), "{}", r.stdout);
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let get = |codec: &str| {
+        records
+            .iter()
+            .find(|r| r["codec"] == codec)
+            .unwrap_or_else(|| panic!("no {codec} record in {records:?}"))
+    };
+    for r in &records {
+        for key in [
+            "dataset",
+            "dtype",
+            "bytes",
+            "link",
+            "codec",
+            "ratio",
+            "median_us",
+        ] {
+            assert!(!r[key].is_null(), "{key} missing in {r}");
+        }
+    }
+    assert_eq!(get("none")["speedup_vs_none"], 1.0);
+    // An arithmetic sequence of doubles: FPC predicts it, and the wire shows it.
+    assert!(
+        get("fpc:16")["ratio"].as_f64().unwrap() > 5.0,
+        "{records:?}"
+    );
+    assert!(get("none")["ratio"].as_f64().unwrap() < 1.01, "{records:?}");
+}

@@ -120,6 +120,9 @@ pub enum Reason {
     AboveCompressThreshold,
     /// At or above that size, but the model no longer agrees (something was learned).
     ModelVeto,
+    /// Behind frames still on their way: the candidate predicted fastest with its
+    /// compression overlapping their transfer, or raw if none pays.
+    Behind,
 }
 
 /// What the engine currently thinks of one (link, class), for traces and tests.
@@ -325,6 +328,13 @@ impl Engine {
     /// pay, by the measured times and size). `run.out_bytes` is what went on the wire,
     /// header included (the input size if the frame fell back to raw).
     pub fn observe_sent(&mut self, link: LinkKey, run: &CodecRun) {
+        self.observe_sent_behind(link, run, 0.0);
+    }
+
+    /// [`observe_sent`](Engine::observe_sent) for a message that
+    /// [`decide_behind`](Engine::decide_behind) judged behind `backlog_s` seconds of
+    /// queued frames: whether it paid is judged the same way.
+    pub fn observe_sent_behind(&mut self, link: LinkKey, run: &CodecRun, backlog_s: f64) {
         self.observe_codec(run);
         if run.in_bytes == 0 || run.codec == Codec::None {
             return;
@@ -354,10 +364,14 @@ impl Engine {
             Some(d) => d,
             None => stats.decompress_time(n, out),
         };
-        let actual = Prediction {
-            raw_s: entry.model.transfer_time(n),
-            compressed_s: run.compress_s.max(0.0) + entry.model.transfer_time(out) + td,
-        };
+        let actual = model::timed(
+            &entry.model,
+            n,
+            run.compress_s.max(0.0),
+            out,
+            td,
+            backlog(backlog_s),
+        );
         if actual.pays(1.0) {
             return;
         }
@@ -430,6 +444,23 @@ impl Engine {
     /// slices of `data` (a few to some tens of µs), which the default settings amortise
     /// to 0.4-0.7 µs per message (`examples/decide_cost.rs`, release build).
     pub fn decide(&mut self, link: LinkKey, elem: ElemKind, data: &[u8]) -> Decision {
+        self.decide_behind(link, elem, data, 0.0)
+    }
+
+    /// [`decide`](Engine::decide) for a message that will queue behind `backlog_s`
+    /// seconds of frames already on their way over the link (the caller tracks its
+    /// output against the link's speed). With a backlog, compression overlaps their
+    /// transfer ([`model::predict_behind`]), so slower codecs with better ratios can pay
+    /// where they would not for a lone message; each such message gets the candidate
+    /// predicted fastest, and the size thresholds, which belong to lone messages, are
+    /// neither used nor changed.
+    pub fn decide_behind(
+        &mut self,
+        link: LinkKey,
+        elem: ElemKind,
+        data: &[u8],
+        backlog_s: f64,
+    ) -> Decision {
         let n = data.len();
         if n < self.config.min_size || n == 0 {
             return Decision::raw(Reason::TooSmall);
@@ -465,6 +496,7 @@ impl Engine {
             class,
             elem,
             data,
+            backlog_s: backlog(backlog_s),
         };
         let st = &mut entry.classes[class.index()];
         st.messages += 1;
@@ -484,12 +516,28 @@ impl Engine {
         let Some(best) = st.best else {
             return ctx.send_raw(st, Reason::NoCandidates);
         };
+        if !studied && ctx.backlog_s > 0.0 {
+            let slot = ctx
+                .fastest(st, n, ctx.backlog_s)
+                .map_or(best, |(slot, _)| slot);
+            let pays = ctx
+                .prediction(st, slot, n, ctx.backlog_s)
+                .is_some_and(|p| p.pays(config.min_speedup));
+            return if pays {
+                Decision {
+                    codec: ctx.codec(slot),
+                    reason: Reason::Behind,
+                }
+            } else {
+                ctx.send_raw(st, Reason::Behind)
+            };
+        }
         if !studied && n <= st.raw_below {
             return ctx.send_raw(st, Reason::BelowRawThreshold);
         }
         let above = n >= st.compress_from;
         let pays = ctx
-            .prediction(st, best, n)
+            .prediction(st, best, n, 0.0)
             .is_some_and(|p| p.pays(config.min_speedup));
         let reason = match (studied, above, pays) {
             (true, _, _) => Reason::Studied,
@@ -565,6 +613,15 @@ fn csize(e: &Estimate, bytes: usize) -> Option<f64> {
         .or_else(|| e.sampled.map(|r| r * n + FRAME_ESTIMATE))
 }
 
+/// A backlog as the model uses it: finite and not negative, else none.
+fn backlog(seconds: f64) -> f64 {
+    if seconds.is_finite() && seconds > 0.0 {
+        seconds
+    } else {
+        0.0
+    }
+}
+
 /// Everything one decision reads, borrowed apart from the class state it updates.
 struct Ctx<'a> {
     config: &'a EngineConfig,
@@ -575,6 +632,8 @@ struct Ctx<'a> {
     class: DataClass,
     elem: ElemKind,
     data: &'a [u8],
+    /// Seconds of frames queued ahead of this message on the link.
+    backlog_s: f64,
 }
 
 impl Ctx<'_> {
@@ -586,22 +645,50 @@ impl Ctx<'_> {
         &self.all_stats[self.slots[slot]][self.class.index()]
     }
 
-    fn prediction(&self, st: &ClassState, slot: usize, n: usize) -> Option<Prediction> {
+    /// Predicted times of this message with the candidate in `slot`, behind `backlog_s`
+    /// seconds of queued frames (0: a lone message, the seed's model).
+    fn prediction(
+        &self,
+        st: &ClassState,
+        slot: usize,
+        n: usize,
+        backlog_s: f64,
+    ) -> Option<Prediction> {
         let c = csize(&st.estimates[slot], n)?;
-        Some(model::predict(self.model, self.stats(slot), n, c))
+        Some(model::predict_behind(
+            self.model,
+            self.stats(slot),
+            n,
+            c,
+            backlog_s,
+        ))
     }
 
     /// Predicted compressed time from samples alone: the same yardstick for every
     /// candidate, since only the class's own codec has whole-message reports.
-    fn sampled_time(&self, st: &ClassState, slot: usize, n: usize) -> Option<f64> {
+    fn sampled_time(&self, st: &ClassState, slot: usize, n: usize, backlog_s: f64) -> Option<f64> {
         let r = st.estimates[slot].sampled?;
-        let p = model::predict(
+        let p = model::predict_behind(
             self.model,
             self.stats(slot),
             n,
             r * n as f64 + FRAME_ESTIMATE,
+            backlog_s,
         );
         Some(p.compressed_s)
+    }
+
+    /// The candidate with the shortest predicted time from samples, and that time.
+    fn fastest(&self, st: &ClassState, n: usize, backlog_s: f64) -> Option<(usize, f64)> {
+        let mut fastest: Option<(usize, f64)> = None;
+        for slot in 0..self.slots.len() {
+            if let Some(t) = self.sampled_time(st, slot, n, backlog_s) {
+                if fastest.is_none_or(|(_, bt)| t < bt) {
+                    fastest = Some((slot, t));
+                }
+            }
+        }
+        fastest
     }
 
     fn send_raw(&self, st: &mut ClassState, reason: Reason) -> Decision {
@@ -657,7 +744,7 @@ impl Ctx<'_> {
         let n = self.data.len();
         if let Some(best) = st.best {
             let pays = self
-                .prediction(st, best, n)
+                .prediction(st, best, n, 0.0)
                 .is_some_and(|p| p.pays(self.config.min_speedup));
             if pays && n <= st.raw_below {
                 st.raw_below = 0;
@@ -671,20 +758,13 @@ impl Ctx<'_> {
     /// within the switch margin of it.
     fn pick_best(&self, st: &mut ClassState) {
         let n = self.data.len();
-        let mut fastest: Option<(usize, f64)> = None;
-        for slot in 0..self.slots.len() {
-            if let Some(t) = self.sampled_time(st, slot, n) {
-                if fastest.is_none_or(|(_, bt)| t < bt) {
-                    fastest = Some((slot, t));
-                }
-            }
-        }
-        let Some((slot, t)) = fastest else {
+        // The class's codec is chosen for lone messages; a backlog is judged per message.
+        let Some((slot, t)) = self.fastest(st, n, 0.0) else {
             return;
         };
         let keep = st
             .best
-            .and_then(|b| self.sampled_time(st, b, n))
+            .and_then(|b| self.sampled_time(st, b, n, 0.0))
             .is_some_and(|cur| cur <= t * (1.0 + self.config.switch_margin));
         if !keep {
             if st.best != Some(slot) {
@@ -760,6 +840,37 @@ mod tests {
             e.set_link_model(link, LinkModel::new(1e-3, 1e6));
         }
         e
+    }
+
+    #[test]
+    fn a_backlog_hides_compression_and_favours_ratio() {
+        // 100 Mbit/s: zstd:6 costs more CPU than zstd:1 for the bytes it saves on a lone
+        // message, but behind a queue its compression time is hidden.
+        let mut e = Engine::new(EngineConfig::default()).unwrap();
+        for link in [LinkKey(0), LinkKey(1)] {
+            e.set_link_model(link, LinkModel::new(1e-3, 12.5e6));
+        }
+        let text = testdata::text_like(1 << 20, 5);
+        let lone = e.decide(LinkKey(0), ElemKind::BYTES, &text);
+        assert_eq!(lone.reason, Reason::Studied);
+        assert!(lone.compress());
+        let behind = e.decide_behind(LinkKey(0), ElemKind::BYTES, &text, 0.5);
+        assert_eq!(behind.reason, Reason::Behind);
+        assert_eq!(behind.codec, Codec::Zstd { level: 6 });
+        assert_ne!(lone.codec, behind.codec);
+        // A backlog too short to hide it: the per-message choice falls back.
+        let short = e.decide_behind(LinkKey(0), ElemKind::BYTES, &text, 1e-6);
+        assert_ne!(short.codec, Codec::Zstd { level: 6 });
+        // Noise never pays, queue or not; nonsense backlogs count as none.
+        let noise = testdata::random_bytes(1 << 20, 6);
+        assert!(!e
+            .decide_behind(LinkKey(1), ElemKind::BYTES, &noise, 0.5)
+            .compress());
+        assert!(!e
+            .decide_behind(LinkKey(1), ElemKind::BYTES, &noise, 0.5)
+            .compress());
+        let d = e.decide_behind(LinkKey(0), ElemKind::BYTES, &text, f64::NAN);
+        assert_ne!(d.reason, Reason::Behind);
     }
 
     #[test]

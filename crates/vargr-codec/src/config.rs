@@ -124,7 +124,9 @@ impl Default for EngineConfig {
 /// "redundant" data, repeated zeros); typed data also gets the byte shuffle (Blosc's
 /// trick, often the best on numeric arrays) and a fast zstd for slow links. Rice moves
 /// from bytes, where it rarely helps, to integers and floats, where deltas of smooth
-/// fields are small (on this crate's test fields it beats FPC). Bytes get zstd:1.
+/// fields are small (on this crate's test fields it beats FPC). Bytes get zstd:1, and
+/// zstd:6 for streams on slow links, where compression hides behind the frames queued
+/// ahead (`Engine::decide_behind`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Candidates {
@@ -142,6 +144,7 @@ impl Default for Candidates {
             bytes: vec![
                 Codec::Lz4,
                 Codec::Zstd { level: 1 },
+                Codec::Zstd { level: 6 },
                 Codec::Rle,
                 Codec::Huffman,
             ],

@@ -244,6 +244,12 @@ impl LinkModel {
         self.latency_s + self.effective[b] * bytes
     }
 
+    /// Time `bytes` bytes occupy the link, without the latency: how long a frame holds
+    /// up the frames queued behind it.
+    pub fn wire_time(&self, bytes: f64) -> f64 {
+        self.transfer_time(bytes) - self.latency_s
+    }
+
     /// The latency α in seconds.
     pub fn latency_s(&self) -> f64 {
         self.latency_s
@@ -491,16 +497,52 @@ impl Prediction {
 /// Predicts sending `bytes` bytes over `link`, raw or compressed to `csize` bytes by the
 /// codec whose behaviour `stats` describes.
 pub fn predict(link: &LinkModel, stats: &CodecStats, bytes: usize, csize: f64) -> Prediction {
+    predict_behind(link, stats, bytes, csize, 0.0)
+}
+
+/// Like [`predict`], for a message that queues behind `backlog_s` seconds of frames
+/// already on their way over the link (a stream of messages). Its compression then
+/// overlaps their transfer, and its decompression the transfer of the message after
+/// it, so only the part of `Tc` longer than the backlog and the longer of `T(csize)` and
+/// `Td` count — the reason `zstd --adapt` raises its level while its output is blocked.
+/// The seed's Eq. 4.2 is the case of no backlog.
+pub fn predict_behind(
+    link: &LinkModel,
+    stats: &CodecStats,
+    bytes: usize,
+    csize: f64,
+    backlog_s: f64,
+) -> Prediction {
     let n = bytes as f64;
-    let raw_s = link.transfer_time(n);
     if stats.codec == Codec::None {
+        let raw_s = link.transfer_time(n);
         return Prediction {
             raw_s,
             compressed_s: raw_s,
         };
     }
-    let compressed_s =
-        stats.compress_time(n) + link.transfer_time(csize) + stats.decompress_time(n, csize);
+    let tc = stats.compress_time(n);
+    let td = stats.decompress_time(n, csize);
+    timed(link, n, tc, csize, td, backlog_s)
+}
+
+/// Raw and compressed times of a message of `n` bytes behind `backlog_s` seconds of
+/// queued frames, given the compression and decompression times (predicted or measured).
+pub(crate) fn timed(
+    link: &LinkModel,
+    n: f64,
+    tc: f64,
+    csize: f64,
+    td: f64,
+    backlog_s: f64,
+) -> Prediction {
+    let raw_s = link.transfer_time(n);
+    let wire = link.transfer_time(csize);
+    let compressed_s = if backlog_s > 0.0 {
+        (tc - backlog_s).max(0.0) + wire.max(td)
+    } else {
+        tc + wire + td
+    };
     Prediction {
         raw_s,
         compressed_s,

@@ -21,7 +21,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use vargr_net::Stage;
@@ -194,6 +194,9 @@ pub struct CodecStage {
     max_frame: usize,
     scratch: Vec<u8>,
     recorder: Option<SampleRecorder>,
+    /// When the link will have sent everything this stage passed on so far, by the
+    /// link's model (adaptive mode): what a new message queues behind.
+    wire_free_at: Option<Instant>,
     pub counters: StageCounters,
 }
 
@@ -226,6 +229,7 @@ impl CodecStage {
             max_frame,
             scratch: Vec::new(),
             recorder: SampleRecorder::from_env(),
+            wire_free_at: None,
             counters: StageCounters::default(),
         })
     }
@@ -234,7 +238,25 @@ impl CodecStage {
         &self.mode
     }
 
-    fn choose(&mut self, key: &MessageKey, payload: &[u8]) -> Codec {
+    /// Seconds of frames still queued ahead on the link at `now`, by the link's model.
+    fn backlog_at(&self, now: Instant) -> f64 {
+        self.wire_free_at
+            .map_or(0.0, |t| t.saturating_duration_since(now).as_secs_f64())
+    }
+
+    /// Passes `frame` on and advances the link's clock: it leaves once compressed
+    /// (`ready`) and after the frames ahead of it, and holds the link for its wire time.
+    fn emit(&mut self, ready: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+        self.counters.bytes_on_wire += frame.len() as u64;
+        if let Some(model) = self.engine.as_ref().and_then(|e| e.link_model(self.link)) {
+            let start = self.wire_free_at.map_or(ready, |t| t.max(ready));
+            let hold = model.wire_time(frame.len() as f64);
+            self.wire_free_at = Some(start + Duration::from_secs_f64(hold.clamp(0.0, 3600.0)));
+        }
+        out.push(frame);
+    }
+
+    fn choose(&mut self, key: &MessageKey, payload: &[u8], backlog_s: f64) -> Codec {
         let elem = key.elem;
         match &self.mode {
             CodecMode::Off => Codec::None,
@@ -245,7 +267,7 @@ impl CodecStage {
             CodecMode::Fixed(c) if payload.len() >= self.min_size && c.supports(elem) => *c,
             CodecMode::Fixed(_) => Codec::None,
             CodecMode::Adaptive => match self.engine.as_mut() {
-                Some(e) => e.decide(self.link, elem, payload).codec,
+                Some(e) => e.decide_behind(self.link, elem, payload, backlog_s).codec,
                 None => Codec::None,
             },
         }
@@ -261,14 +283,12 @@ impl Stage for CodecStage {
         "codec"
     }
 
-    fn outbound(&mut self, _now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+    fn outbound(&mut self, now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
         self.counters.frames_out += 1;
         self.counters.bytes_in += frame.len() as u64;
         let pass = frame.len() <= HEADER_LEN || !is_app(frame[2]) || frame[3] & FLAG_CODEC != 0;
         if pass {
-            self.counters.bytes_on_wire += frame.len() as u64;
-            out.push(frame);
-            return;
+            return self.emit(now, frame, out);
         }
         let (flags, payload) = (frame[3], &frame[HEADER_LEN..]);
         let elem = elem_hint(flags);
@@ -282,39 +302,35 @@ impl Stage for CodecStage {
         if let Some(r) = self.recorder.as_mut() {
             r.record(key, payload);
         }
-        let codec = self.choose(&key, payload);
+        let backlog_s = self.backlog_at(now);
+        let codec = self.choose(&key, payload, backlog_s);
         if codec == Codec::None {
-            self.counters.bytes_on_wire += frame.len() as u64;
-            out.push(frame);
-            return;
+            return self.emit(now, frame, out);
         }
         self.scratch.clear();
         let t0 = Instant::now();
         let header = encode(codec, elem, payload, &mut self.scratch);
-        let compress_s = t0.elapsed().as_secs_f64();
+        let compress = t0.elapsed();
         let compressed = header.codec != crate::CodecId::None;
         if let Some(e) = self.engine.as_mut() {
-            e.observe_sent(
-                self.link,
-                &CodecRun {
-                    codec,
-                    elem,
-                    in_bytes: payload.len(),
-                    out_bytes: if compressed {
-                        self.scratch.len()
-                    } else {
-                        payload.len()
-                    },
-                    compress_s,
-                    decompress_s: None,
+            let run = CodecRun {
+                codec,
+                elem,
+                in_bytes: payload.len(),
+                out_bytes: if compressed {
+                    self.scratch.len()
+                } else {
+                    payload.len()
                 },
-            );
+                compress_s: compress.as_secs_f64(),
+                decompress_s: None,
+            };
+            e.observe_sent_behind(self.link, &run, backlog_s);
         }
+        let ready = now + compress;
         if !compressed {
             // The codec did not shrink it: the original frame, unflagged, costs less.
-            self.counters.bytes_on_wire += frame.len() as u64;
-            out.push(frame);
-            return;
+            return self.emit(ready, frame, out);
         }
         let kind = FrameKind::from_u8(frame[2]).expect("checked by is_app");
         let stream = u32::from_le_bytes([frame[8], frame[9], frame[10], frame[11]]);
@@ -330,8 +346,7 @@ impl Stage for CodecStage {
         );
         b.put_slice(&self.scratch);
         self.counters.compressed += 1;
-        self.counters.bytes_on_wire += b.len() as u64;
-        out.push(b.freeze());
+        self.emit(ready, b.freeze(), out);
     }
 
     fn inbound(&mut self, _now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
@@ -431,6 +446,32 @@ mod tests {
             assert_eq!(got[0].flags & FLAG_CODEC, 0);
             assert_eq!(tx.counters.compressed, 1);
         }
+    }
+
+    #[test]
+    fn the_stage_tracks_what_its_link_still_has_to_send() {
+        let mut tx = CodecStage::new(
+            CodecMode::Adaptive,
+            LinkModel::new(1e-3, 1e6),
+            LinkOptions::default(),
+            1 << 24,
+        )
+        .unwrap();
+        let now = Instant::now();
+        assert_eq!(tx.backlog_at(now), 0.0);
+        let mut wire = Vec::new();
+        for seed in 0..3 {
+            let data = testdata::text_like(1 << 18, seed);
+            tx.outbound(now, frame(FrameKind::PointToPoint, 0, &data), &mut wire);
+        }
+        // At 1 MB/s the frames hold the link for their length in µs, one after another.
+        let sent: usize = wire.iter().map(|w| w.len()).sum();
+        let backlog = tx.backlog_at(now);
+        assert!(
+            backlog >= sent as f64 / 1e6 && backlog < sent as f64 / 1e6 + 1.0,
+            "{backlog} s for {sent} bytes"
+        );
+        assert!(tx.backlog_at(now + Duration::from_secs(60)) == 0.0);
     }
 
     #[test]
