@@ -97,6 +97,9 @@ pub struct CodecBenchArgs {
     /// MiB of the bulk-transfer file (default 64; 8 with --quick; 0 skips the test).
     #[arg(long)]
     bulk_mb: Option<usize>,
+    /// Skip the in-process codec speeds and decision cost.
+    #[arg(long)]
+    skip_speed: bool,
     /// Seconds one job may take before it is stopped and reported as hung.
     #[arg(long, default_value_t = 300)]
     job_timeout: u64,
@@ -191,6 +194,11 @@ struct CodecRecord {
     first_speedup_vs_none: Option<f64>,
     /// Bulk: seconds from the first byte sent to the last received.
     seconds: Option<f64>,
+    /// Speed: the codec alone on this machine, MB/s of original data.
+    compress_mb_s: Option<f64>,
+    decompress_mb_s: Option<f64>,
+    /// Decision: what `Engine::decide` costs per message once warm.
+    decide_ns: Option<f64>,
     /// Why a measurement is missing.
     note: Option<String>,
 }
@@ -216,6 +224,9 @@ impl CodecRecord {
             speedup_vs_none: None,
             first_speedup_vs_none: None,
             seconds: None,
+            compress_mb_s: None,
+            decompress_mb_s: None,
+            decide_ns: None,
             note: None,
         }
     }
@@ -1007,9 +1018,11 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
         })
         .collect::<Result<_>>()?;
     let mut bulk_file: Option<(PathBuf, String)> = None;
+    let mut real = Vec::new();
     let real_note = match real_sets(&a.data, !a.no_fetch) {
-        Ok(real) => {
-            for s in real {
+        Ok(found) => {
+            real = found.clone();
+            for s in found {
                 if s.name == "system-binary" {
                     bulk_file = s.file.clone().map(|f| (f, s.source.clone()));
                 }
@@ -1143,6 +1156,25 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
         .collect();
     speedups(&mut records);
 
+    if !a.skip_speed {
+        eprintln!("codec speeds and decision cost (in process) ...");
+        let mut speed_sets: Vec<SetSpec> = speed_set_names(a.quick)
+            .into_iter()
+            .map(|name| -> Result<SetSpec> {
+                let (elem, _) = synthetic(&name)?;
+                Ok(SetSpec {
+                    source: synthetic_source(&name),
+                    name,
+                    elem,
+                    file: None,
+                })
+            })
+            .collect::<Result<_>>()?;
+        speed_sets.extend(real.iter().filter(|s| !a.quick || s.name == "eeg").cloned());
+        records.append(&mut speeds(&speed_sets, a.quick)?);
+        records.append(&mut decision_cost(a.quick));
+    }
+
     let bulk_mb = a.bulk_mb.unwrap_or(if a.quick { 8 } else { 64 });
     if bulk_mb > 0 {
         match bulk(&plan, bulk_file, bulk_mb) {
@@ -1157,6 +1189,103 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
     }
     crate::bench::write_records(a.json.as_deref(), "codec.json", &records)?;
     Ok(())
+}
+
+/// Synthetic sets the codec speeds are measured on.
+fn speed_set_names(quick: bool) -> Vec<String> {
+    let names: &[&str] = if quick {
+        &["smooth-f64-1m", "text-1m"]
+    } else {
+        &[
+            "smooth-f64-1m",
+            "noisy-f64-1m",
+            "smooth-f32-1m",
+            "deltas-i32-1m",
+            "text-1m",
+            "random-1m",
+        ]
+    };
+    names.iter().map(|s| s.to_string()).collect()
+}
+
+/// Every codec of the catalog, and the engine's zstd:6, alone on each set (at most
+/// 1 MiB of it): ratio and speed in both directions, best of repeated runs.
+fn speeds(sets: &[SetSpec], quick: bool) -> Result<Vec<CodecRecord>> {
+    let budget = if quick {
+        Duration::from_millis(10)
+    } else {
+        vargr_codec::DEFAULT_BUDGET
+    };
+    let mut codecs = Codec::CATALOG.to_vec();
+    codecs.push(Codec::Zstd { level: 6 });
+    codecs.retain(|&c| c != Codec::None);
+    let mut out = Vec::new();
+    for set in sets {
+        let (elem, bytes) = load(
+            &set.name,
+            set.file.as_deref(),
+            Some(set.elem),
+            Some(1 << 20),
+        )?;
+        for &codec in codecs.iter().filter(|c| c.supports(elem)) {
+            let m = vargr_codec::measure(codec, &bytes, elem, budget)
+                .with_context(|| format!("measuring {codec} on {}", set.name))?;
+            if !m.verified {
+                bail!("{codec} did not give {} back", set.name);
+            }
+            let mut rec = CodecRecord::new("speed", set, bytes.len(), "none", &codec.to_string());
+            rec.ratio = Some(m.ratio);
+            rec.compress_mb_s = Some(m.compress_mb_s);
+            rec.decompress_mb_s = Some(m.decompress_mb_s);
+            out.push(rec);
+        }
+    }
+    Ok(out)
+}
+
+/// What [`vargr_codec::Engine::decide`] costs once warm, default settings (periodic
+/// samples included, amortised), on a 100 Mbit/s link: a message that goes raw and one
+/// that is compressed.
+fn decision_cost(quick: bool) -> Vec<CodecRecord> {
+    use std::hint::black_box;
+    use vargr_codec::{Engine, EngineConfig, LinkKey, LinkModel};
+    let cases = [
+        (
+            "random-bytes-64k (raw)",
+            ElemKind::BYTES,
+            testdata::random_bytes(64 << 10, 1),
+        ),
+        (
+            "smooth-f64-64k (compressed)",
+            ElemKind::F64,
+            testdata::f64_bytes(&testdata::smooth_field_f64(8192, 0.0, 2)),
+        ),
+    ];
+    let n: u32 = if quick { 20_000 } else { 500_000 };
+    let mut out = Vec::new();
+    for (name, elem, data) in &cases {
+        let mut engine = Engine::new(EngineConfig::default()).expect("the default config is valid");
+        let link = LinkKey(1);
+        engine.set_link_model(link, LinkModel::new(1e-3, 12.5e6));
+        for _ in 0..1000 {
+            engine.decide(link, *elem, data);
+        }
+        let start = Instant::now();
+        for _ in 0..n {
+            black_box(engine.decide(link, *elem, black_box(data)));
+        }
+        let set = SetSpec {
+            name: name.to_string(),
+            elem: *elem,
+            file: None,
+            source: "synthetic: vargr_codec::testdata".into(),
+        };
+        let mut rec = CodecRecord::new("decision", &set, data.len(), "100mbit-1ms", "adaptive");
+        rec.decide_ns = Some(start.elapsed().as_secs_f64() / f64::from(n) * 1e9);
+        rec.messages = n as usize;
+        out.push(rec);
+    }
+    out
 }
 
 /// `speedup_vs_none` of every message record: the time with no compression on the same
@@ -1504,6 +1633,7 @@ fn print_tables(records: &[CodecRecord], links: &[Link]) {
         }
         summary(&msgs, &link.name);
     }
+    print_speeds(records);
     let bulk: Vec<&CodecRecord> = records.iter().filter(|r| r.test == "bulk").collect();
     if let Some(first) = bulk.first() {
         println!(
@@ -1523,6 +1653,75 @@ fn print_tables(records: &[CodecRecord], links: &[Link]) {
                 r.note.as_deref().unwrap_or("")
             );
         }
+    }
+}
+
+/// Codec speeds as a table (rows codecs, columns data sets, cells compress/decompress
+/// MB/s), the decision cost, and the speed targets.
+fn print_speeds(records: &[CodecRecord]) {
+    let speed: Vec<&CodecRecord> = records.iter().filter(|r| r.test == "speed").collect();
+    if !speed.is_empty() {
+        let mut sets: Vec<&str> = Vec::new();
+        let mut codecs: Vec<&str> = Vec::new();
+        for r in &speed {
+            if !sets.contains(&r.dataset.as_str()) {
+                sets.push(&r.dataset);
+            }
+            if !codecs.contains(&r.codec.as_str()) {
+                codecs.push(&r.codec);
+            }
+        }
+        println!("\ncodec speeds on this machine, MB/s compress/decompress (ratio)");
+        print!("{:<16}", "codec");
+        for s in &sets {
+            print!(" {:>22}", s);
+        }
+        println!();
+        for c in &codecs {
+            print!("{c:<16}");
+            for s in &sets {
+                let cell = speed
+                    .iter()
+                    .find(|r| r.codec == *c && r.dataset == *s)
+                    .map_or("-".to_string(), |r| {
+                        format!(
+                            "{}/{} ({})",
+                            fmt_opt(r.compress_mb_s, 0),
+                            fmt_opt(r.decompress_mb_s, 0),
+                            fmt_opt(r.ratio, 2)
+                        )
+                    });
+                print!(" {cell:>22}");
+            }
+            println!();
+        }
+        let range = |codec: &str, floats_only: bool, pick: fn(&CodecRecord) -> Option<f64>| {
+            let v: Vec<f64> = speed
+                .iter()
+                .filter(|r| r.codec == codec && (!floats_only || r.dtype == "f64"))
+                .filter_map(|r| pick(r))
+                .collect();
+            let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let max = v.iter().copied().fold(0.0, f64::max);
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{min:.0}-{max:.0} MB/s")
+            }
+        };
+        println!(
+            "targets: lz4 compress {} (≥ 400); fpc:16 on f64 compress {}, decompress {} (≥ 250)",
+            range("lz4", false, |r| r.compress_mb_s),
+            range("fpc:16", true, |r| r.compress_mb_s),
+            range("fpc:16", true, |r| r.decompress_mb_s),
+        );
+    }
+    for r in records.iter().filter(|r| r.test == "decision") {
+        println!(
+            "decision cost, warm, default settings: {:.0} ns per message on {} (target ≤ 1000)",
+            r.decide_ns.unwrap_or(f64::NAN),
+            r.dataset
+        );
     }
 }
 

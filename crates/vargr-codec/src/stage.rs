@@ -20,7 +20,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -197,7 +197,60 @@ pub struct CodecStage {
     /// When the link will have sent everything this stage passed on so far, by the
     /// link's model (adaptive mode): what a new message queues behind.
     wire_free_at: Option<Instant>,
+    /// Learn the link's model from the kernel's path readings (a link nobody
+    /// configured); `None`: the model given is the truth (configured or emulated).
+    learned: Option<LearnedPath>,
     pub counters: StageCounters,
+}
+
+/// What a learning stage has seen of its path.
+#[derive(Debug, Clone, Copy, Default)]
+struct LearnedPath {
+    /// The highest rate measured while the sender kept the path busy: a max filter,
+    /// since queues and idle gaps only ever make a sample slower than the path.
+    max_rate: f64,
+    /// The model last given to the engine, as (latency s, bytes/s).
+    applied: Option<(f64, f64)>,
+}
+
+/// This machine's speed with every default candidate codec, per data class, measured
+/// once per process on small typical arrays (about 20 ms in all): without it the engine
+/// would judge the codecs it has not used yet by conservative priors, and on a fast
+/// link never try them.
+fn calibration() -> &'static [(ElemKind, Vec<crate::CodecMeasure>)] {
+    static CALIBRATION: OnceLock<Vec<(ElemKind, Vec<crate::CodecMeasure>)>> = OnceLock::new();
+    CALIBRATION.get_or_init(|| {
+        use crate::testdata as td;
+        let n = 8192;
+        let samples = [
+            (ElemKind::BYTES, td::text_like(8 * n, 1)),
+            (
+                ElemKind::I32,
+                td::i32_bytes(&td::small_deltas_i32(2 * n, 1000, 2)),
+            ),
+            (
+                ElemKind::F32,
+                td::f32_bytes(&td::smooth_field_f32(2 * n, 1e-3, 3)),
+            ),
+            (
+                ElemKind::F64,
+                td::f64_bytes(&td::smooth_field_f64(n, 1e-3, 4)),
+            ),
+        ];
+        let candidates = EngineConfig::default().candidates;
+        let budget = Duration::from_micros(400);
+        samples
+            .into_iter()
+            .map(|(elem, data)| {
+                let measures = candidates
+                    .for_class(crate::DataClass::of(elem))
+                    .iter()
+                    .filter_map(|&c| crate::measure(c, &data, elem, budget).ok())
+                    .collect();
+                (elem, measures)
+            })
+            .collect()
+    })
 }
 
 impl CodecStage {
@@ -215,6 +268,9 @@ impl CodecStage {
         let engine = match mode {
             CodecMode::Adaptive => {
                 let mut e = Engine::new(config)?;
+                for (elem, measures) in calibration() {
+                    e.calibrate_codecs(*elem, measures);
+                }
                 e.set_link_model(link, model);
                 e.set_link_options(link, options);
                 Some(e)
@@ -230,8 +286,23 @@ impl CodecStage {
             scratch: Vec::new(),
             recorder: SampleRecorder::from_env(),
             wire_free_at: None,
+            learned: None,
             counters: StageCounters::default(),
         })
+    }
+
+    /// Learns the link's latency and bandwidth from the connection's path readings
+    /// (`Stage::path_info`) instead of keeping the model it was made with: for links
+    /// between sites that no configuration describes. Until a reading shows the path
+    /// busy, the given model stands.
+    pub fn learning_path(mut self) -> CodecStage {
+        self.learned = Some(LearnedPath::default());
+        self
+    }
+
+    /// The link model the adaptive engine uses now, if adaptive.
+    pub fn link_model(&self) -> Option<&LinkModel> {
+        self.engine.as_ref()?.link_model(self.link)
     }
 
     pub fn mode(&self) -> &CodecMode {
@@ -347,6 +418,31 @@ impl Stage for CodecStage {
         b.put_slice(&self.scratch);
         self.counters.compressed += 1;
         self.emit(ready, b.freeze(), out);
+    }
+
+    fn path_info(&mut self, info: &vargr_net::PathInfo) {
+        let (Some(learned), Some(engine)) = (self.learned.as_mut(), self.engine.as_mut()) else {
+            return;
+        };
+        if let Some(rate) = info.path_rate() {
+            learned.max_rate = learned.max_rate.max(rate);
+        }
+        if learned.max_rate <= 0.0 || info.min_rtt.is_zero() {
+            return;
+        }
+        let latency = info.min_rtt.as_secs_f64() / 2.0;
+        let model = (latency, learned.max_rate);
+        // Rebuilding the model forgets nothing learned elsewhere (nothing else feeds
+        // it), but skip readings that change it by less than 5 %.
+        let close = |a: f64, b: f64| (a - b).abs() <= 0.05 * b.max(1e-9);
+        if learned
+            .applied
+            .is_some_and(|(l, r)| close(l, latency) && close(r, learned.max_rate))
+        {
+            return;
+        }
+        learned.applied = Some(model);
+        engine.set_link_model(self.link, LinkModel::new(latency, learned.max_rate));
     }
 
     fn inbound(&mut self, _now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
@@ -472,6 +568,40 @@ mod tests {
             "{backlog} s for {sent} bytes"
         );
         assert!(tx.backlog_at(now + Duration::from_secs(60)) == 0.0);
+    }
+
+    #[test]
+    fn a_learning_stage_takes_its_model_from_busy_path_readings() {
+        let fast = link_model(Duration::ZERO, None);
+        let stage = || {
+            CodecStage::new(
+                CodecMode::Adaptive,
+                fast.clone(),
+                LinkOptions::default(),
+                1 << 20,
+            )
+            .unwrap()
+        };
+        let reading = |rate: f64, app_limited: bool| vargr_net::PathInfo {
+            min_rtt: Duration::from_millis(2),
+            delivery_rate: rate,
+            app_limited,
+        };
+        let mut learner = stage().learning_path();
+        // An idle sender's rate says nothing about the path.
+        learner.path_info(&reading(1e6, true));
+        assert_eq!(learner.link_model(), Some(&fast));
+        learner.path_info(&reading(1e6, false));
+        let m = learner.link_model().unwrap().clone();
+        assert!((m.latency_s() - 1e-3).abs() < 1e-9, "{m:?}");
+        assert!((m.transfer_time(1e6) - 1.001).abs() < 0.01, "{m:?}");
+        // Slower samples do not lower the estimate (queues only slow samples down).
+        learner.path_info(&reading(2e5, false));
+        assert_eq!(learner.link_model(), Some(&m));
+        // A stage whose model was given keeps it.
+        let mut told = stage();
+        told.path_info(&reading(1e6, false));
+        assert_eq!(told.link_model(), Some(&fast));
     }
 
     #[test]

@@ -240,12 +240,16 @@ impl Job {
             // compressed frame never reaches a side that cannot read it.
             if let (Some(a), Some(b)) = (here, there) {
                 if a != b {
-                    let model = match wan.between(a, b) {
+                    // An emulated link's speed is known; a real one's is learned from
+                    // the kernel's readings of the connection.
+                    let (model, learn) = match wan.between(a, b) {
                         Some(spec) => {
                             let p = spec.profile_at(Duration::ZERO);
-                            vargr_codec::stage::link_model(p.latency, p.bandwidth_bits_per_s)
+                            let m =
+                                vargr_codec::stage::link_model(p.latency, p.bandwidth_bits_per_s);
+                            (m, false)
                         }
-                        None => vargr_codec::stage::link_model(Duration::ZERO, None),
+                        None => (vargr_codec::stage::link_model(Duration::ZERO, None), true),
                     };
                     // Sites are the user's statement that the link is slow, even when an
                     // emulated WAN joins two sites on one machine.
@@ -259,6 +263,7 @@ impl Job {
                         options,
                         mesh::MAX_MESSAGE + 64,
                     ) {
+                        let st = if learn { st.learning_path() } else { st };
                         stages.push(Box::new(st));
                     }
                 }

@@ -307,6 +307,14 @@ pub enum MioConn {
 }
 
 impl MioConn {
+    /// The socket of a TCP connection (for `TCP_INFO`); `None` for a Unix socket.
+    pub(crate) fn tcp_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        match self {
+            MioConn::Tcp(s) => Some(s.as_raw_fd()),
+            MioConn::Unix(_) => None,
+        }
+    }
     pub(crate) fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             MioConn::Tcp(s) => s,

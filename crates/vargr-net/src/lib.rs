@@ -22,6 +22,7 @@ pub mod job;
 pub mod launch;
 mod link;
 pub mod mesh;
+pub mod path;
 mod reactor;
 pub mod stage;
 
@@ -29,5 +30,6 @@ pub use addr::{connect, Addr, Conn, Listener, MioConn};
 pub use error::NetError;
 pub use link::{Link, LinkStats, ReadOutcome};
 pub use mio::Waker;
+pub use path::PathInfo;
 pub use reactor::{LinkId, Reactor, ReactorEvent};
 pub use stage::{Stage, StageChain};

@@ -66,7 +66,13 @@ pub struct Link {
     /// Stages every frame passes (empty: none, and no cost).
     stages: StageChain,
     staged: Vec<Bytes>,
+    /// When the path was last read for the stages (`TCP_INFO`).
+    path_read_at: Option<Instant>,
 }
+
+/// How often a sending link reads its path for the stages: often enough to follow a
+/// transfer, rare enough that the system call costs nothing measurable.
+const PATH_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
 
 impl Link {
     pub fn new(conn: MioConn, peer: impl Into<String>, max_frame: usize) -> Link {
@@ -89,6 +95,7 @@ impl Link {
             last_write: now,
             stages: StageChain::default(),
             staged: Vec::new(),
+            path_read_at: None,
         }
     }
 
@@ -269,8 +276,32 @@ impl Link {
         self.low.iter().map(Bytes::len).sum()
     }
 
+    /// Hands the stages a fresh reading of the connection's path, at most every
+    /// [`PATH_EVERY`], and only for TCP links that have stages.
+    fn read_path(&mut self) {
+        if self.stages.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        if self
+            .path_read_at
+            .is_some_and(|t| now.duration_since(t) < PATH_EVERY)
+        {
+            return;
+        }
+        self.path_read_at = Some(now);
+        if let Some(info) = self
+            .conn
+            .tcp_fd()
+            .and_then(|fd| crate::path::tcp_path_info(fd).ok())
+        {
+            self.stages.path_info(&info);
+        }
+    }
+
     /// Writes as much of the queue as the socket takes. Returns true when all is sent.
     pub fn flush(&mut self) -> Result<bool, NetError> {
+        self.read_path();
         loop {
             if self.wq.is_empty() {
                 if !self.latest.is_empty() {

@@ -58,6 +58,10 @@ pub trait Stage: Send {
     fn held_bytes(&self) -> usize {
         0
     }
+
+    /// What the kernel measured about the connection's path, read every so often
+    /// while the link sends (TCP links on Linux only).
+    fn path_info(&mut self, _info: &crate::PathInfo) {}
 }
 
 /// The stages of one link, in order.
@@ -90,6 +94,13 @@ impl StageChain {
             collectors,
             stages,
             ..Default::default()
+        }
+    }
+
+    /// Gives every stage a reading of the connection's path.
+    pub fn path_info(&mut self, info: &crate::PathInfo) {
+        for s in &mut self.stages {
+            s.path_info(info);
         }
     }
 

@@ -94,6 +94,12 @@ impl LinkStages {
             // Checked by `validate` at the front-end; a node never fails here.
             let mode = self.codec_mode().unwrap_or(CodecMode::Off);
             if let Ok(st) = CodecStage::new(mode, model, options, max_frame) {
+                // A real link between sites: its speed is learned from the connection.
+                let st = if wan.is_none() {
+                    st.learning_path()
+                } else {
+                    st
+                };
                 stages.push(Box::new(st));
             }
         }

@@ -1,0 +1,103 @@
+//! What the kernel has measured about a TCP connection's path (Linux `TCP_INFO`): the
+//! smallest round trip and the delivery rate. Stages that model the link (the codec
+//! stage's cost model) learn from it instead of guessing, on links nobody configured.
+
+use std::time::Duration;
+
+/// A reading of a connection's path.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PathInfo {
+    /// The smallest round trip seen on the connection (from the handshake on).
+    pub min_rtt: Duration,
+    /// The kernel's latest delivery-rate sample, bytes per second (0: none yet).
+    pub delivery_rate: f64,
+    /// The sample was taken while the sender had nothing more to send, so it says
+    /// how fast the application wrote, not how fast the path carries.
+    pub app_limited: bool,
+}
+
+impl PathInfo {
+    /// The path's rate, if this sample measured the path rather than the sender.
+    pub fn path_rate(&self) -> Option<f64> {
+        (!self.app_limited && self.delivery_rate > 0.0).then_some(self.delivery_rate)
+    }
+}
+
+/// Reads `TCP_INFO` of the TCP socket `fd`.
+#[cfg(target_os = "linux")]
+pub fn tcp_path_info(fd: std::os::fd::RawFd) -> std::io::Result<PathInfo> {
+    const SIZE: usize = std::mem::size_of::<libc::tcp_info>();
+    let mut raw = [0u8; SIZE];
+    let mut len = SIZE as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `raw`, which has that many.
+    let rc = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            raw.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // Older kernels fill less; the fields read here need Linux 4.9 or later.
+    let needed = std::mem::offset_of!(libc::tcp_info, tcpi_busy_time);
+    if (len as usize) < needed {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "TCP_INFO without min_rtt and delivery_rate (Linux before 4.9)",
+        ));
+    }
+    // SAFETY: `raw` holds SIZE bytes and tcp_info is plain integers; unaligned read.
+    let info: libc::tcp_info = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
+    Ok(PathInfo {
+        min_rtt: Duration::from_micros(u64::from(info.tcpi_min_rtt)),
+        delivery_rate: info.tcpi_delivery_rate as f64,
+        // The kernel's bitfield byte after tcpi_snd_wscale/rcv_wscale (offset 7), which
+        // libc leaves as padding: bit 0 is tcpi_delivery_rate_app_limited.
+        app_limited: raw[7] & 1 != 0,
+    })
+}
+
+/// Reads `TCP_INFO` of the TCP socket `fd` (not available on this system).
+#[cfg(not(target_os = "linux"))]
+pub fn tcp_path_info(_fd: i32) -> std::io::Result<PathInfo> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "TCP_INFO is read on Linux only",
+    ))
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_loopback_connection_reports_a_short_round_trip_and_a_rate() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut b, _) = l.accept().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut buf = vec![0u8; 1 << 20];
+            let mut got = 0;
+            while got < 8 << 20 {
+                got += b.read(&mut buf).unwrap();
+            }
+        });
+        let chunk = vec![7u8; 1 << 20];
+        for _ in 0..8 {
+            a.write_all(&chunk).unwrap();
+        }
+        reader.join().unwrap();
+        let info = tcp_path_info(a.as_raw_fd()).unwrap();
+        assert!(info.min_rtt < Duration::from_millis(50), "{info:?}");
+        assert!(info.delivery_rate > 0.0, "{info:?}");
+        // A socket that is not TCP is an error, not a made-up reading.
+        let (u, _) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert!(tcp_path_info(u.as_raw_fd()).is_err());
+    }
+}
