@@ -1051,9 +1051,12 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
         .flat_map(|l| {
             sets.iter().flat_map(move |s| {
                 (0..rounds).flat_map(move |r| {
-                    modes_for(&s.name, s.elem, a.quick)
-                        .into_iter()
-                        .map(move |m| (l, s, r, m))
+                    // Each round starts at another mode, so that no mode always runs
+                    // first (or last) after a given other.
+                    let mut modes = modes_for(&s.name, s.elem, a.quick);
+                    let n = modes.len();
+                    modes.rotate_left(r as usize % n);
+                    modes.into_iter().map(move |m| (l, s, r, m))
                 })
             })
         })

@@ -256,8 +256,20 @@ fn bench_codec_sends_real_messages_and_writes_records() {
     );
     assert!(r.status.success(), "{r:?}");
     assert!(r.stdout.contains("real data skipped"), "{}", r.stdout);
-    let records: Vec<serde_json::Value> =
+    let all: Vec<serde_json::Value> =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let of = |test: &str| -> Vec<&serde_json::Value> {
+        all.iter().filter(|r| r["test"] == test).collect()
+    };
+    // Codec speeds and the decision cost are measured in process, beside the jobs.
+    assert!(of("speed")
+        .iter()
+        .all(|r| r["compress_mb_s"].as_f64().unwrap() > 0.0));
+    assert!(
+        !of("speed").is_empty() && !of("decision").is_empty(),
+        "{all:?}"
+    );
+    let records = of("message");
     let get = |codec: &str| {
         records
             .iter()
