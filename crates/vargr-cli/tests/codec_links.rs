@@ -170,3 +170,105 @@ fn the_guided_strategy_records_plans_and_applies_rules() {
         empty.stderr
     );
 }
+
+/// A network namespace whose loopback is shaped with `tc tbf`, removed on drop.
+struct ShapedNamespace(String);
+
+impl ShapedNamespace {
+    /// An error saying why where namespaces or tbf are not available here.
+    fn new(rate: &str) -> Result<ShapedNamespace, String> {
+        let name = format!("vargr-test-{}", std::process::id());
+        let ip = |args: &[&str]| {
+            std::process::Command::new("ip")
+                .args(args)
+                .output()
+                .map_err(|e| format!("ip {args:?}: {e}"))
+                .and_then(|o| {
+                    if o.status.success() {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "ip {args:?}: {}",
+                            String::from_utf8_lossy(&o.stderr).trim()
+                        ))
+                    }
+                })
+        };
+        ip(&["netns", "add", &name])?;
+        let ns = ShapedNamespace(name.clone());
+        ip(&["netns", "exec", &name, "ip", "link", "set", "lo", "up"])?;
+        // The ranks advertise this machine's host name: its addresses must be here too.
+        let host = vargr_net::launch::hostname();
+        let addrs = std::net::ToSocketAddrs::to_socket_addrs(&(host.as_str(), 0))
+            .map_err(|e| format!("resolving {host}: {e}"))?;
+        for a in addrs.filter(|a| a.is_ipv4() && !a.ip().is_loopback()) {
+            let cidr = format!("{}/32", a.ip());
+            ip(&[
+                "netns", "exec", &name, "ip", "addr", "add", &cidr, "dev", "lo",
+            ])?;
+        }
+        ip(&[
+            "netns", "exec", &name, "tc", "qdisc", "add", "dev", "lo", "root", "tbf", "rate", rate,
+            "burst", "256kb", "limit", "8mb",
+        ])?;
+        Ok(ns)
+    }
+}
+
+impl Drop for ShapedNamespace {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "delete", &self.0])
+            .output();
+    }
+}
+
+#[test]
+fn a_real_slow_path_is_learned_from_tcp_info_and_compressed() {
+    // Two "hosts" of two sites over TCP, with no --wan: the only way the adaptive engine
+    // can know the path is slow is the kernel's TCP_INFO readings.
+    let ns = match ShapedNamespace::new("20mbit") {
+        Ok(ns) => ns,
+        Err(why) => {
+            eprintln!("skipped: no shaped network namespace here ({why})");
+            return;
+        }
+    };
+    // 16 messages of 256 KiB leave rank 0. With the codec off all of them cross the
+    // path; adaptive sends the first raw while it learns, then far fewer bytes.
+    let sent = 16u64 << 18;
+    let off = job_in_namespace(&ns, "off");
+    assert!(off["link/stage/codec/out"] > sent, "{off:?}");
+    let adaptive = job_in_namespace(&ns, "adaptive");
+    assert!(adaptive["link/stage/codec/out"] < sent / 2, "{adaptive:?}");
+}
+
+/// Stage bytes of a two-host job over TCP inside `ns`, with `codec` on its links.
+fn job_in_namespace(ns: &ShapedNamespace, codec: &str) -> BTreeMap<String, u64> {
+    let tmp = tempfile::tempdir().unwrap();
+    let hosts = tmp.path().join("hosts");
+    let host = vargr_net::launch::hostname();
+    std::fs::write(
+        &hosts,
+        format!("{host} slots=1 site=a\nlocalhost slots=1 site=b\n"),
+    )
+    .unwrap();
+    let trace = tmp.path().join("trace");
+    let mut child = std::process::Command::new("ip")
+        .args(["netns", "exec", &ns.0, vargr(), "run", "-n", "2", "--hosts"])
+        .arg(&hosts)
+        .args(["--launcher", "sh -c {cmd}", "--codec", codec, "--trace"])
+        .arg(&trace)
+        .args(["--", vargr(), "codec-bench-rank"])
+        .args(["--set", "f64-pattern-r50-1m", "--limit", "1048576"])
+        .args(["--message", "262144", "--warmup", "2", "--reps", "14"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = wait_guarded(&mut child, Duration::from_secs(120)).expect("the job hung");
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{codec}: {status}: {err}");
+    stage_bytes(&trace)
+}

@@ -254,8 +254,17 @@ impl Engine {
 
     /// Replaces a link's transfer model, e.g. with one from a ping-pong calibration
     /// ([`LinkModel::from_calibration`]) or from an emulator's settings.
+    ///
+    /// The size thresholds learned on the link are forgotten: they were prices under
+    /// the old model (a link found slower than assumed must not keep sending raw every
+    /// size it once judged). The ratio estimates stay.
     pub fn set_link_model(&mut self, link: LinkKey, model: LinkModel) {
-        self.link_entry(link).model = model;
+        let entry = self.link_entry(link);
+        entry.model = model;
+        for st in &mut entry.classes {
+            st.raw_below = 0;
+            st.compress_from = usize::MAX;
+        }
     }
 
     /// The link's transfer model, if the engine has met the link.
@@ -871,6 +880,21 @@ mod tests {
             .compress());
         let d = e.decide_behind(LinkKey(0), ElemKind::BYTES, &text, f64::NAN);
         assert_ne!(d.reason, Reason::Behind);
+    }
+
+    #[test]
+    fn a_new_link_model_reprices_sizes_judged_under_the_old_one() {
+        let mut e = Engine::new(EngineConfig::default()).unwrap();
+        let link = LinkKey(0);
+        e.set_link_model(link, LinkModel::new(0.0, 5e9));
+        let text = testdata::text_like(1 << 18, 3);
+        assert!(!e.decide(link, ElemKind::BYTES, &text).compress());
+        let d = e.decide(link, ElemKind::BYTES, &text);
+        assert_eq!((d.compress(), d.reason), (false, Reason::BelowRawThreshold));
+        // The path turns out to be slow (e.g. learned from TCP_INFO).
+        e.set_link_model(link, LinkModel::new(1e-3, 6e6));
+        let d = e.decide(link, ElemKind::BYTES, &text);
+        assert!(d.compress(), "{d:?}");
     }
 
     #[test]

@@ -14,7 +14,7 @@
 //! Unlike the engine, the stage reads the clock: it is the driver that times the codecs
 //! and reports to the engine what each compression cost and gained.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -204,13 +204,55 @@ pub struct CodecStage {
 }
 
 /// What a learning stage has seen of its path.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 struct LearnedPath {
-    /// The highest rate measured while the sender kept the path busy: a max filter,
-    /// since queues and idle gaps only ever make a sample slower than the path.
-    max_rate: f64,
+    /// The last rate samples, bytes/s, oldest first; the model takes their median,
+    /// which one burst through a token bucket or one stall does not move.
+    rates: VecDeque<f64>,
+    /// A measurement under way: when bytes were last seen waiting in the socket, and
+    /// how many had been acknowledged then.
+    start: Option<(Instant, u64)>,
     /// The model last given to the engine, as (latency s, bytes/s).
     applied: Option<(f64, f64)>,
+}
+
+/// Rate samples a learning stage keeps.
+const PATH_SAMPLES: usize = 8;
+
+impl LearnedPath {
+    /// Takes one reading; returns the path's rate when a measurement completes.
+    ///
+    /// A measurement starts at a reading that finds bytes waiting in the socket (the
+    /// path, not the application, sets the pace) and ends at the first later reading
+    /// that finds more bytes acknowledged while the path is still busy; any idle
+    /// reading between abandons it, so application pauses never count as a slow path.
+    fn observe(&mut self, info: &vargr_net::PathInfo) -> Option<f64> {
+        if !info.busy {
+            self.start = None;
+            return None;
+        }
+        let mut sample = None;
+        if let Some((t0, acked0)) = self.start {
+            if info.bytes_acked > acked0 {
+                let dt = info.at.saturating_duration_since(t0).as_secs_f64();
+                if dt > 0.0 {
+                    sample = Some((info.bytes_acked - acked0) as f64 / dt);
+                }
+                self.start = None;
+            }
+        }
+        if self.start.is_none() && info.backlogged {
+            self.start = Some((info.at, info.bytes_acked));
+        }
+        let rate = sample?;
+        if self.rates.len() == PATH_SAMPLES {
+            self.rates.pop_front();
+        }
+        self.rates.push_back(rate);
+        let mut sorted: Vec<f64> = self.rates.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        Some(sorted[sorted.len() / 2])
+    }
 }
 
 /// This machine's speed with every default candidate codec, per data class, measured
@@ -420,29 +462,30 @@ impl Stage for CodecStage {
         self.emit(ready, b.freeze(), out);
     }
 
+    fn wants_path(&self) -> bool {
+        self.learned.is_some() && self.engine.is_some()
+    }
+
     fn path_info(&mut self, info: &vargr_net::PathInfo) {
         let (Some(learned), Some(engine)) = (self.learned.as_mut(), self.engine.as_mut()) else {
             return;
         };
-        if let Some(rate) = info.path_rate() {
-            learned.max_rate = learned.max_rate.max(rate);
-        }
-        if learned.max_rate <= 0.0 || info.min_rtt.is_zero() {
+        let Some(rate) = learned.observe(info) else {
             return;
-        }
+        };
         let latency = info.min_rtt.as_secs_f64() / 2.0;
-        let model = (latency, learned.max_rate);
+        let model = (latency, rate);
         // Rebuilding the model forgets nothing learned elsewhere (nothing else feeds
         // it), but skip readings that change it by less than 5 %.
         let close = |a: f64, b: f64| (a - b).abs() <= 0.05 * b.max(1e-9);
         if learned
             .applied
-            .is_some_and(|(l, r)| close(l, latency) && close(r, learned.max_rate))
+            .is_some_and(|(l, r)| close(l, latency) && close(r, rate))
         {
             return;
         }
         learned.applied = Some(model);
-        engine.set_link_model(self.link, LinkModel::new(latency, learned.max_rate));
+        engine.set_link_model(self.link, LinkModel::new(latency, rate));
     }
 
     fn inbound(&mut self, _now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
@@ -571,7 +614,7 @@ mod tests {
     }
 
     #[test]
-    fn a_learning_stage_takes_its_model_from_busy_path_readings() {
+    fn a_learning_stage_measures_what_its_busy_path_carried() {
         let fast = link_model(Duration::ZERO, None);
         let stage = || {
             CodecStage::new(
@@ -582,25 +625,37 @@ mod tests {
             )
             .unwrap()
         };
-        let reading = |rate: f64, app_limited: bool| vargr_net::PathInfo {
+        let t0 = Instant::now();
+        let reading = |ms: u64, acked: u64, busy: bool, backlogged: bool| vargr_net::PathInfo {
             min_rtt: Duration::from_millis(2),
-            delivery_rate: rate,
-            app_limited,
+            busy,
+            backlogged,
+            bytes_acked: acked,
+            at: t0 + Duration::from_millis(ms),
         };
         let mut learner = stage().learning_path();
-        // An idle sender's rate says nothing about the path.
-        learner.path_info(&reading(1e6, true));
+        assert!(learner.wants_path() && !stage().wants_path());
+        // Bytes wait in the socket at 0 ms; 100 kB are acknowledged by 100 ms: 1 MB/s.
+        learner.path_info(&reading(0, 0, true, true));
         assert_eq!(learner.link_model(), Some(&fast));
-        learner.path_info(&reading(1e6, false));
+        learner.path_info(&reading(50, 0, true, false));
+        learner.path_info(&reading(100, 100_000, true, false));
         let m = learner.link_model().unwrap().clone();
         assert!((m.latency_s() - 1e-3).abs() < 1e-9, "{m:?}");
         assert!((m.transfer_time(1e6) - 1.001).abs() < 0.01, "{m:?}");
-        // Slower samples do not lower the estimate (queues only slow samples down).
-        learner.path_info(&reading(2e5, false));
+        // An idle reading abandons a measurement: an application pause is not a slow path.
+        learner.path_info(&reading(200, 100_000, true, true));
+        learner.path_info(&reading(300, 100_000, false, false));
+        learner.path_info(&reading(5000, 110_000, true, false));
+        assert_eq!(learner.link_model(), Some(&m));
+        // Without bytes waiting in the socket nothing starts either.
+        learner.path_info(&reading(6000, 110_000, true, false));
+        learner.path_info(&reading(9000, 120_000, true, false));
         assert_eq!(learner.link_model(), Some(&m));
         // A stage whose model was given keeps it.
         let mut told = stage();
-        told.path_info(&reading(1e6, false));
+        told.path_info(&reading(0, 0, true, true));
+        told.path_info(&reading(100, 100_000, true, false));
         assert_eq!(told.link_model(), Some(&fast));
     }
 

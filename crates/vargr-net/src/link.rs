@@ -68,11 +68,14 @@ pub struct Link {
     staged: Vec<Bytes>,
     /// When the path was last read for the stages (`TCP_INFO`).
     path_read_at: Option<Instant>,
+    /// The last reading saw the path carrying data.
+    path_busy: bool,
 }
 
-/// How often a sending link reads its path for the stages: often enough to follow a
-/// transfer, rare enough that the system call costs nothing measurable.
-const PATH_EVERY: std::time::Duration = std::time::Duration::from_millis(20);
+/// How often a link reads its path for the stages while it sends or the path is busy:
+/// often enough to catch a transfer in its middle (samples taken at its end are
+/// application-limited), rare enough that the system call costs nothing measurable.
+const PATH_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
 
 impl Link {
     pub fn new(conn: MioConn, peer: impl Into<String>, max_frame: usize) -> Link {
@@ -96,6 +99,7 @@ impl Link {
             stages: StageChain::default(),
             staged: Vec::new(),
             path_read_at: None,
+            path_busy: false,
         }
     }
 
@@ -279,7 +283,7 @@ impl Link {
     /// Hands the stages a fresh reading of the connection's path, at most every
     /// [`PATH_EVERY`], and only for TCP links that have stages.
     fn read_path(&mut self) {
-        if self.stages.is_empty() {
+        if !self.stages.wants_path() {
             return;
         }
         let now = Instant::now();
@@ -295,8 +299,22 @@ impl Link {
             .tcp_fd()
             .and_then(|fd| crate::path::tcp_path_info(fd).ok())
         {
+            self.path_busy = info.busy;
             self.stages.path_info(&info);
         }
+    }
+
+    /// When the link next reads its busy path for the stages, if it does.
+    pub fn path_deadline(&self) -> Option<Instant> {
+        if !self.path_busy {
+            return None;
+        }
+        self.path_read_at.map(|t| t + PATH_EVERY)
+    }
+
+    /// Reads the path for the stages if a reading is due.
+    pub fn poll_path(&mut self) {
+        self.read_path();
     }
 
     /// Writes as much of the queue as the socket takes. Returns true when all is sent.

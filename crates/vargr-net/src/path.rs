@@ -5,22 +5,24 @@
 use std::time::Duration;
 
 /// A reading of a connection's path.
+///
+/// The kernel's own delivery-rate estimate is not used: some stacks (gVisor's) leave it
+/// stale, and token-bucket bursts inflate it. What the path carried is measured instead
+/// from `bytes_acked` between readings taken while bytes waited in the socket.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct PathInfo {
     /// The smallest round trip seen on the connection (from the handshake on).
     pub min_rtt: Duration,
-    /// The kernel's latest delivery-rate sample, bytes per second (0: none yet).
-    pub delivery_rate: f64,
-    /// The sample was taken while the sender had nothing more to send, so it says
-    /// how fast the application wrote, not how fast the path carries.
-    pub app_limited: bool,
-}
-
-impl PathInfo {
-    /// The path's rate, if this sample measured the path rather than the sender.
-    pub fn path_rate(&self) -> Option<f64> {
-        (!self.app_limited && self.delivery_rate > 0.0).then_some(self.delivery_rate)
-    }
+    /// Data was unacknowledged or not yet sent: the path is carrying this connection's
+    /// bytes, and a reading a little later would see more of it.
+    pub busy: bool,
+    /// Bytes written but not yet sent were waiting in the socket: the path, not the
+    /// application, set the pace at this moment.
+    pub backlogged: bool,
+    /// Bytes the peer has acknowledged since the connection opened.
+    pub bytes_acked: u64,
+    /// When the reading was taken.
+    pub at: std::time::Instant,
 }
 
 /// Reads `TCP_INFO` of the TCP socket `fd`.
@@ -47,17 +49,17 @@ pub fn tcp_path_info(fd: std::os::fd::RawFd) -> std::io::Result<PathInfo> {
     if (len as usize) < needed {
         return Err(std::io::Error::new(
             std::io::ErrorKind::Unsupported,
-            "TCP_INFO without min_rtt and delivery_rate (Linux before 4.9)",
+            "TCP_INFO without min_rtt and bytes_acked (Linux before 4.9)",
         ));
     }
     // SAFETY: `raw` holds SIZE bytes and tcp_info is plain integers; unaligned read.
     let info: libc::tcp_info = unsafe { std::ptr::read_unaligned(raw.as_ptr().cast()) };
     Ok(PathInfo {
         min_rtt: Duration::from_micros(u64::from(info.tcpi_min_rtt)),
-        delivery_rate: info.tcpi_delivery_rate as f64,
-        // The kernel's bitfield byte after tcpi_snd_wscale/rcv_wscale (offset 7), which
-        // libc leaves as padding: bit 0 is tcpi_delivery_rate_app_limited.
-        app_limited: raw[7] & 1 != 0,
+        busy: info.tcpi_unacked > 0 || info.tcpi_notsent_bytes > 0,
+        backlogged: info.tcpi_notsent_bytes > 0,
+        bytes_acked: info.tcpi_bytes_acked,
+        at: std::time::Instant::now(),
     })
 }
 
@@ -77,7 +79,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     #[test]
-    fn a_loopback_connection_reports_a_short_round_trip_and_a_rate() {
+    fn a_loopback_connection_reports_a_short_round_trip_and_what_was_acked() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (mut b, _) = l.accept().unwrap();
@@ -95,7 +97,7 @@ mod tests {
         reader.join().unwrap();
         let info = tcp_path_info(a.as_raw_fd()).unwrap();
         assert!(info.min_rtt < Duration::from_millis(50), "{info:?}");
-        assert!(info.delivery_rate > 0.0, "{info:?}");
+        assert!(info.bytes_acked >= 8 << 20, "{info:?}");
         // A socket that is not TCP is an error, not a made-up reading.
         let (u, _) = std::os::unix::net::UnixStream::pair().unwrap();
         assert!(tcp_path_info(u.as_raw_fd()).is_err());

@@ -194,7 +194,13 @@ impl Reactor {
     pub fn stage_deadline(&self) -> Option<Instant> {
         self.staged
             .iter()
-            .filter_map(|&i| self.links.get(i)?.as_ref()?.stage_deadline())
+            .filter_map(|&i| {
+                let l = self.links.get(i)?.as_ref()?;
+                match (l.stage_deadline(), l.path_deadline()) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                }
+            })
             .min()
     }
 
@@ -208,6 +214,9 @@ impl Reactor {
             if let Some(Some(l)) = self.links.get_mut(i) {
                 if l.stage_deadline().is_some_and(|d| d <= now) {
                     l.release_stages(now);
+                }
+                if l.path_deadline().is_some_and(|d| d <= now) {
+                    l.poll_path();
                 }
             }
         }

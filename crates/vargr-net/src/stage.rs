@@ -62,6 +62,12 @@ pub trait Stage: Send {
     /// What the kernel measured about the connection's path, read every so often
     /// while the link sends (TCP links on Linux only).
     fn path_info(&mut self, _info: &crate::PathInfo) {}
+
+    /// Whether this stage wants path readings at all; while the connection is busy the
+    /// link then also reads every few milliseconds, not only when it writes.
+    fn wants_path(&self) -> bool {
+        false
+    }
 }
 
 /// The stages of one link, in order.
@@ -95,6 +101,11 @@ impl StageChain {
             stages,
             ..Default::default()
         }
+    }
+
+    /// Whether any stage wants path readings.
+    pub fn wants_path(&self) -> bool {
+        self.stages.iter().any(|s| s.wants_path())
     }
 
     /// Gives every stage a reading of the connection's path.
