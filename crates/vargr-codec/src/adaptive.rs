@@ -313,6 +313,27 @@ impl Engine {
         );
     }
 
+    /// [`observe_decompress`](Engine::observe_decompress) for a receiver's report, which
+    /// names the codec by its wire id: every codec with that id learns it (zstd's levels
+    /// decompress alike).
+    pub fn observe_decompress_id(
+        &mut self,
+        id: crate::CodecId,
+        elem: ElemKind,
+        original_bytes: usize,
+        seconds: f64,
+    ) {
+        // A report sums every decompression of up to 50 ms, so one moves the estimate
+        // by half rather than by the per-message weight.
+        let weight = self.config.speed_weight.max(0.5);
+        let class = DataClass::of(elem).index();
+        for (i, c) in self.codecs.iter().enumerate() {
+            if c.id() == id {
+                self.stats[i][class].observe_decompress(original_bytes, seconds, weight);
+            }
+        }
+    }
+
     /// Seeds the codec figures for `elem`'s class from [`measure_all`](crate::measure_all)
     /// results (what a stage does at start-up, on a sample of typical data).
     pub fn calibrate_codecs(&mut self, elem: ElemKind, measures: &[CodecMeasure]) {

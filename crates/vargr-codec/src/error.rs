@@ -52,6 +52,9 @@ pub enum CodecError {
     /// A codec parameter is out of its documented range.
     #[error("invalid codec parameter: {0}")]
     InvalidParam(String),
+    /// A decompression report from the peer's codec stage is malformed.
+    #[error("codec report malformed: {0}")]
+    BadReport(String),
     /// A cost-model input or an adaptive engine setting is unusable; `field` names it.
     #[error("invalid {field}: {reason}")]
     InvalidConfig { field: &'static str, reason: String },

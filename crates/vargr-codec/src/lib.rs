@@ -58,6 +58,7 @@ mod kind;
 mod lz;
 mod measure;
 pub mod model;
+pub mod report;
 mod rice;
 mod rle;
 mod shuffle;

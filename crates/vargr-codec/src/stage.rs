@@ -28,6 +28,7 @@ use vargr_net::Stage;
 use vargr_wire::{encode_header, Frame, FrameKind, HEADER_LEN};
 
 use crate::guided::{encode_sample, trace_header, MessageKey, Plan, Sample, MAX_SAMPLE};
+use crate::report::{decode_reports, encode_reports, DecodeReport, MAX_RECORDS};
 use crate::{decode, encode, Codec, CodecError, CodecRun, ElemKind, Engine, EngineConfig};
 use crate::{LinkKey, LinkModel, LinkOptions};
 
@@ -200,8 +201,15 @@ pub struct CodecStage {
     /// Learn the link's model from the kernel's path readings (a link nobody
     /// configured); `None`: the model given is the truth (configured or emulated).
     learned: Option<LearnedPath>,
+    /// Decompressions since the last report to the peer, per (codec, element kind).
+    decoded: Vec<DecodeReport>,
+    last_report: Option<Instant>,
     pub counters: StageCounters,
 }
+
+/// How often a stage that decompresses tells its peer how long that took, at most
+/// (reports ride on frames the stage sends anyway).
+const REPORT_EVERY: Duration = Duration::from_millis(50);
 
 /// What a learning stage has seen of its path.
 #[derive(Debug, Clone, Default)]
@@ -329,6 +337,8 @@ impl CodecStage {
             recorder: SampleRecorder::from_env(),
             wire_free_at: None,
             learned: None,
+            decoded: Vec::new(),
+            last_report: None,
             counters: StageCounters::default(),
         })
     }
@@ -369,6 +379,57 @@ impl CodecStage {
         out.push(frame);
     }
 
+    /// Adds one decompression to what the next report says.
+    fn note_decoded(
+        &mut self,
+        codec: crate::CodecId,
+        elem: ElemKind,
+        bytes: usize,
+        took: Duration,
+    ) {
+        if codec == crate::CodecId::None {
+            return;
+        }
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        if let Some(r) = self
+            .decoded
+            .iter_mut()
+            .find(|r| r.codec == codec && r.elem == elem)
+        {
+            r.bytes = r.bytes.saturating_add(bytes as u64);
+            r.nanos = r.nanos.saturating_add(nanos);
+        } else if self.decoded.len() < MAX_RECORDS {
+            self.decoded.push(DecodeReport {
+                codec,
+                elem,
+                bytes: bytes as u64,
+                nanos,
+            });
+        }
+    }
+
+    /// Puts a report of the decompressions since the last one in front of the next
+    /// frame, at most every [`REPORT_EVERY`]. Only a stage that has decoded frames
+    /// reports, so a peer gets reports only if its own stage compresses (and reads them).
+    fn report_due(&mut self, now: Instant, out: &mut Vec<Bytes>) {
+        if self.decoded.is_empty()
+            || self
+                .last_report
+                .is_some_and(|t| now.saturating_duration_since(t) < REPORT_EVERY)
+        {
+            return;
+        }
+        self.last_report = Some(now);
+        let mut body = Vec::with_capacity(self.decoded.len() * crate::report::RECORD_LEN);
+        encode_reports(&self.decoded, &mut body);
+        self.decoded.clear();
+        let mut b = BytesMut::with_capacity(HEADER_LEN + body.len());
+        encode_header(FrameKind::CodecReport, 0, 0, 0, body.len(), &mut b);
+        b.put_slice(&body);
+        self.counters.bytes_on_wire += b.len() as u64;
+        out.push(b.freeze());
+    }
+
     fn choose(&mut self, key: &MessageKey, payload: &[u8], backlog_s: f64) -> Codec {
         let elem = key.elem;
         match &self.mode {
@@ -397,6 +458,7 @@ impl Stage for CodecStage {
     }
 
     fn outbound(&mut self, now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+        self.report_due(now, out);
         self.counters.frames_out += 1;
         self.counters.bytes_in += frame.len() as u64;
         let pass = frame.len() <= HEADER_LEN || !is_app(frame[2]) || frame[3] & FLAG_CODEC != 0;
@@ -489,12 +551,25 @@ impl Stage for CodecStage {
     }
 
     fn inbound(&mut self, _now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
+        if frame.kind == FrameKind::CodecReport {
+            let records = decode_reports(&frame.payload)
+                .map_err(|e| format!("CodecReport frame from the peer's codec stage: {e}"))?;
+            if let Some(e) = self.engine.as_mut() {
+                for r in records {
+                    let secs = r.nanos as f64 * 1e-9;
+                    let bytes = usize::try_from(r.bytes).unwrap_or(usize::MAX);
+                    e.observe_decompress_id(r.codec, r.elem, bytes, secs);
+                }
+            }
+            return Ok(());
+        }
         if frame.flags & FLAG_CODEC == 0 {
             out.push(frame);
             return Ok(());
         }
         let mut payload = Vec::new();
-        decode(&frame.payload, self.max_frame, &mut payload).map_err(|e| {
+        let t0 = Instant::now();
+        let header = decode(&frame.payload, self.max_frame, &mut payload).map_err(|e| {
             format!(
                 "{} frame on stream {}: {e}",
                 frame.kind.name(),
@@ -502,6 +577,7 @@ impl Stage for CodecStage {
             )
         })?;
         self.counters.frames_decoded += 1;
+        self.note_decoded(header.codec, header.elem, payload.len(), t0.elapsed());
         let mut f = Frame::new(frame.kind, frame.stream, frame.tag, payload);
         f.flags = frame.flags & !FLAG_CODEC;
         out.push(f);
@@ -657,6 +733,61 @@ mod tests {
         told.path_info(&reading(0, 0, true, true));
         told.path_info(&reading(100, 100_000, true, false));
         assert_eq!(told.link_model(), Some(&fast));
+    }
+
+    #[test]
+    fn the_receiver_reports_decompression_times_to_the_sender() {
+        let mut tx = CodecStage::new(
+            CodecMode::Adaptive,
+            slow_link(),
+            LinkOptions::default(),
+            1 << 24,
+        )
+        .unwrap();
+        let mut rx =
+            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 24).unwrap();
+        let values: Vec<f64> = (0..65_536).map(|i| f64::from(i / 64) * 0.125).collect();
+        let data = testdata::f64_bytes(&values);
+        let (wire, got) = round_trip(
+            &mut tx,
+            &mut rx,
+            frame(FrameKind::Data, elem_flags(ElemKind::F64), &data),
+        );
+        assert!(wire[0][3] & FLAG_CODEC != 0, "not compressed");
+        assert_eq!(got[0].payload, data);
+        let codec = tx
+            .engine
+            .as_ref()
+            .unwrap()
+            .summary(tx.link, ElemKind::F64)
+            .unwrap();
+        let codec = codec.codec.unwrap();
+        let td = |s: &CodecStage| {
+            s.engine
+                .as_ref()
+                .unwrap()
+                .codec_stats(codec, crate::DataClass::F64)
+                .unwrap()
+                .decompress_s_per_byte
+        };
+        let before = td(&tx);
+        // The receiver's next frame carries a report first; the sender consumes it.
+        let (back, delivered) = round_trip(&mut rx, &mut tx, frame(FrameKind::Data, 0, b"ack"));
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[0][2], FrameKind::CodecReport as u8);
+        assert_eq!(delivered.len(), 1);
+        assert_eq!(&delivered[0].payload[..], b"ack");
+        assert_ne!(td(&tx), before);
+        // Reported once: the next frame goes alone.
+        let (back, _) = round_trip(&mut rx, &mut tx, frame(FrameKind::Data, 0, b"ack"));
+        assert_eq!(back.len(), 1);
+        // A damaged report is an error naming it.
+        let mut bad = BytesMut::new();
+        encode_header(FrameKind::CodecReport, 0, 0, 0, 5, &mut bad);
+        bad.put_slice(b"12345");
+        let f = vargr_wire::decode_exact(&bad, 1 << 20).unwrap();
+        let err = tx.inbound(Instant::now(), f, &mut Vec::new()).unwrap_err();
+        assert!(err.contains("CodecReport"), "{err}");
     }
 
     #[test]

@@ -90,6 +90,9 @@ frame_kinds! {
     /// Child → parent (low priority): one chunk of a sub-tree's answers to a pull;
     /// stream = pull id, tag = chunks still to come (0 on the last).
     MonitorData = 31,
+    /// Between the two codec stages of one link: decompression times the receiver
+    /// measured, for the sender's cost model; consumed by the stage, never routed.
+    CodecReport = 32,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.
