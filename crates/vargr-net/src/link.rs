@@ -76,6 +76,8 @@ pub struct Link {
 /// often enough to catch a transfer in its middle (samples taken at its end are
 /// application-limited), rare enough that the system call costs nothing measurable.
 const PATH_EVERY: std::time::Duration = std::time::Duration::from_millis(10);
+/// The least time between two readings when the link writes.
+const PATH_AFTER_WRITE: std::time::Duration = std::time::Duration::from_millis(1);
 
 impl Link {
     pub fn new(conn: MioConn, peer: impl Into<String>, max_frame: usize) -> Link {
@@ -280,16 +282,16 @@ impl Link {
         self.low.iter().map(Bytes::len).sum()
     }
 
-    /// Hands the stages a fresh reading of the connection's path, at most every
-    /// [`PATH_EVERY`], and only for TCP links that have stages.
-    fn read_path(&mut self) {
+    /// Hands the stages a fresh reading of the connection's path if the last one is at
+    /// least `gap` old, and only for TCP links whose stages want readings.
+    fn read_path(&mut self, gap: std::time::Duration) {
         if !self.stages.wants_path() {
             return;
         }
         let now = Instant::now();
         if self
             .path_read_at
-            .is_some_and(|t| now.duration_since(t) < PATH_EVERY)
+            .is_some_and(|t| now.duration_since(t) < gap)
         {
             return;
         }
@@ -314,12 +316,19 @@ impl Link {
 
     /// Reads the path for the stages if a reading is due.
     pub fn poll_path(&mut self) {
-        self.read_path();
+        self.read_path(PATH_EVERY);
     }
 
     /// Writes as much of the queue as the socket takes. Returns true when all is sent.
     pub fn flush(&mut self) -> Result<bool, NetError> {
-        self.read_path();
+        let sent = self.write_queue();
+        // Right after a write is when bytes wait in the socket, the moment a
+        // measurement of the path can start: read then, unless a reading is very fresh.
+        self.read_path(PATH_AFTER_WRITE);
+        sent
+    }
+
+    fn write_queue(&mut self) -> Result<bool, NetError> {
         loop {
             if self.wq.is_empty() {
                 if !self.latest.is_empty() {
