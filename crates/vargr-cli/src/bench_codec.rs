@@ -1005,18 +1005,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
     });
     let links = links(&link_names)?;
 
-    let mut sets: Vec<SetSpec> = synthetic_names(a.quick)
-        .into_iter()
-        .map(|name| -> Result<SetSpec> {
-            let (elem, _) = synthetic(&name)?;
-            Ok(SetSpec {
-                source: synthetic_source(&name),
-                name,
-                elem,
-                file: None,
-            })
-        })
-        .collect::<Result<_>>()?;
+    let mut sets = synthetic_specs(synthetic_names(a.quick))?;
     let mut bulk_file: Option<(PathBuf, String)> = None;
     let mut real = Vec::new();
     let real_note = match real_sets(&a.data, !a.no_fetch) {
@@ -1161,18 +1150,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
 
     if !a.skip_speed {
         eprintln!("codec speeds and decision cost (in process) ...");
-        let mut speed_sets: Vec<SetSpec> = speed_set_names(a.quick)
-            .into_iter()
-            .map(|name| -> Result<SetSpec> {
-                let (elem, _) = synthetic(&name)?;
-                Ok(SetSpec {
-                    source: synthetic_source(&name),
-                    name,
-                    elem,
-                    file: None,
-                })
-            })
-            .collect::<Result<_>>()?;
+        let mut speed_sets = synthetic_specs(speed_set_names(a.quick))?;
         speed_sets.extend(real.iter().filter(|s| !a.quick || s.name == "eeg").cloned());
         records.append(&mut speeds(&speed_sets, a.quick)?);
         records.append(&mut decision_cost(a.quick));
@@ -1192,6 +1170,22 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
     }
     crate::bench::write_records(a.json.as_deref(), "codec.json", &records)?;
     Ok(())
+}
+
+/// The specs of synthetic sets, by name.
+fn synthetic_specs(names: Vec<String>) -> Result<Vec<SetSpec>> {
+    names
+        .into_iter()
+        .map(|name| {
+            let (elem, _) = synthetic(&name)?;
+            Ok(SetSpec {
+                source: synthetic_source(&name),
+                name,
+                elem,
+                file: None,
+            })
+        })
+        .collect()
 }
 
 /// Synthetic sets the codec speeds are measured on.

@@ -323,9 +323,7 @@ impl Engine {
         original_bytes: usize,
         seconds: f64,
     ) {
-        // A report sums every decompression of up to 50 ms, so one moves the estimate
-        // by half rather than by the per-message weight.
-        let weight = self.config.speed_weight.max(0.5);
+        let weight = self.config.speed_weight;
         let class = DataClass::of(elem).index();
         for (i, c) in self.codecs.iter().enumerate() {
             if c.id() == id {
