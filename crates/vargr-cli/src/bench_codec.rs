@@ -12,9 +12,11 @@
 //!
 //! Data: the seed's synthetic buffers (ints, floats and doubles with 0-100 % zeros,
 //! doubles with and without a predictable pattern), a few of `vargr_codec::testdata`'s
-//! shapes, and real arrays nobody here wrote (`scripts/fetch-codec-data.sh`: matplotlib's
-//! sample data and a system binary). Messages go out as typed slices, so the link knows
-//! floats from bytes as far as the transport passes the element type on.
+//! shapes, real arrays nobody here wrote (`scripts/fetch-codec-data.sh`: matplotlib's
+//! sample data and a system binary), and a NAS IS-like key exchange, timed per
+//! iteration (all its bucket messages back to back, one ack). Messages go out as typed
+//! slices, so the link knows floats from bytes as far as the transport passes the
+//! element type on.
 //!
 //! The compression ratio is what crossed the WAN: the job is traced, rank 0 marks the
 //! timed window with a record of its own, and the bytes the codec stage emitted in that
@@ -22,7 +24,8 @@
 //! the ratio the codec reaches on the data with its true element type is reported
 //! beside it (`expected_ratio`): a gap means the link saw a different type.
 //!
-//! Last, a bulk transfer of a large file at 100 Mbit/s: vargr (codec off and adaptive)
+//! Then, in process, every codec's speed on a few sets and what a warm decision costs;
+//! last, a bulk transfer of a large file at 100 Mbit/s: vargr (codec off and adaptive)
 //! against `zstd --adapt` piped through `vargr emu` with the same latency and bandwidth.
 
 use std::collections::BTreeMap;
