@@ -187,6 +187,8 @@ pub struct Job {
     fabric: Option<Fabric>,
     /// The load-balance monitor, in rank 0's process when `VARGR_MONITOR` is set.
     monitor: std::sync::Mutex<Option<MonitorHandle>>,
+    /// This process's monitor agent, when `VARGR_MONITOR` is set.
+    agent: std::sync::Mutex<Option<monitor::AgentHandle>>,
 }
 
 fn job_error(e: impl std::fmt::Display) -> CollError {
@@ -293,6 +295,7 @@ impl Job {
         let monitor = std::sync::Mutex::new(None);
         let job = Job {
             monitor,
+            agent: std::sync::Mutex::new(None),
             ranks_per_core,
             mesh,
             fabric,
@@ -343,13 +346,14 @@ impl Job {
         };
         let first = self.local_ranks().start;
         let r = self.local_ranks();
-        monitor::spawn_agent(
+        let agent = monitor::spawn_agent(
             Arc::new(self.transport(first)),
             self.mesh.clone(),
             0,
             format!("ranks {}..{} of {}", r.start, r.end, self.size()),
             r.len() as u32,
         );
+        *self.agent.lock().unwrap_or_else(|p| p.into_inner()) = Some(agent);
         if first == 0 {
             *self.monitor.lock().unwrap_or_else(|p| p.into_inner()) = Some(MonitorHandle::start(
                 Arc::new(self.transport(first)),
@@ -465,6 +469,10 @@ impl Job {
                 lb.records_lost,
                 lb.gather_rate()
             );
+        }
+        let agent = self.agent.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(agent) = agent {
+            agent.linger();
         }
         self.mesh.flush(Duration::from_secs(30));
         if let Ok(dir) = std::env::var("VARGR_TRACE_DIR") {

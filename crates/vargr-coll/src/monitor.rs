@@ -103,6 +103,23 @@ fn request_frame(scope: Option<&Scope>) -> Frame {
     Frame::new(FrameKind::Data, 0, 0, body)
 }
 
+/// How long a finishing process keeps its agent up for the monitor's final pull.
+const AGENT_LINGER: Duration = Duration::from_secs(10);
+
+/// A running agent; [`AgentHandle::linger`] waits for the monitor to let it go.
+pub(crate) struct AgentHandle {
+    ended: std::sync::mpsc::Receiver<()>,
+}
+
+impl AgentHandle {
+    /// Waits (up to [`AGENT_LINGER`]) until the agent has answered the monitor's final
+    /// pull and been told to stop, so the last records of a process that finishes before
+    /// rank 0's are not lost with it.
+    pub(crate) fn linger(self) {
+        let _ = self.ended.recv_timeout(AGENT_LINGER);
+    }
+}
+
 /// Answers pulls from the monitor at world rank `monitor` until the process ends or the
 /// monitor says stop. `local_ranks` is how many ranks this process hosts.
 pub(crate) fn spawn_agent(
@@ -111,16 +128,20 @@ pub(crate) fn spawn_agent(
     monitor: usize,
     process: String,
     local_ranks: u32,
-) {
+) -> AgentHandle {
+    let (alive, ended) = std::sync::mpsc::channel::<()>();
     let _ = std::thread::Builder::new()
         .name("vargr-monitor-agent".into())
         .spawn(move || {
+            // Dropped when the agent returns: wakes `linger`.
+            let _alive = alive;
             lowest_priority();
             vargr_trace::set_thread_label("monitor agent", None);
             if let Err(e) = run_agent(&t, &mesh, monitor, &process, local_ranks) {
                 eprintln!("vargr monitor agent ({process}): {e}");
             }
         });
+    AgentHandle { ended }
 }
 
 fn run_agent(
@@ -635,16 +656,21 @@ fn monitor_loop(
     let mut status = Status::default();
     let mut last_status = Instant::now();
     let request = request_frame(Some(&cfg.scope()));
-    while !s.load(Ordering::Relaxed) && !conns.is_empty() {
-        std::thread::sleep(cfg.period);
-        if !ACTIVE.load(Ordering::Relaxed) {
-            continue;
-        }
-        if cfg.coschedule {
-            // Wait (a period at most) for a moment when a rank here is blocked.
-            let until = Instant::now() + cfg.period;
-            while BLOCKED.load(Ordering::Relaxed) == 0 && Instant::now() < until {
-                std::thread::sleep(Duration::from_micros(50));
+    while !conns.is_empty() {
+        // Once stopped, one last pull: the ranks have finished, and every process keeps
+        // its agent up for it (`AgentHandle::linger`).
+        let last = s.load(Ordering::Relaxed);
+        if !last {
+            std::thread::sleep(cfg.period);
+            if !ACTIVE.load(Ordering::Relaxed) {
+                continue;
+            }
+            if cfg.coschedule {
+                // Wait (a period at most) for a moment when a rank here is blocked.
+                let until = Instant::now() + cfg.period;
+                while BLOCKED.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+                    std::thread::sleep(Duration::from_micros(50));
+                }
             }
         }
         let pull = Instant::now();
@@ -675,6 +701,10 @@ fn monitor_loop(
             status = next;
             last_status = Instant::now();
         }
+        if last {
+            // `MonitorHandle::stop`'s caller prints the final summary.
+            break;
+        }
         // Speak when a culprit changes, and otherwise every few seconds.
         let culprits: Vec<(String, Option<u32>)> = lb
             .by_collector
@@ -694,7 +724,7 @@ fn monitor_loop(
             last_print = Instant::now();
         }
     }
-    // Let the agents go; a final pull happened above.
+    // Let the agents go; the final pull happened above.
     let stop = request_frame(None);
     for a in &mut conns {
         let _ = auth::write_frame(&mut a.conn, &stop, &a.name);
