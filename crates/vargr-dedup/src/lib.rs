@@ -1,0 +1,19 @@
+//! Global redundancy elimination between two peers (the seed's Canidae).
+//!
+//! Both peers keep a cache of segments they have exchanged. The sender cuts a message
+//! into segments ([`segment`]), names each by a short *optimistic* fingerprint
+//! ([`fp`]), and covers groups of segments by one *conservative* hash; the receiver
+//! rebuilds segments it already holds from its cache ([`cache`]) and asks only for the
+//! rest ([`protocol`]). Short fingerprints make small segments pay; the group hash makes
+//! a fingerprint collision cost a resend, never a wrong byte.
+//!
+//! Everything here is sans-IO: the tools (`vargr sync`, `vargr proxy`) and the link
+//! stage move the bytes.
+
+pub mod cache;
+pub mod fp;
+pub mod segment;
+
+pub use cache::CacheError;
+pub use fp::{Fingerprint, FpBits};
+pub use segment::{Cut, SegmentError, Segmenter, Shape};
