@@ -1,5 +1,6 @@
 //! Arbitrary bytes through the frame decoder and, for Data frames, the payload decoder.
-//! Nothing may panic, and whatever decodes must re-encode to an equal packet.
+//! Nothing may panic, whatever decodes must re-encode to an equal packet, and the codec
+//! stage's look at a payload's dominant array (`array_span`) stays inside the payload.
 #![no_main]
 
 use bytes::{Bytes, BytesMut};
@@ -9,6 +10,10 @@ use vargr_wire::{decode_frame, FrameKind, Packet};
 const MAX_FRAME: usize = 1 << 20;
 
 fn check_payload(stream: u32, tag: i32, payload: &Bytes) {
+    if let Some((elem, r)) = vargr_wire::array_span(payload) {
+        assert!(r.start <= r.end && r.end <= payload.len());
+        assert_eq!(r.len() % elem.size().expect("numeric"), 0);
+    }
     let Ok(p) = Packet::decode_payload(stream, tag, payload) else {
         return;
     };

@@ -30,6 +30,13 @@ pub enum CodecError {
     /// Flag bits that this version reserves are set.
     #[error("reserved flag bits {0:#04x} set in codec frame header")]
     ReservedFlags(u8),
+    /// The span a codec ran over does not fit the message.
+    #[error("codec frame header: span of {len} bytes at {start} does not fit a message of {original_len} bytes")]
+    BadSpan {
+        start: u64,
+        len: u64,
+        original_len: u64,
+    },
     /// A varint is longer than ten bytes or overflows 64 bits.
     #[error("malformed varint in {field}")]
     BadVarint { field: &'static str },

@@ -3,10 +3,16 @@
 //! ```text
 //! byte 0     0xC1: magic nibble 0xC, format version 1
 //! byte 1     codec id (CodecId)
-//! byte 2     low nibble: element kind (ElemKind); high nibble: flags, reserved, zero
+//! byte 2     low nibble: element kind (ElemKind); high nibble: flags (0x10: span;
+//!            the others reserved, zero)
 //! 1-10 bytes original length, LEB128 varint
-//! rest       payload, as the codec wrote it
+//! with span: span start and span length, LEB128 varints; then the bytes outside the
+//!            span, raw (those before it, then those after it)
+//! rest       payload, as the codec wrote it (of the span only, when there is one)
 //! ```
+//!
+//! A span lets a typed codec compress the array inside a message whose header (a tree
+//! packet's source, format and count) would otherwise put the elements out of line.
 //!
 //! Four bytes for any message under 128 bytes, six under 2 MiB. [`encode`] sends the
 //! input raw (codec `none`) when the codec's payload would not be smaller than the input,
@@ -23,8 +29,18 @@ pub const MAGIC_VERSION: u8 = 0xC1;
 /// The shortest header (an original length below 128).
 pub const HEADER_MIN: usize = 4;
 
-/// The longest header (a ten-byte varint).
-pub const HEADER_MAX: usize = 13;
+/// The longest header (three ten-byte varints).
+pub const HEADER_MAX: usize = 33;
+
+/// Byte 2's flag: the codec ran over a span of the message, the rest travels raw.
+const FLAG_SPAN: u8 = 0x10;
+
+/// The part of a message a codec compressed (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Span {
+    pub start: u64,
+    pub len: u64,
+}
 
 /// What a frame header says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,6 +51,8 @@ pub struct Header {
     pub elem: ElemKind,
     /// Length of the original message in bytes.
     pub original_len: u64,
+    /// The bytes the codec ran over, when not all of them.
+    pub span: Option<Span>,
 }
 
 impl Header {
@@ -42,8 +60,13 @@ impl Header {
     pub fn write(&self, out: &mut Vec<u8>) {
         out.push(MAGIC_VERSION);
         out.push(self.codec.as_u8());
-        out.push(self.elem.as_u8());
+        let flags = if self.span.is_some() { FLAG_SPAN } else { 0 };
+        out.push(self.elem.as_u8() | flags);
         write_varint(self.original_len, out);
+        if let Some(span) = self.span {
+            write_varint(span.start, out);
+            write_varint(span.len, out);
+        }
     }
 
     /// Reads a header from the front of `frame`; returns it and the payload after it.
@@ -64,16 +87,33 @@ impl Header {
             });
         }
         let codec = CodecId::from_u8(codec)?;
-        if kind >> 4 != 0 {
-            return Err(CodecError::ReservedFlags(kind & 0xf0));
+        if kind & 0xf0 & !FLAG_SPAN != 0 {
+            return Err(CodecError::ReservedFlags(kind & 0xf0 & !FLAG_SPAN));
         }
         let elem = ElemKind::from_u8(kind & 0x0f)?;
         let original_len = read_varint(&mut rest, "original length")?;
+        let span = if kind & FLAG_SPAN != 0 {
+            let start = read_varint(&mut rest, "span start")?;
+            let len = read_varint(&mut rest, "span length")?;
+            match start.checked_add(len) {
+                Some(end) if end <= original_len => Some(Span { start, len }),
+                _ => {
+                    return Err(CodecError::BadSpan {
+                        start,
+                        len,
+                        original_len,
+                    })
+                }
+            }
+        } else {
+            None
+        };
         Ok((
             Header {
                 codec,
                 elem,
                 original_len,
+                span,
             },
             rest,
         ))
@@ -99,6 +139,7 @@ pub fn encode(codec: Codec, elem: ElemKind, input: &[u8], out: &mut Vec<u8>) -> 
         codec: codec.id(),
         elem,
         original_len: input.len() as u64,
+        span: None,
     };
     header.write(out);
     let body = out.len();
@@ -115,6 +156,48 @@ pub fn encode(codec: Codec, elem: ElemKind, input: &[u8], out: &mut Vec<u8>) -> 
     header
 }
 
+/// Like [`encode`], with `codec` run over `input[span]` only; the bytes around the span
+/// travel raw. Falls back to a raw frame as [`encode`] does.
+pub fn encode_span(
+    codec: Codec,
+    elem: ElemKind,
+    input: &[u8],
+    span: std::ops::Range<usize>,
+    out: &mut Vec<u8>,
+) -> Header {
+    if span == (0..input.len()) || span.start > span.end || span.end > input.len() {
+        let elem = if span == (0..input.len()) {
+            elem
+        } else {
+            ElemKind::BYTES
+        };
+        return encode(codec, elem, input, out);
+    }
+    let start = out.len();
+    let header = Header {
+        codec: codec.id(),
+        elem,
+        original_len: input.len() as u64,
+        span: Some(Span {
+            start: span.start as u64,
+            len: span.len() as u64,
+        }),
+    };
+    header.write(out);
+    out.extend_from_slice(&input[..span.start]);
+    out.extend_from_slice(&input[span.end..]);
+    let body = out.len();
+    let compressed = codec != Codec::None
+        && !span.is_empty()
+        && codec.compress(&input[span.clone()], elem, out).is_ok()
+        && out.len() - body < span.len();
+    if compressed {
+        return header;
+    }
+    out.truncate(start);
+    encode(Codec::None, elem, input, out)
+}
+
 /// [`encode`] into a new vector.
 pub fn encode_to_vec(codec: Codec, elem: ElemKind, input: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_MAX + input.len() / 2);
@@ -129,7 +212,28 @@ pub fn encode_to_vec(codec: Codec, elem: ElemKind, input: &[u8]) -> Vec<u8> {
 pub fn decode(frame: &[u8], max_len: usize, out: &mut Vec<u8>) -> Result<Header, CodecError> {
     let (header, payload) = Header::parse(frame)?;
     let len = header.checked_len(max_len)?;
-    decompress(header.codec, payload, header.elem, len, out)?;
+    let Some(span) = header.span else {
+        decompress(header.codec, payload, header.elem, len, out)?;
+        return Ok(header);
+    };
+    // Parse checked start + len <= original_len <= max_len: these fit in usize.
+    let (at, span_len) = (span.start as usize, span.len as usize);
+    let raw_len = len - span_len;
+    let Some((raw, packed)) = payload.split_at_checked(raw_len) else {
+        return Err(CodecError::Truncated {
+            field: "bytes outside the span",
+            needed: raw_len - payload.len(),
+            available: payload.len(),
+        });
+    };
+    let base = out.len();
+    out.reserve(len);
+    out.extend_from_slice(&raw[..at]);
+    if let Err(e) = decompress(header.codec, packed, header.elem, span_len, out) {
+        out.truncate(base);
+        return Err(e);
+    }
+    out.extend_from_slice(&raw[at..]);
     Ok(header)
 }
 
@@ -190,6 +294,59 @@ mod tests {
     }
 
     #[test]
+    fn spans_compress_the_array_inside_a_message() {
+        // A 10-byte header, 8 KiB of smooth doubles, a 3-byte trailer.
+        let mut msg = vec![7u8; 10];
+        for i in 0..1024 {
+            msg.extend_from_slice(&(i as f64 * 0.5).to_le_bytes());
+        }
+        msg.extend_from_slice(b"end");
+        let span = 10..10 + 8192;
+        let mut frame = Vec::new();
+        let h = encode_span(
+            Codec::Fpc { table_bits: 16 },
+            ElemKind::F64,
+            &msg,
+            span.clone(),
+            &mut frame,
+        );
+        assert_eq!(
+            h.span,
+            Some(Span {
+                start: 10,
+                len: 8192
+            })
+        );
+        assert!(frame.len() < msg.len() / 2, "{} bytes", frame.len());
+        let (back, out) = decode_to_vec(&frame, msg.len()).unwrap();
+        assert_eq!(back, h);
+        assert_eq!(out, msg);
+        // Every truncation is an error, never a panic, and leaves `out` as it was.
+        for cut in 0..frame.len() {
+            let mut out = vec![1];
+            assert!(decode(&frame[..cut], msg.len(), &mut out).is_err());
+            assert_eq!(out, [1]);
+        }
+        // Incompressible spans, and spans that are the whole message, fall back.
+        let h = encode_span(
+            Codec::Lz4,
+            ElemKind::U8,
+            &[1, 2, 3, 4],
+            1..3,
+            &mut Vec::new(),
+        );
+        assert_eq!((h.codec, h.span), (CodecId::None, None));
+        let h = encode_span(
+            Codec::Lz4,
+            ElemKind::U8,
+            &[0; 4096],
+            0..4096,
+            &mut Vec::new(),
+        );
+        assert_eq!(h.span, None);
+    }
+
+    #[test]
     fn varints_round_trip_and_refuse_overflow() {
         for v in [0, 1, 127, 128, 300, u32::MAX as u64, u64::MAX] {
             let mut b = Vec::new();
@@ -240,8 +397,16 @@ mod tests {
             Err(CodecError::UnknownCodec(200))
         );
         assert_eq!(
-            decode(&[0xC1, 0, 0x10, 0], 10, &mut Vec::new()),
-            Err(CodecError::ReservedFlags(0x10))
+            decode(&[0xC1, 0, 0x20, 0], 10, &mut Vec::new()),
+            Err(CodecError::ReservedFlags(0x20))
+        );
+        assert_eq!(
+            decode(&[0xC1, 0, 0x10, 4, 3, 2], 10, &mut Vec::new()),
+            Err(CodecError::BadSpan {
+                start: 3,
+                len: 2,
+                original_len: 4
+            })
         );
         assert_eq!(
             decode(&[0xC1, 0, 0x0c, 0], 10, &mut Vec::new()),

@@ -71,7 +71,8 @@ pub use config::{Candidates, EngineConfig, MAX_CANDIDATES};
 pub use error::CodecError;
 pub use fpc::TABLE_BITS as FPC_TABLE_BITS;
 pub use header::{
-    decode, decode_to_vec, encode, encode_to_vec, Header, HEADER_MAX, HEADER_MIN, MAGIC_VERSION,
+    decode, decode_to_vec, encode, encode_span, encode_to_vec, Header, Span, HEADER_MAX,
+    HEADER_MIN, MAGIC_VERSION,
 };
 pub use huffman::MAX_BITS as HUFFMAN_MAX_BITS;
 pub use kind::{CodecId, ElemKind};

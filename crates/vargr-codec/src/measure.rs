@@ -67,6 +67,7 @@ pub fn measure(
             codec: codec.id(),
             elem,
             original_len: data.len() as u64,
+            span: None,
         }
         .write(&mut h);
         h.len()

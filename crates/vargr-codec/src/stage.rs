@@ -29,7 +29,7 @@ use vargr_wire::{encode_header, Frame, FrameKind, HEADER_LEN};
 
 use crate::guided::{encode_sample, trace_header, MessageKey, Plan, Sample, MAX_SAMPLE};
 use crate::report::{decode_reports, encode_reports, DecodeReport, MAX_RECORDS};
-use crate::{decode, encode, Codec, CodecError, CodecRun, ElemKind, Engine, EngineConfig};
+use crate::{decode, encode_span, Codec, CodecError, CodecRun, ElemKind, Engine, EngineConfig};
 use crate::{LinkKey, LinkModel, LinkOptions};
 
 /// Header flag: the payload is a codec frame (set and removed by the codec stage).
@@ -460,6 +460,33 @@ impl CodecStage {
     }
 }
 
+/// The element type of an application frame's payload and the bytes it covers: the
+/// sender's hint from the flags, or, for a tree packet without one, its dominant array.
+fn typed_span(kind: u8, flags: u8, payload: &[u8]) -> (ElemKind, std::ops::Range<usize>) {
+    let hint = elem_hint(flags);
+    if hint != ElemKind::BYTES || kind != FrameKind::Data as u8 {
+        return (hint, 0..payload.len());
+    }
+    use vargr_wire::Elem as W;
+    let array = vargr_wire::array_span(payload).and_then(|(e, r)| {
+        let k = match e {
+            W::Char => ElemKind::I8,
+            W::UChar => ElemKind::U8,
+            W::Short => ElemKind::I16,
+            W::UShort => ElemKind::U16,
+            W::Int => ElemKind::I32,
+            W::UInt => ElemKind::U32,
+            W::Long => ElemKind::I64,
+            W::ULong => ElemKind::U64,
+            W::Float => ElemKind::F32,
+            W::Double => ElemKind::F64,
+            W::Str => return None,
+        };
+        Some((k, r))
+    });
+    array.unwrap_or((ElemKind::BYTES, 0..payload.len()))
+}
+
 fn is_app(kind: u8) -> bool {
     kind == FrameKind::Data as u8 || kind == FrameKind::PointToPoint as u8
 }
@@ -478,7 +505,8 @@ impl Stage for CodecStage {
             return self.emit(now, frame, out);
         }
         let (flags, payload) = (frame[3], &frame[HEADER_LEN..]);
-        let elem = elem_hint(flags);
+        let (elem, span) = typed_span(frame[2], flags, payload);
+        let body = &payload[span.clone()];
         let key = MessageKey {
             kind: frame[2],
             elem,
@@ -487,27 +515,27 @@ impl Stage for CodecStage {
             len: u32::try_from(payload.len()).unwrap_or(u32::MAX),
         };
         if let Some(r) = self.recorder.as_mut() {
-            r.record(key, payload);
+            r.record(key, body);
         }
         let backlog_s = self.backlog_at(now);
-        let codec = self.choose(&key, payload, backlog_s);
+        let codec = self.choose(&key, body, backlog_s);
         if codec == Codec::None {
             return self.emit(now, frame, out);
         }
         self.scratch.clear();
         let t0 = Instant::now();
-        let header = encode(codec, elem, payload, &mut self.scratch);
+        let header = encode_span(codec, elem, payload, span, &mut self.scratch);
         let compress = t0.elapsed();
         let compressed = header.codec != crate::CodecId::None;
         if let Some(e) = self.engine.as_mut() {
             let run = CodecRun {
                 codec,
                 elem,
-                in_bytes: payload.len(),
+                in_bytes: body.len(),
                 out_bytes: if compressed {
-                    self.scratch.len()
+                    self.scratch.len() - (payload.len() - body.len())
                 } else {
-                    payload.len()
+                    body.len()
                 },
                 compress_s: compress.as_secs_f64(),
                 decompress_s: None,
@@ -600,7 +628,7 @@ impl Stage for CodecStage {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdata;
+    use crate::{encode, testdata};
 
     fn frame(kind: FrameKind, flags: u8, payload: &[u8]) -> Bytes {
         let mut b = BytesMut::new();
@@ -673,6 +701,33 @@ mod tests {
             assert_eq!(got[0].flags & FLAG_CODEC, 0);
             assert_eq!(tx.counters.compressed, 1);
         }
+    }
+
+    #[test]
+    fn a_tree_packets_array_is_compressed_as_its_own_type() {
+        use vargr_wire::{Packet, Value};
+        // FPC predicts a smooth series; the packet's header puts it 18 bytes in.
+        let values: Vec<f64> = (0..16_384).map(|i| f64::from(i).sqrt()).collect();
+        let p = Packet::new(
+            7,
+            -3,
+            "%d %alf",
+            vec![Value::Int(5), Value::DoubleArray(values)],
+        )
+        .unwrap();
+        let payload = p.to_frame().payload;
+        let f = frame(FrameKind::Data, 0, &payload);
+        let mode: CodecMode = "fixed:fpc:16".parse().unwrap();
+        let mut tx =
+            CodecStage::new(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26).unwrap();
+        let mut rx = CodecStage::new(mode, slow_link(), LinkOptions::default(), 1 << 26).unwrap();
+        let (wire, got) = round_trip(&mut tx, &mut rx, f.clone());
+        let (header, _) = crate::Header::parse(&wire[0][HEADER_LEN..]).unwrap();
+        assert_eq!(header.elem, ElemKind::F64);
+        assert_eq!(header.span.map(|s| s.start), Some(4 + 2 + 7 + 4 + 4));
+        assert!(wire[0].len() < f.len() * 3 / 4, "{} bytes", wire[0].len());
+        assert_eq!(&got[0].payload[..], &payload[..]);
+        assert_eq!(got[0].flags, 0);
     }
 
     #[test]

@@ -88,6 +88,7 @@ fn header(codec: CodecId, elem: ElemKind, len: u64) -> Vec<u8> {
         codec,
         elem,
         original_len: len,
+        span: None,
     }
     .write(&mut v);
     v

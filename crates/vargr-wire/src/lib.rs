@@ -44,4 +44,4 @@ pub use frame::{
     decode_exact, decode_frame, encode_frame, encode_header, Frame, FrameKind, DEFAULT_MAX_FRAME,
     HEADER_LEN, MAGIC, VERSION,
 };
-pub use payload::{Elem, Field, Format, Packet, Value};
+pub use payload::{array_span, Elem, Field, Format, Packet, Value};

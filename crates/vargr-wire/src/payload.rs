@@ -1025,8 +1025,86 @@ impl Packet {
     }
 }
 
+/// The largest numeric array of a data-frame payload, if it holds at least half the
+/// payload's bytes: its element type and where its elements lie.
+///
+/// A link's codec stage uses this to compress a tree packet's array as typed data even
+/// though the packet's header puts it at an arbitrary offset. Reads only the format
+/// string and the counts, with every offset checked; a payload that does not parse
+/// has no span.
+pub fn array_span(payload: &[u8]) -> Option<(Elem, std::ops::Range<usize>)> {
+    let format_len = usize::from(u16::from_le_bytes(payload.get(4..6)?.try_into().ok()?));
+    let format = Format::parse_cached(payload.get(6..6 + format_len)?).ok()?;
+    let count_at = |pos: usize| -> Option<usize> {
+        let b: [u8; 4] = payload.get(pos..pos + 4)?.try_into().ok()?;
+        Some(u32::from_le_bytes(b) as usize)
+    };
+    let mut pos = 6 + format_len;
+    let mut best: Option<(Elem, std::ops::Range<usize>)> = None;
+    for &field in format.fields() {
+        match field {
+            Field::Scalar(Elem::Str) | Field::Raw => pos = pos.checked_add(4 + count_at(pos)?)?,
+            Field::Scalar(e) => pos = pos.checked_add(e.size()?)?,
+            Field::Array(Elem::Str) => {
+                let n = count_at(pos)?;
+                pos += 4;
+                for _ in 0..n.min(payload.len()) {
+                    pos = pos.checked_add(4 + count_at(pos)?)?;
+                }
+            }
+            Field::Array(e) => {
+                let bytes = count_at(pos)?.checked_mul(e.size()?)?;
+                let start = pos + 4;
+                pos = start.checked_add(bytes)?;
+                if best.as_ref().is_none_or(|(_, r)| r.len() < bytes) {
+                    best = Some((e, start..pos));
+                }
+            }
+        }
+        if pos > payload.len() {
+            return None;
+        }
+    }
+    best.filter(|(_, r)| r.len() * 2 >= payload.len())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn array_span_finds_the_dominant_array() {
+        let p = Packet::new(
+            1,
+            2,
+            "%d %alf %s %af",
+            vec![
+                Value::Int(7),
+                Value::DoubleArray(vec![1.5; 100]),
+                Value::Str("x".into()),
+                Value::FloatArray(vec![2.0; 10]),
+            ],
+        )
+        .unwrap();
+        let f = p.to_frame();
+        let (elem, r) = array_span(&f.payload).unwrap();
+        assert_eq!(elem, Elem::Double);
+        assert_eq!(r.len(), 800);
+        assert_eq!(&f.payload[r.start..r.start + 8], &1.5f64.to_le_bytes());
+        // Small arrays, or none, give no span; neither do truncated payloads.
+        let small = Packet::new(
+            1,
+            2,
+            "%s %ad",
+            vec![Value::Str("x".repeat(100)), Value::IntArray(vec![1; 5])],
+        )
+        .unwrap();
+        assert_eq!(array_span(&small.to_frame().payload), None);
+        for cut in 0..f.payload.len() - 1 {
+            if let Some((_, r)) = array_span(&f.payload[..cut]) {
+                assert!(r.end <= cut);
+            }
+        }
+    }
+
     use super::*;
 
     fn enc(p: &Packet) -> Bytes {
