@@ -12,8 +12,10 @@
 
 pub mod cache;
 pub mod fp;
+pub mod protocol;
 pub mod segment;
 
 pub use cache::CacheError;
 pub use fp::{Fingerprint, FpBits};
-pub use segment::{Cut, SegmentError, Segmenter, Shape};
+pub use protocol::{Config, Delivered, ProtocolError, Receiver, Sender};
+pub use segment::{by_name, Cut, SegmentError, Segmenter, Shape};

@@ -1,0 +1,811 @@
+//! The two-level fingerprint protocol (sans-IO): a [`Sender`] and a [`Receiver`].
+//!
+//! The sender names each segment by a short optimistic fingerprint and closes every
+//! group of `group` segments with a conservative hash over the group's bytes in order.
+//! The receiver fills segments from its cache, asks for the ones it lacks, and checks the
+//! group against the hash before it delivers anything: a fingerprint collision costs a
+//! resend of the group's cache-read segments, never a wrong byte.
+//!
+//! Differences from the seed, and why:
+//! - The sender pushes a segment inline, instead of its fingerprint, when its own cache
+//!   (which sees the same segments as the receiver's) surely lacks it: a new segment
+//!   then costs no round trip. A receiver that lacks a fingerprinted segment anyway
+//!   (evicted, or a Bloom false positive at the sender) asks for it, as in the seed.
+//! - Messages carry their segmenter's layout once, not per segment.
+//! - Pushed and requested segments enter the receiver's cache when they arrive (they came
+//!   over the link, not from a cache); cache-read ones are already there.
+//!
+//! Both sides are state machines fed with bytes ([`Sender::handle_input`],
+//! [`Receiver::handle_input`]) that append what to send to an output buffer
+//! ([`Sender::take_output`], [`Receiver::take_output`]). The sender keeps the segments of
+//! every group not yet acknowledged, to answer requests; [`Sender::window_full`] says
+//! when to stop feeding it until acknowledgements come back.
+
+mod wire;
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use serde::Serialize;
+
+use crate::cache::{CacheError, SegmentCache};
+use crate::fp::{Fingerprint, FpBits, GroupHasher, CONSERVATIVE_LEN};
+use wire::{put_fp, put_varint, Limits, Msg};
+
+/// Parameters both sides must agree on (the sender announces them in its hello), and
+/// limits each side enforces on the other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Optimistic fingerprint width (default 40 bits, the seed's).
+    pub bits: FpBits,
+    /// Segments per conservative hash (default 20, the seed's model optimum is 20-25).
+    pub group: u32,
+    /// Largest segment either side accepts (default 1 MiB).
+    pub max_segment: usize,
+    /// Largest layout of one message (default 64 KiB).
+    pub max_layout: usize,
+    /// Groups the sender may have unacknowledged (default 256).
+    pub window_groups: usize,
+    /// Bytes the receiver holds in unchecked or undelivered groups before it refuses
+    /// more (default 256 MiB).
+    pub max_pending: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            bits: FpBits::DEFAULT,
+            group: 20,
+            max_segment: 1 << 20,
+            max_layout: 64 << 10,
+            window_groups: 256,
+            max_pending: 256 << 20,
+        }
+    }
+}
+
+impl Config {
+    fn limits(&self) -> Limits {
+        Limits {
+            bits: self.bits,
+            max_segment: self.max_segment,
+            max_layout: self.max_layout,
+        }
+    }
+}
+
+/// What went wrong in a session; offsets are bytes into the stream from the peer.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error("malformed {what} at byte {offset}")]
+    Malformed { what: &'static str, offset: u64 },
+    #[error("{what} of {len} at byte {offset} exceeds the limit of {max}")]
+    TooLarge {
+        what: &'static str,
+        len: u64,
+        max: u64,
+        offset: u64,
+    },
+    #[error("unknown message type {byte:#04x} at byte {offset}")]
+    UnknownMessage { byte: u8, offset: u64 },
+    #[error("unexpected {what} at byte {offset}")]
+    Unexpected { what: &'static str, offset: u64 },
+    #[error("the peer speaks protocol version {found}, this side {expected}")]
+    Version { found: u8, expected: u8 },
+    #[error("the peer uses {found}-bit fingerprints and groups of {group}; this side's cache is keyed by {expected} bits")]
+    Parameters { found: u8, group: u32, expected: u8 },
+    #[error("segment {seq} at byte {offset} is not in any group awaiting it")]
+    UnknownSegment { seq: u32, offset: u64 },
+    #[error("group of segments {first}..{end} still fails its conservative hash after a resend: the peer's data is inconsistent")]
+    GroupMismatch { first: u64, end: u64 },
+    #[error("the peer has {pending} bytes in flight, more than the limit of {max}")]
+    Overrun { pending: usize, max: usize },
+    #[error("the peer's stream ended inside a message ({left} bytes unread)")]
+    Truncated { left: usize },
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+/// Counters of one side of a session.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Stats {
+    /// Message bytes the sender was given / the receiver delivered (segments only).
+    pub bytes_in: u64,
+    /// Protocol bytes this side sent.
+    pub bytes_out: u64,
+    pub messages: u64,
+    pub segments: u64,
+    /// Segments named by fingerprint only.
+    pub fingerprinted: u64,
+    /// Segments sent inline because the sender's cache lacked them.
+    pub pushed: u64,
+    /// Segments requested (receiver) or answered (sender).
+    pub requested: u64,
+    /// Groups closed (sender) or checked (receiver).
+    pub groups: u64,
+    /// Groups whose conservative hash failed the first time (fingerprint collisions).
+    pub collisions: u64,
+    /// Bytes of fingerprint, hash and request messages (the price of the protocol).
+    pub overhead_bytes: u64,
+}
+
+/// A group the sender has closed or is filling.
+struct SentGroup {
+    first: u64,
+    segments: Vec<Bytes>,
+}
+
+/// The sending side of one session.
+pub struct Sender<C: SegmentCache> {
+    config: Config,
+    cache: C,
+    out: Vec<u8>,
+    next_seq: u64,
+    /// Unacknowledged groups, oldest first; the last one is open.
+    groups: VecDeque<SentGroup>,
+    hasher: GroupHasher,
+    input: Vec<u8>,
+    input_offset: u64,
+    stats: Stats,
+}
+
+impl<C: SegmentCache> Sender<C> {
+    /// A sender whose cache must be keyed by `config.bits`.
+    pub fn new(config: Config, cache: C) -> Result<Sender<C>, ProtocolError> {
+        check_bits(&config, &cache)?;
+        let mut out = vec![wire::T_HELLO, wire::VERSION, config.bits.get()];
+        put_varint(u64::from(config.group), &mut out);
+        Ok(Sender {
+            config,
+            cache,
+            out,
+            next_seq: 0,
+            groups: VecDeque::from([SentGroup {
+                first: 0,
+                segments: Vec::new(),
+            }]),
+            hasher: GroupHasher::new(),
+            input: Vec::new(),
+            input_offset: 0,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Queues one message: `layout` for the receiver's segmenter and the segments in
+    /// order. Segments larger than [`Config::max_segment`] are refused.
+    pub fn send_message(
+        &mut self,
+        channel: u32,
+        layout: &[u8],
+        segments: &[&[u8]],
+    ) -> Result<(), ProtocolError> {
+        if layout.len() > self.config.max_layout {
+            return Err(ProtocolError::TooLarge {
+                what: "layout",
+                len: layout.len() as u64,
+                max: self.config.max_layout as u64,
+                offset: self.stats.bytes_out + self.out.len() as u64,
+            });
+        }
+        if let Some(s) = segments.iter().find(|s| s.len() > self.config.max_segment) {
+            return Err(ProtocolError::TooLarge {
+                what: "segment",
+                len: s.len() as u64,
+                max: self.config.max_segment as u64,
+                offset: self.stats.bytes_out + self.out.len() as u64,
+            });
+        }
+        let start = self.out.len();
+        self.out.push(wire::T_MESSAGE);
+        put_varint(u64::from(channel), &mut self.out);
+        put_varint(layout.len() as u64, &mut self.out);
+        self.out.extend_from_slice(layout);
+        put_varint(segments.len() as u64, &mut self.out);
+        self.stats.overhead_bytes += (self.out.len() - start) as u64;
+        self.stats.messages += 1;
+        for s in segments {
+            self.add_segment(s)?;
+        }
+        Ok(())
+    }
+
+    fn add_segment(&mut self, s: &[u8]) -> Result<(), ProtocolError> {
+        let full = Fingerprint::full(s);
+        let fp = full.truncate(self.config.bits);
+        self.stats.segments += 1;
+        self.stats.bytes_in += s.len() as u64;
+        if !s.is_empty() && self.cache.may_contain(fp) {
+            self.out.push(wire::T_FP);
+            put_fp(fp, self.config.bits, &mut self.out);
+            self.stats.fingerprinted += 1;
+            self.stats.overhead_bytes += 1 + self.config.bits.wire_len() as u64;
+        } else {
+            self.out.push(wire::T_PUSH);
+            put_varint(s.len() as u64, &mut self.out);
+            self.out.extend_from_slice(s);
+            self.cache.insert(full, s)?;
+            self.stats.pushed += 1;
+        }
+        self.hasher.add(s);
+        self.next_seq += 1;
+        let open = self.groups.back_mut().expect("an open group");
+        open.segments.push(Bytes::copy_from_slice(s));
+        if open.segments.len() >= self.config.group as usize {
+            self.close_group();
+        }
+        Ok(())
+    }
+
+    /// Closes the open group now (end of input, or before going idle), so the receiver
+    /// can check and deliver what it has.
+    pub fn flush(&mut self) {
+        if !self
+            .groups
+            .back()
+            .expect("an open group")
+            .segments
+            .is_empty()
+        {
+            self.close_group();
+        }
+    }
+
+    fn close_group(&mut self) {
+        self.out.push(wire::T_CFP);
+        self.out.extend_from_slice(&self.hasher.finish());
+        self.stats.overhead_bytes += 1 + CONSERVATIVE_LEN as u64;
+        self.stats.groups += 1;
+        self.hasher = GroupHasher::new();
+        self.groups.push_back(SentGroup {
+            first: self.next_seq,
+            segments: Vec::new(),
+        });
+    }
+
+    /// True when so many groups await acknowledgement that the caller should wait for
+    /// input before sending more.
+    pub fn window_full(&self) -> bool {
+        self.groups.len() > self.config.window_groups
+    }
+
+    /// True when everything sent has been acknowledged.
+    pub fn is_idle(&self) -> bool {
+        self.groups.len() == 1 && self.groups[0].segments.is_empty()
+    }
+
+    /// Feeds bytes from the receiver (requests, acknowledgements).
+    pub fn handle_input(&mut self, bytes: &[u8]) -> Result<(), ProtocolError> {
+        self.input.extend_from_slice(bytes);
+        let limits = self.config.limits();
+        let mut used = 0;
+        let input = std::mem::take(&mut self.input);
+        let result = loop {
+            let at = self.input_offset + used as u64;
+            match wire::decode(&input[used..], at, &limits) {
+                Ok(Some((msg, n))) => {
+                    used += n;
+                    if let Err(e) = self.on_message(msg, at) {
+                        break Err(e);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        self.input = input;
+        self.input.drain(..used);
+        self.input_offset += used as u64;
+        result
+    }
+
+    fn on_message(&mut self, msg: Msg<'_>, offset: u64) -> Result<(), ProtocolError> {
+        match msg {
+            Msg::Request(seq) => {
+                let oldest = self.groups.front().expect("an open group").first;
+                let seq64 = widen(seq, oldest);
+                let g = self
+                    .groups
+                    .iter()
+                    .find(|g| seq64 >= g.first && seq64 < g.first + g.segments.len() as u64)
+                    .ok_or(ProtocolError::UnknownSegment { seq, offset })?;
+                let data = g.segments[(seq64 - g.first) as usize].clone();
+                let start = self.out.len();
+                self.out.push(wire::T_SEGMENT);
+                self.out.extend_from_slice(&seq.to_le_bytes());
+                put_varint(data.len() as u64, &mut self.out);
+                self.stats.overhead_bytes += (self.out.len() - start) as u64;
+                self.out.extend_from_slice(&data);
+                self.stats.requested += 1;
+                Ok(())
+            }
+            Msg::Ack => {
+                if self.groups.len() < 2 {
+                    return Err(ProtocolError::Unexpected {
+                        what: "acknowledgement (no group awaits one)",
+                        offset,
+                    });
+                }
+                self.groups.pop_front();
+                Ok(())
+            }
+            _ => Err(ProtocolError::Unexpected {
+                what: "sender-side message from the receiver",
+                offset,
+            }),
+        }
+    }
+
+    /// Moves what to send to the receiver into `out` (appending).
+    pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        self.stats.bytes_out += self.out.len() as u64;
+        out.append(&mut self.out);
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn cache(&mut self) -> &mut C {
+        &mut self.cache
+    }
+}
+
+fn check_bits<C: SegmentCache>(config: &Config, cache: &C) -> Result<(), ProtocolError> {
+    if cache.bits() != config.bits {
+        return Err(ProtocolError::Parameters {
+            found: config.bits.get(),
+            group: config.group,
+            expected: cache.bits().get(),
+        });
+    }
+    Ok(())
+}
+
+/// The sequence number nearest above `base` whose low 32 bits are `seq`.
+fn widen(seq: u32, base: u64) -> u64 {
+    base + u64::from(seq.wrapping_sub(base as u32))
+}
+
+/// One segment slot at the receiver.
+struct Slot {
+    fp: Fingerprint,
+    data: Option<Bytes>,
+    /// Filled from the cache (so suspect until the group's hash agrees).
+    from_cache: bool,
+}
+
+struct RecvGroup {
+    first: u64,
+    slots: Vec<Slot>,
+    cfp: Option<[u8; CONSERVATIVE_LEN]>,
+    verified: bool,
+    resent: bool,
+    /// Slots still waiting for a segment from the sender.
+    waiting: usize,
+}
+
+/// A message announced but not yet delivered.
+struct PendingMessage {
+    channel: u32,
+    layout: Bytes,
+    first: u64,
+    segments: u64,
+}
+
+/// A message the receiver has checked and can hand to its segmenter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Delivered {
+    pub channel: u32,
+    pub layout: Bytes,
+    pub segments: Vec<Bytes>,
+}
+
+impl Delivered {
+    /// Total bytes of the segments.
+    pub fn len(&self) -> usize {
+        self.segments.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The receiving side of one session.
+pub struct Receiver<C: SegmentCache> {
+    config: Config,
+    cache: C,
+    hello: bool,
+    input: Vec<u8>,
+    input_offset: u64,
+    out: Vec<u8>,
+    next_seq: u64,
+    /// Groups not yet acknowledged or still holding undelivered segments; the last is
+    /// open (no conservative hash yet).
+    groups: VecDeque<RecvGroup>,
+    /// Index in `groups` of the oldest group not yet acknowledged.
+    acked: usize,
+    messages: VecDeque<PendingMessage>,
+    /// Segments of announced messages still to come.
+    announced: u64,
+    pending_bytes: usize,
+    stats: Stats,
+}
+
+impl<C: SegmentCache> Receiver<C> {
+    /// A receiver; `config` gives its limits, and its `bits` must match the cache's and
+    /// the sender's hello.
+    pub fn new(config: Config, cache: C) -> Result<Receiver<C>, ProtocolError> {
+        check_bits(&config, &cache)?;
+        Ok(Receiver {
+            config,
+            cache,
+            hello: false,
+            input: Vec::new(),
+            input_offset: 0,
+            out: Vec::new(),
+            next_seq: 0,
+            groups: VecDeque::from([RecvGroup::open(0)]),
+            acked: 0,
+            messages: VecDeque::new(),
+            announced: 0,
+            pending_bytes: 0,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Feeds bytes from the sender, in any pieces.
+    pub fn handle_input(&mut self, bytes: &[u8]) -> Result<(), ProtocolError> {
+        self.input.extend_from_slice(bytes);
+        let limits = self.config.limits();
+        let mut used = 0;
+        let input = std::mem::take(&mut self.input);
+        let result = loop {
+            let at = self.input_offset + used as u64;
+            match wire::decode(&input[used..], at, &limits) {
+                Ok(Some((msg, n))) => {
+                    used += n;
+                    if let Err(e) = self.on_message(msg, at) {
+                        break Err(e);
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        self.input = input;
+        self.input.drain(..used);
+        self.input_offset += used as u64;
+        result
+    }
+
+    /// Call when the sender's stream has ended: an error if it stopped mid-message.
+    pub fn finish(&self) -> Result<(), ProtocolError> {
+        if !self.input.is_empty() {
+            return Err(ProtocolError::Truncated {
+                left: self.input.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn on_message(&mut self, msg: Msg<'_>, offset: u64) -> Result<(), ProtocolError> {
+        if !self.hello && !matches!(msg, Msg::Hello { .. }) {
+            return Err(ProtocolError::Unexpected {
+                what: "message before the hello",
+                offset,
+            });
+        }
+        match msg {
+            Msg::Hello {
+                version,
+                bits,
+                group,
+            } => {
+                if self.hello {
+                    return Err(ProtocolError::Unexpected {
+                        what: "second hello",
+                        offset,
+                    });
+                }
+                if version != wire::VERSION {
+                    return Err(ProtocolError::Version {
+                        found: version,
+                        expected: wire::VERSION,
+                    });
+                }
+                if bits != self.config.bits.get() || group == 0 {
+                    return Err(ProtocolError::Parameters {
+                        found: bits,
+                        group,
+                        expected: self.config.bits.get(),
+                    });
+                }
+                self.config.group = group;
+                self.hello = true;
+            }
+            Msg::Message {
+                channel,
+                layout,
+                segments,
+            } => {
+                if self.announced != 0 {
+                    return Err(ProtocolError::Unexpected {
+                        what: "message start inside a message",
+                        offset,
+                    });
+                }
+                self.messages.push_back(PendingMessage {
+                    channel,
+                    layout: Bytes::copy_from_slice(layout),
+                    first: self.next_seq,
+                    segments,
+                });
+                self.announced = segments;
+                self.stats.messages += 1;
+                self.deliverable_check();
+            }
+            Msg::Fp(fp) => {
+                self.expect_segment(offset)?;
+                let data = if self.cache.may_contain(fp) {
+                    self.cache.get(fp)?
+                } else {
+                    None
+                };
+                let slot = match data {
+                    Some(d) => {
+                        self.pending_bytes += d.len();
+                        Slot {
+                            fp,
+                            data: Some(d),
+                            from_cache: true,
+                        }
+                    }
+                    None => {
+                        self.request(self.next_seq);
+                        Slot {
+                            fp,
+                            data: None,
+                            from_cache: false,
+                        }
+                    }
+                };
+                self.stats.fingerprinted += 1;
+                self.push_slot(slot)?;
+            }
+            Msg::Push(data) => {
+                self.expect_segment(offset)?;
+                let full = Fingerprint::full(data);
+                self.cache.insert(full, data)?;
+                self.pending_bytes += data.len();
+                self.stats.pushed += 1;
+                self.push_slot(Slot {
+                    fp: full.truncate(self.config.bits),
+                    data: Some(Bytes::copy_from_slice(data)),
+                    from_cache: false,
+                })?;
+            }
+            Msg::Cfp(hash) => {
+                let open = self.groups.back_mut().expect("an open group");
+                if open.slots.is_empty() {
+                    return Err(ProtocolError::Unexpected {
+                        what: "conservative fingerprint of an empty group",
+                        offset,
+                    });
+                }
+                open.cfp = Some(hash);
+                let i = self.groups.len() - 1;
+                self.groups.push_back(RecvGroup::open(self.next_seq));
+                self.try_verify(i)?;
+            }
+            Msg::Segment { seq, data } => {
+                let base = self.groups.front().expect("an open group").first;
+                let seq64 = widen(seq, base);
+                let gi = self
+                    .groups
+                    .iter()
+                    .position(|g| seq64 >= g.first && seq64 < g.first + g.slots.len() as u64)
+                    .ok_or(ProtocolError::UnknownSegment { seq, offset })?;
+                let g = &mut self.groups[gi];
+                let slot = &mut g.slots[(seq64 - g.first) as usize];
+                if slot.data.is_some() {
+                    return Err(ProtocolError::UnknownSegment { seq, offset });
+                }
+                let full = Fingerprint::full(data);
+                self.cache.insert(full, data)?;
+                slot.fp = full.truncate(self.config.bits);
+                slot.data = Some(Bytes::copy_from_slice(data));
+                g.waiting -= 1;
+                self.pending_bytes += data.len();
+                self.try_verify(gi)?;
+            }
+            Msg::Request(_) | Msg::Ack => {
+                return Err(ProtocolError::Unexpected {
+                    what: "receiver-side message from the sender",
+                    offset,
+                })
+            }
+        }
+        if self.pending_bytes > self.config.max_pending {
+            return Err(ProtocolError::Overrun {
+                pending: self.pending_bytes,
+                max: self.config.max_pending,
+            });
+        }
+        Ok(())
+    }
+
+    fn expect_segment(&mut self, offset: u64) -> Result<(), ProtocolError> {
+        if self.announced == 0 {
+            return Err(ProtocolError::Unexpected {
+                what: "segment outside a message",
+                offset,
+            });
+        }
+        self.announced -= 1;
+        Ok(())
+    }
+
+    fn push_slot(&mut self, slot: Slot) -> Result<(), ProtocolError> {
+        let open = self.groups.back_mut().expect("an open group");
+        if slot.data.is_none() {
+            open.waiting += 1;
+        }
+        open.slots.push(slot);
+        self.next_seq += 1;
+        self.stats.segments += 1;
+        if open.slots.len() > self.config.group as usize {
+            return Err(ProtocolError::Unexpected {
+                what: "more segments in a group than the hello announced",
+                offset: self.input_offset,
+            });
+        }
+        Ok(())
+    }
+
+    fn request(&mut self, seq: u64) {
+        self.out.push(wire::T_REQUEST);
+        self.out.extend_from_slice(&(seq as u32).to_le_bytes());
+        self.stats.requested += 1;
+        self.stats.overhead_bytes += 5;
+    }
+
+    /// Checks group `i` if it is closed and complete; acknowledges in order.
+    fn try_verify(&mut self, i: usize) -> Result<(), ProtocolError> {
+        let g = &mut self.groups[i];
+        let Some(cfp) = g.cfp else { return Ok(()) };
+        if g.verified || g.waiting > 0 {
+            return Ok(());
+        }
+        let mut h = GroupHasher::new();
+        for s in &g.slots {
+            h.add(s.data.as_ref().expect("complete group"));
+        }
+        if h.finish() != cfp {
+            if g.resent {
+                return Err(ProtocolError::GroupMismatch {
+                    first: g.first,
+                    end: g.first + g.slots.len() as u64,
+                });
+            }
+            // Some cache-read segment was another with the same short fingerprint.
+            g.resent = true;
+            self.stats.collisions += 1;
+            let first = g.first;
+            let mut asks = Vec::new();
+            for (k, s) in g.slots.iter_mut().enumerate() {
+                if s.from_cache {
+                    let d = s.data.take().expect("complete group");
+                    self.pending_bytes -= d.len();
+                    s.from_cache = false;
+                    asks.push(first + k as u64);
+                }
+            }
+            g.waiting = asks.len();
+            for seq in asks {
+                self.request(seq);
+            }
+            if self.groups[i].waiting == 0 {
+                // Nothing came from the cache, yet the hash differs: the sender is wrong.
+                return Err(ProtocolError::GroupMismatch {
+                    first,
+                    end: first + self.groups[i].slots.len() as u64,
+                });
+            }
+            return Ok(());
+        }
+        g.verified = true;
+        self.stats.groups += 1;
+        while self.acked < self.groups.len() && self.groups[self.acked].verified {
+            self.out.push(wire::T_ACK);
+            self.stats.overhead_bytes += 1;
+            self.acked += 1;
+        }
+        self.deliverable_check();
+        Ok(())
+    }
+
+    /// Drops groups that are acknowledged and no longer hold undelivered segments.
+    fn deliverable_check(&mut self) {
+        let keep_from = self.messages.front().map_or(self.next_seq, |m| m.first);
+        while self.acked > 0 {
+            let g = &self.groups[0];
+            if g.first + g.slots.len() as u64 > keep_from {
+                break;
+            }
+            self.groups.pop_front();
+            self.acked -= 1;
+        }
+    }
+
+    /// The verified prefix of the stream: segments below this sequence number are
+    /// checked.
+    fn verified_upto(&self) -> u64 {
+        match self.groups.get(self.acked) {
+            Some(g) => g.first,
+            None => self.next_seq,
+        }
+    }
+
+    /// The next message whose segments have all been checked, in sending order.
+    pub fn poll_delivered(&mut self) -> Option<Delivered> {
+        let m = self.messages.front()?;
+        let end = m.first + m.segments;
+        if end > self.verified_upto() || (m.segments > 0 && end > self.next_seq) {
+            return None;
+        }
+        let m = self.messages.pop_front().expect("front exists");
+        let mut segments = Vec::with_capacity(m.segments as usize);
+        let mut seq = m.first;
+        for g in &self.groups {
+            while seq < end && seq >= g.first && seq < g.first + g.slots.len() as u64 {
+                let d = g.slots[(seq - g.first) as usize]
+                    .data
+                    .clone()
+                    .expect("verified segments are present");
+                segments.push(d);
+                seq += 1;
+            }
+        }
+        debug_assert_eq!(seq, end);
+        let bytes: usize = segments.iter().map(Bytes::len).sum();
+        self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
+        self.stats.bytes_in += bytes as u64;
+        self.deliverable_check();
+        Some(Delivered {
+            channel: m.channel,
+            layout: m.layout,
+            segments,
+        })
+    }
+
+    /// Moves what to send back to the sender into `out` (appending).
+    pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        self.stats.bytes_out += self.out.len() as u64;
+        out.append(&mut self.out);
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn cache(&mut self) -> &mut C {
+        &mut self.cache
+    }
+}
+
+impl RecvGroup {
+    fn open(first: u64) -> RecvGroup {
+        RecvGroup {
+            first,
+            slots: Vec::new(),
+            cfp: None,
+            verified: false,
+            resent: false,
+            waiting: 0,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,239 @@
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// An exact in-memory cache keyed by truncated fingerprint (latest insert wins), so
+/// collisions at small widths really replace segments.
+struct MapCache {
+    bits: FpBits,
+    map: HashMap<u64, Bytes>,
+}
+
+impl MapCache {
+    fn new(bits: u8) -> MapCache {
+        MapCache {
+            bits: FpBits::new(bits).unwrap(),
+            map: HashMap::new(),
+        }
+    }
+}
+
+impl SegmentCache for MapCache {
+    fn bits(&self) -> FpBits {
+        self.bits
+    }
+    fn may_contain(&self, fp: Fingerprint) -> bool {
+        self.map.contains_key(&fp.0)
+    }
+    fn get(&mut self, fp: Fingerprint) -> Result<Option<Bytes>, CacheError> {
+        Ok(self.map.get(&fp.0).cloned())
+    }
+    fn insert(&mut self, full: Fingerprint, segment: &[u8]) -> Result<(), CacheError> {
+        self.map
+            .insert(full.truncate(self.bits).0, Bytes::copy_from_slice(segment));
+        Ok(())
+    }
+}
+
+/// Runs messages from a sender to a receiver, moving bytes both ways in pieces of
+/// `chunk`, and returns what was delivered and the bytes the sender sent.
+fn transfer(
+    tx: &mut Sender<MapCache>,
+    rx: &mut Receiver<MapCache>,
+    messages: &[Vec<Vec<u8>>],
+    chunk: usize,
+) -> (Vec<Vec<u8>>, usize) {
+    let mut delivered = Vec::new();
+    let mut wire = 0;
+    let mut pending = Vec::new();
+    let mut back = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        let segs: Vec<&[u8]> = m.iter().map(Vec::as_slice).collect();
+        tx.send_message(i as u32, &[i as u8], &segs).unwrap();
+    }
+    tx.flush();
+    for _ in 0..10_000 {
+        tx.take_output(&mut pending);
+        wire += pending.len();
+        for piece in pending.chunks(chunk.max(1)) {
+            rx.handle_input(piece).unwrap();
+        }
+        pending.clear();
+        while let Some(d) = rx.poll_delivered() {
+            assert_eq!(d.layout[..], [d.channel as u8]);
+            delivered.push(d.segments.concat());
+        }
+        rx.take_output(&mut back);
+        if back.is_empty() && tx.is_idle() {
+            break;
+        }
+        tx.handle_input(&back).unwrap();
+        back.clear();
+    }
+    rx.finish().unwrap();
+    (delivered, wire)
+}
+
+fn pair(bits: u8, group: u32) -> (Sender<MapCache>, Receiver<MapCache>) {
+    let config = Config {
+        bits: FpBits::new(bits).unwrap(),
+        group,
+        ..Config::default()
+    };
+    (
+        Sender::new(config, MapCache::new(bits)).unwrap(),
+        Receiver::new(config, MapCache::new(bits)).unwrap(),
+    )
+}
+
+fn segments(data: &[u8], size: usize) -> Vec<Vec<u8>> {
+    data.chunks(size).map(<[u8]>::to_vec).collect()
+}
+
+fn random(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn repeated_data_crosses_as_fingerprints() {
+    let (mut tx, mut rx) = pair(40, 20);
+    let v1 = random(64 << 10, 1);
+    let mut v2 = v1.clone();
+    v2[1000] ^= 1;
+    let msgs = vec![segments(&v1, 64), segments(&v2, 64)];
+    let (got, wire) = transfer(&mut tx, &mut rx, &msgs, 4096);
+    assert_eq!(got, vec![v1.clone(), v2]);
+    // The first copy costs 66 bytes per 64-byte segment; the second about 6 (a
+    // fingerprint) plus one changed segment: 1.2 copies for two.
+    let first = v1.len();
+    assert!(wire < first * 6 / 5, "{wire} bytes on the wire");
+    assert_eq!(tx.stats().pushed, 1024 + 1);
+    assert_eq!(rx.stats().collisions, 0);
+}
+
+#[test]
+fn collisions_with_12_bit_fingerprints_never_deliver_wrong_bytes() {
+    // 4096 distinct fingerprints and thousands of distinct segments: many collide.
+    let (mut tx, mut rx) = pair(12, 20);
+    let mut msgs = Vec::new();
+    for round in 0..4 {
+        let data = random(96 << 10, 7 + round % 2);
+        msgs.push(segments(&data, 32));
+    }
+    let expect: Vec<Vec<u8>> = msgs.iter().map(|m| m.concat()).collect();
+    let (got, _) = transfer(&mut tx, &mut rx, &msgs, 1000);
+    assert_eq!(got, expect);
+    assert!(rx.stats().collisions > 0, "{:?}", rx.stats());
+    assert!(tx.stats().requested > 0);
+}
+
+#[test]
+fn a_receiver_missing_cached_segments_asks_for_them() {
+    let (mut tx, mut rx) = pair(40, 20);
+    let data = random(8 << 10, 3);
+    // The sender believes the receiver has everything (a shared cache from an earlier
+    // session the receiver has since lost).
+    for s in segments(&data, 100) {
+        tx.cache().insert(Fingerprint::full(&s), &s).unwrap();
+    }
+    let (got, _) = transfer(&mut tx, &mut rx, &[segments(&data, 100)], 17);
+    assert_eq!(got, vec![data]);
+    assert_eq!(rx.stats().requested, 82);
+}
+
+#[test]
+fn empty_messages_and_segments_are_delivered() {
+    let (mut tx, mut rx) = pair(40, 3);
+    let msgs = vec![
+        vec![],
+        vec![vec![], b"x".to_vec(), vec![]],
+        vec![b"abc".to_vec()],
+    ];
+    let (got, _) = transfer(&mut tx, &mut rx, &msgs, 1);
+    assert_eq!(got, vec![vec![], b"x".to_vec(), b"abc".to_vec()]);
+}
+
+#[test]
+fn mismatched_parameters_are_refused() {
+    let (mut tx, _) = pair(40, 20);
+    let mut rx = Receiver::new(
+        Config {
+            bits: FpBits::new(32).unwrap(),
+            ..Config::default()
+        },
+        MapCache::new(32),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    tx.take_output(&mut out);
+    let e = rx.handle_input(&out).unwrap_err();
+    assert!(e.to_string().contains("40-bit"), "{e}");
+    assert!(Sender::new(Config::default(), MapCache::new(32)).is_err());
+}
+
+#[test]
+fn a_lying_sender_is_caught() {
+    let (mut tx, mut rx) = pair(40, 4);
+    tx.send_message(0, &[], &[b"hello", b"world"]).unwrap();
+    tx.flush();
+    let mut out = Vec::new();
+    tx.take_output(&mut out);
+    // Flip a byte of the conservative hash (the last 16 bytes).
+    let n = out.len();
+    out[n - 3] ^= 0x40;
+    let e = rx.handle_input(&out).unwrap_err();
+    assert!(matches!(e, ProtocolError::GroupMismatch { .. }), "{e}");
+    assert_eq!(rx.poll_delivered(), None);
+}
+
+#[test]
+fn stray_replies_are_errors_naming_the_offset() {
+    let (mut tx, _) = pair(40, 4);
+    let e = tx.handle_input(&[wire::T_ACK]).unwrap_err();
+    assert!(e.to_string().contains("at byte 0"), "{e}");
+    let (mut tx, _) = pair(40, 4);
+    let e = tx.handle_input(&[wire::T_REQUEST, 9, 0, 0, 0]).unwrap_err();
+    assert!(
+        matches!(e, ProtocolError::UnknownSegment { seq: 9, .. }),
+        "{e}"
+    );
+}
+
+proptest! {
+    #[test]
+    fn any_messages_arrive_intact(
+        msgs in prop::collection::vec(
+            prop::collection::vec(prop::collection::vec(0u8..4, 0..40), 0..30), 0..6),
+        bits in prop::sample::select(vec![8u8, 12, 40]),
+        group in 1u32..8,
+        chunk in 1usize..64,
+    ) {
+        let (mut tx, mut rx) = pair(bits, group);
+        let expect: Vec<Vec<u8>> = msgs.iter().map(|m| m.concat()).collect();
+        let (got, _) = transfer(&mut tx, &mut rx, &msgs, chunk);
+        prop_assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn garbage_is_an_error_or_a_wait_never_a_panic(
+        bytes in prop::collection::vec(any::<u8>(), 0..200),
+    ) {
+        let (mut tx, mut rx) = pair(40, 4);
+        let mut hello = Vec::new();
+        tx.take_output(&mut hello);
+        let _ = rx.handle_input(&hello);
+        let _ = rx.handle_input(&bytes);
+        while rx.poll_delivered().is_some() {}
+        let _ = tx.handle_input(&bytes);
+    }
+}

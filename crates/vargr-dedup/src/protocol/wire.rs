@@ -1,0 +1,261 @@
+//! The two-level fingerprint protocol's messages, as bytes.
+//!
+//! Every message starts with a type byte; nothing else is framed, so the most frequent
+//! message, a fingerprint, costs one byte plus the fingerprint. Sizes against the seed's
+//! Table 18 (5-byte optimistic fingerprints):
+//!
+//! | message | here | seed | notes |
+//! |---|---|---|---|
+//! | optimistic fingerprint | 1 + F = 6 | 6 + M | layout metadata travels once per message, not per segment |
+//! | pushed segment | 1 + v + S (3 + S under 16 KiB) | 3 + S ("no-fingerprint") | a segment the sender knows the receiver lacks; cached |
+//! | segment request | 5 | 5 | u32 sequence number |
+//! | segment (answer) | 1 + 4 + v + S (7 + S) | 7 + S | |
+//! | conservative fingerprint | 17 | 21 | BLAKE3 cut to 128 bits, not SHA-1's 160 |
+//! | acknowledgement | 1 | 1 | in the order of the conservative fingerprints |
+//! | message start | 1 + v + v + layout + v | 3 (multiplex) | channel, layout, segment count |
+//!
+//! `v` is a LEB128 varint. Decoding faces the peer's bytes: every length is checked
+//! against a limit before anything is allocated, and a message cut short is "not yet",
+//! never an error, so input may arrive in any pieces.
+
+use crate::fp::{Fingerprint, FpBits, CONSERVATIVE_LEN};
+
+use super::ProtocolError;
+
+/// Sender → receiver: protocol version and parameters; first on every session.
+pub(crate) const T_HELLO: u8 = 0x01;
+/// Sender → receiver: a message begins (channel, layout, segment count).
+pub(crate) const T_MESSAGE: u8 = 0x02;
+/// Sender → receiver: the next segment is the cached one with this fingerprint.
+pub(crate) const T_FP: u8 = 0x03;
+/// Sender → receiver: the next segment, inline.
+pub(crate) const T_PUSH: u8 = 0x04;
+/// Sender → receiver: the group just announced hashes to this.
+pub(crate) const T_CFP: u8 = 0x05;
+/// Sender → receiver: a requested segment.
+pub(crate) const T_SEGMENT: u8 = 0x06;
+/// Receiver → sender: send segment `seq`.
+pub(crate) const T_REQUEST: u8 = 0x10;
+/// Receiver → sender: the oldest unacknowledged group checked out.
+pub(crate) const T_ACK: u8 = 0x11;
+
+/// Protocol version in the hello.
+pub(crate) const VERSION: u8 = 1;
+
+/// One decoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Msg<'a> {
+    Hello {
+        version: u8,
+        bits: u8,
+        group: u32,
+    },
+    Message {
+        channel: u32,
+        layout: &'a [u8],
+        segments: u64,
+    },
+    Fp(Fingerprint),
+    Push(&'a [u8]),
+    Cfp([u8; CONSERVATIVE_LEN]),
+    Segment {
+        seq: u32,
+        data: &'a [u8],
+    },
+    Request(u32),
+    Ack,
+}
+
+/// Limits on what a decoder accepts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub bits: FpBits,
+    pub max_segment: usize,
+    pub max_layout: usize,
+}
+
+pub(crate) fn put_varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+pub(crate) fn put_fp(fp: Fingerprint, bits: FpBits, out: &mut Vec<u8>) {
+    out.extend_from_slice(&fp.0.to_le_bytes()[..bits.wire_len()]);
+}
+
+/// A cursor over input that tells "cut short" (`Ok(None)`) from "wrong" (`Err`).
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+    /// Offset of `buf[0]` in the whole stream, for errors.
+    base: u64,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.buf.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+
+    fn varint(&mut self, what: &'static str) -> Result<Option<u64>, ProtocolError> {
+        let mut v = 0u64;
+        for i in 0..10 {
+            let Some(&b) = self.buf.get(self.pos) else {
+                return Ok(None);
+            };
+            self.pos += 1;
+            let bits = u64::from(b & 0x7f);
+            if i == 9 && bits > 1 {
+                break;
+            }
+            v |= bits << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(Some(v));
+            }
+        }
+        Err(ProtocolError::Malformed {
+            what,
+            offset: self.base + self.pos as u64,
+        })
+    }
+
+    fn len(&mut self, what: &'static str, max: usize) -> Result<Option<usize>, ProtocolError> {
+        let at = self.base + self.pos as u64;
+        match self.varint(what)? {
+            None => Ok(None),
+            Some(n) if n <= max as u64 => Ok(Some(n as usize)),
+            Some(n) => Err(ProtocolError::TooLarge {
+                what,
+                len: n,
+                max: max as u64,
+                offset: at,
+            }),
+        }
+    }
+}
+
+macro_rules! need {
+    ($e:expr) => {
+        match $e {
+            Some(v) => v,
+            None => return Ok(None),
+        }
+    };
+}
+
+/// Decodes the message at the front of `buf` (whose first byte is at stream offset
+/// `base`). `Ok(None)`: not all of it is here yet. Returns the message and its length.
+pub(crate) fn decode<'a>(
+    buf: &'a [u8],
+    base: u64,
+    limits: &Limits,
+) -> Result<Option<(Msg<'a>, usize)>, ProtocolError> {
+    let mut c = Cursor { buf, pos: 0, base };
+    let ty = *need!(c.take(1)).first().expect("take(1) gives one byte");
+    let msg = match ty {
+        T_HELLO => {
+            let b = need!(c.take(2));
+            let group = need!(c.len("group size", u32::MAX as usize)?) as u32;
+            Msg::Hello {
+                version: b[0],
+                bits: b[1],
+                group,
+            }
+        }
+        T_MESSAGE => {
+            let channel = need!(c.len("channel", u32::MAX as usize)?) as u32;
+            let n = need!(c.len("layout length", limits.max_layout)?);
+            let layout = need!(c.take(n));
+            let segments = need!(c.varint("segment count")?);
+            Msg::Message {
+                channel,
+                layout,
+                segments,
+            }
+        }
+        T_FP => {
+            let b = need!(c.take(limits.bits.wire_len()));
+            let mut v = [0u8; 8];
+            v[..b.len()].copy_from_slice(b);
+            Msg::Fp(Fingerprint(u64::from_le_bytes(v)))
+        }
+        T_PUSH => {
+            let n = need!(c.len("pushed segment length", limits.max_segment)?);
+            Msg::Push(need!(c.take(n)))
+        }
+        T_CFP => {
+            let b = need!(c.take(CONSERVATIVE_LEN));
+            Msg::Cfp(b.try_into().expect("CONSERVATIVE_LEN bytes"))
+        }
+        T_SEGMENT => {
+            let seq = u32::from_le_bytes(need!(c.take(4)).try_into().expect("4 bytes"));
+            let n = need!(c.len("segment length", limits.max_segment)?);
+            Msg::Segment {
+                seq,
+                data: need!(c.take(n)),
+            }
+        }
+        T_REQUEST => Msg::Request(u32::from_le_bytes(
+            need!(c.take(4)).try_into().expect("4 bytes"),
+        )),
+        T_ACK => Msg::Ack,
+        other => {
+            return Err(ProtocolError::UnknownMessage {
+                byte: other,
+                offset: base,
+            })
+        }
+    };
+    Ok(Some((msg, c.pos)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            bits: FpBits::DEFAULT,
+            max_segment: 1 << 16,
+            max_layout: 1 << 10,
+        }
+    }
+
+    #[test]
+    fn sizes_match_the_table() {
+        let mut b = Vec::new();
+        b.push(T_FP);
+        put_fp(Fingerprint(0x12_3456_789a), FpBits::DEFAULT, &mut b);
+        assert_eq!(b.len(), 6);
+        let (m, n) = decode(&b, 0, &limits()).unwrap().unwrap();
+        assert_eq!((m, n), (Msg::Fp(Fingerprint(0x12_3456_789a)), 6));
+        // Every prefix is "not yet", never an error.
+        for cut in 0..b.len() {
+            assert_eq!(decode(&b[..cut], 0, &limits()).unwrap(), None);
+        }
+    }
+
+    #[test]
+    fn oversized_lengths_are_refused_before_reading_them() {
+        let mut b = vec![T_PUSH];
+        put_varint(1 << 20, &mut b);
+        let e = decode(&b, 100, &limits()).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ProtocolError::TooLarge {
+                    what: "pushed segment length",
+                    offset: 101,
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let e = decode(&[0x7f], 9, &limits()).unwrap_err();
+        assert_eq!(e.to_string(), "unknown message type 0x7f at byte 9");
+    }
+}
