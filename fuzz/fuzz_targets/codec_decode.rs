@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use vargr_codec::{decode, encode, Codec, CodecId, ElemKind, Header};
+use vargr_codec::{decode, encode, Codec, CodecId, ElemKind, Header, Span};
 
 const MAX_LEN: usize = 64 * 1024;
 
@@ -38,6 +38,11 @@ fuzz_target!(|data: &[u8]| {
             codec: CodecId::ALL[usize::from(*c) % CodecId::ALL.len()],
             elem: ElemKind::ALL[usize::from(*e) % ElemKind::ALL.len()],
             original_len: u64::from(u16::from_le_bytes([*l0, *l1])),
+            // Half the time a span, so the split layout's checks are reached too.
+            span: (*e & 0x80 != 0).then(|| Span {
+                start: u64::from(*l0 % 16),
+                len: u64::from(u16::from_le_bytes([*l0, *l1])).saturating_sub(16),
+            }),
         }
         .write(&mut frame);
         frame.extend_from_slice(payload);
