@@ -12,6 +12,7 @@
 
 pub mod cache;
 pub mod fp;
+pub mod model;
 pub mod protocol;
 pub mod segment;
 

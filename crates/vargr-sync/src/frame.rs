@@ -1,0 +1,126 @@
+//! The preamble and the receiver's reply frames.
+
+use std::io::{Read, Write};
+
+use serde::{Deserialize, Serialize};
+
+/// Bumped when either side's bytes change meaning.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+const MAGIC: &[u8; 8] = b"VARGRSYN";
+const MAX_PREAMBLE: usize = 64 << 10;
+/// Largest reply frame a sender accepts.
+pub(crate) const MAX_REPLY: usize = 16 << 20;
+
+/// Sender → receiver, before the dedup stream.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Preamble {
+    pub version: u32,
+    /// Names the sender; the receiver keeps one cache per sender.
+    pub sender: String,
+    /// Where the tree goes, for a daemon serving a root (relative to it); empty when
+    /// the receiver was started with its destination.
+    pub dest: String,
+    pub fp_bits: u8,
+    pub group: u32,
+}
+
+/// Control messages inside the dedup stream (channel 0); the layout byte says which.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub(crate) enum Control {
+    Manifest {
+        manifest: crate::Manifest,
+    },
+    FileStart {
+        index: u32,
+    },
+    FileEnd {
+        index: u32,
+        size: u64,
+        blake3: String,
+    },
+    Done,
+}
+
+/// Receiver → sender.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "type")]
+pub(crate) enum Reply {
+    /// Manifest indices the receiver already holds, same size and mtime.
+    Have {
+        indices: Vec<u32>,
+    },
+    /// A file failed to verify (it is not put in place).
+    Failed {
+        index: u32,
+        error: String,
+    },
+    Result {
+        files_written: u64,
+        bytes_written: u64,
+        failed: u64,
+    },
+    Error {
+        message: String,
+    },
+}
+
+pub(crate) const F_DEDUP: u8 = 1;
+pub(crate) const F_CONTROL: u8 = 2;
+
+pub(crate) fn write_preamble(w: &mut dyn Write, p: &Preamble) -> std::io::Result<()> {
+    let body = serde_json::to_vec(p).expect("serializable");
+    w.write_all(MAGIC)?;
+    w.write_all(&(body.len() as u32).to_le_bytes())?;
+    w.write_all(&body)?;
+    w.flush()
+}
+
+pub(crate) fn read_preamble(r: &mut dyn Read) -> Result<Preamble, String> {
+    let mut head = [0u8; 12];
+    r.read_exact(&mut head)
+        .map_err(|e| format!("reading the sync preamble: {e}"))?;
+    if &head[..8] != MAGIC {
+        return Err("the peer is not a vargr sync sender (bad magic)".into());
+    }
+    let n = u32::from_le_bytes(head[8..].try_into().expect("4 bytes")) as usize;
+    if n > MAX_PREAMBLE {
+        return Err(format!("preamble of {n} bytes exceeds {MAX_PREAMBLE}"));
+    }
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body)
+        .map_err(|e| format!("reading the sync preamble: {e}"))?;
+    serde_json::from_slice(&body).map_err(|e| format!("malformed sync preamble: {e}"))
+}
+
+pub(crate) fn write_frame(w: &mut dyn Write, kind: u8, body: &[u8]) -> std::io::Result<()> {
+    let mut head = [0u8; 5];
+    head[0] = kind;
+    head[1..].copy_from_slice(&(body.len() as u32).to_le_bytes());
+    w.write_all(&head)?;
+    w.write_all(body)
+}
+
+/// Reads one reply frame; `Ok(None)` at a clean end of stream.
+pub(crate) fn read_frame(r: &mut dyn Read) -> Result<Option<(u8, Vec<u8>)>, String> {
+    let mut head = [0u8; 5];
+    match r.read_exact(&mut head[..1]) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(format!("reading a reply: {e}")),
+    }
+    r.read_exact(&mut head[1..])
+        .map_err(|e| format!("reading a reply header: {e}"))?;
+    let n = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
+    if n > MAX_REPLY {
+        return Err(format!("reply of {n} bytes exceeds {MAX_REPLY}"));
+    }
+    if head[0] != F_DEDUP && head[0] != F_CONTROL {
+        return Err(format!("unknown reply frame type {:#04x}", head[0]));
+    }
+    let mut body = vec![0u8; n];
+    r.read_exact(&mut body)
+        .map_err(|e| format!("reading a reply body: {e}"))?;
+    Ok(Some((head[0], body)))
+}

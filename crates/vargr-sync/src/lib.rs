@@ -1,0 +1,106 @@
+//! `vargr sync`: copies a file or a tree to a receiver, sending only the segments the
+//! receiver's cache lacks (the two-level fingerprint protocol of `vargr-dedup`).
+//!
+//! One session is one direction. The sender writes a short preamble (who it is, where
+//! the tree goes), then one zstd stream carrying the dedup protocol; every control
+//! message (the manifest, a file's start and end with its BLAKE3) travels inside that
+//! stream as a dedup message on channel 0, so it arrives in order with the file data
+//! (channel 1) and repeats of it cost fingerprints too. The receiver answers with
+//! framed replies: the dedup protocol's requests and acknowledgements, and JSON
+//! control (which files it already has, the final result).
+//!
+//! Why zstd around the stream: segments the receiver lacks would otherwise cross raw;
+//! fingerprints do not compress, new data does.
+//!
+//! Files land as `.NAME.vargr-partial` and are renamed into place only once their
+//! length and BLAKE3 match the sender's, with the sender's mode and mtime. An
+//! interrupted sync leaves complete files in place and its segments in both caches, so
+//! running it again sends fingerprints for what already crossed.
+
+mod frame;
+pub mod manifest;
+mod recv;
+mod send;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+pub use frame::PROTOCOL_VERSION;
+pub use manifest::{Entry, Kind, Manifest};
+pub use recv::{receive, RecvOptions, RecvReport};
+pub use send::{send, Progress, SendOptions, SendReport};
+
+/// The byte streams of a session: to the peer and from it.
+pub struct Transport {
+    pub reader: Box<dyn Read + Send>,
+    pub writer: Box<dyn Write + Send>,
+    /// How the peer is named in errors, and (by the sender) which cache to use.
+    pub peer: String,
+}
+
+/// Why a sync failed; each names what and where.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error("{what} {path}: {source}")]
+    Io {
+        what: &'static str,
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{peer}: {what}: {source}")]
+    Link {
+        peer: String,
+        what: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("path {path:?}: {reason}")]
+    Path { path: String, reason: String },
+    #[error("{peer}: {reason}")]
+    Protocol { peer: String, reason: String },
+    #[error("{peer}: {source}")]
+    Dedup {
+        peer: String,
+        #[source]
+        source: vargr_dedup::ProtocolError,
+    },
+    #[error("segment cache: {0}")]
+    Cache(#[from] vargr_dedup::CacheError),
+    #[error("{path}: received {got} bytes with BLAKE3 {got_hash}, the sender had {want} bytes with BLAKE3 {want_hash}")]
+    Verify {
+        path: String,
+        got: u64,
+        want: u64,
+        got_hash: String,
+        want_hash: String,
+    },
+    #[error("the receiver reported: {0}")]
+    Remote(String),
+}
+
+impl SyncError {
+    pub(crate) fn io(what: &'static str, path: &Path, source: std::io::Error) -> SyncError {
+        SyncError::Io {
+            what,
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// Where caches live when not configured: `$VARGR_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/vargr/dedup`, else `~/.cache/vargr/dedup`.
+pub fn default_cache_root() -> PathBuf {
+    if let Some(d) = std::env::var_os("VARGR_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("vargr").join("dedup")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,466 @@
+//! The sending side: scans the tree, streams it through the dedup sender.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Instant;
+
+use serde::Serialize;
+use vargr_dedup::cache::{CacheStats, DiskCache, DiskConfig};
+use vargr_dedup::protocol::Stats;
+use vargr_dedup::{Config, FpBits, Sender};
+
+use crate::frame::{self, Control, Preamble, Reply, F_CONTROL, F_DEDUP};
+use crate::manifest::{Kind, Manifest};
+use crate::{SyncError, Transport};
+
+/// How a sync sends.
+#[derive(Debug, Clone)]
+pub struct SendOptions {
+    /// Segmenter spec (a 1-D one; see `vargr_dedup::by_name`).
+    pub segmenter: String,
+    pub cache_root: PathBuf,
+    pub cache: DiskConfig,
+    /// Where the tree goes, relative to the root a daemon serves; empty otherwise.
+    pub dest: String,
+    /// How the receiver names this sender (its cache for us).
+    pub sender_name: String,
+    pub group: u32,
+    /// zstd level for the stream (new segments; fingerprints do not compress).
+    pub zstd_level: i32,
+    /// Bytes read from a file at a time.
+    pub read_chunk: usize,
+}
+
+impl Default for SendOptions {
+    fn default() -> Self {
+        SendOptions {
+            segmenter: "cdc:512:2k:16k".into(),
+            cache_root: crate::default_cache_root(),
+            cache: DiskConfig::default(),
+            dest: String::new(),
+            sender_name: host_name(),
+            group: 20,
+            zstd_level: 3,
+            read_chunk: 4 << 20,
+        }
+    }
+}
+
+/// Where a sync stands, for a progress bar.
+#[derive(Debug, Clone, Default)]
+pub struct Progress {
+    pub files_done: u64,
+    pub files_total: u64,
+    pub bytes_done: u64,
+    pub bytes_total: u64,
+    /// Bytes written to the link so far (compressed).
+    pub wire_bytes: u64,
+    pub current: String,
+}
+
+/// What a finished sync did.
+#[derive(Debug, Clone, Serialize)]
+pub struct SendReport {
+    pub files_sent: u64,
+    pub files_skipped: u64,
+    pub files_failed: u64,
+    /// Why each failed file failed (it was not put in place).
+    pub failures: Vec<String>,
+    /// File bytes read and sent (skipped files not counted).
+    pub bytes_in: u64,
+    /// Bytes written to the link, preamble included.
+    pub bytes_on_wire: u64,
+    /// Bytes the receiver sent back.
+    pub reply_bytes: u64,
+    pub seconds: f64,
+    pub dedup: Stats,
+    pub cache: CacheStats,
+}
+
+/// This machine's name, for the receiver's cache of us.
+pub fn host_name() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(0);
+    if ok && n > 0 {
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    } else {
+        "localhost".into()
+    }
+}
+
+/// A cache directory name for any peer description.
+pub(crate) fn cache_key(peer: &str) -> String {
+    let mut k: String = peer
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '@') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if k.len() > 96 || k.is_empty() || k == "." || k == ".." {
+        let h = blake3::hash(peer.as_bytes()).to_hex();
+        k.truncate(64);
+        k = format!("{k}-{}", &h[..16]);
+    }
+    k
+}
+
+/// Counts what goes through a writer.
+struct Counting {
+    inner: Box<dyn Write + Send>,
+    count: Arc<AtomicU64>,
+}
+
+impl Write for Counting {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(b)?;
+        self.count.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+enum Incoming {
+    Dedup(Vec<u8>),
+    Control(Reply),
+    End,
+    Failed(String),
+}
+
+struct Session {
+    dx: Sender<DiskCache>,
+    z: zstd::stream::write::Encoder<'static, Counting>,
+    rx: mpsc::Receiver<Incoming>,
+    peer: String,
+    out: Vec<u8>,
+    have: Option<Vec<u32>>,
+    result: Option<(u64, u64, u64)>,
+    failed: Vec<(u32, String)>,
+}
+
+impl Session {
+    fn link_err(&self, what: &'static str, e: std::io::Error) -> SyncError {
+        SyncError::Link {
+            peer: self.peer.clone(),
+            what,
+            source: e,
+        }
+    }
+
+    /// Writes what the dedup sender produced and pushes it out of zstd.
+    fn write_out(&mut self) -> Result<(), SyncError> {
+        self.dx.take_output(&mut self.out);
+        if !self.out.is_empty() {
+            let r = self.z.write_all(&self.out).and_then(|_| self.z.flush());
+            self.out.clear();
+            r.map_err(|e| self.link_err("sending", e))?;
+        }
+        Ok(())
+    }
+
+    fn control(&mut self, c: &Control) -> Result<(), SyncError> {
+        let body = serde_json::to_vec(c).expect("serializable");
+        let segs: Vec<&[u8]> = body.chunks(64 << 10).collect();
+        self.dx
+            .send_message(0, &[0], &segs)
+            .map_err(|e| self.dedup_err(e))
+    }
+
+    fn dedup_err(&self, e: vargr_dedup::ProtocolError) -> SyncError {
+        SyncError::Dedup {
+            peer: self.peer.clone(),
+            source: e,
+        }
+    }
+
+    fn on_incoming(&mut self, m: Incoming) -> Result<(), SyncError> {
+        match m {
+            Incoming::Dedup(b) => {
+                self.dx.handle_input(&b).map_err(|e| self.dedup_err(e))?;
+                self.write_out()
+            }
+            Incoming::Control(Reply::Have { indices }) => {
+                self.have = Some(indices);
+                Ok(())
+            }
+            Incoming::Control(Reply::Failed { index, error }) => {
+                self.failed.push((index, error));
+                Ok(())
+            }
+            Incoming::Control(Reply::Result {
+                files_written,
+                bytes_written,
+                failed,
+            }) => {
+                self.result = Some((files_written, bytes_written, failed));
+                Ok(())
+            }
+            Incoming::Control(Reply::Error { message }) => Err(SyncError::Remote(message)),
+            Incoming::End => Err(SyncError::Protocol {
+                peer: self.peer.clone(),
+                reason: "the receiver closed the connection before the sync finished".into(),
+            }),
+            Incoming::Failed(reason) => Err(SyncError::Protocol {
+                peer: self.peer.clone(),
+                reason,
+            }),
+        }
+    }
+
+    /// Handles replies until `done` holds, blocking for them.
+    fn wait(&mut self, done: impl Fn(&Session) -> bool) -> Result<(), SyncError> {
+        while !done(self) {
+            let m = self.rx.recv().unwrap_or(Incoming::End);
+            self.on_incoming(m)?;
+        }
+        Ok(())
+    }
+
+    /// Handles the replies already here, then blocks while the window is full.
+    fn poll(&mut self) -> Result<(), SyncError> {
+        while let Ok(m) = self.rx.try_recv() {
+            self.on_incoming(m)?;
+        }
+        self.wait(|s| !s.dx.window_full())
+    }
+}
+
+/// Sends `src` (a file or a directory) over `t`.
+pub fn send(
+    src: &Path,
+    t: Transport,
+    opts: &SendOptions,
+    progress: &mut dyn FnMut(&Progress),
+) -> Result<SendReport, SyncError> {
+    let t0 = Instant::now();
+    let segmenter = vargr_dedup::by_name(&opts.segmenter).map_err(|e| SyncError::Path {
+        path: opts.segmenter.clone(),
+        reason: e.to_string(),
+    })?;
+    if segmenter.boundaries(&[], true).is_none() {
+        return Err(SyncError::Path {
+            path: opts.segmenter.clone(),
+            reason: "sync needs a segmenter of byte streams (cdc, static or sw)".into(),
+        });
+    }
+    let manifest = Manifest::scan(src)?;
+    let cache =
+        DiskCache::open_for_peer(&opts.cache_root, &cache_key(&t.peer), opts.cache.clone())?;
+    let bits: FpBits = opts.cache.bits;
+    let config = Config {
+        bits,
+        group: opts.group,
+        ..Config::default()
+    };
+    let peer = t.peer.clone();
+    let dx = Sender::new(config, cache).map_err(|e| SyncError::Dedup {
+        peer: peer.clone(),
+        source: e,
+    })?;
+
+    let wire = Arc::new(AtomicU64::new(0));
+    let mut writer = Counting {
+        inner: t.writer,
+        count: wire.clone(),
+    };
+    let preamble = Preamble {
+        version: frame::PROTOCOL_VERSION,
+        sender: opts.sender_name.clone(),
+        dest: opts.dest.clone(),
+        fp_bits: bits.get(),
+        group: opts.group,
+    };
+    frame::write_preamble(&mut writer, &preamble).map_err(|e| SyncError::Link {
+        peer: peer.clone(),
+        what: "sending the preamble",
+        source: e,
+    })?;
+    let z = zstd::stream::write::Encoder::new(writer, opts.zstd_level).map_err(|e| {
+        SyncError::Link {
+            peer: peer.clone(),
+            what: "starting zstd",
+            source: e,
+        }
+    })?;
+
+    let (tx, rx) = mpsc::channel();
+    let reply_bytes = Arc::new(AtomicU64::new(0));
+    let rb = reply_bytes.clone();
+    let mut reader = t.reader;
+    let reader_thread = std::thread::Builder::new()
+        .name("vargr-sync-replies".into())
+        .spawn(move || loop {
+            let m = match frame::read_frame(&mut *reader) {
+                Ok(None) => Incoming::End,
+                Err(e) => Incoming::Failed(e),
+                Ok(Some((kind, body))) => {
+                    rb.fetch_add(5 + body.len() as u64, Ordering::Relaxed);
+                    if kind == F_DEDUP {
+                        Incoming::Dedup(body)
+                    } else {
+                        debug_assert_eq!(kind, F_CONTROL);
+                        match serde_json::from_slice(&body) {
+                            Ok(r) => Incoming::Control(r),
+                            Err(e) => Incoming::Failed(format!("malformed reply: {e}")),
+                        }
+                    }
+                }
+            };
+            let last = matches!(m, Incoming::End | Incoming::Failed(_));
+            if tx.send(m).is_err() || last {
+                return;
+            }
+        })
+        .map_err(|e| SyncError::Link {
+            peer: peer.clone(),
+            what: "starting the reply reader",
+            source: e,
+        })?;
+
+    let mut s = Session {
+        dx,
+        z,
+        rx,
+        peer: peer.clone(),
+        out: Vec::new(),
+        have: None,
+        result: None,
+        failed: Vec::new(),
+    };
+    s.control(&Control::Manifest {
+        manifest: manifest.clone(),
+    })?;
+    s.dx.flush();
+    s.write_out()?;
+    s.wait(|s| s.have.is_some())?;
+    let have: std::collections::HashSet<u32> =
+        s.have.take().unwrap_or_default().into_iter().collect();
+
+    let files: Vec<usize> = (0..manifest.entries.len())
+        .filter(|&i| manifest.entries[i].kind == Kind::File)
+        .collect();
+    let mut p = Progress {
+        files_total: files.len() as u64,
+        bytes_total: manifest.file_bytes(),
+        ..Progress::default()
+    };
+    let (mut sent, mut skipped, mut bytes_in) = (0, 0, 0);
+    let mut buf = Vec::new();
+    for &i in &files {
+        let e = &manifest.entries[i];
+        p.current = e.path.clone();
+        if have.contains(&(i as u32)) {
+            skipped += 1;
+            p.files_done += 1;
+            p.bytes_done += e.size;
+            progress(&p);
+            continue;
+        }
+        let path = if manifest.single_file {
+            src.to_path_buf()
+        } else {
+            src.join(&e.path)
+        };
+        s.control(&Control::FileStart { index: i as u32 })?;
+        let mut f = File::open(&path).map_err(|err| SyncError::io("opening", &path, err))?;
+        let mut hasher = blake3::Hasher::new();
+        let mut size = 0u64;
+        buf.clear();
+        loop {
+            let start = buf.len();
+            buf.resize(start + opts.read_chunk, 0);
+            let n = read_full(&mut f, &mut buf[start..])
+                .map_err(|err| SyncError::io("reading", &path, err))?;
+            buf.truncate(start + n);
+            hasher.update(&buf[start..]);
+            size += n as u64;
+            let last = n == 0;
+            let ends = segmenter.boundaries(&buf, last).unwrap_or_default();
+            let mut segs = Vec::with_capacity(ends.len());
+            let mut at = 0;
+            for &end in &ends {
+                segs.push(&buf[at..end]);
+                at = end;
+            }
+            if !segs.is_empty() {
+                s.dx.send_message(1, &[], &segs)
+                    .map_err(|err| s.dedup_err(err))?;
+            }
+            buf.drain(..at);
+            s.write_out()?;
+            p.bytes_done += n as u64;
+            p.wire_bytes = wire.load(Ordering::Relaxed);
+            progress(&p);
+            s.poll()?;
+            if last {
+                break;
+            }
+        }
+        s.control(&Control::FileEnd {
+            index: i as u32,
+            size,
+            blake3: hasher.finalize().to_hex().to_string(),
+        })?;
+        s.dx.flush();
+        s.write_out()?;
+        sent += 1;
+        bytes_in += size;
+        p.files_done += 1;
+        progress(&p);
+    }
+    s.control(&Control::Done)?;
+    s.dx.flush();
+    s.write_out()?;
+    s.wait(|s| s.result.is_some())?;
+    s.dx.cache().flush()?;
+    let cache = s.dx.cache().stats();
+    let dedup = s.dx.stats().clone();
+    let failures: Vec<String> = s
+        .failed
+        .iter()
+        .map(|(i, e)| format!("{}: {e}", manifest.entries[*i as usize].path))
+        .collect();
+    let Session { z, .. } = s;
+    // The receiver may already have closed its end: the result is what counts.
+    if let Ok(mut w) = z.finish() {
+        let _ = w.flush();
+    }
+    let _ = reader_thread.join();
+    p.wire_bytes = wire.load(Ordering::Relaxed);
+    progress(&p);
+    Ok(SendReport {
+        files_sent: sent,
+        files_skipped: skipped,
+        files_failed: failures.len() as u64,
+        failures,
+        bytes_in,
+        bytes_on_wire: wire.load(Ordering::Relaxed),
+        reply_bytes: reply_bytes.load(Ordering::Relaxed),
+        seconds: t0.elapsed().as_secs_f64(),
+        dedup,
+        cache,
+    })
+}
+
+fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
