@@ -13,6 +13,7 @@ mod demo;
 mod emu_cmd;
 mod roles;
 mod run_cmd;
+mod sync_cmd;
 mod top_cmd;
 mod topo_cmd;
 mod trace_cmd;
@@ -53,6 +54,9 @@ enum Cmd {
     /// Timelines and reports from the trace files of `vargr run --trace DIR`.
     #[command(subcommand)]
     Trace(trace_cmd::TraceCmd),
+    /// Copy a file or a tree, sending only what the receiver's segment cache lacks
+    /// (PATH, HOST:PATH over ssh, or vargr://HOST:PORT/PATH to a `--serve` daemon).
+    Sync(sync_cmd::SyncArgs),
     /// Live view of a monitored run (`vargr run --monitor`): collectives, rates,
     /// latencies, who arrives last, records lost, clock error per process.
     Top(top_cmd::TopArgs),
@@ -125,6 +129,7 @@ fn main() {
         Cmd::Trace(t) => trace_cmd::run(t),
         Cmd::Codec(c) => codec_cmd::run(c),
         Cmd::Top(a) => top_cmd::run(a),
+        Cmd::Sync(a) => sync_cmd::run(a),
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),
         Cmd::MeshCheck => roles::mesh_check(),

@@ -255,7 +255,11 @@ pub fn send(
     }
     let manifest = Manifest::scan(src)?;
     let cache =
-        DiskCache::open_for_peer(&opts.cache_root, &cache_key(&t.peer), opts.cache.clone())?;
+        DiskCache::open_for_peer(
+        &opts.cache_root,
+        &cache_key(&format!("to-{}", t.peer)),
+        opts.cache.clone(),
+    )?;
     let bits: FpBits = opts.cache.bits;
     let config = Config {
         bits,
@@ -398,6 +402,9 @@ pub fn send(
             }
             buf.drain(..at);
             s.write_out()?;
+            // What this side believes the receiver holds survives a kill of this
+            // process, so a rerun sends fingerprints for it.
+            s.dx.cache().flush()?;
             p.bytes_done += n as u64;
             p.wire_bytes = wire.load(Ordering::Relaxed);
             progress(&p);

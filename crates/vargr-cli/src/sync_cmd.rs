@@ -1,0 +1,347 @@
+//! `vargr sync`: copy a file or a tree, sending only what the receiver's segment cache
+//! lacks.
+//!
+//! Destinations, as rsync spells them:
+//! - `PATH`: a local copy, through a `vargr sync --server PATH` child over pipes (the
+//!   same protocol and caches as a remote one);
+//! - `HOST:PATH`: over ssh, which runs `vargr sync --server PATH` on HOST (`$VARGR_SSH`
+//!   replaces `ssh`, `--remote-vargr` the remote program);
+//! - `vargr://HOST:PORT/PATH`: a `vargr sync --serve ROOT --listen tcp:HOST:PORT` daemon,
+//!   authenticated by a shared secret (`--secret-file`, or `$VARGR_SYNC_SECRET` in hex).
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Args;
+use vargr_net::auth::Secret;
+use vargr_net::{Addr, Conn, Listener};
+use vargr_sync::{receive, send, Progress, RecvOptions, SendOptions, Transport};
+
+#[derive(Debug, Args)]
+pub struct SyncArgs {
+    /// What to copy: a file or a directory (its contents go into DEST).
+    #[arg(required_unless_present_any = ["serve", "server"])]
+    src: Option<PathBuf>,
+    /// Where: PATH, HOST:PATH (ssh) or vargr://HOST:PORT/PATH (a daemon).
+    #[arg(required_unless_present_any = ["serve", "server"])]
+    dest: Option<String>,
+    /// Run a daemon receiving into this root (with --listen).
+    #[arg(long, value_name = "ROOT", conflicts_with = "server")]
+    serve: Option<PathBuf>,
+    /// Where the daemon listens.
+    #[arg(long, default_value = "tcp:0.0.0.0:7878")]
+    listen: String,
+    /// Receive one sync on stdin/stdout into this path (what ssh and local syncs run).
+    #[arg(long, value_name = "DEST", hide = true)]
+    server: Option<PathBuf>,
+    /// File holding the daemon's shared secret (hex); default `$VARGR_SYNC_SECRET`.
+    #[arg(long)]
+    secret_file: Option<PathBuf>,
+    /// Segmenter of the files (cdc:MIN:AVG:MAX, static:SIZE, sw).
+    #[arg(long, default_value = "cdc:512:2k:16k")]
+    segmenter: String,
+    /// Optimistic fingerprint width in bits.
+    #[arg(long, default_value_t = 40)]
+    fp_bits: u8,
+    /// Segments per conservative hash.
+    #[arg(long, default_value_t = 20)]
+    group: u32,
+    /// zstd level of the stream.
+    #[arg(long, default_value_t = 3)]
+    zstd_level: i32,
+    /// Segment caches live here (default $VARGR_CACHE_DIR or ~/.cache/vargr/dedup).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Disk budget of each peer's cache (e.g. 4g).
+    #[arg(long, default_value = "4g")]
+    cache_size: String,
+    /// The vargr program on the remote host (ssh destinations).
+    #[arg(long, default_value = "vargr")]
+    remote_vargr: String,
+    /// Print the report as JSON on stdout instead of a table.
+    #[arg(long)]
+    json: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    quiet: bool,
+}
+
+pub fn run(a: SyncArgs) -> Result<()> {
+    let cache_root = a
+        .cache_dir
+        .clone()
+        .unwrap_or_else(vargr_sync::default_cache_root);
+    let bits = vargr_dedup::FpBits::new(a.fp_bits)
+        .ok_or_else(|| anyhow!("--fp-bits {}: must be 8 to 64", a.fp_bits))?;
+    let cache = vargr_dedup::cache::DiskConfig {
+        bits,
+        disk_bytes: parse_size(&a.cache_size).context("--cache-size")?,
+        ..Default::default()
+    };
+    if let Some(dest) = &a.server {
+        let t = Transport {
+            reader: Box::new(std::io::stdin()),
+            writer: Box::new(std::io::stdout()),
+            peer: "the sender (stdin)".into(),
+        };
+        let opts = RecvOptions {
+            dest: dest.clone(),
+            serve: false,
+            cache_root,
+            cache,
+        };
+        receive(t, &opts).map_err(|e| anyhow!("vargr sync --server: {e}"))?;
+        return Ok(());
+    }
+    if let Some(root) = &a.serve {
+        return serve(root, &a.listen, &secret(&a.secret_file)?, cache_root, cache);
+    }
+    let src = a.src.clone().expect("clap requires SRC");
+    let dest = a.dest.clone().expect("clap requires DEST");
+    let mut opts = SendOptions {
+        segmenter: a.segmenter.clone(),
+        cache_root,
+        cache,
+        group: a.group,
+        zstd_level: a.zstd_level,
+        ..SendOptions::default()
+    };
+    let (t, mut child) = connect(&dest, &a, &mut opts)?;
+    let bar = progress_bar(a.quiet);
+    let r = send(&src, t, &opts, &mut |p: &Progress| draw(&bar, p));
+    bar.finish_and_clear();
+    let child_status = child.as_mut().map(|c| c.wait());
+    let report = r.map_err(|e| anyhow!("vargr sync {} → {dest}: {e}", src.display()))?;
+    if let Some(Ok(s)) = child_status {
+        if !s.success() {
+            bail!("the receiving vargr exited with {s}");
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let ratio = report.bytes_in as f64 / report.bytes_on_wire.max(1) as f64;
+        eprintln!(
+            "{:<8} {:>8} {:>14} {:>14} {:>8} {:>9} {:>9}",
+            "files", "skipped", "bytes", "on the wire", "ratio", "pushed", "seconds"
+        );
+        eprintln!(
+            "{:<8} {:>8} {:>14} {:>14} {:>7.1}x {:>9} {:>9.2}",
+            report.files_sent,
+            report.files_skipped,
+            report.bytes_in,
+            report.bytes_on_wire,
+            ratio,
+            report.dedup.pushed,
+            report.seconds
+        );
+    }
+    if report.files_failed > 0 {
+        bail!(
+            "{} file(s) failed to verify and were not put in place:\n  {}",
+            report.files_failed,
+            report.failures.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
+        return indicatif::ProgressBar::hidden();
+    }
+    let bar = indicatif::ProgressBar::new(0);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{spinner} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} {msg}",
+        )
+        .expect("a valid template")
+        .progress_chars("=> "),
+    );
+    bar
+}
+
+fn draw(bar: &indicatif::ProgressBar, p: &Progress) {
+    bar.set_length(p.bytes_total);
+    bar.set_position(p.bytes_done);
+    let ratio = p.bytes_done as f64 / p.wire_bytes.max(1) as f64;
+    bar.set_message(format!(
+        "{}/{} files, {} on the wire ({ratio:.1}x less) {}",
+        p.files_done,
+        p.files_total,
+        indicatif::HumanBytes(p.wire_bytes),
+        p.current
+    ));
+}
+
+/// Opens the transport to `dest`; a child process when one carries it.
+fn connect(
+    dest: &str,
+    a: &SyncArgs,
+    opts: &mut SendOptions,
+) -> Result<(Transport, Option<std::process::Child>)> {
+    if let Some(rest) = dest.strip_prefix("vargr://") {
+        let (hostport, path) = rest.split_once('/').unwrap_or((rest, ""));
+        opts.dest = path.to_string();
+        let addr: Addr = format!("tcp:{hostport}")
+            .parse()
+            .with_context(|| format!("destination {dest}"))?;
+        let mut conn = vargr_net::connect(&addr, Duration::from_secs(10))?;
+        let s = secret(&a.secret_file)?;
+        vargr_net::auth::connect(&mut conn, &s, 0, Duration::from_secs(10), hostport)?;
+        conn.set_timeout(None)?;
+        let (r, w) = split(conn)?;
+        return Ok((
+            Transport {
+                reader: r,
+                writer: w,
+                peer: hostport.to_string(),
+            },
+            None,
+        ));
+    }
+    let remote = match dest.split_once(':') {
+        Some((host, path)) if !host.contains('/') && !host.is_empty() => {
+            Some((host.to_string(), path.to_string()))
+        }
+        _ => None,
+    };
+    let (mut cmd, peer) = match &remote {
+        Some((host, path)) => {
+            let ssh = std::env::var("VARGR_SSH").unwrap_or_else(|_| "ssh".into());
+            let mut words = ssh.split_whitespace();
+            let mut cmd = Command::new(words.next().unwrap_or("ssh"));
+            cmd.args(words).arg(host).arg(&a.remote_vargr).args([
+                "sync",
+                "--server",
+                path.as_str(),
+            ]);
+            (cmd, host.clone())
+        }
+        None => {
+            let mut cmd = Command::new(std::env::current_exe().context("finding vargr")?);
+            cmd.args(["sync", "--server", dest]);
+            (cmd, "local".to_string())
+        }
+    };
+    cmd.args(["--fp-bits", &a.fp_bits.to_string()]);
+    if let (None, Some(dir)) = (&remote, &a.cache_dir) {
+        cmd.arg("--cache-dir").arg(dir);
+    }
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("starting {:?}", cmd.get_program()))?;
+    let w = child.stdin.take().expect("piped");
+    let r = child.stdout.take().expect("piped");
+    Ok((
+        Transport {
+            reader: Box::new(r),
+            writer: Box::new(w),
+            peer,
+        },
+        Some(child),
+    ))
+}
+
+type Halves = (
+    Box<dyn std::io::Read + Send>,
+    Box<dyn std::io::Write + Send>,
+);
+
+fn split(conn: Conn) -> Result<Halves> {
+    Ok(match conn {
+        Conn::Tcp(s) => (Box::new(s.try_clone()?), Box::new(s)),
+        Conn::Unix(s) => (Box::new(s.try_clone()?), Box::new(s)),
+    })
+}
+
+fn secret(file: &Option<PathBuf>) -> Result<Secret> {
+    let hex = match file {
+        Some(f) => std::fs::read_to_string(f)
+            .with_context(|| format!("reading the secret from {}", f.display()))?,
+        None => std::env::var("VARGR_SYNC_SECRET").map_err(|_| {
+            anyhow!(
+                "a daemon needs a shared secret: --secret-file FILE or $VARGR_SYNC_SECRET (hex)"
+            )
+        })?,
+    };
+    Ok(Secret::from_hex(hex.trim())?)
+}
+
+/// Accepts syncs forever, one thread each; a failed one is logged, not fatal.
+fn serve(
+    root: &Path,
+    listen: &str,
+    secret: &Secret,
+    cache_root: PathBuf,
+    cache: vargr_dedup::cache::DiskConfig,
+) -> Result<()> {
+    let addr: Addr = listen
+        .parse()
+        .with_context(|| format!("--listen {listen}"))?;
+    let l = Listener::bind(&addr)?;
+    eprintln!(
+        "vargr sync: serving {} on {}",
+        root.display(),
+        l.local_addr()?
+    );
+    let _ = std::io::stderr().flush();
+    loop {
+        let mut conn = match l.accept_timeout(Duration::from_secs(3600)) {
+            Ok(c) => c,
+            Err(vargr_net::NetError::Timeout { .. }) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let peer = conn.peer_name();
+        if let Err(e) = vargr_net::auth::accept(&mut conn, secret, Duration::from_secs(10)) {
+            eprintln!("vargr sync: refused {peer}: {e}");
+            continue;
+        }
+        let opts = RecvOptions {
+            dest: root.to_path_buf(),
+            serve: true,
+            cache_root: cache_root.clone(),
+            cache: cache.clone(),
+        };
+        std::thread::spawn(move || {
+            let _ = conn.set_timeout(None);
+            let result = split(conn).map_err(|e| e.to_string()).and_then(|(r, w)| {
+                let t = Transport {
+                    reader: r,
+                    writer: w,
+                    peer: peer.clone(),
+                };
+                receive(t, &opts).map_err(|e| e.to_string())
+            });
+            match result {
+                Ok(r) => eprintln!(
+                    "vargr sync: {} files, {} bytes from {} ({peer}) in {:.2} s",
+                    r.files_written, r.bytes_written, r.sender, r.seconds
+                ),
+                Err(e) => eprintln!("vargr sync: {peer}: {e}"),
+            }
+        });
+    }
+}
+
+/// `4g`, `512m`, `100k`, or bytes.
+pub fn parse_size(s: &str) -> Result<u64> {
+    let t = s.trim().to_ascii_lowercase();
+    let t = t.trim_end_matches("ib").trim_end_matches('b');
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'g')) => (&t[..i], 1 << 30),
+        Some((i, 't')) => (&t[..i], 1 << 40),
+        _ => (t, 1),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow!("{s:?} is not a size (e.g. 4g, 512m, 1048576)"))?;
+    Ok((n * mul as f64) as u64)
+}

@@ -1,0 +1,291 @@
+//! `vargr sync` as users run it: real processes over pipes, ssh (a stand-in that runs
+//! the command locally), a daemon over TCP, and the WAN emulator; every copy compared
+//! byte for byte.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{vargr, wait_guarded};
+
+/// Runs `vargr ARGS` with `envs`, with a hang guard; returns (success, stdout, stderr).
+fn vargr_env(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    let mut c = Command::new(vargr());
+    c.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        c.env(k, v);
+    }
+    let mut child = c.spawn().expect("spawn vargr");
+    let out = std::thread::spawn({
+        let mut o = child.stdout.take().unwrap();
+        move || {
+            let mut s = String::new();
+            std::io::Read::read_to_string(&mut o, &mut s).unwrap();
+            s
+        }
+    });
+    let mut e = child.stderr.take().unwrap();
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut e, &mut s).unwrap();
+        s
+    });
+    let status = wait_guarded(&mut child, Duration::from_secs(120))
+        .unwrap_or_else(|| panic!("vargr {args:?} hung"));
+    (status.success(), out.join().unwrap(), err.join().unwrap())
+}
+
+fn write_random(path: &Path, n: usize, seed: u64) {
+    let mut x = seed | 1;
+    let data: Vec<u8> = (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(path, data).unwrap();
+}
+
+fn assert_same(a: &Path, b: &Path) {
+    let mut names: Vec<_> = std::fs::read_dir(a).unwrap().map(|e| e.unwrap()).collect();
+    names.sort_by_key(|e| e.file_name());
+    for e in names {
+        let (pa, pb) = (e.path(), b.join(e.file_name()));
+        if pa.is_dir() {
+            assert_same(&pa, &pb);
+        } else {
+            assert_eq!(
+                std::fs::read(&pa).unwrap(),
+                std::fs::read(&pb).unwrap_or_else(|err| panic!("{}: {err}", pb.display())),
+                "{}",
+                pa.display()
+            );
+        }
+    }
+}
+
+/// A `vargr sync --serve` daemon on a free port; killed on drop.
+struct Daemon(Child, u16);
+
+impl Daemon {
+    fn start(root: &Path, secret_file: &Path, cache: &Path) -> Daemon {
+        let mut child = Command::new(vargr())
+            .args(["sync", "--serve"])
+            .arg(root)
+            .args(["--listen", "tcp:127.0.0.1:0", "--secret-file"])
+            .arg(secret_file)
+            .arg("--cache-dir")
+            .arg(cache)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let port = first
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no port in {first:?}"));
+        // Keep draining its log so it never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Daemon(child, port)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn setup() -> (tempfile::TempDir, String) {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    write_random(&src.join("a.bin"), 1 << 20, 3);
+    std::fs::write(src.join("sub/notes.txt"), "notes\n".repeat(1000)).unwrap();
+    let secret = "ab".repeat(32);
+    std::fs::write(d.path().join("secret"), &secret).unwrap();
+    (d, secret)
+}
+
+#[test]
+fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    let cache = p("cache");
+
+    // Local: a child `vargr sync --server` over pipes.
+    let (ok, out, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &p("local"),
+            "--cache-dir",
+            &cache,
+            "--json",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("local"));
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(r["files_sent"], 2);
+
+    // ssh: a stand-in that drops the host and runs the command here.
+    let fake = d.path().join("fake-ssh");
+    std::fs::write(&fake, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dest = format!("somehost:{}", p("viassh"));
+    let (ok, _, err) = vargr_env(
+        &["sync", &p("src"), &dest, "--remote-vargr", vargr(), "-q"],
+        &[
+            ("VARGR_SSH", fake.to_str().unwrap()),
+            ("VARGR_CACHE_DIR", &cache),
+        ],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("viassh"));
+
+    // A daemon: the right secret copies, a wrong one and an escaping path are refused.
+    let daemon = Daemon::start(
+        &d.path().join("served"),
+        &d.path().join("secret"),
+        &d.path().join("dcache"),
+    );
+    let url = |path: &str| format!("vargr://127.0.0.1:{}/{path}", daemon.1);
+    let secret_file = p("secret");
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &url("copy"),
+            "--secret-file",
+            &secret_file,
+            "--cache-dir",
+            &cache,
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("served/copy"));
+    let wrong = "cd".repeat(32);
+    let (ok, _, err) = vargr_env(
+        &["sync", &p("src"), &url("copy2"), "--cache-dir", &cache],
+        &[("VARGR_SYNC_SECRET", &wrong)],
+    );
+    assert!(!ok);
+    assert!(err.contains("127.0.0.1"), "{err}");
+    assert!(!d.path().join("served/copy2").exists());
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &url("../escape"),
+            "--secret-file",
+            &secret_file,
+            "--cache-dir",
+            &cache,
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("not a plain relative path"), "{err}");
+    assert!(!d.path().join("escape").exists());
+}
+
+#[test]
+fn an_interrupted_sync_resumes_sending_fingerprints_for_what_crossed() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    let big = 24usize << 20;
+    write_random(&d.path().join("src/big.bin"), big, 11);
+    let daemon = Daemon::start(
+        &d.path().join("served"),
+        &d.path().join("secret"),
+        &d.path().join("dcache"),
+    );
+    // A 40 Mbit/s path in front of the daemon, so the copy takes seconds.
+    let emu_port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut emu = Command::new(vargr())
+        .args(["emu", "--listen", &format!("127.0.0.1:{emu_port}")])
+        .args(["--connect", &format!("127.0.0.1:{}", daemon.1)])
+        .args(["--bandwidth", "40mbit", "--latency", "1ms"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let cache = p("cache");
+    let secret_file = p("secret");
+    let mut sender = Command::new(vargr())
+        .args([
+            "sync",
+            &p("src"),
+            &format!("vargr://127.0.0.1:{emu_port}/copy"),
+        ])
+        .args(["--secret-file", &secret_file, "--cache-dir", &cache, "-q"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Interrupt once a third of the big file has landed.
+    let partial = d.path().join("served/copy/.big.bin.vargr-partial");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(&partial).map_or(0, |m| m.len()) < (big / 3) as u64 {
+        assert!(
+            Instant::now() < deadline,
+            "the copy never got a third of the way"
+        );
+        assert!(
+            sender.try_wait().unwrap().is_none(),
+            "the copy finished before the interruption"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    sender.kill().unwrap();
+    sender.wait().unwrap();
+
+    // Again, the same way (the daemon's session for the killed sender may take a
+    // moment to let go of the cache).
+    let url = format!("vargr://127.0.0.1:{emu_port}/copy");
+    let args = [
+        "sync",
+        &p("src"),
+        &url,
+        "--secret-file",
+        &secret_file,
+        "--cache-dir",
+        &cache,
+        "--json",
+    ];
+    let mut tries = 0;
+    let report = loop {
+        let (ok, out, err) = vargr_env(&args, &[]);
+        if ok {
+            break serde_json::from_str::<serde_json::Value>(&out).unwrap();
+        }
+        tries += 1;
+        assert!(tries < 6, "{err}");
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let _ = emu.kill();
+    let _ = emu.wait();
+    assert_same(&d.path().join("src"), &d.path().join("served/copy"));
+    let wire = report["bytes_on_wire"].as_u64().unwrap();
+    assert!(
+        wire < (big as u64) * 4 / 5,
+        "the rerun sent {wire} bytes for a {big}-byte file a third of which had crossed"
+    );
+}
