@@ -108,7 +108,11 @@ fn run(
         bits,
         ..opts.cache.clone()
     };
-    let cache = DiskCache::open_for_peer(&opts.cache_root, &cache_key(&format!("from-{}", pre.sender)), cfg)?;
+    let cache = DiskCache::open_for_peer(
+        &opts.cache_root,
+        &cache_key(&format!("from-{}", pre.sender)),
+        cfg,
+    )?;
     let config = Config {
         bits,
         ..Config::default()

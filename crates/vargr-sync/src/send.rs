@@ -254,8 +254,7 @@ pub fn send(
         });
     }
     let manifest = Manifest::scan(src)?;
-    let cache =
-        DiskCache::open_for_peer(
+    let cache = DiskCache::open_for_peer(
         &opts.cache_root,
         &cache_key(&format!("to-{}", t.peer)),
         opts.cache.clone(),
