@@ -9,6 +9,7 @@ mod bench_wan;
 mod codec_cmd;
 mod coll_bench_role;
 mod coll_check;
+mod dedup_cmd;
 mod demo;
 mod emu_cmd;
 mod roles;
@@ -54,6 +55,9 @@ enum Cmd {
     /// Timelines and reports from the trace files of `vargr run --trace DIR`.
     #[command(subcommand)]
     Trace(trace_cmd::TraceCmd),
+    /// Redundancy elimination: the two-level fingerprint model, and the segment caches.
+    #[command(subcommand)]
+    Dedup(dedup_cmd::DedupCmd),
     /// Copy a file or a tree, sending only what the receiver's segment cache lacks
     /// (PATH, HOST:PATH over ssh, or vargr://HOST:PORT/PATH to a `--serve` daemon).
     Sync(sync_cmd::SyncArgs),
@@ -130,6 +134,7 @@ fn main() {
         Cmd::Codec(c) => codec_cmd::run(c),
         Cmd::Top(a) => top_cmd::run(a),
         Cmd::Sync(a) => sync_cmd::run(a),
+        Cmd::Dedup(c) => dedup_cmd::run(c),
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),
         Cmd::MeshCheck => roles::mesh_check(),

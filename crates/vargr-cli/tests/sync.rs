@@ -141,6 +141,23 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
     let r: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(r["files_sent"], 2);
 
+    // Both sides' caches hold what crossed; `vargr dedup stats` shows them.
+    let (ok, out, err) = vargr_env(&["dedup", "stats", "--cache-dir", &cache, "--json"], &[]);
+    assert!(ok, "{err}");
+    let stats: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let peers: Vec<&str> = stats
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["peer"].as_str().unwrap())
+        .collect();
+    assert!(peers.contains(&"to-local"), "{peers:?}");
+    assert!(peers.iter().any(|p| p.starts_with("from-")), "{peers:?}");
+    for p in stats.as_array().unwrap() {
+        assert!(p["holds"]["segments"].as_u64().unwrap() > 100, "{p}");
+        assert!(p["last_session"]["inserts"].as_u64().unwrap() > 100, "{p}");
+    }
+
     // ssh: a stand-in that drops the host and runs the command here.
     let fake = d.path().join("fake-ssh");
     std::fs::write(&fake, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
@@ -288,4 +305,21 @@ fn an_interrupted_sync_resumes_sending_fingerprints_for_what_crossed() {
         wire < (big as u64) * 4 / 5,
         "the rerun sent {wire} bytes for a {big}-byte file a third of which had crossed"
     );
+}
+
+#[test]
+fn the_model_reproduces_the_seeds_two_level_advantage() {
+    let (ok, out, err) = vargr_env(&["dedup", "model", "--json"], &[]);
+    assert!(ok, "{err}");
+    let m: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let two = m["two_level"]["ratio"].as_f64().unwrap();
+    let one = m["one_level"]["ratio"].as_f64().unwrap();
+    // The seed: about 2.3 against 1.1 at 75 % redundancy and 32-byte segments.
+    assert!(
+        (two - 2.3).abs() < 0.05 && (one - 1.1).abs() < 0.05,
+        "{two} {one}"
+    );
+    let (ok, _, err) = vargr_env(&["dedup", "model", "--redundancy", "1.5"], &[]);
+    assert!(!ok);
+    assert!(err.contains("redundancy"), "{err}");
 }

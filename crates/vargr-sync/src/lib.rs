@@ -102,5 +102,16 @@ pub fn default_cache_root() -> PathBuf {
     base.join("vargr").join("dedup")
 }
 
+/// The file in a peer's cache directory holding its last session's counters (hits,
+/// Bloom filter rate, hit ages), which `vargr dedup stats` shows.
+pub const SESSION_STATS: &str = "last-session.json";
+
+/// Writes `stats` next to the cache; a failure only loses the statistics.
+pub(crate) fn save_session_stats(dir: &Path, stats: &vargr_dedup::cache::CacheStats) {
+    if let Ok(body) = serde_json::to_vec_pretty(stats) {
+        let _ = std::fs::write(dir.join(SESSION_STATS), body);
+    }
+}
+
 #[cfg(test)]
 mod tests;

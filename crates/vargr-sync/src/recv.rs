@@ -294,6 +294,8 @@ fn apply(
                 }
             }
             rx.cache().flush()?;
+            let stats = rx.cache().stats();
+            crate::save_session_stats(rx.cache().dir(), &stats);
             st.done = true;
             st.replies.push(Reply::Result {
                 files_written: st.written,

@@ -430,6 +430,7 @@ pub fn send(
     s.wait(|s| s.result.is_some())?;
     s.dx.cache().flush()?;
     let cache = s.dx.cache().stats();
+    crate::save_session_stats(s.dx.cache().dir(), &cache);
     let dedup = s.dx.stats().clone();
     let failures: Vec<String> = s
         .failed
