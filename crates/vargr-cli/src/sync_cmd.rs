@@ -92,6 +92,7 @@ pub fn run(a: SyncArgs) -> Result<()> {
             serve: false,
             cache_root,
             cache,
+            receiver_name: vargr_sync::host_name(),
         };
         receive(t, &opts).map_err(|e| anyhow!("vargr sync --server: {e}"))?;
         return Ok(());
@@ -306,6 +307,7 @@ fn serve(
             serve: true,
             cache_root: cache_root.clone(),
             cache: cache.clone(),
+            receiver_name: vargr_sync::host_name(),
         };
         std::thread::spawn(move || {
             let _ = conn.set_timeout(None);

@@ -151,7 +151,7 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
         .iter()
         .map(|p| p["peer"].as_str().unwrap())
         .collect();
-    assert!(peers.contains(&"to-local"), "{peers:?}");
+    assert!(peers.iter().any(|p| p.starts_with("to-")), "{peers:?}");
     assert!(peers.iter().any(|p| p.starts_with("from-")), "{peers:?}");
     for p in stats.as_array().unwrap() {
         assert!(p["holds"]["segments"].as_u64().unwrap() > 100, "{p}");
@@ -274,9 +274,13 @@ fn an_interrupted_sync_resumes_sending_fingerprints_for_what_crossed() {
     sender.kill().unwrap();
     sender.wait().unwrap();
 
-    // Again, the same way (the daemon's session for the killed sender may take a
-    // moment to let go of the cache).
-    let url = format!("vargr://127.0.0.1:{emu_port}/copy");
+    let _ = emu.kill();
+    let _ = emu.wait();
+
+    // Again, straight to the daemon this time: the sender's cache is per receiver,
+    // whatever address reaches it (the daemon's session for the killed sender may take
+    // a moment to let go of its cache).
+    let url = format!("vargr://127.0.0.1:{}/copy", daemon.1);
     let args = [
         "sync",
         &p("src"),
@@ -297,8 +301,6 @@ fn an_interrupted_sync_resumes_sending_fingerprints_for_what_crossed() {
         assert!(tries < 6, "{err}");
         std::thread::sleep(Duration::from_millis(500));
     };
-    let _ = emu.kill();
-    let _ = emu.wait();
     assert_same(&d.path().join("src"), &d.path().join("served/copy"));
     let wire = report["bytes_on_wire"].as_u64().unwrap();
     assert!(

@@ -47,6 +47,10 @@ pub(crate) enum Control {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "type")]
 pub(crate) enum Reply {
+    /// First reply: who the receiver is (the sender keeps one cache per receiver).
+    Hello {
+        receiver: String,
+    },
     /// Manifest indices the receiver already holds, same size and mtime.
     Have {
         indices: Vec<u32>,

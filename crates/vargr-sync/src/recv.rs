@@ -22,6 +22,8 @@ pub struct RecvOptions {
     pub serve: bool,
     pub cache_root: PathBuf,
     pub cache: DiskConfig,
+    /// How this receiver names itself to senders (their cache of it).
+    pub receiver_name: String,
 }
 
 /// What a finished receive did.
@@ -122,6 +124,17 @@ fn run(
         source: e,
     };
     let mut rx = Receiver::new(config, cache).map_err(dedup_err)?;
+    let hello = serde_json::to_vec(&Reply::Hello {
+        receiver: opts.receiver_name.clone(),
+    })
+    .expect("serializable");
+    frame::write_frame(writer, F_CONTROL, &hello)
+        .and_then(|_| writer.flush())
+        .map_err(|e| SyncError::Link {
+            peer: peer.to_string(),
+            what: "replying",
+            source: e,
+        })?;
     let mut st = State {
         dest,
         manifest: None,

@@ -206,6 +206,10 @@ impl Session {
                 Ok(())
             }
             Incoming::Control(Reply::Error { message }) => Err(SyncError::Remote(message)),
+            Incoming::Control(Reply::Hello { .. }) => Err(SyncError::Protocol {
+                peer: self.peer.clone(),
+                reason: "a second hello from the receiver".into(),
+            }),
             Incoming::End => Err(SyncError::Protocol {
                 peer: self.peer.clone(),
                 reason: "the receiver closed the connection before the sync finished".into(),
@@ -254,22 +258,8 @@ pub fn send(
         });
     }
     let manifest = Manifest::scan(src)?;
-    let cache = DiskCache::open_for_peer(
-        &opts.cache_root,
-        &cache_key(&format!("to-{}", t.peer)),
-        opts.cache.clone(),
-    )?;
     let bits: FpBits = opts.cache.bits;
-    let config = Config {
-        bits,
-        group: opts.group,
-        ..Config::default()
-    };
     let peer = t.peer.clone();
-    let dx = Sender::new(config, cache).map_err(|e| SyncError::Dedup {
-        peer: peer.clone(),
-        source: e,
-    })?;
 
     let wire = Arc::new(AtomicU64::new(0));
     let mut writer = Counting {
@@ -296,10 +286,51 @@ pub fn send(
         }
     })?;
 
+    // The receiver names itself first: this side's cache of what it holds is per
+    // receiver, whatever address reached it.
+    let mut reader = t.reader;
+    let receiver = match frame::read_frame(&mut *reader) {
+        Ok(Some((F_CONTROL, body))) => match serde_json::from_slice(&body) {
+            Ok(Reply::Hello { receiver }) => receiver,
+            Ok(Reply::Error { message }) => return Err(SyncError::Remote(message)),
+            _ => {
+                return Err(SyncError::Protocol {
+                    peer: peer.clone(),
+                    reason: "the receiver did not start with its hello".into(),
+                })
+            }
+        },
+        Ok(_) => {
+            return Err(SyncError::Protocol {
+                peer: peer.clone(),
+                reason: "the receiver closed the connection or did not start with its hello".into(),
+            })
+        }
+        Err(reason) => {
+            return Err(SyncError::Protocol {
+                peer: peer.clone(),
+                reason,
+            })
+        }
+    };
+    let cache = DiskCache::open_for_peer(
+        &opts.cache_root,
+        &cache_key(&format!("to-{receiver}")),
+        opts.cache.clone(),
+    )?;
+    let config = Config {
+        bits,
+        group: opts.group,
+        ..Config::default()
+    };
+    let dx = Sender::new(config, cache).map_err(|e| SyncError::Dedup {
+        peer: peer.clone(),
+        source: e,
+    })?;
+
     let (tx, rx) = mpsc::channel();
     let reply_bytes = Arc::new(AtomicU64::new(0));
     let rb = reply_bytes.clone();
-    let mut reader = t.reader;
     let reader_thread = std::thread::Builder::new()
         .name("vargr-sync-replies".into())
         .spawn(move || loop {

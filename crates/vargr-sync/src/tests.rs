@@ -24,6 +24,7 @@ fn sync(src: &Path, dest: &Path, cache: &Path) -> (SendReport, Result<RecvReport
         serve: false,
         cache_root: cache.join("receiver"),
         cache: Default::default(),
+        receiver_name: "test-receiver".into(),
     };
     let rt = Transport {
         reader: Box::new(b.try_clone().unwrap()),
@@ -144,6 +145,7 @@ fn a_stranger_is_refused_with_a_reason() {
             serve: false,
             cache_root: d.path().join("c"),
             cache: Default::default(),
+            receiver_name: "r".into(),
         },
     )
     .unwrap_err();
