@@ -353,19 +353,23 @@ pub fn slow_rank(slow: usize, iters: u32, sleep_us: u64) -> Result<()> {
 /// `vargr codec-check`: large, compressible collectives whose exact results every rank
 /// checks, so that links that compress (between sites) are shown to change nothing.
 /// Prints one line per rank with a checksum of what it received.
-pub fn codec_check(elements: usize) -> Result<()> {
+pub fn codec_check(elements: usize, rounds: usize) -> Result<()> {
     let job = Job::join()?;
     let lines = job.run(|c| {
         let (r, p) = (c.rank(), c.size());
         // A piecewise-constant field (runs that LZ4 sees, predictable doubles for FPC).
         let field = |k: usize| (k / 64) as f64 * 0.5;
-        let mut b: Vec<f64> = if r == 0 {
-            (0..elements).map(field).collect()
-        } else {
-            vec![0.0; elements]
-        };
-        c.bcast(&mut b, 0)?;
-        let bcast_ok = b.iter().enumerate().all(|(k, &v)| v == field(k));
+        let mut bcast_ok = true;
+        let mut b = Vec::new();
+        for _ in 0..rounds.max(1) {
+            b = if r == 0 {
+                (0..elements).map(field).collect()
+            } else {
+                vec![0.0; elements]
+            };
+            c.bcast(&mut b, 0)?;
+            bcast_ok &= b.iter().enumerate().all(|(k, &v)| v == field(k));
+        }
         // Exact in f64: small integers and halves.
         let mut s: Vec<f64> = (0..elements).map(|k| field(k) + r as f64).collect();
         c.allreduce(&mut s, &Op::Sum)?;

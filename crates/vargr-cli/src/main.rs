@@ -105,6 +105,9 @@ enum Cmd {
     CodecCheck {
         #[arg(long, default_value_t = 65536)]
         elements: usize,
+        /// Broadcasts of the same field (repeats are what a dedup stage removes).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
     },
     /// One rank of `vargr bench trace`.
     #[command(hide = true)]
@@ -150,7 +153,7 @@ fn main() {
             iters,
             sleep_us,
         } => coll_check::slow_rank(rank, iters, sleep_us),
-        Cmd::CodecCheck { elements } => coll_check::codec_check(elements),
+        Cmd::CodecCheck { elements, rounds } => coll_check::codec_check(elements, rounds),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

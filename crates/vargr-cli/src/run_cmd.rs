@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// pays on each link).
     #[arg(long)]
     codec: Option<String>,
+    /// Redundancy elimination on links between sites (sets VARGR_DEDUP): a segmenter
+    /// spec such as `cdc:256:1k:8k`; messages the link carried before cross as
+    /// fingerprints. Off by default.
+    #[arg(long, value_name = "SEGMENTER")]
+    dedup: Option<String>,
     /// Record samples of what links between sites carry into this directory, for
     /// `vargr codec plan` (the guided strategy's first run).
     #[arg(long)]
@@ -187,6 +192,14 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
+    if let Some(spec) = a.dedup.as_deref().filter(|s| *s != "off") {
+        let opts = vargr_dedup::stage::DedupOptions {
+            segmenter: spec.to_string(),
+            ..Default::default()
+        };
+        vargr_dedup::stage::DedupStage::new(&opts, 1 << 20)
+            .map_err(|e| anyhow::anyhow!("--dedup {spec}: {e}"))?;
+    }
     let codec_trace = match &a.codec_trace {
         Some(d) => {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
@@ -224,6 +237,9 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         if let Some(m) = &codec {
             env.push(("VARGR_CODEC".into(), m.clone()));
+        }
+        if let Some(d) = &a.dedup {
+            env.push(("VARGR_DEDUP".into(), d.clone()));
         }
         if let Some(d) = &codec_trace {
             env.push(("VARGR_CODEC_TRACE".into(), d.display().to_string()));

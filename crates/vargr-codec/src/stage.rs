@@ -487,8 +487,12 @@ fn typed_span(kind: u8, flags: u8, payload: &[u8]) -> (ElemKind, std::ops::Range
     array.unwrap_or((ElemKind::BYTES, 0..payload.len()))
 }
 
+/// Frames the codec may compress: application data, and a dedup stage's stream (new
+/// segments cross inside it).
 fn is_app(kind: u8) -> bool {
-    kind == FrameKind::Data as u8 || kind == FrameKind::PointToPoint as u8
+    kind == FrameKind::Data as u8
+        || kind == FrameKind::PointToPoint as u8
+        || kind == FrameKind::Dedup as u8
 }
 
 impl Stage for CodecStage {

@@ -233,6 +233,19 @@ impl Job {
                 Err(_) => CodecMode::Adaptive,
             },
         };
+        // Redundancy elimination between sites: a segmenter spec, checked here once.
+        let dedup = match std::env::var("VARGR_DEDUP") {
+            Ok(spec) if !spec.is_empty() && spec != "off" => {
+                let opts = vargr_dedup::stage::DedupOptions {
+                    segmenter: spec.clone(),
+                    ..Default::default()
+                };
+                vargr_dedup::stage::DedupStage::new(&opts, mesh::MAX_MESSAGE + 64)
+                    .map_err(|e| job_error(format!("VARGR_DEDUP={spec}: {e}")))?;
+                Some(opts)
+            }
+            _ => None,
+        };
         let my_site = std::env::var("VARGR_SITE").ok().filter(|s| !s.is_empty());
         let my_host = vargr_net::launch::hostname();
         let picker = Box::new(move |peer: &vargr_net::job::PeerInfo| {
@@ -242,6 +255,14 @@ impl Job {
             // compressed frame never reaches a side that cannot read it.
             if let (Some(a), Some(b)) = (here, there) {
                 if a != b {
+                    // Before the codec: it must see the data, not compressed bytes.
+                    if let Some(opts) = &dedup {
+                        if let Ok(st) =
+                            vargr_dedup::stage::DedupStage::new(opts, mesh::MAX_MESSAGE + 64)
+                        {
+                            stages.push(Box::new(st));
+                        }
+                    }
                     // An emulated link's speed is known; a real one's is learned from
                     // the kernel's readings of the connection.
                     let (model, learn) = match wan.between(a, b) {

@@ -15,6 +15,7 @@ pub mod fp;
 pub mod model;
 pub mod protocol;
 pub mod segment;
+pub mod stage;
 
 pub use cache::CacheError;
 pub use fp::{Fingerprint, FpBits};

@@ -93,6 +93,10 @@ frame_kinds! {
     /// Between the two codec stages of one link: decompression times the receiver
     /// measured, for the sender's cost model; consumed by the stage, never routed.
     CodecReport = 32,
+    /// Between the two dedup stages of one link: the two-level fingerprint protocol's
+    /// bytes (tag 0: the sender's stream; tag 1: the receiver's requests and
+    /// acknowledgements); consumed by the stages, never routed.
+    Dedup = 33,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.
