@@ -107,3 +107,57 @@ fn tree_links_between_sites_compress_and_deliver_the_same_packets() {
         "{delivered} delivered from {wire} on the wire"
     );
 }
+
+#[test]
+fn tree_links_between_sites_send_repeated_packets_as_fingerprints() {
+    let tmp = tempfile::tempdir().unwrap();
+    let topo = Topology::parse_mrnet(TWO_SITES, "two-sites").unwrap();
+    let mut o = two_site_options("latency=1ms,bandwidth=100mbit").trace_dir(tmp.path());
+    o.link_stages.codec = Some("off".into());
+    o.link_stages.dedup = Some("cdc:256:1k:8k".into());
+    let net = Network::new(topo, BackendSpec::command(vargr(), &["backend", "echo"]), o).unwrap();
+    let n = net.num_backends();
+    let s = net
+        .open_stream(
+            &net.broadcast_communicator(),
+            StreamOptions::new("null").sync(vargr_tbon::SyncMode::DontWait),
+        )
+        .unwrap();
+    // Incompressible but repeated: only redundancy elimination can shrink it.
+    let mut x = 99u64;
+    let field: Vec<i64> = (0..32_768)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as i64
+        })
+        .collect();
+    for _ in 0..4 {
+        s.send(TAG_ECHO, "%ald", vec![Value::LongArray(field.clone())])
+            .unwrap();
+        for _ in 0..n {
+            let p = recv_ok(&s, Duration::from_secs(30));
+            assert_eq!(p.values, vec![Value::LongArray(field.clone())]);
+        }
+    }
+    net.shutdown().unwrap();
+    let (mut wire, mut delivered) = (0u64, 0u64);
+    for f in vargr_trace::TraceFile::read_dir(tmp.path()).unwrap() {
+        for t in &f.threads {
+            for r in &t.records {
+                match f.collector_name(r.collector) {
+                    "link/stage/emu/in" => wire += u64::from(r.bytes),
+                    "link/stage/dedup/in" => delivered += u64::from(r.bytes),
+                    _ => {}
+                }
+            }
+        }
+    }
+    // Four rounds each way: after the first, the 256 KiB packets cross as fingerprints.
+    assert!(delivered >= 8 * 262_144, "{delivered} bytes delivered");
+    assert!(
+        delivered > 3 * wire,
+        "{delivered} delivered from {wire} on the wire"
+    );
+}

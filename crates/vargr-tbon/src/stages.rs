@@ -28,6 +28,10 @@ pub struct LinkStages {
     /// what the other compressed.
     #[serde(default)]
     pub codec: Option<String>,
+    /// Redundancy elimination on links between sites: a segmenter spec (e.g.
+    /// `cdc:256:1k:8k`); off when absent. Both sides of every such link get the stage.
+    #[serde(default)]
+    pub dedup: Option<String>,
 }
 
 impl LinkStages {
@@ -35,6 +39,10 @@ impl LinkStages {
     /// starts and names the site pair.
     pub fn validate(&self) -> Result<(), TbonError> {
         self.codec_mode()?;
+        if let Some(opts) = self.dedup_options() {
+            vargr_dedup::stage::DedupStage::new(&opts, 1 << 20)
+                .map_err(|e| TbonError::Config(format!("dedup {:?}: {e}", opts.segmenter)))?;
+        }
         for (pair, profile) in &self.wan {
             profile
                 .parse::<WanProfile>()
@@ -66,6 +74,17 @@ impl LinkStages {
         text.parse().ok()
     }
 
+    fn dedup_options(&self) -> Option<vargr_dedup::stage::DedupOptions> {
+        let spec = self
+            .dedup
+            .as_deref()
+            .filter(|s| !s.is_empty() && *s != "off")?;
+        Some(vargr_dedup::stage::DedupOptions {
+            segmenter: spec.to_string(),
+            ..Default::default()
+        })
+    }
+
     fn codec_mode(&self) -> Result<CodecMode, TbonError> {
         match &self.codec {
             None => Ok(CodecMode::Adaptive),
@@ -83,6 +102,13 @@ impl LinkStages {
             matches!((self.site_of(local), self.site_of(peer)), (Some(a), Some(b)) if a != b);
         let wan = self.wan_between(local, peer);
         if crosses {
+            // Checked by `validate`; before the codec, which must not hide the data.
+            if let Some(st) = self
+                .dedup_options()
+                .and_then(|o| vargr_dedup::stage::DedupStage::new(&o, max_frame).ok())
+            {
+                stages.push(Box::new(st));
+            }
             let model = match &wan {
                 Some(p) => vargr_codec::stage::link_model(p.latency, p.bandwidth_bits_per_s),
                 None => vargr_codec::stage::link_model(std::time::Duration::ZERO, None),
