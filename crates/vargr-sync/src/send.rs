@@ -389,72 +389,78 @@ pub fn send(
         ..Progress::default()
     };
     let (mut sent, mut skipped, mut bytes_in) = (0, 0, 0);
-    let mut buf = Vec::new();
+    let mut todo = Vec::new();
     for &i in &files {
         let e = &manifest.entries[i];
-        p.current = e.path.clone();
         if have.contains(&(i as u32)) {
             skipped += 1;
             p.files_done += 1;
             p.bytes_done += e.size;
-            progress(&p);
-            continue;
-        }
-        let path = if manifest.single_file {
-            src.to_path_buf()
         } else {
-            src.join(&e.path)
-        };
-        s.control(&Control::FileStart { index: i as u32 })?;
-        let mut f = File::open(&path).map_err(|err| SyncError::io("opening", &path, err))?;
-        let mut hasher = blake3::Hasher::new();
-        let mut size = 0u64;
-        buf.clear();
-        loop {
-            let start = buf.len();
-            buf.resize(start + opts.read_chunk, 0);
-            let n = read_full(&mut f, &mut buf[start..])
-                .map_err(|err| SyncError::io("reading", &path, err))?;
-            buf.truncate(start + n);
-            hasher.update(&buf[start..]);
-            size += n as u64;
-            let last = n == 0;
-            let ends = segmenter.boundaries(&buf, last).unwrap_or_default();
-            let mut segs = Vec::with_capacity(ends.len());
-            let mut at = 0;
-            for &end in &ends {
-                segs.push(&buf[at..end]);
-                at = end;
-            }
-            if !segs.is_empty() {
-                s.dx.send_message(1, &[], &segs)
-                    .map_err(|err| s.dedup_err(err))?;
-            }
-            buf.drain(..at);
-            s.write_out()?;
-            // What this side believes the receiver holds survives a kill of this
-            // process, so a rerun sends fingerprints for it.
-            s.dx.cache().flush()?;
-            p.bytes_done += n as u64;
-            p.wire_bytes = wire.load(Ordering::Relaxed);
-            progress(&p);
-            s.poll()?;
-            if last {
-                break;
-            }
+            let path = if manifest.single_file {
+                src.to_path_buf()
+            } else {
+                src.join(&e.path)
+            };
+            todo.push((i as u32, e.path.clone(), path));
         }
-        s.control(&Control::FileEnd {
-            index: i as u32,
-            size,
-            blake3: hasher.finalize().to_hex().to_string(),
-        })?;
-        s.dx.flush();
-        s.write_out()?;
-        sent += 1;
-        bytes_in += size;
-        p.files_done += 1;
-        progress(&p);
     }
+    progress(&p);
+    // Reading, cutting and hashing on a second core; the protocol, the group hashes
+    // and zstd on this one.
+    let (chunks_tx, chunks) = mpsc::sync_channel::<Chunk>(2);
+    let chunk_size = opts.read_chunk;
+    let reader = std::thread::Builder::new()
+        .name("vargr-sync-read".into())
+        .spawn(move || read_files(todo, segmenter, chunk_size, chunks_tx))
+        .map_err(|e| SyncError::Link {
+            peer: peer.clone(),
+            what: "starting the file reader",
+            source: e,
+        })?;
+    for chunk in chunks.iter() {
+        match chunk {
+            Chunk::Start { index, path } => {
+                p.current = path;
+                s.control(&Control::FileStart { index })?;
+            }
+            Chunk::Data { data, ends, fps } => {
+                let mut segs = Vec::with_capacity(ends.len());
+                let mut at = 0;
+                for &end in &ends {
+                    segs.push(&data[at..end]);
+                    at = end;
+                }
+                if !segs.is_empty() {
+                    s.dx.send_message_hashed(1, &[], &segs, &fps)
+                        .map_err(|err| s.dedup_err(err))?;
+                }
+                s.write_out()?;
+                // What this side believes the receiver holds survives a kill of this
+                // process, so a rerun sends fingerprints for it.
+                s.dx.cache().flush()?;
+                p.bytes_done += at as u64;
+                p.wire_bytes = wire.load(Ordering::Relaxed);
+                progress(&p);
+                s.poll()?;
+            }
+            Chunk::End { index, size, hash } => {
+                s.control(&Control::FileEnd {
+                    index,
+                    size,
+                    blake3: hash,
+                })?;
+                s.dx.flush();
+                s.write_out()?;
+                sent += 1;
+                bytes_in += size;
+                p.files_done += 1;
+                progress(&p);
+            }
+            Chunk::Failed(e) => return Err(e),
+        }
+    }
+    let _ = reader.join();
     s.control(&Control::Done)?;
     s.dx.flush();
     s.write_out()?;
@@ -501,4 +507,85 @@ fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// What the reader thread hands the protocol thread.
+enum Chunk {
+    Start {
+        index: u32,
+        path: String,
+    },
+    /// Whole segments: `ends` cut `data`, `fps` fingerprint each.
+    Data {
+        data: Vec<u8>,
+        ends: Vec<usize>,
+        fps: Vec<vargr_dedup::Fingerprint>,
+    },
+    End {
+        index: u32,
+        size: u64,
+        hash: String,
+    },
+    Failed(SyncError),
+}
+
+/// Reads each file, cuts it into segments and fingerprints them, in order.
+fn read_files(
+    todo: Vec<(u32, String, PathBuf)>,
+    segmenter: Box<dyn vargr_dedup::Segmenter>,
+    chunk: usize,
+    out: mpsc::SyncSender<Chunk>,
+) {
+    for (index, rel, path) in todo {
+        if out.send(Chunk::Start { index, path: rel }).is_err() {
+            return;
+        }
+        let r = (|| -> Result<(u64, String), SyncError> {
+            let mut f = File::open(&path).map_err(|err| SyncError::io("opening", &path, err))?;
+            let mut hasher = blake3::Hasher::new();
+            let mut size = 0u64;
+            let mut tail: Vec<u8> = Vec::new();
+            loop {
+                let mut buf = std::mem::take(&mut tail);
+                let start = buf.len();
+                buf.resize(start + chunk, 0);
+                let n = read_full(&mut f, &mut buf[start..])
+                    .map_err(|err| SyncError::io("reading", &path, err))?;
+                buf.truncate(start + n);
+                hasher.update(&buf[start..]);
+                size += n as u64;
+                let last = n == 0;
+                let ends = segmenter.boundaries(&buf, last).unwrap_or_default();
+                let used = ends.last().copied().unwrap_or(0);
+                let mut fps = Vec::with_capacity(ends.len());
+                let mut at = 0;
+                for &end in &ends {
+                    fps.push(vargr_dedup::Fingerprint::full(&buf[at..end]));
+                    at = end;
+                }
+                tail = buf[used..].to_vec();
+                buf.truncate(used);
+                if out
+                    .send(Chunk::Data {
+                        data: buf,
+                        ends,
+                        fps,
+                    })
+                    .is_err()
+                {
+                    return Ok((size, String::new()));
+                }
+                if last {
+                    return Ok((size, hasher.finalize().to_hex().to_string()));
+                }
+            }
+        })();
+        let msg = match r {
+            Ok((size, hash)) => Chunk::End { index, size, hash },
+            Err(e) => Chunk::Failed(e),
+        };
+        if out.send(msg).is_err() {
+            return;
+        }
+    }
 }

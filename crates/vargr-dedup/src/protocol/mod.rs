@@ -179,6 +179,24 @@ impl<C: SegmentCache> Sender<C> {
         layout: &[u8],
         segments: &[&[u8]],
     ) -> Result<(), ProtocolError> {
+        let full: Vec<Fingerprint> = segments.iter().map(|s| Fingerprint::full(s)).collect();
+        self.send_message_hashed(channel, layout, segments, &full)
+    }
+
+    /// [`Sender::send_message`] with each segment's [`Fingerprint::full`] already
+    /// computed (`full[i]` of `segments[i]`), so that hashing can run on another core.
+    ///
+    /// # Panics
+    ///
+    /// If the two slices differ in length.
+    pub fn send_message_hashed(
+        &mut self,
+        channel: u32,
+        layout: &[u8],
+        segments: &[&[u8]],
+        full: &[Fingerprint],
+    ) -> Result<(), ProtocolError> {
+        assert_eq!(segments.len(), full.len(), "one fingerprint per segment");
         if layout.len() > self.config.max_layout {
             return Err(ProtocolError::TooLarge {
                 what: "layout",
@@ -203,14 +221,14 @@ impl<C: SegmentCache> Sender<C> {
         put_varint(segments.len() as u64, &mut self.out);
         self.stats.overhead_bytes += (self.out.len() - start) as u64;
         self.stats.messages += 1;
-        for s in segments {
-            self.add_segment(s)?;
+        for (s, &f) in segments.iter().zip(full) {
+            self.add_segment(s, f)?;
         }
         Ok(())
     }
 
-    fn add_segment(&mut self, s: &[u8]) -> Result<(), ProtocolError> {
-        let full = Fingerprint::full(s);
+    fn add_segment(&mut self, s: &[u8], full: Fingerprint) -> Result<(), ProtocolError> {
+        debug_assert_eq!(full, Fingerprint::full(s));
         let fp = full.truncate(self.config.bits);
         self.stats.segments += 1;
         self.stats.bytes_in += s.len() as u64;
