@@ -12,6 +12,7 @@ mod coll_check;
 mod dedup_cmd;
 mod demo;
 mod emu_cmd;
+mod proxy_cmd;
 mod roles;
 mod run_cmd;
 mod sync_cmd;
@@ -61,6 +62,9 @@ enum Cmd {
     /// Copy a file or a tree, sending only what the receiver's segment cache lacks
     /// (PATH, HOST:PATH over ssh, or vargr://HOST:PORT/PATH to a `--serve` daemon).
     Sync(sync_cmd::SyncArgs),
+    /// WAN accelerator for any TCP stream, in pairs: `--listen ADDR --peer FAR` near the
+    /// clients, `--serve ADDR --forward SERVER` near the server; repeats cross as fingerprints.
+    Proxy(proxy_cmd::ProxyArgs),
     /// Live view of a monitored run (`vargr run --monitor`): collectives, rates,
     /// latencies, who arrives last, records lost, clock error per process.
     Top(top_cmd::TopArgs),
@@ -137,6 +141,7 @@ fn main() {
         Cmd::Codec(c) => codec_cmd::run(c),
         Cmd::Top(a) => top_cmd::run(a),
         Cmd::Sync(a) => sync_cmd::run(a),
+        Cmd::Proxy(a) => proxy_cmd::run(a),
         Cmd::Dedup(c) => dedup_cmd::run(c),
         Cmd::Run(a) => run_cmd::run(a),
         Cmd::RankInfo => roles::rank_info(),

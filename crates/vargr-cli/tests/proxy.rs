@@ -1,0 +1,493 @@
+//! `vargr proxy` as users run it: two real proxy processes between a client and a
+//! server on loopback. Bytes must arrive identical both ways, interactive exchanges must
+//! not stall, a repeated download must cross the link as fingerprints, a wrong secret
+//! must be refused, and a dead far proxy must end the client's connection. Every wait
+//! is bounded.
+
+mod common;
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::vargr;
+
+const GUARD: Duration = Duration::from_secs(60);
+
+fn random(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// A `vargr proxy` process whose stderr lines are collected; killed on drop.
+struct Proxy {
+    child: Child,
+    log: Arc<Mutex<Vec<String>>>,
+    /// The ports it printed (listening or serving on).
+    ports: Vec<u16>,
+}
+
+impl Proxy {
+    fn start(args: &[&str], envs: &[(&str, &str)], cache: &Path, ports: usize) -> Proxy {
+        let mut c = Command::new(vargr());
+        c.arg("proxy")
+            .args(args)
+            .arg("--cache-dir")
+            .arg(cache)
+            .args(["--cache-size", "256m"])
+            .env_remove("VARGR_PROXY_SECRET")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in envs {
+            c.env(k, v);
+        }
+        let mut child = c.spawn().expect("spawn vargr proxy");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
+        let sink = log.clone();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                sink.lock().unwrap().push(l);
+            }
+        });
+        let mut p = Proxy {
+            child,
+            log,
+            ports: Vec::new(),
+        };
+        let found = p.wait_for(Duration::from_secs(30), |lines| {
+            lines
+                .iter()
+                .filter(|l| l.contains("listening on") || l.contains("serving on"))
+                .count()
+                >= ports
+        });
+        assert!(found, "vargr proxy {args:?} did not start:\n{}", p.text());
+        p.ports = p
+            .lines()
+            .iter()
+            .filter(|l| l.contains("listening on") || l.contains("serving on"))
+            .map(|l| {
+                let addr = l
+                    .split(" on tcp:")
+                    .nth(1)
+                    .unwrap()
+                    .split([' ', ','])
+                    .next()
+                    .unwrap();
+                addr.rsplit(':').next().unwrap().parse().unwrap()
+            })
+            .collect();
+        p
+    }
+
+    fn lines(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn text(&self) -> String {
+        self.lines().join("\n")
+    }
+
+    /// Polls the log until `pred` holds or `guard` passes.
+    fn wait_for(&self, guard: Duration, pred: impl Fn(&[String]) -> bool) -> bool {
+        let deadline = Instant::now() + guard;
+        loop {
+            if pred(&self.lines()) {
+                return true;
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn closed_lines(&self) -> Vec<String> {
+        self.lines()
+            .into_iter()
+            .filter(|l| l.contains(" closed: from app "))
+            .collect()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A near and a far proxy in front of `server_port`, with the same secret.
+struct Pair {
+    far: Proxy,
+    near: Proxy,
+}
+
+fn pair(dir: &Path, server_port: u16, near_extra: &[&str]) -> Pair {
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "5e".repeat(32)).unwrap();
+    let secret = secret.to_str().unwrap().to_string();
+    let forward = format!("127.0.0.1:{server_port}");
+    let far = Proxy::start(
+        &[
+            "--serve",
+            "127.0.0.1:0",
+            "--forward",
+            &forward,
+            "--secret-file",
+            &secret,
+            "--name",
+            "far",
+        ],
+        &[],
+        &dir.join("far-cache"),
+        1,
+    );
+    let peer = format!("127.0.0.1:{}", far.ports[0]);
+    let mut args = vec!["--peer", &peer, "--secret-file", &secret, "--name", "near"];
+    if !near_extra.contains(&"--listen") {
+        args.extend(["--listen", "127.0.0.1:0"]);
+    }
+    args.extend(near_extra);
+    let listens = args.iter().filter(|a| **a == "--listen").count();
+    let near = Proxy::start(&args, &[], &dir.join("near-cache"), listens);
+    Pair { far, near }
+}
+
+/// A server that echoes each connection's bytes and shuts its write side at EOF.
+fn echo_server() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut buf = vec![0u8; 64 << 10];
+                loop {
+                    match s.read(&mut buf) {
+                        Ok(0) => {
+                            let _ = s.shutdown(Shutdown::Write);
+                            return;
+                        }
+                        Ok(n) => {
+                            if s.write_all(&buf[..n]).is_err() {
+                                return;
+                            }
+                        }
+                        Err(_) => return,
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// A server that sends `blob` on every connection, shuts its write side, and drains.
+fn blob_server(blob: Arc<Vec<u8>>) -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let blob = blob.clone();
+            std::thread::spawn(move || {
+                if s.write_all(&blob).is_ok() {
+                    let _ = s.shutdown(Shutdown::Write);
+                    let _ = std::io::copy(&mut s, &mut std::io::sink());
+                }
+            });
+        }
+    });
+    port
+}
+
+fn client(port: u16) -> TcpStream {
+    let s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(GUARD)).unwrap();
+    s.set_write_timeout(Some(GUARD)).unwrap();
+    s
+}
+
+/// Reads to EOF; a time-out fails the test (a hang).
+fn read_all(s: &mut TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    match s.read_to_end(&mut got) {
+        Ok(_) => got,
+        Err(e) => panic!("reading through the proxies after {} bytes: {e}", got.len()),
+    }
+}
+
+/// `X` in "... {key} X B ..." of a close line.
+fn field(line: &str, key: &str) -> u64 {
+    let rest = line
+        .split(key)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {key:?} in {line:?}"));
+    rest.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn bytes_cross_both_ways_interactively_and_with_half_close() {
+    let dir = tempfile::tempdir().unwrap();
+    // The near proxy holds tails back for 2 ms (--hold), the far one sends them at once:
+    // neither may stall an exchange.
+    let p = pair(dir.path(), echo_server(), &["--hold", "2ms"]);
+    let mut c = client(p.near.ports[0]);
+
+    // Small exchanges: each must come back without more bytes behind it.
+    for i in 0..20 {
+        let msg = format!("ping {i}\n");
+        c.write_all(msg.as_bytes()).unwrap();
+        let mut back = vec![0u8; msg.len()];
+        c.read_exact(&mut back)
+            .unwrap_or_else(|e| panic!("ping {i} stalled: {e}\n{}", p.near.text()));
+        assert_eq!(back, msg.as_bytes());
+    }
+
+    // Bulk both ways at once, repeated so that the second half is dedup'ed, then a
+    // half-close: the echo comes back complete and then EOF.
+    let half = random(1 << 20, 9);
+    let mut data = half.clone();
+    data.extend_from_slice(&half);
+    let mut w = c.try_clone().unwrap();
+    let sent = data.clone();
+    let writer = std::thread::spawn(move || {
+        w.write_all(&sent).unwrap();
+        w.shutdown(Shutdown::Write).unwrap();
+    });
+    let back = read_all(&mut c);
+    writer.join().unwrap();
+    assert_eq!(back.len(), data.len());
+    assert!(back == data, "the echo differs from what was sent");
+
+    assert!(
+        p.near.wait_for(GUARD, |l| l
+            .iter()
+            .any(|l| l.contains(" closed: from app "))),
+        "near proxy did not report the connection:\n{}",
+        p.near.text()
+    );
+    let line = &p.near.closed_lines()[0];
+    let sent_app = field(line, "from app ");
+    let pings: usize = (0..20).map(|i| format!("ping {i}\n").len()).sum();
+    assert_eq!(sent_app, (data.len() + pings) as u64, "{line}");
+    assert!(
+        field(line, "→ link ") < sent_app * 3 / 4,
+        "the repeated half should cross as fingerprints: {line}"
+    );
+}
+
+#[test]
+fn a_repeated_download_crosses_as_fingerprints() {
+    let blob = Arc::new(random(4 << 20, 77));
+    let server = blob_server(blob.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let ports = [
+        "--listen",
+        "127.0.0.1:0",
+        "--listen",
+        "127.0.0.1:0=static:4k",
+    ];
+    let p = pair(dir.path(), server, &ports);
+    let fetch = |p: &Pair, port: usize, round: usize| {
+        let mut c = client(p.near.ports[port]);
+        let got = read_all(&mut c);
+        assert!(
+            got == *blob,
+            "fetch {round}: {} bytes, not the blob",
+            got.len()
+        );
+        drop(c);
+        assert!(
+            p.far
+                .wait_for(GUARD, |_| p.far.closed_lines().len() >= round),
+            "far proxy did not report fetch {round}:\n{}",
+            p.far.text()
+        );
+    };
+    fetch(&p, 0, 1);
+    fetch(&p, 0, 2);
+    let lines = p.far.closed_lines();
+    let first = field(&lines[0], "→ link ");
+    let second = field(&lines[1], "→ link ");
+    for l in &lines {
+        assert_eq!(field(l, "from app "), blob.len() as u64, "{l}");
+        assert!(l.contains("cdc:64:256:2k"), "{l}");
+    }
+    eprintln!(
+        "4 MiB of random bytes across the link: first fetch {first} B, second {second} B \
+         ({:.1}x less)",
+        first as f64 / second as f64
+    );
+    assert!(
+        first >= blob.len() as u64,
+        "random bytes cannot shrink: {first}"
+    );
+    assert!(
+        second * 10 < first,
+        "{second} B is not far fewer than {first} B"
+    );
+
+    // The second port uses its own segmenter; the far side learns it from the hello.
+    fetch(&p, 1, 3);
+    let l = &p.far.closed_lines()[2];
+    assert!(l.contains("static:4k"), "{l}");
+
+    // The caches outlive the processes: new proxies on the same caches send
+    // fingerprints from the first fetch.
+    drop(p);
+    let p = pair(dir.path(), server, &ports);
+    fetch(&p, 0, 1);
+    let again = field(&p.far.closed_lines()[0], "→ link ");
+    eprintln!("after a restart of both proxies: {again} B");
+    assert!(
+        again * 10 < first,
+        "{again} B after a restart, {first} B the first time"
+    );
+}
+
+#[test]
+fn a_wrong_secret_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let forward = format!("127.0.0.1:{}", echo_server());
+    let far = Proxy::start(
+        &["--serve", "127.0.0.1:0", "--forward", &forward],
+        &[("VARGR_PROXY_SECRET", &"11".repeat(32))],
+        &dir.path().join("far-cache"),
+        1,
+    );
+    let peer = format!("127.0.0.1:{}", far.ports[0]);
+    let near = Proxy::start(
+        &["--listen", "127.0.0.1:0", "--peer", &peer],
+        &[("VARGR_PROXY_SECRET", &"22".repeat(32))],
+        &dir.path().join("near-cache"),
+        1,
+    );
+    let mut c = client(near.ports[0]);
+    let _ = c.write_all(b"hello");
+    let mut buf = [0u8; 16];
+    match c.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::TimedOut => {}
+        other => panic!("expected the connection to be closed, got {other:?}"),
+    }
+    assert!(
+        near.wait_for(GUARD, |l| l.iter().any(|l| l.contains("wrong secret"))),
+        "near proxy:\n{}",
+        near.text()
+    );
+    assert!(
+        far.wait_for(GUARD, |l| l.iter().any(|l| l.contains("refused"))),
+        "far proxy:\n{}",
+        far.text()
+    );
+
+    // Without any secret, the proxy says how to give one.
+    let r = common::run_cli(
+        &["proxy", "--listen", "127.0.0.1:0", "--peer", &peer],
+        GUARD,
+    );
+    assert!(!r.status.success());
+    assert!(r.stderr.contains("VARGR_PROXY_SECRET"), "{}", r.stderr);
+}
+
+#[test]
+fn a_dead_far_proxy_ends_the_client_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = pair(dir.path(), echo_server(), &[]);
+    let mut c = client(p.near.ports[0]);
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all(b"are you there?").unwrap();
+    let mut back = [0u8; 14];
+    c.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"are you there?");
+
+    let _ = p.far.child.kill();
+    let _ = p.far.child.wait();
+    let t0 = Instant::now();
+    let mut buf = [0u8; 16];
+    match c.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::TimedOut => {}
+        other => panic!(
+            "the client should see the end of the connection, got {other:?} after {:?}",
+            t0.elapsed()
+        ),
+    }
+    assert!(
+        p.near
+            .wait_for(GUARD, |l| l.iter().any(|l| l.contains("failed"))),
+        "near proxy:\n{}",
+        p.near.text()
+    );
+
+    // A new connection while the far proxy is down is closed at once, with the reason
+    // in the near proxy's log.
+    let mut c = client(p.near.ports[0]);
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    match c.read(&mut buf) {
+        Ok(0) => {}
+        Err(e) if e.kind() != ErrorKind::WouldBlock && e.kind() != ErrorKind::TimedOut => {}
+        other => panic!("expected the connection to be closed, got {other:?}"),
+    }
+    assert!(
+        p.near.wait_for(GUARD, |l| l
+            .iter()
+            .any(|l| l.contains("connecting to the far proxy"))),
+        "near proxy:\n{}",
+        p.near.text()
+    );
+}
+
+#[test]
+fn a_client_that_reads_late_does_not_stop_its_upload() {
+    // The server reads the upload while it writes the download; the client reads the
+    // download only once its upload is done. Over plain TCP this works as long as one
+    // direction may stall while the other runs; through the proxies too.
+    const N: usize = 12 << 20;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let server = l.local_addr().unwrap().port();
+    let upload_ok = Arc::new(Mutex::new(None));
+    let seen = upload_ok.clone();
+    std::thread::spawn(move || {
+        let (mut s, _) = l.accept().unwrap();
+        let mut w = s.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let _ = w.write_all(&random(N, 5));
+            let _ = w.shutdown(Shutdown::Write);
+        });
+        let mut got = Vec::new();
+        let _ = s.read_to_end(&mut got);
+        *seen.lock().unwrap() = Some(got == random(N, 6));
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let p = pair(dir.path(), server, &[]);
+    let mut c = client(p.near.ports[0]);
+    c.write_all(&random(N, 6))
+        .unwrap_or_else(|e| panic!("the upload stalled: {e}\n{}", p.near.text()));
+    c.shutdown(Shutdown::Write).unwrap();
+    let down = read_all(&mut c);
+    assert!(
+        down == random(N, 5),
+        "the download differs ({} bytes)",
+        down.len()
+    );
+    let deadline = Instant::now() + GUARD;
+    while upload_ok.lock().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(*upload_ok.lock().unwrap(), Some(true), "the upload differs");
+}
