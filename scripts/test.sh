@@ -19,6 +19,9 @@ fi
 need cc || apt_install build-essential
 # Attach-mode tests start back-ends with a real mpirun (and issue 3 compares with MPI).
 need mpirun || apt_install openmpi-bin libopenmpi-dev
+# vargr bench dedup compares with rsync and zstd --patch-from.
+need rsync || apt_install rsync
+need zstd || apt_install zstd
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt || true
 cargo --version
 

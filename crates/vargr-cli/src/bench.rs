@@ -33,6 +33,9 @@ pub enum BenchCmd {
     /// Message compression over emulated links: each codec and the adaptive engine on
     /// synthetic and real data, and a bulk transfer against zstd --adapt.
     Codec(crate::bench_codec::CodecBenchArgs),
+    /// Redundancy elimination: segmenter throughput, syncs of consecutive releases
+    /// against rsync and zstd --patch-from, and two- against one-level fingerprints.
+    Dedup(crate::bench_dedup::BenchDedupArgs),
 }
 
 #[derive(Args, Clone)]
@@ -95,6 +98,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Sor(a) => crate::bench_wan::sor_bench(a),
         BenchCmd::Trace(a) => crate::bench_trace::run(a),
         BenchCmd::Codec(a) => crate::bench_codec::run(a),
+        BenchCmd::Dedup(a) => crate::bench_dedup::run(a),
     }
 }
 

@@ -3,6 +3,7 @@
 mod bench;
 mod bench_codec;
 mod bench_coll;
+mod bench_dedup;
 mod bench_emu;
 mod bench_trace;
 mod bench_wan;

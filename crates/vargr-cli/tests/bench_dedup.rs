@@ -1,0 +1,145 @@
+//! `vargr bench dedup --quick` end to end on synthetic data: every part runs, the JSON
+//! has the fields the issue asks for, and the figures are sane. No timing assertions.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{vargr, wait_guarded};
+
+#[test]
+fn quick_bench_dedup_writes_sane_records() {
+    let d = tempfile::tempdir().unwrap();
+    let json = d.path().join("dedup.json");
+    let mut child = Command::new(vargr())
+        .args([
+            "bench",
+            "dedup",
+            "--quick",
+            "--no-fetch",
+            "--skip-wan",
+            "--data",
+        ])
+        .arg(d.path().join("no-data"))
+        .arg("--json")
+        .arg(&json)
+        .current_dir(d.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let err = child.stderr.take().unwrap();
+    let read = |mut r: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            r.read_to_string(&mut s).unwrap();
+            s
+        })
+    };
+    let (out, err) = (read(Box::new(out)), read(Box::new(err)));
+    let status = wait_guarded(&mut child, Duration::from_secs(300)).expect("bench dedup hung");
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    assert!(status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(out.contains("targets"), "{out}");
+
+    let records: Vec<serde_json::Value> =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for r in &records {
+        for key in [
+            "benchmark",
+            "dataset",
+            "tool",
+            "bytes_in",
+            "bytes_on_wire",
+            "seconds",
+        ] {
+            assert!(r.get(key).is_some(), "{key} missing in {r}");
+        }
+        let tool = r["tool"].as_str().unwrap();
+        assert!(["vargr", "rsync", "zstd-patch-from"].contains(&tool), "{r}");
+    }
+    let of = |b: &str| -> Vec<&serde_json::Value> {
+        records.iter().filter(|r| r["benchmark"] == b).collect()
+    };
+
+    let tp = of("throughput");
+    for seg in [
+        "cdc",
+        "cdc:256",
+        "cdc:16:64:256",
+        "static:4k",
+        "sw",
+        "tiles",
+        "varg",
+    ] {
+        let r = tp
+            .iter()
+            .find(|r| r["segmenter"] == seg)
+            .unwrap_or_else(|| panic!("no throughput record for {seg}"));
+        assert!(r["mb_per_s"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["segments"].as_u64().unwrap() > 0, "{r}");
+    }
+
+    let pipe = of("pipeline");
+    assert_eq!(pipe.len(), 8, "{pipe:?}");
+    for r in &pipe {
+        let wire = r["bytes_on_wire"].as_u64().unwrap();
+        assert!(wire > 0 && wire < r["bytes_in"].as_u64().unwrap(), "{r}");
+    }
+
+    // vargr synced both releases (over local pipes with --skip-wan); the second one,
+    // mostly a repeat of the first, took far fewer bytes than its size.
+    let sync = of("sync");
+    let vargr_second = sync
+        .iter()
+        .find(|r| r["tool"] == "vargr" && r.get("base").is_some())
+        .expect("vargr sync of the second release");
+    let (n, wire) = (
+        vargr_second["bytes_in"].as_u64().unwrap(),
+        vargr_second["bytes_on_wire"].as_u64().unwrap(),
+    );
+    assert!(n > 1 << 20 && wire > 0 && wire * 4 < n, "{vargr_second}");
+    // rsync and zstd ran, or say why not.
+    for tool in ["rsync", "zstd-patch-from"] {
+        let r = sync
+            .iter()
+            .find(|r| r["tool"] == tool)
+            .unwrap_or_else(|| panic!("no {tool} record"));
+        assert!(
+            r["bytes_on_wire"].as_u64().unwrap() > 0 || r.get("note").is_some(),
+            "{r}"
+        );
+    }
+
+    let fps = of("fingerprints");
+    let at = |level: &str, s: u64| {
+        fps.iter()
+            .find(|r| {
+                r["fingerprint"] == level && r["avg_segment_bytes"].as_f64() == Some(s as f64)
+            })
+            .unwrap_or_else(|| panic!("no {level} record at {s} B"))
+    };
+    for s in [32, 64, 128, 256] {
+        let two = at("two-level", s);
+        let red = two["redundancy"].as_f64().unwrap();
+        assert!((red - 0.75).abs() < 0.05, "{two}");
+        let (r2, r1) = (
+            two["ratio"].as_f64().unwrap(),
+            at("one-level", s)["ratio"].as_f64().unwrap(),
+        );
+        assert!(r2 > r1 && r1 > 1.0, "{s} B: two-level {r2}, one-level {r1}");
+        let model = two["model_ratio"].as_f64().unwrap();
+        assert!(
+            (r2 - model).abs() / model < 0.05,
+            "{s} B: {r2} against the model's {model}"
+        );
+    }
+    let (r2, r1) = (
+        at("two-level", 32)["ratio"].as_f64().unwrap(),
+        at("one-level", 32)["ratio"].as_f64().unwrap(),
+    );
+    assert!(r2 > 2.0 && r1 < 1.5, "32 B: {r2} against {r1}");
+}
