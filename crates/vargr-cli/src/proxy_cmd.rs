@@ -350,32 +350,7 @@ fn save_cache(cache: &SharedCache<DiskCache>) {
 
 /// A cache directory name for a peer's name (`proxy-to-` + a sanitised name).
 fn cache_key(prefix: &str, name: &str) -> String {
-    let mut k: String = name
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | '@') {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if k.len() > 96 || k.is_empty() {
-        let h = name_digest(name);
-        k.truncate(64);
-        k = format!("{k}-{h}");
-    }
-    format!("{prefix}{k}")
-}
-
-/// A short stable digest of a string (FNV-1a; only to keep long names apart).
-fn name_digest(s: &str) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in s.bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    vargr_sync::cache_key(&format!("{prefix}{name}"))
 }
 
 // ---------------------------------------------------------------------------------

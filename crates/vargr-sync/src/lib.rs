@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 pub use frame::PROTOCOL_VERSION;
 pub use manifest::{Entry, Kind, Manifest};
 pub use recv::{receive, RecvOptions, RecvReport};
-pub use send::{host_name, send, Progress, SendOptions, SendReport};
+pub use send::{cache_key, host_name, send, Progress, SendOptions, SendReport};
 
 /// The byte streams of a session: to the peer and from it.
 pub struct Transport {

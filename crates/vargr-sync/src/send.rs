@@ -93,8 +93,9 @@ pub fn host_name() -> String {
     }
 }
 
-/// A cache directory name for any peer description.
-pub(crate) fn cache_key(peer: &str) -> String {
+/// A cache directory name for any peer description: safe characters kept, others
+/// replaced, long names cut and told apart by a hash.
+pub fn cache_key(peer: &str) -> String {
     let mut k: String = peer
         .chars()
         .map(|c| {

@@ -293,27 +293,14 @@ impl<C: SegmentCache> Sender<C> {
 
     /// Feeds bytes from the receiver (requests, acknowledgements).
     pub fn handle_input(&mut self, bytes: &[u8]) -> Result<(), ProtocolError> {
-        self.input.extend_from_slice(bytes);
         let limits = self.config.limits();
-        let mut used = 0;
-        let input = std::mem::take(&mut self.input);
-        let result = loop {
-            let at = self.input_offset + used as u64;
-            match wire::decode(&input[used..], at, &limits) {
-                Ok(Some((msg, n))) => {
-                    used += n;
-                    if let Err(e) = self.on_message(msg, at) {
-                        break Err(e);
-                    }
-                }
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
+        let (mut input, offset) = (std::mem::take(&mut self.input), self.input_offset);
+        let r = feed(&mut input, offset, bytes, &limits, |m, at| {
+            self.on_message(m, at)
+        });
+        self.input_offset += r.1;
         self.input = input;
-        self.input.drain(..used);
-        self.input_offset += used as u64;
-        result
+        r.0
     }
 
     fn on_message(&mut self, msg: Msg<'_>, offset: u64) -> Result<(), ProtocolError> {
@@ -366,6 +353,34 @@ impl<C: SegmentCache> Sender<C> {
     pub fn cache(&mut self) -> &mut C {
         &mut self.cache
     }
+}
+
+/// Appends `bytes` to `input` and hands every complete message in it to `on`; keeps
+/// the incomplete tail. Returns the result and the bytes consumed.
+fn feed(
+    input: &mut Vec<u8>,
+    offset: u64,
+    bytes: &[u8],
+    limits: &Limits,
+    mut on: impl FnMut(Msg<'_>, u64) -> Result<(), ProtocolError>,
+) -> (Result<(), ProtocolError>, u64) {
+    input.extend_from_slice(bytes);
+    let mut used = 0;
+    let result = loop {
+        let at = offset + used as u64;
+        match wire::decode(&input[used..], at, limits) {
+            Ok(Some((msg, n))) => {
+                used += n;
+                if let Err(e) = on(msg, at) {
+                    break Err(e);
+                }
+            }
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        }
+    };
+    input.drain(..used);
+    (result, used as u64)
 }
 
 fn check_bits<C: SegmentCache>(config: &Config, cache: &C) -> Result<(), ProtocolError> {
@@ -474,27 +489,14 @@ impl<C: SegmentCache> Receiver<C> {
 
     /// Feeds bytes from the sender, in any pieces.
     pub fn handle_input(&mut self, bytes: &[u8]) -> Result<(), ProtocolError> {
-        self.input.extend_from_slice(bytes);
         let limits = self.config.limits();
-        let mut used = 0;
-        let input = std::mem::take(&mut self.input);
-        let result = loop {
-            let at = self.input_offset + used as u64;
-            match wire::decode(&input[used..], at, &limits) {
-                Ok(Some((msg, n))) => {
-                    used += n;
-                    if let Err(e) = self.on_message(msg, at) {
-                        break Err(e);
-                    }
-                }
-                Ok(None) => break Ok(()),
-                Err(e) => break Err(e),
-            }
-        };
+        let (mut input, offset) = (std::mem::take(&mut self.input), self.input_offset);
+        let r = feed(&mut input, offset, bytes, &limits, |m, at| {
+            self.on_message(m, at)
+        });
+        self.input_offset += r.1;
         self.input = input;
-        self.input.drain(..used);
-        self.input_offset += used as u64;
-        result
+        r.0
     }
 
     /// Call when the sender's stream has ended: an error if it stopped mid-message.
