@@ -563,7 +563,7 @@ impl<C: SegmentCache> Receiver<C> {
                 });
                 self.announced = segments;
                 self.stats.messages += 1;
-                self.deliverable_check();
+                self.drop_finished_groups();
             }
             Msg::Fp(fp) => {
                 self.expect_segment(offset)?;
@@ -741,12 +741,12 @@ impl<C: SegmentCache> Receiver<C> {
             self.stats.overhead_bytes += 1;
             self.acked += 1;
         }
-        self.deliverable_check();
+        self.drop_finished_groups();
         Ok(())
     }
 
     /// Drops groups that are acknowledged and no longer hold undelivered segments.
-    fn deliverable_check(&mut self) {
+    fn drop_finished_groups(&mut self) {
         let keep_from = self.messages.front().map_or(self.next_seq, |m| m.first);
         while self.acked > 0 {
             let g = &self.groups[0];
@@ -791,7 +791,7 @@ impl<C: SegmentCache> Receiver<C> {
         let bytes: usize = segments.iter().map(Bytes::len).sum();
         self.pending_bytes = self.pending_bytes.saturating_sub(bytes);
         self.stats.bytes_in += bytes as u64;
-        self.deliverable_check();
+        self.drop_finished_groups();
         Some(Delivered {
             channel: m.channel,
             layout: m.layout,
