@@ -18,7 +18,7 @@
 //!   the chunk began, and boundaries fall back in step right after an edit (testing the
 //!   top bits, a 64-byte window, a 64-byte average took about six segments to do so).
 
-use super::{concat, slices, Cut, SegmentError, Segmenter, Shape};
+use super::{SegmentError, StreamCuts};
 
 const NAME: &str = "cdc";
 
@@ -137,6 +137,10 @@ impl Cdc {
         }
         (limit == self.max).then_some(self.max)
     }
+}
+
+impl StreamCuts for Cdc {
+    const NAME: &'static str = NAME;
 
     fn ends(&self, data: &[u8], last: bool) -> Vec<usize> {
         let mut ends = Vec::with_capacity(data.len() / self.avg + 2);
@@ -149,32 +153,6 @@ impl Cdc {
             ends.push(data.len());
         }
         ends
-    }
-}
-
-impl Segmenter for Cdc {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn cut<'a>(&self, data: &'a [u8], _shape: &Shape) -> Result<Cut<'a>, SegmentError> {
-        Ok(Cut {
-            segments: slices(data, &self.ends(data, true)),
-            layout: Vec::new(),
-        })
-    }
-
-    fn reassemble(
-        &self,
-        layout: &[u8],
-        segments: &[&[u8]],
-        out: &mut Vec<u8>,
-    ) -> Result<(), SegmentError> {
-        concat(NAME, layout, segments, out)
-    }
-
-    fn boundaries(&self, data: &[u8], last: bool) -> Option<Vec<usize>> {
-        Some(self.ends(data, last))
     }
 }
 

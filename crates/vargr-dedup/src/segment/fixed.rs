@@ -4,7 +4,7 @@
 //! streams of fixed-size records that never shift (a boundary that is a record
 //! boundary is worth more than one the content picks).
 
-use super::{concat, slices, Cut, SegmentError, Segmenter, Shape};
+use super::{SegmentError, StreamCuts};
 
 const NAME: &str = "static";
 
@@ -29,6 +29,10 @@ impl Fixed {
     pub fn size(&self) -> usize {
         self.size
     }
+}
+
+impl StreamCuts for Fixed {
+    const NAME: &'static str = NAME;
 
     fn ends(&self, data: &[u8], last: bool) -> Vec<usize> {
         let mut ends: Vec<usize> = (1..=data.len() / self.size)
@@ -38,31 +42,5 @@ impl Fixed {
             ends.push(data.len());
         }
         ends
-    }
-}
-
-impl Segmenter for Fixed {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn cut<'a>(&self, data: &'a [u8], _shape: &Shape) -> Result<Cut<'a>, SegmentError> {
-        Ok(Cut {
-            segments: slices(data, &self.ends(data, true)),
-            layout: Vec::new(),
-        })
-    }
-
-    fn reassemble(
-        &self,
-        layout: &[u8],
-        segments: &[&[u8]],
-        out: &mut Vec<u8>,
-    ) -> Result<(), SegmentError> {
-        concat(NAME, layout, segments, out)
-    }
-
-    fn boundaries(&self, data: &[u8], last: bool) -> Option<Vec<usize>> {
-        Some(self.ends(data, last))
     }
 }

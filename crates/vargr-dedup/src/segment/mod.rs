@@ -123,6 +123,40 @@ pub enum SegmentError {
     },
 }
 
+/// A segmenter of byte streams decides only where segments end; cutting, streaming and
+/// reassembly (the segments concatenate) follow from that, the same for all of them.
+pub(crate) trait StreamCuts: Send + Sync {
+    const NAME: &'static str;
+    /// As [`Segmenter::boundaries`].
+    fn ends(&self, data: &[u8], last: bool) -> Vec<usize>;
+}
+
+impl<T: StreamCuts> Segmenter for T {
+    fn name(&self) -> &str {
+        T::NAME
+    }
+
+    fn cut<'a>(&self, data: &'a [u8], _shape: &Shape) -> Result<Cut<'a>, SegmentError> {
+        Ok(Cut {
+            segments: slices(data, &self.ends(data, true)),
+            layout: Vec::new(),
+        })
+    }
+
+    fn reassemble(
+        &self,
+        layout: &[u8],
+        segments: &[&[u8]],
+        out: &mut Vec<u8>,
+    ) -> Result<(), SegmentError> {
+        concat(T::NAME, layout, segments, out)
+    }
+
+    fn boundaries(&self, data: &[u8], last: bool) -> Option<Vec<usize>> {
+        Some(self.ends(data, last))
+    }
+}
+
 /// Segments of `data` ending at `ends` (increasing, last = `data.len()`), borrowed.
 fn slices<'a>(data: &'a [u8], ends: &[usize]) -> Vec<Cow<'a, [u8]>> {
     let mut start = 0;

@@ -23,7 +23,7 @@
 //! that needs the cache inside the segmenter.
 
 use super::cdc::table;
-use super::{concat, slices, Cut, SegmentError, Segmenter, Shape};
+use super::{SegmentError, StreamCuts};
 
 const NAME: &str = "sw";
 
@@ -92,6 +92,10 @@ impl SpringWetherall {
             p = e;
         }
     }
+}
+
+impl StreamCuts for SpringWetherall {
+    const NAME: &'static str = NAME;
 
     fn ends(&self, data: &[u8], last: bool) -> Vec<usize> {
         let (n, w, s) = (data.len(), self.win, self.seg);
@@ -134,32 +138,6 @@ impl SpringWetherall {
             self.fill(&mut ends, done, n.saturating_sub(s).max(done), true);
         }
         ends
-    }
-}
-
-impl Segmenter for SpringWetherall {
-    fn name(&self) -> &str {
-        NAME
-    }
-
-    fn cut<'a>(&self, data: &'a [u8], _shape: &Shape) -> Result<Cut<'a>, SegmentError> {
-        Ok(Cut {
-            segments: slices(data, &self.ends(data, true)),
-            layout: Vec::new(),
-        })
-    }
-
-    fn reassemble(
-        &self,
-        layout: &[u8],
-        segments: &[&[u8]],
-        out: &mut Vec<u8>,
-    ) -> Result<(), SegmentError> {
-        concat(NAME, layout, segments, out)
-    }
-
-    fn boundaries(&self, data: &[u8], last: bool) -> Option<Vec<usize>> {
-        Some(self.ends(data, last))
     }
 }
 
