@@ -1,6 +1,7 @@
 //! Arbitrary bytes into both sides of the two-level fingerprint protocol: after a
 //! valid hello at the receiver, and as replies at the sender. Nothing may panic, and
-//! the receiver never delivers more than it was sent.
+//! the receiver never delivers more than one largest segment per byte it was sent (a
+//! fingerprint or a delta stands for a whole segment).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -12,12 +13,15 @@ fuzz_target!(|data: &[u8]| {
     let config = Config {
         bits: FpBits::new(12).unwrap(),
         group: 4,
+        max_segment: 1 << 12,
         max_pending: 1 << 20,
         ..Config::default()
     };
     let cache = || MemCache::new(config.bits, 1 << 20);
     let mut tx = Sender::new(config, cache()).unwrap();
-    tx.send_message(0, b"l", &[b"seed segment", b"another"]).unwrap();
+    // Two cached segments long enough to be delta bases.
+    let seed: Vec<u8> = (0..600u32).map(|i| (i * 31 % 253) as u8).collect();
+    tx.send_message(0, b"l", &[b"seed segment", &seed]).unwrap();
     tx.flush();
     let mut hello = Vec::new();
     tx.take_output(&mut hello);
@@ -32,7 +36,7 @@ fuzz_target!(|data: &[u8]| {
     while let Some(d) = rx.poll_delivered() {
         delivered += d.len();
     }
-    assert!(delivered <= hello.len() + data.len());
+    assert!(delivered <= (hello.len() + data.len()) * config.max_segment);
     let _ = rx.finish();
     let _ = tx.handle_input(data);
 });

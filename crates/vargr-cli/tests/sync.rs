@@ -221,6 +221,50 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
 }
 
 #[test]
+fn an_edited_file_crosses_as_deltas_in_the_next_session() {
+    let d = tempfile::tempdir().unwrap();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    std::fs::create_dir_all(p("src")).unwrap();
+    let file = d.path().join("src/data.bin");
+    write_random(&file, 2 << 20, 21);
+    let sync = || {
+        let (ok, out, err) = vargr_env(
+            &[
+                "sync",
+                &p("src"),
+                &p("dest"),
+                "--cache-dir",
+                &p("cache"),
+                "--json",
+            ],
+            &[],
+        );
+        assert!(ok, "{err}");
+        assert_same(&d.path().join("src"), &d.path().join("dest"));
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    let first = sync();
+    assert_eq!(first["files_sent"], 1);
+    // One byte in every 5,000 changes: every segment differs from the first session's,
+    // so only deltas against the cache (their bases found through the index the first
+    // session saved) keep the second transfer small.
+    let mut v = std::fs::read(&file).unwrap();
+    for i in (2_500..v.len()).step_by(5_000) {
+        v[i] ^= 0x5a;
+    }
+    std::fs::write(&file, &v).unwrap();
+    let second = sync();
+    assert_eq!(second["files_sent"], 1);
+    let deltas = second["dedup"]["deltas"].as_u64().unwrap();
+    assert!(deltas > 100, "{second}");
+    let wire = second["bytes_on_wire"].as_u64().unwrap();
+    assert!(
+        wire < (2 << 20) / 10,
+        "{wire} bytes for a 2 MiB file with 420 changed bytes"
+    );
+}
+
+#[test]
 fn an_interrupted_sync_resumes_sending_fingerprints_for_what_crossed() {
     let (d, _) = setup();
     let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();

@@ -5,16 +5,19 @@
 //! ([`fp`]), and covers groups of segments by one *conservative* hash; the receiver
 //! rebuilds segments it already holds from its cache ([`cache`]) and asks only for the
 //! rest ([`protocol`]). Short fingerprints make small segments pay; the group hash makes
-//! a fingerprint collision cost a resend, never a wrong byte.
+//! a fingerprint collision cost a resend, never a wrong byte. A new segment that
+//! resembles cached ones ([`similar`]) crosses as a delta against them ([`delta`]).
 //!
 //! Everything here is sans-IO: the tools (`vargr sync`, `vargr proxy`) and the link
 //! stage move the bytes.
 
 pub mod cache;
+pub mod delta;
 pub mod fp;
 pub mod model;
 pub mod protocol;
 pub mod segment;
+pub mod similar;
 pub mod stage;
 
 pub use cache::CacheError;

@@ -324,10 +324,12 @@ pub fn send(
         group: opts.group,
         ..Config::default()
     };
-    let dx = Sender::new(config, cache).map_err(|e| SyncError::Dedup {
+    let similar = crate::load_similarity(cache.dir(), config.delta_index);
+    let mut dx = Sender::new(config, cache).map_err(|e| SyncError::Dedup {
         peer: peer.clone(),
         source: e,
     })?;
+    dx.set_similarity(similar);
 
     let (tx, rx) = mpsc::channel();
     let reply_bytes = Arc::new(AtomicU64::new(0));
@@ -469,6 +471,8 @@ pub fn send(
     s.dx.cache().flush()?;
     let cache = s.dx.cache().stats();
     crate::save_session_stats(s.dx.cache().dir(), &cache);
+    let dir = s.dx.cache().dir().to_path_buf();
+    crate::save_similarity(&dir, s.dx.similarity());
     let dedup = s.dx.stats().clone();
     let failures: Vec<String> = s
         .failed

@@ -14,6 +14,10 @@
 //! - Messages carry their segmenter's layout once, not per segment.
 //! - Pushed and requested segments enter the receiver's cache when they arrive (they came
 //!   over the link, not from a cache); cache-read ones are already there.
+//! - A new segment like cached ones goes as a delta against them ([`crate::delta`],
+//!   bases found by [`crate::similar`]). The receiver treats its result like a cache
+//!   read: a wrong base (a fingerprint collision) fails the group hash, and the segment
+//!   is requested whole; a delta that does not decode is requested at once.
 //!
 //! Both sides are state machines fed with bytes ([`Sender::handle_input`],
 //! [`Receiver::handle_input`]) that append what to send to an output buffer
@@ -29,8 +33,11 @@ use bytes::Bytes;
 use serde::Serialize;
 
 use crate::cache::{CacheError, SegmentCache};
+use crate::delta;
 use crate::fp::{Fingerprint, FpBits, GroupHasher, CONSERVATIVE_LEN};
-use wire::{put_fp, put_varint, Limits, Msg};
+use crate::similar::{self, SimilarityIndex};
+pub(crate) use wire::put_varint;
+use wire::{put_fp, Limits, Msg};
 
 /// Parameters both sides must agree on (the sender announces them in its hello), and
 /// limits each side enforces on the other.
@@ -49,6 +56,9 @@ pub struct Config {
     /// Bytes the receiver holds in unchecked or undelivered groups before it refuses
     /// more (default 256 MiB).
     pub max_pending: usize,
+    /// Entries of the sender's [`SimilarityIndex`], which finds bases for delta segments
+    /// (default 2^20, about 64 MiB; 0 sends new segments whole).
+    pub delta_index: usize,
 }
 
 impl Default for Config {
@@ -60,6 +70,7 @@ impl Default for Config {
             max_layout: 64 << 10,
             window_groups: 256,
             max_pending: 256 << 20,
+            delta_index: 1 << 20,
         }
     }
 }
@@ -119,6 +130,11 @@ pub struct Stats {
     pub fingerprinted: u64,
     /// Segments sent inline because the sender's cache lacked them.
     pub pushed: u64,
+    /// Segments sent as deltas against cached ones (counted apart from `pushed`).
+    pub deltas: u64,
+    /// Bytes of the segments sent as deltas, and of the deltas themselves.
+    pub delta_segment_bytes: u64,
+    pub delta_bytes: u64,
     /// Segments requested (receiver) or answered (sender).
     pub requested: u64,
     /// Groups closed (sender) or checked (receiver).
@@ -147,6 +163,12 @@ pub struct Sender<C: SegmentCache> {
     input: Vec<u8>,
     input_offset: u64,
     stats: Stats,
+    similar: SimilarityIndex,
+    /// Scratch for delta bases and deltas.
+    encoder: delta::Encoder,
+    base_buf: Vec<u8>,
+    delta_buf: Vec<u8>,
+    best_delta: Vec<u8>,
 }
 
 impl<C: SegmentCache> Sender<C> {
@@ -168,7 +190,22 @@ impl<C: SegmentCache> Sender<C> {
             input: Vec::new(),
             input_offset: 0,
             stats: Stats::default(),
+            similar: SimilarityIndex::new(config.delta_index),
+            encoder: delta::Encoder::default(),
+            base_buf: Vec::new(),
+            delta_buf: Vec::new(),
+            best_delta: Vec::new(),
         })
+    }
+
+    /// Replaces the index that finds delta bases (one kept from an earlier session
+    /// with the same peer, see [`SimilarityIndex::from_bytes`]).
+    pub fn set_similarity(&mut self, index: SimilarityIndex) {
+        self.similar = index;
+    }
+
+    pub fn similarity(&self) -> &SimilarityIndex {
+        &self.similar
     }
 
     /// Queues one message: `layout` for the receiver's segmenter and the segments in
@@ -237,12 +274,16 @@ impl<C: SegmentCache> Sender<C> {
             put_fp(fp, self.config.bits, &mut self.out);
             self.stats.fingerprinted += 1;
             self.stats.overhead_bytes += 1 + self.config.bits.wire_len() as u64;
+            self.similar.record(full, None, Some(full));
         } else {
-            self.out.push(wire::T_PUSH);
-            put_varint(s.len() as u64, &mut self.out);
-            self.out.extend_from_slice(s);
+            let sketch = if self.config.delta_index > 0 {
+                similar::sketch(s)
+            } else {
+                None
+            };
+            let anchor = self.push_or_delta(s, sketch.as_ref())?;
             self.cache.insert(full, s)?;
-            self.stats.pushed += 1;
+            self.similar.record(full, sketch.as_ref(), anchor);
         }
         self.hasher.add(s);
         self.next_seq += 1;
@@ -252,6 +293,77 @@ impl<C: SegmentCache> Sender<C> {
             self.close_group();
         }
         Ok(())
+    }
+
+    /// Sends a new segment as a delta against cached ones if that is shorter, else
+    /// whole. Returns the segment the delta stood on, if any.
+    fn push_or_delta(
+        &mut self,
+        s: &[u8],
+        sketch: Option<&similar::Sketch>,
+    ) -> Result<Option<Fingerprint>, ProtocolError> {
+        let bits = self.config.bits;
+        let mut best: Option<(Vec<Fingerprint>, Fingerprint)> = None;
+        if self.config.delta_index > 0 && s.len() >= similar::MIN_SEGMENT {
+            for choice in self.similar.bases(sketch) {
+                self.base_buf.clear();
+                let mut have = Vec::with_capacity(choice.segments.len());
+                for f in &choice.segments {
+                    let t = f.truncate(bits);
+                    if !self.cache.may_contain(t) {
+                        continue;
+                    }
+                    if let Some(b) = self.cache.get(t)? {
+                        self.base_buf.extend_from_slice(&b);
+                        have.push(t);
+                    }
+                }
+                if have.is_empty() {
+                    continue;
+                }
+                self.delta_buf.clear();
+                self.encoder.encode(&self.base_buf, s, &mut self.delta_buf);
+                if best.is_none() || self.delta_buf.len() < self.best_delta.len() {
+                    std::mem::swap(&mut self.delta_buf, &mut self.best_delta);
+                    best = Some((have, choice.anchor));
+                }
+                if self.best_delta.len() < s.len() / 16 {
+                    break; // good enough: skip the other candidate
+                }
+            }
+        }
+        let whole = 1 + varint_len(s.len()) + s.len();
+        match best {
+            Some((bases, anchor))
+                if 2 + bases.len() * bits.wire_len()
+                    + varint_len(s.len())
+                    + varint_len(self.best_delta.len())
+                    + self.best_delta.len()
+                    < whole =>
+            {
+                let start = self.out.len();
+                self.out.push(wire::T_DELTA);
+                self.out.push(bases.len() as u8);
+                for b in &bases {
+                    put_fp(*b, bits, &mut self.out);
+                }
+                put_varint(s.len() as u64, &mut self.out);
+                put_varint(self.best_delta.len() as u64, &mut self.out);
+                self.stats.overhead_bytes += (self.out.len() - start) as u64;
+                self.out.extend_from_slice(&self.best_delta);
+                self.stats.deltas += 1;
+                self.stats.delta_segment_bytes += s.len() as u64;
+                self.stats.delta_bytes += self.best_delta.len() as u64;
+                Ok(Some(anchor))
+            }
+            _ => {
+                self.out.push(wire::T_PUSH);
+                put_varint(s.len() as u64, &mut self.out);
+                self.out.extend_from_slice(s);
+                self.stats.pushed += 1;
+                Ok(None)
+            }
+        }
     }
 
     /// Closes the open group now (end of input, or before going idle), so the receiver
@@ -392,6 +504,10 @@ fn check_bits<C: SegmentCache>(config: &Config, cache: &C) -> Result<(), Protoco
         });
     }
     Ok(())
+}
+
+fn varint_len(v: usize) -> usize {
+    (64 - (v as u64 | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// The sequence number nearest above `base` whose low 32 bits are `seq`.
@@ -604,6 +720,55 @@ impl<C: SegmentCache> Receiver<C> {
                     data: Some(Bytes::copy_from_slice(data)),
                     from_cache: false,
                 })?;
+            }
+            Msg::Delta(d) => {
+                self.expect_segment(offset)?;
+                let mut base = Vec::new();
+                let mut complete = true;
+                for fp in d.bases() {
+                    match self
+                        .cache
+                        .may_contain(fp)
+                        .then(|| self.cache.get(fp))
+                        .transpose()?
+                    {
+                        Some(Some(b)) => base.extend_from_slice(&b),
+                        _ => {
+                            complete = false;
+                            break;
+                        }
+                    }
+                }
+                let rebuilt = if complete {
+                    delta::decode(&base, d.delta, d.len).ok()
+                } else {
+                    None
+                };
+                self.stats.deltas += 1;
+                self.stats.delta_bytes += d.delta.len() as u64;
+                let slot = match rebuilt {
+                    Some(data) => {
+                        let full = Fingerprint::full(&data);
+                        self.cache.insert(full, &data)?;
+                        self.pending_bytes += data.len();
+                        self.stats.delta_segment_bytes += data.len() as u64;
+                        Slot {
+                            fp: full.truncate(self.config.bits),
+                            data: Some(Bytes::from(data)),
+                            // Built on cache reads: suspect until the group's hash agrees.
+                            from_cache: true,
+                        }
+                    }
+                    None => {
+                        self.request(self.next_seq);
+                        Slot {
+                            fp: Fingerprint(0),
+                            data: None,
+                            from_cache: false,
+                        }
+                    }
+                };
+                self.push_slot(slot)?;
             }
             Msg::Cfp(hash) => {
                 let open = self.groups.back_mut().expect("an open group");

@@ -8,6 +8,7 @@
 //! |---|---|---|---|
 //! | optimistic fingerprint | 1 + F = 6 | 6 + M | layout metadata travels once per message, not per segment |
 //! | pushed segment | 1 + v + S (3 + S under 16 KiB) | 3 + S ("no-fingerprint") | a segment the sender knows the receiver lacks; cached |
+//! | delta segment | 2 + B·F + v + v + D | (none) | a new segment as a delta (D bytes) against B ≤ 4 cached segments, concatenated |
 //! | segment request | 5 | 5 | u32 sequence number |
 //! | segment (answer) | 1 + 4 + v + S (7 + S) | 7 + S | |
 //! | conservative fingerprint | 17 | 21 | BLAKE3 cut to 128 bits, not SHA-1's 160 |
@@ -34,13 +35,18 @@ pub(crate) const T_PUSH: u8 = 0x04;
 pub(crate) const T_CFP: u8 = 0x05;
 /// Sender → receiver: a requested segment.
 pub(crate) const T_SEGMENT: u8 = 0x06;
+/// Sender → receiver: the next segment, as a delta against cached segments.
+pub(crate) const T_DELTA: u8 = 0x07;
 /// Receiver → sender: send segment `seq`.
 pub(crate) const T_REQUEST: u8 = 0x10;
 /// Receiver → sender: the oldest unacknowledged group checked out.
 pub(crate) const T_ACK: u8 = 0x11;
 
-/// Protocol version in the hello.
-pub(crate) const VERSION: u8 = 1;
+/// Protocol version in the hello (2 added delta segments).
+pub(crate) const VERSION: u8 = 2;
+
+/// Most cached segments one delta may be taken against.
+pub(crate) const MAX_BASES: usize = 4;
 
 /// One decoded message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,6 +63,7 @@ pub(crate) enum Msg<'a> {
     },
     Fp(Fingerprint),
     Push(&'a [u8]),
+    Delta(Delta<'a>),
     Cfp([u8; CONSERVATIVE_LEN]),
     Segment {
         seq: u32,
@@ -64,6 +71,26 @@ pub(crate) enum Msg<'a> {
     },
     Request(u32),
     Ack,
+}
+
+/// A delta segment: `len` bytes rebuilt from `delta` and the concatenation of the
+/// cached segments whose fingerprints are packed in `bases`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Delta<'a> {
+    pub bases: &'a [u8],
+    pub fp_len: usize,
+    pub len: usize,
+    pub delta: &'a [u8],
+}
+
+impl Delta<'_> {
+    pub fn bases(&self) -> impl Iterator<Item = Fingerprint> + '_ {
+        self.bases.chunks_exact(self.fp_len).map(|b| {
+            let mut v = [0u8; 8];
+            v[..b.len()].copy_from_slice(b);
+            Fingerprint(u64::from_le_bytes(v))
+        })
+    }
 }
 
 /// Limits on what a decoder accepts.
@@ -186,6 +213,26 @@ pub(crate) fn decode<'a>(
         T_PUSH => {
             let n = need!(c.len("pushed segment length", limits.max_segment)?);
             Msg::Push(need!(c.take(n)))
+        }
+        T_DELTA => {
+            let at = base + c.pos as u64;
+            let n = usize::from(need!(c.take(1))[0]);
+            if !(1..=MAX_BASES).contains(&n) {
+                return Err(ProtocolError::Malformed {
+                    what: "delta segment (base count not 1 to 4)",
+                    offset: at,
+                });
+            }
+            let fp_len = limits.bits.wire_len();
+            let bases = need!(c.take(n * fp_len));
+            let len = need!(c.len("delta segment length", limits.max_segment)?);
+            let d = need!(c.len("delta length", limits.max_segment)?);
+            Msg::Delta(Delta {
+                bases,
+                fp_len,
+                len,
+                delta: need!(c.take(d)),
+            })
         }
         T_CFP => {
             let b = need!(c.take(CONSERVATIVE_LEN));

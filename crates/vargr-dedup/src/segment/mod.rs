@@ -26,7 +26,7 @@
 
 use std::borrow::Cow;
 
-mod cdc;
+pub(crate) mod cdc;
 mod fixed;
 mod grid;
 mod layout;

@@ -1,0 +1,324 @@
+//! Delta encoding of a segment against a similar one both peers hold.
+//!
+//! Fingerprints only pay for segments repeated exactly. Between two releases of a source
+//! tree most changed segments differ from an old one in a few bytes (a version string, a
+//! timestamp), and sending them whole cost vargr 8-16× the bytes of
+//! `zstd --patch-from`. A segment sent as a delta against a similar cached one (found by
+//! [`crate::similar`]) costs only its differences.
+//!
+//! The format is a list of operations, each a LEB128 varint `x`:
+//! - `x` even: insert the next `x / 2` bytes, which follow inline;
+//! - `x` odd: copy `x / 2 + MIN_COPY` bytes of the base from an offset given by a
+//!   zigzag varint relative to where the previous copy ended (an edit that replaces
+//!   bytes one for one then costs a zero offset).
+//!
+//! Inserted bytes are left raw: the link's compressor (the sync stream's zstd, the codec
+//! stage) sees them together with everything else it has seen, which beats compressing
+//! each small delta alone.
+//!
+//! The encoder is greedy, in the manner of xdelta: an 8-byte hash index of the base, each
+//! match extended both ways, and the "same place, after the edit" offset tried first.
+
+use thiserror::Error;
+
+use crate::protocol::put_varint;
+
+/// Shortest copy; shorter matches cost more as a copy than as an insert.
+const MIN_COPY: usize = 8;
+/// Bytes hashed to find a match.
+const KEY: usize = 8;
+
+/// Why a delta did not decode. A faithful peer's delta fails only when the receiver's
+/// base is another segment than the sender's (a fingerprint collision).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum DeltaError {
+    #[error("delta: malformed {what} at byte {at}")]
+    Malformed { what: &'static str, at: usize },
+    #[error("delta: copy of {len} bytes from offset {offset} lies outside the {base}-byte base")]
+    CopyOutside {
+        offset: i64,
+        len: usize,
+        base: usize,
+    },
+    #[error("delta: output of {got} bytes, {want} announced")]
+    Length { got: usize, want: usize },
+}
+
+/// Appends to `out` the delta that rebuilds `target` from `base` (a convenience over
+/// [`Encoder`], which keeps its index table between calls).
+pub fn encode(base: &[u8], target: &[u8], out: &mut Vec<u8>) {
+    Encoder::default().encode(base, target, out);
+}
+
+/// A delta encoder; reusing one saves allocating its index for every segment.
+#[derive(Default)]
+pub struct Encoder {
+    slots: Vec<u32>,
+}
+
+impl Encoder {
+    /// Appends to `out` the delta that rebuilds `target` from `base`.
+    pub fn encode(&mut self, base: &[u8], target: &[u8], out: &mut Vec<u8>) {
+        let index = BaseIndex::new(base, &mut self.slots);
+        let n = target.len();
+        let (mut p, mut lit) = (0usize, 0usize);
+        let mut base_end = 0usize;
+        while p + KEY <= n {
+            let found = match_at(base, target, p, base_end + (p - lit), MIN_COPY).or_else(|| {
+                index
+                    .lookup(target, p)
+                    .and_then(|q| match_at(base, target, p, q, MIN_COPY))
+            });
+            let Some((q, len)) = found else {
+                // Through new bytes, look less and less often (as LZ4 does).
+                p += 1 + ((p - lit) >> 6);
+                continue;
+            };
+            // Extend backwards over literals that match too.
+            let back = (1..=(p - lit).min(q))
+                .take_while(|&k| base[q - k] == target[p - k])
+                .last()
+                .unwrap_or(0);
+            let (p0, q0, len) = (p - back, q - back, len + back);
+            if p0 > lit {
+                put_insert(&target[lit..p0], out);
+            }
+            put_varint((((len - MIN_COPY) as u64) << 1) | 1, out);
+            put_varint(zigzag(q0 as i64 - base_end as i64), out);
+            base_end = q0 + len;
+            p = p0 + len;
+            lit = p;
+        }
+        if lit < n {
+            put_insert(&target[lit..], out);
+        }
+    }
+}
+
+/// Rebuilds a segment of `len` bytes from `base` and `delta`; refuses anything longer.
+pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaError> {
+    let mut out = Vec::with_capacity(len);
+    let mut at = 0usize;
+    let mut base_end = 0i64;
+    while at < delta.len() {
+        let x = varint(delta, &mut at, "operation")?;
+        if x & 1 == 0 {
+            let k = usize::try_from(x >> 1).unwrap_or(usize::MAX);
+            let bytes = delta
+                .get(at..at.saturating_add(k))
+                .ok_or(DeltaError::Malformed {
+                    what: "insert (runs past the end)",
+                    at,
+                })?;
+            check_len(out.len(), k, len)?;
+            out.extend_from_slice(bytes);
+            at += k;
+        } else {
+            let k = usize::try_from(x >> 1)
+                .ok()
+                .and_then(|k| k.checked_add(MIN_COPY))
+                .ok_or(DeltaError::Malformed {
+                    what: "copy length",
+                    at,
+                })?;
+            let rel = unzigzag(varint(delta, &mut at, "copy offset")?);
+            let offset = base_end.checked_add(rel).ok_or(DeltaError::Malformed {
+                what: "copy offset",
+                at,
+            })?;
+            let src = usize::try_from(offset)
+                .ok()
+                .and_then(|o| base.get(o..o.checked_add(k)?))
+                .ok_or(DeltaError::CopyOutside {
+                    offset,
+                    len: k,
+                    base: base.len(),
+                })?;
+            check_len(out.len(), k, len)?;
+            out.extend_from_slice(src);
+            base_end = offset + k as i64;
+        }
+    }
+    if out.len() != len {
+        return Err(DeltaError::Length {
+            got: out.len(),
+            want: len,
+        });
+    }
+    Ok(out)
+}
+
+fn check_len(have: usize, add: usize, want: usize) -> Result<(), DeltaError> {
+    if have.saturating_add(add) > want {
+        return Err(DeltaError::Length {
+            got: have.saturating_add(add),
+            want,
+        });
+    }
+    Ok(())
+}
+
+fn put_insert(bytes: &[u8], out: &mut Vec<u8>) {
+    put_varint((bytes.len() as u64) << 1, out);
+    out.extend_from_slice(bytes);
+}
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+fn varint(buf: &[u8], at: &mut usize, what: &'static str) -> Result<u64, DeltaError> {
+    let start = *at;
+    let mut v = 0u64;
+    for i in 0..10 {
+        let &b = buf
+            .get(*at)
+            .ok_or(DeltaError::Malformed { what, at: start })?;
+        *at += 1;
+        if i == 9 && b > 1 {
+            break;
+        }
+        v |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            return Ok(v);
+        }
+    }
+    Err(DeltaError::Malformed { what, at: start })
+}
+
+/// Where `target[p..]` matches `base[q..]`, and for how long, if at least `min` bytes.
+fn match_at(base: &[u8], target: &[u8], p: usize, q: usize, min: usize) -> Option<(usize, usize)> {
+    let (b, t) = (base.get(q..)?, &target[p..]);
+    let len = b.iter().zip(t).take_while(|(x, y)| x == y).count();
+    (len >= min).then_some((q, len))
+}
+
+/// Positions in the base of the 8-byte keys at every `STEP`-th offset (the last one
+/// wins), in an open table without collision handling: a miss costs a literal, never a
+/// wrong copy, because every candidate is checked. A match of `KEY + STEP - 1` bytes or
+/// more covers an indexed offset and is found there, then extended backwards.
+struct BaseIndex<'a> {
+    slots: &'a [u32],
+    shift: u32,
+}
+
+const STEP: usize = 4;
+
+impl<'a> BaseIndex<'a> {
+    fn new(base: &[u8], slots: &'a mut Vec<u32>) -> BaseIndex<'a> {
+        let keys = base.len() / STEP + 1;
+        let bits = (keys.next_power_of_two().trailing_zeros() + 1).clamp(4, 22);
+        slots.clear();
+        slots.resize(1 << bits, 0);
+        let shift = 64 - bits;
+        if base.len() >= KEY {
+            for q in (0..=base.len() - KEY).step_by(STEP) {
+                slots[hash(&base[q..], shift)] = q as u32 + 1;
+            }
+        }
+        BaseIndex { slots, shift }
+    }
+
+    fn lookup(&self, target: &[u8], p: usize) -> Option<usize> {
+        let q = self.slots[hash(&target[p..], self.shift)];
+        (q != 0).then(|| q as usize - 1)
+    }
+}
+
+fn hash(at: &[u8], shift: u32) -> usize {
+    let k = u64::from_le_bytes(at[..KEY].try_into().expect("8 bytes"));
+    (k.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> shift) as usize
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn round(base: &[u8], target: &[u8]) -> usize {
+        let mut d = Vec::new();
+        encode(base, target, &mut d);
+        assert_eq!(decode(base, &d, target.len()).unwrap(), target);
+        d.len()
+    }
+
+    #[test]
+    fn a_small_edit_costs_a_few_bytes() {
+        let mut x = 0x1234_5678_9abc_def1u64;
+        let base: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let mut t = base.clone();
+        t[1000..1005].copy_from_slice(b"5.0.2");
+        t.splice(3000..3000, b"inserted".iter().copied());
+        assert!(round(&base, &t) < 40, "{}", round(&base, &t));
+        assert_eq!(round(&base, &base), 3);
+        assert_eq!(round(b"", b"abc"), 4);
+        assert_eq!(round(b"abc", b""), 0);
+    }
+
+    #[test]
+    fn garbage_is_an_error_not_a_panic() {
+        let base = b"0123456789abcdef";
+        // A copy past the base.
+        let mut d = Vec::new();
+        put_varint(((20 - MIN_COPY as u64) << 1) | 1, &mut d);
+        put_varint(0, &mut d);
+        assert!(matches!(
+            decode(base, &d, 20),
+            Err(DeltaError::CopyOutside { .. })
+        ));
+        // An insert longer than the announced length.
+        assert!(matches!(
+            decode(base, &[8, 1, 2, 3, 4], 2),
+            Err(DeltaError::Length { .. })
+        ));
+        // Cut short, and a varint that never ends.
+        assert!(matches!(
+            decode(base, &[8, 1], 4),
+            Err(DeltaError::Malformed { .. })
+        ));
+        assert!(decode(base, &[0xff; 12], 4).is_err());
+        // Too short an output.
+        assert!(matches!(
+            decode(base, &[2, 1], 4),
+            Err(DeltaError::Length { .. })
+        ));
+    }
+
+    proptest! {
+        #[test]
+        fn edits_round_trip(
+            base in proptest::collection::vec(any::<u8>(), 0..3000),
+            edits in proptest::collection::vec((any::<u16>(), 0usize..40, proptest::collection::vec(any::<u8>(), 0..40)), 0..8),
+        ) {
+            let mut t = base.clone();
+            for (at, del, ins) in edits {
+                let at = usize::from(at) % (t.len() + 1);
+                let end = (at + del).min(t.len());
+                t.splice(at..end, ins);
+            }
+            round(&base, &t);
+        }
+
+        #[test]
+        fn decoding_anything_never_panics(
+            base in proptest::collection::vec(any::<u8>(), 0..64),
+            delta in proptest::collection::vec(any::<u8>(), 0..64),
+            len in 0usize..200,
+        ) {
+            if let Ok(v) = decode(&base, &delta, len) {
+                prop_assert_eq!(v.len(), len);
+            }
+        }
+    }
+}
