@@ -44,7 +44,9 @@ use vargr_codec::{Codec, ElemKind};
 use vargr_dedup::cache::{DiskCache, DiskConfig, MemCache, SegmentCache};
 use vargr_dedup::fp::CONSERVATIVE_LEN;
 use vargr_dedup::model::{self, ModelParams, Wire};
-use vargr_dedup::{by_name, Config, Fingerprint, FpBits, Receiver, Segmenter, Sender, Shape};
+use vargr_dedup::{
+    by_name, Config, Fingerprint, FpBits, Prepared, Receiver, Segmenter, Sender, Shape,
+};
 
 /// The emulated WAN of the sync test.
 const LATENCY: &str = "20ms";
@@ -80,6 +82,10 @@ pub struct BenchDedupArgs {
     /// same, times are not the link's).
     #[arg(long)]
     skip_wan: bool,
+    /// Run only these parts (comma-separated): throughput, pipeline, sync,
+    /// fingerprints.
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "pipeline", "sync", "fingerprints"])]
+    only: Vec<String>,
 }
 
 /// One measurement. `bytes_on_wire` counts both directions where there are two.
@@ -171,15 +177,20 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
     let second = std::fs::read(&releases[1].path)
         .with_context(|| format!("reading {}", releases[1].path.display()))?;
     let mut records = Vec::new();
+    let part = |p: &str| a.only.is_empty() || a.only.iter().any(|o| o == p);
 
-    records.extend(throughput(&releases[0].name, &first, a.quick)?);
-    records.extend(throughput_2d(a.quick)?);
-    records.extend(pipeline(
-        [&releases[0].name, &releases[1].name],
-        [&first, &second],
-        &scratch.0,
-        a.quick,
-    )?);
+    if part("throughput") {
+        records.extend(throughput(&releases[0].name, &first, a.quick)?);
+        records.extend(throughput_2d(a.quick)?);
+    }
+    if part("pipeline") {
+        records.extend(pipeline(
+            [&releases[0].name, &releases[1].name],
+            [&first, &second],
+            &scratch.0,
+            a.quick,
+        )?);
+    }
     drop((first, second));
 
     let exe = std::env::current_exe().context("locating the vargr binary")?;
@@ -188,7 +199,7 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
     } else {
         &[SYNC_SEGMENTER, "cdc:128:512:4k", "cdc:64:256:2k"]
     };
-    for seg in segmenters {
+    for seg in segmenters.iter().filter(|_| part("sync")) {
         match sync_vargr(&exe, &releases, &scratch.0, seg, !a.skip_wan) {
             Ok(r) => records.extend(r),
             Err(e) => {
@@ -204,9 +215,13 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
             }
         }
     }
-    records.extend(sync_rsync(&releases, &scratch.0));
-    records.extend(sync_zstd(&releases, &scratch.0));
-    records.extend(fingerprints(a.quick)?);
+    if part("sync") {
+        records.extend(sync_rsync(&releases, &scratch.0));
+        records.extend(sync_zstd(&releases, &scratch.0));
+    }
+    if part("fingerprints") {
+        records.extend(fingerprints(a.quick)?);
+    }
 
     print_tables(&records);
     if let Some(path) = &a.json {
@@ -585,7 +600,7 @@ fn one_ack() -> Result<Vec<u8>> {
 struct Piece {
     data: Vec<u8>,
     ends: Vec<usize>,
-    fps: Vec<Fingerprint>,
+    fps: Vec<Prepared>,
     last: bool,
 }
 
@@ -612,7 +627,7 @@ fn read_pieces(
         let mut fps = Vec::with_capacity(ends.len());
         let mut at = 0;
         for &end in &ends {
-            fps.push(Fingerprint::full(&piece[at..end]));
+            fps.push(Prepared::of(&piece[at..end]));
             at = end;
         }
         emit(Piece {
@@ -651,7 +666,7 @@ fn pass<C: SegmentCache>(
             at = end;
         }
         if !segs.is_empty() {
-            dx.send_message_hashed(1, &[], &segs, &p.fps)?;
+            dx.send_message_prepared(1, &[], &segs, &p.fps)?;
             segments += segs.len() as u64;
         }
         if p.last {

@@ -47,7 +47,7 @@ pub enum DeltaError {
 /// Appends to `out` the delta that rebuilds `target` from `base` (a convenience over
 /// [`Encoder`], which keeps its index table between calls).
 pub fn encode(base: &[u8], target: &[u8], out: &mut Vec<u8>) {
-    Encoder::default().encode(base, target, out);
+    Encoder::default().encode(base, target, 0, out);
 }
 
 /// A delta encoder; reusing one saves allocating its index for every segment.
@@ -56,19 +56,35 @@ pub struct Encoder {
     slots: Vec<u32>,
 }
 
+/// Literal bytes in a row before the encoder indexes the base: edits that replace bytes
+/// one for one (a version string, a timestamp) are found without an index, at the same
+/// place after the edit.
+const LAZY: usize = 16;
+
 impl Encoder {
-    /// Appends to `out` the delta that rebuilds `target` from `base`.
-    pub fn encode(&mut self, base: &[u8], target: &[u8], out: &mut Vec<u8>) {
-        let index = BaseIndex::new(base, &mut self.slots);
+    /// Appends to `out` the delta that rebuilds `target` from `base`, where `target`
+    /// probably starts at `start` in `base` (a hint; any value is correct).
+    pub fn encode(&mut self, base: &[u8], target: &[u8], start: usize, out: &mut Vec<u8>) {
+        let mut index: Option<BaseIndex> = None;
         let n = target.len();
         let (mut p, mut lit) = (0usize, 0usize);
-        let mut base_end = 0usize;
+        // Where the last copy ended: the reference of the next offset on the wire, and
+        // (from the hint at first) where the next match is expected.
+        let (mut base_end, mut expect) = (0usize, start);
         while p + KEY <= n {
-            let found = match_at(base, target, p, base_end + (p - lit), MIN_COPY).or_else(|| {
-                index
+            let mut found = match_at(base, target, p, expect + (p - lit), MIN_COPY);
+            if found.is_none() && (index.is_some() || p - lit >= LAZY) {
+                // Index where the target's bytes probably are: around the hint, half
+                // its length either side (a base of several segments is mostly margin).
+                let ix = index.get_or_insert_with(|| {
+                    let from = start.min(base.len()).saturating_sub(n);
+                    let to = start.saturating_add(2 * n).min(base.len());
+                    BaseIndex::new(base, from..to, std::mem::take(&mut self.slots))
+                });
+                found = ix
                     .lookup(target, p)
-                    .and_then(|q| match_at(base, target, p, q, MIN_COPY))
-            });
+                    .and_then(|q| match_at(base, target, p, q, MIN_COPY));
+            }
             let Some((q, len)) = found else {
                 // Through new bytes, look less and less often (as LZ4 does).
                 p += 1 + ((p - lit) >> 6);
@@ -86,11 +102,15 @@ impl Encoder {
             put_varint((((len - MIN_COPY) as u64) << 1) | 1, out);
             put_varint(zigzag(q0 as i64 - base_end as i64), out);
             base_end = q0 + len;
+            expect = base_end;
             p = p0 + len;
             lit = p;
         }
         if lit < n {
             put_insert(&target[lit..], out);
+        }
+        if let Some(ix) = index {
+            self.slots = ix.slots;
         }
     }
 }
@@ -192,31 +212,51 @@ fn varint(buf: &[u8], at: &mut usize, what: &'static str) -> Result<u64, DeltaEr
 
 /// Where `target[p..]` matches `base[q..]`, and for how long, if at least `min` bytes.
 fn match_at(base: &[u8], target: &[u8], p: usize, q: usize, min: usize) -> Option<(usize, usize)> {
-    let (b, t) = (base.get(q..)?, &target[p..]);
-    let len = b.iter().zip(t).take_while(|(x, y)| x == y).count();
+    let len = common_prefix(base.get(q..)?, &target[p..]);
     (len >= min).then_some((q, len))
+}
+
+/// Length of the common prefix of `a` and `b`, eight bytes at a time.
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let x = u64::from_le_bytes(a[i..i + 8].try_into().expect("8 bytes"))
+            ^ u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        if x != 0 {
+            return i + (x.trailing_zeros() / 8) as usize;
+        }
+        i += 8;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
 }
 
 /// Positions in the base of the 8-byte keys at every `STEP`-th offset (the last one
 /// wins), in an open table without collision handling: a miss costs a literal, never a
 /// wrong copy, because every candidate is checked. A match of `KEY + STEP - 1` bytes or
 /// more covers an indexed offset and is found there, then extended backwards.
-struct BaseIndex<'a> {
-    slots: &'a [u32],
+struct BaseIndex {
+    slots: Vec<u32>,
     shift: u32,
 }
 
 const STEP: usize = 4;
 
-impl<'a> BaseIndex<'a> {
-    fn new(base: &[u8], slots: &'a mut Vec<u32>) -> BaseIndex<'a> {
-        let keys = base.len() / STEP + 1;
+impl BaseIndex {
+    /// Indexes the keys starting in `range` of `base`.
+    fn new(base: &[u8], range: std::ops::Range<usize>, mut slots: Vec<u32>) -> BaseIndex {
+        let keys = range.len() / STEP + 1;
         let bits = (keys.next_power_of_two().trailing_zeros() + 1).clamp(4, 22);
         slots.clear();
         slots.resize(1 << bits, 0);
         let shift = 64 - bits;
-        if base.len() >= KEY {
-            for q in (0..=base.len() - KEY).step_by(STEP) {
+        let last = range.end.min(base.len().saturating_sub(KEY - 1));
+        if range.start < last {
+            for q in (range.start..last).step_by(STEP) {
                 slots[hash(&base[q..], shift)] = q as u32 + 1;
             }
         }

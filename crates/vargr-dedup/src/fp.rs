@@ -2,8 +2,8 @@
 //!
 //! The optimistic fingerprint is the low `bits` bits of XXH3-64 of the segment: the seed
 //! used a 40-bit FNV hash; XXH3 is as well distributed and runs at memory speed. The
-//! conservative hash of a group is BLAKE3 over its segments in order, each preceded by
-//! its length, truncated to [`CONSERVATIVE_LEN`] bytes.
+//! conservative hash of a group is BLAKE3 over its segments in order and then their
+//! lengths, truncated to [`CONSERVATIVE_LEN`] bytes.
 
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -64,23 +64,53 @@ impl Fingerprint {
     }
 }
 
-/// The conservative hash of a group, fed one segment at a time.
+/// The conservative hash of a group: BLAKE3 over its segments back to back, then each
+/// one's length and their count (u64, little-endian), which fixes the boundaries. The
+/// lengths go last so that a sender holding the group in one buffer hashes it in one
+/// call ([`GroupHasher::add_run`]), where BLAKE3 hashes many chunks at once.
 #[derive(Default)]
-pub struct GroupHasher(blake3::Hasher);
+pub struct GroupHasher {
+    hasher: blake3::Hasher,
+    lens: Vec<u8>,
+    count: u64,
+}
 
 impl GroupHasher {
     pub fn new() -> GroupHasher {
-        GroupHasher(blake3::Hasher::new())
+        GroupHasher::default()
     }
 
     pub fn add(&mut self, segment: &[u8]) {
-        self.0.update(&(segment.len() as u64).to_le_bytes());
-        self.0.update(segment);
+        self.hasher.update(segment);
+        self.push_len(segment.len());
+    }
+
+    /// Adds segments held back to back in `data`, ending at offsets `ends`.
+    ///
+    /// # Panics
+    ///
+    /// If `ends` does not rise to `data.len()`.
+    pub fn add_run(&mut self, data: &[u8], ends: &[u32]) {
+        assert_eq!(ends.last().map_or(0, |&e| e as usize), data.len());
+        self.hasher.update(data);
+        let mut start = 0;
+        for &e in ends {
+            self.push_len(e as usize - start);
+            start = e as usize;
+        }
+    }
+
+    fn push_len(&mut self, len: usize) {
+        self.lens.extend_from_slice(&(len as u64).to_le_bytes());
+        self.count += 1;
     }
 
     pub fn finish(&self) -> [u8; CONSERVATIVE_LEN] {
+        let mut h = self.hasher.clone();
+        h.update(&self.lens);
+        h.update(&self.count.to_le_bytes());
         let mut out = [0u8; CONSERVATIVE_LEN];
-        out.copy_from_slice(&self.0.finalize().as_bytes()[..CONSERVATIVE_LEN]);
+        out.copy_from_slice(&h.finalize().as_bytes()[..CONSERVATIVE_LEN]);
         out
     }
 }
@@ -108,5 +138,13 @@ mod tests {
         b.add(b"a");
         b.add(b"bc");
         assert_ne!(a.finish(), b.finish());
+        let mut c = GroupHasher::new();
+        c.add_run(b"abc", &[2, 3]);
+        assert_eq!(a.finish(), c.finish());
+        assert_ne!(GroupHasher::new().finish(), {
+            let mut e = GroupHasher::new();
+            e.add(b"");
+            e.finish()
+        });
     }
 }

@@ -22,5 +22,5 @@ pub mod stage;
 
 pub use cache::CacheError;
 pub use fp::{Fingerprint, FpBits};
-pub use protocol::{Config, Delivered, ProtocolError, Receiver, Sender};
+pub use protocol::{Config, Delivered, Prepared, ProtocolError, Receiver, Sender};
 pub use segment::{by_name, Cut, SegmentError, Segmenter, Shape};

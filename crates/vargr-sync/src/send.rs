@@ -435,7 +435,7 @@ pub fn send(
                     at = end;
                 }
                 if !segs.is_empty() {
-                    s.dx.send_message_hashed(1, &[], &segs, &fps)
+                    s.dx.send_message_prepared(1, &[], &segs, &fps)
                         .map_err(|err| s.dedup_err(err))?;
                 }
                 s.write_out()?;
@@ -524,7 +524,7 @@ enum Chunk {
     Data {
         data: Vec<u8>,
         ends: Vec<usize>,
-        fps: Vec<vargr_dedup::Fingerprint>,
+        fps: Vec<vargr_dedup::Prepared>,
     },
     End {
         index: u32,
@@ -565,7 +565,7 @@ fn read_files(
                 let mut fps = Vec::with_capacity(ends.len());
                 let mut at = 0;
                 for &end in &ends {
-                    fps.push(vargr_dedup::Fingerprint::full(&buf[at..end]));
+                    fps.push(vargr_dedup::Prepared::of(&buf[at..end]));
                     at = end;
                 }
                 tail = buf[used..].to_vec();

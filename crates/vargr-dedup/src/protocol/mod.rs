@@ -145,10 +145,49 @@ pub struct Stats {
     pub overhead_bytes: u64,
 }
 
+/// What the sender needs of a segment besides its bytes, computed where convenient
+/// (another core) and handed to [`Sender::send_message_prepared`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Prepared {
+    pub full: Fingerprint,
+    pub sketch: Option<similar::Sketch>,
+}
+
+impl Prepared {
+    pub fn of(segment: &[u8]) -> Prepared {
+        Prepared {
+            full: Fingerprint::full(segment),
+            sketch: similar::sketch(segment),
+        }
+    }
+}
+
 /// A group the sender has closed or is filling.
 struct SentGroup {
     first: u64,
-    segments: Vec<Bytes>,
+    /// The segments back to back (one allocation per group, hashed in one call), and
+    /// where each ends.
+    data: Vec<u8>,
+    ends: Vec<u32>,
+}
+
+impl SentGroup {
+    fn new(first: u64) -> SentGroup {
+        SentGroup {
+            first,
+            data: Vec::new(),
+            ends: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn segment(&self, k: usize) -> &[u8] {
+        let start = if k == 0 { 0 } else { self.ends[k - 1] as usize };
+        &self.data[start..self.ends[k] as usize]
+    }
 }
 
 /// The sending side of one session.
@@ -159,7 +198,6 @@ pub struct Sender<C: SegmentCache> {
     next_seq: u64,
     /// Unacknowledged groups, oldest first; the last one is open.
     groups: VecDeque<SentGroup>,
-    hasher: GroupHasher,
     input: Vec<u8>,
     input_offset: u64,
     stats: Stats,
@@ -182,11 +220,7 @@ impl<C: SegmentCache> Sender<C> {
             cache,
             out,
             next_seq: 0,
-            groups: VecDeque::from([SentGroup {
-                first: 0,
-                segments: Vec::new(),
-            }]),
-            hasher: GroupHasher::new(),
+            groups: VecDeque::from([SentGroup::new(0)]),
             input: Vec::new(),
             input_offset: 0,
             stats: Stats::default(),
@@ -234,6 +268,40 @@ impl<C: SegmentCache> Sender<C> {
         full: &[Fingerprint],
     ) -> Result<(), ProtocolError> {
         assert_eq!(segments.len(), full.len(), "one fingerprint per segment");
+        self.send_message_with(channel, layout, segments, |i| (full[i], None))
+    }
+
+    /// [`Sender::send_message`] with each segment's fingerprint and sketch computed
+    /// beforehand ([`Prepared::of`]), on another core: all the per-byte work but the
+    /// protocol's own.
+    ///
+    /// # Panics
+    ///
+    /// If the two slices differ in length.
+    pub fn send_message_prepared(
+        &mut self,
+        channel: u32,
+        layout: &[u8],
+        segments: &[&[u8]],
+        prepared: &[Prepared],
+    ) -> Result<(), ProtocolError> {
+        assert_eq!(
+            segments.len(),
+            prepared.len(),
+            "one preparation per segment"
+        );
+        self.send_message_with(channel, layout, segments, |i| {
+            (prepared[i].full, Some(prepared[i].sketch))
+        })
+    }
+
+    fn send_message_with(
+        &mut self,
+        channel: u32,
+        layout: &[u8],
+        segments: &[&[u8]],
+        info: impl Fn(usize) -> (Fingerprint, Option<Option<similar::Sketch>>),
+    ) -> Result<(), ProtocolError> {
         if layout.len() > self.config.max_layout {
             return Err(ProtocolError::TooLarge {
                 what: "layout",
@@ -258,15 +326,25 @@ impl<C: SegmentCache> Sender<C> {
         put_varint(segments.len() as u64, &mut self.out);
         self.stats.overhead_bytes += (self.out.len() - start) as u64;
         self.stats.messages += 1;
-        for (s, &f) in segments.iter().zip(full) {
-            self.add_segment(s, f)?;
+        for (i, s) in segments.iter().enumerate() {
+            let (full, sketch) = info(i);
+            self.add_segment(s, full, sketch)?;
         }
         Ok(())
     }
 
-    fn add_segment(&mut self, s: &[u8], full: Fingerprint) -> Result<(), ProtocolError> {
+    /// `sketch`: the segment's, if computed already (`Some(None)`: it has none).
+    fn add_segment(
+        &mut self,
+        s: &[u8],
+        full: Fingerprint,
+        sketch: Option<Option<similar::Sketch>>,
+    ) -> Result<(), ProtocolError> {
         debug_assert_eq!(full, Fingerprint::full(s));
         let fp = full.truncate(self.config.bits);
+        if self.groups.back().expect("an open group").data.len() + s.len() > u32::MAX as usize {
+            self.close_group(); // offsets within a group are u32
+        }
         self.stats.segments += 1;
         self.stats.bytes_in += s.len() as u64;
         if !s.is_empty() && self.cache.may_contain(fp) {
@@ -276,20 +354,20 @@ impl<C: SegmentCache> Sender<C> {
             self.stats.overhead_bytes += 1 + self.config.bits.wire_len() as u64;
             self.similar.record(full, None, Some(full));
         } else {
-            let sketch = if self.config.delta_index > 0 {
-                similar::sketch(s)
-            } else {
-                None
+            let sketch = match sketch {
+                _ if self.config.delta_index == 0 => None,
+                Some(k) => k,
+                None => similar::sketch(s),
             };
             let anchor = self.push_or_delta(s, sketch.as_ref())?;
             self.cache.insert(full, s)?;
             self.similar.record(full, sketch.as_ref(), anchor);
         }
-        self.hasher.add(s);
         self.next_seq += 1;
         let open = self.groups.back_mut().expect("an open group");
-        open.segments.push(Bytes::copy_from_slice(s));
-        if open.segments.len() >= self.config.group as usize {
+        open.data.extend_from_slice(s);
+        open.ends.push(open.data.len() as u32);
+        if open.len() >= self.config.group as usize {
             self.close_group();
         }
         Ok(())
@@ -308,12 +386,16 @@ impl<C: SegmentCache> Sender<C> {
             for choice in self.similar.bases(sketch) {
                 self.base_buf.clear();
                 let mut have = Vec::with_capacity(choice.segments.len());
+                let mut start = 0;
                 for f in &choice.segments {
                     let t = f.truncate(bits);
                     if !self.cache.may_contain(t) {
                         continue;
                     }
                     if let Some(b) = self.cache.get(t)? {
+                        if *f == choice.anchor {
+                            start = self.base_buf.len();
+                        }
                         self.base_buf.extend_from_slice(&b);
                         have.push(t);
                     }
@@ -322,7 +404,8 @@ impl<C: SegmentCache> Sender<C> {
                     continue;
                 }
                 self.delta_buf.clear();
-                self.encoder.encode(&self.base_buf, s, &mut self.delta_buf);
+                self.encoder
+                    .encode(&self.base_buf, s, start, &mut self.delta_buf);
                 if best.is_none() || self.delta_buf.len() < self.best_delta.len() {
                     std::mem::swap(&mut self.delta_buf, &mut self.best_delta);
                     best = Some((have, choice.anchor));
@@ -369,27 +452,20 @@ impl<C: SegmentCache> Sender<C> {
     /// Closes the open group now (end of input, or before going idle), so the receiver
     /// can check and deliver what it has.
     pub fn flush(&mut self) {
-        if !self
-            .groups
-            .back()
-            .expect("an open group")
-            .segments
-            .is_empty()
-        {
+        if !self.groups.back().expect("an open group").ends.is_empty() {
             self.close_group();
         }
     }
 
     fn close_group(&mut self) {
+        let open = self.groups.back().expect("an open group");
+        let mut hasher = GroupHasher::new();
+        hasher.add_run(&open.data, &open.ends);
         self.out.push(wire::T_CFP);
-        self.out.extend_from_slice(&self.hasher.finish());
+        self.out.extend_from_slice(&hasher.finish());
         self.stats.overhead_bytes += 1 + CONSERVATIVE_LEN as u64;
         self.stats.groups += 1;
-        self.hasher = GroupHasher::new();
-        self.groups.push_back(SentGroup {
-            first: self.next_seq,
-            segments: Vec::new(),
-        });
+        self.groups.push_back(SentGroup::new(self.next_seq));
     }
 
     /// True when so many groups await acknowledgement that the caller should wait for
@@ -400,7 +476,7 @@ impl<C: SegmentCache> Sender<C> {
 
     /// True when everything sent has been acknowledged.
     pub fn is_idle(&self) -> bool {
-        self.groups.len() == 1 && self.groups[0].segments.is_empty()
+        self.groups.len() == 1 && self.groups[0].ends.is_empty()
     }
 
     /// Feeds bytes from the receiver (requests, acknowledgements).
@@ -423,15 +499,15 @@ impl<C: SegmentCache> Sender<C> {
                 let g = self
                     .groups
                     .iter()
-                    .find(|g| seq64 >= g.first && seq64 < g.first + g.segments.len() as u64)
+                    .find(|g| seq64 >= g.first && seq64 < g.first + g.len() as u64)
                     .ok_or(ProtocolError::UnknownSegment { seq, offset })?;
-                let data = g.segments[(seq64 - g.first) as usize].clone();
+                let data = g.segment((seq64 - g.first) as usize);
                 let start = self.out.len();
                 self.out.push(wire::T_SEGMENT);
                 self.out.extend_from_slice(&seq.to_le_bytes());
                 put_varint(data.len() as u64, &mut self.out);
                 self.stats.overhead_bytes += (self.out.len() - start) as u64;
-                self.out.extend_from_slice(&data);
+                self.out.extend_from_slice(data);
                 self.stats.requested += 1;
                 Ok(())
             }
