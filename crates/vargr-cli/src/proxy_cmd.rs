@@ -1118,23 +1118,22 @@ impl Pump {
         }
         self.counts.link_in += got as u64;
         let mut at = 0;
-        while self.link_in.len() - at >= 5 {
-            let kind = self.link_in[at];
-            let len =
-                u32::from_le_bytes(self.link_in[at + 1..at + 5].try_into().expect("four bytes"))
-                    as usize;
-            if len > MAX_FRAME + vargr_codec::HEADER_MAX {
-                return Err(self.bad(format!(
-                    "frame of {len} bytes at link byte {} exceeds {MAX_FRAME}",
-                    self.counts.link_in - (self.link_in.len() - at) as u64
-                )));
-            }
-            if self.link_in.len() - at - 5 < len {
-                break;
-            }
-            let body = self.link_in[at + 5..at + 5 + len].to_vec();
-            at += 5 + len;
-            self.on_frame(kind, &body)?;
+        loop {
+            let frame = match vargr_sync::split_frame(
+                &self.link_in[at..],
+                MAX_FRAME + vargr_codec::HEADER_MAX,
+            ) {
+                Ok(Some((kind, body))) => (kind, body.to_vec()),
+                Ok(None) => break,
+                Err(len) => {
+                    return Err(self.bad(format!(
+                        "frame of {len} bytes at link byte {} exceeds {MAX_FRAME}",
+                        self.counts.link_in - (self.link_in.len() - at) as u64
+                    )))
+                }
+            };
+            at += 5 + frame.1.len();
+            self.on_frame(frame.0, &frame.1)?;
         }
         self.link_in.drain(..at);
         if self.link_eof && !self.link_in.is_empty() {

@@ -106,6 +106,20 @@ pub(crate) fn write_frame(w: &mut dyn Write, kind: u8, body: &[u8]) -> std::io::
     w.write_all(body)
 }
 
+/// The frame at the front of `buf` (a type byte, a u32 little-endian length, the body),
+/// the shape of `vargr sync`'s replies and `vargr proxy`'s link: `Ok(None)` while it is
+/// incomplete, `Err(length)` if its length exceeds `max` (before anything is read).
+pub fn split_frame(buf: &[u8], max: usize) -> Result<Option<(u8, &[u8])>, usize> {
+    let Some(head) = buf.get(..5) else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
+    if len > max {
+        return Err(len);
+    }
+    Ok(buf.get(5..5 + len).map(|body| (head[0], body)))
+}
+
 /// Reads one reply frame; `Ok(None)` at a clean end of stream.
 pub(crate) fn read_frame(r: &mut dyn Read) -> Result<Option<(u8, Vec<u8>)>, String> {
     let mut head = [0u8; 5];
@@ -127,4 +141,24 @@ pub(crate) fn read_frame(r: &mut dyn Read) -> Result<Option<(u8, Vec<u8>)>, Stri
     r.read_exact(&mut body)
         .map_err(|e| format!("reading a reply body: {e}"))?;
     Ok(Some((head[0], body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_split_only_when_whole_and_within_the_limit() {
+        let mut b = Vec::new();
+        write_frame(&mut b, 7, b"body").unwrap();
+        for cut in 0..b.len() {
+            assert_eq!(split_frame(&b[..cut], 10), Ok(None));
+        }
+        assert_eq!(split_frame(&b, 10), Ok(Some((7, &b"body"[..]))));
+        assert_eq!(split_frame(&b, 3), Err(4));
+        assert_eq!(
+            split_frame(&[1, 0xff, 0xff, 0xff, 0xff], 1 << 20),
+            Err(u32::MAX as usize)
+        );
+    }
 }

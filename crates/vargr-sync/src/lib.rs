@@ -25,7 +25,33 @@ mod send;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-pub use frame::PROTOCOL_VERSION;
+pub use frame::{split_frame, PROTOCOL_VERSION};
+
+/// Every decoder of a peer's bytes in one call, for the fuzz target (`sync_frames`).
+#[doc(hidden)]
+pub mod fuzzing {
+    use std::path::Path;
+
+    use crate::frame::{read_frame, read_preamble, Control, Reply};
+
+    /// Feeds `data` to the preamble reader, the reply-frame reader, the control and
+    /// reply parsers and the path check of every manifest entry. Errors are fine;
+    /// panics and unbounded allocations are not.
+    pub fn decode_all(data: &[u8]) {
+        if let Ok(p) = read_preamble(&mut &data[..]) {
+            let _ = crate::manifest::safe_join(Path::new("/dest"), &p.dest);
+        }
+        let mut r = data;
+        while let Ok(Some((_, body))) = read_frame(&mut r) {
+            let _ = serde_json::from_slice::<Reply>(&body);
+            if let Ok(Control::Manifest { manifest }) = serde_json::from_slice::<Control>(&body) {
+                for e in &manifest.entries {
+                    let _ = crate::manifest::safe_join(Path::new("/dest"), &e.path);
+                }
+            }
+        }
+    }
+}
 pub use manifest::{Entry, Kind, Manifest};
 pub use recv::{receive, RecvOptions, RecvReport};
 pub use send::{cache_key, host_name, send, Progress, SendOptions, SendReport};
