@@ -9,8 +9,8 @@
 //! The format is a list of operations, each a LEB128 varint `x`:
 //! - `x` even: insert the next `x / 2` bytes, which follow inline;
 //! - `x` odd: copy `x / 2 + MIN_COPY` bytes of the base from an offset given by a
-//!   zigzag varint relative to where the previous copy ended (an edit that replaces
-//!   bytes one for one then costs a zero offset).
+//!   zigzag varint relative to where the previous copy ended plus the bytes inserted
+//!   since (an edit that replaces bytes one for one then costs a zero offset).
 //!
 //! Inserted bytes are left raw: the link's compressor (the sync stream's zstd, the codec
 //! stage) sees them together with everything else it has seen, which beats compressing
@@ -100,7 +100,9 @@ impl Encoder {
                 put_insert(&target[lit..p0], out);
             }
             put_varint((((len - MIN_COPY) as u64) << 1) | 1, out);
-            put_varint(zigzag(q0 as i64 - base_end as i64), out);
+            // Relative to where a one-for-one replacement of the insert would put it.
+            let expected = base_end + (p0 - lit);
+            put_varint(zigzag(q0 as i64 - expected as i64), out);
             base_end = q0 + len;
             expect = base_end;
             p = p0 + len;
@@ -120,6 +122,8 @@ pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaErr
     let mut out = Vec::with_capacity(len);
     let mut at = 0usize;
     let mut base_end = 0i64;
+    // Bytes inserted since the last copy.
+    let mut inserted = 0i64;
     while at < delta.len() {
         let x = varint(delta, &mut at, "operation")?;
         if x & 1 == 0 {
@@ -133,6 +137,7 @@ pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaErr
             check_len(out.len(), k, len)?;
             out.extend_from_slice(bytes);
             at += k;
+            inserted += k as i64;
         } else {
             let k = usize::try_from(x >> 1)
                 .ok()
@@ -142,10 +147,12 @@ pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaErr
                     at,
                 })?;
             let rel = unzigzag(varint(delta, &mut at, "copy offset")?);
-            let offset = base_end.checked_add(rel).ok_or(DeltaError::Malformed {
-                what: "copy offset",
-                at,
-            })?;
+            let offset = (base_end + inserted)
+                .checked_add(rel)
+                .ok_or(DeltaError::Malformed {
+                    what: "copy offset",
+                    at,
+                })?;
             let src = usize::try_from(offset)
                 .ok()
                 .and_then(|o| base.get(o..o.checked_add(k)?))
@@ -157,6 +164,7 @@ pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaErr
             check_len(out.len(), k, len)?;
             out.extend_from_slice(src);
             base_end = offset + k as i64;
+            inserted = 0;
         }
     }
     if out.len() != len {

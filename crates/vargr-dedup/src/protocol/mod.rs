@@ -37,7 +37,7 @@ use crate::delta;
 use crate::fp::{Fingerprint, FpBits, GroupHasher, CONSERVATIVE_LEN};
 use crate::similar::{self, SimilarityIndex};
 pub(crate) use wire::put_varint;
-use wire::{put_fp, Limits, Msg};
+use wire::{put_fp, BaseRef, Limits, Msg};
 
 /// Parameters both sides must agree on (the sender announces them in its hello), and
 /// limits each side enforces on the other.
@@ -145,6 +145,31 @@ pub struct Stats {
     pub overhead_bytes: u64,
 }
 
+/// Fingerprints named on the wire lately (by fingerprint, pushed or as delta bases),
+/// most recent first. Both sides keep the same table, so a delta names a base it shares
+/// with the one before (the common case: consecutive segments of a changed file) in one
+/// byte instead of a fingerprint.
+#[derive(Debug, Default)]
+struct Recent(VecDeque<Fingerprint>);
+
+impl Recent {
+    fn position(&self, fp: Fingerprint) -> Option<usize> {
+        self.0.iter().position(|&f| f == fp)
+    }
+
+    fn get(&self, k: usize) -> Option<Fingerprint> {
+        self.0.get(k).copied()
+    }
+
+    fn touch(&mut self, fp: Fingerprint) {
+        if let Some(i) = self.position(fp) {
+            self.0.remove(i);
+        }
+        self.0.push_front(fp);
+        self.0.truncate(wire::RECENT);
+    }
+}
+
 /// What the sender needs of a segment besides its bytes, computed where convenient
 /// (another core) and handed to [`Sender::send_message_prepared`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +227,7 @@ pub struct Sender<C: SegmentCache> {
     input_offset: u64,
     stats: Stats,
     similar: SimilarityIndex,
+    recent: Recent,
     /// Scratch for delta bases and deltas.
     encoder: delta::Encoder,
     base_buf: Vec<u8>,
@@ -225,6 +251,7 @@ impl<C: SegmentCache> Sender<C> {
             input_offset: 0,
             stats: Stats::default(),
             similar: SimilarityIndex::new(config.delta_index),
+            recent: Recent::default(),
             encoder: delta::Encoder::default(),
             base_buf: Vec::new(),
             delta_buf: Vec::new(),
@@ -353,13 +380,14 @@ impl<C: SegmentCache> Sender<C> {
             self.stats.fingerprinted += 1;
             self.stats.overhead_bytes += 1 + self.config.bits.wire_len() as u64;
             self.similar.record(full, None, Some(full));
+            self.recent.touch(fp);
         } else {
             let sketch = match sketch {
                 _ if self.config.delta_index == 0 => None,
                 Some(k) => k,
                 None => similar::sketch(s),
             };
-            let anchor = self.push_or_delta(s, sketch.as_ref())?;
+            let anchor = self.push_or_delta(s, fp, sketch.as_ref())?;
             self.cache.insert(full, s)?;
             self.similar.record(full, sketch.as_ref(), anchor);
         }
@@ -378,6 +406,7 @@ impl<C: SegmentCache> Sender<C> {
     fn push_or_delta(
         &mut self,
         s: &[u8],
+        fp: Fingerprint,
         sketch: Option<&similar::Sketch>,
     ) -> Result<Option<Fingerprint>, ProtocolError> {
         let bits = self.config.bits;
@@ -418,7 +447,12 @@ impl<C: SegmentCache> Sender<C> {
         let whole = 1 + varint_len(s.len()) + s.len();
         match best {
             Some((bases, anchor))
-                if 2 + bases.len() * bits.wire_len()
+                if 2 + bases.len()
+                    + bases
+                        .iter()
+                        .filter(|&&b| self.recent.position(b).is_none())
+                        .count()
+                        * bits.wire_len()
                     + varint_len(s.len())
                     + varint_len(self.best_delta.len())
                     + self.best_delta.len()
@@ -427,8 +461,17 @@ impl<C: SegmentCache> Sender<C> {
                 let start = self.out.len();
                 self.out.push(wire::T_DELTA);
                 self.out.push(bases.len() as u8);
-                for b in &bases {
-                    put_fp(*b, bits, &mut self.out);
+                for &b in &bases {
+                    match self.recent.position(b) {
+                        Some(k) => self.out.push(k as u8),
+                        None => {
+                            self.out.push(wire::REF_LITERAL);
+                            put_fp(b, bits, &mut self.out);
+                        }
+                    }
+                }
+                for &b in &bases {
+                    self.recent.touch(b);
                 }
                 put_varint(s.len() as u64, &mut self.out);
                 put_varint(self.best_delta.len() as u64, &mut self.out);
@@ -444,6 +487,7 @@ impl<C: SegmentCache> Sender<C> {
                 put_varint(s.len() as u64, &mut self.out);
                 self.out.extend_from_slice(s);
                 self.stats.pushed += 1;
+                self.recent.touch(fp);
                 Ok(None)
             }
         }
@@ -655,6 +699,7 @@ pub struct Receiver<C: SegmentCache> {
     announced: u64,
     pending_bytes: usize,
     stats: Stats,
+    recent: Recent,
 }
 
 impl<C: SegmentCache> Receiver<C> {
@@ -676,6 +721,7 @@ impl<C: SegmentCache> Receiver<C> {
             announced: 0,
             pending_bytes: 0,
             stats: Stats::default(),
+            recent: Recent::default(),
         })
     }
 
@@ -759,6 +805,7 @@ impl<C: SegmentCache> Receiver<C> {
             }
             Msg::Fp(fp) => {
                 self.expect_segment(offset)?;
+                self.recent.touch(fp);
                 let data = if self.cache.may_contain(fp) {
                     self.cache.get(fp)?
                 } else {
@@ -789,6 +836,7 @@ impl<C: SegmentCache> Receiver<C> {
                 self.expect_segment(offset)?;
                 let full = Fingerprint::full(data);
                 self.cache.insert(full, data)?;
+                self.recent.touch(full.truncate(self.config.bits));
                 self.pending_bytes += data.len();
                 self.stats.pushed += 1;
                 self.push_slot(Slot {
@@ -799,9 +847,24 @@ impl<C: SegmentCache> Receiver<C> {
             }
             Msg::Delta(d) => {
                 self.expect_segment(offset)?;
+                let mut bases = Vec::with_capacity(d.n);
+                for r in d.bases() {
+                    bases.push(match r {
+                        BaseRef::Literal(fp) => fp,
+                        BaseRef::Recent(k) => {
+                            self.recent.get(k).ok_or(ProtocolError::Malformed {
+                                what: "delta segment (base reference to an empty slot)",
+                                offset,
+                            })?
+                        }
+                    });
+                }
+                for &b in &bases {
+                    self.recent.touch(b);
+                }
                 let mut base = Vec::new();
                 let mut complete = true;
-                for fp in d.bases() {
+                for fp in bases {
                     match self
                         .cache
                         .may_contain(fp)

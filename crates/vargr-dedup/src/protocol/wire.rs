@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | optimistic fingerprint | 1 + F = 6 | 6 + M | layout metadata travels once per message, not per segment |
 //! | pushed segment | 1 + v + S (3 + S under 16 KiB) | 3 + S ("no-fingerprint") | a segment the sender knows the receiver lacks; cached |
-//! | delta segment | 2 + B·F + v + v + D | (none) | a new segment as a delta (D bytes) against B ≤ 4 cached segments, concatenated |
+//! | delta segment | 2 + B + L·F + v + v + D | (none) | a new segment as a delta (D bytes) against B ≤ 4 cached segments, concatenated; L of them named by fingerprint, the rest by a byte indexing the 16 fingerprints both sides named last |
 //! | segment request | 5 | 5 | u32 sequence number |
 //! | segment (answer) | 1 + 4 + v + S (7 + S) | 7 + S | |
 //! | conservative fingerprint | 17 | 21 | BLAKE3 cut to 128 bits, not SHA-1's 160 |
@@ -73,22 +73,46 @@ pub(crate) enum Msg<'a> {
     Ack,
 }
 
-/// A delta segment: `len` bytes rebuilt from `delta` and the concatenation of the
-/// cached segments whose fingerprints are packed in `bases`.
+/// A delta segment: `len` bytes rebuilt from `delta` and the concatenation of `n`
+/// cached segments named in `refs`, each by one byte: an index into the table of recent
+/// fingerprints both sides keep (below [`RECENT`]), or [`REF_LITERAL`] and the
+/// fingerprint itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Delta<'a> {
-    pub bases: &'a [u8],
+    pub n: usize,
+    pub refs: &'a [u8],
     pub fp_len: usize,
     pub len: usize,
     pub delta: &'a [u8],
 }
 
+/// Size of the table of recent fingerprints.
+pub(crate) const RECENT: usize = 16;
+/// A base reference followed by a fingerprint.
+pub(crate) const REF_LITERAL: u8 = 0xff;
+
+/// A base of a delta as the wire names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BaseRef {
+    Recent(usize),
+    Literal(Fingerprint),
+}
+
 impl Delta<'_> {
-    pub fn bases(&self) -> impl Iterator<Item = Fingerprint> + '_ {
-        self.bases.chunks_exact(self.fp_len).map(|b| {
-            let mut v = [0u8; 8];
-            v[..b.len()].copy_from_slice(b);
-            Fingerprint(u64::from_le_bytes(v))
+    pub fn bases(&self) -> impl Iterator<Item = BaseRef> + '_ {
+        let mut at = 0;
+        (0..self.n).map(move |_| {
+            let tag = self.refs[at];
+            at += 1;
+            if tag == REF_LITERAL {
+                let b = &self.refs[at..at + self.fp_len];
+                at += self.fp_len;
+                let mut v = [0u8; 8];
+                v[..b.len()].copy_from_slice(b);
+                BaseRef::Literal(Fingerprint(u64::from_le_bytes(v)))
+            } else {
+                BaseRef::Recent(usize::from(tag))
+            }
         })
     }
 }
@@ -224,11 +248,24 @@ pub(crate) fn decode<'a>(
                 });
             }
             let fp_len = limits.bits.wire_len();
-            let bases = need!(c.take(n * fp_len));
+            let refs_at = c.pos;
+            for _ in 0..n {
+                let tag = need!(c.take(1))[0];
+                if tag == REF_LITERAL {
+                    need!(c.take(fp_len));
+                } else if usize::from(tag) >= RECENT {
+                    return Err(ProtocolError::Malformed {
+                        what: "delta segment (base reference beyond the recent table)",
+                        offset: base + c.pos as u64 - 1,
+                    });
+                }
+            }
+            let refs = &buf[refs_at..c.pos];
             let len = need!(c.len("delta segment length", limits.max_segment)?);
             let d = need!(c.len("delta length", limits.max_segment)?);
             Msg::Delta(Delta {
-                bases,
+                n,
+                refs,
                 fp_len,
                 len,
                 delta: need!(c.take(d)),
@@ -304,5 +341,30 @@ mod tests {
         );
         let e = decode(&[0x7f], 9, &limits()).unwrap_err();
         assert_eq!(e.to_string(), "unknown message type 0x7f at byte 9");
+    }
+
+    #[test]
+    fn delta_bases_are_references_or_fingerprints() {
+        let mut b = vec![T_DELTA, 2, 3, REF_LITERAL];
+        put_fp(Fingerprint(0x77), FpBits::DEFAULT, &mut b);
+        put_varint(100, &mut b);
+        put_varint(2, &mut b);
+        b.extend_from_slice(&[0, 0]);
+        let (m, n) = decode(&b, 0, &limits()).unwrap().unwrap();
+        assert_eq!(n, b.len());
+        let Msg::Delta(d) = m else { panic!("{m:?}") };
+        let bases: Vec<BaseRef> = d.bases().collect();
+        assert_eq!(
+            bases,
+            vec![BaseRef::Recent(3), BaseRef::Literal(Fingerprint(0x77))]
+        );
+        assert_eq!((d.len, d.delta), (100, &[0u8, 0][..]));
+        for cut in 0..b.len() {
+            assert_eq!(decode(&b[..cut], 0, &limits()).unwrap(), None);
+        }
+        // A reference past the table, and no bases at all.
+        let e = decode(&[T_DELTA, 1, RECENT as u8], 0, &limits()).unwrap_err();
+        assert!(e.to_string().contains("recent table"), "{e}");
+        assert!(decode(&[T_DELTA, 0], 0, &limits()).is_err());
     }
 }
