@@ -1150,13 +1150,17 @@ fn sync_zstd(rels: &[Release], scratch: &Path) -> Vec<Record> {
         );
     }
     let mut out = Vec::new();
-    for i in 1..rels.len() {
+    // Level 3 is what vargr's own stream uses; 19 is zstd's strongest.
+    for (level, i) in [3u32, 19]
+        .into_iter()
+        .flat_map(|l| (1..rels.len()).map(move |i| (l, i)))
+    {
         let (old, new) = (&rels[i - 1], &rels[i]);
         eprintln!(
-            "sync: zstd --patch-from {} after {} ...",
+            "sync: zstd -{level} --patch-from {} after {} ...",
             new.name, old.name
         );
-        match zstd_one(old, new, scratch) {
+        match zstd_one(old, new, level, scratch) {
             Ok(r) => out.push(r),
             Err(e) => out.push(Record {
                 benchmark: "sync",
@@ -1171,7 +1175,7 @@ fn sync_zstd(rels: &[Release], scratch: &Path) -> Vec<Record> {
     out
 }
 
-fn zstd_one(old: &Release, new: &Release, scratch: &Path) -> Result<Record> {
+fn zstd_one(old: &Release, new: &Release, level: u32, scratch: &Path) -> Result<Record> {
     let (o_len, n_len) = (
         std::fs::metadata(&old.path)?.len(),
         std::fs::metadata(&new.path)?.len(),
@@ -1181,7 +1185,7 @@ fn zstd_one(old: &Release, new: &Release, scratch: &Path) -> Result<Record> {
     let long = format!("--long={window}");
     let patch = scratch.join("patch.zst");
     let mut cmd = Command::new("zstd");
-    cmd.args(["-q", "-f", "-19", &long])
+    cmd.args(["-q", "-f", &format!("-{level}"), &long])
         .arg(format!("--patch-from={}", old.path.display()))
         .arg(&new.path)
         .arg("-o")
@@ -1208,7 +1212,7 @@ fn zstd_one(old: &Release, new: &Release, scratch: &Path) -> Result<Record> {
         bytes_on_wire: bytes,
         seconds: secs,
         base: Some(old.name.clone()),
-        options: Some(format!("-19 {long}")),
+        options: Some(format!("-{level} {long}")),
         bytes_forward: Some(bytes),
         bytes_back: Some(0),
         ratio: Some(ratio(n_len, bytes)),
@@ -1573,7 +1577,12 @@ fn print_targets(records: &[Record]) {
                 r.tool == tool
                     && r.dataset == second.dataset
                     && r.base == second.base
-                    && opts.is_none_or(|o| r.options.as_deref() == Some(o))
+                    && opts.is_none_or(|o| {
+                        // Exact, or a zstd level whose window follows ("-3 --long=27").
+                        let have = r.options.as_deref().unwrap_or("");
+                        have == o
+                            || (tool.starts_with("zstd") && have.starts_with(&format!("{o} ")))
+                    })
             })
             .map(|r| r.bytes_on_wire)
             .min()
@@ -1584,10 +1593,11 @@ fn print_targets(records: &[Record]) {
     {
         let rs = on("rsync", Some("--no-whole-file"));
         let rz = on("rsync", Some("--no-whole-file -z"));
-        let z = on("zstd-patch-from", None);
+        let z3 = on("zstd-patch-from", Some("-3"));
+        let z = on("zstd-patch-from", Some("-19"));
         println!(
-            "  {} after {} with {}: vargr {} bytes; rsync {} (-z {}): fewer {}; zstd \
-             --patch-from {}: vargr/zstd {} (≤ 1.3)",
+            "  {} after {} with {}: vargr {} bytes; rsync {} (-z {}): fewer {}; zstd -19 \
+             --patch-from {}: vargr/zstd {} (≤ 1.3); zstd -3 --patch-from {}: vargr/zstd {}",
             r.dataset,
             r.base.as_deref().unwrap_or("-"),
             r.segmenter.as_deref().unwrap_or("-"),
@@ -1601,6 +1611,11 @@ fn print_targets(records: &[Record]) {
             },
             z.map_or("-".into(), |v| v.to_string()),
             z.map_or("-".into(), |v| format!(
+                "{:.2}",
+                r.bytes_on_wire as f64 / v.max(1) as f64
+            )),
+            z3.map_or("-".into(), |v| v.to_string()),
+            z3.map_or("-".into(), |v| format!(
                 "{:.2}",
                 r.bytes_on_wire as f64 / v.max(1) as f64
             )),
