@@ -82,7 +82,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::Shutdown;
 use std::os::fd::{AsRawFd, RawFd};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -92,6 +92,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use vargr_codec::{Codec, ElemKind};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
+use vargr_dedup::similar::SimilarityIndex;
 use vargr_dedup::{Config, FpBits, Receiver, Segmenter, Sender};
 use vargr_net::auth::Secret;
 use vargr_net::{Addr, Conn, Listener};
@@ -233,6 +234,7 @@ pub fn run(a: ProxyArgs) -> Result<()> {
             .unwrap_or_else(vargr_sync::default_cache_root),
         cfg: cache_cfg,
         open: Mutex::new(HashMap::new()),
+        similar: Mutex::new(HashMap::new()),
     });
     // Buffered cache records reach the disk on Ctrl-C and SIGTERM too.
     let on_signal = caches.clone();
@@ -311,6 +313,9 @@ struct Caches {
     root: PathBuf,
     cfg: DiskConfig,
     open: Mutex<HashMap<String, SharedCache<DiskCache>>>,
+    /// Each sending cache's delta-base index, by cache directory, while no connection
+    /// holds it: one connection at a time uses it (others start empty) and puts it back.
+    similar: Mutex<HashMap<PathBuf, SimilarityIndex>>,
 }
 
 impl Caches {
@@ -335,6 +340,28 @@ impl Caches {
         for c in open.values() {
             let _ = c.lock().flush();
         }
+        let similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
+        for (dir, ix) in similar.iter() {
+            vargr_sync::save_similarity(dir, ix);
+        }
+    }
+
+    /// The delta-base index of the cache in `dir`: the one in memory if no other
+    /// connection holds it, else the one saved on disk the first time, else an empty one.
+    fn take_similarity(&self, dir: &Path, capacity: usize) -> SimilarityIndex {
+        let mut similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
+        match similar.remove(dir) {
+            Some(mut ix) => {
+                ix.restart();
+                ix
+            }
+            None => vargr_sync::load_similarity(dir, capacity),
+        }
+    }
+
+    fn put_similarity(&self, dir: PathBuf, ix: SimilarityIndex) {
+        let mut similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
+        similar.entry(dir).or_insert(ix);
     }
 }
 
@@ -435,7 +462,13 @@ fn near_connection(id: u64, app: Conn, spec: &ListenSpec, peer: &Addr, common: &
     match near_setup(spec, peer, common) {
         Ok((link, cache, far)) => {
             let pump = Pump::new(id, app, link, &spec.segmenter, cache.clone(), common);
-            finish(id, pump, &format!("{app_name} → {far} ({peer})"), &cache);
+            finish(
+                id,
+                pump,
+                &format!("{app_name} → {far} ({peer})"),
+                &cache,
+                common,
+            );
         }
         Err(e) => {
             eprintln!("vargr proxy: connection {id} from {app_name} failed: {e:#}");
@@ -576,6 +609,7 @@ fn far_connection(id: u64, mut link: Conn, forwards: &Forwards, common: &Common)
                 pump,
                 &format!("{} ({near}) → {target}", hello.name),
                 &cache,
+                common,
             );
         }
         Err(e) => {
@@ -642,7 +676,13 @@ fn far_setup(
 // Both: running a connection and reporting it
 
 /// Runs a pump, prints its line, and keeps the cache's records on disk.
-fn finish(id: u64, pump: Result<Pump>, route: &str, cache: &SharedCache<DiskCache>) {
+fn finish(
+    id: u64,
+    pump: Result<Pump>,
+    route: &str,
+    cache: &SharedCache<DiskCache>,
+    common: &Common,
+) {
     let mut pump = match pump {
         Ok(p) => p,
         Err(e) => {
@@ -660,7 +700,7 @@ fn finish(id: u64, pump: Result<Pump>, route: &str, cache: &SharedCache<DiskCach
     };
     eprintln!(
         "vargr proxy: connection {} {outcome}: from app {} B → link {} B, from link {} B → app {} B; \
-         {} segments sent, {} as fingerprints, {} resent on request; {} ({}), {:.2} s",
+         {} segments sent, {} as fingerprints, {} as deltas, {} resent on request; {} ({}), {:.2} s",
         pump.id,
         c.app_in,
         c.link_out,
@@ -668,6 +708,7 @@ fn finish(id: u64, pump: Result<Pump>, route: &str, cache: &SharedCache<DiskCach
         c.app_out,
         tx.segments,
         tx.fingerprinted,
+        tx.deltas,
         tx.requested,
         route,
         pump.segmenter_name,
@@ -678,6 +719,8 @@ fn finish(id: u64, pump: Result<Pump>, route: &str, cache: &SharedCache<DiskCach
             pump.tell_peer(&e.msg);
         }
     }
+    let dir = cache.lock().dir().to_path_buf();
+    common.caches.put_similarity(dir, pump.tx.take_similarity());
     let Pump { app, .. } = pump;
     match r {
         Ok(()) => drop(app),
@@ -824,7 +867,9 @@ impl Pump {
             max_pending: 4 * WINDOW as usize,
             ..Config::default()
         };
-        let tx = Sender::new(config, cache.clone())?;
+        let dir = cache.lock().dir().to_path_buf();
+        let mut tx = Sender::new(config, cache.clone())?;
+        tx.set_similarity(common.caches.take_similarity(&dir, config.delta_index));
         let rx = Receiver::new(config, cache)?;
         for c in [&app, &link] {
             c.set_timeout(None)?;

@@ -197,12 +197,17 @@ fn echo_server() -> u16 {
 
 /// A server that sends `blob` on every connection, shuts its write side, and drains.
 fn blob_server(blob: Arc<Vec<u8>>) -> u16 {
+    blobs_server(vec![blob])
+}
+
+/// Serves `blobs[k]` to the k-th connection (the last one from then on).
+fn blobs_server(blobs: Vec<Arc<Vec<u8>>>) -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
     std::thread::spawn(move || {
-        for s in l.incoming() {
+        for (k, s) in l.incoming().enumerate() {
             let Ok(mut s) = s else { return };
-            let blob = blob.clone();
+            let blob = blobs[k.min(blobs.len() - 1)].clone();
             std::thread::spawn(move || {
                 if s.write_all(&blob).is_ok() {
                     let _ = s.shutdown(Shutdown::Write);
@@ -357,6 +362,37 @@ fn a_repeated_download_crosses_as_fingerprints() {
         again * 10 < first,
         "{again} B after a restart, {first} B the first time"
     );
+}
+
+#[test]
+fn an_edited_download_crosses_as_deltas_on_a_later_connection() {
+    let v1 = random(2 << 20, 78);
+    let mut v2 = v1.clone();
+    for i in (1_000..v2.len()).step_by(3_000) {
+        v2[i] ^= 0x33;
+    }
+    let server = blobs_server(vec![Arc::new(v1.clone()), Arc::new(v2.clone())]);
+    let dir = tempfile::tempdir().unwrap();
+    let p = pair(dir.path(), server, &[]);
+    for (round, want) in [(1, &v1), (2, &v2)] {
+        let mut c = client(p.near.ports[0]);
+        assert!(read_all(&mut c) == *want, "fetch {round}");
+        drop(c);
+        assert!(
+            p.far
+                .wait_for(GUARD, |_| p.far.closed_lines().len() >= round),
+            "far proxy did not report fetch {round}:\n{}",
+            p.far.text()
+        );
+    }
+    let lines = p.far.closed_lines();
+    let second = field(&lines[1], "→ link ");
+    let deltas = field(&lines[1], "as fingerprints, ");
+    eprintln!("2 MiB with a byte changed every 3,000: {second} B across, {deltas} deltas");
+    // Every 256-2048-byte segment of the second fetch differs from the first's, so
+    // without deltas from the first connection's index it would cost the whole 2 MiB.
+    assert!(deltas > 100, "{}", lines[1]);
+    assert!(second < (2 << 20) / 5, "{second} B");
 }
 
 #[test]

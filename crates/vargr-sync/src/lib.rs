@@ -146,10 +146,7 @@ pub const SIMILARITY_INDEX: &str = "similar.idx";
 
 /// The sender's delta-base index for the cache in `dir`: the saved one, or an empty one
 /// if there is none or it is damaged (it is only a hint).
-pub(crate) fn load_similarity(
-    dir: &Path,
-    capacity: usize,
-) -> vargr_dedup::similar::SimilarityIndex {
+pub fn load_similarity(dir: &Path, capacity: usize) -> vargr_dedup::similar::SimilarityIndex {
     std::fs::read(dir.join(SIMILARITY_INDEX))
         .ok()
         .and_then(|b| vargr_dedup::similar::SimilarityIndex::from_bytes(&b, capacity))
@@ -158,7 +155,7 @@ pub(crate) fn load_similarity(
 
 /// Saves the index beside the cache (through a rename, so a crash leaves the old one);
 /// a failure only costs the next session its deltas.
-pub(crate) fn save_similarity(dir: &Path, index: &vargr_dedup::similar::SimilarityIndex) {
+pub fn save_similarity(dir: &Path, index: &vargr_dedup::similar::SimilarityIndex) {
     let tmp = dir.join(format!("{SIMILARITY_INDEX}.tmp"));
     if std::fs::write(&tmp, index.to_bytes()).is_ok() {
         let _ = std::fs::rename(&tmp, dir.join(SIMILARITY_INDEX));

@@ -269,6 +269,12 @@ impl<C: SegmentCache> Sender<C> {
         &self.similar
     }
 
+    /// Takes the index out (to hand to a later session); this sender sends no more
+    /// deltas.
+    pub fn take_similarity(&mut self) -> SimilarityIndex {
+        std::mem::replace(&mut self.similar, SimilarityIndex::new(0))
+    }
+
     /// Queues one message: `layout` for the receiver's segmenter and the segments in
     /// order. Segments larger than [`Config::max_segment`] are refused.
     pub fn send_message(
