@@ -22,6 +22,11 @@ need mpirun || apt_install openmpi-bin libopenmpi-dev
 # vargr bench dedup compares with rsync and zstd --patch-from.
 need rsync || apt_install rsync
 need zstd || apt_install zstd
+# vargr sync HOST:PATH is tested against a real sshd (started by the test itself).
+{ need ssh && [ -x /usr/sbin/sshd ]; } || apt_install openssh-client openssh-server
+if [ "$(id -u)" = 0 ] && [ -x /usr/sbin/sshd ]; then
+  export VARGR_REQUIRE_SSHD=1
+fi
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt || true
 cargo --version
 

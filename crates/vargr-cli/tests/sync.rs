@@ -1,6 +1,6 @@
 //! `vargr sync` as users run it: real processes over pipes, ssh (a stand-in that runs
-//! the command locally), a daemon over TCP, and the WAN emulator; every copy compared
-//! byte for byte.
+//! the command locally, and a real sshd where one can run), a daemon over TCP, and the
+//! WAN emulator; every copy compared byte for byte.
 
 mod common;
 
@@ -218,6 +218,127 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
     assert!(!ok);
     assert!(err.contains("not a plain relative path"), "{err}");
     assert!(!d.path().join("escape").exists());
+}
+
+/// A real sshd on a free local port with throwaway keys, for the user running the
+/// tests. `None` where it cannot run (no sshd, or not allowed its privilege-separation
+/// directory); `scripts/test.sh` installs it and sets `VARGR_REQUIRE_SSHD`, so there the
+/// test cannot skip.
+struct Sshd {
+    child: Child,
+    port: u16,
+    key: std::path::PathBuf,
+}
+
+impl Sshd {
+    fn start(dir: &Path) -> Option<Sshd> {
+        let sshd = Path::new("/usr/sbin/sshd");
+        if !sshd.exists() || std::fs::create_dir_all("/run/sshd").is_err() {
+            return None;
+        }
+        let keygen = |name: &str| {
+            let ok = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(dir.join(name))
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then(|| dir.join(name))
+        };
+        let (host, key) = (keygen("host")?, keygen("user")?);
+        std::fs::copy(dir.join("user.pub"), dir.join("authorized_keys")).ok()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .ok()?
+            .local_addr()
+            .ok()?
+            .port();
+        let config = dir.join("sshd_config");
+        std::fs::write(
+            &config,
+            format!(
+                "Port {port}\nListenAddress 127.0.0.1\nHostKey {}\nAuthorizedKeysFile {}\n\
+                 PidFile {}\nStrictModes no\nUsePAM no\nPasswordAuthentication no\n\
+                 PermitRootLogin prohibit-password\n",
+                host.display(),
+                dir.join("authorized_keys").display(),
+                dir.join("sshd.pid").display()
+            ),
+        )
+        .ok()?;
+        let child = Command::new(sshd)
+            .args(["-D", "-e", "-f"])
+            .arg(&config)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut d = Sshd { child, port, key };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline || d.child.try_wait().ok().flatten().is_some() {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Some(d)
+    }
+
+    fn ssh_command(&self) -> String {
+        format!(
+            "ssh -p {} -i {} -o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null \
+             -o BatchMode=yes -o LogLevel=ERROR",
+            self.port,
+            self.key.display()
+        )
+    }
+}
+
+impl Drop for Sshd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_tree_syncs_over_real_ssh() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    std::fs::create_dir_all(p("sshd")).unwrap();
+    let Some(sshd) = Sshd::start(&d.path().join("sshd")) else {
+        assert!(
+            std::env::var_os("VARGR_REQUIRE_SSHD").is_none(),
+            "VARGR_REQUIRE_SSHD is set but sshd could not start"
+        );
+        eprintln!("skipped: no sshd can run here");
+        return;
+    };
+    // ssh hands the remote shell one command line: the remote side's cache goes to
+    // this test's directory, not the user's.
+    let remote = format!("env VARGR_CACHE_DIR={} {}", p("remote-cache"), vargr());
+    let dest = format!("127.0.0.1:{}", p("viassh"));
+    let run = || {
+        let (ok, out, err) = vargr_env(
+            &[
+                "sync",
+                &p("src"),
+                &dest,
+                "--remote-vargr",
+                &remote,
+                "--cache-dir",
+                &p("cache"),
+                "--json",
+            ],
+            &[("VARGR_SSH", &sshd.ssh_command())],
+        );
+        assert!(ok, "{err}");
+        assert_same(&d.path().join("src"), &d.path().join("viassh"));
+        serde_json::from_str::<serde_json::Value>(&out).unwrap()
+    };
+    assert_eq!(run()["files_sent"], 2);
+    // Unchanged files are skipped on the second run.
+    let again = run();
+    assert_eq!(again["files_sent"], 0, "{again}");
+    assert!(d.path().join("remote-cache").exists());
 }
 
 #[test]
