@@ -315,7 +315,8 @@ fn a_tree_syncs_over_real_ssh() {
     // ssh hands the remote shell one command line: the remote side's cache goes to
     // this test's directory, not the user's.
     let remote = format!("env VARGR_CACHE_DIR={} {}", p("remote-cache"), vargr());
-    let dest = format!("127.0.0.1:{}", p("viassh"));
+    // A space in the path: ssh joins arguments into one line for the remote shell.
+    let dest = format!("127.0.0.1:{}", p("via ssh"));
     let run = || {
         let (ok, out, err) = vargr_env(
             &[
@@ -331,7 +332,7 @@ fn a_tree_syncs_over_real_ssh() {
             &[("VARGR_SSH", &sshd.ssh_command())],
         );
         assert!(ok, "{err}");
-        assert_same(&d.path().join("src"), &d.path().join("viassh"));
+        assert_same(&d.path().join("src"), &d.path().join("via ssh"));
         serde_json::from_str::<serde_json::Value>(&out).unwrap()
     };
     assert_eq!(run()["files_sent"], 2);
