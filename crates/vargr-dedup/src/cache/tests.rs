@@ -233,6 +233,80 @@ fn flipped_byte_drops_only_that_record() {
 }
 
 #[test]
+fn sealed_containers_open_from_their_sidecars() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(41);
+    let mut c = DiskCache::open(dir.path(), with_bits(40, small())).unwrap();
+    let segs = fill(&mut c, &mut rng, 2000); // about 290 KB: four sealed containers
+    drop(c);
+    let conts = containers(dir.path());
+    assert!(conts.len() >= 4, "{conts:?}");
+    let sidecars = |d: &Path| -> usize {
+        fs::read_dir(d)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .to_string_lossy()
+                    .ends_with(".vgc.idx")
+            })
+            .count()
+    };
+    assert_eq!(sidecars(dir.path()), conts.len() - 1, "all but the newest");
+    // A byte flipped in a sealed container's payload: the open does not read it (its
+    // sidecar is good), the read catches it, everything else is served.
+    let victim = 10;
+    flip(&conts[0], find(&conts[0], &segs[victim].1) + 3);
+    let mut c = DiskCache::open(dir.path(), with_bits(40, small())).unwrap();
+    assert_eq!(c.stats().damaged_records, 0);
+    for (i, (f, s)) in segs.iter().enumerate() {
+        let want = (i != victim).then(|| s.clone());
+        assert_eq!(get(&mut c, *f), want, "segment {i}");
+    }
+    assert_eq!(c.stats().damaged_records, 1);
+    drop(c);
+    // A damaged sidecar is ignored (and removed): the container is read through.
+    let side = super::disk::sidecar::path_for(&conts[1]);
+    let mut b = fs::read(&side).unwrap();
+    b[40] ^= 1;
+    fs::write(&side, b).unwrap();
+    let mut c = DiskCache::open(dir.path(), with_bits(40, small())).unwrap();
+    assert!(
+        c.stats()
+            .warnings
+            .iter()
+            .any(|w| w.contains("damaged or stale")),
+        "{:?}",
+        c.stats().warnings
+    );
+    for (f, s) in segs.iter().skip(victim + 1) {
+        assert_eq!(get(&mut c, *f).as_ref(), Some(s));
+    }
+    drop(c);
+    // A container cut shorter than its sidecar says: stale, read through, cut cleanly.
+    let len = fs::metadata(&conts[2]).unwrap().len();
+    OpenOptions::new()
+        .write(true)
+        .open(&conts[2])
+        .unwrap()
+        .set_len(len - 7)
+        .unwrap();
+    let mut c = DiskCache::open(dir.path(), with_bits(40, small())).unwrap();
+    let st = c.stats();
+    assert_eq!(st.damaged_containers, 1, "{st:?}");
+    let served = segs
+        .iter()
+        .filter(|(f, s)| get(&mut c, *f).as_ref() == Some(s))
+        .count();
+    assert_eq!(
+        served,
+        segs.len() - 2,
+        "all but the flipped and the torn record"
+    );
+}
+
+#[test]
 fn damage_after_open_is_caught_on_read() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = Rng(5);

@@ -1,11 +1,13 @@
-//! Opening a cache directory: read every container, keep what verifies.
+//! Opening a cache directory: index every container, from its sidecar index if it has
+//! a good one (see `sidecar.rs`), else by reading it through and keeping what verifies.
 
 use std::fs::{self, OpenOptions};
-use std::io::{BufReader, Read};
+use std::io::{BufReader, Read, Seek, SeekFrom};
 use std::path::PathBuf;
 
 use rustc_hash::FxHashMap;
 
+use super::sidecar::{self, Sidecar};
 use super::{io_err, parse_container_name, Container, DiskCache, Writer};
 use crate::cache::index::Loc;
 use crate::cache::record::{self, Header, HeaderFault, HEADER_LEN, REC_HEAD, REC_OVERHEAD};
@@ -34,7 +36,7 @@ impl DiskCache {
         }
         found.sort();
         for (seq, path) in found {
-            self.scan_container(seq, path)?;
+            self.resume_records = self.scan_container(seq, path)?;
         }
         self.next_seq = self
             .containers
@@ -64,17 +66,25 @@ impl DiskCache {
             .append(true)
             .open(&cont.path)
             .map_err(io_err(&cont.path, "opening for append"))?;
+        // A container written to again gets a new index when it is sealed.
+        let _ = fs::remove_file(sidecar::path_for(&cont.path));
         self.writer = Some(Writer {
             seq,
             file,
             buf: Vec::with_capacity(self.cfg.write_buffer_bytes as usize + 4096),
             flushed: cont.len,
+            records: std::mem::take(&mut self.resume_records),
         });
         Ok(())
     }
 
-    /// Reads container `seq` at `path`, indexing each good record.
-    fn scan_container(&mut self, seq: u32, path: PathBuf) -> Result<(), CacheError> {
+    /// Indexes container `seq` at `path`: the records its sidecar lists, then by reading
+    /// whatever follows them (everything, without a good sidecar). Returns its records.
+    fn scan_container(
+        &mut self,
+        seq: u32,
+        path: PathBuf,
+    ) -> Result<Vec<sidecar::Entry>, CacheError> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -84,13 +94,12 @@ impl DiskCache {
             .metadata()
             .map_err(io_err(&path, "reading metadata"))?
             .len();
-        let mut r = BufReader::with_capacity(1 << 20, &file);
-
         let mut h = [0u8; HEADER_LEN];
         let header = if file_len < HEADER_LEN as u64 {
             Err("shorter than a container header")
         } else {
-            r.read_exact(&mut h)
+            (&file)
+                .read_exact(&mut h)
                 .map_err(io_err(&path, "reading the header"))?;
             match Header::decode(&h) {
                 Ok(h) if h.seq == u64::from(seq) => Ok(h),
@@ -109,15 +118,15 @@ impl DiskCache {
         let header = match header {
             Ok(h) => h,
             Err(why) => {
-                drop(r);
                 drop(file);
                 self.counters.damaged_containers += 1;
                 let removed = match fs::remove_file(&path) {
                     Ok(()) => "removed".to_string(),
                     Err(e) => format!("could not remove it: {e}"),
                 };
+                let _ = fs::remove_file(sidecar::path_for(&path));
                 self.warn(format!("{}: {why}; {removed}", path.display()));
-                return Ok(());
+                return Ok(Vec::new());
             }
         };
         self.containers.insert(
@@ -139,8 +148,20 @@ impl DiskCache {
             .container_bytes
             .max(u64::from(self.cfg.max_segment_bytes));
         let mask = self.cfg.bits.mask();
-        let mut rec = Vec::new();
+        let mut records = Vec::new();
         let mut off = HEADER_LEN as u64;
+        if let Some(side) = self.usable_sidecar(seq, &path, file_len, max_len) {
+            for e in &side.entries {
+                self.index_record(seq, e.full, e.off, u64::from(e.len), mask);
+            }
+            off = side.container_len;
+            records = side.entries;
+            (&file)
+                .seek(SeekFrom::Start(off))
+                .map_err(io_err(&path, "seeking past the indexed records"))?;
+        }
+        let mut r = BufReader::with_capacity(1 << 20, &file);
+        let mut rec = Vec::new();
         // Offset of a bad record just skipped: a second in a row means we lost framing.
         let mut bad_at: Option<u64> = None;
         let mut cut: Option<(u64, String)> = None;
@@ -178,14 +199,12 @@ impl DiskCache {
             match record::verify(&rec) {
                 Some(full) => {
                     bad_at = None;
-                    let key = full & mask;
-                    if let Some(old) = self.index.insert(full, Loc::new(seq, off as u32)) {
-                        self.forget(old.loc);
-                    }
-                    self.bloom.insert(key);
-                    let c = self.containers.get_mut(&seq).expect("inserted above");
-                    c.live += 1;
-                    c.payload += len;
+                    self.index_record(seq, full, off as u32, len, mask);
+                    records.push(sidecar::Entry {
+                        full,
+                        off: off as u32,
+                        len: len as u32,
+                    });
                 }
                 None => {
                     self.counters.damaged_records += 1;
@@ -223,6 +242,48 @@ impl DiskCache {
         let c = self.containers.get_mut(&seq).expect("inserted above");
         c.len = len;
         self.disk_used += len;
-        Ok(())
+        Ok(records)
+    }
+
+    fn index_record(&mut self, seq: u32, full: u64, off: u32, len: u64, mask: u64) {
+        if let Some(old) = self.index.insert(full, Loc::new(seq, off)) {
+            self.forget(old.loc);
+        }
+        self.bloom.insert(full & mask);
+        let c = self.containers.get_mut(&seq).expect("indexed container");
+        c.live += 1;
+        c.payload += len;
+    }
+
+    /// The sidecar of container `seq`, if it is intact and agrees with the container:
+    /// its records lie in order inside the `file_len` bytes the file holds.
+    fn usable_sidecar(
+        &mut self,
+        seq: u32,
+        path: &std::path::Path,
+        file_len: u64,
+        max_len: u64,
+    ) -> Option<Sidecar> {
+        let side_path = sidecar::path_for(path);
+        let bytes = fs::read(&side_path).ok()?;
+        let side = Sidecar::decode(&bytes).filter(|s| {
+            let mut end = HEADER_LEN as u64;
+            s.seq == u64::from(seq)
+                && s.container_len <= file_len
+                && s.entries.iter().all(|e| {
+                    let ok = u64::from(e.off) == end && u64::from(e.len) <= max_len;
+                    end = u64::from(e.off) + REC_OVERHEAD as u64 + u64::from(e.len);
+                    ok
+                })
+                && end == s.container_len
+        });
+        if side.is_none() {
+            let _ = fs::remove_file(&side_path);
+            self.warn(format!(
+                "{}: damaged or stale; the container is read through instead",
+                side_path.display()
+            ));
+        }
+        side
     }
 }
