@@ -220,7 +220,7 @@ fn connect(
             cmd.args(words).arg(host).arg(&a.remote_vargr).args([
                 "sync",
                 "--server",
-                &shell_quote(path),
+                &vargr_net::launch::shell_quote(path),
             ]);
             (cmd, host.clone())
         }
@@ -348,26 +348,4 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .parse()
         .map_err(|_| anyhow!("{s:?} is not a size (e.g. 4g, 512m, 1048576)"))?;
     Ok((n * mul as f64) as u64)
-}
-
-/// `s` as one word for a POSIX shell.
-fn shell_quote(s: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "-_./:@%+=,".contains(c);
-    if !s.is_empty() && s.chars().all(plain) {
-        return s.to_string();
-    }
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-#[cfg(test)]
-mod quote_tests {
-    use super::shell_quote;
-
-    #[test]
-    fn paths_reach_the_remote_shell_as_one_word() {
-        assert_eq!(shell_quote("/data/x-1.tar"), "/data/x-1.tar");
-        assert_eq!(shell_quote("my dir/it's"), "'my dir/it'\\''s'");
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("$HOME;rm"), "'$HOME;rm'");
-    }
 }
