@@ -296,15 +296,7 @@ mod tests {
 
     #[test]
     fn a_small_edit_costs_a_few_bytes() {
-        let mut x = 0x1234_5678_9abc_def1u64;
-        let base: Vec<u8> = (0..4096)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let base = crate::testdata::random(4096, 0x1234_5678_9abc_def1);
         let mut t = base.clone();
         t[1000..1005].copy_from_slice(b"5.0.2");
         t.splice(3000..3000, b"inserted".iter().copied());

@@ -19,6 +19,8 @@ pub mod protocol;
 pub mod segment;
 pub mod similar;
 pub mod stage;
+#[cfg(test)]
+mod testdata;
 
 pub use cache::CacheError;
 pub use fp::{Fingerprint, FpBits};

@@ -327,15 +327,11 @@ impl SimilarityIndex {
 mod tests {
     use super::*;
 
+    /// Text-like bytes: 18 symbols.
     fn text(n: usize, seed: u64) -> Vec<u8> {
-        let mut s = seed | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                b"abcdefghij klmnop\n"[(s % 18) as usize]
-            })
+        crate::testdata::random(n, seed)
+            .into_iter()
+            .map(|b| b"abcdefghij klmnop\n"[usize::from(b) % 18])
             .collect()
     }
 

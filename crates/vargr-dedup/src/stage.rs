@@ -271,15 +271,7 @@ mod tests {
             DedupStage::new(&opts, 1 << 26).unwrap(),
             DedupStage::new(&opts, 1 << 26).unwrap(),
         );
-        let mut x = 7u64;
-        let big: Vec<u8> = (0..256 << 10)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let big = crate::testdata::random(256 << 10, 7);
         let frames = vec![
             data_frame(&big),
             data_frame(b"small, passes unchanged"),

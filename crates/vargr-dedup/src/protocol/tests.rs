@@ -3,6 +3,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
+use crate::testdata::random;
 
 /// An exact in-memory cache keyed by truncated fingerprint (latest insert wins), so
 /// collisions at small widths really replace segments.
@@ -90,18 +91,6 @@ fn pair(bits: u8, group: u32) -> (Sender<MapCache>, Receiver<MapCache>) {
 
 fn segments(data: &[u8], size: usize) -> Vec<Vec<u8>> {
     data.chunks(size).map(<[u8]>::to_vec).collect()
-}
-
-fn random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]
