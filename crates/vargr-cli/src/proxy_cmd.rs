@@ -37,7 +37,7 @@
 //!
 //! | kind | body |
 //! |---|---|
-//! | `DATA` | this side's sender output, one `vargr-codec` zstd frame (raw when that is not smaller) |
+//! | `DATA` | this side's sender output: the next piece of this direction's zstd stream, flushed ([`vargr_sync::zpieces`]) |
 //! | `REPLY` | this side's receiver output: requests and acknowledgements |
 //! | `CREDIT` | u64: application bytes this side has written to its application so far |
 //! | `ABORT` | why this side gave up; the other closes its application connection with a reset |
@@ -65,10 +65,9 @@
 //!   link is always read (acknowledgements keep flowing) and neither side buffers more
 //!   than about a window for a slow application: as with plain TCP, one direction may
 //!   stall while the other runs.
-//! - *zstd per frame, not one zstd stream.* `vargr sync` wraps its stream in a zstd
-//!   stream; this binary reaches zstd only through `vargr-codec`'s one-shot frames, so
-//!   each DATA frame is compressed alone. Bulk frames are up to [`READ_BUDGET`] long, so
-//!   little is lost; small interactive frames lose the shared history.
+//! - *One zstd stream per direction, cut into pieces.* Each DATA frame is flushed so it
+//!   decodes on arrival, yet compresses against everything before it: small interactive
+//!   writes (a request line, a keystroke) cost little once their like has crossed.
 //! - *Errors are not clean ends.* A failure (the other proxy died, a reset from an
 //!   application, bad bytes from the peer) closes the application connection with a
 //!   TCP reset, so a client never mistakes a broken transfer for a complete one. TCP
@@ -90,12 +89,12 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use vargr_codec::{Codec, ElemKind};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
 use vargr_dedup::similar::SimilarityIndex;
 use vargr_dedup::{Config, FpBits, Receiver, Segmenter, Sender};
 use vargr_net::auth::Secret;
 use vargr_net::{Addr, Conn, Listener};
+use vargr_sync::zpieces::{PieceDecoder, PieceEncoder};
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
@@ -168,7 +167,7 @@ const CLOSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Unacknowledged link data older than this means the peer is gone.
 const LINK_USER_TIMEOUT_MS: u32 = 30_000;
 /// Bumped when either side's bytes change meaning.
-const PROXY_VERSION: u32 = 1;
+const PROXY_VERSION: u32 = 2;
 
 const F_DATA: u8 = 1;
 const F_REPLY: u8 = 2;
@@ -207,7 +206,7 @@ struct Common {
     name: String,
     bits: FpBits,
     group: u32,
-    codec: Codec,
+    zstd_level: i32,
     caches: Arc<Caches>,
     next_id: AtomicU64,
 }
@@ -249,9 +248,7 @@ pub fn run(a: ProxyArgs) -> Result<()> {
         name: a.name.clone().unwrap_or_else(vargr_sync::host_name),
         bits,
         group: a.group,
-        codec: Codec::Zstd {
-            level: a.zstd_level,
-        },
+        zstd_level: a.zstd_level,
         caches,
         next_id: AtomicU64::new(1),
     });
@@ -817,7 +814,8 @@ struct Pump {
     segmenter_name: String,
     tx: Sender<SharedCache<DiskCache>>,
     rx: Receiver<SharedCache<DiskCache>>,
-    codec: Codec,
+    zout: PieceEncoder,
+    zin: PieceDecoder,
     max_segment: usize,
     scratch: Vec<u8>,
     // application → link
@@ -884,7 +882,8 @@ impl Pump {
             segmenter_name: segmenter.to_string(),
             tx,
             rx,
-            codec: common.codec,
+            zout: PieceEncoder::new(common.zstd_level)?,
+            zin: PieceDecoder::new(MAX_FRAME)?,
             max_segment: config.max_segment,
             scratch: vec![0; 64 << 10],
             pending: Vec::new(),
@@ -927,7 +926,7 @@ impl Pump {
             if !reading {
                 // Whatever was cut can be checked and delivered while this side waits.
                 self.tx.flush();
-                self.sender_output();
+                self.sender_output()?;
             }
             self.write_out()?;
             if self.all_done() {
@@ -1063,7 +1062,7 @@ impl Pump {
                 self.hold_until = Some(Instant::now() + self.hold);
             }
             self.cut(false)?;
-            self.sender_output();
+            self.sender_output()?;
             return Ok(());
         }
         self.hold_until = None;
@@ -1078,7 +1077,7 @@ impl Pump {
             // Nothing more now: let the other side check and deliver what it has.
             self.tx.flush();
         }
-        self.sender_output();
+        self.sender_output()?;
         Ok(())
     }
 
@@ -1087,7 +1086,7 @@ impl Pump {
         self.hold_until = None;
         self.cut(true)?;
         self.tx.flush();
-        self.sender_output();
+        self.sender_output()?;
         Ok(())
     }
 
@@ -1122,15 +1121,17 @@ impl Pump {
     }
 
     /// Moves the sender's output into DATA frames.
-    fn sender_output(&mut self) {
+    fn sender_output(&mut self) -> Result<(), PumpError> {
         let mut raw = Vec::new();
         self.tx.take_output(&mut raw);
-        let mut frame = Vec::new();
         for chunk in raw.chunks(MAX_FRAME) {
-            frame.clear();
-            vargr_codec::encode(self.codec, ElemKind::BYTES, chunk, &mut frame);
-            self.put_frame(F_DATA, &frame);
+            let piece = self
+                .zout
+                .piece(chunk)
+                .map_err(|e| PumpError::local(format!("compressing: {e}")))?;
+            self.put_frame(F_DATA, &piece);
         }
+        Ok(())
     }
 
     fn put_frame(&mut self, kind: u8, body: &[u8]) {
@@ -1166,7 +1167,7 @@ impl Pump {
         loop {
             let frame = match vargr_sync::split_frame(
                 &self.link_in[at..],
-                MAX_FRAME + vargr_codec::HEADER_MAX,
+                vargr_sync::zpieces::max_piece(MAX_FRAME),
             ) {
                 Ok(Some((kind, body))) => (kind, body.to_vec()),
                 Ok(None) => break,
@@ -1192,7 +1193,7 @@ impl Pump {
         if !reply.is_empty() {
             self.put_frame(F_REPLY, &reply);
         }
-        self.sender_output();
+        self.sender_output()?;
         Ok(())
     }
 
@@ -1215,7 +1216,9 @@ impl Pump {
     fn on_frame(&mut self, kind: u8, body: &[u8]) -> Result<(), PumpError> {
         match kind {
             F_DATA => {
-                let (_, raw) = vargr_codec::decode_to_vec(body, MAX_FRAME)
+                let raw = self
+                    .zin
+                    .piece(body)
                     .map_err(|e| self.bad(format!("data frame: {e}")))?;
                 self.rx
                     .handle_input(&raw)

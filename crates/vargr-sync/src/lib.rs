@@ -21,6 +21,7 @@ mod frame;
 pub mod manifest;
 mod recv;
 mod send;
+pub mod zpieces;
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
