@@ -177,6 +177,33 @@ fn disk_limit_evicts_least_recently_used_containers() {
 }
 
 #[test]
+fn use_order_survives_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut rng = Rng(43);
+    let cfg = || with_bits(40, small());
+    let mut c = DiskCache::open(dir.path(), cfg()).unwrap();
+    let segs = fill(&mut c, &mut rng, 1500); // several containers
+                                             // The oldest container's segments are read: it becomes the most recently used.
+    get(&mut c, segs[0].0).unwrap();
+    drop(c);
+    let conts = containers(dir.path());
+    assert!(conts.len() >= 3, "{conts:?}");
+    // Reopen with room for fewer containers: the least recently used go first, and
+    // that is no longer the oldest one.
+    let total: u64 = conts.iter().map(|p| fs::metadata(p).unwrap().len()).sum();
+    let tight = DiskConfig {
+        disk_bytes: total - 1,
+        ..cfg()
+    };
+    let mut c = DiskCache::open(dir.path(), tight).unwrap();
+    assert_eq!(get(&mut c, segs[0].0).as_ref(), Some(&segs[0].1));
+    assert!(
+        !conts[1].exists(),
+        "the least recently used container is evicted"
+    );
+}
+
+#[test]
 fn recently_read_container_outlives_newer_ones() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = DiskConfig {

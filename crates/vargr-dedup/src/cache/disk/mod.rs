@@ -25,7 +25,7 @@
 //! least recently used container file is deleted; beyond [`DiskConfig::memory_bytes`] the
 //! least recently used container's chunks are dropped from memory (the seed's working-set
 //! replacement: one timestamp per container, a linear scan to find the oldest).
-//! Recency is per process: on reopen containers start in creation order.
+//! Recency survives a reopen: the closer saves the containers' use order (`recency`).
 //!
 //! Writes are buffered ([`DiskConfig::write_buffer_bytes`]) and written on
 //! [`DiskCache::flush`] and on drop; nothing is fsynced unless [`DiskCache::sync`] is
@@ -124,6 +124,10 @@ fn io_err<'a>(path: &'a Path, what: &'a str) -> impl FnOnce(io::Error) -> CacheE
     }
 }
 
+/// The file holding the containers' use order between runs, and its first line.
+const RECENCY: &str = "recency";
+const RECENCY_HEAD: &str = "vargr segment cache recency 1";
+
 fn container_name(seq: u32) -> String {
     format!("{seq:016x}.vgc")
 }
@@ -177,9 +181,55 @@ impl DiskCache {
             _lock: lock,
         };
         c.scan_dir()?;
+        c.load_recency();
         c.resume_writer()?;
         c.enforce_disk_limit()?;
         Ok(c)
+    }
+
+    /// Restores the containers' use order saved by the last closer ([`RECENCY`]), so
+    /// what kept being read outlives what did not across runs too. Containers it does
+    /// not name (new since) count as the most recent, in creation order.
+    fn load_recency(&mut self) {
+        let Ok(text) = fs::read_to_string(self.dir.join(RECENCY)) else {
+            return;
+        };
+        let mut lines = text.lines();
+        if lines.next() != Some(RECENCY_HEAD) {
+            return;
+        }
+        let mut tick = 0u64;
+        let mut named = std::collections::HashSet::new();
+        for seq in lines.filter_map(|l| l.trim().parse::<u32>().ok()) {
+            if let Some(c) = self.containers.get_mut(&seq) {
+                if named.insert(seq) {
+                    tick += 1;
+                    c.stamp = tick;
+                }
+            }
+        }
+        for (seq, c) in self.containers.iter_mut() {
+            if !named.contains(seq) {
+                tick += 1;
+                c.stamp = tick;
+            }
+        }
+        self.tick = self.tick.max(tick);
+    }
+
+    /// Saves the containers' use order, oldest first (a failure only loses it).
+    fn save_recency(&self) {
+        let mut order: Vec<(u64, u32)> =
+            self.containers.iter().map(|(&s, c)| (c.stamp, s)).collect();
+        order.sort_unstable();
+        let mut text = format!("{RECENCY_HEAD}\n");
+        for (_, seq) in order {
+            text.push_str(&format!("{seq}\n"));
+        }
+        let tmp = self.dir.join(format!("{RECENCY}.tmp"));
+        if fs::write(&tmp, text).is_ok() {
+            let _ = fs::rename(&tmp, self.dir.join(RECENCY));
+        }
     }
 
     /// Opens the cache of one peer, `root/peer/`: every transfer to and from that peer
@@ -706,8 +756,10 @@ impl SegmentCache for DiskCache {
 }
 
 impl Drop for DiskCache {
-    /// Writes what is buffered; call [`DiskCache::flush`] first to see its errors.
+    /// Writes what is buffered and the containers' use order; call
+    /// [`DiskCache::flush`] first to see its errors.
     fn drop(&mut self) {
         let _ = self.flush();
+        self.save_recency();
     }
 }
