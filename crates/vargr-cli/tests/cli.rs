@@ -297,3 +297,19 @@ fn bench_codec_sends_real_messages_and_writes_records() {
     );
     assert!(get("none")["ratio"].as_f64().unwrap() < 1.01, "{records:?}");
 }
+
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    // `vargr dedup model | head -0`: the reader is gone before the first line.
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = std::process::Command::new(common::vargr())
+        .args(["dedup", "model"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}
