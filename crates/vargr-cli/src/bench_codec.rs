@@ -90,8 +90,8 @@ pub struct CodecBenchArgs {
     #[arg(long, value_delimiter = ',')]
     links: Option<Vec<String>>,
     /// Jobs per (link, data set, codec), taken in turns so that drift of a shared
-    /// machine hits every codec alike; a median covers all of them (default 2; 1 with
-    /// --quick).
+    /// machine hits every codec alike; speedups are the median of each round's ratio
+    /// to the same round's `none` (default 3; 1 with --quick).
     #[arg(long)]
     rounds: Option<u32>,
     /// Only data sets whose name contains this.
@@ -195,6 +195,9 @@ struct CodecRecord {
     first_median_us: Option<f64>,
     speedup_vs_none: Option<f64>,
     first_speedup_vs_none: Option<f64>,
+    /// Each round's median (round number, µs), to pair with the same round's `none`.
+    #[serde(skip)]
+    round_medians: Vec<(u32, f64)>,
     /// Bulk: seconds from the first byte sent to the last received.
     seconds: Option<f64>,
     /// Speed: the codec alone on this machine, MB/s of original data.
@@ -226,6 +229,7 @@ impl CodecRecord {
             first_median_us: None,
             speedup_vs_none: None,
             first_speedup_vs_none: None,
+            round_medians: Vec::new(),
             seconds: None,
             compress_mb_s: None,
             decompress_mb_s: None,
@@ -1037,7 +1041,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
     // Every job, so that progress can say how far along the run is. Rounds go round
     // all modes of a data set before the next round, so that drift on a shared machine
     // hits every mode alike.
-    let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 2 }).max(1);
+    let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
     let jobs: Vec<(&Link, &SetSpec, u32, &str)> = links
         .iter()
         .flat_map(|l| {
@@ -1105,6 +1109,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
                 first.extend_from_slice(&m.times_us[..w]);
                 timed.extend_from_slice(&m.times_us[w..]);
                 let med = crate::bench::percentile(&sorted(&m.times_us[w..]), 50.0);
+                rec.round_medians.push((round, med));
                 // The same bytes every round; keep the first figure.
                 rec.ratio = rec.ratio.or(m.ratio);
                 line = format!(
@@ -1289,18 +1294,52 @@ fn decision_cost(quick: bool) -> Vec<CodecRecord> {
 }
 
 /// `speedup_vs_none` of every message record: the time with no compression on the same
-/// data set and link, over the record's.
+/// data set and link over the record's, paired round by round (each round runs every
+/// mode of a data set back to back) and the median of the rounds' ratios taken, so that
+/// a machine that drifts between rounds moves both sides of each ratio alike. Without
+/// round figures, the overall medians. The warm-up's speedup compares with `none`'s
+/// overall median.
+/// The median (the mean of the middle two for an even count; NaN for none).
+fn median(v: &[f64]) -> f64 {
+    let s = sorted(v);
+    let n = s.len();
+    if n == 0 {
+        f64::NAN
+    } else if n % 2 == 1 {
+        s[n / 2]
+    } else {
+        (s[n / 2 - 1] + s[n / 2]) / 2.0
+    }
+}
+
 fn speedups(records: &mut [CodecRecord]) {
-    let none: BTreeMap<(String, String), f64> = records
+    type Key = (String, String);
+    let none: BTreeMap<Key, (f64, Vec<(u32, f64)>)> = records
         .iter()
         .filter(|r| r.codec == "none" && r.test == "message")
-        .filter_map(|r| Some(((r.link.clone(), r.dataset.clone()), r.median_us?)))
+        .filter_map(|r| {
+            let key = (r.link.clone(), r.dataset.clone());
+            Some((key, (r.median_us?, r.round_medians.clone())))
+        })
         .collect();
     for r in records.iter_mut().filter(|r| r.test == "message") {
-        if let Some(&base) = none.get(&(r.link.clone(), r.dataset.clone())) {
-            r.speedup_vs_none = r.median_us.map(|m| base / m);
-            r.first_speedup_vs_none = r.first_median_us.map(|m| base / m);
-        }
+        let Some((base, base_rounds)) = none.get(&(r.link.clone(), r.dataset.clone())) else {
+            continue;
+        };
+        let ratios: Vec<f64> = r
+            .round_medians
+            .iter()
+            .filter_map(|&(round, med)| {
+                let (_, b) = base_rounds.iter().find(|(k, _)| *k == round)?;
+                (med > 0.0).then(|| b / med)
+            })
+            .collect();
+        r.speedup_vs_none = if ratios.is_empty() {
+            r.median_us.map(|m| base / m)
+        } else {
+            Some(median(&ratios))
+        };
+        r.first_speedup_vs_none = r.first_median_us.map(|m| base / m);
     }
 }
 
@@ -1820,6 +1859,36 @@ mod tests {
         }
         let len = |b: usize| msgs[b].len();
         assert!(len(7) > 10 * len(0) && len(8) > 10 * len(15), "{msgs:?}");
+    }
+
+    #[test]
+    fn speedups_pair_each_round_with_the_same_rounds_none() {
+        let set = SetSpec {
+            name: "s".into(),
+            elem: ElemKind::U8,
+            file: None,
+            source: String::new(),
+        };
+        let rec = |codec: &str, rounds: &[(u32, f64)]| {
+            let mut r = CodecRecord::new("message", &set, 1, "l", codec);
+            r.round_medians = rounds.to_vec();
+            r.median_us = Some(median(&rounds.iter().map(|&(_, m)| m).collect::<Vec<_>>()));
+            r
+        };
+        // The machine slows to half speed after round 0: both sides move together.
+        let mut rs = vec![
+            rec("none", &[(0, 100.0), (1, 200.0), (2, 200.0)]),
+            rec("lz4", &[(0, 50.0), (1, 100.0), (2, 100.0)]),
+        ];
+        speedups(&mut rs);
+        assert_eq!(rs[1].speedup_vs_none, Some(2.0));
+        assert_eq!(median(&[1.0, 3.0]), 2.0);
+        // Without round figures, the overall medians.
+        let mut rs = vec![rec("none", &[]), rec("zstd:1", &[])];
+        rs[0].median_us = Some(90.0);
+        rs[1].median_us = Some(30.0);
+        speedups(&mut rs);
+        assert_eq!(rs[1].speedup_vs_none, Some(3.0));
     }
 
     #[test]
