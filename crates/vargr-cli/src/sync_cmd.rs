@@ -125,17 +125,28 @@ pub fn run(a: SyncArgs) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         let ratio = report.bytes_in as f64 / report.bytes_on_wire.max(1) as f64;
+        // Segments: repeats crossed as fingerprints, new ones whole or as deltas.
         eprintln!(
-            "{:<8} {:>8} {:>14} {:>14} {:>8} {:>9} {:>9}",
-            "files", "skipped", "bytes", "on the wire", "ratio", "pushed", "seconds"
+            "{:<8} {:>8} {:>14} {:>14} {:>8} {:>9} {:>9} {:>9} {:>9}",
+            "files",
+            "skipped",
+            "bytes",
+            "on the wire",
+            "ratio",
+            "repeats",
+            "deltas",
+            "new",
+            "seconds"
         );
         eprintln!(
-            "{:<8} {:>8} {:>14} {:>14} {:>7.1}x {:>9} {:>9.2}",
+            "{:<8} {:>8} {:>14} {:>14} {:>7.1}x {:>9} {:>9} {:>9} {:>9.2}",
             report.files_sent,
             report.files_skipped,
             report.bytes_in,
             report.bytes_on_wire,
             ratio,
+            report.dedup.fingerprinted,
+            report.dedup.deltas,
             report.dedup.pushed,
             report.seconds
         );
