@@ -128,21 +128,8 @@ pub struct ProxyArgs {
     /// at that cost in latency.
     #[arg(long, default_value = "0ms", value_name = "DURATION")]
     hold: String,
-    /// Optimistic fingerprint width in bits (both proxies must agree).
-    #[arg(long, default_value_t = 40)]
-    fp_bits: u8,
-    /// Segments per conservative hash.
-    #[arg(long, default_value_t = 20)]
-    group: u32,
-    /// zstd level of the link's data frames (-7..=22).
-    #[arg(long, default_value_t = 3)]
-    zstd_level: i32,
-    /// Segment caches live here (default $VARGR_CACHE_DIR or ~/.cache/vargr/dedup).
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
-    /// Disk budget of each peer's cache (e.g. 4g).
-    #[arg(long, default_value = "4g")]
-    cache_size: String,
+    #[command(flatten)]
+    dedup: crate::sync_cmd::DedupArgs,
 }
 
 /// Application bytes a side may have sent that the other has not yet written to its
@@ -212,26 +199,10 @@ struct Common {
 }
 
 pub fn run(a: ProxyArgs) -> Result<()> {
-    let bits = FpBits::new(a.fp_bits)
-        .ok_or_else(|| anyhow!("--fp-bits {}: must be 8 to 64", a.fp_bits))?;
-    if a.group == 0 {
-        bail!("--group 0: a group holds at least one segment");
-    }
-    if !vargr_codec::ZSTD_LEVELS.contains(&a.zstd_level) {
-        bail!("--zstd-level {}: expected -7..=22", a.zstd_level);
-    }
-    let cache_cfg = DiskConfig {
-        bits,
-        disk_bytes: crate::sync_cmd::parse_size(&a.cache_size).context("--cache-size")?,
-        ..DiskConfig::default()
-    };
-    cache_cfg.validate().context("--cache-size")?;
+    let d = a.dedup.settings()?;
     let caches = Arc::new(Caches {
-        root: a
-            .cache_dir
-            .clone()
-            .unwrap_or_else(vargr_sync::default_cache_root),
-        cfg: cache_cfg,
+        root: d.cache_root,
+        cfg: d.cache,
         open: Mutex::new(HashMap::new()),
         similar: Mutex::new(HashMap::new()),
     });
@@ -246,9 +217,9 @@ pub fn run(a: ProxyArgs) -> Result<()> {
         secret: secret(&a.secret_file)?,
         hold,
         name: a.name.clone().unwrap_or_else(vargr_sync::host_name),
-        bits,
-        group: a.group,
-        zstd_level: a.zstd_level,
+        bits: d.bits,
+        group: d.group,
+        zstd_level: d.zstd_level,
         caches,
         next_id: AtomicU64::new(1),
     });

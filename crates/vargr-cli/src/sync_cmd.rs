@@ -20,6 +20,64 @@ use vargr_net::auth::Secret;
 use vargr_net::{Addr, Conn, Listener};
 use vargr_sync::{receive, send, Progress, RecvOptions, SendOptions, Transport};
 
+/// What `vargr sync` and `vargr proxy` share: the protocol's parameters and the caches.
+#[derive(Debug, Clone, Args)]
+pub struct DedupArgs {
+    /// Optimistic fingerprint width in bits (both ends must agree).
+    #[arg(long, default_value_t = 40)]
+    fp_bits: u8,
+    /// Segments per conservative hash.
+    #[arg(long, default_value_t = 20)]
+    group: u32,
+    /// zstd level of the stream that carries new segments (-7..=22).
+    #[arg(long, default_value_t = 3)]
+    zstd_level: i32,
+    /// Segment caches live here (default $VARGR_CACHE_DIR or ~/.cache/vargr/dedup).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Disk budget of each peer's cache (e.g. 4g).
+    #[arg(long, default_value = "4g")]
+    cache_size: String,
+}
+
+/// [`DedupArgs`], checked.
+pub struct DedupSettings {
+    pub bits: vargr_dedup::FpBits,
+    pub group: u32,
+    pub zstd_level: i32,
+    pub cache_root: PathBuf,
+    pub cache: vargr_dedup::cache::DiskConfig,
+}
+
+impl DedupArgs {
+    pub fn settings(&self) -> Result<DedupSettings> {
+        let bits = vargr_dedup::FpBits::new(self.fp_bits)
+            .ok_or_else(|| anyhow!("--fp-bits {}: must be 8 to 64", self.fp_bits))?;
+        if self.group == 0 {
+            bail!("--group 0: a group holds at least one segment");
+        }
+        if !vargr_codec::ZSTD_LEVELS.contains(&self.zstd_level) {
+            bail!("--zstd-level {}: expected -7..=22", self.zstd_level);
+        }
+        let cache = vargr_dedup::cache::DiskConfig {
+            bits,
+            disk_bytes: parse_size(&self.cache_size).context("--cache-size")?,
+            ..Default::default()
+        };
+        cache.validate().context("--cache-size")?;
+        Ok(DedupSettings {
+            bits,
+            group: self.group,
+            zstd_level: self.zstd_level,
+            cache_root: self
+                .cache_dir
+                .clone()
+                .unwrap_or_else(vargr_sync::default_cache_root),
+            cache,
+        })
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct SyncArgs {
     /// What to copy: a file or a directory (its contents go into DEST).
@@ -43,21 +101,8 @@ pub struct SyncArgs {
     /// Segmenter of the files (cdc:MIN:AVG:MAX, static:SIZE, sw).
     #[arg(long, default_value = "cdc:512:2k:16k")]
     segmenter: String,
-    /// Optimistic fingerprint width in bits.
-    #[arg(long, default_value_t = 40)]
-    fp_bits: u8,
-    /// Segments per conservative hash.
-    #[arg(long, default_value_t = 20)]
-    group: u32,
-    /// zstd level of the stream.
-    #[arg(long, default_value_t = 3)]
-    zstd_level: i32,
-    /// Segment caches live here (default $VARGR_CACHE_DIR or ~/.cache/vargr/dedup).
-    #[arg(long)]
-    cache_dir: Option<PathBuf>,
-    /// Disk budget of each peer's cache (e.g. 4g).
-    #[arg(long, default_value = "4g")]
-    cache_size: String,
+    #[command(flatten)]
+    dedup: DedupArgs,
     /// The vargr program on the remote host (ssh destinations).
     #[arg(long, default_value = "vargr")]
     remote_vargr: String,
@@ -70,17 +115,13 @@ pub struct SyncArgs {
 }
 
 pub fn run(a: SyncArgs) -> Result<()> {
-    let cache_root = a
-        .cache_dir
-        .clone()
-        .unwrap_or_else(vargr_sync::default_cache_root);
-    let bits = vargr_dedup::FpBits::new(a.fp_bits)
-        .ok_or_else(|| anyhow!("--fp-bits {}: must be 8 to 64", a.fp_bits))?;
-    let cache = vargr_dedup::cache::DiskConfig {
-        bits,
-        disk_bytes: parse_size(&a.cache_size).context("--cache-size")?,
-        ..Default::default()
-    };
+    let DedupSettings {
+        group,
+        zstd_level,
+        cache_root,
+        cache,
+        ..
+    } = a.dedup.settings()?;
     if let Some(dest) = &a.server {
         let t = Transport {
             reader: Box::new(std::io::stdin()),
@@ -106,8 +147,8 @@ pub fn run(a: SyncArgs) -> Result<()> {
         segmenter: a.segmenter.clone(),
         cache_root,
         cache,
-        group: a.group,
-        zstd_level: a.zstd_level,
+        group,
+        zstd_level,
         ..SendOptions::default()
     };
     let (t, mut child) = connect(&dest, &a, &mut opts)?;
@@ -241,8 +282,8 @@ fn connect(
             (cmd, "local".to_string())
         }
     };
-    cmd.args(["--fp-bits", &a.fp_bits.to_string()]);
-    if let (None, Some(dir)) = (&remote, &a.cache_dir) {
+    cmd.args(["--fp-bits", &a.dedup.fp_bits.to_string()]);
+    if let (None, Some(dir)) = (&remote, &a.dedup.cache_dir) {
         cmd.arg("--cache-dir").arg(dir);
     }
     cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
