@@ -90,6 +90,15 @@ pub trait SegmentCache: Send {
     /// The segment stored under optimistic fingerprint `fp` (already truncated to
     /// [`SegmentCache::bits`]), if any. Damaged records are dropped, never returned.
     fn get(&mut self, fp: Fingerprint) -> Result<Option<Bytes>, CacheError>;
+    /// [`SegmentCache::get`] behind the Bloom filter: a sure miss costs no index or
+    /// disk access (and the filter's measured rate counts every lookup).
+    fn lookup(&mut self, fp: Fingerprint) -> Result<Option<Bytes>, CacheError> {
+        if self.may_contain(fp) {
+            self.get(fp)
+        } else {
+            Ok(None)
+        }
+    }
     /// Stores `segment`, whose full 64-bit fingerprint is `full`; a later segment with
     /// the same truncated fingerprint replaces it. The caches here skip a segment they
     /// already hold under the same full fingerprint (the sender inserts every segment

@@ -425,10 +425,7 @@ impl<C: SegmentCache> Sender<C> {
                 let mut start = 0;
                 for f in &choice.segments {
                     let t = f.truncate(bits);
-                    if !self.cache.may_contain(t) {
-                        continue;
-                    }
-                    if let Some(b) = self.cache.get(t)? {
+                    if let Some(b) = self.cache.lookup(t)? {
                         if *f == choice.anchor {
                             start = self.base_buf.len();
                         }
@@ -813,12 +810,7 @@ impl<C: SegmentCache> Receiver<C> {
             Msg::Fp(fp) => {
                 self.expect_segment(offset)?;
                 self.recent.touch(fp);
-                let data = if self.cache.may_contain(fp) {
-                    self.cache.get(fp)?
-                } else {
-                    None
-                };
-                let slot = match data {
+                let slot = match self.cache.lookup(fp)? {
                     Some(d) => {
                         self.pending_bytes += d.len();
                         Slot {
@@ -872,14 +864,9 @@ impl<C: SegmentCache> Receiver<C> {
                 let mut base = Vec::new();
                 let mut complete = true;
                 for fp in bases {
-                    match self
-                        .cache
-                        .may_contain(fp)
-                        .then(|| self.cache.get(fp))
-                        .transpose()?
-                    {
-                        Some(Some(b)) => base.extend_from_slice(&b),
-                        _ => {
+                    match self.cache.lookup(fp)? {
+                        Some(b) => base.extend_from_slice(&b),
+                        None => {
                             complete = false;
                             break;
                         }
