@@ -1,14 +1,16 @@
-//! Reproducible pseudo-random test data (xorshift64), shared by the unit tests.
+//! Reproducible pseudo-random test data, shared by the unit tests.
 
-/// `n` bytes from xorshift64 seeded with `seed` (forced odd, so never the zero state).
+/// Deterministic pseudo-random bytes (splitmix64).
 pub(crate) fn random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ 0x5eed;
+    let mut out = Vec::with_capacity(n + 8);
+    while out.len() < n {
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        out.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    out.truncate(n);
+    out
 }

@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn sizes_stay_in_bounds_and_average_near_target() {
-        let data = super::super::tests::random(1 << 20, 7);
+        let data = crate::testdata::random(1 << 20, 7);
         for (min, avg, max) in [(16, 64, 256), (64, 256, 1024), (2048, 8192, 65536)] {
             let c = Cdc::new(min, avg, max).unwrap();
             let ends = c.ends(&data, true);

@@ -160,7 +160,7 @@ mod tests {
     #[test]
     fn a_repeated_plane_gives_repeated_segments() {
         let (t, y, x) = (4usize, 32usize, 40usize);
-        let plane = super::super::tests::random(y * x * 4, 11);
+        let plane = crate::testdata::random(y * x * 4, 11);
         let mut data = Vec::new();
         for _ in 0..t {
             data.extend_from_slice(&plane);

@@ -148,7 +148,7 @@ mod tests {
     #[test]
     fn anchored_segments_are_whole_and_zeros_fall_back_to_static() {
         let sw = SpringWetherall::new(64, 16, 8).unwrap();
-        let data = super::super::tests::random(10_000, 3);
+        let data = crate::testdata::random(10_000, 3);
         let ends = sw.ends(&data, true);
         let mut start = 0;
         for &e in &ends {

@@ -357,7 +357,7 @@ impl Segmenter for Varg {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::segment::tests::random;
+    use crate::testdata::random;
 
     fn image(h: usize, w: usize, seed: u64) -> Vec<u8> {
         random(h * w * 4, seed)
