@@ -13,21 +13,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::vargr;
+use common::{random_bytes as random, vargr};
 
 const GUARD: Duration = Duration::from_secs(60);
-
-fn random(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// A `vargr proxy` process whose stderr lines are collected; killed on drop.
 struct Proxy {

@@ -42,16 +42,7 @@ fn vargr_env(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
 }
 
 fn write_random(path: &Path, n: usize, seed: u64) {
-    let mut x = seed | 1;
-    let data: Vec<u8> = (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    std::fs::write(path, data).unwrap();
+    std::fs::write(path, common::random_bytes(n, seed)).unwrap();
 }
 
 fn assert_same(a: &Path, b: &Path) {

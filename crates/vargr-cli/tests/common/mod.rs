@@ -18,6 +18,19 @@ use vargr_topo::Topology;
 pub const TAG_ECHO: i32 = 1;
 pub const TAG_RANK: i32 = 2;
 
+/// Reproducible incompressible bytes (xorshift64; `seed` forced odd).
+pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// The `vargr` binary under test.
 pub fn vargr() -> &'static str {
     env!("CARGO_BIN_EXE_vargr")
