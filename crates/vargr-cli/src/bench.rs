@@ -381,3 +381,45 @@ fn run_floor(
     );
     (rtt, wps)
 }
+
+/// The `manifest.tsv` of a benchmark's downloaded data in `dir`, and its text; when it
+/// is missing and `fetch` allows, `script DIR` (run from the repository root) fetches
+/// `what` first. Errors say what is missing and how to get it.
+pub(crate) fn fetched_manifest(
+    dir: &Path,
+    script: &Path,
+    fetch: bool,
+    what: &str,
+) -> std::result::Result<(PathBuf, String), String> {
+    let manifest = dir.join("manifest.tsv");
+    if !manifest.is_file() {
+        if !fetch {
+            return Err(format!("{} not found (--no-fetch)", manifest.display()));
+        }
+        if !script.is_file() {
+            return Err(format!(
+                "{} not found and no {} here (run from the repository root, or give --data)",
+                manifest.display(),
+                script.display()
+            ));
+        }
+        eprintln!("fetching {what}: {} {}", script.display(), dir.display());
+        let out = Command::new("sh")
+            .arg(script)
+            .arg(dir)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("running {}: {e}", script.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} failed: {}",
+                script.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        eprint!("{}", String::from_utf8_lossy(&out.stdout));
+    }
+    let text = std::fs::read_to_string(&manifest)
+        .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
+    Ok((manifest, text))
+}

@@ -492,36 +492,12 @@ fn cut(len: usize, message: usize, elem_size: usize) -> Vec<std::ops::Range<usiz
 /// Real data sets from the fetch script's manifest, running the script if needed.
 /// `Err` says why there are none.
 fn real_sets(dir: &Path, fetch: bool) -> std::result::Result<Vec<SetSpec>, String> {
-    let manifest = dir.join("manifest.tsv");
-    if !manifest.is_file() {
-        if !fetch {
-            return Err(format!("{} not found (--no-fetch)", manifest.display()));
-        }
-        let script = Path::new("scripts/fetch-codec-data.sh");
-        if !script.is_file() {
-            return Err(format!(
-                "{} not found and no {} here (run from the repository root, or give --data)",
-                manifest.display(),
-                script.display()
-            ));
-        }
-        eprintln!("fetching real data: {} {}", script.display(), dir.display());
-        let out = Command::new("sh")
-            .arg(script)
-            .arg(dir)
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        eprint!("{}", String::from_utf8_lossy(&out.stdout));
-    }
-    let text = std::fs::read_to_string(&manifest)
-        .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
+    let (manifest, text) = crate::bench::fetched_manifest(
+        dir,
+        Path::new("scripts/fetch-codec-data.sh"),
+        fetch,
+        "real data",
+    )?;
     let mut sets = Vec::new();
     for (i, line) in text
         .lines()

@@ -302,37 +302,12 @@ fn releases(a: &BenchDedupArgs, scratch: &Path) -> Result<(Vec<Release>, String)
 
 /// Releases from `dir/manifest.tsv`, running the fetch script when it is missing.
 fn real_releases(dir: &Path, fetch: bool) -> std::result::Result<Vec<Release>, String> {
-    let manifest = dir.join("manifest.tsv");
-    if !manifest.is_file() {
-        if !fetch {
-            return Err(format!("{} not found (--no-fetch)", manifest.display()));
-        }
-        let script = Path::new("scripts/fetch-dedup-data.sh");
-        if !script.is_file() {
-            return Err(format!(
-                "{} not found and no {} here (run from the repository root, or give --data)",
-                manifest.display(),
-                script.display()
-            ));
-        }
-        eprintln!("fetching releases: {} {}", script.display(), dir.display());
-        let out = Command::new("sh")
-            .arg(script)
-            .arg(dir)
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("running {}: {e}", script.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "{} failed: {}",
-                script.display(),
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
-        }
-        eprint!("{}", String::from_utf8_lossy(&out.stdout));
-    }
-    let text = std::fs::read_to_string(&manifest)
-        .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
+    let (manifest, text) = crate::bench::fetched_manifest(
+        dir,
+        Path::new("scripts/fetch-dedup-data.sh"),
+        fetch,
+        "releases",
+    )?;
     let mut rels = Vec::new();
     for (i, line) in text
         .lines()
