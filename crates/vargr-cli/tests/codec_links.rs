@@ -8,23 +8,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::*;
-use vargr_trace::TraceFile;
-
-/// Bytes recorded per stage-boundary collector (`link/stage/...`) over all trace files.
-fn stage_bytes(dir: &std::path::Path) -> BTreeMap<String, u64> {
-    let mut out = BTreeMap::new();
-    for f in TraceFile::read_dir(dir).unwrap() {
-        for t in &f.threads {
-            for r in &t.records {
-                let name = f.collector_name(r.collector);
-                if name.starts_with("link/stage/") {
-                    *out.entry(name.to_string()).or_default() += u64::from(r.bytes);
-                }
-            }
-        }
-    }
-    out
-}
 
 /// `codec-check` on 4 ranks in two sites joined by an emulated 100 Mbit/s WAN, with
 /// `extra` options (codec mode, trace directories).

@@ -88,19 +88,9 @@ fn tree_links_between_sites_compress_and_deliver_the_same_packets() {
     }
     net.shutdown().unwrap();
     // Between the sites the frames crossed the emulated WAN compressed.
-    let mut wire = 0u64;
-    let mut delivered = 0u64;
-    for f in vargr_trace::TraceFile::read_dir(tmp.path()).unwrap() {
-        for t in &f.threads {
-            for r in &t.records {
-                match f.collector_name(r.collector) {
-                    "link/stage/emu/in" => wire += u64::from(r.bytes),
-                    "link/stage/codec/in" => delivered += u64::from(r.bytes),
-                    _ => {}
-                }
-            }
-        }
-    }
+    let bytes = stage_bytes(tmp.path());
+    let at = |c: &str| bytes.get(c).copied().unwrap_or(0);
+    let (wire, delivered) = (at("link/stage/emu/in"), at("link/stage/codec/in"));
     assert!(delivered >= 2 * 262_144, "{delivered} bytes delivered");
     assert!(
         delivered > 10 * wire,
@@ -142,18 +132,9 @@ fn tree_links_between_sites_send_repeated_packets_as_fingerprints() {
         }
     }
     net.shutdown().unwrap();
-    let (mut wire, mut delivered) = (0u64, 0u64);
-    for f in vargr_trace::TraceFile::read_dir(tmp.path()).unwrap() {
-        for t in &f.threads {
-            for r in &t.records {
-                match f.collector_name(r.collector) {
-                    "link/stage/emu/in" => wire += u64::from(r.bytes),
-                    "link/stage/dedup/in" => delivered += u64::from(r.bytes),
-                    _ => {}
-                }
-            }
-        }
-    }
+    let bytes = stage_bytes(tmp.path());
+    let at = |c: &str| bytes.get(c).copied().unwrap_or(0);
+    let (wire, delivered) = (at("link/stage/emu/in"), at("link/stage/dedup/in"));
     // Four rounds each way: after the first, the 256 KiB packets cross as fingerprints.
     assert!(delivered >= 8 * 262_144, "{delivered} bytes delivered");
     assert!(

@@ -18,6 +18,23 @@ use vargr_topo::Topology;
 pub const TAG_ECHO: i32 = 1;
 pub const TAG_RANK: i32 = 2;
 
+/// Bytes recorded per stage-boundary collector (`link/stage/...`) over all trace files
+/// in `dir`.
+pub fn stage_bytes(dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
+    let mut out = std::collections::BTreeMap::new();
+    for f in vargr_trace::TraceFile::read_dir(dir).unwrap() {
+        for t in &f.threads {
+            for r in &t.records {
+                let name = f.collector_name(r.collector);
+                if name.starts_with("link/stage/") {
+                    *out.entry(name.to_string()).or_default() += u64::from(r.bytes);
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Reproducible incompressible bytes (xorshift64; `seed` forced odd).
 pub fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
