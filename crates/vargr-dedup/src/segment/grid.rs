@@ -150,6 +150,13 @@ impl Grid {
     }
 
     /// The box's bytes in row-major order; borrowed when they are contiguous in `data`.
+    /// The blocks of extent `block` that tile the grid ([`Blocks`] order), from `data`.
+    pub fn gather_blocks<'a>(&self, data: &'a [u8], block: &[usize]) -> Vec<Cow<'a, [u8]>> {
+        Blocks::new(&self.dims, block)
+            .map(|(o, e)| self.gather(data, &o, &e))
+            .collect()
+    }
+
     pub fn gather<'a>(&self, data: &'a [u8], origin: &[usize], ext: &[usize]) -> Cow<'a, [u8]> {
         let len = self.box_len(ext);
         let (inner, _) = self.run_shape(origin, ext);
@@ -230,6 +237,29 @@ pub(crate) type Boxed = (Vec<usize>, Vec<usize>);
 /// Reassembly shared by the grid segmenters: checks that `count` boxes match the
 /// segments one for one and writes them into a grid appended to `out`. `grid.len` must
 /// already equal the segments' total length, which bounds the allocation.
+/// [`fill`] from one segment per block of extent `block`; `mismatch` words the error
+/// when the segments are not as many as the blocks (`None`: too many to count).
+pub(crate) fn fill_blocks(
+    r: &Reader<'_>,
+    grid: &Grid,
+    block: &[usize],
+    segments: &[&[u8]],
+    out: &mut Vec<u8>,
+    mismatch: impl FnOnce(Option<usize>) -> String,
+) -> Result<(), SegmentError> {
+    match Blocks::count(&grid.dims, block) {
+        Some(n) if n == segments.len() => {}
+        n => return Err(r.error(mismatch(n))),
+    }
+    fill(
+        r,
+        grid,
+        Blocks::new(&grid.dims, block).map(Ok),
+        segments,
+        out,
+    )
+}
+
 pub(crate) fn fill(
     r: &Reader<'_>,
     grid: &Grid,

@@ -42,6 +42,18 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// Reads the layout's first byte, which must be `tag`; `kind` names the layout in
+    /// the error ("an ndarray").
+    pub(crate) fn expect_tag(&mut self, tag: u8, kind: &str) -> Result<(), SegmentError> {
+        if self.byte("tag")? != tag {
+            return Err(self.error(format!(
+                "not {kind} layout (tag is not '{}')",
+                char::from(tag)
+            )));
+        }
+        Ok(())
+    }
+
     pub(crate) fn byte(&mut self, what: &str) -> Result<u8, SegmentError> {
         let b = *self
             .buf

@@ -9,7 +9,7 @@
 //! Blocks are never split inside an element, so values stay aligned for local
 //! compression too. A byte stream is treated as a 1-D array of bytes.
 
-use super::grid::{fill, Blocks, Grid, MAX_RANK};
+use super::grid::{fill_blocks, Grid, MAX_RANK};
 use super::layout::{self, Reader};
 use super::{Cut, SegmentError, Segmenter, Shape};
 
@@ -94,9 +94,7 @@ impl Segmenter for NdArray {
         for &b in &block {
             layout::put_usize(&mut layout, b);
         }
-        let segments = Blocks::new(&grid.dims, &block)
-            .map(|(o, e)| grid.gather(data, &o, &e))
-            .collect();
+        let segments = grid.gather_blocks(data, &block);
         Ok(Cut { segments, layout })
     }
 
@@ -107,9 +105,7 @@ impl Segmenter for NdArray {
         out: &mut Vec<u8>,
     ) -> Result<(), SegmentError> {
         let mut r = Reader::new(NAME, layout);
-        if r.byte("tag")? != TAG {
-            return Err(r.error("not an ndarray layout (tag is not 'N')".into()));
-        }
+        r.expect_tag(TAG, "an ndarray")?;
         let rank = r.bounded("rank", 1, MAX_RANK)?;
         let total = layout::total_len(NAME, segments)?;
         let grid = Grid::read(&mut r, rank, total)?;
@@ -117,23 +113,13 @@ impl Segmenter for NdArray {
         for _ in 0..rank {
             block.push(r.bounded("block extent", 1, usize::MAX)?);
         }
-        match Blocks::count(&grid.dims, &block) {
-            Some(n) if n == segments.len() => {}
-            n => {
-                return Err(r.error(format!(
-                    "{n:?} blocks of {block:?} cover {:?}, {} segments were received",
-                    grid.dims,
-                    segments.len()
-                )))
-            }
-        }
-        fill(
-            &r,
-            &grid,
-            Blocks::new(&grid.dims, &block).map(Ok),
-            segments,
-            out,
-        )
+        fill_blocks(&r, &grid, &block, segments, out, |n| {
+            format!(
+                "{n:?} blocks of {block:?} cover {:?}, {} segments were received",
+                grid.dims,
+                segments.len()
+            )
+        })
     }
 }
 

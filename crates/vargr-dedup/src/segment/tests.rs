@@ -237,6 +237,15 @@ fn one_d_layouts_must_be_empty_and_shapes_must_fit() {
             Err(SegmentError::Layout { .. })
         ));
     }
+    // Another segmenter's layout is refused by its tag.
+    let e = Tiles::default()
+        .reassemble(b"Vxyz", &[b"x"], &mut Vec::new())
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("not a tiles layout (tag is not 'T')"),
+        "{e}"
+    );
     for s in all_2d() {
         assert!(s.cut(&[0; 5], &grid(2, 3, 1)).is_err(), "{}", s.name());
         assert!(s.cut(&[0; 5], &grid(5, 1, 0)).is_err(), "{}", s.name());

@@ -6,7 +6,7 @@
 //! moves. The seed found 4x4 tiles best without local compression and 32x32 with it;
 //! the default is 32x32.
 
-use super::grid::{fill, Blocks, Grid};
+use super::grid::{fill_blocks, Grid};
 use super::layout::{self, Reader};
 use super::{Cut, SegmentError, Segmenter, Shape};
 
@@ -64,9 +64,7 @@ impl Segmenter for Tiles {
         grid.put(&mut layout);
         layout::put_usize(&mut layout, block[0]);
         layout::put_usize(&mut layout, block[1]);
-        let segments = Blocks::new(&grid.dims, &block)
-            .map(|(o, e)| grid.gather(data, &o, &e))
-            .collect();
+        let segments = grid.gather_blocks(data, &block);
         Ok(Cut { segments, layout })
     }
 
@@ -77,35 +75,23 @@ impl Segmenter for Tiles {
         out: &mut Vec<u8>,
     ) -> Result<(), SegmentError> {
         let mut r = Reader::new(NAME, layout);
-        if r.byte("tag")? != TAG {
-            return Err(r.error("not a tiles layout (tag is not 'T')".into()));
-        }
+        r.expect_tag(TAG, "a tiles")?;
         let total = layout::total_len(NAME, segments)?;
         let grid = Grid::read(&mut r, 2, total)?;
         let block = [
             r.bounded("tile height", 1, usize::MAX)?,
             r.bounded("tile width", 1, usize::MAX)?,
         ];
-        match Blocks::count(&grid.dims, &block) {
-            Some(n) if n == segments.len() => {}
-            n => {
-                return Err(r.error(format!(
-                    "{:?} tiles of {}x{} cover a {}x{} image, {} segments were received",
-                    n,
-                    block[1],
-                    block[0],
-                    grid.dims[1],
-                    grid.dims[0],
-                    segments.len()
-                )))
-            }
-        }
-        fill(
-            &r,
-            &grid,
-            Blocks::new(&grid.dims, &block).map(Ok),
-            segments,
-            out,
-        )
+        fill_blocks(&r, &grid, &block, segments, out, |n| {
+            format!(
+                "{:?} tiles of {}x{} cover a {}x{} image, {} segments were received",
+                n,
+                block[1],
+                block[0],
+                grid.dims[1],
+                grid.dims[0],
+                segments.len()
+            )
+        })
     }
 }

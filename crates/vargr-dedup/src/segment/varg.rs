@@ -313,9 +313,7 @@ impl Segmenter for Varg {
         out: &mut Vec<u8>,
     ) -> Result<(), SegmentError> {
         let mut r = Reader::new(NAME, layout);
-        if r.byte("tag")? != TAG {
-            return Err(r.error("not a varg layout (tag is not 'V')".into()));
-        }
+        r.expect_tag(TAG, "a varg")?;
         let horizontal = match r.byte("orientation")? {
             0 => false,
             1 => true,
