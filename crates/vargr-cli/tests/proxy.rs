@@ -283,6 +283,26 @@ fn bytes_cross_both_ways_interactively_and_with_half_close() {
     );
 }
 
+/// Downloads through the near proxy's `port`, checks the bytes against `want`, and
+/// waits for the far proxy to report its `round`-th closed connection.
+fn fetch(p: &Pair, port: usize, round: usize, want: &[u8]) {
+    let mut c = client(p.near.ports[port]);
+    let got = read_all(&mut c);
+    assert!(
+        got == want,
+        "fetch {round}: {} bytes, not the {} expected",
+        got.len(),
+        want.len()
+    );
+    drop(c);
+    assert!(
+        p.far
+            .wait_for(GUARD, |_| p.far.closed_lines().len() >= round),
+        "far proxy did not report fetch {round}:\n{}",
+        p.far.text()
+    );
+}
+
 #[test]
 fn a_repeated_download_crosses_as_fingerprints() {
     let blob = Arc::new(random(4 << 20, 77));
@@ -295,24 +315,8 @@ fn a_repeated_download_crosses_as_fingerprints() {
         "127.0.0.1:0=static:4k",
     ];
     let p = pair(dir.path(), server, &ports);
-    let fetch = |p: &Pair, port: usize, round: usize| {
-        let mut c = client(p.near.ports[port]);
-        let got = read_all(&mut c);
-        assert!(
-            got == *blob,
-            "fetch {round}: {} bytes, not the blob",
-            got.len()
-        );
-        drop(c);
-        assert!(
-            p.far
-                .wait_for(GUARD, |_| p.far.closed_lines().len() >= round),
-            "far proxy did not report fetch {round}:\n{}",
-            p.far.text()
-        );
-    };
-    fetch(&p, 0, 1);
-    fetch(&p, 0, 2);
+    fetch(&p, 0, 1, &blob);
+    fetch(&p, 0, 2, &blob);
     let lines = p.far.closed_lines();
     let first = field(&lines[0], "→ link ");
     let second = field(&lines[1], "→ link ");
@@ -335,7 +339,7 @@ fn a_repeated_download_crosses_as_fingerprints() {
     );
 
     // The second port uses its own segmenter; the far side learns it from the hello.
-    fetch(&p, 1, 3);
+    fetch(&p, 1, 3, &blob);
     let l = &p.far.closed_lines()[2];
     assert!(l.contains("static:4k"), "{l}");
 
@@ -343,7 +347,7 @@ fn a_repeated_download_crosses_as_fingerprints() {
     // fingerprints from the first fetch.
     drop(p);
     let p = pair(dir.path(), server, &ports);
-    fetch(&p, 0, 1);
+    fetch(&p, 0, 1, &blob);
     let again = field(&p.far.closed_lines()[0], "→ link ");
     eprintln!("after a restart of both proxies: {again} B");
     assert!(
@@ -362,17 +366,8 @@ fn an_edited_download_crosses_as_deltas_on_a_later_connection() {
     let server = blobs_server(vec![Arc::new(v1.clone()), Arc::new(v2.clone())]);
     let dir = tempfile::tempdir().unwrap();
     let p = pair(dir.path(), server, &[]);
-    for (round, want) in [(1, &v1), (2, &v2)] {
-        let mut c = client(p.near.ports[0]);
-        assert!(read_all(&mut c) == *want, "fetch {round}");
-        drop(c);
-        assert!(
-            p.far
-                .wait_for(GUARD, |_| p.far.closed_lines().len() >= round),
-            "far proxy did not report fetch {round}:\n{}",
-            p.far.text()
-        );
-    }
+    fetch(&p, 0, 1, &v1);
+    fetch(&p, 0, 2, &v2);
     let lines = p.far.closed_lines();
     let second = field(&lines[1], "→ link ");
     let deltas = field(&lines[1], "as fingerprints, ");
