@@ -25,6 +25,7 @@ pub mod mesh;
 pub mod path;
 mod reactor;
 pub mod stage;
+pub mod timer;
 
 pub use addr::{connect, Addr, Conn, Listener, MioConn};
 pub use error::NetError;

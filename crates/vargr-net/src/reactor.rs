@@ -15,6 +15,7 @@ use vargr_wire::Frame;
 use crate::{Link, NetError, ReadOutcome};
 
 const WAKER: Token = Token(usize::MAX);
+const TIMER: Token = Token(usize::MAX - 1);
 /// Frames taken from one link before others get a turn.
 const READ_BUDGET: usize = 64;
 
@@ -41,12 +42,16 @@ pub struct Reactor {
     frames: Vec<Frame>,
     /// Links with stages, whose held frames need timed releases.
     staged: Vec<usize>,
+    /// Wakes the poll at a stage's deadline to the microsecond (`None` if it could not
+    /// be made: deadlines then round up to milliseconds).
+    timer: Option<crate::timer::Timer>,
 }
 
 impl Reactor {
     pub fn new() -> std::io::Result<Reactor> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+        let timer = crate::timer::Timer::new(poll.registry(), TIMER).ok();
         Ok(Reactor {
             poll,
             events: Events::with_capacity(256),
@@ -56,6 +61,7 @@ impl Reactor {
             closed: Vec::new(),
             frames: Vec::new(),
             staged: Vec::new(),
+            timer,
         })
     }
 
@@ -242,6 +248,14 @@ impl Reactor {
             match self.stage_deadline() {
                 Some(d) => {
                     let until = d.saturating_duration_since(std::time::Instant::now());
+                    if timeout.is_none_or(|t| until < t) && !until.is_zero() {
+                        // The poll's own timeout stays, as a safety net.
+                        if let Some(t) = self.timer.as_mut() {
+                            if t.arm(until).is_err() {
+                                self.timer = None;
+                            }
+                        }
+                    }
                     Some(timeout.map_or(until, |t| t.min(until)))
                 }
                 None => timeout,
@@ -256,6 +270,12 @@ impl Reactor {
         for ev in self.events.iter() {
             if ev.token() == WAKER {
                 woken = true;
+                continue;
+            }
+            if ev.token() == TIMER {
+                if let Some(t) = self.timer.as_mut() {
+                    t.drain();
+                }
                 continue;
             }
             if let Some(Some(l)) = self.links.get_mut(ev.token().0) {

@@ -153,14 +153,18 @@ impl StageChain {
         self.run_outbound_from(0, now, out);
     }
 
-    fn run_outbound_from(&mut self, first: usize, now: Instant, out: &mut Vec<Bytes>) {
+    fn run_outbound_from(&mut self, first: usize, mut now: Instant, out: &mut Vec<Bytes>) {
         for k in first..self.stages.len() {
             self.b.clear();
             let t = vargr_trace::now();
             self.entered[k].extend(std::iter::repeat_n(t, self.a.len()));
+            let took = Instant::now();
             for f in self.a.drain(..) {
                 self.stages[k].outbound(now, f, &mut self.b);
             }
+            // Frames reach the next stage when this one is done with them: an emulated
+            // WAN behind a compressor must not start a transfer when compression began.
+            now += took.elapsed();
             std::mem::swap(&mut self.a, &mut self.b);
             let emitted = std::mem::take(&mut self.a);
             self.record_out(k, &emitted);
@@ -322,6 +326,31 @@ mod tests {
         assert!(e.contains("stage b") && e.contains("node 3"), "{e}");
     }
 
+    /// Takes real time over each frame, as a compressor does.
+    struct Slow(Duration);
+
+    impl Stage for Slow {
+        fn name(&self) -> &str {
+            "slow"
+        }
+        fn outbound(&mut self, _now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+            std::thread::sleep(self.0);
+            out.push(frame);
+        }
+    }
+
+    #[test]
+    fn a_frame_reaches_the_next_stage_when_the_stage_before_is_done_with_it() {
+        let (work, d) = (Duration::from_millis(20), Duration::from_millis(5));
+        let mut c = StageChain::new(vec![
+            Box::new(Slow(work)),
+            Box::new(Delay(d, VecDeque::new())),
+        ]);
+        let t0 = Instant::now();
+        c.outbound(t0, Bytes::from_static(b"p"), &mut Vec::new());
+        assert!(c.next_deadline().is_some_and(|t| t >= t0 + work + d));
+    }
+
     #[test]
     fn held_frames_continue_through_later_stages_when_due() {
         let d = Duration::from_millis(5);
@@ -333,19 +362,20 @@ mod tests {
         let t0 = Instant::now();
         let mut out = Vec::new();
         c.outbound(t0, Bytes::from_static(b"p"), &mut out);
-        c.outbound(
-            t0 + Duration::from_millis(1),
-            Bytes::from_static(b"q"),
-            &mut out,
-        );
+        // The chain adds the real time stage "a" took (microseconds) to the frame's
+        // arrival at the delay, so deadlines are compared with a margin.
+        let gap = Duration::from_millis(40);
+        c.outbound(t0 + gap, Bytes::from_static(b"q"), &mut out);
         assert!(out.is_empty());
         assert_eq!(c.held_bytes(), 4);
-        assert_eq!(c.next_deadline(), Some(t0 + d));
+        assert!(c
+            .next_deadline()
+            .is_some_and(|t| t >= t0 + d && t < t0 + d + gap / 2));
         c.release(t0 + Duration::from_millis(4), &mut out);
         assert!(out.is_empty(), "nothing is due yet");
-        c.release(t0 + d, &mut out);
+        c.release(t0 + d + gap / 2, &mut out);
         assert_eq!(out, vec![Bytes::from_static(&[b'p', 1, 2])]);
-        c.release(t0 + Duration::from_millis(6), &mut out);
+        c.release(t0 + d + 2 * gap, &mut out);
         assert_eq!(out.len(), 2);
         assert_eq!(out[1], Bytes::from_static(&[b'q', 1, 2]));
         assert_eq!(c.next_deadline(), None);
@@ -365,7 +395,10 @@ mod tests {
         // A length no other test uses, to tell this frame's records apart.
         c.outbound(t0, Bytes::from_static(b"0123456789abcdefxyz"), &mut out);
         std::thread::sleep(Duration::from_millis(3));
-        c.release(t0 + Duration::from_millis(3), &mut out);
+        // The delay's deadline is 3 ms after stage a was done, a little after t0.
+        let due = c.next_deadline().unwrap();
+        assert!(due >= t0 + Duration::from_millis(3));
+        c.release(due, &mut out);
         assert_eq!(out.len(), 1);
         let names = vargr_trace::collector_names();
         let mine: Vec<(String, vargr_trace::Record)> = tracer

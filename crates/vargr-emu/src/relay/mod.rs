@@ -32,7 +32,6 @@
 
 mod conn;
 mod rx;
-mod timer;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -49,7 +48,7 @@ use crate::error::EmuError;
 use crate::profile::LinkSpec;
 use crate::shaper::Shaper;
 use conn::{Conn, Ctx, Failure};
-use timer::{SlackGuard, Timer};
+use vargr_net::timer::{SlackGuard, Timer};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);

@@ -1,7 +1,9 @@
-//! Sub-millisecond wake-ups for the relay's event loop.
+//! Sub-millisecond wake-ups for poll loops (the reactor's stage deadlines, the WAN
+//! emulator's relay).
 //!
 //! `epoll_wait` (and so `mio::Poll`) takes its timeout in whole milliseconds, rounded up:
-//! sleeping on it alone would make a 5 ms link up to 1 ms late. On Linux the loop instead
+//! sleeping on it alone would make a 5 ms link up to 1 ms late, and an emulated link
+//! with 100 µs of latency one with a millisecond. On Linux the loop instead
 //! arms a `timerfd` (nanosecond resolution) registered in the same poll, and lowers the
 //! thread's timer slack from the default 50 µs so the kernel does not batch the wake-up
 //! late. Elsewhere it falls back to the poll timeout.
@@ -19,12 +21,12 @@ mod imp {
     use mio::unix::SourceFd;
 
     /// A non-blocking, monotonic `timerfd`.
-    pub(crate) struct Timer {
+    pub struct Timer {
         fd: OwnedFd,
     }
 
     impl Timer {
-        pub(crate) fn new(registry: &Registry, token: Token) -> io::Result<Timer> {
+        pub fn new(registry: &Registry, token: Token) -> io::Result<Timer> {
             // SAFETY: plain syscall; the result is checked before use.
             let fd = unsafe {
                 libc::timerfd_create(
@@ -42,7 +44,7 @@ mod imp {
         }
 
         /// Wakes the poll after `after`; returns the poll timeout to use (none needed).
-        pub(crate) fn arm(&mut self, after: Duration) -> io::Result<Option<Duration>> {
+        pub fn arm(&mut self, after: Duration) -> io::Result<Option<Duration>> {
             // A zero it_value would disarm the timer.
             let after = after.max(Duration::from_nanos(1));
             let spec = libc::itimerspec {
@@ -66,7 +68,7 @@ mod imp {
         }
 
         /// Clears the expiry count so the (edge-triggered) descriptor can fire again.
-        pub(crate) fn drain(&mut self) {
+        pub fn drain(&mut self) {
             let mut buf = [0u8; 8];
             // SAFETY: reads at most 8 bytes into a local buffer; EAGAIN is fine.
             unsafe {
@@ -76,12 +78,12 @@ mod imp {
     }
 
     /// Lowers the calling thread's timer slack for its lifetime, restoring it on drop.
-    pub(crate) struct SlackGuard {
+    pub struct SlackGuard {
         previous: libc::c_int,
     }
 
     impl SlackGuard {
-        pub(crate) fn minimal() -> SlackGuard {
+        pub fn minimal() -> SlackGuard {
             // SAFETY: PR_GET/SET_TIMERSLACK only touch the calling thread's slack value.
             let previous = unsafe { libc::prctl(libc::PR_GET_TIMERSLACK, 0, 0, 0, 0) };
             unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong, 0, 0, 0) };
@@ -112,34 +114,63 @@ mod imp {
     use super::*;
 
     /// Fallback: no timer descriptor, the poll timeout does the waiting (ms resolution).
-    pub(crate) struct Timer;
+    pub struct Timer;
 
     impl Timer {
-        pub(crate) fn new(_registry: &Registry, _token: Token) -> io::Result<Timer> {
+        pub fn new(_registry: &Registry, _token: Token) -> io::Result<Timer> {
             let _ = Interest::READABLE;
             Ok(Timer)
         }
 
-        pub(crate) fn arm(&mut self, after: Duration) -> io::Result<Option<Duration>> {
+        pub fn arm(&mut self, after: Duration) -> io::Result<Option<Duration>> {
             Ok(Some(after))
         }
 
-        pub(crate) fn drain(&mut self) {}
+        pub fn drain(&mut self) {}
     }
 
-    pub(crate) struct SlackGuard;
+    pub struct SlackGuard;
 
     impl SlackGuard {
-        pub(crate) fn minimal() -> SlackGuard {
+        pub fn minimal() -> SlackGuard {
             SlackGuard
         }
     }
 }
 
-pub(crate) use imp::{SlackGuard, Timer};
+pub use imp::{SlackGuard, Timer};
 
 impl std::fmt::Debug for Timer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Timer")
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::time::Instant;
+
+    use mio::{Events, Poll};
+
+    use super::*;
+
+    #[test]
+    fn a_poll_wakes_at_the_timer_and_a_drained_timer_stays_quiet() {
+        let mut poll = Poll::new().unwrap();
+        let mut timer = Timer::new(poll.registry(), Token(7)).unwrap();
+        let mut events = Events::with_capacity(4);
+        let wait = Duration::from_micros(300);
+        let t0 = Instant::now();
+        assert_eq!(timer.arm(wait).unwrap(), None);
+        poll.poll(&mut events, Some(Duration::from_secs(5)))
+            .unwrap();
+        assert!(events.iter().any(|e| e.token() == Token(7)));
+        let took = t0.elapsed();
+        assert!(took >= wait, "woke after {took:?}, before the timer");
+        timer.drain();
+        events.clear();
+        poll.poll(&mut events, Some(Duration::from_millis(5)))
+            .unwrap();
+        assert!(events.is_empty());
     }
 }
