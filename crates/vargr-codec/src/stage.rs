@@ -204,6 +204,11 @@ pub struct CodecStage {
     /// Decompressions since the last report to the peer, per (codec, element kind).
     decoded: Vec<DecodeReport>,
     last_report: Option<Instant>,
+    /// Ping-pong calibration of the link (adaptive mode).
+    prober: Option<Prober>,
+    /// Echoes owed to the peer's probes, sent at the next release, and since when.
+    echoes: Vec<Bytes>,
+    echo_since: Option<Instant>,
     pub counters: StageCounters,
 }
 
@@ -261,6 +266,141 @@ impl LearnedPath {
         sorted.sort_by(f64::total_cmp);
         Some(sorted[sorted.len() / 2])
     }
+}
+
+/// The two probe sizes (whole frames): one that measures the latency, one large enough
+/// that the per-byte cost dominates its round trip.
+const PROBE_SMALL: usize = 64;
+const PROBE_LARGE: usize = 64 << 10;
+/// Probes per calibration round, alternating small and large.
+const PROBES_PER_ROUND: u32 = 4;
+/// A link that keeps carrying traffic is calibrated again this often.
+const PROBE_EVERY: Duration = Duration::from_secs(10);
+/// A probe whose echo takes longer is forgotten; after [`PROBE_LOSSES`] such, the stage
+/// stops probing (the peer does not answer).
+const ECHO_TIMEOUT: Duration = Duration::from_secs(5);
+const PROBE_LOSSES: u32 = 3;
+/// Round trips kept per probe size.
+const PROBE_SAMPLES: usize = 8;
+
+/// Ping-pong calibration (issue 5, item 2): what the link really costs per byte, measured
+/// end to end through everything below the codec stage (an emulated WAN, the sockets,
+/// the peer's reading), which a configured bandwidth does not include. A round of probes
+/// starts only when application frames go out, and each probe waits until the link is
+/// idle by the model, so it neither keeps an idle link busy nor queues ahead of data.
+#[derive(Debug, Default)]
+struct Prober {
+    /// When the next probe goes (only while a round is under way and none is in flight).
+    due: Option<Instant>,
+    /// The probe awaiting its echo: (id, frame bytes, sent at).
+    pending: Option<(u32, usize, Instant)>,
+    next_id: u32,
+    round_left: u32,
+    last_round: Option<Instant>,
+    lost: u32,
+    small: VecDeque<f64>,
+    large: VecDeque<f64>,
+}
+
+impl Prober {
+    /// Application traffic went out at `now`; the link is free again at `idle_at`.
+    fn traffic(&mut self, now: Instant, idle_at: Instant) {
+        if let Some((_, _, sent)) = self.pending {
+            if now.saturating_duration_since(sent) < ECHO_TIMEOUT {
+                return;
+            }
+            self.pending = None;
+            self.lost += 1;
+            self.round_left = 0;
+            self.last_round = Some(sent);
+        }
+        if self.lost >= PROBE_LOSSES {
+            return;
+        }
+        if self.round_left == 0
+            && self
+                .last_round
+                .is_none_or(|t| now.saturating_duration_since(t) >= PROBE_EVERY)
+        {
+            self.round_left = PROBES_PER_ROUND;
+        }
+        if self.round_left > 0 && self.due.is_none() {
+            self.due = Some(idle_at.max(now));
+        }
+    }
+
+    /// The probe to send at `now` (its frame size and id), if one is due and the link is
+    /// idle at `idle_at`; otherwise the probe waits for the link.
+    fn take_due(&mut self, now: Instant, idle_at: Instant) -> Option<(u32, usize)> {
+        let due = self.due?;
+        if due > now {
+            return None;
+        }
+        if idle_at > now {
+            self.due = Some(idle_at);
+            return None;
+        }
+        self.due = None;
+        let size = if self.round_left % 2 == 0 {
+            PROBE_SMALL
+        } else {
+            PROBE_LARGE
+        };
+        self.round_left = self.round_left.saturating_sub(1);
+        self.next_id = self.next_id.wrapping_add(1);
+        self.pending = Some((self.next_id, size, now));
+        Some((self.next_id, size))
+    }
+
+    /// An echo arrived at `now`: returns the link's new model once both sizes have been
+    /// timed. One-way times: a small probe's is half its round trip; a large one's, its
+    /// round trip less the small probes' fastest half (the echo is small too).
+    fn echo(&mut self, id: u32, now: Instant) -> Option<LinkModel> {
+        let (want, size, sent) = self.pending?;
+        if id != want {
+            return None;
+        }
+        self.pending = None;
+        let rtt = now.saturating_duration_since(sent).as_secs_f64();
+        let list = if size == PROBE_SMALL {
+            &mut self.small
+        } else {
+            &mut self.large
+        };
+        if list.len() == PROBE_SAMPLES {
+            list.pop_front();
+        }
+        list.push_back(rtt);
+        if self.round_left > 0 {
+            self.due = Some(now);
+        } else {
+            self.last_round = Some(now);
+        }
+        if size == PROBE_SMALL || self.small.is_empty() {
+            return None;
+        }
+        let base = self.small.iter().copied().fold(f64::INFINITY, f64::min) / 2.0;
+        let samples: Vec<(usize, f64)> = self
+            .small
+            .iter()
+            .map(|&t| (PROBE_SMALL, t / 2.0))
+            .chain(
+                self.large
+                    .iter()
+                    .map(|&t| (PROBE_LARGE, (t - base).max(0.0))),
+            )
+            .collect();
+        LinkModel::from_calibration(&samples).ok()
+    }
+}
+
+/// A probe or echo frame of `size` bytes in all.
+fn probe_frame(kind: FrameKind, id: u32, tag: i32, size: usize) -> Bytes {
+    let body = size.saturating_sub(HEADER_LEN);
+    let mut b = BytesMut::with_capacity(HEADER_LEN + body);
+    encode_header(kind, 0, id, tag, body, &mut b);
+    b.resize(HEADER_LEN + body, 0);
+    b.freeze()
 }
 
 /// This machine's speed with every default candidate codec, per data class, measured
@@ -339,6 +479,7 @@ impl CodecStage {
             }
             _ => None,
         };
+        let prober = engine.is_some().then(Prober::default);
         Ok(CodecStage {
             mode,
             engine,
@@ -351,6 +492,9 @@ impl CodecStage {
             learned: None,
             decoded: Vec::new(),
             last_report: None,
+            prober,
+            echoes: Vec::new(),
+            echo_since: None,
             counters: StageCounters::default(),
         })
     }
@@ -442,65 +586,8 @@ impl CodecStage {
         out.push(b.freeze());
     }
 
-    fn choose(&mut self, key: &MessageKey, payload: &[u8], backlog_s: f64) -> Codec {
-        let elem = key.elem;
-        match &self.mode {
-            CodecMode::Off => Codec::None,
-            CodecMode::Guided { plan, .. } => match plan.codec_for(key) {
-                c if c.supports(elem) => c,
-                _ => Codec::None,
-            },
-            CodecMode::Fixed(c) if payload.len() >= self.min_size && c.supports(elem) => *c,
-            CodecMode::Fixed(_) => Codec::None,
-            CodecMode::Adaptive => match self.engine.as_mut() {
-                Some(e) => e.decide_behind(self.link, elem, payload, backlog_s).codec,
-                None => Codec::None,
-            },
-        }
-    }
-}
-
-/// The element type of an application frame's payload and the bytes it covers: the
-/// sender's hint from the flags, or, for a tree packet without one, its dominant array.
-fn typed_span(kind: u8, flags: u8, payload: &[u8]) -> (ElemKind, std::ops::Range<usize>) {
-    let hint = elem_hint(flags);
-    if hint != ElemKind::BYTES || kind != FrameKind::Data as u8 {
-        return (hint, 0..payload.len());
-    }
-    use vargr_wire::Elem as W;
-    let array = vargr_wire::array_span(payload).and_then(|(e, r)| {
-        let k = match e {
-            W::Char => ElemKind::I8,
-            W::UChar => ElemKind::U8,
-            W::Short => ElemKind::I16,
-            W::UShort => ElemKind::U16,
-            W::Int => ElemKind::I32,
-            W::UInt => ElemKind::U32,
-            W::Long => ElemKind::I64,
-            W::ULong => ElemKind::U64,
-            W::Float => ElemKind::F32,
-            W::Double => ElemKind::F64,
-            W::Str => return None,
-        };
-        Some((k, r))
-    });
-    array.unwrap_or((ElemKind::BYTES, 0..payload.len()))
-}
-
-/// Frames the codec may compress: application data, and a dedup stage's stream (new
-/// segments cross inside it).
-fn is_app(kind: u8) -> bool {
-    kind == FrameKind::Data as u8
-        || kind == FrameKind::PointToPoint as u8
-        || kind == FrameKind::Dedup as u8
-}
-
-impl Stage for CodecStage {
-    fn name(&self) -> &str {
-        "codec"
-    }
-
-    fn outbound(&mut self, now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+    /// An outgoing frame: compressed if the mode says so, passed on either way.
+    fn send(&mut self, now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
         self.report_due(now, out);
         self.counters.frames_out += 1;
         self.counters.bytes_in += frame.len() as u64;
@@ -568,6 +655,91 @@ impl Stage for CodecStage {
         self.emit(ready, b.freeze(), out);
     }
 
+    fn choose(&mut self, key: &MessageKey, payload: &[u8], backlog_s: f64) -> Codec {
+        let elem = key.elem;
+        match &self.mode {
+            CodecMode::Off => Codec::None,
+            CodecMode::Guided { plan, .. } => match plan.codec_for(key) {
+                c if c.supports(elem) => c,
+                _ => Codec::None,
+            },
+            CodecMode::Fixed(c) if payload.len() >= self.min_size && c.supports(elem) => *c,
+            CodecMode::Fixed(_) => Codec::None,
+            CodecMode::Adaptive => match self.engine.as_mut() {
+                Some(e) => e.decide_behind(self.link, elem, payload, backlog_s).codec,
+                None => Codec::None,
+            },
+        }
+    }
+}
+
+/// The element type of an application frame's payload and the bytes it covers: the
+/// sender's hint from the flags, or, for a tree packet without one, its dominant array.
+fn typed_span(kind: u8, flags: u8, payload: &[u8]) -> (ElemKind, std::ops::Range<usize>) {
+    let hint = elem_hint(flags);
+    if hint != ElemKind::BYTES || kind != FrameKind::Data as u8 {
+        return (hint, 0..payload.len());
+    }
+    use vargr_wire::Elem as W;
+    let array = vargr_wire::array_span(payload).and_then(|(e, r)| {
+        let k = match e {
+            W::Char => ElemKind::I8,
+            W::UChar => ElemKind::U8,
+            W::Short => ElemKind::I16,
+            W::UShort => ElemKind::U16,
+            W::Int => ElemKind::I32,
+            W::UInt => ElemKind::U32,
+            W::Long => ElemKind::I64,
+            W::ULong => ElemKind::U64,
+            W::Float => ElemKind::F32,
+            W::Double => ElemKind::F64,
+            W::Str => return None,
+        };
+        Some((k, r))
+    });
+    array.unwrap_or((ElemKind::BYTES, 0..payload.len()))
+}
+
+/// Frames the codec may compress: application data, and a dedup stage's stream (new
+/// segments cross inside it).
+fn is_app(kind: u8) -> bool {
+    kind == FrameKind::Data as u8
+        || kind == FrameKind::PointToPoint as u8
+        || kind == FrameKind::Dedup as u8
+}
+
+impl Stage for CodecStage {
+    fn name(&self) -> &str {
+        "codec"
+    }
+
+    fn outbound(&mut self, now: Instant, frame: Bytes, out: &mut Vec<Bytes>) {
+        let app = frame.len() > HEADER_LEN && is_app(frame[2]);
+        self.send(now, frame, out);
+        if let (true, Some(p)) = (app, self.prober.as_mut()) {
+            p.traffic(now, self.wire_free_at.unwrap_or(now));
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        let probe = self.prober.as_ref().and_then(|p| p.due);
+        match (self.echo_since, probe) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn release(&mut self, now: Instant, out: &mut Vec<Bytes>) {
+        self.echo_since = None;
+        for echo in std::mem::take(&mut self.echoes) {
+            self.emit(now, echo, out);
+        }
+        let idle_at = self.wire_free_at.unwrap_or(now);
+        if let Some((id, size)) = self.prober.as_mut().and_then(|p| p.take_due(now, idle_at)) {
+            self.emit(now, probe_frame(FrameKind::CodecProbe, id, 0, size), out);
+        }
+    }
+
     fn wants_path(&self) -> bool {
         self.learned.is_some() && self.engine.is_some()
     }
@@ -594,7 +766,24 @@ impl Stage for CodecStage {
         engine.set_link_model(self.link, LinkModel::new(latency, rate));
     }
 
-    fn inbound(&mut self, _now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
+    fn inbound(&mut self, now: Instant, frame: Frame, out: &mut Vec<Frame>) -> Result<(), String> {
+        match frame.kind {
+            FrameKind::CodecProbe => {
+                let size = i32::try_from(frame.payload.len() + HEADER_LEN).unwrap_or(i32::MAX);
+                let echo = probe_frame(FrameKind::CodecEcho, frame.stream, size, HEADER_LEN);
+                self.echoes.push(echo);
+                self.echo_since.get_or_insert(now);
+                return Ok(());
+            }
+            FrameKind::CodecEcho => {
+                let model = self.prober.as_mut().and_then(|p| p.echo(frame.stream, now));
+                if let (Some(m), Some(e)) = (model, self.engine.as_mut()) {
+                    e.set_link_model(self.link, m);
+                }
+                return Ok(());
+            }
+            _ => {}
+        }
         if frame.kind == FrameKind::CodecReport {
             let records = decode_reports(&frame.payload)
                 .map_err(|e| format!("CodecReport frame from the peer's codec stage: {e}"))?;
@@ -758,6 +947,100 @@ mod tests {
             "{backlog} s for {sent} bytes"
         );
         assert!(tx.backlog_at(now + Duration::from_secs(60)) == 0.0);
+    }
+
+    /// Sends `probe` (a frame `tx` released) over a link that takes `one_way` for a frame
+    /// of n bytes, through `rx`, and the echo back; returns when the echo arrived.
+    fn probe_round_trip(
+        tx: &mut CodecStage,
+        rx: &mut CodecStage,
+        sent: Instant,
+        probe: &Bytes,
+        one_way: impl Fn(usize) -> Duration,
+    ) -> Instant {
+        let arrive = sent + one_way(probe.len());
+        let mut up = Vec::new();
+        let f = vargr_wire::decode_exact(probe, 1 << 20).unwrap();
+        assert_eq!(f.kind, FrameKind::CodecProbe);
+        rx.inbound(arrive, f, &mut up).unwrap();
+        assert!(up.is_empty(), "a probe is not passed to the node");
+        assert!(rx.next_deadline().is_some_and(|d| d <= arrive));
+        let mut back = Vec::new();
+        rx.release(arrive, &mut back);
+        assert_eq!(back.len(), 1);
+        assert_eq!(rx.next_deadline(), None);
+        let echo = vargr_wire::decode_exact(&back[0], 1 << 20).unwrap();
+        assert_eq!(echo.kind, FrameKind::CodecEcho);
+        let home = arrive + one_way(back[0].len());
+        tx.inbound(home, echo, &mut up).unwrap();
+        assert!(up.is_empty(), "an echo is not passed to the node");
+        home
+    }
+
+    #[test]
+    fn probes_measure_what_the_link_really_costs_and_only_after_traffic() {
+        // Configured as 1 Gbit/s with 100 µs; really 1 ms and 100 ns per byte.
+        let configured = link_model(Duration::from_micros(100), Some(1_000_000_000));
+        let one_way = |n: usize| Duration::from_micros(1000) + Duration::from_nanos(100 * n as u64);
+        let stage =
+            |mode| CodecStage::new(mode, configured.clone(), LinkOptions::default(), 1 << 20);
+        let mut tx = stage(CodecMode::Adaptive).unwrap();
+        // The peer answers probes whatever its own mode.
+        let mut rx = stage(CodecMode::Off).unwrap();
+        let t0 = Instant::now();
+        assert_eq!(tx.next_deadline(), None, "an idle link is not probed");
+        let mut wire = Vec::new();
+        tx.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut wire);
+        assert_eq!(wire.len(), 1);
+        let mut now = t0;
+        let mut sizes = Vec::new();
+        while let Some(due) = tx.next_deadline() {
+            now = now.max(due);
+            let mut out = Vec::new();
+            tx.release(now, &mut out);
+            assert_eq!(out.len(), 1);
+            sizes.push(out[0].len());
+            now = probe_round_trip(&mut tx, &mut rx, now, &out[0], one_way);
+        }
+        assert_eq!(sizes, [PROBE_SMALL, PROBE_LARGE, PROBE_SMALL, PROBE_LARGE]);
+        let m = tx.link_model().unwrap();
+        let beta = m.per_byte_s(1 << 20);
+        assert!((beta - 100e-9).abs() < 5e-9, "{m:?}");
+        assert!((m.latency_s() - 1e-3).abs() < 5e-5, "{m:?}");
+        // More traffic soon after starts no new round; traffic after a while does.
+        tx.outbound(now, frame(FrameKind::Data, 0, &[1u8; 100]), &mut wire);
+        assert_eq!(tx.next_deadline(), None);
+        let later = now + PROBE_EVERY;
+        tx.outbound(later, frame(FrameKind::Data, 0, &[1u8; 100]), &mut wire);
+        assert!(tx.next_deadline().is_some());
+        // Stages that do not adapt never probe.
+        let mut fixed = stage(CodecMode::Fixed(Codec::Lz4)).unwrap();
+        fixed.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut wire);
+        assert_eq!(fixed.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_peer_that_never_echoes_is_probed_a_few_times_then_left_alone() {
+        let mut tx = CodecStage::new(
+            CodecMode::Adaptive,
+            slow_link(),
+            LinkOptions::default(),
+            1 << 20,
+        )
+        .unwrap();
+        let mut now = Instant::now();
+        let mut wire = Vec::new();
+        for _ in 0..PROBE_LOSSES {
+            tx.outbound(now, frame(FrameKind::Data, 0, &[1u8; 100]), &mut wire);
+            let due = tx.next_deadline().expect("a probe is due");
+            let mut out = Vec::new();
+            tx.release(due, &mut out);
+            assert_eq!(out.len(), 1);
+            now = due + PROBE_EVERY + ECHO_TIMEOUT;
+        }
+        tx.outbound(now, frame(FrameKind::Data, 0, &[1u8; 100]), &mut wire);
+        assert_eq!(tx.next_deadline(), None);
+        assert_eq!(tx.link_model(), Some(&slow_link()));
     }
 
     #[test]

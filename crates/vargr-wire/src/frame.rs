@@ -97,6 +97,12 @@ frame_kinds! {
     /// bytes (tag 0: the sender's stream; tag 1: the receiver's requests and
     /// acknowledgements); consumed by the stages, never routed.
     Dedup = 33,
+    /// Between the two codec stages of one link: a ping-pong probe of the link's speed
+    /// (stream = probe id; the payload is padding); consumed by the stage, never routed.
+    CodecProbe = 34,
+    /// The answer to a CodecProbe (stream = its id, tag = the probe's size); consumed by
+    /// the stage that sent the probe.
+    CodecEcho = 35,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.
