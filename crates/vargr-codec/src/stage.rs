@@ -269,11 +269,19 @@ impl LearnedPath {
 }
 
 /// The two probe sizes (whole frames): one that measures the latency, one large enough
-/// that the per-byte cost dominates its round trip.
+/// that the per-byte cost dominates its round trip. A round alternates them, and the
+/// model comes from the fastest of each (see [`Prober::echo`]).
 const PROBE_SMALL: usize = 64;
 const PROBE_LARGE: usize = 64 << 10;
+/// The large probe grows (4× at a time, up to this) while its round trip exceeds the
+/// small one's by less than the small one's own or [`PROBE_MIN_EXCESS`]: on a fast link
+/// a 64 KiB transfer is lost in the per-message overhead (and in when the peer's
+/// threads happen to poll), and its per-byte figure would be noise. A link where even
+/// the largest stays under is left to its configured or learned model.
+const PROBE_LARGEST: usize = 1 << 20;
+const PROBE_MIN_EXCESS: f64 = 1e-3;
 /// Probes per calibration round, alternating small and large.
-const PROBES_PER_ROUND: u32 = 4;
+const PROBES_PER_ROUND: u32 = 8;
 /// A link that keeps carrying traffic is calibrated again this often.
 const PROBE_EVERY: Duration = Duration::from_secs(10);
 /// A probe whose echo takes longer is forgotten; after [`PROBE_LOSSES`] such, the stage
@@ -299,7 +307,9 @@ struct Prober {
     last_round: Option<Instant>,
     lost: u32,
     small: VecDeque<f64>,
+    /// Round trips of large probes of `large_size` bytes.
     large: VecDeque<f64>,
+    large_size: usize,
 }
 
 impl Prober {
@@ -344,7 +354,7 @@ impl Prober {
         let size = if self.round_left % 2 == 0 {
             PROBE_SMALL
         } else {
-            PROBE_LARGE
+            self.large_size.max(PROBE_LARGE)
         };
         self.round_left = self.round_left.saturating_sub(1);
         self.next_id = self.next_id.wrapping_add(1);
@@ -354,7 +364,7 @@ impl Prober {
 
     /// An echo arrived at `now`: returns the link's new model once both sizes have been
     /// timed. One-way times: a small probe's is half its round trip; a large one's, its
-    /// round trip less the small probes' fastest half (the echo is small too).
+    /// round trip less the small probe's half (the echo is small too).
     fn echo(&mut self, id: u32, now: Instant) -> Option<LinkModel> {
         let (want, size, sent) = self.pending?;
         if id != want {
@@ -364,8 +374,10 @@ impl Prober {
         let rtt = now.saturating_duration_since(sent).as_secs_f64();
         let list = if size == PROBE_SMALL {
             &mut self.small
-        } else {
+        } else if size == self.large_size.max(PROBE_LARGE) {
             &mut self.large
+        } else {
+            return None;
         };
         if list.len() == PROBE_SAMPLES {
             list.pop_front();
@@ -379,17 +391,27 @@ impl Prober {
         if size == PROBE_SMALL || self.small.is_empty() {
             return None;
         }
-        let base = self.small.iter().copied().fold(f64::INFINITY, f64::min) / 2.0;
-        let samples: Vec<(usize, f64)> = self
-            .small
-            .iter()
-            .map(|&t| (PROBE_SMALL, t / 2.0))
-            .chain(
-                self.large
-                    .iter()
-                    .map(|&t| (PROBE_LARGE, (t - base).max(0.0))),
-            )
-            .collect();
+        // The fastest round trips: anything slower met a queue, a cold cache or a
+        // descheduled peer, none of which is the link's own cost.
+        let fastest = |v: &VecDeque<f64>| v.iter().copied().fold(f64::INFINITY, f64::min);
+        let small = fastest(&self.small);
+        if rtt - small < small.max(PROBE_MIN_EXCESS) {
+            // Bytes cannot be told from overhead: measure a larger probe next, or, at
+            // the largest, leave the model alone (the link is too fast to matter).
+            if size < PROBE_LARGEST {
+                self.large_size = (size * 4).min(PROBE_LARGEST);
+                self.large.clear();
+                if self.round_left == 0 {
+                    self.round_left = 2;
+                    self.due = Some(now);
+                }
+            }
+            return None;
+        }
+        let samples = [
+            (PROBE_SMALL, small / 2.0),
+            (size, (fastest(&self.large) - small / 2.0).max(0.0)),
+        ];
         LinkModel::from_calibration(&samples).ok()
     }
 }
@@ -977,6 +999,59 @@ mod tests {
         home
     }
 
+    /// Runs the probes `tx` sends until it has none due; returns their sizes and the
+    /// time the last echo came back.
+    fn calibrate(
+        tx: &mut CodecStage,
+        rx: &mut CodecStage,
+        t0: Instant,
+        one_way: impl Fn(usize) -> Duration + Copy,
+    ) -> (Vec<usize>, Instant) {
+        let mut now = t0;
+        let mut sizes = Vec::new();
+        while let Some(due) = tx.next_deadline() {
+            now = now.max(due);
+            let mut out = Vec::new();
+            tx.release(now, &mut out);
+            assert_eq!(out.len(), 1);
+            sizes.push(out[0].len());
+            now = probe_round_trip(tx, rx, now, &out[0], one_way);
+        }
+        (sizes, now)
+    }
+
+    #[test]
+    fn on_fast_links_the_large_probe_grows_until_bytes_show_above_the_overhead() {
+        let configured = link_model(Duration::ZERO, None);
+        let stage =
+            |mode| CodecStage::new(mode, configured.clone(), LinkOptions::default(), 1 << 20);
+        // 2 ns per byte: 64 and 256 KiB stay under a millisecond; 1 MiB does not.
+        let (mut tx, mut rx) = (
+            stage(CodecMode::Adaptive).unwrap(),
+            stage(CodecMode::Off).unwrap(),
+        );
+        let t0 = Instant::now();
+        tx.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut Vec::new());
+        let one_way = |n: usize| Duration::from_micros(10) + Duration::from_nanos(2 * n as u64);
+        let (sizes, _) = calibrate(&mut tx, &mut rx, t0, one_way);
+        assert!(
+            sizes.contains(&(256 << 10)) && sizes.contains(&PROBE_LARGEST),
+            "{sizes:?}"
+        );
+        let beta = tx.link_model().unwrap().per_byte_s(1 << 20);
+        assert!((beta - 2e-9).abs() < 2e-10, "{beta}");
+        // 0.2 ns per byte: even the largest probe shows nothing; the model stays.
+        let (mut tx, mut rx) = (
+            stage(CodecMode::Adaptive).unwrap(),
+            stage(CodecMode::Off).unwrap(),
+        );
+        tx.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut Vec::new());
+        let one_way = |n: usize| Duration::from_micros(10) + Duration::from_nanos(n as u64 / 5);
+        let (sizes, _) = calibrate(&mut tx, &mut rx, t0, one_way);
+        assert!(sizes.contains(&PROBE_LARGEST), "{sizes:?}");
+        assert_eq!(tx.link_model(), Some(&configured));
+    }
+
     #[test]
     fn probes_measure_what_the_link_really_costs_and_only_after_traffic() {
         // Configured as 1 Gbit/s with 100 µs; really 1 ms and 100 ns per byte.
@@ -992,17 +1067,12 @@ mod tests {
         let mut wire = Vec::new();
         tx.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut wire);
         assert_eq!(wire.len(), 1);
-        let mut now = t0;
-        let mut sizes = Vec::new();
-        while let Some(due) = tx.next_deadline() {
-            now = now.max(due);
-            let mut out = Vec::new();
-            tx.release(now, &mut out);
-            assert_eq!(out.len(), 1);
-            sizes.push(out[0].len());
-            now = probe_round_trip(&mut tx, &mut rx, now, &out[0], one_way);
-        }
-        assert_eq!(sizes, [PROBE_SMALL, PROBE_LARGE, PROBE_SMALL, PROBE_LARGE]);
+        let (sizes, now) = calibrate(&mut tx, &mut rx, t0, one_way);
+        assert_eq!(sizes.len(), PROBES_PER_ROUND as usize);
+        assert!(
+            sizes.chunks(2).all(|p| p == [PROBE_SMALL, PROBE_LARGE]),
+            "{sizes:?}"
+        );
         let m = tx.link_model().unwrap();
         let beta = m.per_byte_s(1 << 20);
         assert!((beta - 100e-9).abs() < 5e-9, "{m:?}");
