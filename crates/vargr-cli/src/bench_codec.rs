@@ -813,8 +813,9 @@ fn measure(
     let limit = bulk.unwrap_or(plan.limit_for(&set.name));
     let (warmup, reps) = match (bulk, &link.wan) {
         (Some(_), _) => (0, 1),
-        // Unshaped messages take tens of µs: more of them for the same confidence.
-        (None, None) => (plan.warmup, plan.reps * 4),
+        // Unshaped messages take tens of µs: more of them for the same confidence, and
+        // a warm-up long enough to cover the adaptive stage's probes of the link.
+        (None, None) => (plan.warmup * 4, plan.reps * 4),
         (None, Some(_)) => (plan.warmup, plan.reps),
     };
     cmd.args(["--limit", &limit.to_string()])

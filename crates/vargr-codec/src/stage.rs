@@ -280,6 +280,8 @@ const PROBE_LARGE: usize = 64 << 10;
 /// the largest stays under is left to its configured or learned model.
 const PROBE_LARGEST: usize = 1 << 20;
 const PROBE_MIN_EXCESS: f64 = 1e-3;
+/// How long a link too fast to measure goes without probes (on top of [`PROBE_EVERY`]).
+const FAST_LINK_REST: Duration = Duration::from_secs(300);
 /// Probes per calibration round, alternating small and large.
 const PROBES_PER_ROUND: u32 = 8;
 /// A link that keeps carrying traffic is calibrated again this often.
@@ -293,7 +295,9 @@ const PROBE_SAMPLES: usize = 8;
 
 /// Ping-pong calibration (issue 5, item 2): what the link really costs per byte, measured
 /// end to end through everything below the codec stage (an emulated WAN, the sockets,
-/// the peer's reading), which a configured bandwidth does not include. A round of probes
+/// the peer's reading), which a configured bandwidth does not include. Only links with
+/// a configured model probe; links that learn from the kernel do not (see
+/// [`CodecStage::learning_path`]). A round of probes
 /// starts only when application frames go out, and each probe waits until the link is
 /// idle by the model, so it neither keeps an idle link busy nor queues ahead of data.
 #[derive(Debug, Default)]
@@ -405,6 +409,11 @@ impl Prober {
                     self.round_left = 2;
                     self.due = Some(now);
                 }
+            } else {
+                // Probing costs this link more than it can tell: rest for a long while.
+                self.round_left = 0;
+                self.due = None;
+                self.last_round = Some(now + FAST_LINK_REST);
             }
             return None;
         }
@@ -527,6 +536,10 @@ impl CodecStage {
     /// busy, the given model stands.
     pub fn learning_path(mut self) -> CodecStage {
         self.learned = Some(LearnedPath::default());
+        // Probes would time the peer's and this process's threads as much as the link:
+        // a round trip ends only when a thread next polls, which on a fast link takes
+        // longer than the transfer. The kernel's readings are free of that.
+        self.prober = None;
         self
     }
 
@@ -1047,9 +1060,21 @@ mod tests {
         );
         tx.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut Vec::new());
         let one_way = |n: usize| Duration::from_micros(10) + Duration::from_nanos(n as u64 / 5);
-        let (sizes, _) = calibrate(&mut tx, &mut rx, t0, one_way);
-        assert!(sizes.contains(&PROBE_LARGEST), "{sizes:?}");
+        let (sizes, end) = calibrate(&mut tx, &mut rx, t0, one_way);
+        assert_eq!(
+            sizes.iter().filter(|&&n| n == PROBE_LARGEST).count(),
+            1,
+            "{sizes:?}"
+        );
         assert_eq!(tx.link_model(), Some(&configured));
+        // Such a link is left alone for longer than a busy link's usual interval.
+        let later = end + 2 * PROBE_EVERY;
+        tx.outbound(
+            later,
+            frame(FrameKind::Data, 0, &[1u8; 100]),
+            &mut Vec::new(),
+        );
+        assert_eq!(tx.next_deadline(), None);
     }
 
     #[test]
@@ -1152,6 +1177,9 @@ mod tests {
         learner.path_info(&reading(6000, 110_000, true, false));
         learner.path_info(&reading(9000, 120_000, true, false));
         assert_eq!(learner.link_model(), Some(&m));
+        // It learns from the kernel alone: no probes.
+        learner.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut Vec::new());
+        assert_eq!(learner.next_deadline(), None);
         // A stage whose model was given keeps it.
         let mut told = stage();
         told.path_info(&reading(0, 0, true, true));
