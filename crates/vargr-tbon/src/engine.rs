@@ -104,6 +104,18 @@ impl Engine {
         }
     }
 
+    /// Ends deliveries (the network is gone): every thread waiting in a receive, or
+    /// receiving later, gets `TbonError::Shutdown` once its queue is empty.
+    pub fn close_deliveries(&self) {
+        self.lock()
+            .router
+            .deliveries
+            .closed
+            .get_or_insert(crate::TbonError::Shutdown);
+        self.cv.notify_all();
+        let _ = self.waker.wake();
+    }
+
     /// Makes progress until `done` returns `Some` or `deadline` passes (then `None`).
     pub fn wait_for<T>(
         &self,

@@ -524,6 +524,8 @@ impl Network {
             .wait_for(Some(deadline), |st| st.router.children_done().then_some(()));
         let handles = std::mem::take(&mut *self.handles.lock().unwrap_or_else(|p| p.into_inner()));
         finish_children(handles);
+        // Whether or not every child confirmed, streams still receiving must end.
+        self.engine.close_deliveries();
         if let Some(d) = self.sockdir.take() {
             let _ = std::fs::remove_dir_all(d);
         }

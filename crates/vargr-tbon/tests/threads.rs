@@ -294,3 +294,21 @@ fn unknown_filter_is_a_clear_error() {
     assert!(matches!(e, TbonError::BadStream(_)), "{e}");
     net.shutdown().unwrap();
 }
+
+#[test]
+fn a_receive_blocked_at_shutdown_ends_with_a_shutdown_error() {
+    let net = start("kary:2@4");
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(s.recv()));
+    // Nothing was sent, so the receive blocks until the network goes.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    net.shutdown().unwrap();
+    match rx.recv_timeout(std::time::Duration::from_secs(20)) {
+        Ok(Err(vargr_tbon::TbonError::Shutdown)) => {}
+        Err(_) => panic!("the receive was still blocked 20 s after the shutdown"),
+        Ok(other) => panic!("expected a shutdown error, got {other:?}"),
+    }
+}
