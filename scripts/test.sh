@@ -22,6 +22,9 @@ need mpirun || apt_install openmpi-bin libopenmpi-dev
 # vargr bench dedup compares with rsync and zstd --patch-from.
 need rsync || apt_install rsync
 need zstd || apt_install zstd
+# The C API's examples are built with CMake's package config and with pkg-config.
+need cmake || apt_install cmake
+need pkg-config || apt_install pkg-config
 # vargr sync HOST:PATH is tested against a real sshd (started by the test itself).
 { need ssh && [ -x /usr/sbin/sshd ]; } || apt_install openssh-client openssh-server
 if [ "$(id -u)" = 0 ] && [ -x /usr/sbin/sshd ]; then

@@ -1,0 +1,504 @@
+//! The C API from C and C++ for real: the examples and a C API test are compiled with
+//! the system `cc`/`c++` against the freshly built libvargr (shared and static), then
+//! run as real processes (a front-end spawning back-ends and commnodes over sockets;
+//! ranks under `vargr run`), and the installed package is found with CMake and
+//! pkg-config. Every run has a hang guard that kills its whole process group.
+//!
+//! Needs `cc` and `c++`; the CMake and pkg-config checks are skipped (with a note)
+//! when those tools are missing.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Where things are: the workspace, the profile directory holding libvargr, the
+/// `vargr` binary, and a scratch directory shared by the tests of this binary.
+struct Env {
+    root: PathBuf,
+    profile: PathBuf,
+    vargr: PathBuf,
+    scratch: tempfile::TempDir,
+}
+
+fn env() -> &'static Env {
+    static ENV: OnceLock<Env> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let root = root.canonicalize().expect("workspace root");
+        // target/<profile>/deps/<this test>: the profile directory is two levels up.
+        let exe = std::env::current_exe().expect("test executable path");
+        let profile = exe
+            .parent()
+            .and_then(Path::parent)
+            .expect("target/<profile> above the test executable")
+            .to_path_buf();
+        // `cargo test` builds the library for the tests but leaves target/<profile>/
+        // libvargr.{so,a} as they were: refresh them (a no-op when up to date).
+        cargo_build(&root, &profile, &["-p", "vargr-capi"]);
+        let vargr = match std::env::var_os("VARGR_BIN") {
+            Some(p) => PathBuf::from(p),
+            None => {
+                build_if_missing(
+                    &root,
+                    &profile,
+                    "vargr",
+                    &["-p", "vargr-cli", "--bin", "vargr"],
+                );
+                profile.join("vargr")
+            }
+        };
+        assert!(
+            vargr.is_file(),
+            "the vargr binary {} is missing",
+            vargr.display()
+        );
+        Env {
+            root,
+            profile,
+            vargr,
+            scratch: tempfile::tempdir().expect("scratch directory"),
+        }
+    })
+}
+
+/// Runs `cargo build ARGS` in the profile of this test when `file` is not there yet.
+fn build_if_missing(root: &Path, profile: &Path, file: &str, args: &[&str]) {
+    if !profile.join(file).exists() {
+        cargo_build(root, profile, args);
+        assert!(
+            profile.join(file).exists(),
+            "cargo build {args:?} made no {file}"
+        );
+    }
+}
+
+/// Runs `cargo build ARGS` in the target directory and profile of this test.
+fn cargo_build(root: &Path, profile: &Path, args: &[&str]) {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(root).arg("build").args(args);
+    if profile.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    if let Some(target) = profile.parent() {
+        cmd.env("CARGO_TARGET_DIR", target);
+    }
+    let status = cmd.status().expect("running cargo build");
+    assert!(status.success(), "cargo build {args:?} failed");
+}
+
+fn include_dirs() -> Vec<String> {
+    let e = env();
+    vec![
+        format!("-I{}", e.root.join("crates/vargr-capi/include").display()),
+        format!("-I{}", e.root.join("crates/vargr-filter/include").display()),
+    ]
+}
+
+/// Link flags for the shared library, with an rpath so the result runs as is.
+fn shared_libs() -> Vec<String> {
+    let p = env().profile.display().to_string();
+    vec![
+        format!("-L{p}"),
+        "-lvargr".into(),
+        format!("-Wl,-rpath,{p}"),
+    ]
+}
+
+/// Link flags for the static library: what `rustc --print native-static-libs` lists.
+fn static_libs() -> Vec<String> {
+    let mut v = vec![env().profile.join("libvargr.a").display().to_string()];
+    v.extend(
+        [
+            "-lgcc_s",
+            "-lutil",
+            "-lrt",
+            "-lpthread",
+            "-lm",
+            "-ldl",
+            "-lc",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    v
+}
+
+/// Compiles `sources` with `compiler` into scratch/`name`.
+fn compile(compiler: &str, std: &str, sources: &[&str], libs: &[String], name: &str) -> PathBuf {
+    let e = env();
+    let out = e.scratch.path().join(name);
+    let mut cmd = Command::new(compiler);
+    cmd.args([std, "-Wall", "-Wextra", "-Werror", "-g"])
+        .args(include_dirs())
+        .arg(format!("-I{}", e.root.join("examples/c").display()));
+    for s in sources {
+        cmd.arg(e.root.join(s));
+    }
+    cmd.args(libs).arg("-o").arg(&out);
+    let o = cmd
+        .output()
+        .unwrap_or_else(|err| panic!("running {compiler}: {err}"));
+    assert!(
+        o.status.success(),
+        "{compiler} failed for {sources:?}:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
+#[derive(Debug)]
+struct Run {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd` in its own process group; after `guard`, kills the group and panics.
+/// Stragglers of the group are killed once the main process has exited.
+fn run(mut cmd: Command, guard: Duration) -> Run {
+    cmd.process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env("VARGR_COMMNODE", &env().vargr);
+    let shown = format!("{cmd:?}");
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {shown}: {e}"));
+    let pgid = child.id() as i32;
+    let reader = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let out = reader(Box::new(child.stdout.take().expect("stdout")));
+    let err = reader(Box::new(child.stderr.take().expect("stderr")));
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting for the child") {
+            break st;
+        }
+        if started.elapsed() > guard {
+            // SAFETY: kill(2) on a process group this test created; no memory involved.
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+            let _ = child.wait();
+            panic!(
+                "{shown} did not finish within {guard:?} (hang guard); stderr:\n{}",
+                err.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // SAFETY: as above; the group may be empty already (ESRCH is fine).
+    unsafe { libc::kill(-pgid, libc::SIGKILL) };
+    Run {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+fn assert_ok(r: &Run, what: &str) {
+    assert!(
+        r.status.success(),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        r.status,
+        r.stdout,
+        r.stderr
+    );
+}
+
+/// The lines the IntegerAddition front-end prints for `n` back-ends.
+fn integer_addition_lines(n: i32) -> Vec<String> {
+    let mut v: Vec<String> = (0..5)
+        .map(|i| {
+            format!(
+                "Iteration {i}: Success! recv_val({}) == 32*{i}*{n}={}",
+                32 * i * n,
+                32 * i * n
+            )
+        })
+        .collect();
+    v.push(format!(
+        "Arrays: Success! count {n}, sums {{{}, {}}}",
+        n * (n - 1) / 2,
+        2 * n
+    ));
+    v.push(format!("Max rank: Success! {}", n - 1));
+    v.push("integer_addition: OK".into());
+    v
+}
+
+fn check_integer_addition(r: &Run, n: i32, filter: &str) {
+    assert_ok(r, "integer_addition_fe");
+    let mut want = vec![format!("network: {n} back-ends, filter {filter}")];
+    want.extend(integer_addition_lines(n));
+    let got: Vec<&str> = r.stdout.lines().collect();
+    assert_eq!(got, want, "stderr:\n{}", r.stderr);
+}
+
+fn be() -> &'static PathBuf {
+    static BE: OnceLock<PathBuf> = OnceLock::new();
+    BE.get_or_init(|| {
+        compile(
+            "cc",
+            "-std=c99",
+            &["examples/c/integer_addition_be.c"],
+            &shared_libs(),
+            "integer_addition_be",
+        )
+    })
+}
+
+fn fe() -> &'static PathBuf {
+    static FE: OnceLock<PathBuf> = OnceLock::new();
+    FE.get_or_init(|| {
+        compile(
+            "cc",
+            "-std=c99",
+            &["examples/c/integer_addition_fe.c"],
+            &shared_libs(),
+            "integer_addition_fe",
+        )
+    })
+}
+
+#[test]
+fn c_api_test_passes() {
+    let exe = compile(
+        "cc",
+        "-std=c99",
+        &["crates/vargr-capi/tests/c/api_test.c"],
+        &shared_libs(),
+        "api_test",
+    );
+    let r = run(Command::new(exe), Duration::from_secs(60));
+    assert_ok(&r, "api_test");
+    assert!(
+        r.stdout.starts_with("api_test: ") && r.stdout.trim_end().ends_with("checks OK"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn c_tree_test_passes() {
+    let compile_c = |name: &str| {
+        compile(
+            "cc",
+            "-std=c99",
+            &[&format!("crates/vargr-capi/tests/c/{name}.c")],
+            &shared_libs(),
+            name,
+        )
+    };
+    let (fe, be) = (compile_c("tree_fe"), compile_c("tree_be"));
+    let mut cmd = Command::new(fe);
+    cmd.arg("kary:2@3").arg(be);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "tree_fe");
+    assert!(
+        r.stdout.starts_with("tree_test: ") && r.stdout.trim_end().ends_with("checks OK"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn integer_addition_over_a_tree_of_processes() {
+    let mut cmd = Command::new(fe());
+    cmd.arg("kary:2@4").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_integer_addition(&r, 4, "sum");
+}
+
+#[test]
+fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
+    let e = env();
+    let plugin = e.scratch.path().join("libint_filters.so");
+    let o = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror"])
+        .args(include_dirs())
+        .arg(e.root.join("examples/filter-plugin/int_filters.c"))
+        .arg("-o")
+        .arg(&plugin)
+        .output()
+        .expect("running cc");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // Node 1 is a commnode with two back-ends; node 2 is a back-end under the root.
+    let topo = e.scratch.path().join("three.top");
+    std::fs::write(
+        &topo,
+        "localhost:0 => localhost:1 localhost:2 ;\nlocalhost:1 => localhost:3 localhost:4 ;\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(fe());
+    cmd.arg(&topo).arg(be()).arg(&plugin);
+    let r = run(cmd, Duration::from_secs(120));
+    check_integer_addition(&r, 3, "plugin_sum");
+}
+
+#[test]
+fn a_front_end_linked_statically_runs_without_the_shared_library() {
+    let exe = compile(
+        "cc",
+        "-std=c99",
+        &["examples/c/integer_addition_fe.c"],
+        &static_libs(),
+        "integer_addition_fe_static",
+    );
+    let readelf = Command::new("readelf").arg("-d").arg(&exe).output();
+    if let Ok(o) = readelf {
+        let dynamic = String::from_utf8_lossy(&o.stdout);
+        assert!(!dynamic.contains("libvargr"), "{dynamic}");
+    }
+    let mut cmd = Command::new(exe);
+    cmd.arg("flat:2").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_integer_addition(&r, 2, "sum");
+}
+
+#[test]
+fn cpp_ranks_allreduce_under_vargr_run() {
+    let exe = compile(
+        "c++",
+        "-std=c++17",
+        &["examples/cpp/allreduce.cpp"],
+        &shared_libs(),
+        "allreduce",
+    );
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["run", "-n", "3", "--"]).arg(exe);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run -n 3 allreduce");
+    let mut got: Vec<&str> = r.stdout.lines().collect();
+    got.sort();
+    let want: Vec<String> = (0..3)
+        .map(|rank| {
+            format!("rank {rank} of 3: sum=3,3,5 max=2 allgather=0,10,20 bcast=42.5 cond=1,0 OK")
+        })
+        .collect();
+    assert_eq!(got, want, "stderr:\n{}", r.stderr);
+}
+
+#[test]
+fn boundary_benchmark_builds_and_reports_json() {
+    let e = env();
+    let exe = compile(
+        "cc",
+        "-O2",
+        &["crates/vargr-capi/bench/boundary.c"],
+        &shared_libs(),
+        "boundary",
+    );
+    let mut cmd = Command::new(&exe);
+    cmd.arg("1000");
+    let r = run(cmd, Duration::from_secs(60));
+    assert_ok(&r, "boundary");
+    assert!(r.stdout.contains("\"ns_per_call\": "), "{r:?}");
+    assert!(
+        r.stdout.contains("\"comm_rank_ns_per_call\": null"),
+        "{r:?}"
+    );
+    let mut cmd = Command::new(&e.vargr);
+    cmd.args(["run", "-n", "1", "--"]).arg(&exe).arg("1000");
+    let r = run(cmd, Duration::from_secs(60));
+    assert_ok(&r, "vargr run -n 1 boundary");
+    assert!(
+        !r.stdout.contains("\"comm_rank_ns_per_call\": null"),
+        "{r:?}"
+    );
+}
+
+fn have(tool: &str) -> bool {
+    Command::new(tool)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+#[test]
+fn installed_package_is_found_by_cmake_and_pkg_config() {
+    let e = env();
+    let prefix = e.scratch.path().join("prefix");
+    let mut install = Command::new(e.root.join("scripts/install-capi.sh"));
+    install.arg(&prefix).arg("--debug");
+    if let Some(target) = e.profile.parent() {
+        install.env("CARGO_TARGET_DIR", target);
+    }
+    let r = run(install, Duration::from_secs(900));
+    assert_ok(&r, "scripts/install-capi.sh");
+    for f in [
+        "include/vargr.h",
+        "lib/libvargr.so",
+        "lib/libvargr.a",
+        "lib/pkgconfig/vargr.pc",
+        "lib/cmake/vargr/vargrConfig.cmake",
+        "lib/cmake/vargr/vargrConfigVersion.cmake",
+    ] {
+        assert!(prefix.join(f).is_file(), "{f} was not installed");
+    }
+
+    if have("cmake") {
+        let build = e.scratch.path().join("cmake-build");
+        let mut cfg = Command::new("cmake");
+        cfg.arg("-S")
+            .arg(e.root.join("examples/cmake"))
+            .arg("-B")
+            .arg(&build)
+            .arg(format!("-DCMAKE_PREFIX_PATH={}", prefix.display()));
+        assert_ok(&run(cfg, Duration::from_secs(300)), "cmake configure");
+        let mut b = Command::new("cmake");
+        b.arg("--build").arg(&build);
+        assert_ok(&run(b, Duration::from_secs(300)), "cmake --build");
+        for fe in ["integer_addition_fe", "integer_addition_fe_static"] {
+            let mut cmd = Command::new(build.join(fe));
+            cmd.arg("flat:2").arg(build.join("integer_addition_be"));
+            let r = run(cmd, Duration::from_secs(120));
+            check_integer_addition(&r, 2, "sum");
+        }
+    } else {
+        eprintln!("cmake not found: skipping the CMake package check");
+    }
+
+    if have("pkg-config") {
+        let pc = |args: &[&str]| {
+            let o = Command::new("pkg-config")
+                .args(args)
+                .arg("vargr")
+                .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
+                .output()
+                .expect("running pkg-config");
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            String::from_utf8(o.stdout).unwrap()
+        };
+        assert_eq!(pc(&["--modversion"]).trim(), env!("CARGO_PKG_VERSION"));
+        let mut flags: Vec<String> = pc(&["--cflags", "--libs"])
+            .split_whitespace()
+            .map(String::from)
+            .collect();
+        flags.push(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
+        let exe = e.scratch.path().join("integer_addition_fe_pc");
+        let mut cc = Command::new("cc");
+        cc.arg("-std=c99")
+            .arg(format!("-I{}", e.root.join("examples/c").display()))
+            .arg(e.root.join("examples/c/integer_addition_fe.c"))
+            .args(&flags)
+            .arg("-o")
+            .arg(&exe);
+        assert_ok(
+            &run(cc, Duration::from_secs(120)),
+            "cc with pkg-config flags",
+        );
+        let mut cmd = Command::new(exe);
+        cmd.arg("kary:2@3").arg(be());
+        let r = run(cmd, Duration::from_secs(120));
+        check_integer_addition(&r, 3, "sum");
+    } else {
+        eprintln!("pkg-config not found: skipping the pkg-config check");
+    }
+}
