@@ -52,3 +52,19 @@ make -s -C bench/floor
 echo "== tests"
 cargo test --workspace --quiet 2>&1 | tee target/test.log
 grep -q "test result:" target/test.log
+
+echo "== python package"
+# `pip install .` as users run it, with the dev profile instead of the fat-LTO release
+# one, after the Rust tests so that vargr's crates built for them are reused.
+PYVENV="$PWD/target/pyvenv"
+[ -x "$PYVENV/bin/python" ] || python3 -m venv "$PYVENV" \
+  || { apt_install python3-venv python3-dev && python3 -m venv "$PYVENV"; }
+"$PYVENV/bin/pip" install -q "maturin==1.16.0" "numpy>=1.21" "pytest==9.2.0" "ruff==0.17.6" "mypy==2.4.1"
+PATH="$PYVENV/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" \
+  "$PYVENV/bin/pip" install -q --no-build-isolation .
+"$PYVENV/bin/ruff" format --check python
+"$PYVENV/bin/ruff" check python
+"$PYVENV/bin/mypy" python/vargr python/tests python/bench
+
+echo "== python tests"
+VARGR_REQUIRE_MPIRUN=1 "$PYVENV/bin/python" -m pytest -q python/tests 2>&1 | tee target/pytest.log

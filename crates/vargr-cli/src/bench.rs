@@ -36,6 +36,8 @@ pub enum BenchCmd {
     /// Redundancy elimination: segmenter throughput, syncs of consecutive releases
     /// against rsync and zstd --patch-from, and two- against one-level fingerprints.
     Dedup(crate::bench_dedup::BenchDedupArgs),
+    /// Cost of reaching vargr from C: one call across the C boundary.
+    Ffi(crate::bench_ffi::FfiBenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -99,6 +101,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Trace(a) => crate::bench_trace::run(a),
         BenchCmd::Codec(a) => crate::bench_codec::run(a),
         BenchCmd::Dedup(a) => crate::bench_dedup::run(a),
+        BenchCmd::Ffi(a) => crate::bench_ffi::run(a),
     }
 }
 

@@ -5,6 +5,7 @@ mod bench_codec;
 mod bench_coll;
 mod bench_dedup;
 mod bench_emu;
+mod bench_ffi;
 mod bench_trace;
 mod bench_wan;
 mod codec_cmd;
