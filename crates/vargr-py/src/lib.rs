@@ -1,0 +1,63 @@
+//! `vargr._vargr`: the Rust half of the Python package `vargr` (python/vargr).
+//!
+//! vargr's users write Python as often as Rust: scientists who know mpi4py, tool
+//! builders who script MRNet front-ends. This crate puts vargr's libraries behind that
+//! interface without a second implementation: every call goes straight to the Rust
+//! crates, and the only work done here is converting values and managing the GIL.
+//!
+//! - [`tbon`]: `Topology`, `Network`, `Stream`, `Backend`; Python filters at the
+//!   front-end.
+//! - [`coll`]: `World()` and `Comm` (mpi4py's names), `Op`, conditional allreduce.
+//! - [`codec`] and [`dedup`]: the `vargr.codec` and `vargr.dedup` submodules.
+//! - [`packet`]: format strings and values; numpy arrays in and out.
+//! - [`errors`]: the `vargr.VargrError` hierarchy.
+//! - [`block`]: blocking calls that Ctrl-C can interrupt.
+
+use pyo3::prelude::*;
+
+mod block;
+mod codec;
+mod coll;
+mod dedup;
+mod errors;
+mod packet;
+mod tbon;
+
+#[pymodule]
+fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
+    m.add_class::<packet::PyPacket>()?;
+    m.add_class::<tbon::PyTopology>()?;
+    m.add_class::<tbon::PyNetwork>()?;
+    m.add_class::<tbon::PyCommunicator>()?;
+    m.add_class::<tbon::PyStream>()?;
+    m.add_class::<tbon::PyBackend>()?;
+    m.add_function(wrap_pyfunction!(tbon::run_commnode, m)?)?;
+    m.add_class::<coll::PyComm>()?;
+    m.add_class::<coll::PyOp>()?;
+    m.add_class::<coll::PyInPlace>()?;
+    m.add_class::<coll::PyCondOutcome>()?;
+    m.add_class::<coll::PyCondAllreduce>()?;
+    m.add_function(wrap_pyfunction!(coll::world, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::finish, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::write_trace, m)?)?;
+    use vargr_coll::Op;
+    for op in [
+        Op::Sum,
+        Op::Prod,
+        Op::Min,
+        Op::Max,
+        Op::Land,
+        Op::Lor,
+        Op::Band,
+        Op::Bor,
+    ] {
+        let name = op.name().to_ascii_uppercase();
+        m.add(name.as_str(), coll::PyOp::builtin(op))?;
+    }
+    m.add("IN_PLACE", coll::PyInPlace)?;
+    m.add("SLICE_SECONDS", block::SLICE.as_secs_f64())?;
+    codec::register(m)?;
+    dedup::register(m)?;
+    Ok(())
+}

@@ -1,0 +1,86 @@
+"""Ranks in separate processes: scripts/ranks_check.py checks every collective for
+real under `vargr run` and under Open MPI's `mpirun`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import PYTHON, clean_env, run, script, vargr_binary
+
+
+def assert_all_ok(out: str, n: int) -> None:
+    got = sorted(line for line in out.splitlines() if line.startswith("rank "))
+    assert got == sorted(f"rank {r} ok" for r in range(n)), out
+
+
+def test_collectives_under_vargr_run() -> None:
+    r = run(
+        [vargr_binary(), "run", "-n", "3", "--", PYTHON, script("ranks_check.py")],
+        timeout=180,
+    )
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert_all_ok(r.stdout, 3)
+
+
+def test_python_ranks_write_their_trace_at_exit(tmp_path: Path) -> None:
+    # vargr.World() registers Job::finish with atexit: queued sends are flushed and,
+    # under --trace, each process writes its trace file.
+    out = tmp_path / "trace"
+    r = run(
+        [
+            vargr_binary(),
+            "run",
+            "-n",
+            "2",
+            "--trace",
+            str(out),
+            "--",
+            PYTHON,
+            script("ranks_check.py"),
+        ],
+        timeout=180,
+    )
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert_all_ok(r.stdout, 2)
+    assert len(list(out.glob("*.vtr"))) == 2, sorted(p.name for p in out.iterdir())
+
+
+def test_collectives_under_mpirun() -> None:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        if os.environ.get("VARGR_REQUIRE_MPIRUN"):
+            pytest.fail("mpirun is required (VARGR_REQUIRE_MPIRUN is set) but not on the PATH")
+        pytest.skip("mpirun not found: install Open MPI (apt-get install openmpi-bin)")
+    r = run(
+        [
+            mpirun,
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "2",
+            PYTHON,
+            script("ranks_check.py"),
+        ],
+        timeout=180,
+        env=clean_env(),
+    )
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    assert_all_ok(r.stdout, 2)
+
+
+def test_ranks_as_threads_are_refused_with_a_clear_message() -> None:
+    code = (
+        "import vargr\n"
+        "try:\n"
+        "    vargr.World()\n"
+        "except vargr.JobError as e:\n"
+        "    print('JobError:', e)\n"
+    )
+    r = run(
+        [vargr_binary(), "run", "-n", "2", "--ranks-per-process", "2", "--", PYTHON, "-c", code],
+        timeout=120,
+    )
+    assert "one rank per process" in r.stdout, f"{r.stdout}\n{r.stderr}"

@@ -1,0 +1,137 @@
+"""vargr from Python: tree overlay networks, rank collectives, compression and dedup.
+
+vargr is a communication layer for programs on networks slower than they would like.
+This package exposes it to the two kinds of Python users it has:
+
+* tool builders (MRNet's users): a front-end starts a tree with :class:`Network`,
+  opens :class:`Stream` s with built-in or Python filters, multicasts with
+  ``send(tag, fmt, *values)`` and receives reduced waves with ``recv()``; back-ends
+  join with :meth:`Backend.attach`;
+* parallel programs (mpi4py's users): ``comm = vargr.World()`` under ``vargr run``,
+  ``mpirun`` or ``srun``, then ``comm.allreduce(x, op=vargr.SUM)``,
+  ``comm.Allreduce(sendbuf, recvbuf)`` and the rest of mpi4py's names.
+
+:mod:`vargr.codec` and :mod:`vargr.dedup` hold the codec and redundancy-elimination
+entry points. Everything calls the Rust libraries directly (the extension module
+``vargr._vargr``); errors are :class:`VargrError` subclasses carrying the Rust message.
+
+Blocking calls release the GIL. The tree's calls (``Stream.recv``, ``Backend.recv``,
+start-up) and joining a job can be interrupted with Ctrl-C; collectives can be ended by
+the launcher (``vargr run`` and ``mpirun`` stop the job on Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+
+from . import _vargr, codec, dedup
+from ._vargr import (
+    BAND,
+    BOR,
+    IN_PLACE,
+    LAND,
+    LOR,
+    MAX,
+    MIN,
+    PROD,
+    SUM,
+    Backend,
+    CodecError,
+    CollectiveError,
+    Comm,
+    Communicator,
+    CondAllreduce,
+    CondOutcome,
+    DedupError,
+    FilterError,
+    FormatError,
+    InPlace,
+    JobError,
+    Network,
+    NetworkError,
+    NodeLostError,
+    Op,
+    Packet,
+    PeerLostError,
+    ShutdownError,
+    StartupError,
+    Stream,
+    TimeoutError,
+    Topology,
+    TopologyError,
+    VargrError,
+)
+
+__all__ = [
+    "BAND",
+    "BOR",
+    "IN_PLACE",
+    "LAND",
+    "LOR",
+    "MAX",
+    "MIN",
+    "PROD",
+    "SUM",
+    "Backend",
+    "CodecError",
+    "CollectiveError",
+    "Comm",
+    "Communicator",
+    "CondAllreduce",
+    "CondOutcome",
+    "DedupError",
+    "FilterError",
+    "FormatError",
+    "InPlace",
+    "JobError",
+    "Network",
+    "NetworkError",
+    "NodeLostError",
+    "Op",
+    "Packet",
+    "PeerLostError",
+    "ShutdownError",
+    "StartupError",
+    "Stream",
+    "TimeoutError",
+    "Topology",
+    "TopologyError",
+    "VargrError",
+    "World",
+    "codec",
+    "dedup",
+    "finish",
+    "write_trace",
+]
+
+_finish_registered = False
+
+
+def World() -> Comm:
+    """The world communicator of this process's rank.
+
+    Joins the job this process was started in (``vargr run``, ``mpirun`` or ``srun``:
+    rank and size come from the launcher's variables) on the first call, and returns
+    the same :class:`Comm` afterwards. One rank per process. Raises :class:`JobError`
+    when the process was not started by a launcher or the wire-up fails.
+    """
+    global _finish_registered
+    comm = _vargr.world()
+    if not _finish_registered:
+        # Eager sends still queued at exit must reach their peers.
+        atexit.register(_vargr.finish)
+        _finish_registered = True
+    return comm
+
+
+def finish() -> None:
+    """Sends whatever is still queued for other ranks (and writes the trace under
+    ``vargr run --trace``). Called at exit; call it before ``os._exit``."""
+    _vargr.finish()
+
+
+def write_trace(directory: str | os.PathLike[str]) -> str:
+    """Writes this process's event records to ``directory`` (for ``vargr trace
+    report``) and returns the file's path."""
+    return str(_vargr.write_trace(os.fspath(directory)))
