@@ -62,9 +62,9 @@ PYVENV="$PWD/target/pyvenv"
 "$PYVENV/bin/pip" install -q "maturin==1.16.0" "numpy>=1.21" "pytest==9.2.0" "ruff==0.17.6" "mypy==2.4.1"
 PATH="$PYVENV/bin:$PATH" MATURIN_PEP517_ARGS="--profile dev" \
   "$PYVENV/bin/pip" install -q --no-build-isolation .
-"$PYVENV/bin/ruff" format --check python
-"$PYVENV/bin/ruff" check python
-"$PYVENV/bin/mypy" python/vargr python/tests python/bench
+"$PYVENV/bin/ruff" format --check python examples/python
+"$PYVENV/bin/ruff" check python examples/python
+"$PYVENV/bin/mypy" python/vargr python/tests python/bench examples/python
 
 echo "== python tests"
 VARGR_REQUIRE_MPIRUN=1 "$PYVENV/bin/python" -m pytest -q python/tests 2>&1 | tee target/pytest.log
