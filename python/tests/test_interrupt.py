@@ -1,5 +1,6 @@
-"""Ctrl-C interrupts blocking calls: a front-end blocked in Stream.recv and a back-end
-blocked in Backend.recv both get KeyboardInterrupt when sent SIGINT."""
+"""Ctrl-C interrupts blocking calls: a front-end blocked in Stream.recv, a back-end
+blocked in Backend.recv and a rank blocked in a receive all get KeyboardInterrupt when
+sent SIGINT."""
 
 from __future__ import annotations
 
@@ -72,3 +73,25 @@ def test_short_timeouts_end_waits_without_a_signal(timeout: float) -> None:
         with pytest.raises(vargr.TimeoutError):
             s.recv(timeout=timeout)
         assert time.monotonic() - t0 < 30
+
+
+def test_ctrl_c_interrupts_a_rank_blocked_in_a_receive(tmp_path: Path) -> None:
+    marker = tmp_path / "rank1"
+    p = subprocess.Popen(
+        [vargr_binary(), "run", "-n", "2", "--", PYTHON, script("blocked_rank.py"), str(marker)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert wait_for(lambda: marker.exists(), 30), "rank 1 never started"
+        time.sleep(0.3)  # now inside recv()
+        os.kill(int(marker.read_text()), signal.SIGINT)
+        assert wait_for(lambda: marker.read_text() == "interrupted", 30)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err

@@ -62,6 +62,10 @@ pub enum CollError {
         peer: usize,
         reason: String,
     },
+    /// A receive stopped because the process asked (`vargr_net::mesh::set_interrupt_check`:
+    /// Ctrl-C in a language binding). The collective it was part of did not complete.
+    #[error("transport rank {rank}: interrupted while waiting for a message")]
+    Interrupted { rank: usize },
     /// A reduction operator that is not defined for the element type (MPI allows bitwise
     /// and logical operators only on integers).
     #[error("operator {op} is not defined for {kind} elements")]

@@ -76,6 +76,9 @@ impl MeshTransport {
     }
 
     fn lost(&self, peer: usize, e: vargr_net::NetError) -> CollError {
+        if let vargr_net::NetError::Interrupted { .. } = e {
+            return CollError::Interrupted { rank: self.rank };
+        }
         CollError::PeerLost {
             rank: self.rank,
             peer,

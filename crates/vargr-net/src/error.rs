@@ -46,6 +46,10 @@ pub enum NetError {
     },
     #[error("job start-up: {reason}")]
     Job { reason: String },
+    /// The check installed with [`crate::mesh::set_interrupt_check`] asked a blocking
+    /// receive to stop (a host language's Ctrl-C).
+    #[error("interrupted while waiting for rank {src}")]
+    Interrupted { src: u32 },
     #[error("bad launcher template {template:?}: {reason}")]
     BadTemplate { template: String, reason: String },
 }

@@ -375,6 +375,10 @@ impl Mesh {
     }
 
     /// Receives, for local rank `dest`, the oldest message from `src` with `tag`.
+    ///
+    /// With an interrupt check installed ([`set_interrupt_check`]) the wait runs in
+    /// slices of [`INTERRUPT_SLICE`], and ends with [`NetError::Interrupted`] when the
+    /// check says so.
     pub fn recv(&self, dest: u32, src: u32, tag: u64) -> Result<Bytes, NetError> {
         self.check_rank("source", src)?;
         if !self.is_local(dest) {
@@ -401,6 +405,20 @@ impl Mesh {
                 }
                 return Err(NetError::Job { reason });
             }
+            if let Some(check) = INTERRUPT_CHECK.get() {
+                // Outside the lock: the check may wait for a lock of its own (Python's)
+                // that a thread waiting for this one holds.
+                let holds_reactor = g.reactor.is_some();
+                drop(g);
+                let stop = check();
+                g = self.lock();
+                if stop {
+                    if holds_reactor && g.reactor.is_some() {
+                        self.hand_off(&g);
+                    }
+                    return Err(NetError::Interrupted { src });
+                }
+            }
             match g.reactor.take_if(|_| !from_here) {
                 Some(reactor) => {
                     g.poller = Some(dest);
@@ -412,7 +430,14 @@ impl Mesh {
                     let remote = u32::from(!from_here);
                     g.waiting[i] += 1;
                     g.wants_reactor[i] += remote;
-                    g = self.cvs[i].wait(g).unwrap_or_else(|p| p.into_inner());
+                    g = if INTERRUPT_CHECK.get().is_some() {
+                        self.cvs[i]
+                            .wait_timeout(g, INTERRUPT_SLICE)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    } else {
+                        self.cvs[i].wait(g).unwrap_or_else(|p| p.into_inner())
+                    };
                     g.waiting[i] -= 1;
                     g.wants_reactor[i] -= remote;
                 }
@@ -452,7 +477,12 @@ impl Mesh {
                 }
             }
         }
-        let r = reactor.poll(Some(Duration::from_millis(500)), &mut events);
+        let wait = if INTERRUPT_CHECK.get().is_some() {
+            INTERRUPT_SLICE
+        } else {
+            Duration::from_millis(500)
+        };
+        let r = reactor.poll(Some(wait), &mut events);
         let mut g = self.lock();
         for (id, rank) in added {
             g.inbound.insert(id, rank);
@@ -536,6 +566,20 @@ impl Mesh {
             }
         }
     }
+}
+
+/// How often a blocking receive asks the interrupt check, once one is installed.
+pub const INTERRUPT_SLICE: Duration = Duration::from_millis(50);
+
+static INTERRUPT_CHECK: std::sync::OnceLock<fn() -> bool> = std::sync::OnceLock::new();
+
+/// Installs, once per process, a check that blocking receives call every
+/// [`INTERRUPT_SLICE`] while they wait; when it returns true the receive ends with
+/// [`NetError::Interrupted`]. Language bindings install one so that Ctrl-C reaches a
+/// program blocked in a collective (Python runs signal handlers only when the waiting
+/// thread returns to it). Returns false if a check was already installed.
+pub fn set_interrupt_check(check: fn() -> bool) -> bool {
+    INTERRUPT_CHECK.set(check).is_ok()
 }
 
 impl Drop for Mesh {

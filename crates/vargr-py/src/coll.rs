@@ -496,10 +496,12 @@ impl PyComm {
         py: Python<'_>,
         f: impl FnOnce(&Comm) -> vargr_coll::Result<R> + Send,
     ) -> PyResult<R> {
-        let r = py.detach(|| match self.comm.try_lock() {
-            Ok(c) => Some(f(&c)),
-            Err(TryLockError::Poisoned(p)) => Some(f(&p.into_inner())),
-            Err(TryLockError::WouldBlock) => None,
+        let r = py.detach(|| {
+            block::interruptible(|| match self.comm.try_lock() {
+                Ok(c) => Some(f(&c)),
+                Err(TryLockError::Poisoned(p)) => Some(f(&p.into_inner())),
+                Err(TryLockError::WouldBlock) => None,
+            })
         });
         match r {
             Some(r) => r.map_err(errors::coll),
@@ -1366,7 +1368,7 @@ impl PyComm {
             }
         };
         let out = py
-            .detach(|| cond.cond_allreduce(value))
+            .detach(|| block::interruptible(|| cond.cond_allreduce(value)))
             .map_err(errors::coll)?;
         Ok(PyCondOutcome::from(out))
     }
@@ -1518,7 +1520,7 @@ impl PyCondAllreduce {
             errors::new_err(Kind::Collective, "the conditional allreduce was closed")
         })?;
         let out = py
-            .detach(|| c.cond_allreduce(value))
+            .detach(|| block::interruptible(|| c.cond_allreduce(value)))
             .map_err(errors::coll)?;
         Ok(out.into())
     }

@@ -214,6 +214,9 @@ pub fn tbon(e: vargr_tbon::TbonError) -> PyErr {
 
 pub fn coll(e: vargr_coll::CollError) -> PyErr {
     use vargr_coll::CollError as E;
+    if let E::Interrupted { .. } = e {
+        return crate::block::take_interrupt();
+    }
     let kind = match &e {
         E::Job { .. } => Kind::Job,
         E::PeerLost { .. } => Kind::PeerLost,

@@ -25,6 +25,8 @@ mod tbon;
 
 #[pymodule]
 fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    // Ctrl-C ends a collective's waits (see block::interruptible).
+    vargr_net::mesh::set_interrupt_check(block::check_signals);
     errors::register(m)?;
     m.add_class::<packet::PyPacket>()?;
     m.add_class::<tbon::PyTopology>()?;
