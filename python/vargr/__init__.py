@@ -15,9 +15,9 @@ This package exposes it to the two kinds of Python users it has:
 entry points. Everything calls the Rust libraries directly (the extension module
 ``vargr._vargr``); errors are :class:`VargrError` subclasses carrying the Rust message.
 
-Blocking calls release the GIL. The tree's calls (``Stream.recv``, ``Backend.recv``,
-start-up) and joining a job can be interrupted with Ctrl-C; collectives can be ended by
-the launcher (``vargr run`` and ``mpirun`` stop the job on Ctrl-C).
+Blocking calls release the GIL and can be interrupted with Ctrl-C: the tree's calls
+(``Stream.recv``, ``Backend.recv``, start-up), joining a job, and collectives (a
+collective interrupted on one rank does not complete there).
 """
 
 from __future__ import annotations
