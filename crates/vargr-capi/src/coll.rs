@@ -293,6 +293,36 @@ fn bytes<T>(count: usize) -> usize {
     count.saturating_mul(std::mem::size_of::<T>())
 }
 
+/// `n` elements from each of `size` ranks: the length of a gathered buffer.
+fn per_rank_total(n: usize, size: c_int) -> Result<usize> {
+    n.checked_mul(size as usize)
+        .ok_or_else(|| Error::invalid(format!("count {n} is too large")))
+}
+
+/// `send` (`send_n` elements) and `recv` (`recv_n` elements) as slices, refused when
+/// they share memory.
+///
+/// # Safety
+/// Each pointer is NULL with a count of 0, or valid for its count of `T`, aligned;
+/// `recv` for writing.
+unsafe fn disjoint<'a, T>(
+    send: *const c_void,
+    send_n: usize,
+    recv: *mut c_void,
+    recv_n: usize,
+) -> Result<(&'a [T], &'a mut [T])> {
+    if overlap(send, bytes::<T>(send_n), recv, bytes::<T>(recv_n)) {
+        return Err(Error::invalid("send and recv overlap"));
+    }
+    // SAFETY: the caller's contract; checked not to overlap.
+    unsafe {
+        Ok((
+            ptr::slice(send.cast::<T>(), send_n, "send")?,
+            ptr::slice_mut(recv.cast::<T>(), recv_n, "recv")?,
+        ))
+    }
+}
+
 /// Blocks until every rank of the communicator has called it.
 ///
 /// # Safety
@@ -375,16 +405,10 @@ pub unsafe extern "C" fn vargr_comm_reduce(
                 let input = buf.to_vec();
                 return Ok(lock(c)?.reduce(&input, buf, op, root)?);
             }
-            if at_root && overlap(send, bytes::<T>(n), recv, bytes::<T>(n)) {
-                return Err(Error::invalid("send and recv overlap"));
-            }
-            // SAFETY: forwarded contract; checked not to overlap.
-            let send = unsafe { ptr::slice(send.cast::<T>(), n, "send")? };
-            let recv = match at_root {
-                // SAFETY: forwarded contract.
-                true => unsafe { ptr::slice_mut(recv.cast::<T>(), n, "recv")? },
-                false => &mut [],
-            };
+            // Only the root's `recv` is used (others may pass NULL).
+            let recv_n = if at_root { n } else { 0 };
+            // SAFETY: forwarded contract.
+            let (send, recv) = unsafe { disjoint::<T>(send, n, recv, recv_n)? };
             Ok(lock(c)?.reduce(send, recv, op, root)?)
         }
         // SAFETY: forwarded contract.
@@ -487,19 +511,9 @@ pub unsafe extern "C" fn vargr_comm_allgather(
             recv: *mut c_void,
             n: usize,
         ) -> Result<()> {
-            let total = n
-                .checked_mul(c.size as usize)
-                .ok_or_else(|| Error::invalid(format!("count {n} is too large")))?;
-            if overlap(send, bytes::<T>(n), recv, bytes::<T>(total)) {
-                return Err(Error::invalid("send and recv overlap"));
-            }
-            // SAFETY: forwarded contract; checked not to overlap.
-            let (send, recv) = unsafe {
-                (
-                    ptr::slice(send.cast::<T>(), n, "send")?,
-                    ptr::slice_mut(recv.cast::<T>(), total, "recv")?,
-                )
-            };
+            let total = per_rank_total(n, c.size)?;
+            // SAFETY: forwarded contract.
+            let (send, recv) = unsafe { disjoint::<T>(send, n, recv, total)? };
             Ok(lock(c)?.allgather(send, recv)?)
         }
         // SAFETY: forwarded contract.
@@ -534,21 +548,11 @@ pub unsafe extern "C" fn vargr_comm_gather(
             root: usize,
         ) -> Result<()> {
             let total = match c.rank as usize == root {
-                true => n
-                    .checked_mul(c.size as usize)
-                    .ok_or_else(|| Error::invalid(format!("count {n} is too large")))?,
+                true => per_rank_total(n, c.size)?,
                 false => 0,
             };
-            if overlap(send, bytes::<T>(n), recv, bytes::<T>(total)) {
-                return Err(Error::invalid("send and recv overlap"));
-            }
-            // SAFETY: forwarded contract; checked not to overlap.
-            let (send, recv) = unsafe {
-                (
-                    ptr::slice(send.cast::<T>(), n, "send")?,
-                    ptr::slice_mut(recv.cast::<T>(), total, "recv")?,
-                )
-            };
+            // SAFETY: forwarded contract.
+            let (send, recv) = unsafe { disjoint::<T>(send, n, recv, total)? };
             Ok(lock(c)?.gather(send, recv, root)?)
         }
         // SAFETY: forwarded contract.
@@ -584,21 +588,11 @@ pub unsafe extern "C" fn vargr_comm_scatter(
             root: usize,
         ) -> Result<()> {
             let total = match c.rank as usize == root {
-                true => n
-                    .checked_mul(c.size as usize)
-                    .ok_or_else(|| Error::invalid(format!("count {n} is too large")))?,
+                true => per_rank_total(n, c.size)?,
                 false => 0,
             };
-            if overlap(send, bytes::<T>(total), recv, bytes::<T>(n)) {
-                return Err(Error::invalid("send and recv overlap"));
-            }
-            // SAFETY: forwarded contract; checked not to overlap.
-            let (send, recv) = unsafe {
-                (
-                    ptr::slice(send.cast::<T>(), total, "send")?,
-                    ptr::slice_mut(recv.cast::<T>(), n, "recv")?,
-                )
-            };
+            // SAFETY: forwarded contract.
+            let (send, recv) = unsafe { disjoint::<T>(send, total, recv, n)? };
             Ok(lock(c)?.scatter(send, recv, root)?)
         }
         // SAFETY: forwarded contract.
