@@ -297,10 +297,10 @@ const PROBE_SAMPLES: usize = 8;
 /// end to end through everything below the codec stage (an emulated WAN, the sockets,
 /// the peer's reading), which a configured bandwidth does not include. Only links with
 /// a configured model probe; links that learn from the kernel do not (see
-/// [`CodecStage::learning_path`]). A round of probes
-/// starts only when application frames go out, and each probe waits until the link is
-/// idle by the model, so it neither keeps an idle link busy nor queues ahead of data.
-#[derive(Debug, Default)]
+/// [`CodecStage::learning_path`]). A round of probes starts only when application
+/// frames go out, and each probe waits until the link is idle by the model, so it
+/// neither keeps an idle link busy nor queues ahead of data.
+#[derive(Debug)]
 struct Prober {
     /// When the next probe goes (only while a round is under way and none is in flight).
     due: Option<Instant>,
@@ -317,6 +317,20 @@ struct Prober {
 }
 
 impl Prober {
+    fn new() -> Prober {
+        Prober {
+            due: None,
+            pending: None,
+            next_id: 0,
+            round_left: 0,
+            last_round: None,
+            lost: 0,
+            small: VecDeque::new(),
+            large: VecDeque::new(),
+            large_size: PROBE_LARGE,
+        }
+    }
+
     /// Application traffic went out at `now`; the link is free again at `idle_at`.
     fn traffic(&mut self, now: Instant, idle_at: Instant) {
         if let Some((_, _, sent)) = self.pending {
@@ -358,7 +372,7 @@ impl Prober {
         let size = if self.round_left % 2 == 0 {
             PROBE_SMALL
         } else {
-            self.large_size.max(PROBE_LARGE)
+            self.large_size
         };
         self.round_left = self.round_left.saturating_sub(1);
         self.next_id = self.next_id.wrapping_add(1);
@@ -378,7 +392,7 @@ impl Prober {
         let rtt = now.saturating_duration_since(sent).as_secs_f64();
         let list = if size == PROBE_SMALL {
             &mut self.small
-        } else if size == self.large_size.max(PROBE_LARGE) {
+        } else if size == self.large_size {
             &mut self.large
         } else {
             return None;
@@ -510,7 +524,7 @@ impl CodecStage {
             }
             _ => None,
         };
-        let prober = engine.is_some().then(Prober::default);
+        let prober = engine.is_some().then(Prober::new);
         Ok(CodecStage {
             mode,
             engine,
