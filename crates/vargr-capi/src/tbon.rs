@@ -7,9 +7,8 @@
 
 use std::ffi::{c_char, c_int, CString};
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use vargr_filter::{Registry, SyncMode};
 use vargr_tbon::{
@@ -32,14 +31,6 @@ pub struct vargr_options {
 pub struct vargr_network {
     /// None once shut down.
     net: Mutex<Option<Network>>,
-    /// Set at shutdown; shared with the network's streams (see [`recv_until`]).
-    down: Arc<AtomicBool>,
-}
-
-impl Drop for vargr_network {
-    fn drop(&mut self) {
-        self.down.store(true, Ordering::SeqCst);
-    }
 }
 
 /// A set of back-ends a stream talks to (opaque).
@@ -50,7 +41,6 @@ pub struct vargr_communicator {
 /// A front-end's stream: multicast down, filtered waves up (opaque).
 pub struct vargr_stream {
     stream: Stream,
-    down: Arc<AtomicBool>,
 }
 
 /// A received (or built) packet: stream, tag, source and typed values (opaque).
@@ -354,7 +344,6 @@ unsafe fn create(
     let net = Network::new(topology, BackendSpec::Command { program, args }, opts)?;
     *out = into_handle(vargr_network {
         net: Mutex::new(Some(net)),
-        down: Arc::new(AtomicBool::new(false)),
     });
     Ok(())
 }
@@ -550,10 +539,7 @@ pub unsafe extern "C" fn vargr_network_open_stream(
         };
         let opts = StreamOptions::new(up.unwrap_or("null")).sync(sync);
         let stream = with_network(net, |net| Ok(net.open_stream(&comm.comm, opts)?))?;
-        *out = into_handle(vargr_stream {
-            stream,
-            down: net.down.clone(),
-        });
+        *out = into_handle(vargr_stream { stream });
         Ok(())
     })
 }
@@ -571,7 +557,6 @@ pub unsafe extern "C" fn vargr_network_shutdown(net: *mut vargr_network) -> c_in
         // SAFETY: the caller's contract.
         let net = unsafe { ptr::handle(net.cast_const(), "net")? };
         let taken = lock(net).take();
-        net.down.store(true, Ordering::SeqCst);
         match taken {
             Some(n) => Ok(n.shutdown()?),
             None => Ok(()),
@@ -659,38 +644,6 @@ fn give_packet(out: &mut *mut vargr_packet, r: Result<Option<Packet>>, what: &st
     }
 }
 
-/// How often a waiting receive checks whether its network was shut down.
-const SHUTDOWN_POLL: Duration = Duration::from_millis(100);
-
-/// Receives on `s` until `deadline` (None: no limit). A front-end's stream is not told
-/// when its own network shuts down (vargr-tbon sets no closed state at the root), so
-/// the wait is cut into slices that check the network's `down` flag; a packet that is
-/// already there is still delivered.
-fn recv_until(s: &vargr_stream, deadline: Option<Instant>) -> Result<Option<Packet>> {
-    loop {
-        let down = s.down.load(Ordering::SeqCst);
-        let slice = match (down, deadline) {
-            (true, _) => Duration::ZERO,
-            (false, None) => SHUTDOWN_POLL,
-            (false, Some(d)) => d
-                .saturating_duration_since(Instant::now())
-                .min(SHUTDOWN_POLL),
-        };
-        if let Some(p) = s.stream.recv_timeout(slice)? {
-            return Ok(Some(p));
-        }
-        if down {
-            return Err(Error::new(
-                vargr_status::VARGR_ERR_CLOSED,
-                "the network was shut down",
-            ));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-    }
-}
-
 /// Waits for the next result on the stream: a filtered wave, or an error naming a lost
 /// node or failed filter. `VARGR_ERR_CLOSED` once the network was shut down.
 ///
@@ -708,7 +661,9 @@ pub unsafe extern "C" fn vargr_stream_recv(
         // SAFETY: the caller's contract.
         let (s, out) = unsafe { (ptr::handle(s, "s")?, ptr::out(out, "out")?) };
         *out = std::ptr::null_mut();
-        give_packet(out, recv_until(s, None), "")
+        // Once the network is shut down (or freed) this ends with VARGR_ERR_CLOSED,
+        // after any packets that had already arrived.
+        give_packet(out, s.stream.recv().map(Some).map_err(Error::from), "")
     })
 }
 
@@ -726,12 +681,16 @@ pub unsafe extern "C" fn vargr_stream_recv_timeout(
         // SAFETY: the caller's contract.
         let (s, out) = unsafe { (ptr::handle(s, "s")?, ptr::out(out, "out")?) };
         *out = std::ptr::null_mut();
-        let deadline = Instant::now() + Duration::from_millis(timeout_ms.into());
+        let timeout = Duration::from_millis(timeout_ms.into());
         let what = format!(
             "no packet on stream {} within {timeout_ms} ms",
             s.stream.id()
         );
-        give_packet(out, recv_until(s, Some(deadline)), &what)
+        give_packet(
+            out,
+            s.stream.recv_timeout(timeout).map_err(Error::from),
+            &what,
+        )
     })
 }
 
