@@ -413,12 +413,11 @@ impl Mesh {
             if let Some(check) = check {
                 // Outside the lock: the check may wait for a lock of its own (Python's)
                 // that a thread waiting for this one holds.
-                let holds_reactor = g.reactor.is_some();
                 drop(g);
                 let stop = check();
                 g = self.lock();
                 if stop {
-                    if holds_reactor && g.reactor.is_some() {
+                    if g.reactor.is_some() {
                         self.hand_off(&g);
                     }
                     return Err(NetError::Interrupted { src });
