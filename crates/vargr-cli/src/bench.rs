@@ -5,8 +5,8 @@
 //! is figure 9's (a filter that costs CPU per input packet, flat against a tree).
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Instant;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
@@ -425,4 +425,43 @@ pub(crate) fn fetched_manifest(
     let text = std::fs::read_to_string(&manifest)
         .map_err(|e| format!("reading {}: {e}", manifest.display()))?;
     Ok((manifest, text))
+}
+
+/// Runs `cmd` with its output captured; after `timeout` it is stopped with SIGTERM
+/// (`vargr run` then ends its ranks) and the error names `what`.
+pub(crate) fn output_within(mut cmd: Command, timeout: Duration, what: &str) -> Result<Output> {
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.with_context(|| format!("waiting for {what}")),
+        Err(_) => {
+            // SAFETY: kill(2) on a child we started and have not reaped yet.
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+            bail!(
+                "{what} took longer than {} s and was stopped",
+                timeout.as_secs()
+            )
+        }
+    }
+}
+
+/// Fails, naming `what` and quoting its standard error, unless `out` is a success.
+pub(crate) fn check_output(out: &Output, what: &str) -> Result<()> {
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
 }

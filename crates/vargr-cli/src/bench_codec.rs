@@ -33,7 +33,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
@@ -694,33 +694,6 @@ pub fn rank(a: CodecRankArgs) -> Result<()> {
 // ---------------------------------------------------------------------------------------
 // The driver
 
-/// Runs `cmd` with its output captured; after `timeout` it is stopped with SIGTERM
-/// (`vargr run` then ends its ranks) and the error names `what`.
-fn output_within(mut cmd: Command, timeout: Duration, what: &str) -> Result<Output> {
-    let child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {what}"))?;
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(out) => out.with_context(|| format!("waiting for {what}")),
-        Err(_) => {
-            // SAFETY: kill(2) on a child we started and have not reaped yet.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-            let _ = rx.recv_timeout(Duration::from_secs(10));
-            bail!(
-                "{what} took longer than {} s and was stopped",
-                timeout.as_secs()
-            )
-        }
-    }
-}
-
 /// A scratch directory of this process.
 fn scratch_dir(what: &str) -> Result<PathBuf> {
     static N: AtomicUsize = AtomicUsize::new(0);
@@ -833,7 +806,7 @@ fn measure(
         set.name,
         link.name
     );
-    let out = output_within(cmd, plan.timeout, &what);
+    let out = crate::bench::output_within(cmd, plan.timeout, &what);
     let result = out.and_then(|out| {
         if !out.status.success() {
             bail!(

@@ -764,46 +764,13 @@ fn pipeline(
 // ---------------------------------------------------------------------------------------
 // Sync of consecutive releases
 
-/// Runs `cmd` with its output captured, stopping it after `timeout`.
+/// Runs `cmd` with its output captured and no input, stopping it after `timeout`;
+/// returns the output and the wall time it took.
 fn run_within(mut cmd: Command, timeout: Duration, what: &str) -> Result<(Output, f64)> {
     let t = Instant::now();
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {what}"))?;
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(out) => Ok((
-            out.with_context(|| format!("waiting for {what}"))?,
-            t.elapsed().as_secs_f64(),
-        )),
-        Err(_) => {
-            // SAFETY: kill(2) on a child we started and have not reaped yet.
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGTERM) };
-            let _ = rx.recv_timeout(Duration::from_secs(10));
-            bail!(
-                "{what} took longer than {} s and was stopped",
-                timeout.as_secs()
-            )
-        }
-    }
-}
-
-fn check_output(out: &Output, what: &str) -> Result<()> {
-    if !out.status.success() {
-        bail!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    cmd.stdin(Stdio::null());
+    let out = crate::bench::output_within(cmd, timeout, what)?;
+    Ok((out, t.elapsed().as_secs_f64()))
 }
 
 /// Fails unless `got` holds the same bytes as `want`.
@@ -954,7 +921,7 @@ fn sync_vargr(
             cmd.arg("--secret-file").arg(&secret);
         }
         let (o, wall) = run_within(cmd, COMMAND_TIMEOUT, "vargr sync")?;
-        check_output(&o, "vargr sync")?;
+        crate::bench::check_output(&o, "vargr sync")?;
         let v: serde_json::Value = serde_json::from_slice(&o.stdout)
             .with_context(|| format!("vargr sync --json printed {:?}", o.stdout.len()))?;
         let num = |k: &str| {
@@ -1084,7 +1051,7 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
         .arg(src.join("pkg.tar"))
         .arg(dst.join("pkg.tar"));
     let (o, secs) = run_within(cmd, COMMAND_TIMEOUT, "rsync")?;
-    check_output(&o, "rsync")?;
+    crate::bench::check_output(&o, "rsync")?;
     let text = String::from_utf8_lossy(&o.stdout);
     let sent = rsync_stat(&text, "Total bytes sent")
         .ok_or_else(|| anyhow!("rsync --stats printed no 'Total bytes sent': {text}"))?;
@@ -1166,7 +1133,7 @@ fn zstd_one(old: &Release, new: &Release, level: u32, scratch: &Path) -> Result<
         .arg("-o")
         .arg(&patch);
     let (o, secs) = run_within(cmd, COMMAND_TIMEOUT, "zstd --patch-from")?;
-    check_output(&o, "zstd --patch-from")?;
+    crate::bench::check_output(&o, "zstd --patch-from")?;
     let bytes = std::fs::metadata(&patch)?.len();
     let back = scratch.join("patched");
     let mut cmd = Command::new("zstd");
@@ -1176,7 +1143,7 @@ fn zstd_one(old: &Release, new: &Release, level: u32, scratch: &Path) -> Result<
         .arg("-o")
         .arg(&back);
     let (o, _) = run_within(cmd, COMMAND_TIMEOUT, "zstd -d --patch-from")?;
-    check_output(&o, "zstd -d --patch-from")?;
+    crate::bench::check_output(&o, "zstd -d --patch-from")?;
     same_file(&back, &new.path, "zstd --patch-from")?;
     let _ = std::fs::remove_file(&back);
     Ok(Record {

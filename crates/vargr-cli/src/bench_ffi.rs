@@ -104,13 +104,7 @@ fn run_checked(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("{what}: could not start {:?}", cmd.get_program()))?;
-    if !out.status.success() {
-        bail!(
-            "{what} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
+    crate::bench::check_output(&out, what)?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
