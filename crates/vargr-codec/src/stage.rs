@@ -314,6 +314,10 @@ struct Prober {
     /// Round trips of large probes of `large_size` bytes.
     large: VecDeque<f64>,
     large_size: usize,
+    /// Bytes compression saved on this link and probes have not spent yet: a probe
+    /// (and its echo) goes only when paid for, so calibration never makes the link
+    /// carry more than it would without the codec stage.
+    credit: u64,
 }
 
 impl Prober {
@@ -328,6 +332,7 @@ impl Prober {
             small: VecDeque::new(),
             large: VecDeque::new(),
             large_size: PROBE_LARGE,
+            credit: 0,
         }
     }
 
@@ -357,8 +362,9 @@ impl Prober {
         }
     }
 
-    /// The probe to send at `now` (its frame size and id), if one is due and the link is
-    /// idle at `idle_at`; otherwise the probe waits for the link.
+    /// The probe to send at `now` (its frame size and id), if one is due, the link is
+    /// idle at `idle_at` and the credit pays for it; otherwise the probe waits for the
+    /// link, or for the next application frame.
     fn take_due(&mut self, now: Instant, idle_at: Instant) -> Option<(u32, usize)> {
         let due = self.due?;
         if due > now {
@@ -374,6 +380,12 @@ impl Prober {
         } else {
             self.large_size
         };
+        // Not paid for yet: the next application frame schedules it again.
+        let cost = (size + HEADER_LEN) as u64;
+        if self.credit < cost {
+            return None;
+        }
+        self.credit -= cost;
         self.round_left = self.round_left.saturating_sub(1);
         self.next_id = self.next_id.wrapping_add(1);
         self.pending = Some((self.next_id, size, now));
@@ -701,6 +713,9 @@ impl CodecStage {
         );
         b.put_slice(&self.scratch);
         self.counters.compressed += 1;
+        if let Some(p) = self.prober.as_mut() {
+            p.credit += (frame.len() - b.len()) as u64;
+        }
         self.emit(ready, b.freeze(), out);
     }
 
@@ -1047,6 +1062,41 @@ mod tests {
         (sizes, now)
     }
 
+    /// A stage whose compression has already saved more than any test's probes cost.
+    fn paid(mut s: CodecStage) -> CodecStage {
+        s.prober.as_mut().expect("an adaptive stage").credit = 1 << 40;
+        s
+    }
+
+    #[test]
+    fn probes_go_only_once_compression_has_saved_what_they_cost() {
+        let mut tx = CodecStage::new(
+            CodecMode::Fixed(Codec::Lz4),
+            slow_link(),
+            LinkOptions::default(),
+            1 << 20,
+        )
+        .unwrap();
+        // A fixed stage has no prober; give this one an adaptive stage's.
+        tx.prober = Some(Prober::new());
+        let t0 = Instant::now();
+        let mut wire = Vec::new();
+        // Nothing saved yet: the probe falls due but does not go.
+        tx.outbound(t0, frame(FrameKind::Data, 0, &[7u8; 100]), &mut wire);
+        let due = tx.next_deadline().expect("a probe is due");
+        let mut out = Vec::new();
+        tx.release(due, &mut out);
+        assert!(out.is_empty(), "an unpaid probe went out");
+        assert_eq!(tx.next_deadline(), None);
+        // A compressed frame that saves more than a small probe and its echo.
+        tx.outbound(due, frame(FrameKind::Data, 0, &[7u8; 4096]), &mut wire);
+        assert!(tx.counters.compressed > 0);
+        let due = tx.next_deadline().expect("a probe is due");
+        tx.release(due, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].len(), PROBE_SMALL);
+    }
+
     #[test]
     fn on_fast_links_the_large_probe_grows_until_bytes_show_above_the_overhead() {
         let configured = link_model(Duration::ZERO, None);
@@ -1054,7 +1104,7 @@ mod tests {
             |mode| CodecStage::new(mode, configured.clone(), LinkOptions::default(), 1 << 20);
         // 2 ns per byte: 64 and 256 KiB stay under a millisecond; 1 MiB does not.
         let (mut tx, mut rx) = (
-            stage(CodecMode::Adaptive).unwrap(),
+            paid(stage(CodecMode::Adaptive).unwrap()),
             stage(CodecMode::Off).unwrap(),
         );
         let t0 = Instant::now();
@@ -1069,7 +1119,7 @@ mod tests {
         assert!((beta - 2e-9).abs() < 2e-10, "{beta}");
         // 0.2 ns per byte: even the largest probe shows nothing; the model stays.
         let (mut tx, mut rx) = (
-            stage(CodecMode::Adaptive).unwrap(),
+            paid(stage(CodecMode::Adaptive).unwrap()),
             stage(CodecMode::Off).unwrap(),
         );
         tx.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut Vec::new());
@@ -1098,7 +1148,7 @@ mod tests {
         let one_way = |n: usize| Duration::from_micros(1000) + Duration::from_nanos(100 * n as u64);
         let stage =
             |mode| CodecStage::new(mode, configured.clone(), LinkOptions::default(), 1 << 20);
-        let mut tx = stage(CodecMode::Adaptive).unwrap();
+        let mut tx = paid(stage(CodecMode::Adaptive).unwrap());
         // The peer answers probes whatever its own mode.
         let mut rx = stage(CodecMode::Off).unwrap();
         let t0 = Instant::now();
@@ -1130,13 +1180,15 @@ mod tests {
 
     #[test]
     fn a_peer_that_never_echoes_is_probed_a_few_times_then_left_alone() {
-        let mut tx = CodecStage::new(
-            CodecMode::Adaptive,
-            slow_link(),
-            LinkOptions::default(),
-            1 << 20,
-        )
-        .unwrap();
+        let mut tx = paid(
+            CodecStage::new(
+                CodecMode::Adaptive,
+                slow_link(),
+                LinkOptions::default(),
+                1 << 20,
+            )
+            .unwrap(),
+        );
         let mut now = Instant::now();
         let mut wire = Vec::new();
         for _ in 0..PROBE_LOSSES {
