@@ -1280,8 +1280,11 @@ fn fingerprints(quick: bool) -> Result<Vec<Record>> {
         let fp = bits.wire_len() as u64;
         // The same decisions with 20-byte fingerprints: no group hashes, nothing resent.
         let resent = st.requested * (1 + 4 + varint_len(s as u64) + s as u64);
-        let one_level = st.bytes_out + st.fingerprinted * 20
-            - st.fingerprinted * fp
+        // A repeat named by prediction cost 1 byte, by fingerprint 1 + fp; one-level,
+        // 1 + 20 either way.
+        let named = (st.fingerprinted - st.predicted) * (1 + fp) + st.predicted;
+        let one_level = st.bytes_out + st.fingerprinted * 21
+            - named
             - st.groups * (1 + CONSERVATIVE_LEN as u64)
             - resent;
         let p = ModelParams {

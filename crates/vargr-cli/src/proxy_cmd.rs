@@ -318,13 +318,9 @@ impl Caches {
     /// connection holds it, else the one saved on disk the first time, else an empty one.
     fn take_similarity(&self, dir: &Path, capacity: usize) -> SimilarityIndex {
         let mut similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
-        match similar.remove(dir) {
-            Some(mut ix) => {
-                ix.restart();
-                ix
-            }
-            None => vargr_sync::load_similarity(dir, capacity),
-        }
+        similar
+            .remove(dir)
+            .unwrap_or_else(|| vargr_sync::load_similarity(dir, capacity))
     }
 
     fn put_similarity(&self, dir: PathBuf, ix: SimilarityIndex) {

@@ -375,6 +375,36 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
         wire < (2 << 20) / 10,
         "{wire} bytes for a 2 MiB file with 420 changed bytes"
     );
+
+    // Both sides kept the order of what crossed (a stream model beside each cache), so
+    // a third version with one change names the unchanged segments that follow it by
+    // one byte each instead of a fingerprint.
+    let models: Vec<_> = walk(&d.path().join("cache"))
+        .into_iter()
+        .filter(|f| f.file_name().is_some_and(|n| n == "stream.model"))
+        .collect();
+    assert_eq!(models.len(), 2, "{models:?}");
+    v[100] ^= 1;
+    std::fs::write(&file, &v).unwrap();
+    let third = sync();
+    let (named, predicted) = (
+        third["dedup"]["fingerprinted"].as_u64().unwrap(),
+        third["dedup"]["predicted"].as_u64().unwrap(),
+    );
+    assert!(named > 500 && predicted + 2 >= named, "{third}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[test]

@@ -19,6 +19,7 @@ pub mod protocol;
 pub mod segment;
 pub mod similar;
 pub mod stage;
+pub mod stream;
 #[cfg(test)]
 mod testdata;
 

@@ -11,8 +11,8 @@
 //! with a probability of 1 − (1 − 0.9²)³ ≈ 0.99, while unrelated segments almost never
 //! share one.
 //!
-//! [`SimilarityIndex`] maps super-features to the full fingerprint of the segment that
-//! had them, bounded in entries (oldest out first). It lives on the sender only, and
+//! [`SimilarityIndex`] maps super-features to the (optimistic) fingerprint of the
+//! segment that had them, bounded in entries (oldest out first). It lives on the sender only, and
 //! [`SimilarityIndex::to_bytes`] lets a tool keep it beside the segment cache, since the
 //! bases it names must outlive a session to help the next one. A stale entry is harmless:
 //! the sender finds the base gone from its cache and sends the segment whole.
@@ -89,105 +89,46 @@ pub fn sketch(segment: &[u8]) -> Option<Sketch> {
     Some(Sketch(sf))
 }
 
-/// Segments to take a delta against, concatenated in this order, and the one the new
-/// segment stands for in the stream (whose successor the next segment will try).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BaseChoice {
-    pub segments: Vec<Fingerprint>,
-    pub anchor: Fingerprint,
-}
-
-/// Where to look for a base: the segment after the last one matched in the stream
-/// (versioned data keeps its order), and segments sharing super-features.
+/// Where to look for a base by content: super-feature → the newest segment that had it.
+/// (The other place to look, the segment the stream reached in an earlier one, is
+/// [`crate::stream::StreamModel`]'s.)
 #[derive(Debug, Clone)]
 pub struct SimilarityIndex {
-    /// Super-feature → the newest segment that had it.
     features: FxHashMap<u64, (Fingerprint, u32)>,
-    /// Segment → the segment that followed it when it was last sent.
-    next: FxHashMap<u64, (Fingerprint, u32)>,
-    /// Keys oldest first, with their map and the generation each was inserted at.
-    order: VecDeque<(Map, u64, u32)>,
+    /// Keys oldest first, with the generation each was inserted at.
+    order: VecDeque<(u64, u32)>,
     generation: u32,
     capacity: usize,
-    /// The previous segment of this stream.
-    prev: Option<Fingerprint>,
-    /// Where the previous segment came from: itself if it was a repeat, its base if it
-    /// went as a delta; `None` if it was new.
-    matched: Option<Fingerprint>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Map {
-    Features,
-    Next,
 }
 
 const MAGIC: &[u8; 8] = b"VSIMIDX2";
+/// Entry kinds in the saved form (1, successors, moved to the stream model; files
+/// that still hold them are read without them).
+const KIND_FEATURE: u8 = 0;
+const KIND_OLD_SUCCESSOR: u8 = 1;
 
 impl SimilarityIndex {
-    /// An empty index of at most `capacity` entries of each kind (a segment takes three
-    /// super-features and one successor).
+    /// An empty index of at most `capacity` super-features (a segment takes three).
     pub fn new(capacity: usize) -> SimilarityIndex {
         SimilarityIndex {
             features: FxHashMap::default(),
-            next: FxHashMap::default(),
             order: VecDeque::new(),
             generation: 0,
             capacity,
-            prev: None,
-            matched: None,
         }
     }
 
-    /// Entries held (super-features and successors).
+    /// Super-features held.
     pub fn len(&self) -> usize {
-        self.features.len() + self.next.len()
+        self.features.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Candidate bases for a new segment with `sketch`, best first: the segments around
-    /// the successor of what the previous segment matched (the new one may start a little
-    /// before or end a little after it), then the one segment sharing the most
-    /// super-features with it.
-    pub fn bases(&self, sketch: Option<&Sketch>) -> Vec<BaseChoice> {
-        let mut out = Vec::with_capacity(2);
-        if let Some(m) = self.matched {
-            let segments = self.run_from(m, 3);
-            let anchor = segments.get(1).copied().unwrap_or(m);
-            out.push(BaseChoice { segments, anchor });
-        }
-        if let Some(f) = sketch.and_then(|k| self.most_similar(k)) {
-            if !out.iter().any(|c| c.segments.contains(&f)) {
-                out.push(BaseChoice {
-                    segments: self.run_from(f, 2),
-                    anchor: f,
-                });
-            }
-        }
-        out
-    }
-
-    /// `first` and up to `n - 1` of its successors.
-    fn run_from(&self, first: Fingerprint, n: usize) -> Vec<Fingerprint> {
-        let mut run = vec![first];
-        while run.len() < n {
-            match self.successor(run[run.len() - 1]) {
-                Some(s) if !run.contains(&s) => run.push(s),
-                _ => break,
-            }
-        }
-        run
-    }
-
-    fn successor(&self, f: Fingerprint) -> Option<Fingerprint> {
-        self.next.get(&f.0).map(|&(n, _)| n)
-    }
-
     /// The segment sharing the most super-features with `sketch` (the first on a tie).
-    fn most_similar(&self, sketch: &Sketch) -> Option<Fingerprint> {
+    pub fn most_similar(&self, sketch: &Sketch) -> Option<Fingerprint> {
         let found: Vec<Fingerprint> = sketch
             .0
             .iter()
@@ -203,90 +144,48 @@ impl SimilarityIndex {
         best.map(|(f, _)| f)
     }
 
-    /// Records the stream's next segment, `full`: its `sketch` if it has one (segments
-    /// that went whole or as deltas), and what it `matched` (itself for a repeat, its
-    /// base for a delta, `None` for a new segment).
-    pub fn record(
-        &mut self,
-        full: Fingerprint,
-        sketch: Option<&Sketch>,
-        matched: Option<Fingerprint>,
-    ) {
+    /// Records a segment that went whole or as a delta, named by `fp`.
+    pub fn record(&mut self, fp: Fingerprint, sketch: &Sketch) {
         if self.capacity == 0 {
             return;
         }
-        if let Some(p) = self.prev {
-            self.push(Map::Next, p.0, full);
+        for &k in &sketch.0 {
+            self.generation = self.generation.wrapping_add(1);
+            let g = self.generation;
+            self.features.insert(k, (fp, g));
+            self.order.push_back((k, g));
         }
-        if let Some(sketch) = sketch {
-            for &k in &sketch.0 {
-                self.push(Map::Features, k, full);
-            }
-        }
-        self.prev = Some(full);
-        self.matched = matched;
         self.evict();
-    }
-
-    /// Forgets the stream position (a new file, a new connection): the next segment
-    /// follows nothing.
-    pub fn restart(&mut self) {
-        self.prev = None;
-        self.matched = None;
-    }
-
-    fn map(&mut self, m: Map) -> &mut FxHashMap<u64, (Fingerprint, u32)> {
-        match m {
-            Map::Features => &mut self.features,
-            Map::Next => &mut self.next,
-        }
-    }
-
-    fn push(&mut self, m: Map, key: u64, full: Fingerprint) {
-        self.generation = self.generation.wrapping_add(1);
-        let g = self.generation;
-        self.map(m).insert(key, (full, g));
-        self.order.push_back((m, key, g));
     }
 
     /// Drops the oldest entries beyond the capacity (and stale order entries).
     fn evict(&mut self) {
         let cap = self.capacity;
-        while self.features.len() > cap
-            || self.next.len() > cap
-            || self.order.len() > 4 * cap.max(1)
-        {
-            let Some((m, k, g)) = self.order.pop_front() else {
+        while self.features.len() > cap || self.order.len() > 4 * cap.max(1) {
+            let Some((k, g)) = self.order.pop_front() else {
                 break;
             };
-            let map = self.map(m);
-            if map.get(&k).is_some_and(|&(_, have)| have == g) {
-                map.remove(&k);
+            if self.features.get(&k).is_some_and(|&(_, have)| have == g) {
+                self.features.remove(&k);
             }
         }
     }
 
     /// The index as bytes, oldest entries first, with a checksum.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let live: Vec<(u8, u64, Fingerprint)> = self
+        let live: Vec<(u64, Fingerprint)> = self
             .order
             .iter()
-            .filter_map(|&(m, k, g)| {
-                let map = match m {
-                    Map::Features => &self.features,
-                    Map::Next => &self.next,
-                };
-                match map.get(&k) {
-                    Some(&(f, have)) if have == g => Some((m as u8, k, f)),
-                    _ => None,
-                }
+            .filter_map(|&(k, g)| match self.features.get(&k) {
+                Some(&(f, have)) if have == g => Some((k, f)),
+                _ => None,
             })
             .collect();
         let mut out = Vec::with_capacity(24 + live.len() * 17);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(live.len() as u64).to_le_bytes());
-        for (m, k, f) in live {
-            out.push(m);
+        for (k, f) in live {
+            out.push(KIND_FEATURE);
             out.extend_from_slice(&k.to_le_bytes());
             out.extend_from_slice(&f.0.to_le_bytes());
         }
@@ -309,14 +208,17 @@ impl SimilarityIndex {
         }
         let mut ix = SimilarityIndex::new(capacity);
         for e in entries.chunks_exact(17) {
-            let m = match e[0] {
-                0 => Map::Features,
-                1 => Map::Next,
-                _ => return None,
-            };
             let k = u64::from_le_bytes(e[1..9].try_into().ok()?);
             let f = Fingerprint(u64::from_le_bytes(e[9..].try_into().ok()?));
-            ix.push(m, k, f);
+            match e[0] {
+                KIND_FEATURE => {
+                    ix.generation = ix.generation.wrapping_add(1);
+                    ix.features.insert(k, (f, ix.generation));
+                    ix.order.push_back((k, ix.generation));
+                }
+                KIND_OLD_SUCCESSOR => {}
+                _ => return None,
+            }
         }
         ix.evict();
         Some(ix)
@@ -340,16 +242,14 @@ mod tests {
         let mut ix = SimilarityIndex::new(1 << 16);
         let originals: Vec<Vec<u8>> = (0..200).map(|i| text(4096, 2 * i + 1)).collect();
         for o in &originals {
-            ix.record(Fingerprint::full(o), sketch(o).as_ref(), None);
+            ix.record(Fingerprint::full(o), &sketch(o).unwrap());
         }
-        ix.restart();
         let mut found = 0;
         for o in &originals {
             let mut e = o.clone();
             e[100..105].copy_from_slice(b"5.0.2");
             e[3000..3010].copy_from_slice(b"1700000000");
-            let bases = ix.bases(sketch(&e).as_ref());
-            if bases.first().map(|c| c.segments[0]) == Some(Fingerprint::full(o)) {
+            if ix.most_similar(&sketch(&e).unwrap()) == Some(Fingerprint::full(o)) {
                 found += 1;
             }
         }
@@ -358,7 +258,10 @@ mod tests {
             "{found} of 200 edited segments found their original"
         );
         let strangers = (1000..1200)
-            .filter(|&i| !ix.bases(sketch(&text(4096, 2 * i + 1)).as_ref()).is_empty())
+            .filter(|&i| {
+                ix.most_similar(&sketch(&text(4096, 2 * i + 1)).unwrap())
+                    .is_some()
+            })
             .count();
         assert!(strangers <= 2, "{strangers} unrelated segments matched");
         assert_eq!(
@@ -370,47 +273,21 @@ mod tests {
     }
 
     #[test]
-    fn the_successor_of_the_last_match_comes_first() {
-        let mut ix = SimilarityIndex::new(1 << 10);
-        let old: Vec<Vec<u8>> = (0..3).map(|i| text(1024, 2 * i + 1)).collect();
-        for o in &old {
-            ix.record(Fingerprint::full(o), sketch(o).as_ref(), None);
-        }
-        ix.restart();
-        // The new stream repeats old[0], then has something quite unlike old[1].
-        ix.record(
-            Fingerprint::full(&old[0]),
-            None,
-            Some(Fingerprint::full(&old[0])),
-        );
-        let unlike = text(1024, 99);
-        let full: Vec<Fingerprint> = old.iter().map(|o| Fingerprint::full(o)).collect();
-        assert_eq!(
-            ix.bases(sketch(&unlike).as_ref()),
-            vec![BaseChoice {
-                segments: full.clone(),
-                anchor: full[1]
-            }]
-        );
-        // A new segment breaks the chain.
-        ix.record(Fingerprint::full(&unlike), sketch(&unlike).as_ref(), None);
-        assert!(ix.bases(None).is_empty());
-    }
-
-    #[test]
     fn the_index_is_bounded_and_survives_a_round_trip_but_not_damage() {
         let mut ix = SimilarityIndex::new(30);
         for i in 0..50u64 {
             let t = text(1024, i + 7);
-            ix.record(Fingerprint(i), sketch(&t).as_ref(), None);
+            ix.record(Fingerprint(i), &sketch(&t).unwrap());
         }
-        assert!(ix.features.len() <= 30 && ix.next.len() <= 30);
+        assert!(ix.features.len() <= 30);
         let bytes = ix.to_bytes();
         let back = SimilarityIndex::from_bytes(&bytes, 30).unwrap();
         assert_eq!(back.len(), ix.len());
         let newest = text(1024, 49 + 7);
-        let found = back.bases(sketch(&newest).as_ref());
-        assert_eq!(found[0].anchor, Fingerprint(49));
+        assert_eq!(
+            back.most_similar(&sketch(&newest).unwrap()),
+            Some(Fingerprint(49))
+        );
         let mut bad = bytes.clone();
         bad[20] ^= 1;
         assert!(SimilarityIndex::from_bytes(&bad, 30).is_none());

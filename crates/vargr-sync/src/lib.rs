@@ -154,12 +154,36 @@ pub fn load_similarity(dir: &Path, capacity: usize) -> vargr_dedup::similar::Sim
         .unwrap_or_else(|| vargr_dedup::similar::SimilarityIndex::new(capacity))
 }
 
-/// Saves the index beside the cache (through a rename, so a crash leaves the old one);
-/// a failure only costs the next session its deltas.
+/// Saves the index beside the cache; a failure only costs the next session its deltas.
 pub fn save_similarity(dir: &Path, index: &vargr_dedup::similar::SimilarityIndex) {
-    let tmp = dir.join(format!("{SIMILARITY_INDEX}.tmp"));
-    if std::fs::write(&tmp, index.to_bytes()).is_ok() {
-        let _ = std::fs::rename(&tmp, dir.join(SIMILARITY_INDEX));
+    save_beside(dir, SIMILARITY_INDEX, &index.to_bytes());
+}
+
+/// The file in a peer's cache directory (on both sides) holding the order of the
+/// streams exchanged with it, which the two sides keep alike
+/// ([`vargr_dedup::stream`]).
+pub const STREAM_MODEL: &str = "stream.model";
+
+/// The stream model kept for the peer whose cache is in `dir`, or an empty one if there
+/// is none or it is damaged (the peers then notice the difference and both restart).
+pub fn load_stream(dir: &Path, capacity: usize) -> vargr_dedup::stream::StreamModel {
+    std::fs::read(dir.join(STREAM_MODEL))
+        .ok()
+        .and_then(|b| vargr_dedup::stream::StreamModel::from_bytes(&b, capacity))
+        .unwrap_or_else(|| vargr_dedup::stream::StreamModel::new(capacity))
+}
+
+/// Saves the model beside the cache at the end of a session.
+pub fn save_stream(dir: &Path, model: &vargr_dedup::stream::StreamModel) {
+    save_beside(dir, STREAM_MODEL, &model.to_bytes());
+}
+
+/// Writes `name` in `dir` through a rename, so a crash leaves the old file; a failure
+/// is only a lost hint.
+fn save_beside(dir: &Path, name: &str, bytes: &[u8]) {
+    let tmp = dir.join(format!("{name}.tmp"));
+    if std::fs::write(&tmp, bytes).is_ok() {
+        let _ = std::fs::rename(&tmp, dir.join(name));
     }
 }
 

@@ -123,7 +123,9 @@ fn run(
         peer: peer.to_string(),
         source: e,
     };
+    let stream = crate::load_stream(cache.dir(), config.delta_index);
     let mut rx = Receiver::new(config, cache).map_err(dedup_err)?;
+    rx.set_stream(stream);
     let hello = serde_json::to_vec(&Reply::Hello {
         receiver: opts.receiver_name.clone(),
     })
@@ -309,6 +311,8 @@ fn apply(
             rx.cache().flush()?;
             let stats = rx.cache().stats();
             crate::save_session_stats(rx.cache().dir(), &stats);
+            let dir = rx.cache().dir().to_path_buf();
+            crate::save_stream(&dir, rx.stream());
             st.done = true;
             st.replies.push(Reply::Result {
                 files_written: st.written,

@@ -325,11 +325,13 @@ pub fn send(
         ..Config::default()
     };
     let similar = crate::load_similarity(cache.dir(), config.delta_index);
+    let stream = crate::load_stream(cache.dir(), config.delta_index);
     let mut dx = Sender::new(config, cache).map_err(|e| SyncError::Dedup {
         peer: peer.clone(),
         source: e,
     })?;
     dx.set_similarity(similar);
+    dx.set_stream(stream);
 
     let (tx, rx) = mpsc::channel();
     let reply_bytes = Arc::new(AtomicU64::new(0));
@@ -473,6 +475,7 @@ pub fn send(
     crate::save_session_stats(s.dx.cache().dir(), &cache);
     let dir = s.dx.cache().dir().to_path_buf();
     crate::save_similarity(&dir, s.dx.similarity());
+    crate::save_stream(&dir, s.dx.stream());
     let dedup = s.dx.stats().clone();
     let failures: Vec<String> = s
         .failed

@@ -15,9 +15,14 @@
 //! - Pushed and requested segments enter the receiver's cache when they arrive (they came
 //!   over the link, not from a cache); cache-read ones are already there.
 //! - A new segment like cached ones goes as a delta against them ([`crate::delta`],
-//!   bases found by [`crate::similar`]). The receiver treats its result like a cache
-//!   read: a wrong base (a fingerprint collision) fails the group hash, and the segment
-//!   is requested whole; a delta that does not decode is requested at once.
+//!   bases found by [`crate::similar`] and [`crate::stream`]). The receiver treats its
+//!   result like a cache read: a wrong base (a fingerprint collision) fails the group
+//!   hash, and the segment is requested whole; a delta that does not decode is
+//!   requested at once.
+//! - Both sides remember the order of the stream ([`crate::stream`]): a repeated
+//!   segment that follows where the stream stands costs one byte, not a fingerprint,
+//!   and so does a delta base there. The hello compares the two models; when they
+//!   differ the receiver says so and the sender restarts both.
 //!
 //! Both sides are state machines fed with bytes ([`Sender::handle_input`],
 //! [`Receiver::handle_input`]) that append what to send to an output buffer
@@ -36,6 +41,7 @@ use crate::cache::{CacheError, SegmentCache};
 use crate::delta;
 use crate::fp::{Fingerprint, FpBits, GroupHasher, CONSERVATIVE_LEN};
 use crate::similar::{self, SimilarityIndex};
+use crate::stream::StreamModel;
 pub(crate) use wire::put_varint;
 use wire::{put_fp, BaseRef, Limits, Msg};
 
@@ -56,9 +62,10 @@ pub struct Config {
     /// Bytes the receiver holds in unchecked or undelivered groups before it refuses
     /// more (default 256 MiB).
     pub max_pending: usize,
-    /// Entries of the sender's [`SimilarityIndex`] (which finds bases for delta
-    /// segments), of super-features and of successors each (default 2^20: 60-120 MiB
-    /// when full, 34 MiB saved; 0 sends new segments whole).
+    /// Entries of the sender's [`SimilarityIndex`] (super-features, which find bases
+    /// for delta segments) and of both sides' [`StreamModel`] (successor links)
+    /// (default 2^20 each: 60-120 MiB when full, 34 + 16 MiB saved; 0 sends new
+    /// segments whole and predicts nothing; both sides must agree).
     pub delta_index: usize,
 }
 
@@ -127,8 +134,10 @@ pub struct Stats {
     pub bytes_out: u64,
     pub messages: u64,
     pub segments: u64,
-    /// Segments named by fingerprint only.
+    /// Segments named rather than sent: by fingerprint, or by prediction.
     pub fingerprinted: u64,
+    /// Of those, the ones named as the successor of the stream's cursor (one byte).
+    pub predicted: u64,
     /// Segments sent inline because the sender's cache lacked them.
     pub pushed: u64,
     /// Segments sent as deltas against cached ones (counted apart from `pushed`).
@@ -228,6 +237,11 @@ pub struct Sender<C: SegmentCache> {
     input_offset: u64,
     stats: Stats,
     similar: SimilarityIndex,
+    stream: StreamModel,
+    /// The hello goes out with the first output, once the stream model is known.
+    hello_sent: bool,
+    /// The receiver's model was not ours and both were reset this session.
+    resynced: bool,
     recent: Recent,
     /// Scratch for delta bases and deltas.
     encoder: delta::Encoder,
@@ -240,18 +254,19 @@ impl<C: SegmentCache> Sender<C> {
     /// A sender whose cache must be keyed by `config.bits`.
     pub fn new(config: Config, cache: C) -> Result<Sender<C>, ProtocolError> {
         check_bits(&config, &cache)?;
-        let mut out = vec![wire::T_HELLO, wire::VERSION, config.bits.get()];
-        put_varint(u64::from(config.group), &mut out);
         Ok(Sender {
             config,
             cache,
-            out,
+            out: Vec::new(),
             next_seq: 0,
             groups: VecDeque::from([SentGroup::new(0)]),
             input: Vec::new(),
             input_offset: 0,
             stats: Stats::default(),
             similar: SimilarityIndex::new(config.delta_index),
+            stream: StreamModel::new(config.delta_index),
+            hello_sent: false,
+            resynced: false,
             recent: Recent::default(),
             encoder: delta::Encoder::default(),
             base_buf: Vec::new(),
@@ -274,6 +289,30 @@ impl<C: SegmentCache> Sender<C> {
     /// deltas.
     pub fn take_similarity(&mut self) -> SimilarityIndex {
         std::mem::replace(&mut self.similar, SimilarityIndex::new(0))
+    }
+
+    /// Replaces the stream model (one kept from an earlier session with the same
+    /// receiver, which kept its own). Call before anything is sent.
+    pub fn set_stream(&mut self, mut model: StreamModel) {
+        model.restart();
+        self.stream = model;
+    }
+
+    /// The stream model, to keep for the next session once this one has ended.
+    pub fn stream(&self) -> &StreamModel {
+        &self.stream
+    }
+
+    fn ensure_hello(&mut self) {
+        if !self.hello_sent {
+            self.hello_sent = true;
+            let mut hello = vec![wire::T_HELLO, wire::VERSION, self.config.bits.get()];
+            put_varint(u64::from(self.config.group), &mut hello);
+            let token = self.stream.token();
+            hello.extend_from_slice(&token.epoch.to_le_bytes());
+            put_varint(token.commits, &mut hello);
+            self.out.splice(0..0, hello);
+        }
     }
 
     /// Queues one message: `layout` for the receiver's segmenter and the segments in
@@ -352,6 +391,7 @@ impl<C: SegmentCache> Sender<C> {
                 offset: self.stats.bytes_out + self.out.len() as u64,
             });
         }
+        self.ensure_hello();
         let start = self.out.len();
         self.out.push(wire::T_MESSAGE);
         put_varint(u64::from(channel), &mut self.out);
@@ -382,12 +422,19 @@ impl<C: SegmentCache> Sender<C> {
         self.stats.segments += 1;
         self.stats.bytes_in += s.len() as u64;
         if !s.is_empty() && self.cache.may_contain(fp) {
-            self.out.push(wire::T_FP);
-            put_fp(fp, self.config.bits, &mut self.out);
-            self.stats.fingerprinted += 1;
-            self.stats.overhead_bytes += 1 + self.config.bits.wire_len() as u64;
-            self.similar.record(full, None, Some(full));
-            self.recent.touch(fp);
+            if self.stream.predicted() == Some(fp) {
+                self.out.push(wire::T_NEXT);
+                self.stats.predicted += 1;
+                self.stats.fingerprinted += 1;
+                self.stats.overhead_bytes += 1;
+            } else {
+                self.out.push(wire::T_FP);
+                put_fp(fp, self.config.bits, &mut self.out);
+                self.stats.fingerprinted += 1;
+                self.stats.overhead_bytes += 1 + self.config.bits.wire_len() as u64;
+                self.recent.touch(fp);
+            }
+            self.stream.advance(Some(fp), Some(fp));
         } else {
             let sketch = match sketch {
                 _ if self.config.delta_index == 0 => None,
@@ -396,7 +443,10 @@ impl<C: SegmentCache> Sender<C> {
             };
             let anchor = self.push_or_delta(s, fp, sketch.as_ref())?;
             self.cache.insert(full, s)?;
-            self.similar.record(full, sketch.as_ref(), anchor);
+            if let Some(k) = &sketch {
+                self.similar.record(fp, k);
+            }
+            self.stream.advance(Some(anchor.unwrap_or(fp)), Some(fp));
         }
         self.next_seq += 1;
         let open = self.groups.back_mut().expect("an open group");
@@ -408,8 +458,52 @@ impl<C: SegmentCache> Sender<C> {
         Ok(())
     }
 
+    /// Candidate bases for a new segment, best first: the segments around the
+    /// successor of the stream's cursor (the new one may start a little before or end a
+    /// little after it), then the segment sharing the most super-features with it and
+    /// its successor. Each with the index of the base the stream moves to.
+    fn base_choices(&self, sketch: Option<&similar::Sketch>) -> Vec<(Vec<Fingerprint>, usize)> {
+        let mut out = Vec::with_capacity(2);
+        if let Some(c) = self.stream.cursor() {
+            // Without a successor the run is the segment just sent, whose likeness
+            // the link's compressor finds by itself.
+            let run = self.stream.run_from(c, 3);
+            if run.len() > 1 {
+                out.push((run, 1));
+            }
+        }
+        if let Some(f) = sketch.and_then(|k| self.similar.most_similar(k)) {
+            let f = f.truncate(self.config.bits);
+            if !out.iter().any(|(run, _)| run.contains(&f)) {
+                out.push((self.stream.run_from(f, 2), 0));
+            }
+        }
+        out
+    }
+
+    /// How the wire names each base: `None` for a literal fingerprint, else the byte.
+    fn base_refs(&self, bases: &[Fingerprint]) -> Vec<Option<u8>> {
+        let cursor = self.stream.cursor();
+        let mut prev = cursor;
+        bases
+            .iter()
+            .enumerate()
+            .map(|(i, &b)| {
+                let r = if i == 0 && cursor == Some(b) {
+                    Some(wire::REF_CURSOR)
+                } else if prev.and_then(|p| self.stream.successor(p)) == Some(b) {
+                    Some(wire::REF_NEXT)
+                } else {
+                    self.recent.position(b).map(|k| k as u8)
+                };
+                prev = Some(b);
+                r
+            })
+            .collect()
+    }
+
     /// Sends a new segment as a delta against cached ones if that is shorter, else
-    /// whole. Returns the segment the delta stood on, if any.
+    /// whole. Returns the base the stream moves to, if it went as a delta.
     fn push_or_delta(
         &mut self,
         s: &[u8],
@@ -417,20 +511,19 @@ impl<C: SegmentCache> Sender<C> {
         sketch: Option<&similar::Sketch>,
     ) -> Result<Option<Fingerprint>, ProtocolError> {
         let bits = self.config.bits;
-        let mut best: Option<(Vec<Fingerprint>, Fingerprint)> = None;
+        let mut best: Option<(Vec<Fingerprint>, usize)> = None;
         if self.config.delta_index > 0 && s.len() >= similar::MIN_SEGMENT {
-            for choice in self.similar.bases(sketch) {
+            for (run, anchor) in self.base_choices(sketch) {
                 self.base_buf.clear();
-                let mut have = Vec::with_capacity(choice.segments.len());
-                let mut start = 0;
-                for f in &choice.segments {
-                    let t = f.truncate(bits);
-                    if let Some(b) = self.cache.lookup(t)? {
-                        if *f == choice.anchor {
-                            start = self.base_buf.len();
+                let mut have = Vec::with_capacity(run.len());
+                let (mut start, mut at) = (0, 0);
+                for (i, &f) in run.iter().enumerate() {
+                    if let Some(b) = self.cache.lookup(f)? {
+                        if i == anchor {
+                            (start, at) = (self.base_buf.len(), have.len());
                         }
                         self.base_buf.extend_from_slice(&b);
-                        have.push(t);
+                        have.push(f);
                     }
                 }
                 if have.is_empty() {
@@ -441,7 +534,7 @@ impl<C: SegmentCache> Sender<C> {
                     .encode(&self.base_buf, s, start, &mut self.delta_buf);
                 if best.is_none() || self.delta_buf.len() < self.best_delta.len() {
                     std::mem::swap(&mut self.delta_buf, &mut self.best_delta);
-                    best = Some((have, choice.anchor));
+                    best = Some((have, at));
                 }
                 if self.best_delta.len() < s.len() / 16 {
                     break; // good enough: skip the other candidate
@@ -449,14 +542,13 @@ impl<C: SegmentCache> Sender<C> {
             }
         }
         let whole = 1 + varint_len(s.len()) + s.len();
-        match best {
-            Some((bases, anchor))
-                if 2 + bases.len()
-                    + bases
-                        .iter()
-                        .filter(|&&b| self.recent.position(b).is_none())
-                        .count()
-                        * bits.wire_len()
+        let refs = best.as_ref().map(|(bases, _)| self.base_refs(bases));
+        match (best, refs) {
+            (Some((bases, anchor)), Some(refs))
+                if 2 + refs
+                    .iter()
+                    .map(|r| if r.is_some() { 1 } else { 1 + bits.wire_len() })
+                    .sum::<usize>()
                     + varint_len(s.len())
                     + varint_len(self.best_delta.len())
                     + self.best_delta.len()
@@ -464,10 +556,10 @@ impl<C: SegmentCache> Sender<C> {
             {
                 let start = self.out.len();
                 self.out.push(wire::T_DELTA);
-                self.out.push(bases.len() as u8);
-                for &b in &bases {
-                    match self.recent.position(b) {
-                        Some(k) => self.out.push(k as u8),
+                self.out.push(bases.len() as u8 | (anchor as u8) << 4);
+                for (&b, r) in bases.iter().zip(&refs) {
+                    match r {
+                        Some(byte) => self.out.push(*byte),
                         None => {
                             self.out.push(wire::REF_LITERAL);
                             put_fp(b, bits, &mut self.out);
@@ -484,7 +576,7 @@ impl<C: SegmentCache> Sender<C> {
                 self.stats.deltas += 1;
                 self.stats.delta_segment_bytes += s.len() as u64;
                 self.stats.delta_bytes += self.best_delta.len() as u64;
-                Ok(Some(anchor))
+                Ok(Some(bases[anchor]))
             }
             _ => {
                 self.out.push(wire::T_PUSH);
@@ -513,6 +605,7 @@ impl<C: SegmentCache> Sender<C> {
         self.out.extend_from_slice(&hasher.finish());
         self.stats.overhead_bytes += 1 + CONSERVATIVE_LEN as u64;
         self.stats.groups += 1;
+        self.stream.commit();
         self.groups.push_back(SentGroup::new(self.next_seq));
     }
 
@@ -559,6 +652,26 @@ impl<C: SegmentCache> Sender<C> {
                 self.stats.requested += 1;
                 Ok(())
             }
+            Msg::Resync => {
+                if !self.resynced {
+                    // An epoch neither side had: the session's start and this sender.
+                    let epoch = xxhash_rust::xxh3::xxh3_64(
+                        &[
+                            self.stream.token().epoch.to_le_bytes(),
+                            self.stats.bytes_in.to_le_bytes(),
+                            now_nanos().to_le_bytes(),
+                            u64::from(std::process::id()).to_le_bytes(),
+                        ]
+                        .concat(),
+                    ) | 1;
+                    self.resynced = true;
+                    self.stream.reset(epoch);
+                    self.out.push(wire::T_RESET);
+                    self.out.extend_from_slice(&epoch.to_le_bytes());
+                    self.stats.overhead_bytes += 9;
+                }
+                Ok(())
+            }
             Msg::Ack => {
                 if self.groups.len() < 2 {
                     return Err(ProtocolError::Unexpected {
@@ -578,6 +691,7 @@ impl<C: SegmentCache> Sender<C> {
 
     /// Moves what to send to the receiver into `out` (appending).
     pub fn take_output(&mut self, out: &mut Vec<u8>) {
+        self.ensure_hello();
         self.stats.bytes_out += self.out.len() as u64;
         out.append(&mut self.out);
     }
@@ -628,6 +742,12 @@ fn check_bits<C: SegmentCache>(config: &Config, cache: &C) -> Result<(), Protoco
         });
     }
     Ok(())
+}
+
+fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 fn varint_len(v: usize) -> usize {
@@ -704,6 +824,10 @@ pub struct Receiver<C: SegmentCache> {
     pending_bytes: usize,
     stats: Stats,
     recent: Recent,
+    stream: StreamModel,
+    /// False from a hello whose stream model was not ours until the sender's reset:
+    /// predictions then resolve to nothing (and are requested).
+    stream_agreed: bool,
 }
 
 impl<C: SegmentCache> Receiver<C> {
@@ -726,7 +850,28 @@ impl<C: SegmentCache> Receiver<C> {
             pending_bytes: 0,
             stats: Stats::default(),
             recent: Recent::default(),
+            stream: StreamModel::new(config.delta_index),
+            stream_agreed: true,
         })
+    }
+
+    /// Replaces the stream model (the one kept from the last session with this sender).
+    /// Call before feeding any input.
+    pub fn set_stream(&mut self, mut model: StreamModel) {
+        model.restart();
+        self.stream = model;
+    }
+
+    /// The stream model, to keep for the next session once this one has ended.
+    pub fn stream(&self) -> &StreamModel {
+        &self.stream
+    }
+
+    /// Where the stream goes next by the model, if this side agrees with the sender's.
+    fn predicted(&self) -> Option<Fingerprint> {
+        self.stream_agreed
+            .then(|| self.stream.predicted())
+            .flatten()
     }
 
     /// Feeds bytes from the sender, in any pieces.
@@ -763,6 +908,7 @@ impl<C: SegmentCache> Receiver<C> {
                 version,
                 bits,
                 group,
+                token,
             } => {
                 if self.hello {
                     return Err(ProtocolError::Unexpected {
@@ -785,6 +931,24 @@ impl<C: SegmentCache> Receiver<C> {
                 }
                 self.config.group = group;
                 self.hello = true;
+                if token != self.stream.token() {
+                    self.stream_agreed = false;
+                    self.out.push(wire::T_RESYNC);
+                    self.stats.overhead_bytes += 1;
+                }
+            }
+            Msg::Reset(epoch) => {
+                self.stream.reset(epoch);
+                self.stream_agreed = true;
+            }
+            Msg::Next => {
+                self.expect_segment(offset)?;
+                let fp = self.predicted();
+                let slot = self.cache_slot(fp)?;
+                self.stream.advance(fp, fp);
+                self.stats.predicted += 1;
+                self.stats.fingerprinted += 1;
+                self.push_slot(slot)?;
             }
             Msg::Message {
                 channel,
@@ -810,24 +974,8 @@ impl<C: SegmentCache> Receiver<C> {
             Msg::Fp(fp) => {
                 self.expect_segment(offset)?;
                 self.recent.touch(fp);
-                let slot = match self.cache.lookup(fp)? {
-                    Some(d) => {
-                        self.pending_bytes += d.len();
-                        Slot {
-                            fp,
-                            data: Some(d),
-                            from_cache: true,
-                        }
-                    }
-                    None => {
-                        self.request(self.next_seq);
-                        Slot {
-                            fp,
-                            data: None,
-                            from_cache: false,
-                        }
-                    }
-                };
+                let slot = self.cache_slot(Some(fp))?;
+                self.stream.advance(Some(fp), Some(fp));
                 self.stats.fingerprinted += 1;
                 self.push_slot(slot)?;
             }
@@ -835,7 +983,9 @@ impl<C: SegmentCache> Receiver<C> {
                 self.expect_segment(offset)?;
                 let full = Fingerprint::full(data);
                 self.cache.insert(full, data)?;
-                self.recent.touch(full.truncate(self.config.bits));
+                let fp = full.truncate(self.config.bits);
+                self.recent.touch(fp);
+                self.stream.advance(Some(fp), Some(fp));
                 self.pending_bytes += data.len();
                 self.stats.pushed += 1;
                 self.push_slot(Slot {
@@ -846,25 +996,33 @@ impl<C: SegmentCache> Receiver<C> {
             }
             Msg::Delta(d) => {
                 self.expect_segment(offset)?;
-                let mut bases = Vec::with_capacity(d.n);
+                // A base the stream model cannot name here is `None`: the segment is
+                // then requested whole.
+                let mut bases: Vec<Option<Fingerprint>> = Vec::with_capacity(d.n);
+                let cursor = self.stream_agreed.then(|| self.stream.cursor()).flatten();
+                let mut prev = cursor;
                 for r in d.bases() {
-                    bases.push(match r {
-                        BaseRef::Literal(fp) => fp,
+                    let b = match r {
+                        BaseRef::Literal(fp) => Some(fp),
                         BaseRef::Recent(k) => {
-                            self.recent.get(k).ok_or(ProtocolError::Malformed {
+                            Some(self.recent.get(k).ok_or(ProtocolError::Malformed {
                                 what: "delta segment (base reference to an empty slot)",
                                 offset,
-                            })?
+                            })?)
                         }
-                    });
+                        BaseRef::Cursor => cursor,
+                        BaseRef::Next => prev.and_then(|p| self.stream.successor(p)),
+                    };
+                    bases.push(b);
+                    prev = b;
                 }
-                for &b in &bases {
+                for &b in bases.iter().flatten() {
                     self.recent.touch(b);
                 }
                 let mut base = Vec::new();
                 let mut complete = true;
-                for fp in bases {
-                    match self.cache.lookup(fp)? {
+                for &fp in &bases {
+                    match fp.map(|fp| self.cache.lookup(fp)).transpose()?.flatten() {
                         Some(b) => base.extend_from_slice(&b),
                         None => {
                             complete = false;
@@ -879,9 +1037,12 @@ impl<C: SegmentCache> Receiver<C> {
                 };
                 self.stats.deltas += 1;
                 self.stats.delta_bytes += d.delta.len() as u64;
+                let anchor = bases.get(d.anchor).copied().flatten();
                 let slot = match rebuilt {
                     Some(data) => {
                         let full = Fingerprint::full(&data);
+                        self.stream
+                            .advance(anchor, Some(full.truncate(self.config.bits)));
                         self.cache.insert(full, &data)?;
                         self.pending_bytes += data.len();
                         self.stats.delta_segment_bytes += data.len() as u64;
@@ -893,17 +1054,14 @@ impl<C: SegmentCache> Receiver<C> {
                         }
                     }
                     None => {
-                        self.request(self.next_seq);
-                        Slot {
-                            fp: Fingerprint(0),
-                            data: None,
-                            from_cache: false,
-                        }
+                        self.stream.advance(anchor, None);
+                        self.cache_slot(None)?
                     }
                 };
                 self.push_slot(slot)?;
             }
             Msg::Cfp(hash) => {
+                self.stream.commit();
                 let open = self.groups.back_mut().expect("an open group");
                 if open.slots.is_empty() {
                     return Err(ProtocolError::Unexpected {
@@ -937,7 +1095,7 @@ impl<C: SegmentCache> Receiver<C> {
                 self.pending_bytes += data.len();
                 self.try_verify(gi)?;
             }
-            Msg::Request(_) | Msg::Ack => {
+            Msg::Request(_) | Msg::Ack | Msg::Resync => {
                 return Err(ProtocolError::Unexpected {
                     what: "receiver-side message from the sender",
                     offset,
@@ -951,6 +1109,21 @@ impl<C: SegmentCache> Receiver<C> {
             });
         }
         Ok(())
+    }
+
+    /// The slot of a segment named `fp`: filled from the cache, else requested (so is
+    /// one this side cannot name).
+    fn cache_slot(&mut self, fp: Option<Fingerprint>) -> Result<Slot, ProtocolError> {
+        let data = fp.map(|fp| self.cache.lookup(fp)).transpose()?.flatten();
+        match &data {
+            Some(d) => self.pending_bytes += d.len(),
+            None => self.request(self.next_seq),
+        }
+        Ok(Slot {
+            fp: fp.unwrap_or(Fingerprint(0)),
+            from_cache: data.is_some(),
+            data,
+        })
     }
 
     fn expect_segment(&mut self, offset: u64) -> Result<(), ProtocolError> {
@@ -1008,6 +1181,7 @@ impl<C: SegmentCache> Receiver<C> {
             }
             // Some cache-read segment was another with the same short fingerprint.
             g.resent = true;
+            self.stream.mark_dirty();
             self.stats.collisions += 1;
             let first = g.first;
             let mut asks = Vec::new();

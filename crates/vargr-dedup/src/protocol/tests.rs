@@ -211,6 +211,85 @@ fn deltas_on_colliding_or_missing_bases_still_deliver_the_right_bytes() {
     assert_eq!(rx.stats().requested, deltas);
 }
 
+/// A second session between the same peers: each keeps its cache, the sender its
+/// similarity index, and each its stream model unless told it lost it.
+fn next_session(
+    tx: &mut Sender<MapCache>,
+    rx: &mut Receiver<MapCache>,
+    receiver_keeps_model: bool,
+) -> (Sender<MapCache>, Receiver<MapCache>) {
+    let (mut tx2, mut rx2) = pair(40, 20);
+    tx2.cache().map = tx.cache().map.clone();
+    rx2.cache().map = rx.cache().map.clone();
+    tx2.set_similarity(tx.similarity().clone());
+    tx2.set_stream(tx.stream().clone());
+    if receiver_keeps_model {
+        rx2.set_stream(rx.stream().clone());
+    }
+    (tx2, rx2)
+}
+
+#[test]
+fn a_stream_sent_again_is_named_by_prediction() {
+    let (mut tx, mut rx) = pair(40, 20);
+    let v1 = random(64 << 10, 21);
+    let (got, first) = transfer(&mut tx, &mut rx, &[segments(&v1, 512)], 100);
+    assert_eq!(got, vec![v1.clone()]);
+    assert_eq!(tx.stream().token(), rx.stream().token());
+
+    let (mut tx, mut rx) = next_session(&mut tx, &mut rx, true);
+    let (got, wire) = transfer(&mut tx, &mut rx, &[segments(&v1, 512)], 100);
+    assert_eq!(got, vec![v1.clone()]);
+    let st = tx.stats();
+    // The first segment by fingerprint (nothing precedes it), the other 127 by one byte.
+    assert_eq!((st.fingerprinted, st.predicted), (128, 127), "{st:?}");
+    assert_eq!(rx.stats().requested, 0);
+    assert!(wire < first / 100, "{wire} bytes for a repeat of {first}");
+
+    // An edited copy: changed segments go as deltas on bases named by the stream, the
+    // rest by prediction, and the bytes are right.
+    let (mut tx, mut rx) = next_session(&mut tx, &mut rx, true);
+    let v2 = edited(&v1, 700, 5);
+    let (got, _) = transfer(&mut tx, &mut rx, &[segments(&v2, 512)], 37);
+    assert_eq!(got, vec![v2]);
+    let st = tx.stats();
+    assert!(st.deltas >= 60 && st.predicted >= 30, "{st:?}");
+    assert_eq!((rx.stats().requested, rx.stats().collisions), (0, 0));
+    assert_eq!(tx.stream().token(), rx.stream().token());
+}
+
+#[test]
+fn a_receiver_that_lost_its_stream_model_is_reset_and_still_gets_the_right_bytes() {
+    let (mut tx, mut rx) = pair(40, 20);
+    let v1 = random(64 << 10, 22);
+    transfer(&mut tx, &mut rx, &[segments(&v1, 512)], 100);
+
+    // The receiver starts with an empty model: it says so, both reset, and whatever
+    // went out predicted before the reset is asked for and comes whole.
+    let (mut tx, mut rx) = next_session(&mut tx, &mut rx, false);
+    let v2 = edited(&v1, 700, 6);
+    let (got, _) = transfer(&mut tx, &mut rx, &[segments(&v2, 512)], 100);
+    assert_eq!(got, vec![v2.clone()]);
+    assert!(rx.stats().requested > 0, "{:?}", rx.stats());
+    let token = tx.stream().token();
+    assert_eq!(token, rx.stream().token());
+    assert_ne!(token.epoch, 0);
+
+    // The models agree again. (This sender heard of the difference only after it had
+    // sent everything, so the reset left both empty: the next session teaches them,
+    // the one after predicts.)
+    for session in 0..2 {
+        (tx, rx) = next_session(&mut tx, &mut rx, true);
+        let (got, _) = transfer(&mut tx, &mut rx, &[segments(&v2, 512)], 100);
+        assert_eq!(got, vec![v2.clone()]);
+        assert_eq!(rx.stats().requested, 0);
+        assert_eq!(tx.stream().token(), rx.stream().token());
+        if session == 1 {
+            assert!(tx.stats().predicted >= 120, "{:?}", tx.stats());
+        }
+    }
+}
+
 #[test]
 fn empty_messages_and_segments_are_delivered() {
     let (mut tx, mut rx) = pair(40, 3);

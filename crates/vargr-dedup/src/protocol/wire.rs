@@ -8,18 +8,22 @@
 //! |---|---|---|---|
 //! | optimistic fingerprint | 1 + F = 6 | 6 + M | layout metadata travels once per message, not per segment |
 //! | pushed segment | 1 + v + S (3 + S under 16 KiB) | 3 + S ("no-fingerprint") | a segment the sender knows the receiver lacks; cached |
-//! | delta segment | 2 + B + L·F + v + v + D | (none) | a new segment as a delta (D bytes) against B ≤ 4 cached segments, concatenated; L of them named by fingerprint, the rest by a byte indexing the 16 fingerprints both sides named last |
+//! | predicted segment | 1 | (none) | the cached segment that followed the stream's cursor last time ([`crate::stream`]) |
+//! | delta segment | 2 + B + L·F + v + v + D | (none) | a new segment as a delta (D bytes) against B ≤ 4 cached segments, concatenated; L of them named by fingerprint, the rest by one byte: the cursor, the successor of the base before, or an index into the 16 fingerprints both sides named last |
 //! | segment request | 5 | 5 | u32 sequence number |
 //! | segment (answer) | 1 + 4 + v + S (7 + S) | 7 + S | |
 //! | conservative fingerprint | 17 | 21 | BLAKE3 cut to 128 bits, not SHA-1's 160 |
 //! | acknowledgement | 1 | 1 | in the order of the conservative fingerprints |
 //! | message start | 1 + v + v + layout + v | 3 (multiplex) | channel, layout, segment count |
+//! | hello | 3 + v + 8 + v | (none) | version, fingerprint bits, group size, the sender's stream model token |
+//! | resync / reset | 1 / 9 | (none) | the receiver's stream model differs; the sender restarts both at a new epoch |
 //!
 //! `v` is a LEB128 varint. Decoding faces the peer's bytes: every length is checked
 //! against a limit before anything is allocated, and a message cut short is "not yet",
 //! never an error, so input may arrive in any pieces.
 
 use crate::fp::{Fingerprint, FpBits, CONSERVATIVE_LEN};
+use crate::stream::Token;
 
 use super::ProtocolError;
 
@@ -37,13 +41,19 @@ pub(crate) const T_CFP: u8 = 0x05;
 pub(crate) const T_SEGMENT: u8 = 0x06;
 /// Sender → receiver: the next segment, as a delta against cached segments.
 pub(crate) const T_DELTA: u8 = 0x07;
+/// Sender → receiver: the next segment is the successor of the stream's cursor.
+pub(crate) const T_NEXT: u8 = 0x08;
+/// Sender → receiver: both stream models restart empty here, at this epoch.
+pub(crate) const T_RESET: u8 = 0x09;
 /// Receiver → sender: send segment `seq`.
 pub(crate) const T_REQUEST: u8 = 0x10;
 /// Receiver → sender: the oldest unacknowledged group checked out.
 pub(crate) const T_ACK: u8 = 0x11;
+/// Receiver → sender: my stream model is not yours; reset both.
+pub(crate) const T_RESYNC: u8 = 0x12;
 
-/// Protocol version in the hello (2 added delta segments).
-pub(crate) const VERSION: u8 = 2;
+/// Protocol version in the hello (2 added delta segments, 3 the stream model).
+pub(crate) const VERSION: u8 = 3;
 
 /// Most cached segments one delta may be taken against.
 pub(crate) const MAX_BASES: usize = 4;
@@ -55,6 +65,7 @@ pub(crate) enum Msg<'a> {
         version: u8,
         bits: u8,
         group: u32,
+        token: Token,
     },
     Message {
         channel: u32,
@@ -62,6 +73,9 @@ pub(crate) enum Msg<'a> {
         segments: u64,
     },
     Fp(Fingerprint),
+    Next,
+    Reset(u64),
+    Resync,
     Push(&'a [u8]),
     Delta(Delta<'a>),
     Cfp([u8; CONSERVATIVE_LEN]),
@@ -75,11 +89,13 @@ pub(crate) enum Msg<'a> {
 
 /// A delta segment: `len` bytes rebuilt from `delta` and the concatenation of `n`
 /// cached segments named in `refs`, each by one byte: an index into the table of recent
-/// fingerprints both sides keep (below [`RECENT`]), or [`REF_LITERAL`] and the
-/// fingerprint itself.
+/// fingerprints both sides keep (below [`RECENT`]), [`REF_CURSOR`], [`REF_NEXT`], or
+/// [`REF_LITERAL`] and the fingerprint itself. The stream's cursor moves to base
+/// `anchor` (sent in the high bits of the count byte).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Delta<'a> {
     pub n: usize,
+    pub anchor: usize,
     pub refs: &'a [u8],
     pub fp_len: usize,
     pub len: usize,
@@ -90,12 +106,18 @@ pub(crate) struct Delta<'a> {
 pub(crate) const RECENT: usize = 16;
 /// A base reference followed by a fingerprint.
 pub(crate) const REF_LITERAL: u8 = 0xff;
+/// The successor of the base before (of the cursor, for the first base).
+pub(crate) const REF_NEXT: u8 = 0xfe;
+/// The stream's cursor.
+pub(crate) const REF_CURSOR: u8 = 0xfd;
 
 /// A base of a delta as the wire names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BaseRef {
     Recent(usize),
     Literal(Fingerprint),
+    Next,
+    Cursor,
 }
 
 impl Delta<'_> {
@@ -110,6 +132,10 @@ impl Delta<'_> {
                 let mut v = [0u8; 8];
                 v[..b.len()].copy_from_slice(b);
                 BaseRef::Literal(Fingerprint(u64::from_le_bytes(v)))
+            } else if tag == REF_NEXT {
+                BaseRef::Next
+            } else if tag == REF_CURSOR {
+                BaseRef::Cursor
             } else {
                 BaseRef::Recent(usize::from(tag))
             }
@@ -211,12 +237,20 @@ pub(crate) fn decode<'a>(
         T_HELLO => {
             let b = need!(c.take(2));
             let group = need!(c.len("group size", u32::MAX as usize)?) as u32;
+            let epoch = u64::from_le_bytes(need!(c.take(8)).try_into().expect("8 bytes"));
+            let commits = need!(c.varint("stream model commits")?);
             Msg::Hello {
                 version: b[0],
                 bits: b[1],
                 group,
+                token: Token { epoch, commits },
             }
         }
+        T_NEXT => Msg::Next,
+        T_RESET => Msg::Reset(u64::from_le_bytes(
+            need!(c.take(8)).try_into().expect("8 bytes"),
+        )),
+        T_RESYNC => Msg::Resync,
         T_MESSAGE => {
             let channel = need!(c.len("channel", u32::MAX as usize)?) as u32;
             let n = need!(c.len("layout length", limits.max_layout)?);
@@ -240,10 +274,11 @@ pub(crate) fn decode<'a>(
         }
         T_DELTA => {
             let at = base + c.pos as u64;
-            let n = usize::from(need!(c.take(1))[0]);
-            if !(1..=MAX_BASES).contains(&n) {
+            let count = need!(c.take(1))[0];
+            let (n, anchor) = (usize::from(count & 0x0f), usize::from(count >> 4));
+            if !(1..=MAX_BASES).contains(&n) || anchor >= n {
                 return Err(ProtocolError::Malformed {
-                    what: "delta segment (base count not 1 to 4)",
+                    what: "delta segment (base count not 1 to 4, or anchor past it)",
                     offset: at,
                 });
             }
@@ -253,7 +288,7 @@ pub(crate) fn decode<'a>(
                 let tag = need!(c.take(1))[0];
                 if tag == REF_LITERAL {
                     need!(c.take(fp_len));
-                } else if usize::from(tag) >= RECENT {
+                } else if tag != REF_NEXT && tag != REF_CURSOR && usize::from(tag) >= RECENT {
                     return Err(ProtocolError::Malformed {
                         what: "delta segment (base reference beyond the recent table)",
                         offset: base + c.pos as u64 - 1,
@@ -265,6 +300,7 @@ pub(crate) fn decode<'a>(
             let d = need!(c.len("delta length", limits.max_segment)?);
             Msg::Delta(Delta {
                 n,
+                anchor,
                 refs,
                 fp_len,
                 len,
@@ -345,8 +381,9 @@ mod tests {
 
     #[test]
     fn delta_bases_are_references_or_fingerprints() {
-        let mut b = vec![T_DELTA, 2, 3, REF_LITERAL];
+        let mut b = vec![T_DELTA, 0x13, 3, REF_LITERAL];
         put_fp(Fingerprint(0x77), FpBits::DEFAULT, &mut b);
+        b.push(REF_NEXT);
         put_varint(100, &mut b);
         put_varint(2, &mut b);
         b.extend_from_slice(&[0, 0]);
@@ -356,8 +393,13 @@ mod tests {
         let bases: Vec<BaseRef> = d.bases().collect();
         assert_eq!(
             bases,
-            vec![BaseRef::Recent(3), BaseRef::Literal(Fingerprint(0x77))]
+            vec![
+                BaseRef::Recent(3),
+                BaseRef::Literal(Fingerprint(0x77)),
+                BaseRef::Next
+            ]
         );
+        assert_eq!(d.anchor, 1);
         assert_eq!((d.len, d.delta), (100, &[0u8, 0][..]));
         for cut in 0..b.len() {
             assert_eq!(decode(&b[..cut], 0, &limits()).unwrap(), None);
@@ -366,5 +408,7 @@ mod tests {
         let e = decode(&[T_DELTA, 1, RECENT as u8], 0, &limits()).unwrap_err();
         assert!(e.to_string().contains("recent table"), "{e}");
         assert!(decode(&[T_DELTA, 0], 0, &limits()).is_err());
+        // An anchor past the bases.
+        assert!(decode(&[T_DELTA, 0x11, 0], 0, &limits()).is_err());
     }
 }
