@@ -370,6 +370,12 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     assert_eq!(second["files_sent"], 1);
     let deltas = second["dedup"]["deltas"].as_u64().unwrap();
     assert!(deltas > 100, "{second}");
+    // Their bases came from the first session, so their bytes went in batches.
+    assert_eq!(
+        second["dedup"]["batched"].as_u64(),
+        Some(deltas),
+        "{second}"
+    );
     let wire = second["bytes_on_wire"].as_u64().unwrap();
     assert!(
         wire < (2 << 20) / 10,

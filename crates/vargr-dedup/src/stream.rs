@@ -14,7 +14,8 @@
 //! - the cursor moves per segment (to a repeat's fingerprint, to a delta's anchor base,
 //!   to a pushed segment's own fingerprint);
 //! - successor links are made when a group's conservative hash is announced, in order,
-//!   from the group's segments' optimistic fingerprints.
+//!   from the group's segments' optimistic fingerprints; a segment whose delta comes
+//!   later in a batch holds the links after it until the batch arrives.
 //!
 //! A receiver that cannot tell a segment's fingerprint in time (a delta it could not
 //! decode) breaks the chain there and marks its model dirty. A mismatch is never a wrong
@@ -59,8 +60,19 @@ pub struct StreamModel {
     cursor: Option<Fingerprint>,
     /// The last committed segment, which the next one will follow.
     last: Option<Fingerprint>,
-    /// Segments of the open group, to commit in order (`None`: not known here).
-    pending: Vec<Option<Fingerprint>>,
+    /// Segments not yet linked, in order.
+    pending: VecDeque<Seen>,
+}
+
+/// What one side knows of a segment that passed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Seen {
+    /// Its fingerprint.
+    Known(Fingerprint),
+    /// Nothing (a delta this side could not decode): the chain breaks here.
+    Unknown,
+    /// A delta whose bytes come in a later batch (the sender knows the fingerprint).
+    Deferred(Option<Fingerprint>),
 }
 
 const MAGIC: &[u8; 8] = b"VSTREAM1";
@@ -79,7 +91,7 @@ impl StreamModel {
             dirty: false,
             cursor: None,
             last: None,
-            pending: Vec::new(),
+            pending: VecDeque::new(),
         }
     }
 
@@ -145,28 +157,47 @@ impl StreamModel {
         run
     }
 
-    /// One segment passed: the stream is now at `cursor`, and the segment was `fp`
-    /// (`None` if this side cannot tell).
-    pub fn advance(&mut self, cursor: Option<Fingerprint>, fp: Option<Fingerprint>) {
+    /// One segment passed: the stream is now at `cursor`, and the segment was `seen`.
+    pub fn advance(&mut self, cursor: Option<Fingerprint>, seen: Seen) {
         self.cursor = cursor;
         if self.capacity > 0 {
-            self.pending.push(fp);
+            self.pending.push_back(seen);
         }
     }
 
-    /// The open group closed: links its segments in order.
+    /// A group closed: links its segments in order, up to the first deferred one.
     pub fn commit(&mut self) {
-        let pending = std::mem::take(&mut self.pending);
-        for fp in pending {
+        while let Some(&seen) = self.pending.front() {
+            let fp = match seen {
+                Seen::Known(f) => Some(f),
+                Seen::Unknown => None,
+                Seen::Deferred(_) => break,
+            };
+            self.pending.pop_front();
             match (self.last, fp) {
                 (Some(prev), Some(f)) => self.link(prev, f),
                 (_, None) => self.dirty = true,
                 _ => {}
             }
             self.last = fp;
-            self.commits += 1;
+            self.commits = self.commits.wrapping_add(1);
         }
         self.evict();
+    }
+
+    /// A batch of deferred deltas arrived: the deferred segments were `fps`, in order
+    /// (`None`: not decoded here); then links what can be.
+    pub fn resolve(&mut self, fps: impl IntoIterator<Item = Option<Fingerprint>>) {
+        let mut fps = fps.into_iter();
+        for seen in self.pending.iter_mut() {
+            if let Seen::Deferred(_) = seen {
+                *seen = match fps.next().flatten() {
+                    Some(f) => Seen::Known(f),
+                    None => Seen::Unknown,
+                };
+            }
+        }
+        self.commit();
     }
 
     fn link(&mut self, prev: Fingerprint, f: Fingerprint) {
@@ -230,8 +261,8 @@ impl StreamModel {
         }
         let mut m = StreamModel::new(capacity);
         m.epoch = epoch;
-        m.commits = commits;
         m.dirty = commits == DIRTY;
+        m.commits = if m.dirty { 0 } else { commits };
         for e in links.chunks_exact(16) {
             let k = u64::from_le_bytes(e[..8].try_into().ok()?);
             let f = u64::from_le_bytes(e[8..].try_into().ok()?);
@@ -250,11 +281,15 @@ mod tests {
         Some(Fingerprint(i))
     }
 
+    fn seen(f: Option<Fingerprint>) -> Seen {
+        f.map_or(Seen::Unknown, Seen::Known)
+    }
+
     #[test]
     fn a_stream_seen_once_is_predicted_the_second_time() {
         let mut m = StreamModel::new(100);
         for i in 1..=5 {
-            m.advance(fp(i), fp(i));
+            m.advance(fp(i), seen(fp(i)));
         }
         // Nothing is linked before the group closes.
         assert_eq!(m.successor(Fingerprint(1)), None);
@@ -265,10 +300,10 @@ mod tests {
         );
         m.restart();
         assert_eq!(m.predicted(), None);
-        m.advance(fp(1), fp(1));
+        m.advance(fp(1), seen(fp(1)));
         assert_eq!(m.predicted(), Some(Fingerprint(2)));
         // A changed segment that went as a delta on 2 keeps the stream at 2.
-        m.advance(fp(2), fp(99));
+        m.advance(fp(2), seen(fp(99)));
         assert_eq!(m.predicted(), Some(Fingerprint(3)));
         assert_eq!(
             m.token(),
@@ -283,7 +318,7 @@ mod tests {
     fn an_unknown_segment_breaks_the_chain_and_dirties_the_model() {
         let mut m = StreamModel::new(100);
         for f in [fp(1), None, fp(3)] {
-            m.advance(f, f);
+            m.advance(f, seen(f));
         }
         m.commit();
         assert_eq!(m.successor(Fingerprint(1)), None);
@@ -300,10 +335,31 @@ mod tests {
     }
 
     #[test]
+    fn links_after_a_deferred_delta_wait_for_its_batch() {
+        let mut m = StreamModel::new(100);
+        m.advance(fp(1), seen(fp(1)));
+        m.advance(fp(7), Seen::Deferred(None));
+        m.advance(fp(3), seen(fp(3)));
+        m.commit();
+        assert_eq!(m.token().commits, 1);
+        assert_eq!(m.successor(Fingerprint(1)), None);
+        m.resolve([fp(2)]);
+        assert_eq!(m.successor(Fingerprint(1)), Some(Fingerprint(2)));
+        assert_eq!(m.successor(Fingerprint(2)), Some(Fingerprint(3)));
+        assert_eq!(
+            m.token(),
+            Token {
+                epoch: 0,
+                commits: 3
+            }
+        );
+    }
+
+    #[test]
     fn the_model_is_bounded_and_survives_a_round_trip_but_not_damage() {
         let mut m = StreamModel::new(30);
         for i in 0..50 {
-            m.advance(fp(i), fp(i));
+            m.advance(fp(i), seen(fp(i)));
         }
         m.commit();
         assert!(m.len() <= 30);

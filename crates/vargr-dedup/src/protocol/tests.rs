@@ -78,9 +78,15 @@ fn transfer(
 }
 
 fn pair(bits: u8, group: u32) -> (Sender<MapCache>, Receiver<MapCache>) {
+    pair_batching(bits, group, 0)
+}
+
+/// A pair whose sender gathers deferred deltas into batches of `batch` bytes.
+fn pair_batching(bits: u8, group: u32, batch: usize) -> (Sender<MapCache>, Receiver<MapCache>) {
     let config = Config {
         bits: FpBits::new(bits).unwrap(),
         group,
+        delta_batch: batch,
         ..Config::default()
     };
     (
@@ -291,6 +297,85 @@ fn a_receiver_that_lost_its_stream_model_is_reset_and_still_gets_the_right_bytes
 }
 
 #[test]
+fn batched_deltas_arrive_intact_and_cost_less_than_inline_ones() {
+    let v1 = random(256 << 10, 31);
+    // The same few bytes changed in every segment (a version string in each header).
+    let mut v2 = v1.clone();
+    for at in (100..v2.len()).step_by(512) {
+        v2[at..at + 5].copy_from_slice(b"5.0.2");
+    }
+    let mut wires = Vec::new();
+    for batch in [0, 64 << 10] {
+        let (mut tx, mut rx) = pair_batching(40, 20, batch);
+        transfer(&mut tx, &mut rx, &[segments(&v1, 512)], 100);
+        let (mut tx2, mut rx2) = pair_batching(40, 20, batch);
+        tx2.cache().map = tx.cache().map.clone();
+        rx2.cache().map = rx.cache().map.clone();
+        tx2.set_similarity(tx.similarity().clone());
+        tx2.set_stream(tx.stream().clone());
+        rx2.set_stream(rx.stream().clone());
+        let (got, wire) = transfer(&mut tx2, &mut rx2, &[segments(&v2, 512)], 77);
+        assert_eq!(got, vec![v2.clone()]);
+        assert_eq!(tx2.stats().deltas, 512, "{:?}", tx2.stats());
+        assert_eq!(rx2.stats().requested, 0);
+        assert_eq!(tx2.stream().token(), rx2.stream().token());
+        wires.push(wire);
+    }
+    assert!(
+        wires[1] * 2 < wires[0],
+        "batched {} bytes against {} inline",
+        wires[1],
+        wires[0]
+    );
+}
+
+#[test]
+fn a_batch_whose_bases_the_receiver_lost_is_sent_whole_and_right() {
+    let v1 = random(64 << 10, 32);
+    let v2 = edited(&v1, 300, 7);
+    let (mut tx, mut rx) = pair_batching(12, 20, 16 << 10);
+    transfer(&mut tx, &mut rx, &[segments(&v1, 512)], 100);
+    // The receiver's cache forgot half its segments; at 12 bits, others collide.
+    let (mut tx2, mut rx2) = pair_batching(12, 20, 16 << 10);
+    tx2.cache().map = tx.cache().map.clone();
+    rx2.cache().map = rx
+        .cache()
+        .map
+        .iter()
+        .step_by(2)
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    tx2.set_similarity(tx.similarity().clone());
+    tx2.set_stream(tx.stream().clone());
+    rx2.set_stream(rx.stream().clone());
+    let (got, _) = transfer(&mut tx2, &mut rx2, &[segments(&v2, 512)], 100);
+    assert_eq!(got, vec![v2]);
+    assert!(tx2.stats().deltas > 50, "{:?}", tx2.stats());
+    assert!(rx2.stats().requested > 0, "{:?}", rx2.stats());
+}
+
+#[test]
+fn a_stream_that_ends_before_its_batch_is_an_error() {
+    let (mut tx, mut rx) = pair_batching(40, 20, 1 << 20);
+    let v1 = random(16 << 10, 33);
+    transfer(&mut tx, &mut rx, &[segments(&v1, 512)], 100);
+    let (mut tx2, mut rx2) = pair_batching(40, 20, 1 << 20);
+    tx2.cache().map = tx.cache().map.clone();
+    rx2.cache().map = rx.cache().map.clone();
+    tx2.set_similarity(tx.similarity().clone());
+    let v2 = edited(&v1, 300, 8);
+    let segs = segments(&v2, 512);
+    let refs: Vec<&[u8]> = segs.iter().map(Vec::as_slice).collect();
+    tx2.send_message(0, &[0], &refs).unwrap();
+    let mut out = Vec::new();
+    tx2.take_output(&mut out); // no flush: the batch never goes
+    rx2.handle_input(&out).unwrap();
+    assert!(tx2.stats().deltas > 0);
+    let e = rx2.finish().unwrap_err();
+    assert!(e.to_string().contains("batch"), "{e}");
+}
+
+#[test]
 fn empty_messages_and_segments_are_delivered() {
     let (mut tx, mut rx) = pair(40, 3);
     let msgs = vec![
@@ -370,8 +455,9 @@ proptest! {
         rounds in 2usize..4,
         bits in prop::sample::select(vec![8u8, 12, 40]),
         chunk in 1usize..300,
+        batch in prop::sample::select(vec![0usize, 1, 2000]),
     ) {
-        let (mut tx, mut rx) = pair(bits, 5);
+        let (mut tx, mut rx) = pair_batching(bits, 5, batch);
         let mut data = random(sizes.iter().sum(), 99);
         let mut msgs = Vec::new();
         for r in 0..rounds {

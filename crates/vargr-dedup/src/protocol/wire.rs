@@ -8,6 +8,8 @@
 //! |---|---|---|---|
 //! | optimistic fingerprint | 1 + F = 6 | 6 + M | layout metadata travels once per message, not per segment |
 //! | pushed segment | 1 + v + S (3 + S under 16 KiB) | 3 + S ("no-fingerprint") | a segment the sender knows the receiver lacks; cached |
+//! | deferred delta segment | 2 + B + L·F + v | (none) | a delta segment whose bytes come in the next batch |
+//! | delta batch | 1 + v + Z | (none) | the deferred segments since the last batch, as one zstd frame over their bases (deduplicated, in order) as prefix |
 //! | predicted segment | 1 | (none) | the cached segment that followed the stream's cursor last time ([`crate::stream`]) |
 //! | delta segment | 2 + B + L·F + v + v + D | (none) | a new segment as a delta (D bytes) against B ≤ 4 cached segments, concatenated; L of them named by fingerprint, the rest by one byte: the cursor, the successor of the base before, or an index into the 16 fingerprints both sides named last |
 //! | segment request | 5 | 5 | u32 sequence number |
@@ -45,6 +47,10 @@ pub(crate) const T_DELTA: u8 = 0x07;
 pub(crate) const T_NEXT: u8 = 0x08;
 /// Sender → receiver: both stream models restart empty here, at this epoch.
 pub(crate) const T_RESET: u8 = 0x09;
+/// Sender → receiver: the next segment is a delta whose bytes come in the next batch.
+pub(crate) const T_DEFERRED: u8 = 0x0a;
+/// Sender → receiver: the bytes of the deferred delta segments since the last batch.
+pub(crate) const T_BATCH: u8 = 0x0b;
 /// Receiver → sender: send segment `seq`.
 pub(crate) const T_REQUEST: u8 = 0x10;
 /// Receiver → sender: the oldest unacknowledged group checked out.
@@ -78,6 +84,7 @@ pub(crate) enum Msg<'a> {
     Resync,
     Push(&'a [u8]),
     Delta(Delta<'a>),
+    Batch(&'a [u8]),
     Cfp([u8; CONSERVATIVE_LEN]),
     Segment {
         seq: u32,
@@ -99,7 +106,8 @@ pub(crate) struct Delta<'a> {
     pub refs: &'a [u8],
     pub fp_len: usize,
     pub len: usize,
-    pub delta: &'a [u8],
+    /// `None` for a deferred delta (its bytes come in a batch).
+    pub delta: Option<&'a [u8]>,
 }
 
 /// Size of the table of recent fingerprints.
@@ -149,6 +157,7 @@ pub(crate) struct Limits {
     pub bits: FpBits,
     pub max_segment: usize,
     pub max_layout: usize,
+    pub max_batch: usize,
 }
 
 pub(crate) fn put_varint(mut v: u64, out: &mut Vec<u8>) {
@@ -272,7 +281,7 @@ pub(crate) fn decode<'a>(
             let n = need!(c.len("pushed segment length", limits.max_segment)?);
             Msg::Push(need!(c.take(n)))
         }
-        T_DELTA => {
+        T_DELTA | T_DEFERRED => {
             let at = base + c.pos as u64;
             let count = need!(c.take(1))[0];
             let (n, anchor) = (usize::from(count & 0x0f), usize::from(count >> 4));
@@ -297,15 +306,24 @@ pub(crate) fn decode<'a>(
             }
             let refs = &buf[refs_at..c.pos];
             let len = need!(c.len("delta segment length", limits.max_segment)?);
-            let d = need!(c.len("delta length", limits.max_segment)?);
+            let delta = if ty == T_DELTA {
+                let d = need!(c.len("delta length", limits.max_segment)?);
+                Some(need!(c.take(d)))
+            } else {
+                None
+            };
             Msg::Delta(Delta {
                 n,
                 anchor,
                 refs,
                 fp_len,
                 len,
-                delta: need!(c.take(d)),
+                delta,
             })
+        }
+        T_BATCH => {
+            let n = need!(c.len("delta batch length", limits.max_batch)?);
+            Msg::Batch(need!(c.take(n)))
         }
         T_CFP => {
             let b = need!(c.take(CONSERVATIVE_LEN));
@@ -342,6 +360,7 @@ mod tests {
             bits: FpBits::DEFAULT,
             max_segment: 1 << 16,
             max_layout: 1 << 10,
+            max_batch: 1 << 20,
         }
     }
 
@@ -400,7 +419,7 @@ mod tests {
             ]
         );
         assert_eq!(d.anchor, 1);
-        assert_eq!((d.len, d.delta), (100, &[0u8, 0][..]));
+        assert_eq!((d.len, d.delta), (100, Some(&[0u8, 0][..])));
         for cut in 0..b.len() {
             assert_eq!(decode(&b[..cut], 0, &limits()).unwrap(), None);
         }
