@@ -688,6 +688,21 @@ fn pass<C: SegmentCache>(
     Ok((wire, segments, secs))
 }
 
+/// A sender for the next session with the same peer: the same cache, delta-base index
+/// and stream model.
+fn next_session<C: vargr_dedup::cache::SegmentCache>(dx: Sender<C>) -> Result<Sender<C>> {
+    let config = *dx.config();
+    let (cache, similar, stream) = dx.into_parts();
+    let mut next = Sender::new(config, cache)?;
+    next.set_similarity(similar);
+    next.set_stream(stream);
+    Ok(next)
+}
+
+/// The pipeline's two ways of sending deltas, as their records' `options` begin.
+const PIPE_INLINE: &str = "zstd 3, deltas inline";
+const PIPE_BATCHED: &str = "zstd 3, delta batches at zstd";
+
 fn pipeline(
     names: [&str; 2],
     data: [&[u8]; 2],
@@ -698,63 +713,73 @@ fn pipeline(
     let cut = |d: &[u8]| d[..d.len().min(if quick { 4 << 20 } else { 64 << 20 })].to_vec();
     let (a, b) = (cut(data[0]), cut(data[1]));
     let mut out = Vec::new();
-    for cache in ["memory", "disk"] {
-        for threads in [1u32, 2] {
-            eprintln!("pipeline: {cache} cache, {threads} thread(s), {SYNC_SEGMENTER} ...");
-            let config = Config::default();
-            let runs = match cache {
-                "memory" => {
-                    let mut dx = Sender::new(config, MemCache::new(config.bits, 4 << 30))?;
-                    [
-                        pass(&mut dx, &*seg, &a, threads)?,
-                        pass(&mut dx, &*seg, &b, threads)?,
-                    ]
-                }
-                _ => {
-                    let dir = scratch.join(format!("pipeline-cache-{threads}"));
-                    let disk = DiskCache::open(&dir, DiskConfig::default())?;
-                    let mut dx = Sender::new(config, disk)?;
-                    let r = [
-                        pass(&mut dx, &*seg, &a, threads)?,
-                        pass(&mut dx, &*seg, &b, threads)?,
-                    ];
-                    drop(dx);
-                    let _ = std::fs::remove_dir_all(&dir);
-                    r
-                }
-            };
-            for (k, (wire, segments, secs)) in runs.into_iter().enumerate() {
-                let n = [&a, &b][k].len() as u64;
-                out.push(Record {
-                    benchmark: "pipeline",
-                    dataset: format!("{}.tar", names[k]),
-                    tool: "vargr",
-                    segmenter: Some(SYNC_SEGMENTER.into()),
-                    bytes_in: n,
-                    bytes_on_wire: wire,
-                    seconds: secs,
-                    mb_per_s: Some(mb_s(n, secs)),
-                    base: (k == 1).then(|| names[0].to_string()),
-                    options: Some("zstd level 3".into()),
-                    ratio: Some(ratio(n, wire)),
-                    segments: Some(segments),
-                    avg_segment_bytes: Some(n as f64 / segments.max(1) as f64),
-                    threads: Some(threads),
-                    cache: Some(if cache == "memory" { "memory" } else { "disk" }),
-                    phase: Some(if k == 0 { "cold" } else { "warm" }),
-                    note: Some(if threads == 1 {
-                        "one core: read, cut, fingerprint, protocol, group hashes, cache \
+    // Deltas inline, as the proxy and the link stage send them; in batches, as vargr
+    // sync does.
+    let level = vargr_sync::SendOptions::default().delta_level;
+    let modes = [
+        (PIPE_INLINE.to_string(), Config::default()),
+        (
+            format!("{PIPE_BATCHED} {level}"),
+            vargr_sync::sender_config(FpBits::DEFAULT, Config::default().group, level),
+        ),
+    ];
+    for (mode, config) in modes {
+        for cache in ["memory", "disk"] {
+            for threads in [1u32, 2] {
+                eprintln!("pipeline: {mode}, {cache} cache, {threads} thread(s) ...");
+                // The next release goes in a second session on the same cache, as in sync.
+                let runs = match cache {
+                    "memory" => {
+                        let mut dx = Sender::new(config, MemCache::new(config.bits, 4 << 30))?;
+                        let cold = pass(&mut dx, &*seg, &a, threads)?;
+                        let mut dx = next_session(dx)?;
+                        [cold, pass(&mut dx, &*seg, &b, threads)?]
+                    }
+                    _ => {
+                        let dir = scratch.join(format!("pipeline-cache-{threads}"));
+                        let disk = DiskCache::open(&dir, DiskConfig::default())?;
+                        let mut dx = Sender::new(config, disk)?;
+                        let cold = pass(&mut dx, &*seg, &a, threads)?;
+                        let mut dx = next_session(dx)?;
+                        let r = [cold, pass(&mut dx, &*seg, &b, threads)?];
+                        drop(dx);
+                        let _ = std::fs::remove_dir_all(&dir);
+                        r
+                    }
+                };
+                for (k, (wire, segments, secs)) in runs.into_iter().enumerate() {
+                    let n = [&a, &b][k].len() as u64;
+                    out.push(Record {
+                        benchmark: "pipeline",
+                        dataset: format!("{}.tar", names[k]),
+                        tool: "vargr",
+                        segmenter: Some(SYNC_SEGMENTER.into()),
+                        bytes_in: n,
+                        bytes_on_wire: wire,
+                        seconds: secs,
+                        mb_per_s: Some(mb_s(n, secs)),
+                        base: (k == 1).then(|| names[0].to_string()),
+                        options: Some(mode.clone()),
+                        ratio: Some(ratio(n, wire)),
+                        segments: Some(segments),
+                        avg_segment_bytes: Some(n as f64 / segments.max(1) as f64),
+                        threads: Some(threads),
+                        cache: Some(if cache == "memory" { "memory" } else { "disk" }),
+                        phase: Some(if k == 0 { "cold" } else { "warm" }),
+                        note: Some(if threads == 1 {
+                            "one core: read, cut, fingerprint, protocol, group hashes, cache \
                          and zstd on one thread; groups acknowledged after every read, no \
                          receiver's work counted; sync's whole-file BLAKE3 not included"
-                            .into()
-                    } else {
-                        "two threads, split as vargr sync splits them: reading, cutting \
+                                .into()
+                        } else {
+                            "two threads, split as vargr sync splits them: reading, cutting \
                          and fingerprinting on one; protocol, group hashes, cache and zstd \
                          on the other; sync's whole-file BLAKE3 not included"
-                            .into()
-                    }),
-                    ..Record::default()
-                });
+                                .into()
+                        }),
+                        ..Record::default()
+                    });
+                }
             }
         }
     }
@@ -1383,12 +1408,13 @@ fn print_tables(records: &[Record]) {
          after the first)"
     );
     println!(
-        "{:<8} {:>7} {:<6} {:<22} {:>8} {:>12} {:>7}",
-        "cache", "threads", "phase", "data", "MB/s", "zstd out", "ratio"
+        "{:<32} {:<8} {:>7} {:<6} {:<22} {:>8} {:>12} {:>7}",
+        "deltas", "cache", "threads", "phase", "data", "MB/s", "zstd out", "ratio"
     );
     for r in of("pipeline") {
         println!(
-            "{:<8} {:>7} {:<6} {:<22} {:>8.0} {:>12} {:>7.1}",
+            "{:<32} {:<8} {:>7} {:<6} {:<22} {:>8.0} {:>12} {:>7.1}",
+            r.options.as_deref().unwrap_or("-"),
             r.cache.unwrap_or("-"),
             r.threads.unwrap_or(1),
             r.phase.unwrap_or("-"),
@@ -1488,26 +1514,31 @@ fn print_targets(records: &[Record]) {
         "  cut + fingerprint ≥ 500 MB/s per core, 1-D CDC: {}",
         cdc.join(", ")
     );
-    let best_pipe = records
-        .iter()
-        .filter(|r| r.benchmark == "pipeline")
-        .map(|r| {
-            (
-                r.mb_per_s.unwrap_or(0.0),
-                r.threads.unwrap_or(1),
-                r.cache.unwrap_or("-"),
-                r.phase.unwrap_or("-"),
-            )
-        })
-        .fold(None::<(f64, u32, &str, &str)>, |b, x| match b {
-            Some(b) if b.0 >= x.0 => Some(b),
-            _ => Some(x),
-        });
-    if let Some((v, t, c, p)) = best_pipe {
-        println!(
-            "  sender pipeline ≥ 300 MB/s on both cores: best {v:.0} MB/s ({t} thread(s), {c} \
-             cache, {p})"
-        );
+    for mode in [PIPE_INLINE, PIPE_BATCHED] {
+        let best_pipe = records
+            .iter()
+            .filter(|r| {
+                r.benchmark == "pipeline"
+                    && r.options.as_deref().is_some_and(|o| o.starts_with(mode))
+            })
+            .map(|r| {
+                (
+                    r.mb_per_s.unwrap_or(0.0),
+                    r.threads.unwrap_or(1),
+                    r.cache.unwrap_or("-"),
+                    r.phase.unwrap_or("-"),
+                )
+            })
+            .fold(None::<(f64, u32, &str, &str)>, |b, x| match b {
+                Some(b) if b.0 >= x.0 => Some(b),
+                _ => Some(x),
+            });
+        if let Some((v, t, c, p)) = best_pipe {
+            println!(
+                "  sender pipeline ≥ 300 MB/s on both cores, {mode}: best {v:.0} MB/s ({t} \
+                 thread(s), {c} cache, {p})"
+            );
+        }
     }
     let sync: Vec<&Record> = records
         .iter()

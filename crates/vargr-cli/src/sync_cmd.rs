@@ -106,6 +106,10 @@ pub struct SyncArgs {
     /// The vargr program on the remote host (ssh destinations).
     #[arg(long, default_value = "vargr")]
     remote_vargr: String,
+    /// zstd level of delta batches, the changed segments sent against cached ones
+    /// (-7..=22; higher: fewer bytes, more CPU).
+    #[arg(long, default_value_t = 9)]
+    delta_level: i32,
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -141,6 +145,9 @@ pub fn run(a: SyncArgs) -> Result<()> {
     if let Some(root) = &a.serve {
         return serve(root, &a.listen, &secret(&a.secret_file)?, cache_root, cache);
     }
+    if !vargr_codec::ZSTD_LEVELS.contains(&a.delta_level) {
+        bail!("--delta-level {}: expected -7..=22", a.delta_level);
+    }
     let src = a.src.clone().expect("clap requires SRC");
     let dest = a.dest.clone().expect("clap requires DEST");
     let mut opts = SendOptions {
@@ -149,6 +156,7 @@ pub fn run(a: SyncArgs) -> Result<()> {
         cache,
         group,
         zstd_level,
+        delta_level: a.delta_level,
         ..SendOptions::default()
     };
     let (t, mut child) = connect(&dest, &a, &mut opts)?;

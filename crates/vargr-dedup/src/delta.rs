@@ -117,29 +117,42 @@ impl Encoder {
     }
 }
 
-/// Rebuilds a segment of `len` bytes from `base` and `delta`; refuses anything longer.
-pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaError> {
-    let mut out = Vec::with_capacity(len);
+/// One operation of a delta.
+enum Op<'a> {
+    Insert(&'a [u8]),
+    /// `len` bytes of the base from `offset` (not yet checked against the base).
+    Copy {
+        offset: i64,
+        len: usize,
+    },
+}
+
+/// The operations of `delta` in order, with copy offsets made absolute.
+fn ops(delta: &[u8]) -> impl Iterator<Item = Result<Op<'_>, DeltaError>> + '_ {
     let mut at = 0usize;
     let mut base_end = 0i64;
     // Bytes inserted since the last copy.
     let mut inserted = 0i64;
-    while at < delta.len() {
-        let x = varint(delta, &mut at, "operation")?;
-        if x & 1 == 0 {
-            let k = usize::try_from(x >> 1).unwrap_or(usize::MAX);
-            let bytes = delta
-                .get(at..at.saturating_add(k))
-                .ok_or(DeltaError::Malformed {
-                    what: "insert (runs past the end)",
-                    at,
-                })?;
-            check_len(out.len(), k, len)?;
-            out.extend_from_slice(bytes);
-            at += k;
-            inserted += k as i64;
-        } else {
-            let k = usize::try_from(x >> 1)
+    let mut failed = false;
+    std::iter::from_fn(move || {
+        if at >= delta.len() || failed {
+            return None;
+        }
+        let op = (|| {
+            let x = varint(delta, &mut at, "operation")?;
+            if x & 1 == 0 {
+                let k = usize::try_from(x >> 1).unwrap_or(usize::MAX);
+                let bytes = delta
+                    .get(at..at.saturating_add(k))
+                    .ok_or(DeltaError::Malformed {
+                        what: "insert (runs past the end)",
+                        at,
+                    })?;
+                at += k;
+                inserted += k as i64;
+                return Ok(Op::Insert(bytes));
+            }
+            let len = usize::try_from(x >> 1)
                 .ok()
                 .and_then(|k| k.checked_add(MIN_COPY))
                 .ok_or(DeltaError::Malformed {
@@ -149,23 +162,40 @@ pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaErr
             let rel = unzigzag(varint(delta, &mut at, "copy offset")?);
             let offset = (base_end + inserted)
                 .checked_add(rel)
+                .and_then(|o| o.checked_add(len as i64).map(|end| (o, end)))
                 .ok_or(DeltaError::Malformed {
                     what: "copy offset",
                     at,
                 })?;
-            let src = usize::try_from(offset)
+            base_end = offset.1;
+            inserted = 0;
+            Ok(Op::Copy {
+                offset: offset.0,
+                len,
+            })
+        })();
+        failed = op.is_err();
+        Some(op)
+    })
+}
+
+/// Rebuilds a segment of `len` bytes from `base` and `delta`; refuses anything longer.
+pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaError> {
+    let mut out = Vec::with_capacity(len);
+    for op in ops(delta) {
+        let bytes = match op? {
+            Op::Insert(bytes) => bytes,
+            Op::Copy { offset, len: k } => usize::try_from(offset)
                 .ok()
                 .and_then(|o| base.get(o..o.checked_add(k)?))
                 .ok_or(DeltaError::CopyOutside {
                     offset,
                     len: k,
                     base: base.len(),
-                })?;
-            check_len(out.len(), k, len)?;
-            out.extend_from_slice(src);
-            base_end = offset + k as i64;
-            inserted = 0;
-        }
+                })?,
+        };
+        check_len(out.len(), bytes.len(), len)?;
+        out.extend_from_slice(bytes);
     }
     if out.len() != len {
         return Err(DeltaError::Length {
@@ -174,6 +204,21 @@ pub fn decode(base: &[u8], delta: &[u8], len: usize) -> Result<Vec<u8>, DeltaErr
         });
     }
     Ok(out)
+}
+
+/// The ranges of the base that `delta` copies from, in its order (a delta this module
+/// made; a malformed one yields what came before the fault).
+pub fn copied(delta: &[u8]) -> impl Iterator<Item = std::ops::Range<usize>> + '_ {
+    ops(delta)
+        .map_while(|op| match op {
+            Ok(Op::Copy { offset, len }) => {
+                let start = usize::try_from(offset).ok()?;
+                Some(start..start + len)
+            }
+            Ok(Op::Insert(_)) => Some(0..0),
+            Err(_) => None,
+        })
+        .filter(|r| !r.is_empty())
 }
 
 fn check_len(have: usize, add: usize, want: usize) -> Result<(), DeltaError> {
@@ -286,6 +331,21 @@ fn hash(at: &[u8], shift: u32) -> usize {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn copied_names_the_base_ranges_a_delta_reads() {
+        let base = crate::testdata::random(4000, 3);
+        // The target takes 1000..1600 of the base, then new bytes, then 1700..2000.
+        let mut target = base[1000..1600].to_vec();
+        target.extend_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        target.extend_from_slice(&base[1700..2000]);
+        let mut d = Vec::new();
+        encode(&base, &target, &mut d);
+        let got: Vec<_> = copied(&d).collect();
+        assert_eq!(got, vec![1000..1600, 1700..2000]);
+        // A malformed delta yields what came before the fault.
+        assert_eq!(copied(&[0x81]).count(), 0);
+    }
 
     fn round(base: &[u8], target: &[u8]) -> usize {
         let mut d = Vec::new();

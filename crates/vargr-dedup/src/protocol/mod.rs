@@ -113,6 +113,10 @@ impl Config {
 /// holds up (the receiver cannot check them before it) stay well inside the window.
 const BATCH_GROUPS: u64 = 16;
 
+/// What every batch prefix starts with: zstd reads a dictionary that begins with its
+/// magic number as a trained one, and a prefix must always read as raw content.
+const PREFIX_START: [u8; 1] = [0];
+
 /// Segments a sender remembers as sent this session.
 const SESSION_NEW_MAX: usize = 1 << 22;
 
@@ -291,6 +295,9 @@ pub struct Sender<C: SegmentCache> {
     /// The receiver's model was not ours and both were reset this session.
     resynced: bool,
     batch: Option<DeltaBatch>,
+    /// Kept from batch to batch: a fresh context would allocate and clear its tables
+    /// (megabytes at the window a batch needs) every time.
+    batch_cctx: Option<zstd::zstd_safe::CCtx<'static>>,
     /// Segments first sent this session (up to a bound). A delta on them goes inline:
     /// the link's compressor has them in its window and finds more than a batch would.
     session_new: rustc_hash::FxHashSet<u64>,
@@ -320,6 +327,7 @@ impl<C: SegmentCache> Sender<C> {
             hello_sent: false,
             resynced: false,
             batch: None,
+            batch_cctx: None,
             session_new: Default::default(),
             recent: Recent::default(),
             encoder: delta::Encoder::default(),
@@ -355,6 +363,15 @@ impl<C: SegmentCache> Sender<C> {
     /// The stream model, to keep for the next session once this one has ended.
     pub fn stream(&self) -> &StreamModel {
         &self.stream
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Ends the session, handing back what the next one with the same peer starts from.
+    pub fn into_parts(self) -> (C, SimilarityIndex, StreamModel) {
+        (self.cache, self.similar, self.stream)
     }
 
     fn ensure_hello(&mut self) {
@@ -572,11 +589,13 @@ impl<C: SegmentCache> Sender<C> {
         sketch: Option<&similar::Sketch>,
     ) -> Result<Sent, ProtocolError> {
         let bits = self.config.bits;
-        let mut best: Option<(Vec<Fingerprint>, usize)> = None;
+        // The bases, the anchor's index, and where each base ends in their concatenation.
+        let mut best: Option<(Vec<Fingerprint>, usize, Vec<usize>)> = None;
         if self.config.delta_index > 0 && s.len() >= similar::MIN_SEGMENT {
             for (run, anchor) in self.base_choices(sketch) {
                 self.base_buf.clear();
                 let mut have = Vec::with_capacity(run.len());
+                let mut ends = Vec::with_capacity(run.len());
                 let (mut start, mut at) = (0, 0);
                 for (i, &f) in run.iter().enumerate() {
                     if self.batched(f) {
@@ -588,6 +607,7 @@ impl<C: SegmentCache> Sender<C> {
                         }
                         self.base_buf.extend_from_slice(&b);
                         have.push(f);
+                        ends.push(self.base_buf.len());
                     }
                 }
                 if have.is_empty() {
@@ -598,7 +618,7 @@ impl<C: SegmentCache> Sender<C> {
                     .encode(&self.base_buf, s, start, &mut self.delta_buf);
                 if best.is_none() || self.delta_buf.len() < self.best_delta.len() {
                     std::mem::swap(&mut self.delta_buf, &mut self.best_delta);
-                    best = Some((have, at));
+                    best = Some((have, at, ends));
                 }
                 if self.best_delta.len() < s.len() / 16 {
                     break; // good enough: skip the other candidate
@@ -606,9 +626,31 @@ impl<C: SegmentCache> Sender<C> {
             }
         }
         let whole = 1 + varint_len(s.len()) + s.len();
-        let refs = best.as_ref().map(|(bases, _)| self.base_refs(bases));
+        let deferred = self.config.delta_batch > 0
+            && best.as_ref().is_some_and(|(bases, _, _)| {
+                !bases.iter().all(|b| self.session_new.contains(&b.0))
+            });
+        if deferred {
+            // A batch's prefix is all its bases, and zstd reads every byte of it: keep
+            // the bases the delta copies from (and the anchor).
+            if let Some((bases, anchor, ends)) = best.as_mut() {
+                let mut used = vec![false; bases.len()];
+                used[*anchor] = true;
+                for r in delta::copied(&self.best_delta) {
+                    let first = ends.partition_point(|&e| e <= r.start);
+                    let last = ends.partition_point(|&e| e < r.end);
+                    for u in used.iter_mut().take(last + 1).skip(first) {
+                        *u = true;
+                    }
+                }
+                *anchor = used[..*anchor].iter().filter(|&&u| u).count();
+                let mut keep = used.iter();
+                bases.retain(|_| *keep.next().expect("one flag per base"));
+            }
+        }
+        let refs = best.as_ref().map(|(bases, _, _)| self.base_refs(bases));
         match (best, refs) {
-            (Some((bases, anchor)), Some(refs))
+            (Some((bases, anchor, _)), Some(refs))
                 if 2 + refs
                     .iter()
                     .map(|r| if r.is_some() { 1 } else { 1 + bits.wire_len() })
@@ -618,8 +660,6 @@ impl<C: SegmentCache> Sender<C> {
                     + self.best_delta.len()
                     < whole =>
             {
-                let deferred = self.config.delta_batch > 0
-                    && !bases.iter().all(|b| self.session_new.contains(&b.0));
                 let start = self.out.len();
                 self.out.push(if deferred {
                     wire::T_DEFERRED
@@ -679,6 +719,7 @@ impl<C: SegmentCache> Sender<C> {
     ) -> Result<(), ProtocolError> {
         let groups = self.stats.groups;
         let batch = self.batch.get_or_insert_with(|| DeltaBatch {
+            prefix: PREFIX_START.to_vec(),
             first_group: groups,
             ..DeltaBatch::default()
         });
@@ -703,7 +744,10 @@ impl<C: SegmentCache> Sender<C> {
     /// file header) costs little after the first.
     fn send_batch(&mut self) {
         let Some(b) = self.batch.take() else { return };
-        let frame = compress_with_prefix(&b.prefix, &b.targets, self.config.batch_level);
+        let cctx = self
+            .batch_cctx
+            .get_or_insert_with(zstd::zstd_safe::CCtx::create);
+        let frame = compress_with_prefix(cctx, &b.prefix, &b.targets, self.config.batch_level);
         self.out.push(wire::T_BATCH);
         put_varint(frame.len() as u64, &mut self.out);
         self.out.extend_from_slice(&frame);
@@ -874,17 +918,22 @@ fn check_bits<C: SegmentCache>(config: &Config, cache: &C) -> Result<(), Protoco
     Ok(())
 }
 
-/// One zstd frame of `data` that needs `prefix` to decode (raw content, referenced).
-fn compress_with_prefix(prefix: &[u8], data: &[u8], level: i32) -> Vec<u8> {
-    use zstd::zstd_safe::{CCtx, CParameter};
+/// One zstd frame of `data` that needs `prefix` to decode (as raw content before it; a
+/// raw-content dictionary, which `cctx` keeps until the next).
+fn compress_with_prefix(
+    cctx: &mut zstd::zstd_safe::CCtx<'static>,
+    prefix: &[u8],
+    data: &[u8],
+    level: i32,
+) -> Vec<u8> {
+    use zstd::zstd_safe::CParameter;
     let window = (prefix.len() + data.len()).max(1 << 10).next_power_of_two();
     let log = window.trailing_zeros().min(BATCH_WINDOW_LOG);
-    let mut cctx = CCtx::create();
     let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
     let r = cctx
         .set_parameter(CParameter::CompressionLevel(level))
         .and_then(|_| cctx.set_parameter(CParameter::WindowLog(log)))
-        .and_then(|_| cctx.ref_prefix(prefix))
+        .and_then(|_| cctx.load_dictionary(prefix))
         .and_then(|_| cctx.compress2(&mut out, data));
     // Only a bad level or an allocation failure makes zstd fail here.
     r.expect("zstd compresses into a buffer of its bound");
@@ -1344,7 +1393,7 @@ impl<C: SegmentCache> Receiver<C> {
         let deferred = std::mem::take(&mut self.deferred);
         let total = std::mem::take(&mut self.deferred_bytes);
         // The prefix as the sender built it: every base once, in the order named.
-        let mut prefix = Vec::new();
+        let mut prefix = PREFIX_START.to_vec();
         let mut named: Vec<Fingerprint> = Vec::new();
         let mut complete = true;
         for d in &deferred {
