@@ -298,8 +298,11 @@ const PROBE_SAMPLES: usize = 8;
 /// the peer's reading), which a configured bandwidth does not include. Only links with
 /// a configured model probe; links that learn from the kernel do not (see
 /// [`CodecStage::learning_path`]). A round of probes starts only when application
-/// frames go out, and each probe waits until the link is idle by the model, so it
-/// neither keeps an idle link busy nor queues ahead of data.
+/// frames go out, and each probe waits until the link is idle by the model and goes
+/// only if it holds the link for less than half the application's usual pause, so it
+/// neither keeps an idle link busy nor (mostly) queues ahead of data. On a link busy
+/// with closely spaced frames the large probe never fits, and the link keeps its
+/// configured or learned model.
 #[derive(Debug)]
 struct Prober {
     /// When the next probe goes (only while a round is under way and none is in flight).
@@ -318,7 +321,15 @@ struct Prober {
     /// (and its echo) goes only when paid for, so calibration never makes the link
     /// carry more than it would without the codec stage.
     credit: u64,
+    /// When application frames last went out, and the usual pause between them
+    /// (moving average, seconds): a probe must fit well inside it, or the next frame
+    /// would queue behind the probe.
+    last_traffic: Option<Instant>,
+    gap_s: Option<f64>,
 }
+
+/// A probe's wire time may take at most this share of the application's usual pause.
+const PROBE_GAP_SHARE: f64 = 0.5;
 
 impl Prober {
     fn new() -> Prober {
@@ -333,11 +344,17 @@ impl Prober {
             large: VecDeque::new(),
             large_size: PROBE_LARGE,
             credit: 0,
+            last_traffic: None,
+            gap_s: None,
         }
     }
 
     /// Application traffic went out at `now`; the link is free again at `idle_at`.
     fn traffic(&mut self, now: Instant, idle_at: Instant) {
+        if let Some(last) = self.last_traffic.replace(now) {
+            let gap = now.saturating_duration_since(last).as_secs_f64();
+            self.gap_s = Some(self.gap_s.map_or(gap, |g| g + 0.25 * (gap - g)));
+        }
         if let Some((_, _, sent)) = self.pending {
             if now.saturating_duration_since(sent) < ECHO_TIMEOUT {
                 return;
@@ -365,7 +382,12 @@ impl Prober {
     /// The probe to send at `now` (its frame size and id), if one is due, the link is
     /// idle at `idle_at` and the credit pays for it; otherwise the probe waits for the
     /// link, or for the next application frame.
-    fn take_due(&mut self, now: Instant, idle_at: Instant) -> Option<(u32, usize)> {
+    fn take_due(
+        &mut self,
+        now: Instant,
+        idle_at: Instant,
+        wire_s: impl Fn(usize) -> f64,
+    ) -> Option<(u32, usize)> {
         let due = self.due?;
         if due > now {
             return None;
@@ -380,6 +402,14 @@ impl Prober {
         } else {
             self.large_size
         };
+        // Frames that follow each other closely would wait behind it: the next frame
+        // schedules it again, and a link too busy for it keeps its model.
+        if self
+            .gap_s
+            .is_some_and(|gap| wire_s(size) > PROBE_GAP_SHARE * gap)
+        {
+            return None;
+        }
         // Not paid for yet: the next application frame schedules it again.
         let cost = (size + HEADER_LEN) as u64;
         if self.credit < cost {
@@ -799,7 +829,13 @@ impl Stage for CodecStage {
             self.emit(now, echo, out);
         }
         let idle_at = self.wire_free_at.unwrap_or(now);
-        if let Some((id, size)) = self.prober.as_mut().and_then(|p| p.take_due(now, idle_at)) {
+        let model = self.engine.as_ref().and_then(|e| e.link_model(self.link));
+        let wire_s = |size: usize| model.map_or(0.0, |m| m.wire_time(size as f64));
+        if let Some((id, size)) = self
+            .prober
+            .as_mut()
+            .and_then(|p| p.take_due(now, idle_at, wire_s))
+        {
             self.emit(now, probe_frame(FrameKind::CodecProbe, id, 0, size), out);
         }
     }
@@ -1066,6 +1102,35 @@ mod tests {
     fn paid(mut s: CodecStage) -> CodecStage {
         s.prober.as_mut().expect("an adaptive stage").credit = 1 << 40;
         s
+    }
+
+    #[test]
+    fn a_probe_goes_only_where_it_fits_between_application_frames() {
+        // 100 Mbit/s: a 64 KiB probe holds the link for 5.2 ms.
+        let wire = |n: usize| n as f64 / 12.5e6;
+        let mut p = Prober::new();
+        p.credit = 1 << 40;
+        let t0 = Instant::now();
+        let ms = |k: u64| t0 + Duration::from_millis(k);
+        // Frames every 2 ms: the small probe fits, the large one would delay the next.
+        for k in 0..6 {
+            p.traffic(ms(2 * k), ms(2 * k));
+        }
+        let (id, size) = p.take_due(ms(10), ms(10), wire).expect("the small probe");
+        assert_eq!(size, PROBE_SMALL);
+        p.echo(id, ms(11));
+        assert_eq!(p.take_due(ms(11), ms(11), wire), None);
+        // Frames 50 ms apart: once the usual pause has grown, the large one goes.
+        let mut sent = None;
+        for k in 1..20 {
+            let t = ms(11 + 50 * k);
+            p.traffic(t, t);
+            if let Some(probe) = p.take_due(t, t, wire) {
+                sent = Some(probe);
+                break;
+            }
+        }
+        assert_eq!(sent.map(|(_, size)| size), Some(PROBE_LARGE));
     }
 
     #[test]
