@@ -490,4 +490,41 @@ proptest! {
         while rx.poll_delivered().is_some() {}
         let _ = tx.handle_input(&bytes);
     }
+
+    #[test]
+    fn a_damaged_delta_batch_is_an_error_or_a_resend_never_a_panic_or_wrong_bytes(
+        flips in prop::collection::vec((any::<u16>(), 1u8..=255), 1..4),
+    ) {
+        let v1 = random(32 << 10, 41);
+        let (mut tx, mut rx) = pair_batching(40, 20, 8 << 10);
+        transfer(&mut tx, &mut rx, &[segments(&v1, 512)], 100);
+        let (mut tx2, mut rx2) = pair_batching(40, 20, 8 << 10);
+        tx2.cache().map = tx.cache().map.clone();
+        rx2.cache().map = rx.cache().map.clone();
+        tx2.set_similarity(tx.similarity().clone());
+        tx2.set_stream(tx.stream().clone());
+        rx2.set_stream(rx.stream().clone());
+        let v2 = edited(&v1, 300, 9);
+        let segs = segments(&v2, 512);
+        let refs: Vec<&[u8]> = segs.iter().map(Vec::as_slice).collect();
+        tx2.send_message(0, &[0], &refs).unwrap();
+        tx2.flush();
+        let mut out = Vec::new();
+        tx2.take_output(&mut out);
+        // Damage the last batch frame, which ends the output (flush sends it last).
+        assert!(tx2.stats().batched > 0);
+        for (at, x) in flips {
+            let i = out.len() - 1 - usize::from(at) % 64;
+            out[i] ^= x;
+        }
+        if rx2.handle_input(&out).is_ok() {
+            let mut back = Vec::new();
+            rx2.take_output(&mut back);
+            // Whatever is delivered is right (the rest waits for the resends).
+            while let Some(d) = rx2.poll_delivered() {
+                prop_assert_eq!(d.segments.concat(), v2.clone());
+            }
+            prop_assert!(tx2.handle_input(&back).is_ok() || !back.is_empty());
+        }
+    }
 }
