@@ -11,6 +11,7 @@
 //! Everything here is sans-IO: the tools (`vargr sync`, `vargr proxy`) and the link
 //! stage move the bytes.
 
+mod aged;
 pub mod cache;
 pub mod delta;
 pub mod fp;

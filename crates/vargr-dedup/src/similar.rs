@@ -17,11 +17,9 @@
 //! bases it names must outlive a session to help the next one. A stale entry is harmless:
 //! the sender finds the base gone from its cache and sends the segment whole.
 
-use std::collections::VecDeque;
-
-use rustc_hash::FxHashMap;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::aged::AgedMap;
 use crate::fp::Fingerprint;
 use crate::segment::cdc::table;
 
@@ -94,11 +92,7 @@ pub fn sketch(segment: &[u8]) -> Option<Sketch> {
 /// [`crate::stream::StreamModel`]'s.)
 #[derive(Debug, Clone)]
 pub struct SimilarityIndex {
-    features: FxHashMap<u64, (Fingerprint, u32)>,
-    /// Keys oldest first, with the generation each was inserted at.
-    order: VecDeque<(u64, u32)>,
-    generation: u32,
-    capacity: usize,
+    features: AgedMap,
 }
 
 const MAGIC: &[u8; 8] = b"VSIMIDX2";
@@ -111,10 +105,7 @@ impl SimilarityIndex {
     /// An empty index of at most `capacity` super-features (a segment takes three).
     pub fn new(capacity: usize) -> SimilarityIndex {
         SimilarityIndex {
-            features: FxHashMap::default(),
-            order: VecDeque::new(),
-            generation: 0,
-            capacity,
+            features: AgedMap::new(capacity),
         }
     }
 
@@ -132,7 +123,7 @@ impl SimilarityIndex {
         let found: Vec<Fingerprint> = sketch
             .0
             .iter()
-            .filter_map(|k| self.features.get(k).map(|&(f, _)| f))
+            .filter_map(|&k| self.features.get(k))
             .collect();
         let mut best: Option<(Fingerprint, usize)> = None;
         for f in &found {
@@ -146,41 +137,18 @@ impl SimilarityIndex {
 
     /// Records a segment that went whole or as a delta, named by `fp`.
     pub fn record(&mut self, fp: Fingerprint, sketch: &Sketch) {
-        if self.capacity == 0 {
+        if self.features.capacity() == 0 {
             return;
         }
         for &k in &sketch.0 {
-            self.generation = self.generation.wrapping_add(1);
-            let g = self.generation;
-            self.features.insert(k, (fp, g));
-            self.order.push_back((k, g));
+            self.features.insert(k, fp);
         }
-        self.evict();
-    }
-
-    /// Drops the oldest entries beyond the capacity (and stale order entries).
-    fn evict(&mut self) {
-        let cap = self.capacity;
-        while self.features.len() > cap || self.order.len() > 4 * cap.max(1) {
-            let Some((k, g)) = self.order.pop_front() else {
-                break;
-            };
-            if self.features.get(&k).is_some_and(|&(_, have)| have == g) {
-                self.features.remove(&k);
-            }
-        }
+        self.features.evict();
     }
 
     /// The index as bytes, oldest entries first, with a checksum.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let live: Vec<(u64, Fingerprint)> = self
-            .order
-            .iter()
-            .filter_map(|&(k, g)| match self.features.get(&k) {
-                Some(&(f, have)) if have == g => Some((k, f)),
-                _ => None,
-            })
-            .collect();
+        let live: Vec<(u64, Fingerprint)> = self.features.live().collect();
         let mut out = Vec::with_capacity(24 + live.len() * 17);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(live.len() as u64).to_le_bytes());
@@ -211,16 +179,12 @@ impl SimilarityIndex {
             let k = u64::from_le_bytes(e[1..9].try_into().ok()?);
             let f = Fingerprint(u64::from_le_bytes(e[9..].try_into().ok()?));
             match e[0] {
-                KIND_FEATURE => {
-                    ix.generation = ix.generation.wrapping_add(1);
-                    ix.features.insert(k, (f, ix.generation));
-                    ix.order.push_back((k, ix.generation));
-                }
+                KIND_FEATURE => ix.features.insert(k, f),
                 KIND_OLD_SUCCESSOR => {}
                 _ => return None,
             }
         }
-        ix.evict();
+        ix.features.evict();
         Some(ix)
     }
 }

@@ -25,9 +25,9 @@
 
 use std::collections::VecDeque;
 
-use rustc_hash::FxHashMap;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::aged::AgedMap;
 use crate::fp::Fingerprint;
 
 /// What identifies a model's state: both peers hold equal tokens iff they saw the same
@@ -47,13 +47,8 @@ const DIRTY: u64 = u64::MAX;
 /// One side's successor map and stream position.
 #[derive(Debug, Clone)]
 pub struct StreamModel {
-    /// Segment → the segment that followed it most recently, with the generation of
-    /// the entry (to tell live `order` entries from overwritten ones).
-    next: FxHashMap<u64, (Fingerprint, u32)>,
-    /// Keys oldest first.
-    order: VecDeque<(u64, u32)>,
-    generation: u32,
-    capacity: usize,
+    /// Segment → the segment that followed it most recently.
+    next: AgedMap,
     epoch: u64,
     commits: u64,
     dirty: bool,
@@ -82,10 +77,7 @@ impl StreamModel {
     /// predicted).
     pub fn new(capacity: usize) -> StreamModel {
         StreamModel {
-            next: FxHashMap::default(),
-            order: VecDeque::new(),
-            generation: 0,
-            capacity,
+            next: AgedMap::new(capacity),
             epoch: 0,
             commits: 0,
             dirty: false,
@@ -100,7 +92,7 @@ impl StreamModel {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.next.is_empty()
+        self.len() == 0
     }
 
     pub fn token(&self) -> Token {
@@ -115,7 +107,7 @@ impl StreamModel {
     pub fn reset(&mut self, epoch: u64) {
         *self = StreamModel {
             epoch,
-            ..StreamModel::new(self.capacity)
+            ..StreamModel::new(self.next.capacity())
         };
     }
 
@@ -137,7 +129,7 @@ impl StreamModel {
 
     /// The segment that followed `f` last time.
     pub fn successor(&self, f: Fingerprint) -> Option<Fingerprint> {
-        self.next.get(&f.0).map(|&(n, _)| n)
+        self.next.get(f.0)
     }
 
     /// What the next segment is expected to be: the successor of the cursor.
@@ -160,7 +152,7 @@ impl StreamModel {
     /// One segment passed: the stream is now at `cursor`, and the segment was `seen`.
     pub fn advance(&mut self, cursor: Option<Fingerprint>, seen: Seen) {
         self.cursor = cursor;
-        if self.capacity > 0 {
+        if self.next.capacity() > 0 {
             self.pending.push_back(seen);
         }
     }
@@ -182,7 +174,7 @@ impl StreamModel {
             self.last = fp;
             self.commits = self.commits.wrapping_add(1);
         }
-        self.evict();
+        self.next.evict();
     }
 
     /// A batch of deferred deltas arrived: the deferred segments were `fps`, in order
@@ -201,34 +193,13 @@ impl StreamModel {
     }
 
     fn link(&mut self, prev: Fingerprint, f: Fingerprint) {
-        self.generation = self.generation.wrapping_add(1);
-        let g = self.generation;
-        self.next.insert(prev.0, (f, g));
-        self.order.push_back((prev.0, g));
-    }
-
-    fn evict(&mut self) {
-        while self.next.len() > self.capacity || self.order.len() > 4 * self.capacity.max(1) {
-            let Some((k, g)) = self.order.pop_front() else {
-                break;
-            };
-            if self.next.get(&k).is_some_and(|&(_, have)| have == g) {
-                self.next.remove(&k);
-            }
-        }
+        self.next.insert(prev.0, f);
     }
 
     /// The model as bytes (token, then links oldest first), with a checksum. The stream
     /// position is not kept: a session starts with none.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let live: Vec<(u64, Fingerprint)> = self
-            .order
-            .iter()
-            .filter_map(|&(k, g)| match self.next.get(&k) {
-                Some(&(f, have)) if have == g => Some((k, f)),
-                _ => None,
-            })
-            .collect();
+        let live: Vec<(u64, Fingerprint)> = self.next.live().collect();
         let token = self.token();
         let mut out = Vec::with_capacity(40 + live.len() * 16);
         out.extend_from_slice(MAGIC);
@@ -268,7 +239,7 @@ impl StreamModel {
             let f = u64::from_le_bytes(e[8..].try_into().ok()?);
             m.link(Fingerprint(k), Fingerprint(f));
         }
-        m.evict();
+        m.next.evict();
         Some(m)
     }
 }
