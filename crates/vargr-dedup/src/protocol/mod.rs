@@ -113,9 +113,35 @@ impl Config {
 /// holds up (the receiver cannot check them before it) stay well inside the window.
 const BATCH_GROUPS: u64 = 16;
 
-/// What every batch prefix starts with: zstd reads a dictionary that begins with its
-/// magic number as a trained one, and a prefix must always read as raw content.
-const PREFIX_START: [u8; 1] = [0];
+/// A batch's zstd prefix, built the same way on both sides: every base once, in the
+/// order the deltas first named them.
+struct BatchPrefix {
+    bytes: Vec<u8>,
+    named: Vec<Fingerprint>,
+}
+
+impl BatchPrefix {
+    fn new() -> BatchPrefix {
+        BatchPrefix {
+            // zstd reads a dictionary that begins with its magic number as a trained
+            // one; a prefix must always read as raw content.
+            bytes: vec![0],
+            named: Vec::new(),
+        }
+    }
+
+    fn has(&self, fp: Fingerprint) -> bool {
+        self.named.contains(&fp)
+    }
+
+    /// Appends base `fp` unless it is there already.
+    fn add(&mut self, fp: Fingerprint, base: &[u8]) {
+        if !self.has(fp) {
+            self.named.push(fp);
+            self.bytes.extend_from_slice(base);
+        }
+    }
+}
 
 /// Segments a sender remembers as sent this session.
 const SESSION_NEW_MAX: usize = 1 << 22;
@@ -124,11 +150,8 @@ const SESSION_NEW_MAX: usize = 1 << 22;
 const BATCH_WINDOW_LOG: u32 = 27;
 
 /// Deferred delta segments the sender gathers, and their bases.
-#[derive(Default)]
 struct DeltaBatch {
-    /// The bases, each once, in the order the deltas first named them.
-    prefix: Vec<u8>,
-    in_prefix: Vec<Fingerprint>,
+    prefix: BatchPrefix,
     targets: Vec<u8>,
     fps: Vec<Fingerprint>,
     /// Groups closed when the first delta came.
@@ -719,19 +742,19 @@ impl<C: SegmentCache> Sender<C> {
     ) -> Result<(), ProtocolError> {
         let groups = self.stats.groups;
         let batch = self.batch.get_or_insert_with(|| DeltaBatch {
-            prefix: PREFIX_START.to_vec(),
+            prefix: BatchPrefix::new(),
+            targets: Vec::new(),
+            fps: Vec::new(),
             first_group: groups,
-            ..DeltaBatch::default()
         });
         for &b in bases {
-            if !batch.in_prefix.contains(&b) {
+            if !batch.prefix.has(b) {
                 // Looked up a moment ago to make the delta: present.
                 let bytes = self.cache.lookup(b)?.ok_or(ProtocolError::Unexpected {
                     what: "delta base gone from the sender's cache",
                     offset: self.stats.bytes_out,
                 })?;
-                batch.prefix.extend_from_slice(&bytes);
-                batch.in_prefix.push(b);
+                batch.prefix.add(b, &bytes);
             }
         }
         batch.targets.extend_from_slice(s);
@@ -747,7 +770,8 @@ impl<C: SegmentCache> Sender<C> {
         let cctx = self
             .batch_cctx
             .get_or_insert_with(zstd::zstd_safe::CCtx::create);
-        let frame = compress_with_prefix(cctx, &b.prefix, &b.targets, self.config.batch_level);
+        let frame =
+            compress_with_prefix(cctx, &b.prefix.bytes, &b.targets, self.config.batch_level);
         self.out.push(wire::T_BATCH);
         put_varint(frame.len() as u64, &mut self.out);
         self.out.extend_from_slice(&frame);
@@ -758,7 +782,6 @@ impl<C: SegmentCache> Sender<C> {
     /// Closes the open group now (end of input, or before going idle), so the receiver
     /// can check and deliver what it has.
     pub fn flush(&mut self) {
-        self.ensure_hello();
         if !self.groups.back().expect("an open group").ends.is_empty() {
             self.close_group();
         }
@@ -974,7 +997,6 @@ const UNKNOWN_BASE: u64 = u64::MAX;
 
 /// One segment slot at the receiver.
 struct Slot {
-    fp: Fingerprint,
     data: Option<Bytes>,
     /// Filled from the cache (so suspect until the group's hash agrees).
     from_cache: bool,
@@ -1222,7 +1244,6 @@ impl<C: SegmentCache> Receiver<C> {
                 self.pending_bytes += data.len();
                 self.stats.pushed += 1;
                 self.push_slot(Slot {
-                    fp: full.truncate(self.config.bits),
                     data: Some(Bytes::copy_from_slice(data)),
                     from_cache: false,
                 })?;
@@ -1277,13 +1298,16 @@ impl<C: SegmentCache> Receiver<C> {
                     });
                     self.stream.advance(anchor, Seen::Deferred(None));
                     return self.push_slot(Slot {
-                        fp: Fingerprint(0),
                         data: None,
                         from_cache: false,
                     });
                 };
                 let rebuilt = if complete {
-                    let base: Vec<u8> = found.iter().flat_map(|(_, b)| b.iter().copied()).collect();
+                    let base = found
+                        .iter()
+                        .map(|(_, b)| &b[..])
+                        .collect::<Vec<_>>()
+                        .concat();
                     delta::decode(&base, body, d.len).ok()
                 } else {
                     None
@@ -1298,7 +1322,6 @@ impl<C: SegmentCache> Receiver<C> {
                         self.pending_bytes += data.len();
                         self.stats.delta_segment_bytes += data.len() as u64;
                         Slot {
-                            fp: full.truncate(self.config.bits),
                             data: Some(Bytes::from(data)),
                             // Built on cache reads: suspect until the group's hash agrees.
                             from_cache: true,
@@ -1329,11 +1352,10 @@ impl<C: SegmentCache> Receiver<C> {
             Msg::Segment { seq, data } => {
                 let base = self.groups.front().expect("an open group").first;
                 let seq64 = widen(seq, base);
-                let full = Fingerprint::full(data);
-                if !self.fill_slot(seq64, full, data, false)? {
+                if !self.fill_slot(seq64, data, false)? {
                     return Err(ProtocolError::UnknownSegment { seq, offset });
                 }
-                self.cache.insert(full, data)?;
+                self.cache.insert(Fingerprint::full(data), data)?;
             }
             Msg::Request(_) | Msg::Ack | Msg::Resync => {
                 return Err(ProtocolError::Unexpected {
@@ -1354,13 +1376,7 @@ impl<C: SegmentCache> Receiver<C> {
     /// Puts the bytes of segment `seq` in its slot (`suspect`: built from cache reads,
     /// so resent if the group's hash fails) and checks its group. False if no slot
     /// awaits them.
-    fn fill_slot(
-        &mut self,
-        seq: u64,
-        full: Fingerprint,
-        data: &[u8],
-        suspect: bool,
-    ) -> Result<bool, ProtocolError> {
+    fn fill_slot(&mut self, seq: u64, data: &[u8], suspect: bool) -> Result<bool, ProtocolError> {
         let Some(gi) = self
             .groups
             .iter()
@@ -1373,7 +1389,6 @@ impl<C: SegmentCache> Receiver<C> {
         if slot.data.is_some() {
             return Ok(false);
         }
-        slot.fp = full.truncate(self.config.bits);
         slot.data = Some(Bytes::copy_from_slice(data));
         slot.from_cache = suspect;
         g.waiting -= 1;
@@ -1392,9 +1407,7 @@ impl<C: SegmentCache> Receiver<C> {
         }
         let deferred = std::mem::take(&mut self.deferred);
         let total = std::mem::take(&mut self.deferred_bytes);
-        // The prefix as the sender built it: every base once, in the order named.
-        let mut prefix = PREFIX_START.to_vec();
-        let mut named: Vec<Fingerprint> = Vec::new();
+        let mut prefix = BatchPrefix::new();
         let mut complete = true;
         for d in &deferred {
             let Some(bases) = &d.bases else {
@@ -1402,14 +1415,11 @@ impl<C: SegmentCache> Receiver<C> {
                 break;
             };
             for (fp, b) in bases {
-                if !named.contains(fp) {
-                    named.push(*fp);
-                    prefix.extend_from_slice(b);
-                }
+                prefix.add(*fp, b);
             }
         }
         let all = complete
-            .then(|| decompress_with_prefix(&prefix, frame, total))
+            .then(|| decompress_with_prefix(&prefix.bytes, frame, total))
             .flatten();
         self.stats.delta_bytes += frame.len() as u64;
         let mut fps = Vec::with_capacity(deferred.len());
@@ -1423,7 +1433,7 @@ impl<C: SegmentCache> Receiver<C> {
                     self.cache.insert(full, seg)?;
                     fps.push(Some(full.truncate(self.config.bits)));
                     self.stats.delta_segment_bytes += d.len as u64;
-                    self.fill_slot(d.seq, full, seg, true)?;
+                    self.fill_slot(d.seq, seg, true)?;
                 }
                 None => {
                     // Some base is gone here, or is another segment than the sender's:
@@ -1446,7 +1456,6 @@ impl<C: SegmentCache> Receiver<C> {
             None => self.request(self.next_seq),
         }
         Ok(Slot {
-            fp: fp.unwrap_or(Fingerprint(0)),
             from_cache: data.is_some(),
             data,
         })
