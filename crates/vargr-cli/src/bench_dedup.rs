@@ -690,13 +690,25 @@ fn pass<C: SegmentCache>(
 
 /// A sender for the next session with the same peer: the same cache, delta-base index
 /// and stream model.
-fn next_session<C: vargr_dedup::cache::SegmentCache>(dx: Sender<C>) -> Result<Sender<C>> {
+fn next_session<C: SegmentCache>(dx: Sender<C>) -> Result<Sender<C>> {
     let config = *dx.config();
     let (cache, similar, stream) = dx.into_parts();
     let mut next = Sender::new(config, cache)?;
     next.set_similarity(similar);
     next.set_stream(stream);
     Ok(next)
+}
+
+/// [`pass`] over `first` (cold), then over `second` in the next session (warm).
+fn cold_then_warm<C: SegmentCache>(
+    mut dx: Sender<C>,
+    seg: &dyn Segmenter,
+    [first, second]: [&[u8]; 2],
+    threads: u32,
+) -> Result<[(u64, u64, f64); 2]> {
+    let cold = pass(&mut dx, seg, first, threads)?;
+    let mut dx = next_session(dx)?;
+    Ok([cold, pass(&mut dx, seg, second, threads)?])
 }
 
 /// The pipeline's two ways of sending deltas, as their records' `options` begin.
@@ -730,19 +742,14 @@ fn pipeline(
                 // The next release goes in a second session on the same cache, as in sync.
                 let runs = match cache {
                     "memory" => {
-                        let mut dx = Sender::new(config, MemCache::new(config.bits, 4 << 30))?;
-                        let cold = pass(&mut dx, &*seg, &a, threads)?;
-                        let mut dx = next_session(dx)?;
-                        [cold, pass(&mut dx, &*seg, &b, threads)?]
+                        let dx = Sender::new(config, MemCache::new(config.bits, 4 << 30))?;
+                        cold_then_warm(dx, &*seg, [&a, &b], threads)?
                     }
                     _ => {
                         let dir = scratch.join(format!("pipeline-cache-{threads}"));
                         let disk = DiskCache::open(&dir, DiskConfig::default())?;
-                        let mut dx = Sender::new(config, disk)?;
-                        let cold = pass(&mut dx, &*seg, &a, threads)?;
-                        let mut dx = next_session(dx)?;
-                        let r = [cold, pass(&mut dx, &*seg, &b, threads)?];
-                        drop(dx);
+                        let r =
+                            cold_then_warm(Sender::new(config, disk)?, &*seg, [&a, &b], threads)?;
                         let _ = std::fs::remove_dir_all(&dir);
                         r
                     }
