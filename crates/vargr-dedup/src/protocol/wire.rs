@@ -187,6 +187,11 @@ impl<'a> Cursor<'a> {
         Some(s)
     }
 
+    /// A little-endian u64.
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+
     fn varint(&mut self, what: &'static str) -> Result<Option<u64>, ProtocolError> {
         let mut v = 0u64;
         for i in 0..10 {
@@ -246,7 +251,7 @@ pub(crate) fn decode<'a>(
         T_HELLO => {
             let b = need!(c.take(2));
             let group = need!(c.len("group size", u32::MAX as usize)?) as u32;
-            let epoch = u64::from_le_bytes(need!(c.take(8)).try_into().expect("8 bytes"));
+            let epoch = need!(c.u64());
             let commits = need!(c.varint("stream model commits")?);
             Msg::Hello {
                 version: b[0],
@@ -256,9 +261,7 @@ pub(crate) fn decode<'a>(
             }
         }
         T_NEXT => Msg::Next,
-        T_RESET => Msg::Reset(u64::from_le_bytes(
-            need!(c.take(8)).try_into().expect("8 bytes"),
-        )),
+        T_RESET => Msg::Reset(need!(c.u64())),
         T_RESYNC => Msg::Resync,
         T_MESSAGE => {
             let channel = need!(c.len("channel", u32::MAX as usize)?) as u32;
