@@ -299,6 +299,16 @@ fn per_rank_total(n: usize, size: c_int) -> Result<usize> {
         .ok_or_else(|| Error::invalid(format!("count {n} is too large")))
 }
 
+/// The elements of the root's side of a gather or scatter: `size * n` at the root, none
+/// elsewhere.
+fn root_total(c: &vargr_comm, n: usize, root: usize) -> Result<usize> {
+    if c.rank as usize == root {
+        per_rank_total(n, c.size)
+    } else {
+        Ok(0)
+    }
+}
+
 /// `send` (`send_n` elements) and `recv` (`recv_n` elements) as slices, refused when
 /// they share memory.
 ///
@@ -547,10 +557,7 @@ pub unsafe extern "C" fn vargr_comm_gather(
             n: usize,
             root: usize,
         ) -> Result<()> {
-            let total = match c.rank as usize == root {
-                true => per_rank_total(n, c.size)?,
-                false => 0,
-            };
+            let total = root_total(c, n, root)?;
             // SAFETY: forwarded contract.
             let (send, recv) = unsafe { disjoint::<T>(send, n, recv, total)? };
             Ok(lock(c)?.gather(send, recv, root)?)
@@ -587,10 +594,7 @@ pub unsafe extern "C" fn vargr_comm_scatter(
             n: usize,
             root: usize,
         ) -> Result<()> {
-            let total = match c.rank as usize == root {
-                true => per_rank_total(n, c.size)?,
-                false => 0,
-            };
+            let total = root_total(c, n, root)?;
             // SAFETY: forwarded contract.
             let (send, recv) = unsafe { disjoint::<T>(send, total, recv, n)? };
             Ok(lock(c)?.scatter(send, recv, root)?)
