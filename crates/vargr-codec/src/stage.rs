@@ -204,6 +204,11 @@ pub struct CodecStage {
     /// Decompressions since the last report to the peer, per (codec, element kind).
     decoded: Vec<DecodeReport>,
     last_report: Option<Instant>,
+    /// When the next report goes (while there is something to report): in front of a
+    /// frame this stage sends anyway, or alone at this deadline, since on a connection
+    /// that carries data one way only (a job's mesh dials one per direction) nothing
+    /// else would ever take it back to the compressing side.
+    report_at: Option<Instant>,
     /// Ping-pong calibration of the link (adaptive mode).
     prober: Option<Prober>,
     /// Echoes owed to the peer's probes, sent at the next release, and since when.
@@ -321,10 +326,12 @@ struct Prober {
     /// (and its echo) goes only when paid for, so calibration never makes the link
     /// carry more than it would without the codec stage.
     credit: u64,
-    /// When application frames last went out, and the usual pause between them
-    /// (moving average, seconds): a probe must fit well inside it, or the next frame
-    /// would queue behind the probe.
-    last_traffic: Option<Instant>,
+    /// When the link (by its model) finished the last application frames, and the usual
+    /// time it then stands idle before the next (moving average, seconds): a probe must
+    /// fit well inside that pause, or the next frame would queue behind the probe. The
+    /// pause, not the spacing of sends: a link busy 2.2 ms of every 2.9 ms has room for
+    /// 0.7 ms, not 2.9.
+    idle_since: Option<Instant>,
     gap_s: Option<f64>,
 }
 
@@ -344,15 +351,16 @@ impl Prober {
             large: VecDeque::new(),
             large_size: PROBE_LARGE,
             credit: 0,
-            last_traffic: None,
+            idle_since: None,
             gap_s: None,
         }
     }
 
     /// Application traffic went out at `now`; the link is free again at `idle_at`.
     fn traffic(&mut self, now: Instant, idle_at: Instant) {
-        if let Some(last) = self.last_traffic.replace(now) {
-            let gap = now.saturating_duration_since(last).as_secs_f64();
+        if let Some(idle) = self.idle_since.replace(idle_at.max(now)) {
+            // A frame sent while the link is still busy finds no pause at all.
+            let gap = now.saturating_duration_since(idle).as_secs_f64();
             self.gap_s = Some(self.gap_s.map_or(gap, |g| g + 0.25 * (gap - g)));
         }
         if let Some((_, _, sent)) = self.pending {
@@ -579,6 +587,7 @@ impl CodecStage {
             learned: None,
             decoded: Vec::new(),
             last_report: None,
+            report_at: None,
             prober,
             echoes: Vec::new(),
             echo_since: None,
@@ -655,18 +664,15 @@ impl CodecStage {
         }
     }
 
-    /// Puts a report of the decompressions since the last one in front of the next
-    /// frame, at most every [`REPORT_EVERY`]. Only a stage that has decoded frames
-    /// reports, so a peer gets reports only if its own stage compresses (and reads them).
+    /// Sends a report of the decompressions since the last one if it is due (at most
+    /// every [`REPORT_EVERY`]). Only a stage that has decoded frames reports, so a peer
+    /// gets reports only if its own stage compresses (and reads them).
     fn report_due(&mut self, now: Instant, out: &mut Vec<Bytes>) {
-        if self.decoded.is_empty()
-            || self
-                .last_report
-                .is_some_and(|t| now.saturating_duration_since(t) < REPORT_EVERY)
-        {
+        if self.decoded.is_empty() || self.report_at.is_none_or(|t| now < t) {
             return;
         }
         self.last_report = Some(now);
+        self.report_at = None;
         let mut body = Vec::with_capacity(self.decoded.len() * crate::report::RECORD_LEN);
         encode_reports(&self.decoded, &mut body);
         self.decoded.clear();
@@ -817,13 +823,14 @@ impl Stage for CodecStage {
 
     fn next_deadline(&self) -> Option<Instant> {
         let probe = self.prober.as_ref().and_then(|p| p.due);
-        match (self.echo_since, probe) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.echo_since, probe, self.report_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn release(&mut self, now: Instant, out: &mut Vec<Bytes>) {
+        self.report_due(now, out);
         self.echo_since = None;
         for echo in std::mem::take(&mut self.echoes) {
             self.emit(now, echo, out);
@@ -911,6 +918,10 @@ impl Stage for CodecStage {
         })?;
         self.counters.frames_decoded += 1;
         self.note_decoded(header.codec, header.elem, payload.len(), t0.elapsed());
+        if !self.decoded.is_empty() && self.report_at.is_none() {
+            let next = self.last_report.map_or(now, |t| t + REPORT_EVERY);
+            self.report_at = Some(next.max(now));
+        }
         let mut f = Frame::new(frame.kind, frame.stream, frame.tag, payload);
         f.flags = frame.flags & !FLAG_CODEC;
         out.push(f);
@@ -1131,6 +1142,28 @@ mod tests {
             }
         }
         assert_eq!(sent.map(|(_, size)| size), Some(PROBE_LARGE));
+    }
+
+    #[test]
+    fn a_link_busy_between_sparse_frames_has_no_room_for_the_large_probe() {
+        // Frames 50 ms apart that each hold the 100 Mbit/s link for 47 ms leave 3 ms of
+        // pause, too little for a 5.2 ms probe: only the small ones go.
+        let wire = |n: usize| n as f64 / 12.5e6;
+        let mut p = Prober::new();
+        p.credit = 1 << 40;
+        let t0 = Instant::now();
+        let ms = |k: u64| t0 + Duration::from_millis(k);
+        let mut sizes = Vec::new();
+        for k in 0..40 {
+            let (sent, idle) = (ms(50 * k), ms(50 * k + 47));
+            p.traffic(sent, idle);
+            if let Some((id, size)) = p.take_due(idle, idle, wire) {
+                sizes.push(size);
+                p.echo(id, idle + Duration::from_millis(1));
+            }
+        }
+        assert!(sizes.contains(&PROBE_SMALL), "{sizes:?}");
+        assert!(!sizes.contains(&PROBE_LARGE), "{sizes:?}");
     }
 
     #[test]
@@ -1371,6 +1404,51 @@ mod tests {
         let f = vargr_wire::decode_exact(&bad, 1 << 20).unwrap();
         let err = tx.inbound(Instant::now(), f, &mut Vec::new()).unwrap_err();
         assert!(err.contains("CodecReport"), "{err}");
+    }
+
+    #[test]
+    fn a_receiver_that_sends_nothing_reports_at_its_own_deadline() {
+        // A job's mesh dials one connection per direction: the side that decodes may
+        // never send a frame on it, yet the compressing side must learn decode times.
+        let mut tx = CodecStage::new(
+            CodecMode::Adaptive,
+            slow_link(),
+            LinkOptions::default(),
+            1 << 24,
+        )
+        .unwrap();
+        let mut rx =
+            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 24).unwrap();
+        assert_eq!(
+            rx.next_deadline(),
+            None,
+            "nothing decoded, nothing to report"
+        );
+        let values: Vec<f64> = (0..65_536).map(|i| f64::from(i / 64) * 0.125).collect();
+        let data = testdata::f64_bytes(&values);
+        let (wire, _) = round_trip(
+            &mut tx,
+            &mut rx,
+            frame(FrameKind::Data, elem_flags(ElemKind::F64), &data),
+        );
+        assert!(wire[0][3] & FLAG_CODEC != 0, "not compressed");
+        let due = rx.next_deadline().expect("a report is due");
+        let mut out = Vec::new();
+        rx.release(due, &mut out);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0][2], FrameKind::CodecReport as u8);
+        assert_eq!(rx.next_deadline(), None, "reported once");
+        // The next report waits for REPORT_EVERY after this one.
+        round_trip(
+            &mut tx,
+            &mut rx,
+            frame(FrameKind::Data, elem_flags(ElemKind::F64), &data),
+        );
+        assert_eq!(rx.next_deadline(), Some(due + REPORT_EVERY));
+        let f = vargr_wire::decode_exact(&out[0], 1 << 20).unwrap();
+        let mut delivered = Vec::new();
+        tx.inbound(Instant::now(), f, &mut delivered).unwrap();
+        assert!(delivered.is_empty(), "a report is the stage's own");
     }
 
     #[test]
