@@ -116,23 +116,43 @@ impl Codec {
                 Ok(())
             }
             Codec::Fpc { table_bits } => fpc::compress(input, elem, table_bits, out),
-            Codec::ShuffleLz4 => {
-                let mut tmp = Vec::with_capacity(input.len());
-                shuffle::shuffle(input, elem.size(), &mut tmp);
-                lz::lz4_compress(&tmp, out);
+            Codec::ShuffleLz4 => with_plane_buffer(|tmp| {
+                shuffle::shuffle(input, elem.size(), tmp);
+                lz::lz4_compress(tmp, out);
                 Ok(())
-            }
-            Codec::ShuffleZstd { level } => {
-                let mut tmp = Vec::with_capacity(input.len());
-                shuffle::shuffle(input, elem.size(), &mut tmp);
-                lz::zstd_compress(&tmp, level, out)
-            }
+            }),
+            Codec::ShuffleZstd { level } => with_plane_buffer(|tmp| {
+                shuffle::shuffle(input, elem.size(), tmp);
+                lz::zstd_compress(tmp, level, out)
+            }),
         };
         if res.is_err() {
             out.truncate(start);
         }
         res
     }
+}
+
+/// Runs `f` with this thread's empty buffer for shuffled planes. A fresh vector per
+/// message of a megabyte or more is a fresh mapping from the allocator, and faulting
+/// its pages in cost more than the shuffle itself.
+fn with_plane_buffer<T>(f: impl FnOnce(&mut Vec<u8>) -> T) -> T {
+    thread_local! {
+        static PLANES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    PLANES.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut tmp) => {
+            tmp.clear();
+            let r = f(&mut tmp);
+            // Keep a buffer for the usual message, not for the largest one ever seen.
+            if tmp.capacity() > 64 << 20 {
+                *tmp = Vec::new();
+            }
+            r
+        }
+        // Not reentrant today; a nested call would get a buffer of its own.
+        Err(_) => f(&mut Vec::new()),
+    })
 }
 
 /// Decodes a payload made by codec `id`, appending exactly `len` bytes to `out`.
@@ -167,15 +187,14 @@ pub fn decompress(
         CodecId::Rice => rice::decompress(payload, elem.size(), len, out),
         CodecId::Huffman => huffman::decompress(payload, len, out),
         CodecId::Fpc => fpc::decompress(payload, elem, len, out),
-        CodecId::ShuffleLz4 | CodecId::ShuffleZstd => {
-            let mut tmp = Vec::new();
+        CodecId::ShuffleLz4 | CodecId::ShuffleZstd => with_plane_buffer(|tmp| {
             let res = if id == CodecId::ShuffleLz4 {
-                lz::lz4_decompress(id, payload, len, &mut tmp)
+                lz::lz4_decompress(id, payload, len, tmp)
             } else {
-                lz::zstd_decompress(id, payload, len, &mut tmp)
+                lz::zstd_decompress(id, payload, len, tmp)
             };
-            res.map(|()| shuffle::unshuffle(&tmp, elem.size(), out))
-        }
+            res.map(|()| shuffle::unshuffle(tmp, elem.size(), out))
+        }),
     };
     match res {
         Ok(()) if out.len() - start == len => Ok(()),

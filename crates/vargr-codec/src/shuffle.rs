@@ -16,7 +16,7 @@ pub(crate) fn shuffle(input: &[u8], size: usize, out: &mut Vec<u8>) {
     // Constant sizes let the compiler unroll the inner loop.
     match size {
         2 => shuffle_w::<2>(input, dst),
-        4 => shuffle_w::<4>(input, dst),
+        4 => transpose4(input, dst, true),
         8 => shuffle_w::<8>(input, dst),
         _ => dst.copy_from_slice(input),
     }
@@ -40,10 +40,54 @@ pub(crate) fn unshuffle(input: &[u8], size: usize, out: &mut Vec<u8>) {
     let dst = &mut out[start..];
     match size {
         2 => unshuffle_w::<2>(input, dst),
-        4 => unshuffle_w::<4>(input, dst),
+        4 => transpose4(input, dst, false),
         8 => unshuffle_w::<8>(input, dst),
         _ => dst.copy_from_slice(input),
     }
+}
+
+/// The 4-byte shuffle (`forward`) or its inverse, four elements at a time as a 4×4
+/// byte transpose in registers: byte by byte, the compiler vectorises the 2-byte loop
+/// (about 29 GB/s here) but not this one (1.8 GB/s, slower than LZ4 itself); the
+/// transpose runs at about 13 GB/s.
+fn transpose4(input: &[u8], dst: &mut [u8], forward: bool) {
+    let n = input.len() / 4;
+    let (body, tail) = dst.split_at_mut(n * 4);
+    let word = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    // Byte `s / 8` of each of the four words, as one word.
+    let column = |w: [u32; 4], s: u32| {
+        ((w[0] >> s) & 0xff)
+            | (((w[1] >> s) & 0xff) << 8)
+            | (((w[2] >> s) & 0xff) << 16)
+            | (((w[3] >> s) & 0xff) << 24)
+    };
+    let blocks = n / 4;
+    for k in 0..blocks {
+        if forward {
+            let e = &input[16 * k..16 * k + 16];
+            let w = [word(&e[0..]), word(&e[4..]), word(&e[8..]), word(&e[12..])];
+            for j in 0..4 {
+                body[j * n + 4 * k..j * n + 4 * k + 4]
+                    .copy_from_slice(&column(w, 8 * j as u32).to_le_bytes());
+            }
+        } else {
+            let w: [u32; 4] = std::array::from_fn(|j| word(&input[j * n + 4 * k..]));
+            let e = &mut body[16 * k..16 * k + 16];
+            for i in 0..4 {
+                e[4 * i..4 * i + 4].copy_from_slice(&column(w, 8 * i as u32).to_le_bytes());
+            }
+        }
+    }
+    for i in 4 * blocks..n {
+        for j in 0..4 {
+            if forward {
+                body[j * n + i] = input[i * 4 + j];
+            } else {
+                body[i * 4 + j] = input[j * n + i];
+            }
+        }
+    }
+    tail.copy_from_slice(&input[n * 4..]);
 }
 
 fn unshuffle_w<const S: usize>(input: &[u8], dst: &mut [u8]) {
@@ -70,6 +114,29 @@ mod tests {
         let mut back = Vec::new();
         unshuffle(&s, 2, &mut back);
         assert_eq!(back, input);
+    }
+
+    #[test]
+    fn every_size_and_tail_round_trips_against_the_plain_transpose() {
+        for size in [2, 4, 8] {
+            for len in [0, 1, 7, 8, 9, 15, 16, 17, 63, 64, 65, 4099, 65_536] {
+                let input: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+                let mut s = Vec::new();
+                shuffle(&input, size, &mut s);
+                let n = len / size;
+                for (i, &b) in input[..n * size].iter().enumerate() {
+                    assert_eq!(
+                        s[(i % size) * n + i / size],
+                        b,
+                        "size {size} len {len} at {i}"
+                    );
+                }
+                assert_eq!(s[n * size..], input[n * size..]);
+                let mut back = Vec::new();
+                unshuffle(&s, size, &mut back);
+                assert_eq!(back, input, "size {size} len {len}");
+            }
+        }
     }
 
     #[test]
