@@ -1115,11 +1115,16 @@ impl<C: SegmentCache> Receiver<C> {
         &self.stream
     }
 
+    /// The stream model to read predictions and base names from: only while this side
+    /// agrees with the sender's (until a reset, every guess from it would be another
+    /// model's). Every lookup goes through here; updates do not.
+    fn agreed_model(&self) -> Option<&StreamModel> {
+        self.stream_agreed.then_some(&self.stream)
+    }
+
     /// Where the stream goes next by the model, if this side agrees with the sender's.
     fn predicted(&self) -> Option<Fingerprint> {
-        self.stream_agreed
-            .then(|| self.stream.predicted())
-            .flatten()
+        self.agreed_model()?.predicted()
     }
 
     /// Feeds bytes from the sender, in any pieces.
@@ -1253,7 +1258,7 @@ impl<C: SegmentCache> Receiver<C> {
                 // A base the stream model cannot name here is `None`: the segment is
                 // then requested whole.
                 let mut bases: Vec<Option<Fingerprint>> = Vec::with_capacity(d.n);
-                let cursor = self.stream_agreed.then(|| self.stream.cursor()).flatten();
+                let cursor = self.agreed_model().and_then(StreamModel::cursor);
                 let mut prev = cursor;
                 for r in d.bases() {
                     let b = match r {
@@ -1265,7 +1270,9 @@ impl<C: SegmentCache> Receiver<C> {
                             })?)
                         }
                         BaseRef::Cursor => cursor,
-                        BaseRef::Next => prev.and_then(|p| self.stream.successor(p)),
+                        BaseRef::Next => {
+                            prev.and_then(|p| self.agreed_model().and_then(|m| m.successor(p)))
+                        }
                     };
                     bases.push(b);
                     prev = b;
