@@ -91,6 +91,7 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
 use vargr_dedup::similar::SimilarityIndex;
+use vargr_dedup::stream::StreamModel;
 use vargr_dedup::{Config, FpBits, Receiver, Segmenter, Sender};
 use vargr_net::auth::Secret;
 use vargr_net::{Addr, Conn, Listener};
@@ -205,6 +206,7 @@ pub fn run(a: ProxyArgs) -> Result<()> {
         cfg: d.cache,
         open: Mutex::new(HashMap::new()),
         similar: Mutex::new(HashMap::new()),
+        streams: Mutex::new(HashMap::new()),
     });
     // Buffered cache records reach the disk on Ctrl-C and SIGTERM too.
     let on_signal = caches.clone();
@@ -284,7 +286,17 @@ struct Caches {
     /// Each sending cache's delta-base index, by cache directory, while no connection
     /// holds it: one connection at a time uses it (others start empty) and puts it back.
     similar: Mutex<HashMap<PathBuf, SimilarityIndex>>,
+    /// The stream models of each cache, one per direction, by cache directory and file
+    /// name, held the same way. Two connections at once may pair a model on this side
+    /// with another on the peer's: the tokens then differ and both sides reset, which
+    /// costs predictions and never bytes.
+    streams: Mutex<HashMap<(PathBuf, &'static str), StreamModel>>,
 }
+
+/// The stream model files of a proxy's cache: what this side sends to the peer, and
+/// what it receives from it.
+const STREAM_SENT: &str = "stream-sent.model";
+const STREAM_RECEIVED: &str = "stream-received.model";
 
 impl Caches {
     fn get(&self, key: &str) -> Result<SharedCache<DiskCache>> {
@@ -312,6 +324,23 @@ impl Caches {
         for (dir, ix) in similar.iter() {
             vargr_sync::save_similarity(dir, ix);
         }
+        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        for ((dir, name), model) in streams.iter() {
+            vargr_sync::save_stream_as(dir, name, model);
+        }
+    }
+
+    /// The stream model `name` of the cache in `dir`, as [`Caches::take_similarity`].
+    fn take_stream(&self, dir: &Path, name: &'static str, capacity: usize) -> StreamModel {
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        streams
+            .remove(&(dir.to_path_buf(), name))
+            .unwrap_or_else(|| vargr_sync::load_stream_as(dir, name, capacity))
+    }
+
+    fn put_stream(&self, dir: &Path, name: &'static str, model: StreamModel) {
+        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+        streams.entry((dir.to_path_buf(), name)).or_insert(model);
     }
 
     /// The delta-base index of the cache in `dir`: the one in memory if no other
@@ -664,7 +693,8 @@ fn finish(
     };
     eprintln!(
         "vargr proxy: connection {} {outcome}: from app {} B → link {} B, from link {} B → app {} B; \
-         {} segments sent, {} as fingerprints, {} as deltas, {} resent on request; {} ({}), {:.2} s",
+         {} segments sent, {} as fingerprints, {} as deltas, {} resent on request, {} named by \
+         prediction; {} ({}), {:.2} s",
         pump.id,
         c.app_in,
         c.link_out,
@@ -674,6 +704,7 @@ fn finish(
         tx.fingerprinted,
         tx.deltas,
         tx.requested,
+        tx.predicted,
         route,
         pump.segmenter_name,
         t0.elapsed().as_secs_f64()
@@ -684,6 +715,12 @@ fn finish(
         }
     }
     let dir = cache.lock().dir().to_path_buf();
+    common
+        .caches
+        .put_stream(&dir, STREAM_SENT, pump.tx.take_stream());
+    common
+        .caches
+        .put_stream(&dir, STREAM_RECEIVED, pump.rx.take_stream());
     common.caches.put_similarity(dir, pump.tx.take_similarity());
     let Pump { app, .. } = pump;
     match r {
@@ -835,7 +872,17 @@ impl Pump {
         let dir = cache.lock().dir().to_path_buf();
         let mut tx = Sender::new(config, cache.clone())?;
         tx.set_similarity(common.caches.take_similarity(&dir, config.delta_index));
-        let rx = Receiver::new(config, cache)?;
+        tx.set_stream(
+            common
+                .caches
+                .take_stream(&dir, STREAM_SENT, config.delta_index),
+        );
+        let mut rx = Receiver::new(config, cache)?;
+        rx.set_stream(
+            common
+                .caches
+                .take_stream(&dir, STREAM_RECEIVED, config.delta_index),
+        );
         for c in [&app, &link] {
             c.set_timeout(None)?;
             set_nonblocking(c, true)?;

@@ -110,6 +110,24 @@ impl Proxy {
     }
 }
 
+impl Proxy {
+    /// Stops the proxy as a service manager would (SIGTERM), so it saves what it keeps
+    /// between runs; killed if it has not exited after a few seconds.
+    fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -337,6 +355,15 @@ fn a_repeated_download_crosses_as_fingerprints() {
         second * 10 < first,
         "{second} B is not far fewer than {first} B"
     );
+    // The second connection starts from the stream model the first one left: its
+    // segments follow the first fetch's order and go as one-byte predictions.
+    let segments = field(&lines[1], "B; ");
+    let predicted = field(&lines[1], "resent on request, ");
+    assert!(
+        predicted * 10 >= segments * 9,
+        "{predicted} of {segments} segments predicted: {}",
+        lines[1]
+    );
 
     // The second port uses its own segmenter; the far side learns it from the hello.
     fetch(&p, 1, 3, &blob);
@@ -344,12 +371,17 @@ fn a_repeated_download_crosses_as_fingerprints() {
     assert!(l.contains("static:4k"), "{l}");
 
     // The caches outlive the processes: new proxies on the same caches send
-    // fingerprints from the first fetch.
-    drop(p);
+    // fingerprints from the first fetch, and predict from the saved stream models.
+    let Pair { far, near } = p;
+    far.stop();
+    near.stop();
+
     let p = pair(dir.path(), server, &ports);
     fetch(&p, 0, 1, &blob);
     let again = field(&p.far.closed_lines()[0], "→ link ");
-    eprintln!("after a restart of both proxies: {again} B");
+    let predicted = field(&p.far.closed_lines()[0], "resent on request, ");
+    eprintln!("after a restart of both proxies: {again} B, {predicted} segments predicted");
+    assert!(predicted > 0, "the stream models were not kept on disk");
     assert!(
         again * 10 < first,
         "{again} B after a restart, {first} B the first time"

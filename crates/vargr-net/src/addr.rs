@@ -97,16 +97,22 @@ impl Listener {
             events: libc::POLLIN,
             revents: 0,
         };
-        let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-        // SAFETY: pfd is a valid pollfd for the duration of the call.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n < 0 {
-            return Err(NetError::io(
-                "waiting on",
-                self.describe(),
-                io::Error::last_os_error(),
-            ));
-        }
+        let deadline = std::time::Instant::now() + timeout;
+        let n = loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ms = left.as_millis().min(i32::MAX as u128) as i32;
+            // SAFETY: pfd is a valid pollfd for the duration of the call.
+            let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+            if n >= 0 {
+                break n;
+            }
+            let e = io::Error::last_os_error();
+            // A signal (the SIGTERM whose handler saves state, a profiler's) is not an
+            // error of the listener: wait out the rest of the time.
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(NetError::io("waiting on", self.describe(), e));
+            }
+        };
         if n == 0 {
             return Err(NetError::Timeout {
                 what: "a connection",
@@ -331,6 +337,41 @@ impl MioConn {
         match self {
             MioConn::Tcp(s) => s.write_vectored(bufs),
             MioConn::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    extern "C" fn ignore(_: libc::c_int) {}
+
+    #[test]
+    fn a_signal_during_accept_is_waited_out_not_an_error() {
+        // A handler without SA_RESTART: the signal interrupts poll with EINTR, as the
+        // proxy's SIGTERM handler did before it could save its caches.
+        // SAFETY: a plain sigaction with a handler that does nothing.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut sa.sa_mask);
+            assert_eq!(libc::sigaction(libc::SIGUSR2, &sa, std::ptr::null_mut()), 0);
+        }
+        let l = Listener::bind(&"tcp:127.0.0.1:0".parse().unwrap()).unwrap();
+        // SAFETY: pthread_self has no preconditions.
+        let me = unsafe { libc::pthread_self() } as usize;
+        let poker = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            // SAFETY: the accepting thread is alive until the test joins this one.
+            unsafe { libc::pthread_kill(me as libc::pthread_t, libc::SIGUSR2) };
+        });
+        let r = l.accept_timeout(Duration::from_millis(300));
+        poker.join().unwrap();
+        match r {
+            Err(NetError::Timeout { .. }) => {}
+            Err(e) => panic!("the signal ended the wait: {e}"),
+            Ok(_) => panic!("nobody connected"),
         }
     }
 }

@@ -167,7 +167,13 @@ pub const STREAM_MODEL: &str = "stream.model";
 /// The stream model kept for the peer whose cache is in `dir`, or an empty one if there
 /// is none or it is damaged (the peers then notice the difference and both restart).
 pub fn load_stream(dir: &Path, capacity: usize) -> vargr_dedup::stream::StreamModel {
-    std::fs::read(dir.join(STREAM_MODEL))
+    load_stream_as(dir, STREAM_MODEL, capacity)
+}
+
+/// [`load_stream`] from the file `name` (a cache that serves both directions with a
+/// peer, as the proxy's do, keeps one model per direction).
+pub fn load_stream_as(dir: &Path, name: &str, capacity: usize) -> vargr_dedup::stream::StreamModel {
+    std::fs::read(dir.join(name))
         .ok()
         .and_then(|b| vargr_dedup::stream::StreamModel::from_bytes(&b, capacity))
         .unwrap_or_else(|| vargr_dedup::stream::StreamModel::new(capacity))
@@ -175,7 +181,12 @@ pub fn load_stream(dir: &Path, capacity: usize) -> vargr_dedup::stream::StreamMo
 
 /// Saves the model beside the cache at the end of a session.
 pub fn save_stream(dir: &Path, model: &vargr_dedup::stream::StreamModel) {
-    save_beside(dir, STREAM_MODEL, &model.to_bytes());
+    save_stream_as(dir, STREAM_MODEL, model);
+}
+
+/// [`save_stream`] to the file `name`.
+pub fn save_stream_as(dir: &Path, name: &str, model: &vargr_dedup::stream::StreamModel) {
+    save_beside(dir, name, &model.to_bytes());
 }
 
 /// Writes `name` in `dir` through a rename, so a crash leaves the old file; a failure

@@ -388,6 +388,12 @@ impl<C: SegmentCache> Sender<C> {
         &self.stream
     }
 
+    /// Takes the stream model out (to hand to a later session); this sender predicts
+    /// nothing more.
+    pub fn take_stream(&mut self) -> StreamModel {
+        std::mem::replace(&mut self.stream, StreamModel::new(0))
+    }
+
     pub fn config(&self) -> &Config {
         &self.config
     }
@@ -1113,6 +1119,13 @@ impl<C: SegmentCache> Receiver<C> {
     /// The stream model, to keep for the next session once this one has ended.
     pub fn stream(&self) -> &StreamModel {
         &self.stream
+    }
+
+    /// Takes the stream model out (to hand to a later session); this receiver resolves
+    /// no more predictions.
+    pub fn take_stream(&mut self) -> StreamModel {
+        self.stream_agreed = false;
+        std::mem::replace(&mut self.stream, StreamModel::new(0))
     }
 
     /// The stream model to read predictions and base names from: only while this side
