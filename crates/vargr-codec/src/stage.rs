@@ -1115,14 +1115,22 @@ mod tests {
         s
     }
 
-    #[test]
-    fn a_probe_goes_only_where_it_fits_between_application_frames() {
-        // 100 Mbit/s: a 64 KiB probe holds the link for 5.2 ms.
-        let wire = |n: usize| n as f64 / 12.5e6;
+    /// A prober whose probes are paid for, and when it was made.
+    fn paid_prober() -> (Prober, Instant) {
         let mut p = Prober::new();
         p.credit = 1 << 40;
-        let t0 = Instant::now();
-        let ms = |k: u64| t0 + Duration::from_millis(k);
+        (p, Instant::now())
+    }
+
+    /// A probe's wire time at 100 Mbit/s: a 64 KiB one holds the link for 5.2 ms.
+    fn wire_100mbit(n: usize) -> f64 {
+        n as f64 / 12.5e6
+    }
+
+    #[test]
+    fn a_probe_goes_only_where_it_fits_between_application_frames() {
+        let (mut p, t0) = paid_prober();
+        let (wire, ms) = (wire_100mbit, |k: u64| t0 + Duration::from_millis(k));
         // Frames every 2 ms: the small probe fits, the large one would delay the next.
         for k in 0..6 {
             p.traffic(ms(2 * k), ms(2 * k));
@@ -1148,11 +1156,8 @@ mod tests {
     fn a_link_busy_between_sparse_frames_has_no_room_for_the_large_probe() {
         // Frames 50 ms apart that each hold the 100 Mbit/s link for 47 ms leave 3 ms of
         // pause, too little for a 5.2 ms probe: only the small ones go.
-        let wire = |n: usize| n as f64 / 12.5e6;
-        let mut p = Prober::new();
-        p.credit = 1 << 40;
-        let t0 = Instant::now();
-        let ms = |k: u64| t0 + Duration::from_millis(k);
+        let (mut p, t0) = paid_prober();
+        let (wire, ms) = (wire_100mbit, |k: u64| t0 + Duration::from_millis(k));
         let mut sizes = Vec::new();
         for k in 0..40 {
             let (sent, idle) = (ms(50 * k), ms(50 * k + 47));
@@ -1351,19 +1356,30 @@ mod tests {
         assert_eq!(told.link_model(), Some(&fast));
     }
 
-    #[test]
-    fn the_receiver_reports_decompression_times_to_the_sender() {
-        let mut tx = CodecStage::new(
+    /// An adaptive stage on a slow link and the plain stage that decodes for it.
+    fn compressing_pair() -> (CodecStage, CodecStage) {
+        let tx = CodecStage::new(
             CodecMode::Adaptive,
             slow_link(),
             LinkOptions::default(),
             1 << 24,
         )
         .unwrap();
-        let mut rx =
+        let rx =
             CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 24).unwrap();
+        (tx, rx)
+    }
+
+    /// 512 KiB of a step function in f64: every codec compresses it.
+    fn steps_f64() -> Vec<u8> {
         let values: Vec<f64> = (0..65_536).map(|i| f64::from(i / 64) * 0.125).collect();
-        let data = testdata::f64_bytes(&values);
+        testdata::f64_bytes(&values)
+    }
+
+    #[test]
+    fn the_receiver_reports_decompression_times_to_the_sender() {
+        let (mut tx, mut rx) = compressing_pair();
+        let data = steps_f64();
         let (wire, got) = round_trip(
             &mut tx,
             &mut rx,
@@ -1410,22 +1426,13 @@ mod tests {
     fn a_receiver_that_sends_nothing_reports_at_its_own_deadline() {
         // A job's mesh dials one connection per direction: the side that decodes may
         // never send a frame on it, yet the compressing side must learn decode times.
-        let mut tx = CodecStage::new(
-            CodecMode::Adaptive,
-            slow_link(),
-            LinkOptions::default(),
-            1 << 24,
-        )
-        .unwrap();
-        let mut rx =
-            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 24).unwrap();
+        let (mut tx, mut rx) = compressing_pair();
         assert_eq!(
             rx.next_deadline(),
             None,
             "nothing decoded, nothing to report"
         );
-        let values: Vec<f64> = (0..65_536).map(|i| f64::from(i / 64) * 0.125).collect();
-        let data = testdata::f64_bytes(&values);
+        let data = steps_f64();
         let (wire, _) = round_trip(
             &mut tx,
             &mut rx,
