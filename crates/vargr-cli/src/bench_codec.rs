@@ -786,9 +786,11 @@ fn measure(
     let limit = bulk.unwrap_or(plan.limit_for(&set.name));
     let (warmup, reps) = match (bulk, &link.wan) {
         (Some(_), _) => (0, 1),
-        // Unshaped messages take tens of µs: more of them for the same confidence, and
-        // a warm-up long enough to cover the adaptive stage's probes of the link.
-        (None, None) => (plan.warmup * 4, plan.reps * 4),
+        // Unshaped messages take tens to hundreds of µs, and on two cores their times
+        // are bimodal (a third of them can take twice as long, in runs): many more of
+        // them, so that the median does not flip between the modes from job to job (with
+        // 60, one of three rounds of the same raw sends measured 0.6 of the others).
+        (None, None) => (plan.warmup * 16, plan.reps * 16),
         (None, Some(_)) => (plan.warmup, plan.reps),
     };
     cmd.args(["--limit", &limit.to_string()])
