@@ -205,8 +205,15 @@ pub fn run(a: ProxyArgs) -> Result<()> {
         root: d.cache_root,
         cfg: d.cache,
         open: Mutex::new(HashMap::new()),
-        similar: Mutex::new(HashMap::new()),
-        streams: Mutex::new(HashMap::new()),
+        similar: Held::new(vargr_sync::load_similarity, vargr_sync::save_similarity),
+        sent: Held::new(
+            |dir, capacity| vargr_sync::load_stream_as(dir, STREAM_SENT, capacity),
+            |dir, model| vargr_sync::save_stream_as(dir, STREAM_SENT, model),
+        ),
+        received: Held::new(
+            |dir, capacity| vargr_sync::load_stream_as(dir, STREAM_RECEIVED, capacity),
+            |dir, model| vargr_sync::save_stream_as(dir, STREAM_RECEIVED, model),
+        ),
     });
     // Buffered cache records reach the disk on Ctrl-C and SIGTERM too.
     let on_signal = caches.clone();
@@ -283,18 +290,55 @@ struct Caches {
     root: PathBuf,
     cfg: DiskConfig,
     open: Mutex<HashMap<String, SharedCache<DiskCache>>>,
-    /// Each sending cache's delta-base index, by cache directory, while no connection
-    /// holds it: one connection at a time uses it (others start empty) and puts it back.
-    similar: Mutex<HashMap<PathBuf, SimilarityIndex>>,
-    /// The stream models of each cache, one per direction, by cache directory and file
-    /// name, held the same way. Two connections at once may pair a model on this side
-    /// with another on the peer's: the tokens then differ and both sides reset, which
-    /// costs predictions and never bytes.
-    streams: Mutex<HashMap<(PathBuf, &'static str), StreamModel>>,
+    /// Each cache's delta-base index.
+    similar: Held<SimilarityIndex>,
+    /// Each cache's stream models, one per direction: what this side sends to the peer,
+    /// and what it receives from it. Two connections at once may pair a model on this
+    /// side with another on the peer's: the tokens then differ and both sides reset,
+    /// which costs predictions and never bytes.
+    sent: Held<StreamModel>,
+    received: Held<StreamModel>,
 }
 
-/// The stream model files of a proxy's cache: what this side sends to the peer, and
-/// what it receives from it.
+/// What a cache keeps beside its segments that one connection at a time uses, by cache
+/// directory: handed to a connection from memory if no other holds it, else from its
+/// file the first time, else empty (the others start empty); put back when the
+/// connection ends (the first one back stays); saved at exit.
+struct Held<T> {
+    idle: Mutex<HashMap<PathBuf, T>>,
+    load: fn(&Path, usize) -> T,
+    save: fn(&Path, &T),
+}
+
+impl<T> Held<T> {
+    fn new(load: fn(&Path, usize) -> T, save: fn(&Path, &T)) -> Held<T> {
+        Held {
+            idle: Mutex::new(HashMap::new()),
+            load,
+            save,
+        }
+    }
+
+    fn take(&self, dir: &Path, capacity: usize) -> T {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.remove(dir)
+            .unwrap_or_else(|| (self.load)(dir, capacity))
+    }
+
+    fn put(&self, dir: &Path, value: T) {
+        let mut idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        idle.entry(dir.to_path_buf()).or_insert(value);
+    }
+
+    fn save_all(&self) {
+        let idle = self.idle.lock().unwrap_or_else(|e| e.into_inner());
+        for (dir, value) in idle.iter() {
+            (self.save)(dir, value);
+        }
+    }
+}
+
+/// The stream model files of a proxy's cache.
 const STREAM_SENT: &str = "stream-sent.model";
 const STREAM_RECEIVED: &str = "stream-received.model";
 
@@ -320,41 +364,9 @@ impl Caches {
         for c in open.values() {
             let _ = c.lock().flush();
         }
-        let similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
-        for (dir, ix) in similar.iter() {
-            vargr_sync::save_similarity(dir, ix);
-        }
-        let streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        for ((dir, name), model) in streams.iter() {
-            vargr_sync::save_stream_as(dir, name, model);
-        }
-    }
-
-    /// The stream model `name` of the cache in `dir`, as [`Caches::take_similarity`].
-    fn take_stream(&self, dir: &Path, name: &'static str, capacity: usize) -> StreamModel {
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        streams
-            .remove(&(dir.to_path_buf(), name))
-            .unwrap_or_else(|| vargr_sync::load_stream_as(dir, name, capacity))
-    }
-
-    fn put_stream(&self, dir: &Path, name: &'static str, model: StreamModel) {
-        let mut streams = self.streams.lock().unwrap_or_else(|e| e.into_inner());
-        streams.entry((dir.to_path_buf(), name)).or_insert(model);
-    }
-
-    /// The delta-base index of the cache in `dir`: the one in memory if no other
-    /// connection holds it, else the one saved on disk the first time, else an empty one.
-    fn take_similarity(&self, dir: &Path, capacity: usize) -> SimilarityIndex {
-        let mut similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
-        similar
-            .remove(dir)
-            .unwrap_or_else(|| vargr_sync::load_similarity(dir, capacity))
-    }
-
-    fn put_similarity(&self, dir: PathBuf, ix: SimilarityIndex) {
-        let mut similar = self.similar.lock().unwrap_or_else(|e| e.into_inner());
-        similar.entry(dir).or_insert(ix);
+        self.similar.save_all();
+        self.sent.save_all();
+        self.received.save_all();
     }
 }
 
@@ -715,13 +727,10 @@ fn finish(
         }
     }
     let dir = cache.lock().dir().to_path_buf();
-    common
-        .caches
-        .put_stream(&dir, STREAM_SENT, pump.tx.take_stream());
-    common
-        .caches
-        .put_stream(&dir, STREAM_RECEIVED, pump.rx.take_stream());
-    common.caches.put_similarity(dir, pump.tx.take_similarity());
+    let held = &common.caches;
+    held.sent.put(&dir, pump.tx.take_stream());
+    held.received.put(&dir, pump.rx.take_stream());
+    held.similar.put(&dir, pump.tx.take_similarity());
     let Pump { app, .. } = pump;
     match r {
         Ok(()) => drop(app),
@@ -871,18 +880,11 @@ impl Pump {
         };
         let dir = cache.lock().dir().to_path_buf();
         let mut tx = Sender::new(config, cache.clone())?;
-        tx.set_similarity(common.caches.take_similarity(&dir, config.delta_index));
-        tx.set_stream(
-            common
-                .caches
-                .take_stream(&dir, STREAM_SENT, config.delta_index),
-        );
+        let held = &common.caches;
+        tx.set_similarity(held.similar.take(&dir, config.delta_index));
+        tx.set_stream(held.sent.take(&dir, config.delta_index));
         let mut rx = Receiver::new(config, cache)?;
-        rx.set_stream(
-            common
-                .caches
-                .take_stream(&dir, STREAM_RECEIVED, config.delta_index),
-        );
+        rx.set_stream(held.received.take(&dir, config.delta_index));
         for c in [&app, &link] {
             c.set_timeout(None)?;
             set_nonblocking(c, true)?;
