@@ -54,7 +54,7 @@ const BANDWIDTH: &str = "100mbit";
 const RTT_S: f64 = 0.040;
 const BANDWIDTH_BPS: f64 = 100e6;
 /// `vargr sync`'s default segmenter (the pipeline uses it).
-const SYNC_SEGMENTER: &str = "cdc:512:2k:16k";
+const SYNC_SEGMENTER: &str = vargr_sync::DEFAULT_SEGMENTER;
 /// What one external command may take before it is stopped.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(900);
 
@@ -197,7 +197,7 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
     let segmenters: &[&str] = if a.quick {
         &[SYNC_SEGMENTER]
     } else {
-        &[SYNC_SEGMENTER, "cdc:128:512:4k", "cdc:64:256:2k"]
+        &[SYNC_SEGMENTER, "cdc:512:2k:16k", "cdc:128:512:4k"]
     };
     for seg in segmenters.iter().filter(|_| part("sync")) {
         match sync_vargr(&exe, &releases, &scratch.0, seg, !a.skip_wan) {

@@ -99,7 +99,7 @@ pub struct SyncArgs {
     #[arg(long)]
     secret_file: Option<PathBuf>,
     /// Segmenter of the files (cdc:MIN:AVG:MAX, static:SIZE, sw).
-    #[arg(long, default_value = "cdc:512:2k:16k")]
+    #[arg(long, default_value = vargr_sync::DEFAULT_SEGMENTER)]
     segmenter: String,
     #[command(flatten)]
     dedup: DedupArgs,

@@ -144,9 +144,10 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
         .collect();
     assert!(peers.iter().any(|p| p.starts_with("to-")), "{peers:?}");
     assert!(peers.iter().any(|p| p.starts_with("from-")), "{peers:?}");
+    // 1 MiB at the default 32 KiB segments on average: about 32 segments.
     for p in stats.as_array().unwrap() {
-        assert!(p["holds"]["segments"].as_u64().unwrap() > 100, "{p}");
-        assert!(p["last_session"]["inserts"].as_u64().unwrap() > 100, "{p}");
+        assert!(p["holds"]["segments"].as_u64().unwrap() > 20, "{p}");
+        assert!(p["last_session"]["inserts"].as_u64().unwrap() > 20, "{p}");
     }
 
     // ssh: a stand-in that drops the host and runs the command here.
@@ -368,8 +369,9 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     std::fs::write(&file, &v).unwrap();
     let second = sync();
     assert_eq!(second["files_sent"], 1);
+    // 2 MiB at the default 32 KiB segments on average: about 64 segments.
     let deltas = second["dedup"]["deltas"].as_u64().unwrap();
-    assert!(deltas > 100, "{second}");
+    assert!(deltas > 40, "{second}");
     // Their bases came from the first session, so their bytes went in batches.
     assert_eq!(
         second["dedup"]["batched"].as_u64(),
@@ -397,7 +399,7 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
         third["dedup"]["fingerprinted"].as_u64().unwrap(),
         third["dedup"]["predicted"].as_u64().unwrap(),
     );
-    assert!(named > 500 && predicted + 2 >= named, "{third}");
+    assert!(named > 40 && predicted + 2 >= named, "{third}");
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -74,12 +74,11 @@ impl Encoder {
         while p + KEY <= n {
             let mut found = match_at(base, target, p, expect + (p - lit), MIN_COPY);
             if found.is_none() && (index.is_some() || p - lit >= LAZY) {
-                // Index where the target's bytes probably are: around the hint, half
-                // its length either side (a base of several segments is mostly margin).
+                // The whole base: a window around the hint missed text that moved
+                // within a run of large segments, and cost 1.4 MB of inserts instead
+                // of 0.8 between two Django release tars cut at 32 KiB.
                 let ix = index.get_or_insert_with(|| {
-                    let from = start.min(base.len()).saturating_sub(n);
-                    let to = start.saturating_add(2 * n).min(base.len());
-                    BaseIndex::new(base, from..to, std::mem::take(&mut self.slots))
+                    BaseIndex::new(base, 0..base.len(), std::mem::take(&mut self.slots))
                 });
                 found = ix
                     .lookup(target, p)
@@ -364,6 +363,19 @@ mod tests {
         assert_eq!(round(&base, &base), 3);
         assert_eq!(round(b"", b"abc"), 4);
         assert_eq!(round(b"abc", b""), 0);
+    }
+
+    #[test]
+    fn text_from_far_off_in_a_long_base_is_copied_not_inserted() {
+        // A run of three 64 KiB segments; the target, hinted at the second one, holds
+        // 4 KiB from the end of the third (a file that moved between releases).
+        let base = crate::testdata::random(3 << 16, 0x5eed);
+        let mut t = base[1 << 16..(1 << 16) + 8192].to_vec();
+        t.extend_from_slice(&base[base.len() - 4096..]);
+        let mut d = Vec::new();
+        Encoder::default().encode(&base, &t, 1 << 16, &mut d);
+        assert_eq!(decode(&base, &d, t.len()).unwrap(), t);
+        assert!(d.len() < 16, "{} bytes of delta", d.len());
     }
 
     #[test]

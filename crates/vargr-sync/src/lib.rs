@@ -55,7 +55,9 @@ pub mod fuzzing {
 }
 pub use manifest::{Entry, Kind, Manifest};
 pub use recv::{receive, RecvOptions, RecvReport};
-pub use send::{cache_key, host_name, send, sender_config, Progress, SendOptions, SendReport};
+pub use send::{
+    cache_key, host_name, send, sender_config, Progress, SendOptions, SendReport, DEFAULT_SEGMENTER,
+};
 
 /// The byte streams of a session: to the peer and from it.
 pub struct Transport {
