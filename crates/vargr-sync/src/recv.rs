@@ -234,7 +234,10 @@ fn apply(
     if d.channel != 0 {
         return Err(proto(format!("unknown channel {}", d.channel)));
     }
-    let body = d.segments.concat();
+    let mut body = d.layout.to_vec();
+    for s in &d.segments {
+        body.extend_from_slice(s);
+    }
     let c: Control = serde_json::from_slice(&body)
         .map_err(|e| proto(format!("malformed control message: {e}")))?;
     match c {
@@ -256,18 +259,14 @@ fn apply(
                 size: 0,
             });
         }
-        Control::FileEnd {
-            index,
-            size,
-            blake3,
-        } => {
+        Control::FileEnd { size, blake3 } => {
             let o = st
                 .open
                 .take()
-                .filter(|o| o.index == index)
-                .ok_or_else(|| proto(format!("end of file {index}, which was not started")))?;
+                .ok_or_else(|| proto("the end of a file, with no file started".into()))?;
+            let index = o.index;
             let target = target(st, index, peer)?;
-            let got = o.hasher.finalize().to_hex().to_string();
+            let got = frame::file_hash(&o.hasher);
             let entry =
                 st.manifest.as_ref().expect("checked by target").entries[index as usize].clone();
             drop(o.file);

@@ -187,22 +187,33 @@ impl Session {
         }
     }
 
-    /// Writes what the dedup sender produced and pushes it out of zstd.
+    /// Hands what the dedup sender produced to zstd, which sends it when a block fills
+    /// or [`Session::wait`] flushes it: a flush after every small file cost a zstd
+    /// block's framing per file and compressed each file's names alone.
     fn write_out(&mut self) -> Result<(), SyncError> {
         self.dx.take_output(&mut self.out);
         if !self.out.is_empty() {
-            let r = self.z.write_all(&self.out).and_then(|_| self.z.flush());
+            let r = self.z.write_all(&self.out);
             self.out.clear();
             r.map_err(|e| self.link_err("sending", e))?;
         }
         Ok(())
     }
 
+    /// Sends a control message as segments (see [`Control`]).
     fn control(&mut self, c: &Control) -> Result<(), SyncError> {
         let body = serde_json::to_vec(c).expect("serializable");
         let segs: Vec<&[u8]> = body.chunks(64 << 10).collect();
         self.dx
-            .send_message(0, &[0], &segs)
+            .send_message(0, &[], &segs)
+            .map_err(|e| self.dedup_err(e))
+    }
+
+    /// Sends a small control message in a message's layout (see [`Control`]).
+    fn control_raw(&mut self, c: &Control) -> Result<(), SyncError> {
+        let body = serde_json::to_vec(c).expect("serializable");
+        self.dx
+            .send_message(0, &body, &[])
             .map_err(|e| self.dedup_err(e))
     }
 
@@ -251,9 +262,11 @@ impl Session {
         }
     }
 
-    /// Handles replies until `done` holds, blocking for them.
+    /// Handles replies until `done` holds, blocking for them (after sending everything
+    /// written: the receiver may need it to reply).
     fn wait(&mut self, done: impl Fn(&Session) -> bool) -> Result<(), SyncError> {
         while !done(self) {
+            self.z.flush().map_err(|e| self.link_err("sending", e))?;
             let m = self.rx.recv().unwrap_or(Incoming::End);
             self.on_incoming(m)?;
         }
@@ -452,7 +465,7 @@ pub fn send(
         match chunk {
             Chunk::Start { index, path } => {
                 p.current = path;
-                s.control(&Control::FileStart { index })?;
+                s.control_raw(&Control::FileStart { index })?;
             }
             Chunk::Data { data, ends, fps } => {
                 let mut segs = Vec::with_capacity(ends.len());
@@ -474,13 +487,11 @@ pub fn send(
                 progress(&p);
                 s.poll()?;
             }
-            Chunk::End { index, size, hash } => {
-                s.control(&Control::FileEnd {
-                    index,
-                    size,
-                    blake3: hash,
-                })?;
-                s.dx.flush();
+            Chunk::End { size, hash } => {
+                // No flush here: the file is checked and put in place when its group
+                // closes, a few segments on; closing a group at every file cost a
+                // group hash per file, and a batch per file, in a tree of small ones.
+                s.control(&Control::FileEnd { size, blake3: hash })?;
                 s.write_out()?;
                 sent += 1;
                 bytes_in += size;
@@ -491,7 +502,7 @@ pub fn send(
         }
     }
     let _ = reader.join();
-    s.control(&Control::Done)?;
+    s.control_raw(&Control::Done)?;
     s.dx.flush();
     s.write_out()?;
     s.wait(|s| s.result.is_some())?;
@@ -529,19 +540,6 @@ pub fn send(
     })
 }
 
-fn read_full(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match f.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
-}
-
 /// What the reader thread hands the protocol thread.
 enum Chunk {
     Start {
@@ -555,7 +553,6 @@ enum Chunk {
         fps: Vec<vargr_dedup::Prepared>,
     },
     End {
-        index: u32,
         size: u64,
         hash: String,
     },
@@ -581,10 +578,13 @@ fn read_files(
             loop {
                 let mut buf = std::mem::take(&mut tail);
                 let start = buf.len();
-                buf.resize(start + chunk, 0);
-                let n = read_full(&mut f, &mut buf[start..])
+                // Grows the buffer by what the file holds, unzeroed: a buffer of a
+                // whole chunk zeroed for each small file was a quarter of a tree's
+                // sync.
+                let n = (&mut f)
+                    .take(chunk as u64)
+                    .read_to_end(&mut buf)
                     .map_err(|err| SyncError::io("reading", &path, err))?;
-                buf.truncate(start + n);
                 hasher.update(&buf[start..]);
                 size += n as u64;
                 let last = n == 0;
@@ -609,12 +609,12 @@ fn read_files(
                     return Ok((size, String::new()));
                 }
                 if last {
-                    return Ok((size, hasher.finalize().to_hex().to_string()));
+                    return Ok((size, frame::file_hash(&hasher)));
                 }
             }
         })();
         let msg = match r {
-            Ok((size, hash)) => Chunk::End { index, size, hash },
+            Ok((size, hash)) => Chunk::End { size, hash },
             Err(e) => Chunk::Failed(e),
         };
         if out.send(msg).is_err() {
