@@ -1,7 +1,7 @@
 //! `vargr bench dedup`: what redundancy elimination costs and what it saves (issue 6,
 //! item 6).
 //!
-//! Four measurements, each printed as a table (progress goes to stderr) and, with
+//! Five measurements, each printed as a table (progress goes to stderr) and, with
 //! `--json`, written as records to `bench/results/dedup.json`:
 //!
 //! 1. **throughput**: each segmenter cuts a release tar held in memory and every
@@ -22,7 +22,10 @@
 //!    vargr is not). Bytes on the wire are counted in both directions; rsync's and
 //!    zstd's times are local runs, so each record also carries `link_seconds`, the
 //!    lower bound of one round trip plus its bytes at 100 Mbit/s.
-//! 4. **fingerprints**: two-level (5-byte optimistic fingerprints, a 16-byte hash per 20
+//! 4. **trees**: the same releases unpacked by `tar`, each tree synced after the one
+//!    before by `vargr sync` (through the emulated WAN) and by `rsync -a
+//!    --no-whole-file` (with and without `-z`) into a copy of the old tree.
+//! 5. **fingerprints**: two-level (5-byte optimistic fingerprints, a 16-byte hash per 20
 //!    segments) against one-level (20-byte fingerprints) at 32-256-byte static segments
 //!    on synthetic data with 75 % redundancy. The real `Sender` and `Receiver` run in
 //!    memory and every delivered byte is checked; the one-level figure re-prices the
@@ -82,9 +85,9 @@ pub struct BenchDedupArgs {
     /// same, times are not the link's).
     #[arg(long)]
     skip_wan: bool,
-    /// Run only these parts (comma-separated): throughput, pipeline, sync,
+    /// Run only these parts (comma-separated): throughput, pipeline, sync, trees,
     /// fingerprints.
-    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "pipeline", "sync", "fingerprints"])]
+    #[arg(long, value_delimiter = ',', value_parser = ["throughput", "pipeline", "sync", "trees", "fingerprints"])]
     only: Vec<String>,
 }
 
@@ -219,6 +222,18 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
         records.extend(sync_rsync(&releases, &scratch.0));
         records.extend(sync_zstd(&releases, &scratch.0));
     }
+    if part("trees") && (a.quick || dataset == "synthetic") {
+        eprintln!("trees skipped: they need whole real release tars (not --quick)");
+    } else if part("trees") {
+        // The same releases unpacked: thousands of small files, where rsync skips or
+        // patches each file it finds under the same name.
+        let trees = unpacked(&releases, &scratch.0.join("trees"))?;
+        match sync_vargr(&exe, &trees, &scratch.0, SYNC_SEGMENTER, !a.skip_wan) {
+            Ok(r) => records.extend(r),
+            Err(e) => eprintln!("vargr sync of trees failed: {e:#}"),
+        }
+        records.extend(sync_rsync(&trees, &scratch.0));
+    }
     if part("fingerprints") {
         records.extend(fingerprints(a.quick)?);
     }
@@ -250,11 +265,59 @@ impl Drop for Scratch {
     }
 }
 
-/// One release: a file synced after the one before it.
+/// One release: a file (a tar) or a directory (the tar unpacked), synced after the one
+/// before it.
 #[derive(Debug, Clone)]
 struct Release {
     name: String,
     path: PathBuf,
+}
+
+impl Release {
+    fn is_tree(&self) -> bool {
+        self.path.is_dir()
+    }
+
+    /// The data set's name in records: `NAME.tar` or `NAME/`.
+    fn label(&self) -> String {
+        if self.is_tree() {
+            format!("{}/", self.name)
+        } else {
+            format!("{}.tar", self.name)
+        }
+    }
+
+    /// Where a sync lands it under a destination root.
+    fn landing(&self) -> &'static str {
+        if self.is_tree() {
+            "pkg"
+        } else {
+            "pkg.tar"
+        }
+    }
+}
+
+/// The releases unpacked, each into `dir/NAME` (by the system's `tar`), without the
+/// top directory an sdist names after its version: the same file keeps its path from
+/// release to release.
+fn unpacked(rels: &[Release], dir: &Path) -> Result<Vec<Release>> {
+    let mut out = Vec::new();
+    for r in rels {
+        let to = dir.join(&r.name);
+        std::fs::create_dir_all(&to)?;
+        let mut cmd = Command::new("tar");
+        cmd.args(["--strip-components=1", "-xf"])
+            .arg(&r.path)
+            .arg("-C")
+            .arg(&to);
+        let (o, _) = run_within(cmd, COMMAND_TIMEOUT, "tar -x")?;
+        crate::bench::check_output(&o, "tar -x")?;
+        out.push(Release {
+            name: r.name.clone(),
+            path: to,
+        });
+    }
+    Ok(out)
 }
 
 /// The releases to use (at least two, oldest first) and the data set's name: real ones
@@ -821,6 +884,22 @@ fn same_file(got: &Path, want: &Path, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// [`same_file`] for a file; for a directory, every file of `want` (recursively) is in
+/// `got` with the same bytes (`got` may hold more: a sync deletes nothing).
+fn same_data(got: &Path, want: &Path, what: &str) -> Result<()> {
+    if !want.is_dir() {
+        return same_file(got, want, what);
+    }
+    for e in std::fs::read_dir(want).with_context(|| format!("listing {}", want.display()))? {
+        let e = e?;
+        let (w, g) = (e.path(), got.join(e.file_name()));
+        if e.file_type()?.is_dir() || e.file_type()?.is_file() {
+            same_data(&g, &w, what)?;
+        }
+    }
+    Ok(())
+}
+
 fn link_seconds(bytes: u64) -> f64 {
     RTT_S + bytes as f64 * 8.0 / BANDWIDTH_BPS
 }
@@ -888,7 +967,8 @@ fn sync_vargr(
     segmenter: &str,
     wan: bool,
 ) -> Result<Vec<Record>> {
-    let dir = scratch.join(format!("vargr-{}", segmenter.replace(':', "_")));
+    let kind = if rels[0].is_tree() { "tree" } else { "file" };
+    let dir = scratch.join(format!("vargr-{kind}-{}", segmenter.replace(':', "_")));
     let root = dir.join("root");
     let (scache, rcache) = (dir.join("sender-cache"), dir.join("receiver-cache"));
     std::fs::create_dir_all(&root)?;
@@ -922,16 +1002,16 @@ fn sync_vargr(
         _procs.push(daemon);
         _procs.push(relay);
         (
-            format!("vargr://127.0.0.1:{relay_port}/pkg.tar"),
+            format!("vargr://127.0.0.1:{relay_port}/{}", rels[0].landing()),
             format!("vargr emu: latency {LATENCY} one way, bandwidth {BANDWIDTH}"),
         )
     } else {
         (
-            root.join("pkg.tar").display().to_string(),
+            root.join(rels[0].landing()).display().to_string(),
             "local pipes (--skip-wan): no emulated link".into(),
         )
     };
-    let landed = root.join("pkg.tar");
+    let landed = root.join(rels[0].landing());
     let mut out = Vec::new();
     for (i, r) in rels.iter().enumerate() {
         eprintln!(
@@ -962,13 +1042,13 @@ fn sync_vargr(
         };
         let (bytes_in, fwd, back) = (num("bytes_in")?, num("bytes_on_wire")?, num("reply_bytes")?);
         let seconds = v["seconds"].as_f64().unwrap_or(f64::NAN);
-        same_file(&landed, &r.path, "vargr sync")?;
+        same_data(&landed, &r.path, "vargr sync")?;
         let pushed = v["dedup"]["pushed"].as_u64().unwrap_or(0);
         let fingerprinted = v["dedup"]["fingerprinted"].as_u64().unwrap_or(0);
         let wire = fwd + back;
         out.push(Record {
             benchmark: "sync",
-            dataset: format!("{}.tar", r.name),
+            dataset: r.label(),
             tool: "vargr",
             segmenter: Some(segmenter.to_string()),
             bytes_in,
@@ -1055,7 +1135,7 @@ fn sync_rsync(rels: &[Release], scratch: &Path) -> Vec<Record> {
                 Ok(r) => out.push(r),
                 Err(e) => out.push(Record {
                     benchmark: "sync",
-                    dataset: format!("{}.tar", new.name),
+                    dataset: new.label(),
                     tool: "rsync",
                     base: Some(old.name.clone()),
                     options: Some(opts.join(" ")),
@@ -1074,14 +1154,27 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
         let _ = std::fs::remove_dir_all(d);
         std::fs::create_dir_all(d)?;
     }
-    std::fs::copy(&new.path, src.join("pkg.tar"))?;
-    std::fs::copy(&old.path, dst.join("pkg.tar"))?;
     let mut cmd = Command::new("rsync");
-    // -I: compare contents whatever the sizes and times say.
-    cmd.args(["--stats", "-I"])
-        .args(opts)
-        .arg(src.join("pkg.tar"))
-        .arg(dst.join("pkg.tar"));
+    if new.is_tree() {
+        // The old tree in place as a sync left it (times and modes kept); rsync skips
+        // files of the same size and time, as vargr sync does, and patches the rest.
+        let mut cp = Command::new("cp");
+        cp.arg("-a").arg(&old.path).arg(dst.join("pkg"));
+        let (o, _) = run_within(cp, COMMAND_TIMEOUT, "cp -a")?;
+        crate::bench::check_output(&o, "cp -a")?;
+        cmd.args(["--stats", "-a"])
+            .args(opts)
+            .arg(format!("{}/", new.path.display()))
+            .arg(dst.join("pkg"));
+    } else {
+        std::fs::copy(&new.path, src.join("pkg.tar"))?;
+        std::fs::copy(&old.path, dst.join("pkg.tar"))?;
+        // -I: compare contents whatever the sizes and times say.
+        cmd.args(["--stats", "-I"])
+            .args(opts)
+            .arg(src.join("pkg.tar"))
+            .arg(dst.join("pkg.tar"));
+    }
     let (o, secs) = run_within(cmd, COMMAND_TIMEOUT, "rsync")?;
     crate::bench::check_output(&o, "rsync")?;
     let text = String::from_utf8_lossy(&o.stdout);
@@ -1089,12 +1182,12 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
         .ok_or_else(|| anyhow!("rsync --stats printed no 'Total bytes sent': {text}"))?;
     let received = rsync_stat(&text, "Total bytes received")
         .ok_or_else(|| anyhow!("rsync --stats printed no 'Total bytes received': {text}"))?;
-    same_file(&dst.join("pkg.tar"), &new.path, "rsync")?;
-    let n = std::fs::metadata(&new.path)?.len();
+    same_data(&dst.join(new.landing()), &new.path, "rsync")?;
+    let n = data_bytes(&new.path)?;
     let wire = sent + received;
     Ok(Record {
         benchmark: "sync",
-        dataset: format!("{}.tar", new.name),
+        dataset: new.label(),
         tool: "rsync",
         bytes_in: n,
         bytes_on_wire: wire,
@@ -1112,6 +1205,19 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
         ),
         ..Record::default()
     })
+}
+
+/// Bytes of a file, or of every file under a directory.
+fn data_bytes(p: &Path) -> Result<u64> {
+    let m = std::fs::symlink_metadata(p)?;
+    if !m.is_dir() {
+        return Ok(if m.is_file() { m.len() } else { 0 });
+    }
+    let mut n = 0;
+    for e in std::fs::read_dir(p)? {
+        n += data_bytes(&e?.path())?;
+    }
+    Ok(n)
 }
 
 /// `zstd --patch-from=OLD NEW` for each release: the patch is what would cross.
