@@ -561,5 +561,8 @@ fn an_unchanged_small_file_resent_costs_a_few_bytes() {
     // A file's start and end cross raw and a group closes every 20 segments, not at
     // every file: a group hash per file alone was 17 bytes.
     let wire = again["bytes_on_wire"].as_u64().unwrap();
-    assert!(wire < files * 15, "{wire} bytes for {files} unchanged files");
+    assert!(
+        wire < files * 15,
+        "{wire} bytes for {files} unchanged files"
+    );
 }
