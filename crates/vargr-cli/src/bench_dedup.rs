@@ -9,9 +9,10 @@
 //!    the 2-D segmenters do the same on a synthetic screen image.
 //! 2. **pipeline**: the sender side of `vargr sync` without the network: the same
 //!    4 MiB reads, incremental cuts, full fingerprints, `vargr_dedup::Sender` (memory or
-//!    disk cache) and zstd level 3 on its output, cold (first release) and warm (the
-//!    next one); on one thread, and on two split as `vargr sync` splits them (reading,
-//!    cutting and fingerprinting on one; the protocol, group hashes and zstd on the
+//!    disk cache) and sync's zstd stream (level 3, on zstd's worker threads) on its
+//!    output, cold (first release) and warm (the next one); vargr's own work on one
+//!    thread, or on two split as `vargr sync` splits them (reading, cutting and
+//!    fingerprinting on one; the protocol, group hashes and delta batches on the
 //!    other).
 //! 3. **sync**: consecutive releases of a real package (`scripts/fetch-dedup-data.sh`:
 //!    Django sdists, unpacked to tars), each synced to the same destination name after
@@ -34,16 +35,17 @@
 //!    parameters (`vargr_dedup::model`), counted as vargr's messages are and as the
 //!    seed's Equation 2 counts (its "2.3 against 1.1").
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 use vargr_codec::testdata::{self, Rng};
-use vargr_codec::{Codec, ElemKind};
 use vargr_dedup::cache::{DiskCache, DiskConfig, MemCache, SegmentCache};
 use vargr_dedup::fp::CONSERVATIVE_LEN;
 use vargr_dedup::model::{self, ModelParams, Wire};
@@ -691,11 +693,12 @@ fn pass<C: SegmentCache>(
     data: &[u8],
     threads: u32,
 ) -> Result<(u64, u64, f64)> {
-    let zstd = Codec::Zstd { level: 3 };
     let ack = one_ack()?;
     let mut acked = dx.stats().groups;
-    let (mut wire, mut segments) = (0u64, 0u64);
-    let (mut out, mut z) = (Vec::new(), Vec::new());
+    let mut segments = 0u64;
+    let wire = Arc::new(AtomicU64::new(0));
+    let mut z = vargr_sync::stream_encoder(Counted(wire.clone()), 3)?;
+    let mut out = Vec::new();
     let mut consume = |p: Piece| -> Result<()> {
         let mut segs = Vec::with_capacity(p.ends.len());
         let mut at = 0;
@@ -712,11 +715,7 @@ fn pass<C: SegmentCache>(
         }
         out.clear();
         dx.take_output(&mut out);
-        if !out.is_empty() {
-            z.clear();
-            zstd.compress(&out, ElemKind::U8, &mut z)?;
-            wire += z.len() as u64;
-        }
+        z.write_all(&out)?;
         dx.cache().flush()?;
         while acked < dx.stats().groups {
             dx.handle_input(&ack)?;
@@ -747,8 +746,22 @@ fn pass<C: SegmentCache>(
             r
         })?;
     }
+    z.finish()?;
     let secs = t.elapsed().as_secs_f64();
-    Ok((wire, segments, secs))
+    Ok((wire.load(Ordering::Relaxed), segments, secs))
+}
+
+/// A sink that counts what zstd sends.
+struct Counted(Arc<AtomicU64>);
+
+impl Write for Counted {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.fetch_add(b.len() as u64, Ordering::Relaxed);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A sender for the next session with the same peer: the same cache, delta-base index
@@ -837,14 +850,16 @@ fn pipeline(
                         cache: Some(if cache == "memory" { "memory" } else { "disk" }),
                         phase: Some(if k == 0 { "cold" } else { "warm" }),
                         note: Some(if threads == 1 {
-                            "one core: read, cut, fingerprint, protocol, group hashes, cache \
-                         and zstd on one thread; groups acknowledged after every read, no \
-                         receiver's work counted; sync's whole-file BLAKE3 not included"
+                            "one thread: read, cut, fingerprint, protocol, group hashes, cache; \
+                         zstd on its worker threads beside it; groups acknowledged after \
+                         every read, no receiver's work counted; sync's whole-file BLAKE3 \
+                         not included"
                                 .into()
                         } else {
                             "two threads, split as vargr sync splits them: reading, cutting \
-                         and fingerprinting on one; protocol, group hashes, cache and zstd \
-                         on the other; sync's whole-file BLAKE3 not included"
+                         and fingerprinting on one; protocol, group hashes and cache on the \
+                         other; zstd on its worker threads; sync's whole-file BLAKE3 not \
+                         included"
                                 .into()
                         }),
                         ..Record::default()
@@ -1517,8 +1532,8 @@ fn print_tables(records: &[Record]) {
         );
     }
     println!(
-        "\nsender pipeline ({SYNC_SEGMENTER}, Sender, zstd 3; warm = the next release \
-         after the first)"
+        "\nsender pipeline ({SYNC_SEGMENTER}, Sender, zstd 3 on its workers; threads = \
+         vargr's own; warm = the next release after the first)"
     );
     println!(
         "{:<32} {:<8} {:>7} {:<6} {:<22} {:>8} {:>12} {:>7}",

@@ -20,6 +20,21 @@ use crate::{SyncError, Transport};
 /// of a source tarball, 256 KiB batches cost 0.6 of what the same deltas cost inline.
 const DELTA_BATCH: usize = 256 << 10;
 
+/// The zstd stream a sync's sender writes through: compressed by zstd's own worker
+/// threads (up to four, one per core), so that the first sync of new data, which
+/// zstd limits, also uses the cores the reader and the protocol leave idle. On two cores
+/// the sender pipeline sent a first Django release at 235 MB/s against 190 with zstd
+/// on the protocol's thread.
+pub fn stream_encoder<W: Write>(
+    w: W,
+    level: i32,
+) -> std::io::Result<zstd::stream::write::Encoder<'static, W>> {
+    let mut z = zstd::stream::write::Encoder::new(w, level)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    z.multithread(cores.min(4) as u32)?;
+    Ok(z)
+}
+
 /// How a sync cuts files unless told otherwise: large content-defined segments. Between
 /// two Django release tars (60 MB, nearly every 32 KiB differing from the old release in
 /// a few tar-header bytes) segments of 32 KiB on average moved 253 KB where 2 KiB moved
@@ -321,12 +336,10 @@ pub fn send(
         what: "sending the preamble",
         source: e,
     })?;
-    let z = zstd::stream::write::Encoder::new(writer, opts.zstd_level).map_err(|e| {
-        SyncError::Link {
-            peer: peer.clone(),
-            what: "starting zstd",
-            source: e,
-        }
+    let z = stream_encoder(writer, opts.zstd_level).map_err(|e| SyncError::Link {
+        peer: peer.clone(),
+        what: "starting zstd",
+        source: e,
     })?;
 
     // The receiver names itself first: this side's cache of what it holds is per
