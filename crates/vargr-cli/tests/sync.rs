@@ -334,6 +334,26 @@ fn a_tree_syncs_over_real_ssh() {
     assert!(d.path().join("remote-cache").exists());
 }
 
+/// `vargr sync DIR/src DIR/dest` with the cache in DIR/cache: checks the copy and
+/// returns the report.
+fn sync_src_to_dest(dir: &Path) -> serde_json::Value {
+    let p = |s: &str| dir.join(s).to_str().unwrap().to_string();
+    let (ok, out, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &p("dest"),
+            "--cache-dir",
+            &p("cache"),
+            "--json",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert_same(&dir.join("src"), &dir.join("dest"));
+    serde_json::from_str(&out).unwrap()
+}
+
 #[test]
 fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     let d = tempfile::tempdir().unwrap();
@@ -341,22 +361,7 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     std::fs::create_dir_all(p("src")).unwrap();
     let file = d.path().join("src/data.bin");
     write_random(&file, 2 << 20, 21);
-    let sync = || {
-        let (ok, out, err) = vargr_env(
-            &[
-                "sync",
-                &p("src"),
-                &p("dest"),
-                "--cache-dir",
-                &p("cache"),
-                "--json",
-            ],
-            &[],
-        );
-        assert!(ok, "{err}");
-        assert_same(&d.path().join("src"), &d.path().join("dest"));
-        serde_json::from_str::<serde_json::Value>(&out).unwrap()
-    };
+    let sync = || sync_src_to_dest(d.path());
     let first = sync();
     assert_eq!(first["files_sent"], 1);
     // One byte in every 5,000 changes: every segment differs from the first session's,
@@ -530,22 +535,7 @@ fn an_unchanged_small_file_resent_costs_a_few_bytes() {
     for i in 0..files {
         write_random(&d.path().join(format!("src/f{i:03}.bin")), 1000, 100 + i);
     }
-    let sync = || {
-        let (ok, out, err) = vargr_env(
-            &[
-                "sync",
-                &p("src"),
-                &p("dest"),
-                "--cache-dir",
-                &p("cache"),
-                "--json",
-            ],
-            &[],
-        );
-        assert!(ok, "{err}");
-        assert_same(&d.path().join("src"), &d.path().join("dest"));
-        serde_json::from_str::<serde_json::Value>(&out).unwrap()
-    };
+    let sync = || sync_src_to_dest(d.path());
     assert_eq!(sync()["files_sent"], files);
     // New mtimes, same bytes (a tree unpacked again): every file is sent, as names.
     let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
