@@ -803,12 +803,14 @@ fn pipeline(
     let mut out = Vec::new();
     // Deltas inline, as the proxy and the link stage send them; in batches, as vargr
     // sync does.
-    let level = vargr_sync::SendOptions::default().delta_level;
+    let level = vargr_sync::SendOptions::default()
+        .delta_level
+        .context("sync's default sends delta batches")?;
     let modes = [
         (PIPE_INLINE.to_string(), Config::default()),
         (
             format!("{PIPE_BATCHED} {level}"),
-            vargr_sync::sender_config(FpBits::DEFAULT, Config::default().group, level),
+            vargr_sync::sender_config(FpBits::DEFAULT, Config::default().group, Some(level)),
         ),
     ];
     for (mode, config) in modes {

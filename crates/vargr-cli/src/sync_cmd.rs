@@ -110,6 +110,10 @@ pub struct SyncArgs {
     /// (-7..=22; higher: fewer bytes, more CPU).
     #[arg(long, default_value_t = 9)]
     delta_level: i32,
+    /// Send changed segments as deltas inline in the stream, not in batches: about 40 %
+    /// more bytes of deltas, 3-4 times less CPU (for links faster than the sender).
+    #[arg(long, conflicts_with = "delta_level")]
+    inline_deltas: bool,
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
@@ -156,7 +160,7 @@ pub fn run(a: SyncArgs) -> Result<()> {
         cache,
         group,
         zstd_level,
-        delta_level: a.delta_level,
+        delta_level: (!a.inline_deltas).then_some(a.delta_level),
         ..SendOptions::default()
     };
     let (t, mut child) = connect(&dest, &a, &mut opts)?;

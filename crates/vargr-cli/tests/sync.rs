@@ -336,19 +336,12 @@ fn a_tree_syncs_over_real_ssh() {
 
 /// `vargr sync DIR/src DIR/dest` with the cache in DIR/cache: checks the copy and
 /// returns the report.
-fn sync_src_to_dest(dir: &Path) -> serde_json::Value {
+fn sync_src_to_dest(dir: &Path, extra: &[&str]) -> serde_json::Value {
     let p = |s: &str| dir.join(s).to_str().unwrap().to_string();
-    let (ok, out, err) = vargr_env(
-        &[
-            "sync",
-            &p("src"),
-            &p("dest"),
-            "--cache-dir",
-            &p("cache"),
-            "--json",
-        ],
-        &[],
-    );
+    let (src, dest, cache) = (p("src"), p("dest"), p("cache"));
+    let mut args = vec!["sync", &src, &dest, "--cache-dir", &cache, "--json"];
+    args.extend_from_slice(extra);
+    let (ok, out, err) = vargr_env(&args, &[]);
     assert!(ok, "{err}");
     assert_same(&dir.join("src"), &dir.join("dest"));
     serde_json::from_str(&out).unwrap()
@@ -361,7 +354,7 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     std::fs::create_dir_all(p("src")).unwrap();
     let file = d.path().join("src/data.bin");
     write_random(&file, 2 << 20, 21);
-    let sync = || sync_src_to_dest(d.path());
+    let sync = || sync_src_to_dest(d.path(), &[]);
     let first = sync();
     assert_eq!(first["files_sent"], 1);
     // One byte in every 5,000 changes: every segment differs from the first session's,
@@ -405,6 +398,15 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
         third["dedup"]["predicted"].as_u64().unwrap(),
     );
     assert!(named > 40 && predicted + 2 >= named, "{third}");
+
+    // Asked for, the deltas of another edit go inline, none in a batch.
+    for i in (1_000..v.len()).step_by(5_000) {
+        v[i] ^= 0x33;
+    }
+    std::fs::write(&file, &v).unwrap();
+    let inline = sync_src_to_dest(d.path(), &["--inline-deltas"]);
+    assert!(inline["dedup"]["deltas"].as_u64().unwrap() > 40, "{inline}");
+    assert_eq!(inline["dedup"]["batched"].as_u64(), Some(0), "{inline}");
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
@@ -535,7 +537,7 @@ fn an_unchanged_small_file_resent_costs_a_few_bytes() {
     for i in 0..files {
         write_random(&d.path().join(format!("src/f{i:03}.bin")), 1000, 100 + i);
     }
-    let sync = || sync_src_to_dest(d.path());
+    let sync = || sync_src_to_dest(d.path(), &[]);
     assert_eq!(sync()["files_sent"], files);
     // New mtimes, same bytes (a tree unpacked again): every file is sent, as names.
     let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
