@@ -75,8 +75,9 @@ impl Encoder {
             let mut found = match_at(base, target, p, expect + (p - lit), MIN_COPY);
             if found.is_none() && (index.is_some() || p - lit >= LAZY) {
                 // The whole base: a window around the hint missed text that moved
-                // within a run of large segments, and cost 1.4 MB of inserts instead
-                // of 0.8 between two Django release tars cut at 32 KiB.
+                // within a run of large segments (between two Django release tars cut
+                // at 32 KiB: 1.44 MB of deltas instead of 1.24, 0.94 MB of it
+                // inserted bytes instead of 0.78).
                 let ix = index.get_or_insert_with(|| {
                     BaseIndex::new(base, 0..base.len(), std::mem::take(&mut self.slots))
                 });
