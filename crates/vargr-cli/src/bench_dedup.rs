@@ -909,8 +909,8 @@ fn same_data(got: &Path, want: &Path, what: &str) -> Result<()> {
     }
     for e in std::fs::read_dir(want).with_context(|| format!("listing {}", want.display()))? {
         let e = e?;
-        let (w, g) = (e.path(), got.join(e.file_name()));
-        if e.file_type()?.is_dir() || e.file_type()?.is_file() {
+        let (w, g, t) = (e.path(), got.join(e.file_name()), e.file_type()?);
+        if t.is_dir() || t.is_file() {
             same_data(&g, &w, what)?;
         }
     }
@@ -1200,7 +1200,7 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
     let received = rsync_stat(&text, "Total bytes received")
         .ok_or_else(|| anyhow!("rsync --stats printed no 'Total bytes received': {text}"))?;
     same_data(&dst.join(new.landing()), &new.path, "rsync")?;
-    let n = data_bytes(&new.path)?;
+    let n = vargr_sync::Manifest::scan(&new.path)?.file_bytes();
     let wire = sent + received;
     Ok(Record {
         benchmark: "sync",
@@ -1222,19 +1222,6 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
         ),
         ..Record::default()
     })
-}
-
-/// Bytes of a file, or of every file under a directory.
-fn data_bytes(p: &Path) -> Result<u64> {
-    let m = std::fs::symlink_metadata(p)?;
-    if !m.is_dir() {
-        return Ok(if m.is_file() { m.len() } else { 0 });
-    }
-    let mut n = 0;
-    for e in std::fs::read_dir(p)? {
-        n += data_bytes(&e?.path())?;
-    }
-    Ok(n)
 }
 
 /// `zstd --patch-from=OLD NEW` for each release: the patch is what would cross.
