@@ -8,8 +8,10 @@
 //! 1. **Study.** For a (link, class) with nothing learned, every candidate codec is
 //!    tried, and the one predicted fastest ([`model::predict`]) becomes the class's
 //!    codec. Unlike the seed, which compressed the whole message with every candidate,
-//!    only [`EngineConfig::study_slices`] slices of [`EngineConfig::sample_bytes`],
-//!    spread over the message, are compressed.
+//!    only [`EngineConfig::study_slices`] slices spread over the message are compressed,
+//!    each a share of the message between [`EngineConfig::sample_bytes`] and
+//!    [`EngineConfig::max_sample_bytes`] (codecs with a long reach need long slices to
+//!    show their ratio).
 //! 2. **Thresholds.** `raw_below` (the seed's `length_no_compression`) and
 //!    `compress_from` (`length_yes_compression`): a message that the model says does not
 //!    pay raises `raw_below` to its size; one that pays lowers `compress_from`. Messages
@@ -20,19 +22,24 @@
 //!    ([`Engine::observe_sent`]); one that did not pay is a mistake, and
 //!    [`EngineConfig::mistakes_to_restudy`] of them within
 //!    [`EngineConfig::mistake_window`] messages start a new study.
-//! 4. **Re-evaluation.** After [`EngineConfig::reevaluate_after`] raw messages the class
-//!    is studied again (the seed's 1000).
+//! 4. **Re-evaluation.** After [`EngineConfig::reevaluate_after`] raw messages (the
+//!    seed's 1000) every candidate compresses small slices again; if the data changed
+//!    the class is studied again, else only the thresholds start over.
 //! 5. **Giving up.** Too many mistake-driven studies within
 //!    [`EngineConfig::restudy_window`] switch compression off for the class on that
 //!    link for [`EngineConfig::disable_for`] messages.
 //! 6. **Samples** (not in the seed). Every [`EngineConfig::sample_every`] messages one
-//!    candidate, in turn, compresses a slice of the message. This is how a change of data
-//!    shows while the engine sends raw and the wire teaches it nothing.
+//!    candidate, in turn, compresses a small slice of the message, and the estimates
+//!    follow. This is how a change of data shows while the engine sends raw and the wire
+//!    teaches it nothing; a large change starts a new study.
 //!
-//! The engine is sans-IO and reads no clock: transfer times and codec times come in
-//! through [`Engine::observe_transfer`], [`Engine::observe_sent`] and
-//! [`Engine::observe_codec`], measured by the caller, and every interval is a count of
-//! messages. The same observations give the same decisions.
+//! The engine is sans-IO: transfer times and codec times come in through
+//! [`Engine::observe_transfer`], [`Engine::observe_sent`] and [`Engine::observe_codec`],
+//! measured by the caller, and every interval is a count of messages. It reads a clock
+//! only if given one ([`Engine::set_clock`]): then a study also times each candidate on
+//! the message's own slices, because a codec's speed depends on the data as much as its
+//! ratio does (LZ4 compresses zeros at 10 GB/s and random doubles at 0.5 GB/s). Without
+//! a clock, the same observations give the same decisions.
 //!
 //! ```
 //! use vargr_codec::{testdata, Codec, CodecRun, ElemKind, Engine, EngineConfig, LinkKey};
@@ -60,6 +67,9 @@ use crate::{Codec, CodecError, CodecMeasure, ElemKind};
 /// Frame header bytes added to a sampled payload's estimate (the header of a message
 /// under 2 MiB); whole-message reports already include it.
 const FRAME_ESTIMATE: f64 = 6.0;
+
+/// A monotonic clock in nanoseconds, for [`Engine::set_clock`].
+pub type Clock = fn() -> u64;
 
 /// A link as the caller names it (a peer rank, a connection id): opaque to the engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -154,8 +164,11 @@ pub struct Engine {
     /// Per class: the candidates, as indices into `codecs`.
     candidates: [Vec<usize>; 4],
     links: HashMap<LinkKey, LinkEntry>,
-    /// Where samples are compressed to; reused so that sampling rarely allocates.
+    /// Where samples are compressed to, and decompressed to when timed; reused so that
+    /// sampling rarely allocates.
     scratch: Vec<u8>,
+    restored: Vec<u8>,
+    clock: Option<Clock>,
 }
 
 #[derive(Debug, Clone)]
@@ -167,22 +180,47 @@ struct LinkEntry {
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Estimate {
-    /// Moving average of `payload / slice` over samples (no header).
-    sampled: Option<f64>,
+    /// `payload / slice` over the last study's slices (no header).
+    studied: Option<f64>,
+    /// `payload / slice` over slices of `sample_bytes` at the last study: the yardstick
+    /// of periodic samples, which are that size.
+    probe_base: Option<f64>,
+    /// Moving average of periodic samples since the last study.
+    probe: Option<f64>,
     /// Moving average of `frame / message` over whole messages sent since the data last
     /// changed.
     full: Option<f64>,
+    /// Seconds per byte to compress and to decompress this data, timed on the last
+    /// study's slices (only with a clock).
+    compress_spb: Option<f64>,
+    decompress_spb: Option<f64>,
+}
+
+impl Estimate {
+    /// The expected `payload / size` from samples: the study's figure, moved by as much
+    /// as periodic samples moved since.
+    fn sampled(&self) -> Option<f64> {
+        let r = self.studied?;
+        Some(match (self.probe, self.probe_base) {
+            (Some(p), Some(b)) if b > 0.0 => r * p / b,
+            _ => r,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
 struct ClassState {
     messages: u64,
     needs_study: bool,
+    /// `reevaluate_after` raw messages went by since the last study.
+    needs_recheck: bool,
     /// Candidate slot of the class's codec.
     best: Option<usize>,
     raw_below: usize,
     compress_from: usize,
     raw_since_study: u64,
+    /// `messages` at the last study.
+    studied_at: u64,
     next_sample: usize,
     mistakes: u32,
     mistake_window_start: u64,
@@ -199,10 +237,12 @@ impl Default for ClassState {
         ClassState {
             messages: 0,
             needs_study: true,
+            needs_recheck: false,
             best: None,
             raw_below: 0,
             compress_from: usize::MAX,
             raw_since_study: 0,
+            studied_at: 0,
             next_sample: 0,
             mistakes: 0,
             mistake_window_start: 0,
@@ -225,7 +265,9 @@ impl Engine {
             stats: Vec::new(),
             candidates: Default::default(),
             links: HashMap::new(),
-            scratch: Vec::with_capacity(2 * config.sample_bytes + 64),
+            scratch: Vec::with_capacity(2 * config.max_sample_bytes + 64),
+            restored: Vec::with_capacity(config.max_sample_bytes),
+            clock: None,
             config,
         };
         for class in DataClass::ALL {
@@ -234,6 +276,12 @@ impl Engine {
             engine.candidates[class.index()] = slots;
         }
         Ok(engine)
+    }
+
+    /// Lets studies time the candidates on the data itself (see the module
+    /// documentation). `clock` must be monotonic; its readings are nanoseconds.
+    pub fn set_clock(&mut self, clock: Clock) {
+        self.clock = Some(clock);
     }
 
     /// The settings in use.
@@ -316,8 +364,11 @@ impl Engine {
     /// [`observe_decompress`](Engine::observe_decompress) for a receiver's report, which
     /// names the codec by its wire id: every codec with that id learns it (zstd's levels
     /// decompress alike).
+    /// The report also moves `link`'s estimate of the codecs' decompression speed on
+    /// the data it carries now.
     pub fn observe_decompress_id(
         &mut self,
+        link: LinkKey,
         id: crate::CodecId,
         elem: ElemKind,
         original_bytes: usize,
@@ -328,6 +379,21 @@ impl Engine {
         for (i, c) in self.codecs.iter().enumerate() {
             if c.id() == id {
                 self.stats[i][class].observe_decompress(original_bytes, seconds, weight);
+            }
+        }
+        if original_bytes == 0 || !seconds.is_finite() || seconds < 0.0 {
+            return;
+        }
+        let Some(entry) = self.links.get_mut(&link) else {
+            return;
+        };
+        let spb = seconds / original_bytes as f64;
+        let st = &mut entry.classes[class];
+        for (slot, &ci) in self.candidates[class].iter().enumerate() {
+            if self.codecs[ci].id() == id {
+                if let Some(d) = st.estimates[slot].decompress_spb.as_mut() {
+                    *d += self.config.ratio_weight * (spb - *d);
+                }
             }
         }
     }
@@ -387,6 +453,13 @@ impl Engine {
                 e.full
                     .map_or(ratio, |r| r + config.ratio_weight * (ratio - r)),
             );
+            // A slice's time understates a whole message's (zstd sizes its tables to
+            // the input; a slice is warm in the cache): the truth moves the estimate.
+            if let Some(c) = e.compress_spb.as_mut() {
+                if run.compress_s.is_finite() && run.compress_s >= 0.0 {
+                    *c += config.ratio_weight * (run.compress_s / n - *c);
+                }
+            }
         }
         let td = match run.decompress_s.filter(|d| d.is_finite() && *d >= 0.0) {
             Some(d) => d,
@@ -439,12 +512,14 @@ impl Engine {
             }
         };
         let slot = self.candidates[class.index()].iter().position(|&c| c == ci);
-        let from_link = match (entry, slot) {
-            (Some(e), Some(s)) => csize(&e.classes[class.index()].estimates[s], bytes),
+        let estimate = match (entry, slot) {
+            (Some(e), Some(s)) => Some(&e.classes[class.index()].estimates[s]),
             _ => None,
         };
+        let from_link = estimate.and_then(|e| csize(e, bytes));
         let csize = from_link.or_else(|| stats.ratio.map(|r| r * bytes as f64))?;
-        Some(model::predict(model, stats, bytes, csize))
+        let stats = estimate.map_or(*stats, |e| on_this_data(stats, e));
+        Some(model::predict(model, &stats, bytes, csize))
     }
 
     /// The engine's view of one (link, class).
@@ -470,7 +545,7 @@ impl Engine {
     /// and, above the raw threshold, a few floating-point operations (about 0.1 µs).
     /// Every `sample_every` messages, and when a study is due, it also compresses
     /// slices of `data` (a few to some tens of µs), which the default settings amortise
-    /// to 0.4-0.7 µs per message (`examples/decide_cost.rs`, release build).
+    /// to 0.2-0.6 µs per message on 64 KiB messages (`examples/decide_cost.rs`, release build).
     pub fn decide(&mut self, link: LinkKey, elem: ElemKind, data: &[u8]) -> Decision {
         self.decide_behind(link, elem, data, 0.0)
     }
@@ -503,6 +578,8 @@ impl Engine {
             candidates,
             links,
             scratch,
+            restored,
+            clock,
         } = self;
         let Some(entry) = links.get_mut(&link) else {
             return Decision::raw(Reason::NoCandidates);
@@ -525,6 +602,7 @@ impl Engine {
             elem,
             data,
             backlog_s: backlog(backlog_s),
+            clock: *clock,
         };
         let st = &mut entry.classes[class.index()];
         st.messages += 1;
@@ -535,11 +613,21 @@ impl Engine {
             st.disabled_until = None;
             st.needs_study = true;
         }
-        let studied = st.needs_study;
+        let mut studied = st.needs_study;
+        if !studied && st.needs_recheck {
+            studied = ctx.recheck(st, scratch);
+        } else if !studied
+            && config.sample_every > 0
+            && st.messages % u64::from(config.sample_every) == 0
+            && ctx.sample_next(st, scratch)
+        {
+            // Not before a round of samples since the last study: data that alternates
+            // between kinds would otherwise be studied again and again.
+            let round = u64::from(config.sample_every) * slots.len() as u64;
+            studied = st.messages.saturating_sub(st.studied_at) >= round;
+        }
         if studied {
-            ctx.study(st, scratch);
-        } else if config.sample_every > 0 && st.messages % u64::from(config.sample_every) == 0 {
-            ctx.sample_next(st, scratch);
+            ctx.study(st, scratch, restored);
         }
         let Some(best) = st.best else {
             return ctx.send_raw(st, Reason::NoCandidates);
@@ -638,7 +726,50 @@ fn csize(e: &Estimate, bytes: usize) -> Option<f64> {
     let n = bytes as f64;
     e.full
         .map(|r| r * n)
-        .or_else(|| e.sampled.map(|r| r * n + FRAME_ESTIMATE))
+        .or_else(|| e.sampled().map(|r| r * n + FRAME_ESTIMATE))
+}
+
+/// A codec's figures with the speeds timed on the current data, where there are some.
+fn on_this_data(stats: &CodecStats, e: &Estimate) -> CodecStats {
+    let mut s = *stats;
+    if let Some(c) = e.compress_spb {
+        s.compress_s_per_byte = c;
+    }
+    if let Some(d) = e.decompress_spb {
+        s.decompress_s_per_byte = Some(d);
+    }
+    s
+}
+
+/// What compressing a message's slices gave.
+#[derive(Debug, Clone, Copy)]
+struct SliceRun {
+    out: usize,
+    len: usize,
+    /// Median seconds per byte over the slices, when timed.
+    compress_spb: Option<f64>,
+    decompress_spb: Option<f64>,
+}
+
+impl SliceRun {
+    fn ratio(&self) -> f64 {
+        self.out as f64 / self.len as f64
+    }
+}
+
+/// The median of the first `n` figures (the mean of the middle two for an even count):
+/// one slice slowed by a preempted thread must not stand for the codec's speed.
+fn median_of(v: &mut [f64]) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    })
 }
 
 /// A backlog as the model uses it: finite and not negative, else none.
@@ -662,6 +793,7 @@ struct Ctx<'a> {
     data: &'a [u8],
     /// Seconds of frames queued ahead of this message on the link.
     backlog_s: f64,
+    clock: Option<Clock>,
 }
 
 impl Ctx<'_> {
@@ -669,8 +801,12 @@ impl Ctx<'_> {
         self.codecs[self.slots[slot]]
     }
 
-    fn stats(&self, slot: usize) -> &CodecStats {
-        &self.all_stats[self.slots[slot]][self.class.index()]
+    /// The candidate's figures, with its speeds on this data if a study timed them.
+    fn stats(&self, st: &ClassState, slot: usize) -> CodecStats {
+        on_this_data(
+            &self.all_stats[self.slots[slot]][self.class.index()],
+            &st.estimates[slot],
+        )
     }
 
     /// Predicted times of this message with the candidate in `slot`, behind `backlog_s`
@@ -685,7 +821,7 @@ impl Ctx<'_> {
         let c = csize(&st.estimates[slot], n)?;
         Some(model::predict_behind(
             self.model,
-            self.stats(slot),
+            &self.stats(st, slot),
             n,
             c,
             backlog_s,
@@ -695,10 +831,10 @@ impl Ctx<'_> {
     /// Predicted compressed time from samples alone: the same yardstick for every
     /// candidate, since only the class's own codec has whole-message reports.
     fn sampled_time(&self, st: &ClassState, slot: usize, n: usize, backlog_s: f64) -> Option<f64> {
-        let r = st.estimates[slot].sampled?;
+        let r = st.estimates[slot].sampled()?;
         let p = model::predict_behind(
             self.model,
-            self.stats(slot),
+            &self.stats(st, slot),
             n,
             r * n as f64 + FRAME_ESTIMATE,
             backlog_s,
@@ -707,32 +843,90 @@ impl Ctx<'_> {
     }
 
     /// The candidate with the shortest predicted time from samples, and that time.
+    /// Behind a backlog, of candidates within `switch_margin` of the shortest, the one
+    /// that spends the least CPU: the model hides compression behind the transfer, which
+    /// on a busy host it only partly is (a NAS IS exchange at 1 Gbit/s went from 8.8 to
+    /// 11-12 ms when Rice, 1.7 % smaller and four times slower, won such near-ties).
     fn fastest(&self, st: &ClassState, n: usize, backlog_s: f64) -> Option<(usize, f64)> {
+        let mut times = [f64::INFINITY; MAX_CANDIDATES];
         let mut fastest: Option<(usize, f64)> = None;
-        for slot in 0..self.slots.len() {
+        for (slot, time) in times.iter_mut().enumerate().take(self.slots.len()) {
             if let Some(t) = self.sampled_time(st, slot, n, backlog_s) {
+                *time = t;
                 if fastest.is_none_or(|(_, bt)| t < bt) {
                     fastest = Some((slot, t));
                 }
             }
         }
-        fastest
+        let (_, best) = fastest?;
+        if backlog_s <= 0.0 {
+            return fastest;
+        }
+        let cpu = |slot: usize| {
+            let s = self.stats(st, slot);
+            let c = st.estimates[slot].sampled().unwrap_or(1.0) * n as f64;
+            s.compress_time(n as f64) + s.decompress_time(n as f64, c)
+        };
+        (0..self.slots.len())
+            .filter(|&slot| times[slot] <= best * (1.0 + self.config.switch_margin))
+            .min_by(|&a, &b| cpu(a).total_cmp(&cpu(b)))
+            .map(|slot| (slot, times[slot]))
     }
 
     fn send_raw(&self, st: &mut ClassState, reason: Reason) -> Decision {
         st.raw_since_study += 1;
         if st.raw_since_study >= self.config.reevaluate_after {
-            st.needs_study = true;
+            st.needs_recheck = true;
         }
         Decision::raw(reason)
     }
 
-    /// Samples every candidate afresh and starts the thresholds over.
-    fn study(&self, st: &mut ClassState, scratch: &mut Vec<u8>) {
+    /// The seed's re-evaluation, made cheap: every candidate compresses slices of
+    /// `sample_bytes` at new places, and only if they show new data is the class studied
+    /// again (returns true). Otherwise the estimates stand and the size thresholds start
+    /// over, since they were prices under what the link and codecs were then. Without
+    /// this, a class sent raw would pay a whole study every `reevaluate_after` messages
+    /// (on 64 KiB of random bytes, 0.7 µs per message).
+    fn recheck(&self, st: &mut ClassState, scratch: &mut Vec<u8>) -> bool {
+        st.needs_recheck = false;
+        st.raw_since_study = 0;
+        let (slices, small) = (self.config.study_slices, self.config.sample_bytes);
+        let mut changed = false;
         for slot in 0..self.slots.len() {
+            let r = self
+                .compress_slices(slot, st.messages, slices, small, scratch, None)
+                .map(|r| r.ratio());
+            let e = &st.estimates[slot];
+            changed |= match (r, e.probe.or(e.probe_base)) {
+                (Some(r), Some(was)) => (r - was).abs() > self.config.change_tolerance,
+                (r, was) => r.is_some() != was.is_some(),
+            };
+        }
+        if !changed {
+            st.raw_below = 0;
+            st.compress_from = usize::MAX;
+        }
+        changed
+    }
+
+    /// Samples every candidate afresh and starts the thresholds over.
+    fn study(&self, st: &mut ClassState, scratch: &mut Vec<u8>, restored: &mut Vec<u8>) {
+        let (slices, small) = (self.config.study_slices, self.config.sample_bytes);
+        let len = self.study_slice_len();
+        for slot in 0..self.slots.len() {
+            let run = self.compress_slices(slot, st.messages, slices, len, scratch, Some(restored));
+            let probe = if len > small {
+                self.compress_slices(slot, st.messages, slices, small, scratch, None)
+            } else {
+                run
+            };
             st.estimates[slot] = Estimate {
-                sampled: self.sample_spread(slot, st.messages, scratch),
+                studied: run.map(|r| r.ratio()),
+                probe_base: probe.map(|r| r.ratio()),
+                probe: None,
                 full: None,
+                compress_spb: run.and_then(|r| r.compress_spb),
+                decompress_spb: run.and_then(|r| r.decompress_spb),
             };
         }
         st.best = None;
@@ -740,32 +934,45 @@ impl Ctx<'_> {
         st.raw_below = 0;
         st.compress_from = usize::MAX;
         st.raw_since_study = 0;
+        st.studied_at = st.messages;
         st.mistakes = 0;
         st.mistake_window_start = st.messages;
         st.needs_study = false;
+        st.needs_recheck = false;
         st.studies += 1;
     }
 
+    /// Slices of a study: `study_slices` of them cover up to the whole message, each
+    /// from `sample_bytes` to `max_sample_bytes`.
+    fn study_slice_len(&self) -> usize {
+        let c = self.config;
+        (self.data.len() / c.study_slices).clamp(c.sample_bytes, c.max_sample_bytes)
+    }
+
     /// Samples the next candidate in turn and lets the result move the estimates, the
-    /// class's codec and, if the data changed under them, the thresholds.
-    fn sample_next(&self, st: &mut ClassState, scratch: &mut Vec<u8>) {
+    /// class's codec and, if the data changed under them, the thresholds. Returns
+    /// whether the sample says the data changed (a new study is due).
+    fn sample_next(&self, st: &mut ClassState, scratch: &mut Vec<u8>) -> bool {
         let slot = st.next_sample % self.slots.len();
         st.next_sample = (slot + 1) % self.slots.len();
-        let Some(r) = self.sample(slot, st.messages, scratch) else {
-            return;
+        let small = self.config.sample_bytes;
+        let Some(r) = self
+            .compress_slices(slot, st.messages, 1, small, scratch, None)
+            .map(|r| r.ratio())
+        else {
+            return false;
         };
         let e = &mut st.estimates[slot];
-        match e.sampled {
-            Some(old) if (r - old).abs() <= self.config.change_tolerance => {
-                e.sampled = Some(old + self.config.ratio_weight * (r - old));
-            }
-            _ => {
-                // The data changed: reports on the old data say nothing about the new.
-                *e = Estimate {
-                    sampled: Some(r),
-                    full: None,
-                };
-            }
+        let changed = e
+            .probe_base
+            .is_none_or(|base| (r - base).abs() > self.config.change_tolerance);
+        e.probe = Some(match e.probe {
+            Some(old) if !changed => old + self.config.ratio_weight * (r - old),
+            _ => r,
+        });
+        if changed {
+            // Reports on the old data say nothing about the new.
+            e.full = None;
         }
         self.pick_best(st);
         // Thresholds learned on other data must not hold this message's decision.
@@ -780,6 +987,7 @@ impl Ctx<'_> {
                 st.compress_from = usize::MAX;
             }
         }
+        changed
     }
 
     /// Makes the fastest sampled candidate the class's codec, unless the current one is
@@ -804,56 +1012,70 @@ impl Ctx<'_> {
         }
     }
 
-    /// `payload / slice` for a slice of the message compressed by the candidate in
-    /// `slot`. The slice moves through the message from one sample to the next, so that
-    /// a header or a constant prefix does not stand for the whole.
-    fn sample(&self, slot: usize, salt: u64, scratch: &mut Vec<u8>) -> Option<f64> {
-        let (out, len) = self.compress_slices(slot, salt, 1, scratch)?;
-        Some(out as f64 / len as f64)
-    }
-
-    /// Like [`sample`](Self::sample), over up to `study_slices` slices, one in each of
-    /// as many equal regions of the message: the ratio of their totals.
-    fn sample_spread(&self, slot: usize, salt: u64, scratch: &mut Vec<u8>) -> Option<f64> {
-        let (out, len) = self.compress_slices(slot, salt, self.config.study_slices, scratch)?;
-        Some(out as f64 / len as f64)
-    }
-
-    /// Compresses `slices` slices of `sample_bytes` (fewer if the message is short), one
-    /// at a salted place in each of as many equal regions; returns (output, input) bytes.
+    /// Compresses `slices` slices of `len` bytes (fewer if the message is short), one
+    /// at a salted place in each of as many equal regions, so that a header or a
+    /// constant prefix does not stand for the whole and successive samples look at
+    /// different places. With a clock and `restored`, each slice is also timed, and
+    /// decompressed and timed.
     fn compress_slices(
         &self,
         slot: usize,
         salt: u64,
         slices: usize,
+        len: usize,
         scratch: &mut Vec<u8>,
-    ) -> Option<(usize, usize)> {
+        mut restored: Option<&mut Vec<u8>>,
+    ) -> Option<SliceRun> {
         let data = self.data;
-        let len = self.config.sample_bytes.min(data.len());
+        let len = len.min(data.len());
         if len == 0 {
             return None;
         }
+        let codec = self.codec(slot);
+        let clock = self.clock.filter(|_| restored.is_some());
         let elem_size = self.elem.size();
         let regions = slices.clamp(1, (data.len() / len).max(1));
         let region = data.len() / regions;
         let (mut out, mut total) = (0, 0);
+        // study_slices is at most 64 (checked by the config).
+        let (mut tc, mut td) = ([0.0; 64], [0.0; 64]);
+        let (mut ntc, mut ntd) = (0, 0);
         for r in 0..regions {
             let span = region.saturating_sub(len);
             let mixed = (salt ^ ((r as u64) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
             let off = r * region + (mixed % (span as u64 + 1)) as usize;
             let off = (off - off % elem_size).min(data.len() - len);
+            let slice = &data[off..off + len];
             scratch.clear();
-            out += match self
-                .codec(slot)
-                .compress(&data[off..off + len], self.elem, scratch)
-            {
-                Ok(()) => scratch.len(),
-                // A codec that cannot take this data compresses nothing.
-                Err(_) => len,
-            };
+            let t0 = clock.map(|c| c());
+            let ok = codec.compress(slice, self.elem, scratch).is_ok();
+            out += if ok { scratch.len() } else { len };
             total += len;
+            let (Some(c), Some(t0), true) = (clock, t0, ok) else {
+                continue;
+            };
+            let t1 = c();
+            if ntc < tc.len() {
+                tc[ntc] = t1.saturating_sub(t0) as f64 * 1e-9 / len as f64;
+                ntc += 1;
+            }
+            let Some(restored) = restored.as_deref_mut() else {
+                continue;
+            };
+            restored.clear();
+            if crate::decompress(codec.id(), scratch, self.elem, len, restored).is_ok()
+                && ntd < td.len()
+            {
+                td[ntd] = c().saturating_sub(t1) as f64 * 1e-9 / len as f64;
+                ntd += 1;
+            }
         }
-        Some((out, total))
+        Some(SliceRun {
+            out,
+            len: total,
+            compress_spb: median_of(&mut tc[..ntc]),
+            decompress_spb: median_of(&mut td[..ntd]),
+        })
     }
 }
 
@@ -939,6 +1161,87 @@ mod tests {
         assert!(decisions(1).contains(&false), "the test data does not tell");
     }
 
+    /// Doubles counting up by two: the byte planes of a shuffle repeat over far longer
+    /// stretches than 4 KiB.
+    fn counting_f64(n: usize) -> Vec<u8> {
+        testdata::f64_bytes(&(0..n).map(|i| 50001.0 + 2.0 * i as f64).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn a_study_sees_what_a_codec_reaches_on_the_whole_message() {
+        // On 4 KiB slices FPC looks better (ratio 14 against 10); on the 128 KiB message
+        // shuffle+LZ4 reaches 49 against FPC's 16.
+        let data = counting_f64(16_384);
+        let chosen = |max_sample_bytes: usize| {
+            let mut e = slow_engine(EngineConfig {
+                max_sample_bytes,
+                candidates: crate::Candidates {
+                    f64: vec![Codec::Lz4, Codec::Fpc { table_bits: 16 }, Codec::ShuffleLz4],
+                    ..crate::Candidates::default()
+                },
+                ..EngineConfig::default()
+            });
+            e.decide(LinkKey(0), ElemKind::F64, &data).codec
+        };
+        assert_eq!(
+            chosen(4096),
+            Codec::Fpc { table_bits: 16 },
+            "the data does not tell"
+        );
+        assert_eq!(chosen(32 << 10), Codec::ShuffleLz4);
+    }
+
+    #[test]
+    fn with_a_clock_a_study_prices_each_codec_by_its_time_on_the_data() {
+        // A clock on which every compression and decompression of a slice takes a
+        // second: no codec can pay, however well it compresses.
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NOW: AtomicU64 = AtomicU64::new(0);
+        fn slow() -> u64 {
+            NOW.fetch_add(1_000_000_000, Ordering::Relaxed)
+        }
+        let zeros = vec![0u8; 1 << 20];
+        let mut e = slow_engine(EngineConfig::default());
+        assert!(e.decide(LinkKey(0), ElemKind::F64, &zeros).compress());
+        e.set_clock(slow);
+        let d = e.decide(LinkKey(1), ElemKind::F64, &zeros);
+        assert_eq!((d.codec, d.reason), (Codec::None, Reason::Studied));
+        let p = e
+            .predict(LinkKey(1), ElemKind::F64, Codec::Lz4, 1 << 20)
+            .unwrap();
+        assert!(p.compressed_s > 1.0, "{p:?}");
+    }
+
+    #[test]
+    fn a_change_of_data_seen_by_a_sample_starts_a_study() {
+        let mut e = slow_engine(EngineConfig {
+            sample_every: 1,
+            ..EngineConfig::default()
+        });
+        let link = LinkKey(0);
+        let noise = testdata::random_bytes(1 << 16, 4);
+        let text = testdata::text_like(1 << 16, 4);
+        assert!(!e.decide(link, ElemKind::BYTES, &noise).compress());
+        let candidates = EngineConfig::default().candidates.bytes.len();
+        // Within a round of samples after the study, no new study, but the estimates
+        // follow the samples.
+        let d = e.decide(link, ElemKind::BYTES, &text);
+        assert_ne!(d.reason, Reason::Studied);
+        assert_eq!(e.summary(link, ElemKind::BYTES).unwrap().studies, 1);
+        let mut studied_at = None;
+        for i in 0..2 * candidates {
+            if e.decide(link, ElemKind::BYTES, &text).reason == Reason::Studied {
+                studied_at.get_or_insert(i);
+            }
+        }
+        assert!(
+            studied_at.is_some_and(|i| i + 2 >= candidates),
+            "{studied_at:?}"
+        );
+        assert!(e.decide(link, ElemKind::BYTES, &text).compress());
+        assert_eq!(e.summary(link, ElemKind::BYTES).unwrap().studies, 2);
+    }
+
     #[test]
     fn thresholds_narrow_like_the_seeds_figure_4_13() {
         let mut e = slow_engine(EngineConfig::default());
@@ -963,7 +1266,7 @@ mod tests {
     }
 
     #[test]
-    fn restudies_after_reevaluate_after_raw_messages() {
+    fn reevaluates_after_reevaluate_after_raw_messages() {
         let mut e = slow_engine(EngineConfig {
             reevaluate_after: 10,
             sample_every: 0,
@@ -977,8 +1280,20 @@ mod tests {
         assert!(reasons[1..10]
             .iter()
             .all(|&r| r == Reason::BelowRawThreshold));
-        assert_eq!(reasons[10], Reason::Studied);
-        assert_eq!(e.summary(LinkKey(0), ElemKind::BYTES).unwrap().studies, 2);
+        // Still noise: no new study, but the model is asked again.
+        assert_eq!(reasons[10], Reason::Evaluated);
+        assert_eq!(reasons[11], Reason::BelowRawThreshold);
+        assert_eq!(e.summary(LinkKey(0), ElemKind::BYTES).unwrap().studies, 1);
+        // The data became compressible: the re-evaluation studies it.
+        let text = testdata::text_like(8192, 1);
+        // (Two raw messages since the last re-evaluation, so eight to go.)
+        let reasons: Vec<Reason> = (0..8)
+            .map(|_| e.decide(LinkKey(0), ElemKind::BYTES, &text).reason)
+            .collect();
+        assert!(!reasons.contains(&Reason::Studied), "{reasons:?}");
+        let d = e.decide(LinkKey(0), ElemKind::BYTES, &text);
+        assert_eq!(d.reason, Reason::Studied);
+        assert!(d.compress());
     }
 
     #[test]

@@ -31,6 +31,14 @@ pub struct EngineConfig {
     /// trial of the whole message. 4 KiB is long enough for LZ4/FPC/Huffman to reach
     /// their typical ratio on regular data and short enough (a few µs) to do often.
     pub sample_bytes: usize,
+    /// A study's slices grow with the message, `size / study_slices`, from
+    /// `sample_bytes` up to this. Small slices understate what a codec with a long
+    /// reach gets from a whole message (on 1 MiB of patterned doubles, 4 KiB slices
+    /// gave shuffle+LZ4 13 and FPC 14, the whole message 29 and 16; on 1 MiB of zeros
+    /// zstd went from 216 to 20 560), so the engine chose the wrong codec. A study
+    /// happens once per (link, class) and per change of data, so 4 slices of 32 KiB
+    /// (a few hundred µs per study) are cheap; periodic samples stay at `sample_bytes`.
+    pub max_sample_bytes: usize,
     /// A study compresses up to this many slices per candidate, spread over the
     /// message, and judges the candidate by their total. One slice can land in a
     /// region unlike the rest (a run of zeros, a table in a binary) and make the whole
@@ -39,13 +47,16 @@ pub struct EngineConfig {
     pub study_slices: usize,
     /// Sample one candidate every this many messages (candidates in turn), so that a
     /// change of data shows within `sample_every × candidates` messages even while the
-    /// engine sends raw and learns nothing from the wire. 0 disables periodic samples.
-    /// 32 keeps the amortised sampling cost near 0.3-0.6 µs per message (measured with
-    /// `examples/decide_cost.rs`) and notices a change within about 160 messages (5 candidates).
+    /// engine sends raw and learns nothing from the wire. A sample is one slice of
+    /// `sample_bytes`, compared with slices of that size taken at the last study; a
+    /// change beyond `change_tolerance` starts a new study. 0 disables periodic samples.
+    /// 32 keeps the amortised cost of samples, re-evaluations and decisions near
+    /// 0.2-0.6 µs per 64 KiB message (`examples/decide_cost.rs`) and notices a change
+    /// within about 200 messages (6 candidates).
     pub sample_every: u32,
-    /// A sample whose ratio differs from its running estimate by more than this
-    /// (absolute, in `csize/size`) means the data changed: the estimate jumps to the
-    /// sample and the full-message averages of that codec are forgotten. 0.15 is well
+    /// A sample whose ratio differs from the study's by more than this (absolute, in
+    /// `csize/size`) means the data changed: the class is studied again, and such
+    /// studies count towards `max_restudies` like those forced by mistakes. 0.15 is well
     /// above the slice-to-slice spread of regular data and well below the difference
     /// between compressible and random data.
     pub change_tolerance: f64,
@@ -97,6 +108,7 @@ impl Default for EngineConfig {
             min_size: 2048,
             min_speedup: 1.05,
             sample_bytes: 4096,
+            max_sample_bytes: 32 << 10,
             study_slices: 4,
             sample_every: 32,
             change_tolerance: 0.15,
@@ -122,7 +134,9 @@ impl Default for EngineConfig {
 /// The seed preselects LZO for integers and floats, LZO and FPC for doubles, and LZO,
 /// RLE, Rice and Huffman for other data. Here LZ4 plays LZO (and catches the seed's
 /// "redundant" data, repeated zeros); typed data also gets the byte shuffle (Blosc's
-/// trick, often the best on numeric arrays) and a fast zstd for slow links. Rice moves
+/// trick, often the best on numeric arrays) and a fast zstd, plain and shuffled, for
+/// slow links (plain zstd wins on real arrays whose values repeat, such as prices or
+/// images, and on mostly-zero buffers, where it reaches ratios LZ4 cannot). Rice moves
 /// from bytes, where it rarely helps, to integers and floats, where deltas of smooth
 /// fields are small (on this crate's test fields it beats FPC). Bytes get zstd:1, and
 /// zstd:6 for streams on slow links, where compression hides behind the frames queued
@@ -140,17 +154,18 @@ impl Default for Candidates {
     fn default() -> Self {
         let fpc = Codec::Fpc { table_bits: 16 };
         let szstd = Codec::ShuffleZstd { level: 1 };
+        let zstd = Codec::Zstd { level: 1 };
         Candidates {
             bytes: vec![
                 Codec::Lz4,
-                Codec::Zstd { level: 1 },
+                zstd,
                 Codec::Zstd { level: 6 },
                 Codec::Rle,
                 Codec::Huffman,
             ],
-            int: vec![Codec::Lz4, Codec::ShuffleLz4, Codec::Rice, szstd],
-            f32: vec![Codec::Lz4, Codec::ShuffleLz4, fpc, szstd, Codec::Rice],
-            f64: vec![Codec::Lz4, fpc, Codec::ShuffleLz4, szstd, Codec::Rice],
+            int: vec![Codec::Lz4, Codec::ShuffleLz4, Codec::Rice, szstd, zstd],
+            f32: vec![Codec::Lz4, Codec::ShuffleLz4, fpc, szstd, Codec::Rice, zstd],
+            f64: vec![Codec::Lz4, fpc, Codec::ShuffleLz4, szstd, Codec::Rice, zstd],
         }
     }
 }
@@ -200,6 +215,15 @@ impl EngineConfig {
                 format!(
                     "{} is below 256, too short to estimate a ratio",
                     self.sample_bytes
+                ),
+            );
+        }
+        if self.max_sample_bytes < self.sample_bytes {
+            return bad(
+                "max_sample_bytes",
+                format!(
+                    "{} is below sample_bytes ({})",
+                    self.max_sample_bytes, self.sample_bytes
                 ),
             );
         }
@@ -345,6 +369,7 @@ mod tests {
         assert!(with(|c| c.candidates.int.push(Codec::None)).is_err());
         assert!(with(|c| c.candidates.int = vec![Codec::Lz4; 9]).is_err());
         assert!(with(|c| c.candidates.int = vec![Codec::Lz4, Codec::Lz4]).is_err());
+        assert!(with(|c| c.max_sample_bytes = 1024).is_err());
         let err = with(|c| c.sample_bytes = 10).unwrap_err();
         assert!(err.to_string().contains("sample_bytes"), "{err}");
     }

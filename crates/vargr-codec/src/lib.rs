@@ -65,7 +65,7 @@ mod shuffle;
 pub mod stage;
 pub mod testdata;
 
-pub use adaptive::{ClassSummary, Decision, Engine, LinkKey, LinkOptions, Reason};
+pub use adaptive::{ClassSummary, Clock, Decision, Engine, LinkKey, LinkOptions, Reason};
 pub use codec::{decompress, Codec, DEFAULT_FPC_TABLE_BITS, DEFAULT_ZSTD_LEVEL};
 pub use config::{Candidates, EngineConfig, MAX_CANDIDATES};
 pub use error::CodecError;

@@ -550,6 +550,13 @@ fn calibration() -> &'static [(ElemKind, Vec<crate::CodecMeasure>)] {
     })
 }
 
+/// Nanoseconds since the first call: the adaptive engine's clock.
+fn monotonic_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
 impl CodecStage {
     /// A stage in `mode` on a link whose speed is `model` (latency and bandwidth, from
     /// the link's configuration or a calibration); `max_frame` bounds decoded payloads.
@@ -565,6 +572,7 @@ impl CodecStage {
         let engine = match mode {
             CodecMode::Adaptive => {
                 let mut e = Engine::new(config)?;
+                e.set_clock(monotonic_ns);
                 for (elem, measures) in calibration() {
                     e.calibrate_codecs(*elem, measures);
                 }
@@ -898,7 +906,7 @@ impl Stage for CodecStage {
                 for r in records {
                     let secs = r.nanos as f64 * 1e-9;
                     let bytes = usize::try_from(r.bytes).unwrap_or(usize::MAX);
-                    e.observe_decompress_id(r.codec, r.elem, bytes, secs);
+                    e.observe_decompress_id(self.link, r.codec, r.elem, bytes, secs);
                 }
             }
             return Ok(());

@@ -155,9 +155,9 @@ fn last_compressed(steps: &[Step]) -> Option<usize> {
 }
 
 /// How many messages after a change of data the engine may take to follow it: one
-/// sample per candidate in turn (5 default candidates for f64) to start compressing,
+/// sample per candidate in turn (6 default candidates for f64) to start compressing,
 /// and a few mistakes (3 by default) to stop.
-const NOTICE_BOUND: usize = 32 * 5 + 1;
+const NOTICE_BOUND: usize = 32 * 6 + 1;
 const STOP_BOUND: usize = 8;
 
 #[test]
