@@ -730,6 +730,39 @@ fn window_bytes(dir: &Path) -> Result<Option<(u64, u64)>> {
     Ok(None)
 }
 
+/// Runs `cmd` and its children on one CPU (the first this process may use). Without a
+/// link to emulate, a message's time is mostly how long the other side takes to wake:
+/// on this two-vCPU machine a wake-up across CPUs costs about 50 µs and one on the same
+/// CPU almost nothing, and which one a job gets is decided when it starts. The same raw
+/// sends of 43 KB took 15 µs in some jobs and 65-100 µs in others; on one CPU every job
+/// took 15-16 µs.
+fn one_cpu(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: a zeroed cpu_set_t is a valid empty set, and sched_getaffinity only
+    // writes into the set it is given.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    if unsafe { libc::sched_getaffinity(0, size, &mut set) } != 0 {
+        return;
+    }
+    let Some(cpu) = (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+    else {
+        return;
+    };
+    // SAFETY: the closure runs in the child between fork and exec and only calls
+    // sched_setaffinity, which is async-signal-safe, on a set built on its stack.
+    unsafe {
+        cmd.pre_exec(move || {
+            let mut one: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut one);
+            if libc::sched_setaffinity(0, size, &one) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 struct Measured {
     times_us: Vec<f64>,
     ratio: Option<f64>,
@@ -776,6 +809,8 @@ fn measure(
         .arg(&trace);
     if let Some(w) = &link.wan {
         cmd.args(["--wan", w]);
+    } else {
+        one_cpu(&mut cmd);
     }
     cmd.arg("--")
         .arg(&plan.exe)
@@ -786,10 +821,8 @@ fn measure(
     let limit = bulk.unwrap_or(plan.limit_for(&set.name));
     let (warmup, reps) = match (bulk, &link.wan) {
         (Some(_), _) => (0, 1),
-        // Unshaped messages take tens to hundreds of µs, and on two cores their times
-        // are bimodal (a third of them can take twice as long, in runs): many more of
-        // them, so that the median does not flip between the modes from job to job (with
-        // 60, one of three rounds of the same raw sends measured 0.6 of the others).
+        // Unshaped messages take tens to hundreds of µs: many more of them, so that a
+        // few slow ones do not move the median.
         (None, None) => (plan.warmup * 16, plan.reps * 16),
         (None, Some(_)) => (plan.warmup, plan.reps),
     };

@@ -51,6 +51,11 @@ pub struct RunArgs {
     /// pays on each link).
     #[arg(long)]
     codec: Option<String>,
+    /// Settings of the adaptive engine, as a TOML file (sets VARGR_CODEC_CONFIG): any
+    /// field of vargr_codec::EngineConfig, such as `min_size = 8192`,
+    /// `reevaluate_after = 500` or `[candidates] f64 = ["fpc:16", "zstd:3"]`.
+    #[arg(long, value_name = "FILE")]
+    codec_config: Option<PathBuf>,
     /// Redundancy elimination on links between sites (sets VARGR_DEDUP): a segmenter
     /// spec such as `cdc:256:1k:8k`; messages the link carried before cross as
     /// fingerprints. Off by default.
@@ -192,6 +197,14 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
+    // Read by every rank, wherever it starts: checked here and made absolute.
+    let codec_config = match &a.codec_config {
+        Some(f) => {
+            vargr_codec::EngineConfig::from_toml_file(f).context("--codec-config")?;
+            Some(f.canonicalize()?)
+        }
+        None => None,
+    };
     if let Some(spec) = a.dedup.as_deref().filter(|s| *s != "off") {
         let opts = vargr_dedup::stage::DedupOptions {
             segmenter: spec.to_string(),
@@ -237,6 +250,12 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         if let Some(m) = &codec {
             env.push(("VARGR_CODEC".into(), m.clone()));
+        }
+        if let Some(f) = &codec_config {
+            env.push((
+                vargr_codec::stage::CONFIG_ENV.into(),
+                f.display().to_string(),
+            ));
         }
         if let Some(d) = &a.dedup {
             env.push(("VARGR_DEDUP".into(), d.clone()));

@@ -92,6 +92,50 @@ fn compressing_links_between_sites_change_nothing_but_the_bytes() {
 }
 
 #[test]
+fn a_codec_config_file_sets_the_engine_and_a_bad_one_names_the_setting() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Nothing is large enough to be worth compressing: adaptive sends every frame raw.
+    let config = tmp.path().join("engine.toml");
+    std::fs::write(&config, "min_size = 1073741824\n").unwrap();
+    let trace = tmp.path().join("trace");
+    let r = two_sites(&[
+        "--codec",
+        "adaptive",
+        "--codec-config",
+        config.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+    ]);
+    assert!(r.stdout.contains("bcast ok allreduce ok"), "{}", r.stdout);
+    let b = stage_bytes(&trace);
+    let (wire, delivered) = (b["link/stage/emu/in"], b["link/stage/codec/in"]);
+    assert!(delivered >= 2 << 20, "{b:?}");
+    assert_eq!(wire, delivered, "{b:?}");
+
+    let bad = tmp.path().join("bad.toml");
+    std::fs::write(&bad, "min_sise = 1\n").unwrap();
+    let missing = tmp.path().join("missing.toml");
+    for (file, says) in [(&bad, "min_sise"), (&missing, "missing.toml")] {
+        let r = run_cli(
+            &[
+                "run",
+                "-n",
+                "2",
+                "--codec-config",
+                file.to_str().unwrap(),
+                "--",
+                vargr(),
+                "rank-info",
+            ],
+            Duration::from_secs(30),
+        );
+        assert!(!r.status.success(), "{file:?}");
+        assert!(r.stderr.contains("--codec-config"), "{}", r.stderr);
+        assert!(r.stderr.contains(says), "{}", r.stderr);
+    }
+}
+
+#[test]
 fn the_guided_strategy_records_plans_and_applies_rules() {
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("samples");

@@ -183,6 +183,19 @@ impl Candidates {
 }
 
 impl EngineConfig {
+    /// Reads settings from a TOML file (any setting left out keeps its default) and
+    /// checks them; the error names the file and the setting.
+    pub fn from_toml_file(path: &std::path::Path) -> Result<EngineConfig, CodecError> {
+        let err = |reason: String| CodecError::ConfigFile {
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| err(e.to_string()))?;
+        let config: EngineConfig = toml::from_str(&text).map_err(|e| err(e.to_string()))?;
+        config.validate().map_err(|e| err(e.to_string()))?;
+        Ok(config)
+    }
+
     /// Checks every setting; the error names the field and what was expected.
     pub fn validate(&self) -> Result<(), CodecError> {
         let bad =

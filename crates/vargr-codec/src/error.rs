@@ -65,6 +65,10 @@ pub enum CodecError {
     /// A cost-model input or an adaptive engine setting is unusable; `field` names it.
     #[error("invalid {field}: {reason}")]
     InvalidConfig { field: &'static str, reason: String },
+    /// The engine's settings file could not be read or parsed, or a setting in it is
+    /// unusable.
+    #[error("adaptive codec settings {path}: {reason}")]
+    ConfigFile { path: String, reason: String },
 }
 
 impl CodecError {

@@ -110,6 +110,21 @@ pub fn link_model(latency: std::time::Duration, bits_per_s: Option<u64>) -> Link
     LinkModel::new(latency.as_secs_f64(), bytes_per_s)
 }
 
+/// The environment variable naming a TOML file of adaptive engine settings
+/// ([`EngineConfig`]) for every codec stage of the process (`vargr run --codec-config`).
+pub const CONFIG_ENV: &str = "VARGR_CODEC_CONFIG";
+
+/// The settings of this process's codec stages: those of the file named by
+/// [`CONFIG_ENV`], else the defaults. Callers check it once at start-up, so that a bad
+/// file stops the job with its name and the setting, rather than a link without a
+/// codec stage.
+pub fn engine_config() -> Result<EngineConfig, CodecError> {
+    match std::env::var_os(CONFIG_ENV) {
+        Some(p) if !p.is_empty() => EngineConfig::from_toml_file(std::path::Path::new(&p)),
+        _ => Ok(EngineConfig::default()),
+    }
+}
+
 /// What a codec stage has done, for tests, traces and `vargr top`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StageCounters {
@@ -566,7 +581,7 @@ impl CodecStage {
         options: LinkOptions,
         max_frame: usize,
     ) -> Result<CodecStage, CodecError> {
-        let config = EngineConfig::default();
+        let config = engine_config()?;
         let min_size = config.min_size;
         let link = LinkKey(0);
         let engine = match mode {

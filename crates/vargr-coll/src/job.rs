@@ -236,6 +236,7 @@ impl Job {
                 Err(_) => CodecMode::Adaptive,
             },
         };
+        vargr_codec::stage::engine_config().map_err(|e| job_error(e.to_string()))?;
         // Redundancy elimination between sites: a segmenter spec, checked here once.
         let dedup = match std::env::var("VARGR_DEDUP") {
             Ok(spec) if !spec.is_empty() && spec != "off" => {

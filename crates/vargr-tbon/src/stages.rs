@@ -39,6 +39,7 @@ impl LinkStages {
     /// starts and names the site pair.
     pub fn validate(&self) -> Result<(), TbonError> {
         self.codec_mode()?;
+        vargr_codec::stage::engine_config().map_err(|e| TbonError::Config(e.to_string()))?;
         if let Some(opts) = self.dedup_options() {
             vargr_dedup::stage::DedupStage::new(&opts, 1 << 20)
                 .map_err(|e| TbonError::Config(format!("dedup {:?}: {e}", opts.segmenter)))?;
