@@ -91,7 +91,7 @@ pub struct CodecBenchArgs {
     links: Option<Vec<String>>,
     /// Jobs per (link, data set, codec), taken in turns so that drift of a shared
     /// machine hits every codec alike; speedups are the median of each round's ratio
-    /// to the same round's `none` (default 3; 1 with --quick).
+    /// to the same round's `none` (default 3, 5 on loopback; 1 with --quick).
     #[arg(long)]
     rounds: Option<u32>,
     /// Only data sets whose name contains this.
@@ -730,12 +730,13 @@ fn window_bytes(dir: &Path) -> Result<Option<(u64, u64)>> {
     Ok(None)
 }
 
-/// Runs `cmd` and its children on one CPU (the first this process may use). Without a
-/// link to emulate, a message's time is mostly how long the other side takes to wake:
-/// on this two-vCPU machine a wake-up across CPUs costs about 50 µs and one on the same
-/// CPU almost nothing, and which one a job gets is decided when it starts. The same raw
-/// sends of 43 KB took 15 µs in some jobs and 65-100 µs in others; on one CPU every job
-/// took 15-16 µs.
+/// Runs `cmd` and its children on one CPU (the first this process may use). A message
+/// and its ack wake three or four threads in turn; on this two-vCPU machine a wake-up
+/// across CPUs costs about 50 µs and one on the same CPU almost nothing, and where a
+/// job's threads land is decided when it starts. Unshaped, the same raw sends of 43 KB
+/// took 15 µs in some jobs and 65-100 µs in others (on one CPU, 15-16 µs in every job);
+/// at 1 Gbit/s two runs of the same build differed by three data sets in the count
+/// within 5 % of the best codec (on one CPU, 34 and 33 of 38).
 fn one_cpu(cmd: &mut Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: a zeroed cpu_set_t is a valid empty set, and sched_getaffinity only
@@ -809,7 +810,8 @@ fn measure(
         .arg(&trace);
     if let Some(w) = &link.wan {
         cmd.args(["--wan", w]);
-    } else {
+    }
+    if bulk.is_none() {
         one_cpu(&mut cmd);
     }
     cmd.arg("--")
@@ -1027,9 +1029,17 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
     // all modes of a data set before the next round, so that drift on a shared machine
     // hits every mode alike.
     let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
+    // Loopback medians still move by 10-30 % from job to job (one CPU shared with the
+    // rest of the machine), and adaptive sends raw there, so its speedup is a ratio of
+    // two such medians: more rounds, so that the median of the rounds' ratios holds.
+    let rounds_for = |l: &Link| match (&l.wan, a.rounds, a.quick) {
+        (None, None, false) => 5,
+        _ => rounds,
+    };
     let jobs: Vec<(&Link, &SetSpec, u32, &str)> = links
         .iter()
         .flat_map(|l| {
+            let rounds = rounds_for(l);
             sets.iter().flat_map(move |s| {
                 (0..rounds).flat_map(move |r| {
                     // Each round runs the modes in another order (reproducibly), so that
