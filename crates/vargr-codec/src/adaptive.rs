@@ -861,34 +861,16 @@ impl Ctx<'_> {
     }
 
     /// The candidate with the shortest predicted time from samples, and that time.
-    /// Behind a backlog, of candidates within `switch_margin` of the shortest, the one
-    /// that spends the least CPU: the model hides compression behind the transfer, which
-    /// on a busy host it only partly is (a NAS IS exchange at 1 Gbit/s went from 8.8 to
-    /// 11-12 ms when Rice, 1.7 % smaller and four times slower, won such near-ties).
     fn fastest(&self, st: &ClassState, n: usize, backlog_s: f64) -> Option<(usize, f64)> {
-        let mut times = [f64::INFINITY; MAX_CANDIDATES];
         let mut fastest: Option<(usize, f64)> = None;
-        for (slot, time) in times.iter_mut().enumerate().take(self.slots.len()) {
+        for slot in 0..self.slots.len() {
             if let Some(t) = self.sampled_time(st, slot, n, backlog_s) {
-                *time = t;
                 if fastest.is_none_or(|(_, bt)| t < bt) {
                     fastest = Some((slot, t));
                 }
             }
         }
-        let (_, best) = fastest?;
-        if backlog_s <= 0.0 {
-            return fastest;
-        }
-        let cpu = |slot: usize| {
-            let s = self.stats(st, slot);
-            let c = st.estimates[slot].sampled().unwrap_or(1.0) * n as f64;
-            s.compress_time(n as f64) + s.decompress_time(n as f64, c)
-        };
-        (0..self.slots.len())
-            .filter(|&slot| times[slot] <= best * (1.0 + self.config.switch_margin))
-            .min_by(|&a, &b| cpu(a).total_cmp(&cpu(b)))
-            .map(|slot| (slot, times[slot]))
+        fastest
     }
 
     /// Whether to compress this message with the class's codec although the model says
