@@ -914,16 +914,13 @@ impl Ctx<'_> {
     fn recheck(&self, st: &mut ClassState, scratch: &mut Vec<u8>) -> bool {
         st.needs_recheck = false;
         st.raw_since_study = 0;
-        let (slices, small) = (self.config.study_slices, self.config.sample_bytes);
         let mut changed = false;
         for slot in 0..self.slots.len() {
-            let r = self
-                .compress_slices(slot, st.messages, slices, small, scratch, None)
-                .map(|r| r.ratio());
             let e = &st.estimates[slot];
-            changed |= match (r, e.probe.or(e.probe_base)) {
-                (Some(r), Some(was)) => (r - was).abs() > self.config.change_tolerance,
-                (r, was) => r.is_some() != was.is_some(),
+            let was = e.probe.or(e.probe_base);
+            changed |= match self.probe(slot, st.messages, self.config.study_slices, scratch) {
+                Some(r) => self.changed(r, was),
+                None => was.is_some(),
             };
         }
         if !changed {
@@ -935,18 +932,19 @@ impl Ctx<'_> {
 
     /// Samples every candidate afresh and starts the thresholds over.
     fn study(&self, st: &mut ClassState, scratch: &mut Vec<u8>, restored: &mut Vec<u8>) {
-        let (slices, small) = (self.config.study_slices, self.config.sample_bytes);
+        let slices = self.config.study_slices;
         let len = self.study_slice_len();
         for slot in 0..self.slots.len() {
             let run = self.compress_slices(slot, st.messages, slices, len, scratch, Some(restored));
-            let probe = if len > small {
-                self.compress_slices(slot, st.messages, slices, small, scratch, None)
+            let studied = run.map(|r| r.ratio());
+            let probe_base = if len > self.config.sample_bytes {
+                self.probe(slot, st.messages, slices, scratch)
             } else {
-                run
+                studied
             };
             st.estimates[slot] = Estimate {
-                studied: run.map(|r| r.ratio()),
-                probe_base: probe.map(|r| r.ratio()),
+                studied,
+                probe_base,
                 probe: None,
                 full: None,
                 compress_spb: run.and_then(|r| r.compress_spb),
@@ -980,17 +978,11 @@ impl Ctx<'_> {
     fn sample_next(&self, st: &mut ClassState, scratch: &mut Vec<u8>) -> bool {
         let slot = st.next_sample % self.slots.len();
         st.next_sample = (slot + 1) % self.slots.len();
-        let small = self.config.sample_bytes;
-        let Some(r) = self
-            .compress_slices(slot, st.messages, 1, small, scratch, None)
-            .map(|r| r.ratio())
-        else {
+        let Some(r) = self.probe(slot, st.messages, 1, scratch) else {
             return false;
         };
+        let changed = self.changed(r, st.estimates[slot].probe_base);
         let e = &mut st.estimates[slot];
-        let changed = e
-            .probe_base
-            .is_none_or(|base| (r - base).abs() > self.config.change_tolerance);
         e.probe = Some(match e.probe {
             Some(old) if !changed => old + self.config.ratio_weight * (r - old),
             _ => r,
@@ -1037,6 +1029,20 @@ impl Ctx<'_> {
         }
     }
 
+    /// `payload / slice` over `slices` slices of `sample_bytes`: what periodic samples
+    /// and re-evaluations compare with the study's figure of that size.
+    fn probe(&self, slot: usize, salt: u64, slices: usize, scratch: &mut Vec<u8>) -> Option<f64> {
+        let small = self.config.sample_bytes;
+        self.compress_slices(slot, salt, slices, small, scratch, None)
+            .map(|r| r.ratio())
+    }
+
+    /// Whether a probe's ratio `r` says the data changed since `was` (none: unknown,
+    /// so changed).
+    fn changed(&self, r: f64, was: Option<f64>) -> bool {
+        was.is_none_or(|w| (r - w).abs() > self.config.change_tolerance)
+    }
+
     /// Compresses `slices` slices of `len` bytes (fewer if the message is short), one
     /// at a salted place in each of as many equal regions, so that a header or a
     /// constant prefix does not stand for the whole and successive samples look at
@@ -1065,6 +1071,7 @@ impl Ctx<'_> {
         // study_slices is at most 64 (checked by the config).
         let (mut tc, mut td) = ([0.0; 64], [0.0; 64]);
         let (mut ntc, mut ntd) = (0, 0);
+        let per_byte = |from: u64, to: u64| to.saturating_sub(from) as f64 * 1e-9 / len as f64;
         for r in 0..regions {
             let span = region.saturating_sub(len);
             let mixed = (salt ^ ((r as u64) << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 16;
@@ -1081,7 +1088,7 @@ impl Ctx<'_> {
             };
             let t1 = c();
             if ntc < tc.len() {
-                tc[ntc] = t1.saturating_sub(t0) as f64 * 1e-9 / len as f64;
+                tc[ntc] = per_byte(t0, t1);
                 ntc += 1;
             }
             let Some(restored) = restored.as_deref_mut() else {
@@ -1091,7 +1098,7 @@ impl Ctx<'_> {
             if crate::decompress(codec.id(), scratch, self.elem, len, restored).is_ok()
                 && ntd < td.len()
             {
-                td[ntd] = c().saturating_sub(t1) as f64 * 1e-9 / len as f64;
+                td[ntd] = per_byte(t1, c());
                 ntd += 1;
             }
         }

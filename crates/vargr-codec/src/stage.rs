@@ -115,14 +115,17 @@ pub fn link_model(latency: std::time::Duration, bits_per_s: Option<u64>) -> Link
 pub const CONFIG_ENV: &str = "VARGR_CODEC_CONFIG";
 
 /// The settings of this process's codec stages: those of the file named by
-/// [`CONFIG_ENV`], else the defaults. Callers check it once at start-up, so that a bad
-/// file stops the job with its name and the setting, rather than a link without a
-/// codec stage.
+/// [`CONFIG_ENV`], else the defaults. The file is read once per process, not once per
+/// link. Callers check it at start-up, so that a bad file stops the job with its name
+/// and the setting, rather than a link without a codec stage.
 pub fn engine_config() -> Result<EngineConfig, CodecError> {
-    match std::env::var_os(CONFIG_ENV) {
-        Some(p) if !p.is_empty() => EngineConfig::from_toml_file(std::path::Path::new(&p)),
-        _ => Ok(EngineConfig::default()),
-    }
+    static CONFIG: OnceLock<Result<EngineConfig, CodecError>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| match std::env::var_os(CONFIG_ENV) {
+            Some(p) if !p.is_empty() => EngineConfig::from_toml_file(std::path::Path::new(&p)),
+            _ => Ok(EngineConfig::default()),
+        })
+        .clone()
 }
 
 /// What a codec stage has done, for tests, traces and `vargr top`.
