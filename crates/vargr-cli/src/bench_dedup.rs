@@ -697,7 +697,8 @@ fn pass<C: SegmentCache>(
     let mut acked = dx.stats().groups;
     let mut segments = 0u64;
     let wire = Arc::new(AtomicU64::new(0));
-    let mut z = vargr_sync::stream_encoder(Counted(wire.clone()), 3)?;
+    let mut z =
+        vargr_sync::stream_encoder(vargr_sync::Counting::new(std::io::sink(), wire.clone()), 3)?;
     let mut out = Vec::new();
     let mut consume = |p: Piece| -> Result<()> {
         let mut segs = Vec::with_capacity(p.ends.len());
@@ -749,19 +750,6 @@ fn pass<C: SegmentCache>(
     z.finish()?;
     let secs = t.elapsed().as_secs_f64();
     Ok((wire.load(Ordering::Relaxed), segments, secs))
-}
-
-/// A sink that counts what zstd sends.
-struct Counted(Arc<AtomicU64>);
-
-impl Write for Counted {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.fetch_add(b.len() as u64, Ordering::Relaxed);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// A sender for the next session with the same peer: the same cache, delta-base index

@@ -56,8 +56,8 @@ pub mod fuzzing {
 pub use manifest::{Entry, Kind, Manifest};
 pub use recv::{receive, RecvOptions, RecvReport};
 pub use send::{
-    cache_key, host_name, send, sender_config, stream_encoder, Progress, SendOptions, SendReport,
-    DEFAULT_SEGMENTER,
+    cache_key, host_name, send, sender_config, stream_encoder, Counting, Progress, SendOptions,
+    SendReport, DEFAULT_SEGMENTER,
 };
 
 /// The byte streams of a session: to the peer and from it.

@@ -164,9 +164,19 @@ pub fn cache_key(peer: &str) -> String {
 }
 
 /// Counts what goes through a writer.
-struct Counting {
+pub struct Counting {
     inner: Box<dyn Write + Send>,
     count: Arc<AtomicU64>,
+}
+
+impl Counting {
+    /// A writer into `inner` that adds what it writes to `count`.
+    pub fn new(inner: impl Write + Send + 'static, count: Arc<AtomicU64>) -> Counting {
+        Counting {
+            inner: Box::new(inner),
+            count,
+        }
+    }
 }
 
 impl Write for Counting {
