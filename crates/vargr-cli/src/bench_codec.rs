@@ -8,7 +8,10 @@
 //! Rank 0 sends each message of a data set to rank 1, which answers with a one-byte
 //! ack; a message's time is that round trip, and a data set's figure the median after
 //! a warm-up. Every (link, data set, codec mode) is its own job, so the adaptive engine
-//! starts cold on each data set and its warm-up is reported separately.
+//! starts cold on each data set and its warm-up is reported separately. After the
+//! warm-up every other message goes uncompressed (the sender asks the link for it), and
+//! a codec's speedup is taken against those: jobs of the same build differ by 5-15 %
+//! as a whole on this machine, more than many of the differences measured.
 //!
 //! Data: the seed's synthetic buffers (ints, floats and doubles with 0-100 % zeros,
 //! doubles with and without a predictable pattern), a few of `vargr_codec::testdata`'s
@@ -48,6 +51,8 @@ use vargr_trace::{EventOp, Record, TraceFile, NO_PEER};
 
 /// The collector rank 0 marks its timed window with (start, end, bytes sent, messages).
 const WINDOW: &str = "bench/codec/window";
+/// Bytes of the window's units that rank 0 sent uncompressed (`--pair-raw`).
+const WINDOW_RAW: &str = "bench/codec/window-raw";
 /// The codec stage's outbound boundary: one record per frame it emitted, wire size.
 const CODEC_OUT: &str = "link/stage/codec/out";
 const TAG_DATA: u64 = 1;
@@ -78,7 +83,8 @@ pub struct CodecBenchArgs {
     /// large; its first few messages are enough).
     #[arg(long, default_value_t = 4 << 20)]
     set_limit: usize,
-    /// Timed messages per (link, data set, codec) (default 15; 4 with --quick).
+    /// Timed messages per (link, data set, codec) and job (default 15; 4 with --quick),
+    /// on shaped links up to 8× as many for small messages, unshaped 16×.
     #[arg(long)]
     reps: Option<u32>,
     /// Messages before timing starts; the adaptive engine's warm-up, reported apart
@@ -90,8 +96,8 @@ pub struct CodecBenchArgs {
     #[arg(long, value_delimiter = ',')]
     links: Option<Vec<String>>,
     /// Jobs per (link, data set, codec), taken in turns so that drift of a shared
-    /// machine hits every codec alike; speedups are the median of each round's ratio
-    /// to the same round's `none` (default 3, 5 on loopback; 1 with --quick).
+    /// machine hits every codec alike; speedups are the median of the jobs' own ratios
+    /// (default 3; 1 with --quick).
     #[arg(long)]
     rounds: Option<u32>,
     /// Only data sets whose name contains this.
@@ -134,6 +140,11 @@ pub struct CodecRankArgs {
     /// the end (a bulk transfer, or one iteration of an exchange).
     #[arg(long)]
     batch: bool,
+    /// After the warm-up, every other unit is sent uncompressed (the sender asks the
+    /// link for it), so that the codec is compared with no compression within one job:
+    /// `reps` units of each.
+    #[arg(long)]
+    pair_raw: bool,
 }
 
 /// A data set as the driver knows it.
@@ -195,9 +206,9 @@ struct CodecRecord {
     first_median_us: Option<f64>,
     speedup_vs_none: Option<f64>,
     first_speedup_vs_none: Option<f64>,
-    /// Each round's median (round number, µs), to pair with the same round's `none`.
+    /// Each job's median (µs) and the median of its messages sent uncompressed.
     #[serde(skip)]
-    round_medians: Vec<(u32, f64)>,
+    pairs: Vec<(f64, f64)>,
     /// Bulk: seconds from the first byte sent to the last received.
     seconds: Option<f64>,
     /// Speed: the codec alone on this machine, MB/s of original data.
@@ -229,7 +240,7 @@ impl CodecRecord {
             first_median_us: None,
             speedup_vs_none: None,
             first_speedup_vs_none: None,
-            round_medians: Vec::new(),
+            pairs: Vec::new(),
             seconds: None,
             compress_mb_s: None,
             decompress_mb_s: None,
@@ -243,6 +254,9 @@ impl CodecRecord {
 #[derive(Serialize, Deserialize, Debug)]
 struct RankOut {
     times_us: Vec<f64>,
+    /// With `--pair-raw`: the timed units sent uncompressed.
+    #[serde(default)]
+    raw_us: Vec<f64>,
 }
 
 // ---------------------------------------------------------------------------------------
@@ -551,8 +565,9 @@ fn largest_elf() -> Option<PathBuf> {
 // The rank side
 
 enum Side {
-    /// Rank 0: microseconds per message (bulk: one figure for the whole transfer).
-    Sender(Vec<f64>),
+    /// Rank 0: microseconds per message (bulk: one figure for the whole transfer), and
+    /// per message sent uncompressed (`--pair-raw`).
+    Sender(Vec<f64>, Vec<f64>),
     /// Rank 1: the messages kept for checking, by index.
     Receiver(Vec<(usize, Bytes)>),
 }
@@ -578,7 +593,11 @@ fn exchange<T: Elem>(
         let r = &msgs[i % msgs.len()];
         &data[r.start / size..r.end / size]
     };
-    let units = (a.warmup + a.reps) as usize;
+    let pairs = if a.pair_raw { 2 } else { 1 };
+    let units = (a.warmup + a.reps * pairs) as usize;
+    let warmup = a.warmup as usize;
+    // Timed units alternate codec and raw, the codec first.
+    let raw = |u: usize| a.pair_raw && u >= warmup && (u - warmup) % 2 == 1;
     // Message indices of unit `u`.
     let unit = |u: usize| {
         if a.batch {
@@ -590,42 +609,56 @@ fn exchange<T: Elem>(
     c.barrier()?;
     if c.rank() == 0 {
         let marker = vargr_trace::collector(WINDOW);
+        let raw_marker = vargr_trace::collector(WINDOW_RAW);
         let mut ack = [0u8; 1];
-        let mut times = Vec::with_capacity(units);
-        let (mut tick0, mut sent) = (vargr_trace::now(), 0usize);
+        let (mut times, mut raw_times) = (Vec::with_capacity(units), Vec::new());
+        let (mut tick0, mut sent, mut sent_raw) = (vargr_trace::now(), 0usize, 0usize);
         for u in 0..units {
-            if u == a.warmup as usize {
+            if u == warmup {
                 tick0 = vargr_trace::now();
             }
             let t = Instant::now();
             for i in unit(u) {
-                c.send(1, TAG_DATA, msg(i))?;
-                if u >= a.warmup as usize {
-                    sent += std::mem::size_of_val(msg(i));
+                if raw(u) {
+                    c.send_uncompressed(1, TAG_DATA, msg(i))?;
+                    sent_raw += std::mem::size_of_val(msg(i));
+                } else {
+                    c.send(1, TAG_DATA, msg(i))?;
+                    if u >= warmup {
+                        sent += std::mem::size_of_val(msg(i));
+                    }
                 }
             }
             c.recv(1, TAG_ACK, &mut ack)?;
-            times.push(t.elapsed().as_secs_f64() * 1e6);
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            if raw(u) {
+                raw_times.push(us);
+            } else {
+                times.push(us);
+            }
         }
-        // The window the driver counts wire bytes in.
-        vargr_trace::record(&Record {
-            start: tick0,
-            end: vargr_trace::now(),
-            seq: units as u32,
-            bytes: u32::try_from(sent).unwrap_or(u32::MAX),
-            collector: marker,
-            op: EventOp::User as u8,
-            status: 0,
-            peer: NO_PEER,
-        });
-        Ok(Side::Sender(times))
+        // The window the driver counts wire bytes in, and what of it crossed raw.
+        let end = vargr_trace::now();
+        for (collector, bytes) in [(marker, sent), (raw_marker, sent_raw)] {
+            vargr_trace::record(&Record {
+                start: tick0,
+                end,
+                seq: units as u32,
+                bytes: u32::try_from(bytes).unwrap_or(u32::MAX),
+                collector,
+                op: EventOp::User as u8,
+                status: 0,
+                peer: NO_PEER,
+            });
+        }
+        Ok(Side::Sender(times, raw_times))
     } else {
         let mut kept = Vec::new();
         for u in 0..units {
             for i in unit(u) {
                 let got = c.recv_bytes(0, TAG_DATA)?;
                 // Checked after the run, so that checking adds to no message's time.
-                if u < (a.warmup as usize).max(1) {
+                if u < warmup.max(1) || (raw(u) && u == warmup + 1) {
                     kept.push((i, got));
                 }
             }
@@ -670,8 +703,8 @@ pub fn rank(a: CodecRankArgs) -> Result<()> {
     job.finish();
     for side in sides {
         match side {
-            Side::Sender(times_us) => {
-                println!("{}", serde_json::to_string(&RankOut { times_us })?);
+            Side::Sender(times_us, raw_us) => {
+                println!("{}", serde_json::to_string(&RankOut { times_us, raw_us })?);
             }
             Side::Receiver(kept) => {
                 for (i, got) in kept {
@@ -706,8 +739,9 @@ fn scratch_dir(what: &str) -> Result<PathBuf> {
     Ok(d)
 }
 
-/// Bytes rank 0's process sent in the marked window and the bytes its codec stage put
-/// on the link in that window (frame headers excluded), from a job's trace files.
+/// Bytes rank 0's process sent through the codec in the marked window and the bytes its
+/// codec stage put on the link for them (frame headers and the units sent raw
+/// excluded), from a job's trace files.
 fn window_bytes(dir: &Path) -> Result<Option<(u64, u64)>> {
     let files = TraceFile::read_dir(dir).with_context(|| format!("reading {}", dir.display()))?;
     for f in &files {
@@ -719,13 +753,16 @@ fn window_bytes(dir: &Path) -> Result<Option<(u64, u64)>> {
         let Some(w) = records().find(|r| usize::from(r.collector) == marker) else {
             continue;
         };
+        let raw = id(WINDOW_RAW)
+            .and_then(|raw| records().find(|r| usize::from(r.collector) == raw))
+            .map_or(0, |r| u64::from(r.bytes));
         let wire: u64 = records()
             // Within the window rank 0's process sends nothing but the data frames (the
             // acks leave from rank 1's).
             .filter(|r| usize::from(r.collector) == out && r.end >= w.start && r.end <= w.end)
             .map(|r| u64::from(r.bytes).saturating_sub(FRAME_HEADER))
             .sum();
-        return Ok(Some((u64::from(w.bytes), wire)));
+        return Ok(Some((u64::from(w.bytes), wire.saturating_sub(raw))));
     }
     Ok(None)
 }
@@ -766,6 +803,8 @@ fn one_cpu(cmd: &mut Command) {
 
 struct Measured {
     times_us: Vec<f64>,
+    /// Message jobs: the units sent uncompressed between the timed ones.
+    raw_us: Vec<f64>,
     ratio: Option<f64>,
 }
 
@@ -790,13 +829,23 @@ impl Plan {
     }
 }
 
-/// One job: `set` over `link` with codec `mode`, traced for the ratio.
+/// Timed units of a shaped link's message job per [`Plan::reps`]: more for small units
+/// (up to 8× for 128 KiB and less), whose times vary more from one to the next. With
+/// 15 of 48 KB at 1 Gbit/s, Rice came out 1.11× faster than raw; with 150 it was 0.85×
+/// in two jobs, as the model predicts.
+fn reps_scale(unit_bytes: usize) -> u32 {
+    ((1usize << 20) / unit_bytes.max(1)).clamp(1, 8) as u32
+}
+
+/// One job: `set` over `link` with codec `mode`, traced for the ratio; a message job
+/// (`bulk` none) sends units of `unit_bytes`.
 fn measure(
     plan: &Plan,
     link: &Link,
     set: &SetSpec,
     mode: &str,
     bulk: Option<usize>,
+    unit_bytes: usize,
 ) -> Result<Measured> {
     let trace = scratch_dir("trace")?;
     let codec = match mode {
@@ -826,7 +875,7 @@ fn measure(
         // Unshaped messages take tens to hundreds of µs: many more of them, so that a
         // few slow ones do not move the median.
         (None, None) => (plan.warmup * 16, plan.reps * 16),
-        (None, Some(_)) => (plan.warmup, plan.reps),
+        (None, Some(_)) => (plan.warmup, plan.reps * reps_scale(unit_bytes)),
     };
     cmd.args(["--limit", &limit.to_string()])
         .args(["--message", &plan.message.to_string()])
@@ -834,6 +883,9 @@ fn measure(
         .args(["--reps", &reps.to_string()]);
     if bulk.is_some() || is_exchange(&set.name) {
         cmd.arg("--batch");
+    }
+    if bulk.is_none() {
+        cmd.arg("--pair-raw");
     }
     // Room for every record of the run in the trace rings.
     cmd.env("VARGR_TRACE_RING", "65536");
@@ -864,6 +916,7 @@ fn measure(
             .map(|(sent, wire)| sent as f64 / wire as f64);
         Ok(Measured {
             times_us: r.times_us,
+            raw_us: r.raw_us,
             ratio,
         })
     });
@@ -1027,19 +1080,12 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
 
     // Every job, so that progress can say how far along the run is. Rounds go round
     // all modes of a data set before the next round, so that drift on a shared machine
-    // hits every mode alike.
+    // hits every mode alike. No job of its own for `none`: every job sends every other
+    // message uncompressed, and those are `none`'s figures.
     let rounds = a.rounds.unwrap_or(if a.quick { 1 } else { 3 }).max(1);
-    // Loopback medians still move by 10-30 % from job to job (one CPU shared with the
-    // rest of the machine), and adaptive sends raw there, so its speedup is a ratio of
-    // two such medians: more rounds, so that the median of the rounds' ratios holds.
-    let rounds_for = |l: &Link| match (&l.wan, a.rounds, a.quick) {
-        (None, None, false) => 5,
-        _ => rounds,
-    };
     let jobs: Vec<(&Link, &SetSpec, u32, &str)> = links
         .iter()
         .flat_map(|l| {
-            let rounds = rounds_for(l);
             sets.iter().flat_map(move |s| {
                 (0..rounds).flat_map(move |r| {
                     // Each round runs the modes in another order (reproducibly), so that
@@ -1047,6 +1093,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
                     // slower for the next one (a mere rotation kept adaptive right after
                     // shuffle-lz4 in every round).
                     let mut modes = modes_for(&s.name, s.elem, a.quick);
+                    modes.retain(|&m| m != "none");
                     let mut rng = Rng::new(u64::from(r) << 32 ^ name_seed(&s.name));
                     for i in (1..modes.len()).rev() {
                         modes.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
@@ -1066,7 +1113,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
     );
     let started = Instant::now();
     let mut loaded: BTreeMap<String, (Vec<u8>, Vec<std::ops::Range<usize>>)> = BTreeMap::new();
-    // Per (link, data set, mode), in job order: the record and every round's times.
+    // Per (link, data set, mode), in job order: the record, its timed and warm-up times.
     let mut acc: Vec<(CodecRecord, Vec<f64>, Vec<f64>)> = Vec::new();
     for (k, &(link, set, round, mode)) in jobs.iter().enumerate() {
         if !loaded.contains_key(&set.name) {
@@ -1080,18 +1127,18 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
             loaded.insert(set.name.clone(), (bytes, msgs));
         }
         let (bytes, msgs) = &loaded[&set.name];
-        let i = match acc
+        let unit_bytes = if is_exchange(&set.name) {
+            msgs.iter().map(|r| r.len()).sum()
+        } else {
+            msgs[0].len()
+        };
+        let mut slot = |mode: &str| match acc
             .iter()
             .position(|(r, ..)| r.link == link.name && r.dataset == set.name && r.codec == mode)
         {
             Some(i) => i,
             None => {
-                let bytes_per_unit = if is_exchange(&set.name) {
-                    msgs.iter().map(|r| r.len()).sum()
-                } else {
-                    msgs[0].len()
-                };
-                let mut rec = CodecRecord::new("message", set, bytes_per_unit, &link.name, mode);
+                let mut rec = CodecRecord::new("message", set, unit_bytes, &link.name, mode);
                 rec.messages = msgs.len();
                 if !matches!(mode, "none" | "adaptive") {
                     rec.expected_ratio = expected_ratio(mode, set.elem, bytes, msgs);
@@ -1100,25 +1147,28 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
                 acc.len() - 1
             }
         };
-        let (rec, timed, first) = &mut acc[i];
+        let (none, i) = (slot("none"), slot(mode));
         let mut line = String::new();
-        match measure(&plan, link, set, mode, None) {
+        match measure(&plan, link, set, mode, None, unit_bytes) {
             Ok(m) => {
+                let (rec, timed, first) = &mut acc[i];
                 let w = (plan.warmup as usize).min(m.times_us.len());
                 first.extend_from_slice(&m.times_us[..w]);
                 timed.extend_from_slice(&m.times_us[w..]);
-                let med = crate::bench::percentile(&sorted(&m.times_us[w..]), 50.0);
-                rec.round_medians.push((round, med));
+                let med = median(&m.times_us[w..]);
+                let raw = median(&m.raw_us);
+                rec.pairs.push((med, raw));
                 // The same bytes every round; keep the first figure.
                 rec.ratio = rec.ratio.or(m.ratio);
                 line = format!(
-                    "{med:.0} µs, ratio {}",
+                    "{med:.0} µs, raw {raw:.0} µs, ratio {}",
                     m.ratio.map_or("-".into(), |v| format!("{v:.2}"))
                 );
+                acc[none].1.extend_from_slice(&m.raw_us);
             }
             Err(e) => {
                 eprintln!("  {e:#}");
-                rec.note = Some(format!("{e:#}"));
+                acc[i].0.note = Some(format!("{e:#}"));
             }
         }
         eprintln!(
@@ -1299,12 +1349,6 @@ fn decision_cost(quick: bool) -> Vec<CodecRecord> {
     out
 }
 
-/// `speedup_vs_none` of every message record: the time with no compression on the same
-/// data set and link over the record's, paired round by round (each round runs every
-/// mode of a data set back to back) and the median of the rounds' ratios taken, so that
-/// a machine that drifts between rounds moves both sides of each ratio alike. Without
-/// round figures, the overall medians. The warm-up's speedup compares with `none`'s
-/// overall median.
 /// The median (the mean of the middle two for an even count; NaN for none).
 fn median(v: &[f64]) -> f64 {
     let s = sorted(v);
@@ -1318,34 +1362,32 @@ fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// `speedup_vs_none` of every message record: within each job, the median of the
+/// messages sent uncompressed over the median of the codec's, and the median of the
+/// jobs' ratios. Both sides of a ratio share the job's processes, sockets and CPU, so
+/// what moves a job's times as a whole (where its threads landed, the machine's other
+/// work) cancels. `none` is 1 by definition. The warm-up's speedup compares with
+/// `none`'s overall median.
 fn speedups(records: &mut [CodecRecord]) {
-    type Key = (String, String);
-    let none: BTreeMap<Key, (f64, Vec<(u32, f64)>)> = records
+    let none: BTreeMap<(String, String), f64> = records
         .iter()
         .filter(|r| r.codec == "none" && r.test == "message")
-        .filter_map(|r| {
-            let key = (r.link.clone(), r.dataset.clone());
-            Some((key, (r.median_us?, r.round_medians.clone())))
-        })
+        .filter_map(|r| Some(((r.link.clone(), r.dataset.clone()), r.median_us?)))
         .collect();
     for r in records.iter_mut().filter(|r| r.test == "message") {
-        let Some((base, base_rounds)) = none.get(&(r.link.clone(), r.dataset.clone())) else {
+        if r.codec == "none" {
+            r.speedup_vs_none = r.median_us.map(|_| 1.0);
             continue;
-        };
+        }
         let ratios: Vec<f64> = r
-            .round_medians
+            .pairs
             .iter()
-            .filter_map(|&(round, med)| {
-                let (_, b) = base_rounds.iter().find(|(k, _)| *k == round)?;
-                (med > 0.0).then(|| b / med)
-            })
+            .filter(|&&(med, raw)| med > 0.0 && raw.is_finite())
+            .map(|&(med, raw)| raw / med)
             .collect();
-        r.speedup_vs_none = if ratios.is_empty() {
-            r.median_us.map(|m| base / m)
-        } else {
-            Some(median(&ratios))
-        };
-        r.first_speedup_vs_none = r.first_median_us.map(|m| base / m);
+        r.speedup_vs_none = (!ratios.is_empty()).then(|| median(&ratios));
+        let base = none.get(&(r.link.clone(), r.dataset.clone()));
+        r.first_speedup_vs_none = r.first_median_us.zip(base).map(|(m, b)| b / m);
     }
 }
 
@@ -1415,7 +1457,7 @@ fn bulk_runs(plan: &Plan, name: &str, file: &Path, source: &str) -> Result<Vec<C
             if mode == "none" { "off" } else { mode }
         ));
         rec.messages = cut(len, plan.message, 1).len();
-        match measure(plan, &link, &set, mode, Some(len)) {
+        match measure(plan, &link, &set, mode, Some(len), len) {
             Ok(m) => {
                 rec.seconds = m.times_us.first().map(|us| us / 1e6);
                 rec.ratio = m.ratio;
@@ -1868,33 +1910,37 @@ mod tests {
     }
 
     #[test]
-    fn speedups_pair_each_round_with_the_same_rounds_none() {
+    fn speedups_pair_each_job_with_its_own_raw_messages() {
         let set = SetSpec {
             name: "s".into(),
             elem: ElemKind::U8,
             file: None,
             source: String::new(),
         };
-        let rec = |codec: &str, rounds: &[(u32, f64)]| {
+        let rec = |codec: &str, pairs: &[(f64, f64)]| {
             let mut r = CodecRecord::new("message", &set, 1, "l", codec);
-            r.round_medians = rounds.to_vec();
-            r.median_us = Some(median(&rounds.iter().map(|&(_, m)| m).collect::<Vec<_>>()));
+            r.pairs = pairs.to_vec();
+            r.median_us = Some(median(&pairs.iter().map(|&(m, _)| m).collect::<Vec<_>>()));
             r
         };
-        // The machine slows to half speed after round 0: both sides move together.
+        // The second and third jobs ran at half speed: both sides of their ratios moved.
         let mut rs = vec![
-            rec("none", &[(0, 100.0), (1, 200.0), (2, 200.0)]),
-            rec("lz4", &[(0, 50.0), (1, 100.0), (2, 100.0)]),
+            rec("none", &[]),
+            rec("lz4", &[(50.0, 100.0), (100.0, 200.0), (100.0, 200.0)]),
+            rec("zstd:1", &[(90.0, 100.0), (300.0, 200.0), (100.0, 100.0)]),
         ];
+        rs[0].median_us = Some(150.0);
+        rs[1].first_median_us = Some(300.0);
         speedups(&mut rs);
+        assert_eq!(rs[0].speedup_vs_none, Some(1.0));
         assert_eq!(rs[1].speedup_vs_none, Some(2.0));
+        assert_eq!(rs[2].speedup_vs_none, Some(1.0));
+        assert_eq!(rs[1].first_speedup_vs_none, Some(0.5));
         assert_eq!(median(&[1.0, 3.0]), 2.0);
-        // Without round figures, the overall medians.
-        let mut rs = vec![rec("none", &[]), rec("zstd:1", &[])];
-        rs[0].median_us = Some(90.0);
-        rs[1].median_us = Some(30.0);
+        // A job that failed gave no pair: no speedup rather than a made-up one.
+        let mut rs = vec![rec("none", &[]), rec("rle", &[])];
         speedups(&mut rs);
-        assert_eq!(rs[1].speedup_vs_none, Some(3.0));
+        assert_eq!(rs[1].speedup_vs_none, None);
     }
 
     #[test]

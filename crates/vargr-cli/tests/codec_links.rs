@@ -92,6 +92,51 @@ fn compressing_links_between_sites_change_nothing_but_the_bytes() {
 }
 
 #[test]
+fn messages_sent_uncompressed_cross_as_they_are() {
+    // Twelve messages of 256 KiB of zeros through fixed:lz4, every other one sent with
+    // Comm::send_uncompressed (codec-bench-rank --pair-raw): six cross whole, six as a
+    // few hundred bytes each, and rank 1 checks what it got.
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "2",
+            "--sites",
+            "2",
+            "--wan",
+            "rtt=2ms,bandwidth=1gbit",
+            "--codec",
+            "fixed:lz4",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--",
+            vargr(),
+            "codec-bench-rank",
+            "--set",
+            "i32-r100-1m",
+            "--limit",
+            "1048576",
+            "--message",
+            "262144",
+            "--warmup",
+            "0",
+            "--reps",
+            "6",
+            "--pair-raw",
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    let b = stage_bytes(&trace);
+    let (wire, delivered) = (b["link/stage/emu/in"], b["link/stage/codec/in"]);
+    let raw = 6u64 << 18;
+    assert!(delivered >= 2 * raw, "{b:?}");
+    assert!(wire >= raw && wire < raw + raw / 20, "{b:?}");
+}
+
+#[test]
 fn a_codec_config_file_sets_the_engine_and_a_bad_one_names_the_setting() {
     let tmp = tempfile::tempdir().unwrap();
     // Nothing is large enough to be worth compressing: adaptive sends every frame raw.

@@ -34,6 +34,9 @@ use crate::{LinkKey, LinkModel, LinkOptions};
 
 /// Header flag: the payload is a codec frame (set and removed by the codec stage).
 pub const FLAG_CODEC: u8 = 0x80;
+/// Header flag: the sender asks that this frame cross uncompressed (data it knows will
+/// not shrink, or whose latency matters more than its size). Set by senders, left as is.
+pub const FLAG_RAW: u8 = 0x40;
 /// Header flag bits 0–3: the payload's element type, as an index into
 /// [`ElemKind::ALL`] plus one (0: unknown, treated as bytes).
 pub const FLAG_ELEM_MASK: u8 = 0x0f;
@@ -714,7 +717,9 @@ impl CodecStage {
         self.report_due(now, out);
         self.counters.frames_out += 1;
         self.counters.bytes_in += frame.len() as u64;
-        let pass = frame.len() <= HEADER_LEN || !is_app(frame[2]) || frame[3] & FLAG_CODEC != 0;
+        let pass = frame.len() <= HEADER_LEN
+            || !is_app(frame[2])
+            || frame[3] & (FLAG_CODEC | FLAG_RAW) != 0;
         if pass {
             return self.emit(now, frame, out);
         }
@@ -1485,7 +1490,7 @@ mod tests {
     }
 
     #[test]
-    fn control_small_and_incompressible_frames_pass_untouched() {
+    fn control_small_incompressible_and_raw_flagged_frames_pass_untouched() {
         let mut tx = CodecStage::new(
             "fixed:lz4".parse().unwrap(),
             slow_link(),
@@ -1501,6 +1506,8 @@ mod tests {
             frame(FrameKind::Heartbeat, 0, &big),
             frame(FrameKind::Data, 0, b"small"),
             frame(FrameKind::Data, 0, &noise),
+            // Compressible, but the sender asked for it raw.
+            frame(FrameKind::Data, FLAG_RAW, &big),
         ] {
             let (wire, got) = round_trip(&mut tx, &mut rx, f.clone());
             assert_eq!(wire, vec![f.clone()]);

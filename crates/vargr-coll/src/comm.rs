@@ -887,6 +887,14 @@ impl Comm {
         }
     }
 
+    /// Like [`Comm::send`], but a link that compresses sends `data` as it is: for data
+    /// known not to shrink, or whose latency matters more than its size.
+    pub fn send_uncompressed<T: Pod>(&self, dest: usize, tag: u64, data: &[T]) -> Result<()> {
+        let t = self.p2p_check("destination", dest, tag)?;
+        let bytes = Bytes::copy_from_slice(bytes_of(data));
+        self.transport.send_uncompressed(self.ranks[dest], t, bytes)
+    }
+
     /// Sends an owned buffer without copying it.
     pub fn send_bytes(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
         let t = self.p2p_check("destination", dest, tag)?;

@@ -118,6 +118,10 @@ impl Transport for MeshTransport {
         self.send_flags(dest, tag, data, codec_flags(elem))
     }
 
+    fn send_uncompressed(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
+        self.send_flags(dest, tag, data, vargr_codec::stage::FLAG_RAW)
+    }
+
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes> {
         // A waiting rank gives its core to a rank with work. Only rank threads hold
         // slots; helper threads (conditional allreduce's prefetchers) pass through.

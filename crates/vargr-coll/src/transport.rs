@@ -37,6 +37,10 @@ pub trait Transport: Send + Sync {
         let _ = elem;
         self.send(dest, tag, data)
     }
+    /// Like `send`, asking links that compress to leave `data` as it is.
+    fn send_uncompressed(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
+        self.send(dest, tag, data)
+    }
     /// Blocks until a message from `src` with `tag` arrives and returns it.
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes>;
     /// Sends to `dest`, then receives from `src`. Transports with a progress engine can
