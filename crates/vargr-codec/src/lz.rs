@@ -17,7 +17,7 @@ pub(crate) fn lz4_compress(input: &[u8], out: &mut Vec<u8>) {
         start + lz4_flex::block::get_maximum_output_size(input.len()),
         0,
     );
-    // The buffer has the worst-case size, so the safe encoder cannot run out of room.
+    // The buffer has the worst-case size, so the encoder cannot run out of room.
     let n = lz4_flex::block::compress_into(input, &mut out[start..])
         .expect("lz4 output buffer has the maximum output size");
     out.truncate(start + n);
