@@ -295,7 +295,11 @@ fn bench_codec_sends_real_messages_and_writes_records() {
         get("fpc:16")["ratio"].as_f64().unwrap() > 5.0,
         "{records:?}"
     );
-    assert!(get("none")["ratio"].as_f64().unwrap() < 1.01, "{records:?}");
+    // `none` is every job's raw units, timed in the same jobs.
+    assert!(
+        get("none")["median_us"].as_f64().unwrap() > 0.0,
+        "{records:?}"
+    );
 }
 
 #[test]
