@@ -49,6 +49,8 @@ use vargr_codec::{Codec, ElemKind};
 use vargr_coll::{Comm, Elem, Job};
 use vargr_trace::{EventOp, Record, TraceFile, NO_PEER};
 
+use crate::bench::median;
+
 /// The collector rank 0 marks its timed window with (start, end, bytes sent, messages).
 const WINDOW: &str = "bench/codec/window";
 /// Bytes of the window's units that rank 0 sent uncompressed (`--pair-raw`).
@@ -1373,19 +1375,6 @@ fn decision_cost(quick: bool) -> Vec<CodecRecord> {
         out.push(rec);
     }
     out
-}
-
-/// The median (the mean of the middle two for an even count; NaN for none).
-fn median(v: &[f64]) -> f64 {
-    let s = sorted(v);
-    let n = s.len();
-    if n == 0 {
-        f64::NAN
-    } else if n % 2 == 1 {
-        s[n / 2]
-    } else {
-        (s[n / 2 - 1] + s[n / 2]) / 2.0
-    }
 }
 
 /// `speedup_vs_none` of every message record: within each job, the median of the

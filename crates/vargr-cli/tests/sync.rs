@@ -354,7 +354,7 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     std::fs::create_dir_all(p("src")).unwrap();
     let file = d.path().join("src/data.bin");
     write_random(&file, 2 << 20, 21);
-    let sync = || sync_src_to_dest(d.path(), &[]);
+    let sync = || sync_src_to_dest(d.path(), &["--delta-level", "9"]);
     let first = sync();
     assert_eq!(first["files_sent"], 1);
     // One byte in every 5,000 changes: every segment differs from the first session's,
@@ -370,7 +370,8 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     // 2 MiB at the default 32 KiB segments on average: about 64 segments.
     let deltas = second["dedup"]["deltas"].as_u64().unwrap();
     assert!(deltas > 40, "{second}");
-    // Their bases came from the first session, so their bytes went in batches.
+    // Their bases came from the first session, so their bytes went in the batches
+    // asked for.
     assert_eq!(
         second["dedup"]["batched"].as_u64(),
         Some(deltas),
@@ -399,12 +400,12 @@ fn an_edited_file_crosses_as_deltas_in_the_next_session() {
     );
     assert!(named > 40 && predicted + 2 >= named, "{third}");
 
-    // Asked for, the deltas of another edit go inline, none in a batch.
+    // By default the deltas of another edit go inline, none in a batch.
     for i in (1_000..v.len()).step_by(5_000) {
         v[i] ^= 0x33;
     }
     std::fs::write(&file, &v).unwrap();
-    let inline = sync_src_to_dest(d.path(), &["--inline-deltas"]);
+    let inline = sync_src_to_dest(d.path(), &[]);
     assert!(inline["dedup"]["deltas"].as_u64().unwrap() > 40, "{inline}");
     assert_eq!(inline["dedup"]["batched"].as_u64(), Some(0), "{inline}");
 }
