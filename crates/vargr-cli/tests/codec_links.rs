@@ -5,9 +5,19 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::sync::{RwLock, RwLockReadGuard};
 use std::time::Duration;
 
 use common::*;
+
+/// The TCP_INFO test holds this alone: what the engine learns of a path depends on the
+/// sender keeping bytes waiting in its socket, which the other tests' jobs, sharing two
+/// cores, kept it from once (every message went raw). The others share it.
+static PATH_TEST_ALONE: RwLock<()> = RwLock::new(());
+
+fn beside_others() -> RwLockReadGuard<'static, ()> {
+    PATH_TEST_ALONE.read().unwrap_or_else(|e| e.into_inner())
+}
 
 /// `codec-check` on 4 ranks in two sites joined by an emulated 100 Mbit/s WAN, with
 /// `extra` options (codec mode, trace directories).
@@ -36,6 +46,7 @@ fn two_sites_with(extra: &[&str], check: &[&str]) -> CliRun {
 
 #[test]
 fn compressing_links_between_sites_change_nothing_but_the_bytes() {
+    let _shared = beside_others();
     let mut checksums = Vec::new();
     // FPC only takes floats: its row shows that typed collectives tell the link what
     // their elements are.
@@ -93,6 +104,7 @@ fn compressing_links_between_sites_change_nothing_but_the_bytes() {
 
 #[test]
 fn messages_sent_uncompressed_cross_as_they_are() {
+    let _shared = beside_others();
     // Twelve messages of 256 KiB of zeros through fixed:lz4, every other one sent with
     // Comm::send_uncompressed (codec-bench-rank --pair-raw): six cross whole, six as a
     // few hundred bytes each, and rank 1 checks what it got.
@@ -138,6 +150,7 @@ fn messages_sent_uncompressed_cross_as_they_are() {
 
 #[test]
 fn a_codec_config_file_sets_the_engine_and_a_bad_one_names_the_setting() {
+    let _shared = beside_others();
     let tmp = tempfile::tempdir().unwrap();
     // Nothing is large enough to be worth compressing: adaptive sends every frame raw.
     let config = tmp.path().join("engine.toml");
@@ -182,6 +195,7 @@ fn a_codec_config_file_sets_the_engine_and_a_bad_one_names_the_setting() {
 
 #[test]
 fn the_guided_strategy_records_plans_and_applies_rules() {
+    let _shared = beside_others();
     let tmp = tempfile::tempdir().unwrap();
     let samples = tmp.path().join("samples");
     let traced = tmp.path().join("traced");
@@ -303,6 +317,7 @@ impl Drop for ShapedNamespace {
 
 #[test]
 fn a_real_slow_path_is_learned_from_tcp_info_and_compressed() {
+    let _alone = PATH_TEST_ALONE.write().unwrap_or_else(|e| e.into_inner());
     // Two "hosts" of two sites over TCP, with no --wan: the only way the adaptive engine
     // can know the path is slow is the kernel's TCP_INFO readings.
     let ns = match ShapedNamespace::new("20mbit") {
@@ -357,6 +372,7 @@ fn job_in_namespace(ns: &ShapedNamespace, codec: &str) -> BTreeMap<String, u64> 
 
 #[test]
 fn a_dedup_stage_sends_repeated_segments_as_fingerprints() {
+    let _shared = beside_others();
     // The codec off, so what shrinks is the dedup stage's doing: the same field is
     // broadcast four times, and the repeats cross as fingerprints.
     let mut sums = Vec::new();
