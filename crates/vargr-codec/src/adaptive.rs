@@ -1142,6 +1142,31 @@ mod tests {
         e
     }
 
+    /// Encodes `data` with `codec` as the stage would and reports it sent, with the
+    /// given times.
+    fn send_observed(
+        e: &mut Engine,
+        link: LinkKey,
+        (codec, elem): (Codec, ElemKind),
+        data: &[u8],
+        compress_s: f64,
+        decompress_s: Option<f64>,
+    ) {
+        let mut frame = Vec::new();
+        crate::encode(codec, elem, data, &mut frame);
+        e.observe_sent(
+            link,
+            &CodecRun {
+                codec,
+                elem,
+                in_bytes: data.len(),
+                out_bytes: frame.len(),
+                compress_s,
+                decompress_s,
+            },
+        );
+    }
+
     #[test]
     fn a_backlog_hides_compression_and_favours_ratio() {
         // 100 Mbit/s: zstd:6 costs more CPU than zstd:1 for the bytes it saves on a lone
@@ -1296,19 +1321,7 @@ mod tests {
         for i in 0..40 {
             let d = e.decide(link, ElemKind::F64, &zeros);
             assert!(d.compress(), "message {i}: {d:?}");
-            let mut frame = Vec::new();
-            crate::encode(d.codec, ElemKind::F64, &zeros, &mut frame);
-            e.observe_sent(
-                link,
-                &CodecRun {
-                    codec: d.codec,
-                    elem: ElemKind::F64,
-                    in_bytes: zeros.len(),
-                    out_bytes: frame.len(),
-                    compress_s: 1e-4,
-                    decompress_s: None,
-                },
-            );
+            send_observed(&mut e, link, (d.codec, ElemKind::F64), &zeros, 1e-4, None);
         }
         let s = e.summary(link, ElemKind::F64).unwrap();
         assert_eq!((s.studies, s.forced_studies), (1, 0), "{s:?}");
@@ -1343,18 +1356,13 @@ mod tests {
         let after = |config: &EngineConfig, compress_s: f64| {
             let mut e = engine_at(rate, config);
             let d = e.decide(link, ElemKind::BYTES, &text);
-            let mut frame = Vec::new();
-            crate::encode(d.codec, ElemKind::BYTES, &text, &mut frame);
-            e.observe_sent(
+            send_observed(
+                &mut e,
                 link,
-                &CodecRun {
-                    codec: d.codec,
-                    elem: ElemKind::BYTES,
-                    in_bytes: n,
-                    out_bytes: frame.len(),
-                    compress_s,
-                    decompress_s: None,
-                },
+                (d.codec, ElemKind::BYTES),
+                &text,
+                compress_s,
+                None,
             );
             let p = e.predict(link, ElemKind::BYTES, d.codec, n).unwrap();
             (p.speedup(), e.decide(link, ElemKind::BYTES, &text))
@@ -1395,19 +1403,8 @@ mod tests {
                 let d = e.decide(link, ElemKind::BYTES, &text);
                 if d.compress() {
                     // A whole message compressed in a microsecond, restored in one.
-                    let mut frame = Vec::new();
-                    crate::encode(d.codec, ElemKind::BYTES, &text, &mut frame);
-                    e.observe_sent(
-                        link,
-                        &CodecRun {
-                            codec: d.codec,
-                            elem: ElemKind::BYTES,
-                            in_bytes: text.len(),
-                            out_bytes: frame.len(),
-                            compress_s: 1e-6,
-                            decompress_s: Some(1e-6),
-                        },
-                    );
+                    let c = (d.codec, ElemKind::BYTES);
+                    send_observed(&mut e, link, c, &text, 1e-6, Some(1e-6));
                 }
                 if d.reason == Reason::Explored {
                     assert!(!first.compress(), "{rate}: explored although it paid");
