@@ -83,12 +83,21 @@ fn quick_bench_dedup_writes_sane_records() {
         assert!(r["segments"].as_u64().unwrap() > 0, "{r}");
     }
 
-    // Two ways of sending deltas × two caches × one or two threads × cold and warm.
+    // Four modes (no stream compressor, zstd 3, zstd 1, delta batches) × two caches ×
+    // one or two threads × cold and warm.
     let pipe = of("pipeline");
-    assert_eq!(pipe.len(), 16, "{pipe:?}");
+    assert_eq!(pipe.len(), 32, "{pipe:?}");
     for r in &pipe {
-        let wire = r["bytes_on_wire"].as_u64().unwrap();
-        assert!(wire > 0 && wire < r["bytes_in"].as_u64().unwrap(), "{r}");
+        let (wire, n) = (
+            r["bytes_on_wire"].as_u64().unwrap(),
+            r["bytes_in"].as_u64().unwrap(),
+        );
+        // New data without a stream compressor costs its bytes and a little framing.
+        let bound = match (r["phase"].as_str(), r["options"].as_str()) {
+            (Some("cold"), Some(o)) if o.starts_with("no stream") => n + n / 100,
+            _ => n,
+        };
+        assert!(wire > 0 && wire < bound, "{r}");
     }
 
     // vargr synced both releases (over local pipes with --skip-wan); the second one,

@@ -3,13 +3,14 @@
 //!
 //! Resemblance detection as in stream-informed delta compression for WAN replication
 //! (Shilane et al., FAST 2012), with cheaper features: a gear hash over the last 32
-//! bytes picks content-defined *anchors* (one position in 32), each feature is the
-//! minimum of one hash permutation over the anchors (a min-hash, so two segments share a
-//! feature with a probability equal to the overlap of their anchor sets), and pairs of
-//! features make *super-features*. Two segments that share any super-feature are
-//! probably alike: with 90 % of anchors in common, one of three super-features matches
-//! with a probability of 1 − (1 − 0.9²)³ ≈ 0.99, while unrelated segments almost never
-//! share one.
+//! bytes picks content-defined *anchors* (one position in 32), and each anchor's hash
+//! falls in one of six bins whose minimum is a feature (one-permutation min-hashing, Li,
+//! Owen and Zhang 2012: two segments share a feature with a probability equal to the
+//! overlap of their anchor sets, for one hash per anchor instead of one per feature:
+//! 1,350 MB/s instead of 1,115 on a release tar). Pairs of features make
+//! *super-features*. Two segments that share any super-feature are probably alike: with
+//! 90 % of anchors in common, one of three super-features matches with a probability
+//! of 1 − (1 − 0.9²)³ ≈ 0.99, while unrelated segments almost never share one.
 //!
 //! [`SimilarityIndex`] maps super-features to the (optimistic) fingerprint of the
 //! segment that had them, bounded in entries (oldest out first). It lives on the sender only, and
@@ -37,15 +38,11 @@ const MIN_ANCHORS: u32 = 4;
 /// A gear table of its own, so anchors do not coincide with `cdc`'s cut points.
 const GEAR: [u64; 256] = table(0x7369_6d69_6c61_7201);
 
-/// Per-feature salts of the min-hash permutations.
-const SALTS: [u64; FEATURES] = [
-    0x243f_6a88_85a3_08d3,
-    0x1319_8a2e_0370_7344,
-    0xa409_3822_299f_31d0,
-    0x082e_fa98_ec4e_6c89,
-    0x4528_21e6_38d0_1377,
-    0xbe54_66cf_34e9_0c6c,
-];
+/// The salt of the one min-hash permutation.
+const SALT: u64 = 0x243f_6a88_85a3_08d3;
+/// A super-feature with an empty bin in it: matches nothing (two short segments with
+/// the same bin empty are not alike for that).
+const NO_FEATURE: u64 = 0;
 
 fn mix(mut z: u64) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -89,7 +86,7 @@ fn gear_step(h: u64, b: u8) -> u64 {
     (h << 1).wrapping_add(GEAR[usize::from(b)])
 }
 
-/// The min-hash features of a segment's anchors, gathered in any order.
+/// The one-permutation min-hash features of a segment's anchors, gathered in any order.
 struct Minima {
     mins: [u64; FEATURES],
     anchors: u32,
@@ -109,9 +106,11 @@ impl Minima {
         let w = h & 0xffff_ffff;
         if w >> (32 - ANCHOR_BITS) == 0 {
             self.anchors += 1;
-            for (m, salt) in self.mins.iter_mut().zip(SALTS) {
-                *m = (*m).min(mix(w ^ salt));
-            }
+            let v = mix(w ^ SALT);
+            // The bin from the high half, so the minimum within it ranks the rest.
+            let bin = ((v >> 32) * FEATURES as u64) >> 32;
+            let m = &mut self.mins[bin as usize];
+            *m = (*m).min(v);
         }
     }
 
@@ -121,8 +120,13 @@ impl Minima {
         }
         let mut sf = [0u64; SUPER];
         for (i, s) in sf.iter_mut().enumerate() {
-            // The index keeps super-feature i apart from super-feature j.
-            *s = mix(self.mins[2 * i] ^ self.mins[2 * i + 1].rotate_left(32) ^ i as u64);
+            let (a, b) = (self.mins[2 * i], self.mins[2 * i + 1]);
+            *s = if a == u64::MAX || b == u64::MAX {
+                NO_FEATURE
+            } else {
+                // The index keeps super-feature i apart from super-feature j.
+                mix(a ^ b.rotate_left(32) ^ i as u64).max(1)
+            };
         }
         Some(Sketch(sf))
     }
@@ -136,7 +140,8 @@ pub struct SimilarityIndex {
     features: AgedMap,
 }
 
-const MAGIC: &[u8; 8] = b"VSIMIDX2";
+/// Version 3: features by one-permutation hashing (version 2's mean nothing now).
+const MAGIC: &[u8; 8] = b"VSIMIDX3";
 /// Entry kinds in the saved form (1, successors, moved to the stream model; files
 /// that still hold them are read without them).
 const KIND_FEATURE: u8 = 0;
@@ -164,6 +169,7 @@ impl SimilarityIndex {
         let found: Vec<Fingerprint> = sketch
             .0
             .iter()
+            .filter(|&&k| k != NO_FEATURE)
             .filter_map(|&k| self.features.get(k))
             .collect();
         let mut best: Option<(Fingerprint, usize)> = None;
@@ -181,7 +187,7 @@ impl SimilarityIndex {
         if self.features.capacity() == 0 {
             return;
         }
-        for &k in &sketch.0 {
+        for &k in sketch.0.iter().filter(|&&k| k != NO_FEATURE) {
             self.features.insert(k, fp);
         }
         self.features.evict();

@@ -308,6 +308,9 @@ pub struct Sender<C: SegmentCache> {
     next_seq: u64,
     /// Unacknowledged groups, oldest first; the last one is open.
     groups: VecDeque<SentGroup>,
+    /// The byte buffer of the last acknowledged group, kept for the next one: a group's
+    /// buffer is large, and a fresh one costs its page faults and a few regrowths.
+    spare_group: Vec<u8>,
     input: Vec<u8>,
     input_offset: u64,
     stats: Stats,
@@ -342,6 +345,7 @@ impl<C: SegmentCache> Sender<C> {
             out: Vec::new(),
             next_seq: 0,
             groups: VecDeque::from([SentGroup::new(0)]),
+            spare_group: Vec::new(),
             input: Vec::new(),
             input_offset: 0,
             stats: Stats::default(),
@@ -809,7 +813,9 @@ impl<C: SegmentCache> Sender<C> {
         self.stats.overhead_bytes += 1 + CONSERVATIVE_LEN as u64;
         self.stats.groups += 1;
         self.stream.commit();
-        self.groups.push_back(SentGroup::new(self.next_seq));
+        let mut next = SentGroup::new(self.next_seq);
+        next.data = std::mem::take(&mut self.spare_group);
+        self.groups.push_back(next);
     }
 
     /// True when so many groups await acknowledgement that the caller should wait for
@@ -882,7 +888,11 @@ impl<C: SegmentCache> Sender<C> {
                         offset,
                     });
                 }
-                self.groups.pop_front();
+                let mut done = self.groups.pop_front().expect("two groups or more");
+                done.data.clear();
+                if done.data.capacity() > self.spare_group.capacity() {
+                    self.spare_group = done.data;
+                }
                 Ok(())
             }
             _ => Err(ProtocolError::Unexpected {
