@@ -574,7 +574,10 @@ fn measure_segmenter(
 
 fn throughput(name: &str, data: &[u8], quick: bool) -> Result<Vec<Record>> {
     let data = &data[..data.len().min(if quick { 4 << 20 } else { 64 << 20 })];
-    let reps = if quick { 1 } else { 3 };
+    let reps = std::env::var("EXP_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 1 } else { 3 });
     let mut out = Vec::new();
     for spec in [
         "cdc",
@@ -814,7 +817,15 @@ fn pipeline(
     let group = Config::default().group;
     let inline = vargr_sync::sender_config(FpBits::DEFAULT, group, None);
     let modes = [
-        (PIPE_ALONE.to_string(), inline, None),
+        (
+            PIPE_ALONE.to_string(),
+            // As a sender with no compressor after it runs.
+            Config {
+                session_bases: true,
+                ..inline
+            },
+            None,
+        ),
         (PIPE_INLINE.to_string(), inline, Some(3)),
         (PIPE_FAST.to_string(), inline, Some(1)),
         (
@@ -824,10 +835,26 @@ fn pipeline(
         ),
     ];
     // Each pass is a fraction of a second on a shared machine: the median of a few.
-    let reps = if quick { 1 } else { 3 };
+    let reps = std::env::var("EXP_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(if quick { 1 } else { 3 });
     for (mode, config, stream_level) in modes {
+        if let Ok(m) = std::env::var("EXP_MODE") {
+            if !mode.starts_with(&m) {
+                continue;
+            }
+        }
         for cache in ["memory", "disk"] {
+            if let Ok(c) = std::env::var("EXP_CACHE") {
+                if cache != c {
+                    continue;
+                }
+            }
             for threads in [1u32, 2] {
+                if std::env::var("EXP_T2").is_ok() && threads == 1 {
+                    continue;
+                }
                 eprintln!("pipeline: {mode}, {cache} cache, {threads} thread(s) ...");
                 // The next release goes in a second session on the same cache, as in sync.
                 let once = || -> Result<[(u64, u64, f64); 2]> {

@@ -876,6 +876,8 @@ impl Pump {
             // The credit window bounds what is in flight, not the group count.
             window_groups: 1 << 14,
             max_pending: 4 * WINDOW as usize,
+            // Its output goes through the link's zstd stream.
+            session_bases: false,
             ..Config::default()
         };
         let dir = cache.lock().dir().to_path_buf();

@@ -44,11 +44,13 @@ pub fn stream_encoder<W: Write>(
 pub const DEFAULT_SEGMENTER: &str = "cdc:8k:32k:256k";
 
 /// The dedup protocol's parameters of a sync's sender: deltas in batches at zstd level
-/// `delta_level`, or inline in the stream (`None`).
+/// `delta_level`, or inline in the stream (`None`); none against segments the stream's
+/// zstd already carried.
 pub fn sender_config(bits: FpBits, group: u32, delta_level: Option<i32>) -> Config {
     Config {
         bits,
         group,
+        session_bases: false,
         delta_batch: if delta_level.is_some() {
             DELTA_BATCH
         } else {

@@ -184,6 +184,40 @@ fn edited_segments_cross_as_deltas() {
 }
 
 #[test]
+fn without_session_bases_only_segments_of_earlier_sessions_are_delta_bases() {
+    let config = Config {
+        session_bases: false,
+        ..Config::default()
+    };
+    let fresh = |c: &MapCache| {
+        let mut m = MapCache::new(40);
+        m.map = c.map.clone();
+        m
+    };
+    let (mut tx, mut rx) = (
+        Sender::new(config, MapCache::new(40)).unwrap(),
+        Receiver::new(config, MapCache::new(40)).unwrap(),
+    );
+    let v1 = random(64 << 10, 5);
+    let v2 = edited(&v1, 1000, 1);
+    let msgs = vec![segments(&v1, 1024), segments(&v2, 1024)];
+    let (got, _) = transfer(&mut tx, &mut rx, &msgs, 4096);
+    assert_eq!(got, vec![v1.clone(), v2]);
+    // v2's likeness to v1 is left to the stream's compressor.
+    assert_eq!(tx.stats().deltas, 0, "{:?}", tx.stats());
+    // The next session's edit of v1 goes as deltas on the cached v1.
+    let (mut tx2, mut rx2) = (
+        Sender::new(config, fresh(tx.cache())).unwrap(),
+        Receiver::new(config, fresh(rx.cache())).unwrap(),
+    );
+    tx2.set_similarity(tx.similarity().clone());
+    let v3 = edited(&v1, 1000, 3);
+    let (got, _) = transfer(&mut tx2, &mut rx2, &[segments(&v3, 1024)], 4096);
+    assert_eq!(got, vec![v3]);
+    assert_eq!(tx2.stats().deltas, 64, "{:?}", tx2.stats());
+}
+
+#[test]
 fn deltas_on_colliding_or_missing_bases_still_deliver_the_right_bytes() {
     // 12-bit fingerprints: bases collide, so some deltas rebuild from the wrong
     // segment; the group hash catches it and the segment is requested whole.
