@@ -111,6 +111,54 @@ fn a_tree_arrives_whole_and_a_second_version_costs_little() {
 }
 
 #[test]
+fn files_changed_in_mtime_alone_are_not_rewritten_and_edits_of_the_same_size_are() {
+    let d = tempfile::tempdir().unwrap();
+    let src = d.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    let names = ["same.bin", "edited-middle.bin", "edited-end.bin"];
+    let data = random(700_000, 3);
+    for n in names {
+        std::fs::write(src.join(n), &data).unwrap();
+    }
+    let dest = d.path().join("dest");
+    sync(&src, &dest, d.path()).1.unwrap();
+    let inode = |n: &str| std::fs::metadata(dest.join(n)).unwrap().ino();
+    let before: Vec<u64> = names.iter().map(|n| inode(n)).collect();
+
+    // A new mtime on every file; two edits that keep the size.
+    let mut middle = data.clone();
+    middle[400_000] ^= 1;
+    std::fs::write(src.join(names[1]), &middle).unwrap();
+    let mut end = data.clone();
+    *end.last_mut().unwrap() ^= 1;
+    std::fs::write(src.join(names[2]), &end).unwrap();
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(3600);
+    for n in names {
+        std::fs::File::options()
+            .write(true)
+            .open(src.join(n))
+            .unwrap()
+            .set_modified(later)
+            .unwrap();
+    }
+    let (sent, recv) = sync(&src, &dest, d.path());
+    assert_eq!((sent.files_sent, recv.unwrap().files_written), (3, 3));
+    assert_same_tree(&src, &dest);
+    assert_eq!(
+        inode(names[0]),
+        before[0],
+        "an unchanged file was rewritten"
+    );
+    assert_ne!(inode(names[1]), before[1]);
+    assert_ne!(inode(names[2]), before[2]);
+    assert!(std::fs::read_dir(&dest).unwrap().all(|e| !e
+        .unwrap()
+        .file_name()
+        .to_string_lossy()
+        .ends_with("partial")));
+}
+
+#[test]
 fn a_single_file_goes_into_a_directory_or_to_a_path() {
     let d = tempfile::tempdir().unwrap();
     let f = d.path().join("data.bin");
