@@ -107,8 +107,8 @@ pub struct SyncArgs {
     #[arg(long, default_value = "vargr")]
     remote_vargr: String,
     /// Send changed segments in delta batches compressed at this zstd level (-7..=22)
-    /// instead of inline in the stream: at 9, about 30 % fewer bytes for 3-4 times the
-    /// CPU; worth it on links slower than about 2 Mbit/s, or where bytes are billed.
+    /// instead of inline in the stream: at 9, 8-26 % fewer bytes for 5-7 times the
+    /// CPU; worth it on links slower than about 0.5 Mbit/s, or where bytes are billed.
     #[arg(long, value_name = "LEVEL")]
     delta_level: Option<i32>,
     /// Print the report as JSON on stdout instead of a table.

@@ -77,9 +77,9 @@ pub struct SendOptions {
     pub zstd_level: i32,
     /// zstd level of delta batches, or `None` (the default) for deltas inline in the
     /// stream. Batches carry most of a sync's information when little changed: between
-    /// two Django release tars, batches at level 9 sent 250 KB where inline deltas sent
-    /// 328 KB, but the sender ran at 60-90 MB/s rather than 300-410, so through 100
-    /// Mbit/s a release took 1.2 s rather than 0.6 (see the README).
+    /// two Django release tars, batches at level 9 sent 252 KB where inline deltas sent
+    /// 304 KB, but the sender ran at 50-70 MB/s rather than 330-380, so through 100
+    /// Mbit/s a release took 1.6-1.7 s rather than 0.8-0.9 (see the README).
     pub delta_level: Option<i32>,
     /// Bytes read from a file at a time.
     pub read_chunk: usize,
