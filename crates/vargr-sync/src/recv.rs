@@ -61,19 +61,31 @@ impl Open {
             let mut have = vec![0; bytes.len()];
             let same = existing.read_exact(&mut have).is_ok() && have == bytes;
             if !same {
-                // The equal prefix, from the existing file, then what differs.
+                // The equal prefix, from the existing file, then what differs. The
+                // prefix is hashed again as copied: the file may change meanwhile.
                 let mut file = File::create(&self.partial)
                     .map_err(|e| SyncError::io("creating", &self.partial, e))?;
                 let mut prefix = File::open(target)
                     .map_err(|e| SyncError::io("reading", target, e))?
                     .take(self.size);
-                let copied = std::io::copy(&mut prefix, &mut file)
-                    .map_err(|e| SyncError::io("copying into", &self.partial, e))?;
-                if copied != self.size {
+                let mut copied = blake3::Hasher::new();
+                let mut buf = vec![0; 256 << 10];
+                loop {
+                    let n = prefix
+                        .read(&mut buf)
+                        .map_err(|e| SyncError::io("reading", target, e))?;
+                    if n == 0 {
+                        break;
+                    }
+                    copied.update(&buf[..n]);
+                    file.write_all(&buf[..n])
+                        .map_err(|e| SyncError::io("writing", &self.partial, e))?;
+                }
+                if copied.finalize() != self.hasher.finalize() {
                     return Err(SyncError::io(
-                        "copying into",
-                        &self.partial,
-                        std::io::Error::other(format!("{target:?} shrank while read")),
+                        "copying the unchanged start of",
+                        target,
+                        std::io::Error::other("the file changed while it was read"),
                     ));
                 }
                 self.sink = Sink::Writing(file);
