@@ -112,9 +112,13 @@ struct Record {
     /// Sync: the release the destination held before (`None`: it held nothing).
     #[serde(skip_serializing_if = "Option::is_none")]
     base: Option<String>,
-    /// Tool options, or the link.
+    /// Options given to the tool (for vargr, those beyond the segmenter; for the
+    /// pipeline, its mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     options: Option<String>,
+    /// The link a vargr sync ran through (`vargr emu` settings, or local pipes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    link: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     bytes_forward: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -1134,11 +1138,8 @@ fn sync_vargr(
             bytes_on_wire: wire,
             seconds,
             base: (i > 0).then(|| rels[i - 1].name.clone()),
-            options: Some(if extra.is_empty() {
-                link.clone()
-            } else {
-                format!("{}; {link}", extra.join(" "))
-            }),
+            options: (!extra.is_empty()).then(|| extra.join(" ")),
+            link: Some(link.clone()),
             bytes_forward: Some(fwd),
             bytes_back: Some(back),
             ratio: Some(ratio(bytes_in, wire)),
@@ -1679,8 +1680,8 @@ fn print_tables(records: &[Record]) {
 /// A vargr sync record's segmenter, and the options it was given beyond it.
 fn vargr_label(r: &Record) -> String {
     let seg = r.segmenter.clone().unwrap_or_default();
-    match r.options.as_deref().and_then(|o| o.split_once("; ")) {
-        Some((extra, _)) => format!("{seg} {extra}"),
+    match r.options.as_deref() {
+        Some(extra) => format!("{seg} {extra}"),
         None => seg,
     }
 }

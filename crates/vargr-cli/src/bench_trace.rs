@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
+use crate::bench::median;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
@@ -203,12 +204,6 @@ fn monitor_totals(stderr: &str) -> (Option<f64>, Option<u64>) {
         .next()
         .and_then(|r| r.trim_end_matches(')').parse().ok());
     (rate, lost)
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(f64::total_cmp);
-    crate::bench::percentile(&v, 50.0)
 }
 
 /// Overhead in percent of `on` over `off` from paired samples (adjacent blocks, or

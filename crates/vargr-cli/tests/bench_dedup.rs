@@ -112,6 +112,8 @@ fn quick_bench_dedup_writes_sane_records() {
         vargr_second["bytes_on_wire"].as_u64().unwrap(),
     );
     assert!(n > 1 << 20 && wire > 0 && wire * 4 < n, "{vargr_second}");
+    let link = vargr_second["link"].as_str().unwrap_or_default();
+    assert!(link.contains("no emulated link"), "{vargr_second}");
     // rsync and zstd ran, or say why not.
     for tool in ["rsync", "zstd-patch-from"] {
         let r = sync
