@@ -92,6 +92,31 @@ pub struct BenchDedupArgs {
     /// fingerprints.
     #[arg(long, value_delimiter = ',', value_parser = ["throughput", "pipeline", "sync", "trees", "fingerprints"])]
     only: Vec<String>,
+    /// Repetitions of each throughput and pipeline measurement (the best, or the median,
+    /// is kept); default 3, or 1 with --quick.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    reps: Option<u32>,
+    /// Pipeline modes to run (comma-separated): alone (no stream zstd), zstd3, zstd1,
+    /// batched.
+    #[arg(long, value_delimiter = ',', value_parser = ["alone", "zstd3", "zstd1", "batched"])]
+    pipeline_modes: Vec<String>,
+    /// Pipeline caches to run (comma-separated): memory, disk.
+    #[arg(long, value_delimiter = ',', value_parser = ["memory", "disk"])]
+    pipeline_caches: Vec<String>,
+    /// Pipeline thread counts to run (comma-separated): 1, 2.
+    #[arg(long, value_delimiter = ',', value_parser = ["1", "2"])]
+    pipeline_threads: Vec<String>,
+}
+
+impl BenchDedupArgs {
+    fn reps(&self) -> u32 {
+        self.reps.unwrap_or(if self.quick { 1 } else { 3 })
+    }
+}
+
+/// Whether `choice` is selected by a list option (an empty list selects everything).
+fn chosen(list: &[String], choice: &str) -> bool {
+    list.is_empty() || list.iter().any(|c| c == choice)
 }
 
 /// One measurement. `bytes_on_wire` counts both directions where there are two.
@@ -187,10 +212,10 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
     let second = std::fs::read(&releases[1].path)
         .with_context(|| format!("reading {}", releases[1].path.display()))?;
     let mut records = Vec::new();
-    let part = |p: &str| a.only.is_empty() || a.only.iter().any(|o| o == p);
+    let part = |p: &str| chosen(&a.only, p);
 
     if part("throughput") {
-        records.extend(throughput(&releases[0].name, &first, a.quick)?);
+        records.extend(throughput(&releases[0].name, &first, &a)?);
         records.extend(throughput_2d(a.quick)?);
     }
     if part("pipeline") {
@@ -198,7 +223,7 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
             [&releases[0].name, &releases[1].name],
             [&first, &second],
             &scratch.0,
-            a.quick,
+            &a,
         )?);
     }
     drop((first, second));
@@ -576,12 +601,9 @@ fn measure_segmenter(
     })
 }
 
-fn throughput(name: &str, data: &[u8], quick: bool) -> Result<Vec<Record>> {
-    let data = &data[..data.len().min(if quick { 4 << 20 } else { 64 << 20 })];
-    let reps = std::env::var("EXP_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 1 } else { 3 });
+fn throughput(name: &str, data: &[u8], a: &BenchDedupArgs) -> Result<Vec<Record>> {
+    let data = &data[..data.len().min(if a.quick { 4 << 20 } else { 64 << 20 })];
+    let reps = a.reps() as usize;
     let mut out = Vec::new();
     for spec in [
         "cdc",
@@ -810,10 +832,10 @@ fn pipeline(
     names: [&str; 2],
     data: [&[u8]; 2],
     scratch: &Path,
-    quick: bool,
+    args: &BenchDedupArgs,
 ) -> Result<Vec<Record>> {
     let seg = by_name(SYNC_SEGMENTER)?;
-    let cut = |d: &[u8]| d[..d.len().min(if quick { 4 << 20 } else { 64 << 20 })].to_vec();
+    let cut = |d: &[u8]| d[..d.len().min(if args.quick { 4 << 20 } else { 64 << 20 })].to_vec();
     let (a, b) = (cut(data[0]), cut(data[1]));
     let mut out = Vec::new();
     // Deltas inline, as vargr sync (by default), the proxy and the link stage send
@@ -822,6 +844,7 @@ fn pipeline(
     let inline = vargr_sync::sender_config(FpBits::DEFAULT, group, None);
     let modes = [
         (
+            "alone",
             PIPE_ALONE.to_string(),
             // As a sender with no compressor after it runs.
             Config {
@@ -830,33 +853,27 @@ fn pipeline(
             },
             None,
         ),
-        (PIPE_INLINE.to_string(), inline, Some(3)),
-        (PIPE_FAST.to_string(), inline, Some(1)),
+        ("zstd3", PIPE_INLINE.to_string(), inline, Some(3)),
+        ("zstd1", PIPE_FAST.to_string(), inline, Some(1)),
         (
+            "batched",
             format!("{PIPE_BATCHED} {BATCH_LEVEL}"),
             vargr_sync::sender_config(FpBits::DEFAULT, group, Some(BATCH_LEVEL)),
             Some(3),
         ),
     ];
     // Each pass is a fraction of a second on a shared machine: the median of a few.
-    let reps = std::env::var("EXP_REPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if quick { 1 } else { 3 });
-    for (mode, config, stream_level) in modes {
-        if let Ok(m) = std::env::var("EXP_MODE") {
-            if !mode.starts_with(&m) {
-                continue;
-            }
+    let reps = args.reps();
+    for (key, mode, config, stream_level) in modes {
+        if !chosen(&args.pipeline_modes, key) {
+            continue;
         }
         for cache in ["memory", "disk"] {
-            if let Ok(c) = std::env::var("EXP_CACHE") {
-                if cache != c {
-                    continue;
-                }
+            if !chosen(&args.pipeline_caches, cache) {
+                continue;
             }
             for threads in [1u32, 2] {
-                if std::env::var("EXP_T2").is_ok() && threads == 1 {
+                if !chosen(&args.pipeline_threads, &threads.to_string()) {
                     continue;
                 }
                 eprintln!("pipeline: {mode}, {cache} cache, {threads} thread(s) ...");

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use common::{vargr, wait_guarded};
 
-#[test]
-fn quick_bench_dedup_writes_sane_records() {
+/// Runs `vargr bench dedup --quick --no-fetch --skip-wan` on synthetic data with
+/// `extra` arguments, and returns its JSON records and its standard output.
+fn quick_bench(extra: &[&str]) -> (Vec<serde_json::Value>, String) {
     let d = tempfile::tempdir().unwrap();
     let json = d.path().join("dedup.json");
     let mut child = Command::new(vargr())
@@ -24,6 +25,7 @@ fn quick_bench_dedup_writes_sane_records() {
         .arg(d.path().join("no-data"))
         .arg("--json")
         .arg(&json)
+        .args(extra)
         .current_dir(d.path())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -43,10 +45,37 @@ fn quick_bench_dedup_writes_sane_records() {
     let status = wait_guarded(&mut child, Duration::from_secs(300)).expect("bench dedup hung");
     let (out, err) = (out.join().unwrap(), err.join().unwrap());
     assert!(status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    let records = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    (records, out)
+}
+
+#[test]
+fn pipeline_options_choose_what_runs() {
+    let (records, _) = quick_bench(&[
+        "--only",
+        "pipeline",
+        "--pipeline-modes",
+        "zstd1",
+        "--pipeline-caches",
+        "memory",
+        "--pipeline-threads",
+        "2",
+    ]);
+    assert_eq!(records.len(), 2, "{records:?}");
+    for (r, phase) in records.iter().zip(["cold", "warm"]) {
+        assert_eq!(r["benchmark"], "pipeline", "{r}");
+        assert_eq!(r["phase"], phase, "{r}");
+        assert_eq!(r["cache"], "memory", "{r}");
+        assert_eq!(r["threads"], 2, "{r}");
+        assert!(r["options"].as_str().unwrap().starts_with("zstd 1"), "{r}");
+    }
+}
+
+#[test]
+fn quick_bench_dedup_writes_sane_records() {
+    let (records, out) = quick_bench(&[]);
     assert!(out.contains("targets"), "{out}");
 
-    let records: Vec<serde_json::Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for r in &records {
         for key in [
             "benchmark",
