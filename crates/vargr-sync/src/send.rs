@@ -476,13 +476,18 @@ pub fn send(
             } else {
                 src.join(&e.path)
             };
-            todo.push((i as u32, e.path.clone(), path));
+            todo.push(ToRead {
+                index: i as u32,
+                rel: e.path.clone(),
+                path,
+                size: e.size,
+            });
         }
     }
     progress(&p);
     // Reading, cutting and hashing on a second core; the protocol, the group hashes
     // and zstd on this one.
-    let (chunks_tx, chunks) = mpsc::sync_channel::<Chunk>(2);
+    let (chunks_tx, chunks) = mpsc::sync_channel::<Vec<Chunk>>(2);
     let chunk_size = opts.read_chunk;
     let reader = std::thread::Builder::new()
         .name("vargr-sync-read".into())
@@ -492,7 +497,7 @@ pub fn send(
             what: "starting the file reader",
             source: e,
         })?;
-    for chunk in chunks.iter() {
+    for chunk in chunks.iter().flatten() {
         match chunk {
             Chunk::Start { index, path } => {
                 p.current = path;
@@ -590,36 +595,89 @@ enum Chunk {
     Failed(SyncError),
 }
 
-/// Reads each file, cuts it into segments and fingerprints them, in order.
+/// A file the reader thread is to send: its manifest index, its path in the manifest
+/// and on disk, and the size the manifest gave it (a hint: the file may have changed).
+struct ToRead {
+    index: u32,
+    rel: String,
+    path: PathBuf,
+    size: u64,
+}
+
+/// Chunks handed over at once: a hand-off per chunk cost a tree of small files several
+/// futex wake-ups per file on each side of the channel.
+const BATCH_CHUNKS: usize = 256;
+
+/// Reads each file, cuts it into segments and fingerprints them, in order, handing the
+/// chunks over in batches of up to [`BATCH_CHUNKS`] or about `chunk` bytes.
 fn read_files(
-    todo: Vec<(u32, String, PathBuf)>,
+    todo: Vec<ToRead>,
     segmenter: Box<dyn vargr_dedup::Segmenter>,
     chunk: usize,
-    out: mpsc::SyncSender<Chunk>,
+    out: mpsc::SyncSender<Vec<Chunk>>,
 ) {
-    for (index, rel, path) in todo {
-        if out.send(Chunk::Start { index, path: rel }).is_err() {
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0usize;
+    // False once the protocol thread has gone.
+    let mut emit = |c: Chunk, flush: bool| -> bool {
+        if let Chunk::Data { data, .. } = &c {
+            batch_bytes += data.len();
+        }
+        batch.push(c);
+        if flush || batch.len() >= BATCH_CHUNKS || batch_bytes >= chunk {
+            batch_bytes = 0;
+            return out.send(std::mem::take(&mut batch)).is_ok();
+        }
+        true
+    };
+    let last_file = todo.len().saturating_sub(1);
+    for (k, f) in todo.into_iter().enumerate() {
+        let path = f.path;
+        if !emit(
+            Chunk::Start {
+                index: f.index,
+                path: f.rel,
+            },
+            false,
+        ) {
             return;
         }
         let r = (|| -> Result<(u64, String), SyncError> {
-            let mut f = File::open(&path).map_err(|err| SyncError::io("opening", &path, err))?;
+            let mut file = File::open(&path).map_err(|err| SyncError::io("opening", &path, err))?;
             let mut hasher = blake3::Hasher::new();
             let mut size = 0u64;
             let mut tail: Vec<u8> = Vec::new();
             loop {
                 let mut buf = std::mem::take(&mut tail);
                 let start = buf.len();
-                // Grows the buffer by what the file holds, unzeroed: a buffer of a
-                // whole chunk zeroed for each small file was a quarter of a tree's
-                // sync.
-                let n = (&mut f)
-                    .take(chunk as u64)
-                    .read_to_end(&mut buf)
-                    .map_err(|err| SyncError::io("reading", &path, err))?;
+                // Room for what the manifest says is left (and a byte to see the end
+                // by), zeroed: the file read into it in one call, its end seen by a
+                // second. `read_to_end` into an empty buffer probed with 32 bytes and
+                // doubled, eight reads for a typical source file.
+                let left = f.size.saturating_sub(size);
+                let want = if left > 0 || size == 0 {
+                    (left as usize).saturating_add(1).min(chunk)
+                } else {
+                    chunk // it grew since the manifest was made
+                };
+                buf.resize(start + want, 0);
+                let mut filled = start;
+                let mut eof = false;
+                while filled < buf.len() {
+                    match file.read(&mut buf[filled..]) {
+                        Ok(0) => {
+                            eof = true;
+                            break;
+                        }
+                        Ok(n) => filled += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(err) => return Err(SyncError::io("reading", &path, err)),
+                    }
+                }
+                buf.truncate(filled);
                 hasher.update(&buf[start..]);
-                size += n as u64;
-                let last = n == 0;
-                let ends = segmenter.boundaries(&buf, last).unwrap_or_default();
+                size += (filled - start) as u64;
+                let ends = segmenter.boundaries(&buf, eof).unwrap_or_default();
                 let used = ends.last().copied().unwrap_or(0);
                 let mut fps = Vec::with_capacity(ends.len());
                 let mut at = 0;
@@ -629,17 +687,17 @@ fn read_files(
                 }
                 tail = buf[used..].to_vec();
                 buf.truncate(used);
-                if out
-                    .send(Chunk::Data {
+                if !emit(
+                    Chunk::Data {
                         data: buf,
                         ends,
                         fps,
-                    })
-                    .is_err()
-                {
+                    },
+                    false,
+                ) {
                     return Ok((size, String::new()));
                 }
-                if last {
+                if eof {
                     return Ok((size, frame::file_hash(&hasher)));
                 }
             }
@@ -648,8 +706,88 @@ fn read_files(
             Ok((size, hash)) => Chunk::End { size, hash },
             Err(e) => Chunk::Failed(e),
         };
-        if out.send(msg).is_err() {
+        let failed = matches!(msg, Chunk::Failed(_));
+        if !emit(msg, k == last_file || failed) {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `read_files` handed over: the batches, and per file its bytes, size and hash.
+    fn read_all(files: Vec<ToRead>, chunk: usize) -> (usize, Vec<(Vec<u8>, u64, String)>) {
+        let (tx, rx) = mpsc::sync_channel(2);
+        let seg = vargr_dedup::segment::by_name("cdc:256:1k:4k").unwrap();
+        let reader = std::thread::spawn(move || read_files(files, seg, chunk, tx));
+        let batches: Vec<Vec<Chunk>> = rx.iter().collect();
+        reader.join().unwrap();
+        let mut got = Vec::new();
+        for c in batches.iter().flatten() {
+            match c {
+                Chunk::Start { .. } => got.push((Vec::new(), 0, String::new())),
+                Chunk::Data { data, .. } => got.last_mut().unwrap().0.extend_from_slice(data),
+                Chunk::End { size, hash } => {
+                    let last = got.last_mut().unwrap();
+                    (last.1, last.2) = (*size, hash.clone());
+                }
+                Chunk::Failed(e) => panic!("{e}"),
+            }
+        }
+        (batches.len(), got)
+    }
+
+    #[test]
+    fn files_are_read_whole_whatever_size_the_manifest_gave_and_handed_over_in_batches() {
+        let d = tempfile::tempdir().unwrap();
+        // (actual size, the manifest's size): exact, grown, shrunk, empty, grown from
+        // empty, larger than a chunk.
+        let cases = [
+            (5000, 5000),
+            (300_000, 1000),
+            (1000, 300_000),
+            (0, 0),
+            (70_000, 0),
+            (200_000, 200_000),
+        ];
+        let mut files = Vec::new();
+        let mut want = Vec::new();
+        for (k, &(n, hint)) in cases.iter().enumerate() {
+            let bytes: Vec<u8> = (0..n).map(|i| (i * 7 + k * 13 % 251) as u8).collect();
+            let path = d.path().join(format!("f{k}"));
+            std::fs::write(&path, &bytes).unwrap();
+            let mut h = blake3::Hasher::new();
+            h.update(&bytes);
+            want.push((bytes, n as u64, frame::file_hash(&h)));
+            files.push(ToRead {
+                index: k as u32,
+                rel: format!("f{k}"),
+                path,
+                size: hint,
+            });
+        }
+        // Many small files: fewer hand-offs than files.
+        for k in 0..600 {
+            let path = d.path().join(format!("small{k}"));
+            let bytes = format!("file {k}\n").into_bytes();
+            std::fs::write(&path, &bytes).unwrap();
+            let mut h = blake3::Hasher::new();
+            h.update(&bytes);
+            want.push((bytes.clone(), bytes.len() as u64, frame::file_hash(&h)));
+            files.push(ToRead {
+                index: 10 + k,
+                rel: format!("small{k}"),
+                path,
+                size: bytes.len() as u64,
+            });
+        }
+        let (batches, got) = read_all(files, 64 << 10);
+        assert_eq!(got.len(), want.len());
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(g == w, "file {k}: {} bytes read, {} on disk", g.1, w.1);
+        }
+        assert!(batches < 60, "{batches} hand-offs for {} files", want.len());
     }
 }
