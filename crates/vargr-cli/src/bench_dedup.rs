@@ -1631,7 +1631,7 @@ fn print_tables(records: &[Record]) {
          'link s' = RTT + bytes at 100 Mbit/s)"
     );
     println!(
-        "{:<20} {:<14} {:<16} {:<22} {:>12} {:>8} {:>8} {:>8}",
+        "{:<20} {:<14} {:<16} {:<32} {:>12} {:>8} {:>8} {:>8}",
         "release", "after", "tool", "options", "bytes", "ratio", "seconds", "link s"
     );
     for r in of("sync") {
@@ -1641,7 +1641,7 @@ fn print_tables(records: &[Record]) {
         };
         if r.bytes_in == 0 {
             println!(
-                "{:<20} {:<14} {:<16} {:<22} {}",
+                "{:<20} {:<14} {:<16} {:<32} {}",
                 r.dataset,
                 r.base.as_deref().unwrap_or("-"),
                 r.tool,
@@ -1651,7 +1651,7 @@ fn print_tables(records: &[Record]) {
             continue;
         }
         println!(
-            "{:<20} {:<14} {:<16} {:<22} {:>12} {:>8.1} {:>8.2} {:>8.2}",
+            "{:<20} {:<14} {:<16} {:<32} {:>12} {:>8.1} {:>8.2} {:>8.2}",
             r.dataset,
             r.base.as_deref().unwrap_or("(empty)"),
             r.tool,
