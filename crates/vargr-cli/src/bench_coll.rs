@@ -508,9 +508,8 @@ fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<String> {
         }
         if start.elapsed() > timeout {
             // The group id is the child's pid (process_group(0) above).
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", child.id())])
-                .status();
+            // SAFETY: kill(2) on a process group this function started.
+            unsafe { libc::kill(-(child.id() as libc::pid_t), libc::SIGKILL) };
             let _ = child.kill();
             let _ = child.wait();
             break None;

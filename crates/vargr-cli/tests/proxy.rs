@@ -114,10 +114,8 @@ impl Proxy {
     /// Stops the proxy as a service manager would (SIGTERM), so it saves what it keeps
     /// between runs; killed if it has not exited after a few seconds.
     fn stop(mut self) {
-        let pid = self.child.id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status();
+        // SAFETY: kill(2) on the pid of a child not yet reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
@@ -125,6 +123,8 @@ impl Proxy {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
