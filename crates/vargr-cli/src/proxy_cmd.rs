@@ -30,7 +30,9 @@
 //! `--forward 8080=app.example:80 --forward 5901=desk.example:5901`.
 //!
 //! A link connection runs, in order: the HMAC handshake of [`vargr_net::auth`] (a wrong
-//! secret is refused and the connection closed), a hello from the near proxy (its name,
+//! secret is refused and the connection closed; after it every byte travels in records
+//! sealed with the connection's session keys, MACs on loopback and encryption to other
+//! hosts by default, `--link-security`), a hello from the near proxy (its name,
 //! the port the application connected to, the segmenter chosen for that port,
 //! fingerprint width, group size), the far proxy's welcome (its name) or an abort with
 //! the reason, then frames `[kind u8][len u32 LE][body]` in both directions:
@@ -94,7 +96,8 @@ use vargr_dedup::similar::SimilarityIndex;
 use vargr_dedup::stream::StreamModel;
 use vargr_dedup::{Config, FpBits, Receiver, Segmenter, Sender};
 use vargr_net::auth::Secret;
-use vargr_net::{Addr, Conn, Listener};
+use vargr_net::gate::{Gate, GateConfig};
+use vargr_net::{Addr, Conn, Listener, RecordOpener, RecordSealer};
 use vargr_sync::zpieces::{PieceDecoder, PieceEncoder};
 
 #[derive(Debug, Args)]
@@ -119,6 +122,10 @@ pub struct ProxyArgs {
     /// File holding the proxies' shared secret (hex); default `$VARGR_PROXY_SECRET`.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// Protection of the link after its handshake: auto (MACs on loopback, encryption
+    /// to other hosts), mac (authenticated, clear text) or encrypt.
+    #[arg(long, default_value = "auto", value_name = "auto|mac|encrypt")]
+    link_security: vargr_net::LinkSecurity,
     /// How this proxy names itself to its peer (the peer's cache of it); default the
     /// host name.
     #[arg(long)]
@@ -190,6 +197,7 @@ struct Welcome {
 /// What both roles share.
 struct Common {
     secret: Secret,
+    security: vargr_net::LinkSecurity,
     hold: Duration,
     name: String,
     bits: FpBits,
@@ -224,6 +232,7 @@ pub fn run(a: ProxyArgs) -> Result<()> {
     let hold = vargr_emu::parse_duration(&a.hold).context("--hold")?;
     let common = Arc::new(Common {
         secret: secret(&a.secret_file)?,
+        security: a.link_security,
         hold,
         name: a.name.clone().unwrap_or_else(vargr_sync::host_name),
         bits: d.bits,
@@ -487,18 +496,25 @@ fn near_setup(
     spec: &ListenSpec,
     peer: &Addr,
     common: &Common,
-) -> Result<(Conn, SharedCache<DiskCache>, String)> {
+) -> Result<(LinkConn, SharedCache<DiskCache>, String)> {
     let what = peer.to_string();
-    let mut link = connect_now(peer, SETUP_TIMEOUT)
+    let link = connect_now(peer, SETUP_TIMEOUT)
         .with_context(|| format!("connecting to the far proxy {what}"))?;
-    vargr_net::auth::connect(&mut link, &common.secret, 0, SETUP_TIMEOUT, &what).with_context(
-        || {
-            format!(
-                "authenticating with the far proxy {what} (both need the same --secret-file \
-                 or $VARGR_PROXY_SECRET)"
-            )
-        },
-    )?;
+    let link = vargr_net::auth::connect(
+        link,
+        &common.secret,
+        0,
+        common.security,
+        SETUP_TIMEOUT,
+        &what,
+    )
+    .with_context(|| {
+        format!(
+            "authenticating with the far proxy {what} (both need the same --secret-file \
+             or $VARGR_PROXY_SECRET)"
+        )
+    })?;
+    let mut link = LinkConn::new(link);
     let hello = Hello {
         version: PROXY_VERSION,
         name: common.name.clone(),
@@ -511,7 +527,7 @@ fn near_setup(
     write_frame_blocking(&mut link, F_HELLO, &body)
         .with_context(|| format!("sending the hello to {what}"))?;
     // The far proxy connects to the server before it answers.
-    link.set_timeout(Some(SETUP_TIMEOUT * 3))?;
+    link.conn.set_timeout(Some(SETUP_TIMEOUT * 3))?;
     let (kind, body) = read_frame_blocking(&mut link, MAX_HELLO)
         .with_context(|| format!("waiting for the far proxy {what} to connect the server"))?;
     let welcome: Welcome = match kind {
@@ -585,9 +601,19 @@ fn run_far(serve: &str, forward: &[String], common: Arc<Common>) -> Result<()> {
         forward.join(", ")
     );
     let _ = io::stderr().flush();
+    let gate = Gate::open(
+        l,
+        common.secret.clone(),
+        GateConfig {
+            deadline: SETUP_TIMEOUT,
+            security: common.security,
+            ..GateConfig::default()
+        },
+        Box::new(|e| eprintln!("vargr proxy: refused a connection: {e}")),
+    );
     loop {
-        let link = match l.accept_timeout(Duration::from_secs(3600)) {
-            Ok(c) => c,
+        let link = match gate.accept_timeout(Duration::from_secs(3600)) {
+            Ok(a) => LinkConn::new(a.conn),
             Err(vargr_net::NetError::Timeout { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
@@ -600,12 +626,8 @@ fn run_far(serve: &str, forward: &[String], common: Arc<Common>) -> Result<()> {
     }
 }
 
-fn far_connection(id: u64, mut link: Conn, forwards: &Forwards, common: &Common) {
-    let near = link.peer_name();
-    if let Err(e) = vargr_net::auth::accept(&mut link, &common.secret, SETUP_TIMEOUT) {
-        eprintln!("vargr proxy: refused {near}: {e}");
-        return;
-    }
+fn far_connection(id: u64, mut link: LinkConn, forwards: &Forwards, common: &Common) {
+    let near = link.conn.peer_name();
     match far_setup(&mut link, &near, forwards, common) {
         Ok((app, cache, hello, target)) => {
             let pump = Pump::new(id, app, link, &hello.segmenter, cache.clone(), common);
@@ -627,7 +649,7 @@ fn far_connection(id: u64, mut link: Conn, forwards: &Forwards, common: &Common)
 
 /// Reads the near proxy's hello, opens its cache and connects the server.
 fn far_setup(
-    link: &mut Conn,
+    link: &mut LinkConn,
     near: &str,
     forwards: &Forwards,
     common: &Common,
@@ -854,6 +876,9 @@ struct Pump {
     /// This side shut the application's write side.
     app_shut: bool,
     // the link
+    link_seal: RecordSealer,
+    link_open: RecordOpener,
+    /// Opened bytes of the link not yet cut into frames.
     link_in: Vec<u8>,
     link_out: OutBuf,
     link_eof: bool,
@@ -865,7 +890,7 @@ impl Pump {
     fn new(
         id: u64,
         app: Conn,
-        link: Conn,
+        link: LinkConn,
         segmenter: &str,
         cache: SharedCache<DiskCache>,
         common: &Common,
@@ -887,6 +912,12 @@ impl Pump {
         tx.set_stream(held.sent.take(&dir, config.delta_index));
         let mut rx = Receiver::new(config, cache)?;
         rx.set_stream(held.received.take(&dir, config.delta_index));
+        let LinkConn {
+            conn: link,
+            seal: link_seal,
+            open: link_open,
+            plain: link_in,
+        } = link;
         for c in [&app, &link] {
             c.set_timeout(None)?;
             set_nonblocking(c, true)?;
@@ -896,6 +927,8 @@ impl Pump {
             id,
             app,
             link,
+            link_seal,
+            link_open,
             segmenter: stream_segmenter(segmenter)?,
             segmenter_name: segmenter.to_string(),
             tx,
@@ -915,7 +948,7 @@ impl Pump {
             credit_sent: 0,
             peer_eof: false,
             app_shut: false,
-            link_in: Vec::new(),
+            link_in,
             link_out: OutBuf::default(),
             link_eof: false,
             link_shut_at: None,
@@ -1153,10 +1186,8 @@ impl Pump {
     }
 
     fn put_frame(&mut self, kind: u8, body: &[u8]) {
-        let out = &mut self.link_out.data;
-        out.push(kind);
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(body);
+        self.link_seal
+            .seal(&proxy_frame(kind, body), &mut self.link_out.data);
     }
 
     fn read_link(&mut self) -> Result<(), PumpError> {
@@ -1168,7 +1199,7 @@ impl Pump {
                     break;
                 }
                 Ok(n) => {
-                    self.link_in.extend_from_slice(&self.scratch[..n]);
+                    self.link_open.feed(&self.scratch[..n]);
                     got += n;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -1181,6 +1212,10 @@ impl Pump {
             }
         }
         self.counts.link_in += got as u64;
+        let unread = self.link_in.len();
+        self.link_open
+            .take(&mut self.link_in)
+            .map_err(|e| PumpError::link(e.to_string()))?;
         let mut at = 0;
         loop {
             let frame = match vargr_sync::split_frame(
@@ -1192,7 +1227,7 @@ impl Pump {
                 Err(len) => {
                     return Err(self.bad(format!(
                         "frame of {len} bytes at link byte {} exceeds {MAX_FRAME}",
-                        self.counts.link_in - (self.link_in.len() - at) as u64
+                        self.counts.link_in - (unread - at) as u64
                     )))
                 }
             };
@@ -1200,7 +1235,7 @@ impl Pump {
             self.on_frame(frame.0, &frame.1)?;
         }
         self.link_in.drain(..at);
-        if self.link_eof && !self.link_in.is_empty() {
+        if self.link_eof && (!self.link_in.is_empty() || self.link_open.pending() > 0) {
             return Err(PumpError::link(format!(
                 "the other proxy's stream ended inside a frame ({} bytes unread)",
                 self.link_in.len()
@@ -1403,24 +1438,63 @@ fn tune_link(c: &Conn) {
     }
 }
 
-fn write_frame_blocking(c: &mut Conn, kind: u8, body: &[u8]) -> io::Result<()> {
+/// A link connection after its handshake: the socket and its record layer.
+struct LinkConn {
+    conn: Conn,
+    seal: RecordSealer,
+    open: RecordOpener,
+    /// Opened bytes not consumed yet (handed to the pump after set-up).
+    plain: Vec<u8>,
+}
+
+impl LinkConn {
+    fn new(c: vargr_net::SecureConn) -> LinkConn {
+        let (conn, seal, open) = c.into_records();
+        LinkConn {
+            conn,
+            seal,
+            open,
+            plain: Vec::new(),
+        }
+    }
+}
+
+fn proxy_frame(kind: u8, body: &[u8]) -> Vec<u8> {
     let mut f = Vec::with_capacity(5 + body.len());
     f.push(kind);
     f.extend_from_slice(&(body.len() as u32).to_le_bytes());
     f.extend_from_slice(body);
-    c.write_all(&f)
+    f
 }
 
-fn read_frame_blocking(c: &mut Conn, max: usize) -> Result<(u8, Vec<u8>)> {
-    let mut head = [0u8; 5];
-    c.read_exact(&mut head).map_err(closed_or)?;
-    let len = u32::from_le_bytes(head[1..].try_into().expect("four bytes")) as usize;
-    if len > max {
-        bail!("a setup frame of {len} bytes, more than {max}: not a vargr proxy?");
+fn write_frame_blocking(c: &mut LinkConn, kind: u8, body: &[u8]) -> io::Result<()> {
+    let mut out = Vec::new();
+    c.seal.seal(&proxy_frame(kind, body), &mut out);
+    c.conn.write_all(&out)
+}
+
+fn read_frame_blocking(c: &mut LinkConn, max: usize) -> Result<(u8, Vec<u8>)> {
+    let mut scratch = vec![0u8; 64 << 10];
+    loop {
+        if c.plain.len() >= 5 {
+            let len = u32::from_le_bytes(c.plain[1..5].try_into().expect("four bytes")) as usize;
+            if len > max {
+                bail!("a setup frame of {len} bytes, more than {max}: not a vargr proxy?");
+            }
+            if c.plain.len() >= 5 + len {
+                let kind = c.plain[0];
+                let body = c.plain[5..5 + len].to_vec();
+                c.plain.drain(..5 + len);
+                return Ok((kind, body));
+            }
+        }
+        let n = c.conn.read(&mut scratch).map_err(closed_or)?;
+        if n == 0 {
+            return Err(closed_or(io::ErrorKind::UnexpectedEof.into()));
+        }
+        c.open.feed(&scratch[..n]);
+        c.open.take(&mut c.plain)?;
     }
-    let mut body = vec![0u8; len];
-    c.read_exact(&mut body).map_err(closed_or)?;
-    Ok((head[0], body))
 }
 
 fn closed_or(e: io::Error) -> anyhow::Error {

@@ -17,7 +17,8 @@ use std::time::Duration;
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use vargr_net::auth::Secret;
-use vargr_net::{Addr, Conn, Listener};
+use vargr_net::gate::{Gate, GateConfig};
+use vargr_net::{Addr, Listener};
 use vargr_sync::{receive, send, Progress, RecvOptions, SendOptions, Transport};
 
 /// What `vargr sync` and `vargr proxy` share: the protocol's parameters and the caches.
@@ -98,6 +99,10 @@ pub struct SyncArgs {
     /// File holding the daemon's shared secret (hex); default `$VARGR_SYNC_SECRET`.
     #[arg(long)]
     secret_file: Option<PathBuf>,
+    /// Protection of a daemon connection after its handshake: auto (MACs on loopback,
+    /// encryption to other hosts), mac (authenticated, clear text) or encrypt.
+    #[arg(long, default_value = "auto", value_name = "auto|mac|encrypt")]
+    link_security: vargr_net::LinkSecurity,
     /// Segmenter of the files (cdc:MIN:AVG:MAX, static:SIZE, sw).
     #[arg(long, default_value = vargr_sync::DEFAULT_SEGMENTER)]
     segmenter: String,
@@ -144,7 +149,8 @@ pub fn run(a: SyncArgs) -> Result<()> {
         return Ok(());
     }
     if let Some(root) = &a.serve {
-        return serve(root, &a.listen, &secret(&a.secret_file)?, cache_root, cache);
+        let secret = secret(&a.secret_file)?;
+        return serve(root, &a.listen, &secret, a.link_security, cache_root, cache);
     }
     if let Some(level) = a
         .delta_level
@@ -254,15 +260,21 @@ fn connect(
         let addr: Addr = format!("tcp:{hostport}")
             .parse()
             .with_context(|| format!("destination {dest}"))?;
-        let mut conn = vargr_net::connect(&addr, Duration::from_secs(10))?;
+        let conn = vargr_net::connect(&addr, Duration::from_secs(10))?;
         let s = secret(&a.secret_file)?;
-        vargr_net::auth::connect(&mut conn, &s, 0, Duration::from_secs(10), hostport)?;
-        conn.set_timeout(None)?;
-        let (r, w) = split(conn)?;
+        let conn = vargr_net::auth::connect(
+            conn,
+            &s,
+            0,
+            a.link_security,
+            Duration::from_secs(10),
+            hostport,
+        )?;
+        let (r, w) = conn.into_streams()?;
         return Ok((
             Transport {
-                reader: r,
-                writer: w,
+                reader: Box::new(r),
+                writer: Box::new(w),
                 peer: hostport.to_string(),
             },
             None,
@@ -314,18 +326,6 @@ fn connect(
     ))
 }
 
-type Halves = (
-    Box<dyn std::io::Read + Send>,
-    Box<dyn std::io::Write + Send>,
-);
-
-fn split(conn: Conn) -> Result<Halves> {
-    Ok(match conn {
-        Conn::Tcp(s) => (Box::new(s.try_clone()?), Box::new(s)),
-        Conn::Unix(s) => (Box::new(s.try_clone()?), Box::new(s)),
-    })
-}
-
 fn secret(file: &Option<PathBuf>) -> Result<Secret> {
     let hex = match file {
         Some(f) => std::fs::read_to_string(f)
@@ -344,6 +344,7 @@ fn serve(
     root: &Path,
     listen: &str,
     secret: &Secret,
+    security: vargr_net::LinkSecurity,
     cache_root: PathBuf,
     cache: vargr_dedup::cache::DiskConfig,
 ) -> Result<()> {
@@ -357,17 +358,22 @@ fn serve(
         l.local_addr()?
     );
     let _ = std::io::stderr().flush();
+    let gate = Gate::open(
+        l,
+        secret.clone(),
+        GateConfig {
+            security,
+            ..GateConfig::default()
+        },
+        Box::new(|e| eprintln!("vargr sync: refused a connection: {e}")),
+    );
     loop {
-        let mut conn = match l.accept_timeout(Duration::from_secs(3600)) {
-            Ok(c) => c,
+        let conn = match gate.accept_timeout(Duration::from_secs(3600)) {
+            Ok(a) => a.conn,
             Err(vargr_net::NetError::Timeout { .. }) => continue,
             Err(e) => return Err(e.into()),
         };
-        let peer = conn.peer_name();
-        if let Err(e) = vargr_net::auth::accept(&mut conn, secret, Duration::from_secs(10)) {
-            eprintln!("vargr sync: refused {peer}: {e}");
-            continue;
-        }
+        let peer = conn.peer().to_string();
         let opts = RecvOptions {
             dest: root.to_path_buf(),
             serve: true,
@@ -376,15 +382,17 @@ fn serve(
             receiver_name: vargr_sync::host_name(),
         };
         std::thread::spawn(move || {
-            let _ = conn.set_timeout(None);
-            let result = split(conn).map_err(|e| e.to_string()).and_then(|(r, w)| {
-                let t = Transport {
-                    reader: r,
-                    writer: w,
-                    peer: peer.clone(),
-                };
-                receive(t, &opts).map_err(|e| e.to_string())
-            });
+            let result = conn
+                .into_streams()
+                .map_err(|e| e.to_string())
+                .and_then(|(r, w)| {
+                    let t = Transport {
+                        reader: Box::new(r),
+                        writer: Box::new(w),
+                        peer: peer.clone(),
+                    };
+                    receive(t, &opts).map_err(|e| e.to_string())
+                });
             match result {
                 Ok(r) => eprintln!(
                     "vargr sync: {} files, {} bytes from {} ({peer}) in {:.2} s",

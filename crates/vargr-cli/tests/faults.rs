@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use vargr_net::auth::{self, Secret};
-use vargr_net::{Addr, Listener};
+use vargr_net::{Addr, LinkSecurity, Listener};
 use vargr_tbon::{BackendSpec, Network, Stream, StreamOptions, TbonError, Value};
 use vargr_topo::Topology;
 
@@ -314,19 +314,26 @@ fn handshake(addr: Addr, acceptor: Secret, connector: Secret) -> (String, String
     let l = Listener::bind(&addr).unwrap();
     let addr = l.local_addr().unwrap();
     let t = std::thread::spawn(move || {
-        let mut c = vargr_net::connect(&addr, Duration::from_secs(5))?;
-        auth::connect(&mut c, &connector, 7, Duration::from_secs(5), "test parent")
+        let c = vargr_net::connect(&addr, Duration::from_secs(5))?;
+        auth::connect(
+            c,
+            &connector,
+            7,
+            LinkSecurity::Auto,
+            Duration::from_secs(5),
+            "test parent",
+        )
     });
-    let mut conn = l.accept_timeout(Duration::from_secs(5)).unwrap();
-    let acc = auth::accept(&mut conn, &acceptor, Duration::from_secs(5));
+    let conn = l.accept_timeout(Duration::from_secs(5)).unwrap();
+    let acc = auth::accept(conn, &acceptor, LinkSecurity::Auto, Duration::from_secs(5));
     let con = t.join().unwrap();
     (
         match acc {
-            Ok(id) => format!("ok {id}"),
+            Ok((id, _)) => format!("ok {id}"),
             Err(e) => format!("err {e}"),
         },
         match con {
-            Ok(()) => "ok".into(),
+            Ok(_) => "ok".into(),
             Err(e) => format!("err {e}"),
         },
     )
@@ -371,13 +378,12 @@ fn backend_process_with_wrong_secret_is_refused_and_exits() {
         .unwrap();
     let stderr = child.stderr.take().unwrap();
     let err = std::thread::spawn(move || std::io::read_to_string(stderr).unwrap_or_default());
-    let mut conn = l.accept_timeout(Duration::from_secs(10)).unwrap();
-    let r = auth::accept(&mut conn, &mine, Duration::from_secs(5));
+    let conn = l.accept_timeout(Duration::from_secs(10)).unwrap();
+    let r = auth::accept(conn, &mine, LinkSecurity::Auto, Duration::from_secs(5));
     let e = r.expect_err("the wrong secret was accepted");
     assert!(e.to_string().contains("wrong secret"), "{e}");
     let status = wait_guarded(&mut child, Duration::from_secs(10))
         .expect("the refused back-end did not exit (hang guard)");
-    drop(conn);
     let stderr = err.join().unwrap();
     assert!(!status.success(), "refused back-end exited with {status}");
     assert!(

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use vargr_net::{auth, mesh::Mesh, Conn, NetError};
+use vargr_net::gate::{Gate, GateConfig};
+use vargr_net::{auth, mesh::Mesh, LinkSecurity, NetError, SecureConn};
 use vargr_trace::analysis::{Stats, StatsMonitor, MEDIAN_WINDOW};
 use vargr_trace::scope::{
     CallSummary, CollectorStats, Reduce, Reduced, Reply, Scope, ScopeReducer,
@@ -194,21 +195,22 @@ fn run_agent(
         .addr
         .parse()
         .map_err(|e: NetError| format!("monitor address {:?}: {e}", invite.addr))?;
-    let mut conn = vargr_net::connect(&addr, PLANE_TIMEOUT).map_err(|e| e.to_string())?;
+    let conn = vargr_net::connect(&addr, PLANE_TIMEOUT).map_err(|e| e.to_string())?;
     let peer = format!("monitor at {}", invite.addr);
-    auth::connect(
-        &mut conn,
+    let mut conn = auth::connect(
+        conn,
         mesh.secret(),
         t.rank() as u32,
+        LinkSecurity::Auto,
         PLANE_TIMEOUT,
         &peer,
     )
     .map_err(|e| e.to_string())?;
-    conn.set_low_priority();
-    let _ = conn.set_timeout(None);
+    conn.conn().set_low_priority();
+    conn.set_timeout(None);
     let mut wait = AGENT_POLL_MIN;
     loop {
-        match conn.wait_readable(wait) {
+        match conn.conn().wait_readable(wait) {
             Ok(false) => {
                 wait = drain(&mut tracer, &mut red);
                 continue;
@@ -216,7 +218,7 @@ fn run_agent(
             Ok(true) => {}
             Err(e) => return Err(format!("{peer}: {e}")),
         }
-        let req = match auth::read_frame(&mut conn, MAX_REQUEST, &peer) {
+        let req = match conn.read_frame(MAX_REQUEST) {
             Ok(f) => f,
             // The monitor's process ended: nothing more to answer.
             Err(_) => return Ok(()),
@@ -230,7 +232,7 @@ fn run_agent(
         wait = drain(&mut tracer, &mut red);
         let reply = red.reply(Tracer::file_of(process, Vec::new()));
         let f = Frame::new(FrameKind::Data, 0, 0, Bytes::from(reply.encode()));
-        if auth::write_frame(&mut conn, &f, &peer).is_err() {
+        if conn.write_frame(&f).is_err() {
             return Ok(());
         }
     }
@@ -591,7 +593,7 @@ impl MonitorHandle {
 
 /// One agent's connection.
 struct AgentConn {
-    conn: Conn,
+    conn: SecureConn,
     name: String,
 }
 
@@ -619,27 +621,32 @@ fn open_plane(
     }
     let mut conns = Vec::with_capacity(processes.len());
     let deadline = Instant::now() + PLANE_TIMEOUT;
+    // A stranger on the port is refused by the handshake, and is not fatal.
+    let gate = Gate::open(
+        listener,
+        mesh.secret().clone(),
+        GateConfig {
+            deadline: Duration::from_secs(5),
+            ..GateConfig::default()
+        },
+        Box::new(|e| eprintln!("vargr monitor: refused a plane connection: {e}")),
+    );
     while conns.len() < processes.len() {
         let left = deadline.saturating_duration_since(Instant::now());
-        let mut conn = listener.accept_timeout(left).map_err(|e| {
+        let a = gate.accept_timeout(left).map_err(|e| {
             format!(
                 "monitor plane: {} of {} agents connected: {e}",
                 conns.len(),
                 processes.len()
             )
         })?;
-        match auth::accept(&mut conn, mesh.secret(), Duration::from_secs(5)) {
-            Ok(rank) => {
-                conn.set_low_priority();
-                let _ = conn.set_timeout(Some(PLANE_TIMEOUT));
-                conns.push(AgentConn {
-                    conn,
-                    name: format!("agent of rank {rank}"),
-                });
-            }
-            // A stranger on the port: refused by the handshake, not fatal.
-            Err(e) => eprintln!("vargr monitor: refused a plane connection: {e}"),
-        }
+        let mut conn = a.conn;
+        conn.conn().set_low_priority();
+        conn.set_timeout(Some(PLANE_TIMEOUT));
+        conns.push(AgentConn {
+            conn,
+            name: format!("agent of rank {}", a.node),
+        });
     }
     Ok(conns)
 }
@@ -675,18 +682,16 @@ fn monitor_loop(
         }
         let pull = Instant::now();
         // Parallel gather: all requests first, then the answers.
-        conns.retain_mut(|a| auth::write_frame(&mut a.conn, &request, &a.name).is_ok());
-        conns.retain_mut(|a| {
-            match auth::read_frame(&mut a.conn, vargr_trace::scope::MAX_REPLY, &a.name) {
-                Ok(f) => {
-                    match Reply::decode(&f.payload, &a.name) {
-                        Ok(r) => lb.add(&r),
-                        Err(e) => eprintln!("vargr monitor: {e}"),
-                    }
-                    true
+        conns.retain_mut(|a| a.conn.write_frame(&request).is_ok());
+        conns.retain_mut(|a| match a.conn.read_frame(vargr_trace::scope::MAX_REPLY) {
+            Ok(f) => {
+                match Reply::decode(&f.payload, &a.name) {
+                    Ok(r) => lb.add(&r),
+                    Err(e) => eprintln!("vargr monitor: {e}"),
                 }
-                Err(_) => false,
+                true
             }
+            Err(_) => false,
         });
         let pull_ms = pull.elapsed().as_secs_f64() * 1e3;
         if let Some(path) = &cfg.status_file {
@@ -727,7 +732,7 @@ fn monitor_loop(
     // Let the agents go; the final pull happened above.
     let stop = request_frame(None);
     for a in &mut conns {
-        let _ = auth::write_frame(&mut a.conn, &stop, &a.name);
+        let _ = a.conn.write_frame(&stop);
     }
 }
 

@@ -258,6 +258,25 @@ impl Conn {
         }
     }
 
+    /// Where the connection leads, for the choice of its protection.
+    pub fn reach(&self) -> crate::seal::Reach {
+        match self {
+            Conn::Tcp(s) => match s.peer_addr() {
+                Ok(a) if a.ip().is_loopback() => crate::seal::Reach::Loopback,
+                _ => crate::seal::Reach::Remote,
+            },
+            Conn::Unix(_) => crate::seal::Reach::UnixSocket,
+        }
+    }
+
+    /// A second handle on the same socket (one thread reads while another writes).
+    pub fn try_clone(&self) -> io::Result<Conn> {
+        Ok(match self {
+            Conn::Tcp(s) => Conn::Tcp(s.try_clone()?),
+            Conn::Unix(s) => Conn::Unix(s.try_clone()?),
+        })
+    }
+
     pub fn peer_name(&self) -> String {
         match self {
             Conn::Tcp(s) => s

@@ -1,20 +1,30 @@
-//! Mutual HMAC-SHA256 challenge-response on every new connection.
+//! Mutual HMAC-SHA256 challenge-response on every new connection, and the session keys
+//! that protect every frame after it.
 //!
-//! Each network has a random 32-byte secret. The acceptor sends a nonce; the connector
-//! answers with its identity, its own nonce and `HMAC(secret, "vargr-c" | nA | nC | id)`;
-//! the acceptor checks it and answers `HMAC(secret, "vargr-a" | nC | nA)` so the connector
-//! knows it reached the right network too. Nothing else is accepted on a link before this
-//! completes. [`Acceptor`] and [`Connector`] are the sans-IO halves; [`accept`] and
-//! [`connect`] drive them over a blocking [`Conn`] with a timeout.
+//! Each network has a random 32-byte secret. The acceptor sends a nonce nA; the connector
+//! answers with its identity, its own nonce nC, the protection it wants (see
+//! [`crate::seal`]) and `HMAC(secret, "vargr-c2" | nA | nC | id | wish)`; the acceptor
+//! checks it, settles on the stronger of both wishes and answers with that choice and
+//! `HMAC(secret, "vargr-a2" | nC | nA | id | wish | choice)`, so the connector knows it
+//! reached the right network and that nobody lowered the protection on the way. Both then
+//! derive one key per direction with HKDF-SHA256 (salt nA | nC, the secret as input key,
+//! the id and the choice as info): a relay that forwards the handshake learns nothing it
+//! can use to speak afterwards. Nothing else is accepted on a link before this completes.
+//!
+//! [`Acceptor`] and [`Connector`] are the sans-IO halves; [`accept`] and [`connect`] drive
+//! them over a blocking [`Conn`] with one deadline for the whole exchange, so a peer that
+//! trickles bytes cannot hold a listener longer than that.
 
 use std::io::{Read, Write};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use vargr_wire::{decode_frame, encode_frame, Frame, FrameKind, HEADER_LEN};
 
+use crate::seal::{LinkSecurity, Protection, Reach, Session};
+use crate::secure::SecureConn;
 use crate::{Conn, NetError};
 
 pub const SECRET_LEN: usize = 32;
@@ -22,6 +32,8 @@ const NONCE_LEN: usize = 32;
 const MAC_LEN: usize = 32;
 /// Handshake frames are tiny; anything bigger is not a vargr peer.
 const MAX_HANDSHAKE: usize = 1024;
+const PROOF_LEN: usize = 4 + NONCE_LEN + 1 + MAC_LEN;
+const WELCOME_LEN: usize = 1 + MAC_LEN;
 
 /// The network secret shared by every process of one network.
 #[derive(Clone, PartialEq, Eq)]
@@ -66,6 +78,28 @@ impl Secret {
         }
         m.finalize().into_bytes().into()
     }
+    /// The keys of one connection: (connector → acceptor, acceptor → connector).
+    fn session_keys(
+        &self,
+        nonce_a: &[u8],
+        nonce_c: &[u8],
+        id: &[u8],
+        choice: Protection,
+    ) -> ([u8; 32], [u8; 32]) {
+        let mut salt = [0u8; 2 * NONCE_LEN];
+        salt[..NONCE_LEN].copy_from_slice(nonce_a);
+        salt[NONCE_LEN..].copy_from_slice(nonce_c);
+        let kdf = hkdf::Hkdf::<Sha256>::new(Some(&salt), &self.0);
+        let mut okm = [0u8; 64];
+        kdf.expand_multi_info(&[b"vargr-session-v2", id, &[choice as u8]], &mut okm)
+            .expect("64 bytes is within HKDF-SHA256's output limit");
+        let mut c2a = [0u8; 32];
+        let mut a2c = [0u8; 32];
+        c2a.copy_from_slice(&okm[..32]);
+        a2c.copy_from_slice(&okm[32..]);
+        (c2a, a2c)
+    }
+
     fn verify(&self, label: &[u8], parts: &[&[u8]], tag: &[u8]) -> bool {
         let mut m =
             <Hmac<Sha256> as Mac>::new_from_slice(&self.0).expect("HMAC takes any key length");
@@ -117,30 +151,45 @@ impl AuthFailure {
 pub struct Acceptor {
     secret: Secret,
     nonce: [u8; NONCE_LEN],
+    wish: Protection,
+}
+
+/// A handshake that succeeded, as the acceptor sees it.
+#[derive(Debug)]
+pub struct Accepted {
+    /// The node id (or rank) the connector proved.
+    pub node: u32,
+    pub session: Session,
+    /// The Welcome frame to send.
+    pub welcome: Frame,
 }
 
 impl Acceptor {
-    pub fn new(secret: Secret) -> (Acceptor, Frame) {
+    /// `wish` is the protection this end asks for; the connector may ask for more.
+    pub fn new(secret: Secret, wish: Protection) -> (Acceptor, Frame) {
         let n = nonce();
         (
-            Acceptor { secret, nonce: n },
+            Acceptor {
+                secret,
+                nonce: n,
+                wish,
+            },
             Frame::new(FrameKind::Challenge, 0, 0, Bytes::copy_from_slice(&n)),
         )
     }
 
-    /// Checks the connector's proof. On success returns its node id and the Welcome frame;
-    /// on failure returns the reason and the Refused frame to send before closing.
-    pub fn on_proof(&self, f: &Frame) -> Result<(u32, Frame), (AuthFailure, Frame)> {
+    /// Checks the connector's proof. On success returns its node id, the session and the
+    /// Welcome frame; on failure the reason and the Refused frame to send before closing.
+    pub fn on_proof(&self, f: &Frame) -> Result<Accepted, (AuthFailure, Frame)> {
         let refuse = |fail: AuthFailure, why: &str| {
             (
                 fail,
                 Frame::new(FrameKind::Refused, 0, 0, Bytes::from(why.to_string())),
             )
         };
-        if f.kind != FrameKind::Proof || f.payload.len() != 4 + NONCE_LEN + MAC_LEN {
+        if f.kind != FrameKind::Proof || f.payload.len() != PROOF_LEN {
             let why = format!(
-                "expected a {}-byte Proof frame, got {} ({} bytes)",
-                4 + NONCE_LEN + MAC_LEN,
+                "expected a {PROOF_LEN}-byte Proof frame, got {} ({} bytes)",
                 f.kind.name(),
                 f.payload.len()
             );
@@ -149,19 +198,33 @@ impl Acceptor {
         let p = &f.payload;
         let id = &p[..4];
         let theirs = &p[4..4 + NONCE_LEN];
-        let tag = &p[4 + NONCE_LEN..];
+        let wish = &p[4 + NONCE_LEN..4 + NONCE_LEN + 1];
+        let tag = &p[4 + NONCE_LEN + 1..];
         if !self
             .secret
-            .verify(b"vargr-c", &[&self.nonce, theirs, id], tag)
+            .verify(b"vargr-c2", &[&self.nonce, theirs, id, wish], tag)
         {
             return Err(refuse(AuthFailure::WrongSecret, "wrong secret"));
         }
+        let Some(their_wish) = Protection::from_u8(wish[0]) else {
+            let why = format!("unknown protection {} asked for", wish[0]);
+            return Err(refuse(AuthFailure::Protocol(why.clone()), &why));
+        };
+        let choice = their_wish.max(self.wish);
         let node = u32::from_le_bytes([id[0], id[1], id[2], id[3]]);
-        let mac = self.secret.mac(b"vargr-a", &[theirs, &self.nonce]);
-        Ok((
+        let c = [choice as u8];
+        let mac = self
+            .secret
+            .mac(b"vargr-a2", &[theirs, &self.nonce, id, wish, &c]);
+        let (c2a, a2c) = self.secret.session_keys(&self.nonce, theirs, id, choice);
+        let mut w = BytesMut::with_capacity(WELCOME_LEN);
+        w.put_u8(choice as u8);
+        w.put_slice(&mac);
+        Ok(Accepted {
             node,
-            Frame::new(FrameKind::Welcome, 0, 0, Bytes::copy_from_slice(&mac)),
-        ))
+            session: Session::new(choice, a2c, c2a),
+            welcome: Frame::new(FrameKind::Welcome, 0, 0, w.freeze()),
+        })
     }
 }
 
@@ -170,15 +233,17 @@ pub struct Connector {
     secret: Secret,
     node: u32,
     nonce: [u8; NONCE_LEN],
+    wish: Protection,
     their_nonce: Option<Vec<u8>>,
 }
 
 impl Connector {
-    pub fn new(secret: Secret, node: u32) -> Connector {
+    pub fn new(secret: Secret, node: u32, wish: Protection) -> Connector {
         Connector {
             secret,
             node,
             nonce: nonce(),
+            wish,
             their_nonce: None,
         }
     }
@@ -192,33 +257,51 @@ impl Connector {
             )));
         }
         let id = self.node.to_le_bytes();
-        let mac = self.secret.mac(b"vargr-c", &[&f.payload, &self.nonce, &id]);
+        let wish = [self.wish as u8];
+        let mac = self
+            .secret
+            .mac(b"vargr-c2", &[&f.payload, &self.nonce, &id, &wish]);
         self.their_nonce = Some(f.payload.to_vec());
-        let mut p = BytesMut::with_capacity(4 + NONCE_LEN + MAC_LEN);
+        let mut p = BytesMut::with_capacity(PROOF_LEN);
         p.put_slice(&id);
         p.put_slice(&self.nonce);
+        p.put_slice(&wish);
         p.put_slice(&mac);
         Ok(Frame::new(FrameKind::Proof, 0, 0, p.freeze()))
     }
 
-    pub fn on_welcome(&self, f: &Frame) -> Result<(), AuthFailure> {
+    /// Checks the acceptor's answer and returns this end's session.
+    pub fn on_welcome(&self, f: &Frame) -> Result<Session, AuthFailure> {
         match f.kind {
             FrameKind::Refused => Err(AuthFailure::Refused(
                 String::from_utf8_lossy(&f.payload).into_owned(),
             )),
-            FrameKind::Welcome if f.payload.len() == MAC_LEN => {
+            FrameKind::Welcome if f.payload.len() == WELCOME_LEN => {
                 let theirs = self
                     .their_nonce
                     .as_deref()
                     .ok_or_else(|| AuthFailure::Protocol("Welcome before Challenge".into()))?;
-                if self
-                    .secret
-                    .verify(b"vargr-a", &[&self.nonce, theirs], &f.payload)
-                {
-                    Ok(())
-                } else {
-                    Err(AuthFailure::WrongSecret)
+                let id = self.node.to_le_bytes();
+                let wish = [self.wish as u8];
+                let c = &f.payload[..1];
+                if !self.secret.verify(
+                    b"vargr-a2",
+                    &[&self.nonce, theirs, &id, &wish, c],
+                    &f.payload[1..],
+                ) {
+                    return Err(AuthFailure::WrongSecret);
                 }
+                let choice = Protection::from_u8(c[0])
+                    .filter(|&p| p >= self.wish)
+                    .ok_or_else(|| {
+                        AuthFailure::Protocol(format!(
+                            "the acceptor chose protection {} below the {} asked for",
+                            c[0],
+                            self.wish.name()
+                        ))
+                    })?;
+                let (c2a, a2c) = self.secret.session_keys(theirs, &self.nonce, &id, choice);
+                Ok(Session::new(choice, c2a, a2c))
             }
             k => Err(AuthFailure::Protocol(format!(
                 "expected Welcome, got {} ({} bytes)",
@@ -229,10 +312,17 @@ impl Connector {
     }
 }
 
-/// Reads exactly one frame from a blocking connection.
-pub fn read_frame(conn: &mut Conn, max: usize, peer: &str) -> Result<Frame, NetError> {
+/// Reads exactly one frame, all of it by `deadline` (`started` dates the timeout message).
+pub(crate) fn read_frame_by(
+    conn: &mut Conn,
+    max: usize,
+    peer: &str,
+    what: &'static str,
+    started: Instant,
+    deadline: Instant,
+) -> Result<Frame, NetError> {
     let mut head = [0u8; HEADER_LEN];
-    read_exact(conn, &mut head, peer)?;
+    read_exact_by(conn, &mut head, peer, what, started, deadline)?;
     let mut buf = BytesMut::from(&head[..]);
     // Validate the header before reading a payload of its claimed size.
     if let Err(e) = decode_frame(&mut buf, max) {
@@ -243,7 +333,7 @@ pub fn read_frame(conn: &mut Conn, max: usize, peer: &str) -> Result<Frame, NetE
     }
     let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
     let mut payload = vec![0u8; len];
-    read_exact(conn, &mut payload, peer)?;
+    read_exact_by(conn, &mut payload, peer, what, started, deadline)?;
     buf.extend_from_slice(&payload);
     match decode_frame(&mut buf, max) {
         Ok(Some(f)) => Ok(f),
@@ -255,61 +345,157 @@ pub fn read_frame(conn: &mut Conn, max: usize, peer: &str) -> Result<Frame, NetE
     }
 }
 
-fn read_exact(conn: &mut Conn, buf: &mut [u8], peer: &str) -> Result<(), NetError> {
-    conn.read_exact(buf).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => NetError::Timeout {
-            what: "handshake",
-            peer: peer.into(),
-            after_ms: 0,
-        },
-        _ => NetError::io("reading handshake from", peer, e),
-    })
+/// Fills `buf`, giving each read only the time left before `deadline`: a peer sending
+/// one byte at a time cannot stretch the wait.
+pub(crate) fn read_exact_by(
+    conn: &mut Conn,
+    mut buf: &mut [u8],
+    peer: &str,
+    what: &'static str,
+    started: Instant,
+    deadline: Instant,
+) -> Result<(), NetError> {
+    let timeout = || NetError::Timeout {
+        what,
+        peer: peer.into(),
+        after_ms: started.elapsed().as_millis() as u64,
+    };
+    while !buf.is_empty() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(timeout());
+        }
+        // A zero timeout would mean "block for ever" to the socket.
+        conn.set_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(|e| NetError::io("configuring", peer, e))?;
+        match conn.read(buf) {
+            Ok(0) => {
+                return Err(NetError::io(
+                    "reading from",
+                    peer,
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ))
+            }
+            Ok(n) => buf = &mut buf[n..],
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(timeout())
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(NetError::io("reading from", peer, e)),
+        }
+    }
+    Ok(())
 }
 
-/// Writes one frame to a blocking connection.
-pub fn write_frame(conn: &mut Conn, f: &Frame, peer: &str) -> Result<(), NetError> {
+/// Writes one frame to a blocking connection (handshake frames only: every later frame
+/// goes through a [`SecureConn`]).
+fn write_frame(conn: &mut Conn, f: &Frame, peer: &str) -> Result<(), NetError> {
     let mut out = BytesMut::new();
     encode_frame(f, &mut out);
     conn.write_all(&out)
         .map_err(|e| NetError::io("writing to", peer, e))
 }
 
-/// Runs the accepting side of the handshake; returns the connector's node id.
-pub fn accept(conn: &mut Conn, secret: &Secret, timeout: Duration) -> Result<u32, NetError> {
+/// Runs the accepting side of the handshake, all of it within `timeout`; returns the
+/// connector's node id and the protected connection.
+pub fn accept(
+    mut conn: Conn,
+    secret: &Secret,
+    security: LinkSecurity,
+    timeout: Duration,
+) -> Result<(u32, SecureConn), NetError> {
+    let started = Instant::now();
+    let deadline = started + timeout;
     let peer = conn.peer_name();
     conn.set_timeout(Some(timeout))
         .map_err(|e| NetError::io("configuring", &peer, e))?;
-    let (acc, challenge) = Acceptor::new(secret.clone());
-    write_frame(conn, &challenge, &peer)?;
-    let proof = read_frame(conn, MAX_HANDSHAKE, &peer)?;
+    let (acc, challenge) = Acceptor::new(secret.clone(), security.wish(conn.reach()));
+    write_frame(&mut conn, &challenge, &peer)?;
+    let proof = read_frame_by(
+        &mut conn,
+        MAX_HANDSHAKE,
+        &peer,
+        "the handshake",
+        started,
+        deadline,
+    )?;
     match acc.on_proof(&proof) {
-        Ok((node, welcome)) => {
-            write_frame(conn, &welcome, &peer)?;
-            Ok(node)
+        Ok(a) => {
+            write_frame(&mut conn, &a.welcome, &peer)?;
+            Ok((a.node, SecureConn::new(conn, &a.session, peer)))
         }
         Err((fail, refused)) => {
-            let _ = write_frame(conn, &refused, &peer);
+            let _ = write_frame(&mut conn, &refused, &peer);
             Err(fail.into_net(&peer))
         }
     }
 }
 
-/// Runs the connecting side of the handshake as node `node`.
+/// Runs the connecting side of the handshake as node `node`, all of it within `timeout`.
 pub fn connect(
-    conn: &mut Conn,
+    mut conn: Conn,
     secret: &Secret,
     node: u32,
+    security: LinkSecurity,
     timeout: Duration,
     peer: &str,
-) -> Result<(), NetError> {
+) -> Result<SecureConn, NetError> {
+    let started = Instant::now();
+    let deadline = started + timeout;
     conn.set_timeout(Some(timeout))
         .map_err(|e| NetError::io("configuring", peer, e))?;
-    let mut c = Connector::new(secret.clone(), node);
-    let challenge = read_frame(conn, MAX_HANDSHAKE, peer)?;
+    let mut c = Connector::new(secret.clone(), node, security.wish(conn.reach()));
+    let challenge = read_frame_by(
+        &mut conn,
+        MAX_HANDSHAKE,
+        peer,
+        "the handshake",
+        started,
+        deadline,
+    )?;
     let proof = c.on_challenge(&challenge).map_err(|f| f.into_net(peer))?;
-    write_frame(conn, &proof, peer)?;
-    let welcome = read_frame(conn, MAX_HANDSHAKE, peer)?;
-    c.on_welcome(&welcome).map_err(|f| f.into_net(peer))
+    write_frame(&mut conn, &proof, peer)?;
+    let welcome = read_frame_by(
+        &mut conn,
+        MAX_HANDSHAKE,
+        peer,
+        "the handshake",
+        started,
+        deadline,
+    )?;
+    let session = c.on_welcome(&welcome).map_err(|f| f.into_net(peer))?;
+    Ok(SecureConn::new(conn, &session, peer.to_string()))
+}
+
+/// Where a connection leads, for [`LinkSecurity::wish`].
+pub fn reach_of(conn: &Conn) -> Reach {
+    conn.reach()
+}
+
+/// Every handshake decoder, for the fuzz target (`link_seal`).
+#[doc(hidden)]
+pub mod fuzzing {
+    use super::*;
+
+    /// Hands every frame in `data` to both sides of a handshake in every state.
+    pub fn handshake(data: &[u8]) {
+        let s = Secret([3; SECRET_LEN]);
+        let mut buf = BytesMut::from(data);
+        while let Ok(Some(f)) = decode_frame(&mut buf, MAX_HANDSHAKE) {
+            let (acc, ch) = Acceptor::new(s.clone(), Protection::Mac);
+            let _ = acc.on_proof(&f);
+            let mut con = Connector::new(s.clone(), 1, Protection::Mac);
+            let _ = con.on_challenge(&f);
+            let _ = con.on_welcome(&f);
+            let _ = con.on_challenge(&ch);
+            let _ = con.on_welcome(&f);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -319,42 +505,87 @@ mod tests {
     #[test]
     fn matching_secrets_agree_and_name_the_node() {
         let s = Secret::random();
-        let (acc, ch) = Acceptor::new(s.clone());
-        let mut con = Connector::new(s, 42);
+        for (a, c) in [
+            (Protection::None, Protection::None),
+            (Protection::Mac, Protection::None),
+            (Protection::None, Protection::Encrypt),
+        ] {
+            let (acc, ch) = Acceptor::new(s.clone(), a);
+            let mut con = Connector::new(s.clone(), 42, c);
+            let proof = con.on_challenge(&ch).unwrap();
+            let got = acc.on_proof(&proof).map_err(|e| e.0).unwrap();
+            assert_eq!(got.node, 42);
+            let mine = con.on_welcome(&got.welcome).unwrap();
+            assert_eq!(mine.protection(), a.max(c));
+            assert_eq!(got.session.protection(), a.max(c));
+            // Each end opens what the other seals.
+            let (mut seal_c, mut open_c) = mine.split();
+            let (mut seal_a, mut open_a) = got.session.split();
+            let f = Frame::new(FrameKind::Data, 1, 2, b"x".to_vec());
+            for (s, o) in [(&mut seal_c, &mut open_a), (&mut seal_a, &mut open_c)] {
+                let mut wire = BytesMut::new();
+                s.seal_frame(&f, &mut wire);
+                assert_eq!(o.open(&mut wire, 100).unwrap(), Some(f.clone()));
+            }
+        }
+    }
+
+    #[test]
+    fn a_lowered_choice_is_detected() {
+        let s = Secret::random();
+        let (acc, ch) = Acceptor::new(s.clone(), Protection::None);
+        let mut con = Connector::new(s, 1, Protection::Encrypt);
         let proof = con.on_challenge(&ch).unwrap();
-        let (node, welcome) = acc.on_proof(&proof).map_err(|e| e.0).unwrap();
-        assert_eq!(node, 42);
-        con.on_welcome(&welcome).unwrap();
+        let got = acc.on_proof(&proof).map_err(|e| e.0).unwrap();
+        let mut w = got.welcome.payload.to_vec();
+        w[0] = Protection::None as u8;
+        let bad = Frame::new(FrameKind::Welcome, 0, 0, w);
+        assert_eq!(con.on_welcome(&bad).unwrap_err(), AuthFailure::WrongSecret);
+    }
+
+    #[test]
+    fn a_wish_lowered_in_the_proof_is_detected() {
+        let s = Secret::random();
+        let (acc, ch) = Acceptor::new(s.clone(), Protection::None);
+        let mut con = Connector::new(s, 1, Protection::Encrypt);
+        let proof = con.on_challenge(&ch).unwrap();
+        let mut p = proof.payload.to_vec();
+        p[4 + NONCE_LEN] = Protection::None as u8;
+        let bad = Frame::new(FrameKind::Proof, 0, 0, p);
+        assert_eq!(acc.on_proof(&bad).unwrap_err().0, AuthFailure::WrongSecret);
     }
 
     #[test]
     fn wrong_secret_is_refused_on_both_sides() {
-        let (acc, ch) = Acceptor::new(Secret::random());
-        let mut con = Connector::new(Secret::random(), 1);
+        let (acc, ch) = Acceptor::new(Secret::random(), Protection::Mac);
+        let mut con = Connector::new(Secret::random(), 1, Protection::Mac);
         let proof = con.on_challenge(&ch).unwrap();
         let (fail, refused) = acc.on_proof(&proof).unwrap_err();
         assert_eq!(fail, AuthFailure::WrongSecret);
         assert_eq!(
-            con.on_welcome(&refused),
-            Err(AuthFailure::Refused("wrong secret".into()))
+            con.on_welcome(&refused).unwrap_err(),
+            AuthFailure::Refused("wrong secret".into())
         );
     }
 
     #[test]
     fn impostor_acceptor_is_detected() {
         let s = Secret::random();
-        let (_, ch) = Acceptor::new(s.clone());
-        let mut con = Connector::new(s, 1);
+        let (_, ch) = Acceptor::new(s.clone(), Protection::Mac);
+        let mut con = Connector::new(s, 1, Protection::Mac);
         con.on_challenge(&ch).unwrap();
-        let forged = Frame::new(FrameKind::Welcome, 0, 0, vec![0u8; MAC_LEN]);
-        assert_eq!(con.on_welcome(&forged), Err(AuthFailure::WrongSecret));
+        let forged = Frame::new(FrameKind::Welcome, 0, 0, vec![1u8; WELCOME_LEN]);
+        assert_eq!(
+            con.on_welcome(&forged).unwrap_err(),
+            AuthFailure::WrongSecret
+        );
     }
 
     #[test]
     fn tampered_node_id_fails() {
         let s = Secret::random();
-        let (acc, ch) = Acceptor::new(s.clone());
-        let mut con = Connector::new(s, 7);
+        let (acc, ch) = Acceptor::new(s.clone(), Protection::Mac);
+        let mut con = Connector::new(s, 7, Protection::Mac);
         let proof = con.on_challenge(&ch).unwrap();
         let mut p = proof.payload.to_vec();
         p[0] ^= 1;

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 use vargr_wire::{Frame, FrameKind};
 
 use crate::auth::{self, Secret};
-use crate::{Addr, Conn, Listener, NetError};
+use crate::gate::{Gate, GateConfig};
+use crate::{Addr, LinkSecurity, Listener, NetError, SecureConn};
 
 /// Rank variables in the order they are tried: vargr's own, then Open MPI, PMIx, PMI
 /// (MPICH, Intel MPI) and Slurm.
@@ -250,7 +251,7 @@ impl JobRendezvous {
         let (stop, stopped) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("vargr-job-rendezvous".into())
-            .spawn(move || serve_job(listener, size, &secret, timeout, stopped))
+            .spawn(move || serve_job(listener, size, secret, timeout, stopped))
             .expect("spawning the job rendezvous thread");
         JobRendezvous {
             addr: advertised,
@@ -280,14 +281,20 @@ impl Drop for JobRendezvous {
 fn serve_job(
     listener: Listener,
     size: u32,
-    secret: &Secret,
+    secret: Secret,
     timeout: Duration,
     stopped: mpsc::Receiver<()>,
 ) -> Result<(), NetError> {
     let deadline = Instant::now() + timeout;
+    let gate = Gate::open(
+        listener,
+        secret,
+        GateConfig::default(),
+        Box::new(|e| eprintln!("vargr: job rendezvous refused a connection: {e}")),
+    );
     let mut entries: BTreeMap<u32, (PeerInfo, u32)> = BTreeMap::new();
     let mut seen = vec![false; size as usize];
-    let mut waiting: Vec<(Conn, String)> = Vec::new();
+    let mut waiting: Vec<SecureConn> = Vec::new();
     let mut covered = 0u32;
     while covered < size {
         if stopped.try_recv().is_ok() {
@@ -300,30 +307,20 @@ fn serve_job(
                 "ranks {missing:?} of {size} never reached the rendezvous within {} s",
                 timeout.as_secs()
             );
-            for (mut c, peer) in waiting {
-                let _ = auth::write_frame(
-                    &mut c,
-                    &Frame::new(FrameKind::Refused, 0, 0, reason.clone()),
-                    &peer,
-                );
+            for mut c in waiting {
+                let _ = c.write_frame(&Frame::new(FrameKind::Refused, 0, 0, reason.clone()));
             }
             return Err(NetError::Job { reason });
         }
-        let mut conn =
-            match listener.accept_timeout((deadline - now).min(Duration::from_millis(100))) {
-                Ok(c) => c,
-                Err(NetError::Timeout { .. }) => continue,
-                Err(e) => return Err(e),
-            };
-        let peer = conn.peer_name();
-        if let Err(e) = auth::accept(&mut conn, secret, Duration::from_secs(10)) {
-            eprintln!("vargr: job rendezvous refused {peer}: {e}");
-            continue;
-        }
-        let _ = conn.set_timeout(Some(Duration::from_secs(10)));
-        let hello = auth::read_frame(&mut conn, 64 << 10, &peer).and_then(|f| parse_hello(&f));
-        let refuse = |mut c: Conn, why: String| {
-            let _ = auth::write_frame(&mut c, &Frame::new(FrameKind::Refused, 0, 0, why), &peer);
+        let mut conn = match gate.accept_timeout((deadline - now).min(Duration::from_millis(100))) {
+            Ok(a) => a.conn,
+            Err(NetError::Timeout { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        conn.set_timeout(Some(Duration::from_secs(10)));
+        let hello = conn.read_frame(64 << 10).and_then(|f| parse_hello(&f));
+        let refuse = |mut c: SecureConn, why: String| {
+            let _ = c.write_frame(&Frame::new(FrameKind::Refused, 0, 0, why));
         };
         match hello {
             Ok((info, _, claimed_size)) if claimed_size != size => refuse(
@@ -347,19 +344,15 @@ fn serve_job(
                     seen[r as usize] = true;
                 }
                 entries.insert(info.rank, (info, local));
-                let _ = conn.set_timeout(Some(timeout));
-                waiting.push((conn, peer));
+                conn.set_timeout(Some(timeout));
+                waiting.push(conn);
             }
             Err(e) => refuse(conn, e.to_string()),
         }
     }
     let table = encode_table(entries.values());
-    for (mut c, peer) in waiting {
-        auth::write_frame(
-            &mut c,
-            &Frame::new(FrameKind::AttachReply, 0, 0, table.clone()),
-            &peer,
-        )?;
+    for mut c in waiting {
+        c.write_frame(&Frame::new(FrameKind::AttachReply, 0, 0, table.clone()))?;
     }
     Ok(())
 }
@@ -467,13 +460,19 @@ pub fn wire_up(
     timeout: Duration,
 ) -> Result<Vec<PeerInfo>, NetError> {
     let peer = format!("the job rendezvous at {}", rv.addr);
-    let mut conn = crate::connect(&rv.addr, timeout)?;
-    auth::connect(&mut conn, &rv.secret, env.rank, timeout, &peer)?;
-    conn.set_timeout(Some(timeout))
-        .map_err(|e| NetError::io("configuring", &peer, e))?;
+    let conn = crate::connect(&rv.addr, timeout)?;
+    let mut conn = auth::connect(
+        conn,
+        &rv.secret,
+        env.rank,
+        LinkSecurity::Auto,
+        timeout,
+        &peer,
+    )?;
+    conn.set_timeout(Some(timeout));
     let hello = Frame::new(FrameKind::Attach, 0, 0, encode_hello(env, addr));
-    auth::write_frame(&mut conn, &hello, &peer)?;
-    let f = auth::read_frame(&mut conn, 64 << 20, &peer)?;
+    conn.write_frame(&hello)?;
+    let f = conn.read_frame(64 << 20)?;
     match f.kind {
         FrameKind::AttachReply => parse_table(&f.payload, env.size),
         FrameKind::Refused => Err(NetError::Refused {

@@ -2,7 +2,12 @@
 //!
 //! - [`Addr`], [`Listener`], [`connect`]: TCP and Unix-domain transports behind one type.
 //! - [`auth`]: the HMAC challenge-response every connection passes before any frame is
-//!   accepted (a sans-IO state machine plus a blocking driver used at start-up).
+//!   accepted (a sans-IO state machine plus a blocking driver used at start-up), which
+//!   also derives the connection's session keys.
+//! - [`seal`]: the MAC or encryption every frame after the handshake carries;
+//!   [`SecureConn`] reads and writes such frames on a blocking socket.
+//! - [`gate`]: listeners that run handshakes concurrently, each within one deadline, with
+//!   limits on connections not yet authenticated.
 //! - [`Link`]: one authenticated connection: a read buffer feeding the frame decoder and
 //!   a bounded, batched write queue.
 //! - [`Reactor`]: one `mio` poll loop over many links, with a waker so other threads can
@@ -18,12 +23,15 @@
 mod addr;
 pub mod auth;
 mod error;
+pub mod gate;
 pub mod job;
 pub mod launch;
 mod link;
 pub mod mesh;
 pub mod path;
 mod reactor;
+pub mod seal;
+mod secure;
 pub mod stage;
 pub mod timer;
 
@@ -33,4 +41,6 @@ pub use link::{Link, LinkStats, ReadOutcome};
 pub use mio::Waker;
 pub use path::PathInfo;
 pub use reactor::{LinkId, Reactor, ReactorEvent};
+pub use seal::{LinkSecurity, Protection};
+pub use secure::{RecordOpener, RecordReader, RecordSealer, RecordWriter, SecureConn};
 pub use stage::{Stage, StageChain};

@@ -17,6 +17,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use vargr_wire::{decode_frame, Frame};
 
 use crate::addr::MioConn;
+use crate::seal::{Opener, Sealer};
 use crate::stage::StageChain;
 use crate::NetError;
 
@@ -70,6 +71,10 @@ pub struct Link {
     path_read_at: Option<Instant>,
     /// The last reading saw the path carrying data.
     path_busy: bool,
+    /// The session's halves: every frame written gets its trailer, every frame read is
+    /// checked (none: a link without protection, as Unix sockets may be).
+    sealer: Option<Sealer>,
+    opener: Option<Opener>,
 }
 
 /// How often a link reads its path for the stages while it sends or the path is busy:
@@ -102,7 +107,16 @@ impl Link {
             staged: Vec::new(),
             path_read_at: None,
             path_busy: false,
+            sealer: None,
+            opener: None,
         }
+    }
+
+    /// Protects the link with a session's halves, as the handshake left them.
+    pub fn with_seal(mut self, sealer: Sealer, opener: Opener) -> Link {
+        self.sealer = Some(sealer);
+        self.opener = Some(opener);
+        self
     }
 
     /// Puts `stages` on this link (before any traffic).
@@ -167,7 +181,18 @@ impl Link {
         let mut drained = false;
         loop {
             while got < budget {
-                match decode_frame(&mut self.rbuf, self.max_frame) {
+                let next = match self.opener.as_mut() {
+                    Some(o) => o
+                        .open(&mut self.rbuf, self.max_frame)
+                        .map_err(|e| crate::secure::open_error(&self.peer, e)),
+                    None => {
+                        decode_frame(&mut self.rbuf, self.max_frame).map_err(|e| NetError::Wire {
+                            peer: self.peer.clone(),
+                            source: e,
+                        })
+                    }
+                };
+                match next {
                     Ok(Some(f)) => {
                         self.stats.frames_in += 1;
                         if self.stages.is_empty() {
@@ -178,12 +203,7 @@ impl Link {
                         got += 1;
                     }
                     Ok(None) => break,
-                    Err(e) => {
-                        return Err(NetError::Wire {
-                            peer: self.peer.clone(),
-                            source: e,
-                        })
-                    }
+                    Err(e) => return Err(e),
                 }
             }
             if got >= budget {
@@ -258,8 +278,21 @@ impl Link {
         if bytes.is_empty() {
             return;
         }
-        self.wq_bytes += bytes.len();
-        self.wq.push_back(bytes);
+        match self.sealer.as_mut() {
+            None => {
+                self.wq_bytes += bytes.len();
+                self.wq.push_back(bytes);
+            }
+            Some(s) => {
+                let (wq, wq_bytes) = (&mut self.wq, &mut self.wq_bytes);
+                s.seal(bytes, &mut |b| {
+                    if !b.is_empty() {
+                        *wq_bytes += b.len();
+                        wq.push_back(b);
+                    }
+                });
+            }
+        }
     }
 
     /// Queues a frame of a latest-mode stream: sent now if the link keeps up, otherwise

@@ -19,9 +19,12 @@ use bytes::{BufMut, Bytes, BytesMut};
 use vargr_wire::{encode_header, FrameKind, HEADER_LEN};
 
 use crate::auth::{self, Secret};
+use crate::gate::{Gate, GateConfig};
 use crate::job::{JobEnv, PeerInfo};
 use crate::stage::StageChain;
-use crate::{Addr, Conn, Link, LinkId, Listener, NetError, Reactor, ReactorEvent};
+use crate::{
+    Addr, Link, LinkId, LinkSecurity, Listener, NetError, Reactor, ReactorEvent, SecureConn,
+};
 
 /// Chooses the stages of the link from this process to the process of a peer.
 pub type StagePicker = dyn Fn(&PeerInfo) -> StageChain + Send + Sync;
@@ -95,7 +98,7 @@ pub struct Mesh {
     /// waiting for that rank (one shared variable woke all 64 ranks for each message).
     cvs: Box<[Condvar]>,
     waker: Arc<mio::Waker>,
-    accepted: Mutex<mpsc::Receiver<(u32, Conn)>>,
+    accepted: Mutex<mpsc::Receiver<(u32, SecureConn)>>,
     dialing: Mutex<()>,
     stages: Box<StagePicker>,
     stop: Arc<AtomicBool>,
@@ -347,13 +350,20 @@ impl Mesh {
     fn dial(&self, proc_: u32) -> Result<Link, NetError> {
         let peer = &self.table[proc_ as usize];
         let name = format!("rank {} on {}", proc_, peer.host);
-        let mut conn = crate::connect(&peer.addr, self.timeout)?;
-        auth::connect(&mut conn, &self.secret, self.env.rank, self.timeout, &name)?;
-        let mio = conn
-            .into_mio()
-            .map_err(|e| NetError::io("configuring", &name, e))?;
+        let conn = crate::connect(&peer.addr, self.timeout)?;
+        let conn = auth::connect(
+            conn,
+            &self.secret,
+            self.env.rank,
+            LinkSecurity::Auto,
+            self.timeout,
+            &name,
+        )?;
         let stages = (self.stages)(peer);
-        Ok(Link::new(mio, name, MAX_MESSAGE + 64).with_stages(stages))
+        let link = conn
+            .into_link(name.clone(), MAX_MESSAGE + 64)
+            .map_err(|e| NetError::io("configuring", &name, e))?;
+        Ok(link.with_stages(stages))
     }
 
     /// The oldest message for local rank `dest` from `src` with `tag`, if one is already
@@ -474,9 +484,8 @@ impl Mesh {
                 Some(peer) => (self.stages)(peer),
                 None => StageChain::default(),
             };
-            if let Ok(mio) = conn.into_mio() {
-                let link = Link::new(mio, name, MAX_MESSAGE + 64).with_stages(stages);
-                if let Ok(id) = reactor.add(link) {
+            if let Ok(link) = conn.into_link(name, MAX_MESSAGE + 64) {
+                if let Ok(id) = reactor.add(link.with_stages(stages)) {
                     added.push((id, rank));
                 }
             }
@@ -595,7 +604,7 @@ impl Drop for Mesh {
 fn spawn_acceptor(
     listener: Listener,
     secret: Secret,
-    tx: mpsc::Sender<(u32, Conn)>,
+    tx: mpsc::Sender<(u32, SecureConn)>,
     waker: Arc<mio::Waker>,
     stop: Arc<AtomicBool>,
     timeout: Duration,
@@ -603,20 +612,25 @@ fn spawn_acceptor(
     let _ = std::thread::Builder::new()
         .name("vargr-mesh-accept".into())
         .spawn(move || {
+            let gate = Gate::open(
+                listener,
+                secret,
+                GateConfig {
+                    deadline: timeout,
+                    ..GateConfig::default()
+                },
+                Box::new(|e| eprintln!("vargr: mesh refused a connection: {e}")),
+            );
             while !stop.load(Ordering::Relaxed) {
-                let mut conn = match listener.accept_timeout(Duration::from_millis(200)) {
-                    Ok(c) => c,
-                    Err(NetError::Timeout { .. }) => continue,
-                    Err(_) => continue,
-                };
-                match auth::accept(&mut conn, &secret, timeout) {
-                    Ok(rank) => {
-                        if tx.send((rank, conn)).is_err() {
+                match gate.accept_timeout(Duration::from_millis(200)) {
+                    Ok(a) => {
+                        if tx.send((a.node, a.conn)).is_err() {
                             return;
                         }
                         let _ = waker.wake();
                     }
-                    Err(e) => eprintln!("vargr: mesh refused a connection: {e}"),
+                    Err(NetError::Timeout { .. }) => continue,
+                    Err(_) => return,
                 }
             }
         });

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use vargr_net::{Link, Reactor};
+use vargr_net::Reactor;
 use vargr_wire::{Packet, Value};
 
 use crate::commnode::registry;
@@ -41,8 +41,8 @@ impl Backend {
             ))
         })?;
         let mut reactor = Reactor::new().map_err(|e| TbonError::Startup(e.to_string()))?;
-        let mio = conn
-            .into_mio()
+        let link = conn
+            .into_link("parent", msg.config.max_frame)
             .map_err(|e| TbonError::Startup(e.to_string()))?;
         let stages = msg.config.link_stages.chain(
             &root.host,
@@ -51,7 +51,7 @@ impl Backend {
             msg.config.max_frame,
         );
         let parent = reactor
-            .add(Link::new(mio, "parent", msg.config.max_frame).with_stages(stages))
+            .add(link.with_stages(stages))
             .map_err(|e| TbonError::Startup(e.to_string()))?;
         let ready = spawn::ready_frame(boot.node, vec![rank]);
         crate::trace::send_recorded(&mut reactor, parent, ready, parent_node);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use vargr_filter::Registry;
 use vargr_net::launch::Launcher;
-use vargr_net::{Link, Reactor};
+use vargr_net::Reactor;
 use vargr_wire::FrameKind;
 
 use crate::engine::Engine;
@@ -54,12 +54,12 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         Ok(v) => v,
         Err(e) => {
             let f = vargr_wire::Frame::new(FrameKind::Refused, 0, 0, e.to_string());
-            let _ = vargr_net::auth::write_frame(&mut conn, &f, "parent");
+            let _ = conn.write_frame(&f);
             return Err(e);
         }
     };
-    let mio = conn
-        .into_mio()
+    let link = conn
+        .into_link("parent", config.max_frame)
         .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
     let me_host = &msg.topology.root().host;
     let parent_id = msg.topology.root().parent.unwrap_or(0);
@@ -70,7 +70,7 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         config.max_frame,
     );
     let parent = reactor
-        .add(Link::new(mio, "parent", config.max_frame).with_stages(stages))
+        .add(link.with_stages(stages))
         .map_err(|e| TbonError::Startup(e.to_string()))?;
     let mut backends: Vec<u32> = children
         .iter()

@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use vargr_net::auth::{self, Secret};
-use vargr_net::{Addr, Conn, Listener};
+use vargr_net::gate::{Gate, GateConfig};
+use vargr_net::{Addr, LinkSecurity, Listener, SecureConn};
 use vargr_topo::Topology;
 use vargr_wire::{Frame, FrameKind};
 
@@ -79,21 +80,25 @@ impl Rendezvous {
         let thread = std::thread::Builder::new()
             .name("vargr-rendezvous".into())
             .spawn(move || {
+                let gate = Gate::open(
+                    listener,
+                    secret,
+                    GateConfig::default(),
+                    Box::new(|e| eprintln!("vargr: rendezvous refused a connection: {e}")),
+                );
                 while !sh.stop.load(Ordering::Relaxed) {
-                    let conn = match listener.accept_timeout(Duration::from_millis(100)) {
-                        Ok(c) => c,
+                    let conn = match gate.accept_timeout(Duration::from_millis(100)) {
+                        Ok(a) => a.conn,
                         Err(vargr_net::NetError::Timeout { .. }) => continue,
                         Err(e) => {
                             eprintln!("vargr: rendezvous: {e}");
-                            continue;
+                            return;
                         }
                     };
-                    let (sh, placement, secret) = (sh.clone(), placement.clone(), secret.clone());
+                    let (sh, placement) = (sh.clone(), placement.clone());
                     let _ = std::thread::Builder::new()
                         .name("vargr-rendezvous-conn".into())
-                        .spawn(move || {
-                            serve_one(conn, &sh, &placement, num_backends, &secret, wait)
-                        });
+                        .spawn(move || serve_one(conn, &sh, &placement, num_backends, wait));
                 }
             })
             .expect("spawning the rendezvous thread");
@@ -133,20 +138,15 @@ impl Drop for Rendezvous {
 }
 
 fn serve_one(
-    mut conn: Conn,
+    mut conn: SecureConn,
     sh: &Shared,
     placement: &HashMap<u32, (u32, u32)>,
     num_backends: u32,
-    secret: &Secret,
     wait: Duration,
 ) {
-    let peer = conn.peer_name();
-    if let Err(e) = auth::accept(&mut conn, secret, Duration::from_secs(10)) {
-        eprintln!("vargr: rendezvous refused {peer}: {e}");
-        return;
-    }
-    let _ = conn.set_timeout(Some(Duration::from_secs(10)));
-    let req = auth::read_frame(&mut conn, 64 << 10, &peer)
+    conn.set_timeout(Some(Duration::from_secs(10)));
+    let req = conn
+        .read_frame(64 << 10)
         .map_err(TbonError::from)
         .and_then(|f| match f.kind {
             FrameKind::Attach => proto::from_json::<AttachMsg>("Attach", &f.payload),
@@ -174,7 +174,7 @@ fn serve_one(
         Err(e) => Err(e.to_string()),
     };
     let f = reply.unwrap_or_else(|why| Frame::new(FrameKind::Refused, 0, 0, why));
-    let _ = auth::write_frame(&mut conn, &f, &peer);
+    let _ = conn.write_frame(&f);
 }
 
 fn place_backend(
@@ -238,15 +238,11 @@ fn exchange(
     timeout: Duration,
 ) -> Result<Frame, TbonError> {
     let peer = format!("the rendezvous at {rendezvous}");
-    let mut conn = vargr_net::connect(rendezvous, timeout)?;
-    auth::connect(&mut conn, secret, node, timeout, &peer)?;
-    let _ = conn.set_timeout(Some(timeout));
-    auth::write_frame(
-        &mut conn,
-        &Frame::new(FrameKind::Attach, 0, 0, proto::to_json(msg)),
-        &peer,
-    )?;
-    let f = auth::read_frame(&mut conn, 64 << 10, &peer)?;
+    let conn = vargr_net::connect(rendezvous, timeout)?;
+    let mut conn = auth::connect(conn, secret, node, LinkSecurity::Auto, timeout, &peer)?;
+    conn.set_timeout(Some(timeout));
+    conn.write_frame(&Frame::new(FrameKind::Attach, 0, 0, proto::to_json(msg)))?;
+    let f = conn.read_frame(64 << 10)?;
     match f.kind {
         FrameKind::AttachReply => Ok(f),
         FrameKind::Refused => Err(TbonError::Startup(format!(

@@ -7,8 +7,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use vargr_net::auth::{self, Secret};
+use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::launch::{self, ChildSpec, Launcher};
-use vargr_net::{Addr, Conn, Link, Listener, Reactor, ReactorEvent};
+use vargr_net::{Addr, LinkSecurity, Listener, Reactor, ReactorEvent, SecureConn};
 use vargr_topo::Topology;
 use vargr_wire::{Frame, FrameKind};
 
@@ -104,11 +105,22 @@ impl ChildHandle {
 }
 
 /// Joins the parent: connect, authenticate, receive the sub-tree.
-pub fn join_parent(boot: &Bootstrap, timeout: Duration) -> Result<(Conn, SubtreeMsg), TbonError> {
+pub fn join_parent(
+    boot: &Bootstrap,
+    timeout: Duration,
+) -> Result<(SecureConn, SubtreeMsg), TbonError> {
     let peer = boot.parent.to_string();
-    let mut conn = vargr_net::connect(&boot.parent, timeout)?;
-    auth::connect(&mut conn, &boot.secret, boot.node, timeout, &peer)?;
-    let f = auth::read_frame(&mut conn, 64 << 20, &peer)?;
+    let conn = vargr_net::connect(&boot.parent, timeout)?;
+    let mut conn = auth::connect(
+        conn,
+        &boot.secret,
+        boot.node,
+        LinkSecurity::Auto,
+        timeout,
+        &peer,
+    )?;
+    conn.set_timeout(Some(timeout));
+    let f = conn.read_frame(64 << 20)?;
     if f.kind != FrameKind::Subtree {
         return Err(TbonError::Startup(format!(
             "expected the sub-tree from {peer}, got {}",
@@ -164,6 +176,15 @@ pub fn start_children(
     let deadline = Instant::now() + timeout;
     let listener = Listener::bind(&listen_addr(me, config))?;
     let addr = advertised(listener.local_addr()?, config);
+    let gate = Gate::open(
+        listener,
+        secret.clone(),
+        GateConfig {
+            deadline: timeout,
+            ..GateConfig::default()
+        },
+        Box::new(move |e| eprintln!("vargr: node {me} refused a connection: {e}")),
+    );
 
     let mut handles = Vec::new();
     let fail = |handles: Vec<ChildHandle>, e: TbonError| {
@@ -252,7 +273,7 @@ pub fn start_children(
 
     // Accept and authenticate every child, in whatever order they arrive.
     let mut pending: Vec<u32> = node.children.clone();
-    let mut conns: Vec<(u32, Conn)> = Vec::new();
+    let mut conns: Vec<(u32, SecureConn)> = Vec::new();
     while !pending.is_empty() {
         let now = Instant::now();
         if now >= deadline {
@@ -280,18 +301,11 @@ pub fn start_children(
         if let Some(e) = exited_early(&mut handles, &pending, topo) {
             return fail(handles, e);
         }
-        let mut conn =
-            match listener.accept_timeout((deadline - now).min(Duration::from_millis(100))) {
-                Ok(c) => c,
-                Err(vargr_net::NetError::Timeout { .. }) => continue,
-                Err(e) => return fail(handles, e.into()),
-            };
-        let id = match auth::accept(&mut conn, secret, timeout) {
-            Ok(id) => id,
-            Err(e) => {
-                eprintln!("vargr: node {me} refused a connection: {e}");
-                continue;
-            }
+        let (id, conn) = match gate.accept_timeout((deadline - now).min(Duration::from_millis(100)))
+        {
+            Ok(a) => (a.node, a.conn),
+            Err(vargr_net::NetError::Timeout { .. }) => continue,
+            Err(e) => return fail(handles, e.into()),
         };
         match pending.iter().position(|&p| p == id) {
             Some(i) => {
@@ -315,12 +329,15 @@ pub fn start_children(
         };
         let f = Frame::new(FrameKind::Subtree, 0, 0, proto::to_json(&msg));
         let peer = format!("node {id}");
-        if let Err(e) = auth::write_frame(&mut conn, &f, &peer) {
+        if let Err(e) = conn.write_frame(&f) {
             return fail(handles, e.into());
         }
-        let mio = match conn.into_mio() {
-            Ok(m) => m,
-            Err(e) => return fail(handles, TbonError::Startup(format!("node {id}: {e}"))),
+        let link = match conn.into_link(
+            format!("node {id} on {}", host_of(topo, id)),
+            config.max_frame,
+        ) {
+            Ok(l) => l,
+            Err(e) => return fail(handles, TbonError::Startup(format!("{peer}: {e}"))),
         };
         let stages = config.link_stages.chain(
             &node.host,
@@ -328,14 +345,7 @@ pub fn start_children(
             seed(me, id),
             config.max_frame,
         );
-        let link = match reactor.add(
-            Link::new(
-                mio,
-                format!("node {id} on {}", host_of(topo, id)),
-                config.max_frame,
-            )
-            .with_stages(stages),
-        ) {
+        let link = match reactor.add(link.with_stages(stages)) {
             Ok(l) => l,
             Err(e) => {
                 return fail(

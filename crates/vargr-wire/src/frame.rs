@@ -194,12 +194,11 @@ pub fn encode_frame(frame: &Frame, out: &mut BytesMut) {
     out.extend_from_slice(&frame.payload);
 }
 
-/// Takes one complete frame off the front of `buf`.
-///
-/// Returns `Ok(None)` when `buf` holds only part of a frame (read more and call again),
-/// and an error as soon as the header is known to be bad, without waiting for a payload
-/// that would exceed `max_payload`.
-pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Frame>, WireError> {
+/// The whole length (header and payload) of the frame at the front of `buf`, once its
+/// header is complete: `Ok(None)` while fewer than [`HEADER_LEN`] bytes are there, and
+/// an error as soon as the bytes present are known to be no valid header, without
+/// waiting for a payload that would exceed `max_payload`.
+pub fn frame_len(buf: &[u8], max_payload: usize) -> Result<Option<usize>, WireError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -228,6 +227,19 @@ pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Fra
             max: max_payload,
         });
     }
+    Ok(Some(HEADER_LEN + len))
+}
+
+/// Takes one complete frame off the front of `buf`.
+///
+/// Returns `Ok(None)` when `buf` holds only part of a frame (read more and call again),
+/// and an error as soon as the header is known to be bad, without waiting for a payload
+/// that would exceed `max_payload`.
+pub fn decode_frame(buf: &mut BytesMut, max_payload: usize) -> Result<Option<Frame>, WireError> {
+    let Some(total) = frame_len(buf, max_payload)? else {
+        return Ok(None);
+    };
+    let len = total - HEADER_LEN;
     if buf.len() < HEADER_LEN + len {
         buf.reserve(HEADER_LEN + len - buf.len());
         return Ok(None);

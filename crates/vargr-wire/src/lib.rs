@@ -41,7 +41,7 @@ mod payload;
 
 pub use error::WireError;
 pub use frame::{
-    decode_exact, decode_frame, encode_frame, encode_header, Frame, FrameKind, DEFAULT_MAX_FRAME,
-    HEADER_LEN, MAGIC, VERSION,
+    decode_exact, decode_frame, encode_frame, encode_header, frame_len, Frame, FrameKind,
+    DEFAULT_MAX_FRAME, HEADER_LEN, MAGIC, VERSION,
 };
 pub use payload::{array_span, Elem, Field, Format, Packet, Value};
