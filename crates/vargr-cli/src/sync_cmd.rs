@@ -276,21 +276,29 @@ fn connect(
     };
     let (mut cmd, peer) = match &remote {
         Some((host, path)) => {
+            // `-oProxyCommand=...` as a host would be an ssh option that runs a command.
+            vargr_net::launch::check_host(host).with_context(|| format!("destination {dest}"))?;
             let ssh = std::env::var("VARGR_SSH").unwrap_or_else(|_| "ssh".into());
-            let mut words = ssh.split_whitespace();
-            let mut cmd = Command::new(words.next().unwrap_or("ssh"));
+            let words = vargr_net::launch::split_words(&ssh).context("$VARGR_SSH")?;
+            let mut cmd = Command::new(&words[0]);
             // ssh joins its arguments into one line for the remote shell: quote the path
-            // (the remote program may be a command line, as rsync's --rsync-path).
-            cmd.args(words).arg(host).arg(&a.remote_vargr).args([
-                "sync",
-                "--server",
-                &vargr_net::launch::shell_quote(path),
-            ]);
+            // (the remote program may be a command line, as rsync's --rsync-path), and
+            // glue it to its option so a path starting with `-` is no option either.
+            cmd.args(&words[1..])
+                .arg("--")
+                .arg(host)
+                .arg(&a.remote_vargr)
+                .args([
+                    "sync",
+                    &vargr_net::launch::shell_quote(&format!("--server={path}")),
+                ]);
             (cmd, host.clone())
         }
         None => {
             let mut cmd = Command::new(std::env::current_exe().context("finding vargr")?);
-            cmd.args(["sync", "--server", dest]);
+            let mut server = std::ffi::OsString::from("--server=");
+            server.push(dest);
+            cmd.arg("sync").arg(server);
             (cmd, "local".to_string())
         }
     };

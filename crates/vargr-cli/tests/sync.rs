@@ -13,7 +13,15 @@ use common::{vargr, wait_guarded};
 
 /// Runs `vargr ARGS` with `envs`, with a hang guard; returns (success, stdout, stderr).
 fn vargr_env(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    vargr_in(None, args, envs)
+}
+
+/// [`vargr_env`] in the working directory `cwd`.
+fn vargr_in(cwd: Option<&Path>, args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
     let mut c = Command::new(vargr());
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
     c.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -150,9 +158,14 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
         assert!(p["last_session"]["inserts"].as_u64().unwrap() > 20, "{p}");
     }
 
-    // ssh: a stand-in that drops the host and runs the command here.
+    // ssh: a stand-in that checks `--` comes before the host, drops both and runs the
+    // command here.
     let fake = d.path().join("fake-ssh");
-    std::fs::write(&fake, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = -- ] || exit 97\nshift 2\nexec \"$@\"\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let dest = format!("somehost:{}", p("viassh"));
     let (ok, _, err) = vargr_env(
@@ -558,4 +571,73 @@ fn an_unchanged_small_file_resent_costs_a_few_bytes() {
         wire < files * 15,
         "{wire} bytes for {files} unchanged files"
     );
+}
+
+/// `vargr sync src -- '-oProxyCommand=touch pwned:x'` handed ssh an option that ran a
+/// command on this machine; the host is refused now, and nothing runs.
+#[test]
+fn a_host_that_is_an_ssh_option_is_refused_and_runs_nothing() {
+    let (d, _) = setup();
+    let src = d.path().join("src");
+    let has_ssh = Command::new("ssh")
+        .arg("-V")
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    // The real ssh where there is one (it runs ProxyCommand before connecting), else
+    // a stand-in that runs it the same way.
+    let fake = d.path().join("proxy-ssh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nfor a; do case $a in --) exit 1;; -oProxyCommand=*) exec sh -c \"${a#-oProxyCommand=}\";; esac; done\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ssh = if has_ssh {
+        "ssh -oBatchMode=yes".to_string()
+    } else {
+        fake.display().to_string()
+    };
+    let (ok, _, err) = vargr_in(
+        Some(d.path()),
+        &[
+            "sync",
+            src.to_str().unwrap(),
+            "--",
+            "-oProxyCommand=touch pwned:x",
+        ],
+        &[("VARGR_SSH", &ssh)],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!d.path().join("pwned").exists(), "the ProxyCommand ran");
+    assert!(!ok);
+    assert!(
+        err.contains("refusing host \"-oProxyCommand=touch pwned\""),
+        "{err}"
+    );
+}
+
+/// `$VARGR_SSH` is split with shell rules: a quoted program path with a space and a
+/// quoted option value each stay one word (white-space splitting broke both).
+#[test]
+fn vargr_ssh_is_split_with_shell_quoting() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    std::fs::create_dir_all(d.path().join("fake dir")).unwrap();
+    let fake = d.path().join("fake dir/ssh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = -o ] && [ \"$2\" = 'Opt=a b' ] || exit 98\nshift 2\n\
+         [ \"$1\" = -- ] || exit 97\nshift 2\nexec \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ssh = format!("'{}' -o \"Opt=a b\"", fake.display());
+    let dest = format!("somehost:{}", p("viassh"));
+    let (ok, _, err) = vargr_env(
+        &["sync", &p("src"), &dest, "--remote-vargr", vargr(), "-q"],
+        &[("VARGR_SSH", &ssh), ("VARGR_CACHE_DIR", &p("cache"))],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("viassh"));
 }
