@@ -18,7 +18,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use vargr_net::auth::Secret;
 use vargr_net::{Addr, Conn, Listener};
-use vargr_sync::{receive, send, Progress, RecvOptions, SendOptions, Transport};
+use vargr_sync::{receive, send, Access, Progress, RecvOptions, SendOptions, Transport};
 
 /// What `vargr sync` and `vargr proxy` share: the protocol's parameters and the caches.
 #[derive(Debug, Clone, Args)]
@@ -139,6 +139,8 @@ pub fn run(a: SyncArgs) -> Result<()> {
             cache_root,
             cache,
             receiver_name: vargr_sync::host_name(),
+            keep_special_bits: true,
+            access: Access::ReadWrite,
         };
         receive(t, &opts).map_err(|e| anyhow!("vargr sync --server: {e}"))?;
         return Ok(());
@@ -382,6 +384,8 @@ fn serve(
             cache_root: cache_root.clone(),
             cache: cache.clone(),
             receiver_name: vargr_sync::host_name(),
+            keep_special_bits: true,
+            access: Access::ReadWrite,
         };
         std::thread::spawn(move || {
             let _ = conn.set_timeout(None);

@@ -641,3 +641,28 @@ fn vargr_ssh_is_split_with_shell_quoting() {
     assert!(ok, "{err}");
     assert_same(&d.path().join("src"), &d.path().join("viassh"));
 }
+
+/// A link named like the receiver's temporary file, planted in a local destination:
+/// the old receiver wrote the sent file into the link's target.
+#[test]
+fn a_local_sync_does_not_write_through_a_planted_partial_link() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    std::fs::write(p("victim"), "precious").unwrap();
+    std::fs::create_dir_all(p("dest/sub")).unwrap();
+    std::os::unix::fs::symlink(p("victim"), p("dest/sub/.notes.txt.vargr-partial")).unwrap();
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &p("dest"),
+            "--cache-dir",
+            &p("cache"),
+            "-q",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("dest"));
+    assert_eq!(std::fs::read_to_string(p("victim")).unwrap(), "precious");
+}
