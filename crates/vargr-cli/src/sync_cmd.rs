@@ -14,7 +14,9 @@
 //! started with `--keep-special-bits`, may be `--read-only` or `--write-only`
 //! ([`vargr_sync::Access`]), and refuses a secret file that group or others can read,
 //! as ssh refuses such keys (`vargr sync --gen-key FILE` makes one right). Whatever
-//! the mode, the receiver never follows a link under its destination.
+//! the mode, the receiver never follows a link under its destination. Links arrive
+//! as sent, absolute or pointing out of the root included: harmless to the receiver,
+//! but a program that serves the root to others (a web server) should not follow them.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};

@@ -87,6 +87,11 @@ impl Dir {
         }
     }
 
+    /// `name`'s status, without following it; None if it cannot be read.
+    pub fn stat(&self, name: &str) -> Option<rustix::fs::Stat> {
+        rustix::fs::statat(&self.fd, name, AtFlags::SYMLINK_NOFOLLOW).ok()
+    }
+
     /// The existing directory `name`; a link there is refused with an error naming it.
     pub fn open_dir(&self, name: &str) -> Result<Dir, SyncError> {
         let path = self.show(name);

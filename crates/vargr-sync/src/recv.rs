@@ -622,13 +622,14 @@ fn prepare(st: &mut State, m: &Manifest) -> Result<Vec<u32>, SyncError> {
                 if !st.reveal {
                     continue;
                 }
-                if let Some(f) = dir.open_file(&name) {
-                    use std::os::unix::fs::MetadataExt;
-                    if let Ok(meta) = f.metadata() {
-                        let mtime = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
-                        if meta.len() == e.size && mtime == e.mtime_ns {
-                            have.push(i as u32);
-                        }
+                // One lstat per file: most of a tree is usually in place.
+                if let Some(st) = dir.stat(&name) {
+                    let mtime = st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64;
+                    if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                        && st.st_size as u64 == e.size
+                        && mtime == e.mtime_ns
+                    {
+                        have.push(i as u32);
                     }
                 }
             }
