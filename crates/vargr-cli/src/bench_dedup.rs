@@ -1072,7 +1072,17 @@ fn sync_vargr(
     let secret = dir.join("secret");
     let mut rng = Rng::new(u64::from(std::process::id()) ^ 0x5ec7_e7e7);
     let hex: String = (0..4).map(|_| format!("{:016x}", rng.next_u64())).collect();
-    std::fs::write(&secret, hex)?;
+    // The daemon refuses a key others can read.
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        let _ = std::fs::remove_file(&secret);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&secret)?;
+        std::io::Write::write_all(&mut f, hex.as_bytes())?;
+    }
     let mut _procs = Vec::new();
     let (dest, link) = if wan {
         let mut serve = Command::new(exe);

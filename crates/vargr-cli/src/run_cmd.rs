@@ -31,8 +31,9 @@ pub struct RunArgs {
     /// Ranks per process, run as threads of one process (overdecomposition).
     #[arg(long, default_value_t = 1)]
     ranks_per_process: u32,
-    /// Remote-shell template for --hosts.
-    #[arg(long, default_value = "ssh -o BatchMode=yes {host} {cmd}")]
+    /// Remote-shell template for --hosts, split into words as a shell would (quotes
+    /// group). `--` keeps ssh from reading a host as an option.
+    #[arg(long, default_value = "ssh -o BatchMode=yes -- {host} {cmd}")]
     launcher: String,
     /// Site label for local runs (sets VARGR_SITE).
     #[arg(long)]

@@ -8,6 +8,15 @@
 //!   replaces `ssh`, `--remote-vargr` the remote program);
 //! - `vargr://HOST:PORT/PATH`: a `vargr sync --serve ROOT --listen tcp:HOST:PORT` daemon,
 //!   authenticated by a shared secret (`--secret-file`, or `$VARGR_SYNC_SECRET` in hex).
+//!
+//! A daemon's clients are strangers to its machine, so it trusts them less than a
+//! local or ssh sync trusts its user: it strips setuid, setgid and sticky bits unless
+//! started with `--keep-special-bits`, may be `--read-only` or `--write-only`
+//! ([`vargr_sync::Access`]), and refuses a secret file that group or others can read,
+//! as ssh refuses such keys (`vargr sync --gen-key FILE` makes one right). Whatever
+//! the mode, the receiver never follows a link under its destination. Links arrive
+//! as sent, absolute or pointing out of the root included: harmless to the receiver,
+//! but a program that serves the root to others (a web server) should not follow them.
 
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -19,7 +28,7 @@ use clap::Args;
 use vargr_net::auth::Secret;
 use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::{Addr, Listener};
-use vargr_sync::{receive, send, Progress, RecvOptions, SendOptions, Transport};
+use vargr_sync::{receive, send, Access, Progress, RecvOptions, SendOptions, Transport};
 
 /// What `vargr sync` and `vargr proxy` share: the protocol's parameters and the caches.
 #[derive(Debug, Clone, Args)]
@@ -82,21 +91,38 @@ impl DedupArgs {
 #[derive(Debug, Args)]
 pub struct SyncArgs {
     /// What to copy: a file or a directory (its contents go into DEST).
-    #[arg(required_unless_present_any = ["serve", "server"])]
+    #[arg(required_unless_present_any = ["serve", "server", "gen_key"])]
     src: Option<PathBuf>,
     /// Where: PATH, HOST:PATH (ssh) or vargr://HOST:PORT/PATH (a daemon).
-    #[arg(required_unless_present_any = ["serve", "server"])]
+    #[arg(required_unless_present_any = ["serve", "server", "gen_key"])]
     dest: Option<String>,
-    /// Run a daemon receiving into this root (with --listen).
+    /// Run a daemon receiving into this root (with --listen and --secret-file).
     #[arg(long, value_name = "ROOT", conflicts_with = "server")]
     serve: Option<PathBuf>,
+    /// Write a fresh random secret (hex) to FILE, created with mode 0600 (never over an
+    /// existing file), for --secret-file on the daemon and its clients.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["serve", "server", "src"])]
+    gen_key: Option<PathBuf>,
+    /// The daemon keeps setuid, setgid and sticky bits of what it receives (stripped by
+    /// default: a client's 4755 file would run as the daemon's user).
+    #[arg(long, requires = "serve")]
+    keep_special_bits: bool,
+    /// The daemon refuses every upload (sync only uploads: every session is refused,
+    /// with this reason shown to the client).
+    #[arg(long, requires = "serve", conflicts_with = "write_only")]
+    read_only: bool,
+    /// The daemon accepts files but never tells a client which are already in place
+    /// (a drop box: clients cannot probe each other's files).
+    #[arg(long, requires = "serve")]
+    write_only: bool,
     /// Where the daemon listens.
     #[arg(long, default_value = "tcp:0.0.0.0:7878")]
     listen: String,
     /// Receive one sync on stdin/stdout into this path (what ssh and local syncs run).
     #[arg(long, value_name = "DEST", hide = true)]
     server: Option<PathBuf>,
-    /// File holding the daemon's shared secret (hex); default `$VARGR_SYNC_SECRET`.
+    /// File holding the daemon's shared secret (hex; make one with --gen-key); default
+    /// `$VARGR_SYNC_SECRET`. Refused if group or others may read it (chmod 600).
     #[arg(long)]
     secret_file: Option<PathBuf>,
     /// Protection of a daemon connection after its handshake: auto (MACs on loopback,
@@ -125,6 +151,9 @@ pub struct SyncArgs {
 }
 
 pub fn run(a: SyncArgs) -> Result<()> {
+    if let Some(file) = &a.gen_key {
+        return gen_key(file);
+    }
     let DedupSettings {
         group,
         zstd_level,
@@ -144,13 +173,30 @@ pub fn run(a: SyncArgs) -> Result<()> {
             cache_root,
             cache,
             receiver_name: vargr_sync::host_name(),
+            // The user's own copy, as the user: modes as they were.
+            keep_special_bits: true,
+            access: Access::ReadWrite,
         };
         receive(t, &opts).map_err(|e| anyhow!("vargr sync --server: {e}"))?;
         return Ok(());
     }
     if let Some(root) = &a.serve {
+        let access = match (a.read_only, a.write_only) {
+            (true, _) => Access::ReadOnly,
+            (_, true) => Access::WriteOnly,
+            _ => Access::ReadWrite,
+        };
+        let opts = RecvOptions {
+            dest: root.clone(),
+            serve: true,
+            cache_root,
+            cache,
+            receiver_name: vargr_sync::host_name(),
+            keep_special_bits: a.keep_special_bits,
+            access,
+        };
         let secret = secret(&a.secret_file)?;
-        return serve(root, &a.listen, &secret, a.link_security, cache_root, cache);
+        return serve(&a.listen, &secret, a.link_security, opts);
     }
     if let Some(level) = a
         .delta_level
@@ -260,8 +306,9 @@ fn connect(
         let addr: Addr = format!("tcp:{hostport}")
             .parse()
             .with_context(|| format!("destination {dest}"))?;
-        let conn = vargr_net::connect(&addr, Duration::from_secs(10))?;
+        // The key is checked before anything goes out.
         let s = secret(&a.secret_file)?;
+        let conn = vargr_net::connect(&addr, Duration::from_secs(10))?;
         let conn = vargr_net::auth::connect(
             conn,
             &s,
@@ -288,21 +335,29 @@ fn connect(
     };
     let (mut cmd, peer) = match &remote {
         Some((host, path)) => {
+            // `-oProxyCommand=...` as a host would be an ssh option that runs a command.
+            vargr_net::launch::check_host(host).with_context(|| format!("destination {dest}"))?;
             let ssh = std::env::var("VARGR_SSH").unwrap_or_else(|_| "ssh".into());
-            let mut words = ssh.split_whitespace();
-            let mut cmd = Command::new(words.next().unwrap_or("ssh"));
+            let words = vargr_net::launch::split_words(&ssh).context("$VARGR_SSH")?;
+            let mut cmd = Command::new(&words[0]);
             // ssh joins its arguments into one line for the remote shell: quote the path
-            // (the remote program may be a command line, as rsync's --rsync-path).
-            cmd.args(words).arg(host).arg(&a.remote_vargr).args([
-                "sync",
-                "--server",
-                &vargr_net::launch::shell_quote(path),
-            ]);
+            // (the remote program may be a command line, as rsync's --rsync-path), and
+            // glue it to its option so a path starting with `-` is no option either.
+            cmd.args(&words[1..])
+                .arg("--")
+                .arg(host)
+                .arg(&a.remote_vargr)
+                .args([
+                    "sync",
+                    &vargr_net::launch::shell_quote(&format!("--server={path}")),
+                ]);
             (cmd, host.clone())
         }
         None => {
             let mut cmd = Command::new(std::env::current_exe().context("finding vargr")?);
-            cmd.args(["sync", "--server", dest]);
+            let mut server = std::ffi::OsString::from("--server=");
+            server.push(dest);
+            cmd.arg("sync").arg(server);
             (cmd, "local".to_string())
         }
     };
@@ -328,26 +383,65 @@ fn connect(
 
 fn secret(file: &Option<PathBuf>) -> Result<Secret> {
     let hex = match file {
-        Some(f) => std::fs::read_to_string(f)
-            .with_context(|| format!("reading the secret from {}", f.display()))?,
+        Some(f) => {
+            use std::io::Read;
+            use std::os::unix::fs::PermissionsExt;
+            let reading = || format!("reading the secret from {}", f.display());
+            // The mode of the file read, not of whatever the name meant a moment before.
+            let mut file = std::fs::File::open(f).with_context(reading)?;
+            let mode = file.metadata().with_context(reading)?.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                bail!(
+                    "the secret file {} has mode {mode:04o}: group or others may read it; \
+                     run `chmod 600 {}` (or make a new one with `vargr sync --gen-key FILE`)",
+                    f.display(),
+                    f.display()
+                );
+            }
+            let mut hex = String::new();
+            file.read_to_string(&mut hex).with_context(reading)?;
+            hex
+        }
         None => std::env::var("VARGR_SYNC_SECRET").map_err(|_| {
             anyhow!(
-                "a daemon needs a shared secret: --secret-file FILE or $VARGR_SYNC_SECRET (hex)"
+                "a daemon needs a shared secret: --secret-file FILE (make one with \
+                 `vargr sync --gen-key FILE`) or $VARGR_SYNC_SECRET (hex)"
             )
         })?,
     };
     Ok(Secret::from_hex(hex.trim())?)
 }
 
+/// `--gen-key FILE`: a fresh secret, in a file no one else can read from its creation
+/// (O_EXCL with mode 0600: no window with looser bits, no following a planted link).
+fn gen_key(file: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(file)
+        .with_context(|| format!("creating the secret file {}", file.display()))?;
+    writeln!(f, "{}", Secret::random().to_hex())
+        .and_then(|_| f.sync_all())
+        .with_context(|| format!("writing the secret file {}", file.display()))?;
+    eprintln!(
+        "vargr sync: wrote a new secret to {}; give the daemon and its clients \
+         --secret-file {}",
+        file.display(),
+        file.display()
+    );
+    Ok(())
+}
+
 /// Accepts syncs forever, one thread each; a failed one is logged, not fatal.
 fn serve(
-    root: &Path,
     listen: &str,
     secret: &Secret,
     security: vargr_net::LinkSecurity,
-    cache_root: PathBuf,
-    cache: vargr_dedup::cache::DiskConfig,
+    opts: RecvOptions,
 ) -> Result<()> {
+    let root = &opts.dest;
     let addr: Addr = listen
         .parse()
         .with_context(|| format!("--listen {listen}"))?;
@@ -374,13 +468,7 @@ fn serve(
             Err(e) => return Err(e.into()),
         };
         let peer = conn.peer().to_string();
-        let opts = RecvOptions {
-            dest: root.to_path_buf(),
-            serve: true,
-            cache_root: cache_root.clone(),
-            cache: cache.clone(),
-            receiver_name: vargr_sync::host_name(),
-        };
+        let opts = opts.clone();
         std::thread::spawn(move || {
             let result = conn
                 .into_streams()

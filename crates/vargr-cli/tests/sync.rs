@@ -13,7 +13,15 @@ use common::{vargr, wait_guarded};
 
 /// Runs `vargr ARGS` with `envs`, with a hang guard; returns (success, stdout, stderr).
 fn vargr_env(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
+    vargr_in(None, args, envs)
+}
+
+/// [`vargr_env`] in the working directory `cwd`.
+fn vargr_in(cwd: Option<&Path>, args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
     let mut c = Command::new(vargr());
+    if let Some(d) = cwd {
+        c.current_dir(d);
+    }
     c.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -68,6 +76,10 @@ struct Daemon(Child, u16);
 
 impl Daemon {
     fn start(root: &Path, secret_file: &Path, cache: &Path) -> Daemon {
+        Daemon::start_with(root, secret_file, cache, &[])
+    }
+
+    fn start_with(root: &Path, secret_file: &Path, cache: &Path, extra: &[&str]) -> Daemon {
         let mut child = Command::new(vargr())
             .args(["sync", "--serve"])
             .arg(root)
@@ -75,6 +87,7 @@ impl Daemon {
             .arg(secret_file)
             .arg("--cache-dir")
             .arg(cache)
+            .args(extra)
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -106,6 +119,11 @@ fn setup() -> (tempfile::TempDir, String) {
     std::fs::write(src.join("sub/notes.txt"), "notes\n".repeat(1000)).unwrap();
     let secret = "ab".repeat(32);
     std::fs::write(d.path().join("secret"), &secret).unwrap();
+    std::fs::set_permissions(
+        d.path().join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
     (d, secret)
 }
 
@@ -150,9 +168,14 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
         assert!(p["last_session"]["inserts"].as_u64().unwrap() > 20, "{p}");
     }
 
-    // ssh: a stand-in that drops the host and runs the command here.
+    // ssh: a stand-in that checks `--` comes before the host, drops both and runs the
+    // command here.
     let fake = d.path().join("fake-ssh");
-    std::fs::write(&fake, "#!/bin/sh\nshift\nexec \"$@\"\n").unwrap();
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = -- ] || exit 97\nshift 2\nexec \"$@\"\n",
+    )
+    .unwrap();
     std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     let dest = format!("somehost:{}", p("viassh"));
     let (ok, _, err) = vargr_env(
@@ -558,4 +581,306 @@ fn an_unchanged_small_file_resent_costs_a_few_bytes() {
         wire < files * 15,
         "{wire} bytes for {files} unchanged files"
     );
+}
+
+/// `vargr sync src -- '-oProxyCommand=touch pwned:x'` handed ssh an option that ran a
+/// command on this machine; the host is refused now, and nothing runs.
+#[test]
+fn a_host_that_is_an_ssh_option_is_refused_and_runs_nothing() {
+    let (d, _) = setup();
+    let src = d.path().join("src");
+    let has_ssh = Command::new("ssh")
+        .arg("-V")
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    // The real ssh where there is one (it runs ProxyCommand before connecting), else
+    // a stand-in that runs it the same way.
+    let fake = d.path().join("proxy-ssh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nfor a; do case $a in --) exit 1;; -oProxyCommand=*) exec sh -c \"${a#-oProxyCommand=}\";; esac; done\nexit 1\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ssh = if has_ssh {
+        "ssh -oBatchMode=yes".to_string()
+    } else {
+        fake.display().to_string()
+    };
+    let (ok, _, err) = vargr_in(
+        Some(d.path()),
+        &[
+            "sync",
+            src.to_str().unwrap(),
+            "--",
+            "-oProxyCommand=touch pwned:x",
+        ],
+        &[("VARGR_SSH", &ssh)],
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!d.path().join("pwned").exists(), "the ProxyCommand ran");
+    assert!(!ok);
+    assert!(
+        err.contains("refusing host \"-oProxyCommand=touch pwned\""),
+        "{err}"
+    );
+}
+
+/// `$VARGR_SSH` is split with shell rules: a quoted program path with a space and a
+/// quoted option value each stay one word (white-space splitting broke both).
+#[test]
+fn vargr_ssh_is_split_with_shell_quoting() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    std::fs::create_dir_all(d.path().join("fake dir")).unwrap();
+    let fake = d.path().join("fake dir/ssh");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\n[ \"$1\" = -o ] && [ \"$2\" = 'Opt=a b' ] || exit 98\nshift 2\n\
+         [ \"$1\" = -- ] || exit 97\nshift 2\nexec \"$@\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let ssh = format!("'{}' -o \"Opt=a b\"", fake.display());
+    let dest = format!("somehost:{}", p("viassh"));
+    let (ok, _, err) = vargr_env(
+        &["sync", &p("src"), &dest, "--remote-vargr", vargr(), "-q"],
+        &[("VARGR_SSH", &ssh), ("VARGR_CACHE_DIR", &p("cache"))],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("viassh"));
+}
+
+/// A link named like the receiver's temporary file, planted in a local destination:
+/// the old receiver wrote the sent file into the link's target.
+#[test]
+fn a_local_sync_does_not_write_through_a_planted_partial_link() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    std::fs::write(p("victim"), "precious").unwrap();
+    std::fs::create_dir_all(p("dest/sub")).unwrap();
+    std::os::unix::fs::symlink(p("victim"), p("dest/sub/.notes.txt.vargr-partial")).unwrap();
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &p("dest"),
+            "--cache-dir",
+            &p("cache"),
+            "-q",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("dest"));
+    assert_eq!(std::fs::read_to_string(p("victim")).unwrap(), "precious");
+}
+
+fn mode_of(p: &Path) -> u32 {
+    std::os::unix::fs::MetadataExt::mode(&std::fs::symlink_metadata(p).unwrap()) & 0o7777
+}
+
+/// Through the daemon: setuid stripped by default and kept with --keep-special-bits,
+/// and `d -> outside` in one session followed by `d/` in the next stays inside.
+#[test]
+fn a_daemon_strips_special_bits_and_follows_no_link() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    let sync_to = |daemon: &Daemon, path: &str| {
+        let url = format!("vargr://127.0.0.1:{}/{path}", daemon.1);
+        let (ok, _, err) = vargr_env(
+            &[
+                "sync",
+                &p("src"),
+                &url,
+                "--secret-file",
+                &p("secret"),
+                "--cache-dir",
+                &p("cache"),
+                "-q",
+            ],
+            &[],
+        );
+        assert!(ok, "{err}");
+    };
+    let set_mode = |f: &str, m: u32| {
+        std::fs::set_permissions(p(f), std::os::unix::fs::PermissionsExt::from_mode(m)).unwrap()
+    };
+    set_mode("src/a.bin", 0o4755);
+    let daemon = Daemon::start(
+        &d.path().join("served"),
+        &d.path().join("secret"),
+        &d.path().join("dcache"),
+    );
+    sync_to(&daemon, "copy");
+    assert_eq!(mode_of(&d.path().join("served/copy/a.bin")), 0o755);
+    let keeping = Daemon::start_with(
+        &d.path().join("kept"),
+        &d.path().join("secret"),
+        &d.path().join("kcache"),
+        &["--keep-special-bits"],
+    );
+    sync_to(&keeping, "copy");
+    assert_eq!(mode_of(&d.path().join("kept/copy/a.bin")), 0o4755);
+
+    // The link, then a directory of the same name with a file in it.
+    std::fs::create_dir_all(p("outside")).unwrap();
+    set_mode("outside", 0o755);
+    std::os::unix::fs::symlink(p("outside"), p("src/d")).unwrap();
+    sync_to(&daemon, "copy");
+    assert_eq!(
+        std::fs::read_link(p("served/copy/d")).unwrap(),
+        d.path().join("outside")
+    );
+    std::fs::remove_file(p("src/d")).unwrap();
+    std::fs::create_dir(p("src/d")).unwrap();
+    std::fs::write(p("src/d/x"), "planted").unwrap();
+    set_mode("src/d", 0o700);
+    sync_to(&daemon, "copy");
+    assert_eq!(
+        std::fs::read_dir(p("outside")).unwrap().count(),
+        0,
+        "written through the link"
+    );
+    assert_eq!(
+        mode_of(&d.path().join("outside")),
+        0o755,
+        "chmod through the link"
+    );
+    assert_same(&d.path().join("src"), &d.path().join("served/copy"));
+}
+
+#[test]
+fn a_read_only_daemon_refuses_uploads() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    let daemon = Daemon::start_with(
+        &d.path().join("served"),
+        &d.path().join("secret"),
+        &d.path().join("dcache"),
+        &["--read-only"],
+    );
+    let url = format!("vargr://127.0.0.1:{}/copy", daemon.1);
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &url,
+            "--secret-file",
+            &p("secret"),
+            "--cache-dir",
+            &p("cache"),
+            "-q",
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("read-only"), "{err}");
+    assert!(!d.path().join("served/copy").exists());
+    // Write-only: files go in, and an unchanged second sync still sends them.
+    let drop_box = Daemon::start_with(
+        &d.path().join("box"),
+        &d.path().join("secret"),
+        &d.path().join("bcache"),
+        &["--write-only"],
+    );
+    let url = format!("vargr://127.0.0.1:{}/copy", drop_box.1);
+    for _ in 0..2 {
+        let (ok, out, err) = vargr_env(
+            &[
+                "sync",
+                &p("src"),
+                &url,
+                "--secret-file",
+                &p("secret"),
+                "--cache-dir",
+                &p("cache"),
+                "--json",
+            ],
+            &[],
+        );
+        assert!(ok, "{err}");
+        let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(r["files_skipped"], 0, "{r}");
+    }
+    assert_same(&d.path().join("src"), &d.path().join("box/copy"));
+}
+
+/// A key readable by others is refused by the daemon and its clients, naming the file
+/// and its mode; `--gen-key` makes one with mode 0600 that works, and never overwrites.
+#[test]
+fn secret_files_are_made_private_and_loose_ones_refused() {
+    let (d, _) = setup();
+    let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
+    std::fs::copy(p("secret"), p("loose")).unwrap();
+    std::fs::set_permissions(
+        p("loose"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            "--serve",
+            &p("served"),
+            "--listen",
+            "tcp:127.0.0.1:0",
+            "--secret-file",
+            &p("loose"),
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(
+        err.contains(&p("loose")) && err.contains("0640") && err.contains("chmod 600"),
+        "{err}"
+    );
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            "vargr://127.0.0.1:9/x",
+            "--secret-file",
+            &p("loose"),
+        ],
+        &[],
+    );
+    assert!(!ok);
+    assert!(err.contains("chmod 600"), "{err}");
+
+    let (ok, _, err) = vargr_env(&["sync", "--gen-key", &p("key")], &[]);
+    assert!(ok, "{err}");
+    assert_eq!(mode_of(&d.path().join("key")), 0o600);
+    let hex = std::fs::read_to_string(p("key")).unwrap();
+    assert!(
+        hex.trim().len() >= 32 && hex.trim().bytes().all(|b| b.is_ascii_hexdigit()),
+        "{hex}"
+    );
+    let (ok, _, err) = vargr_env(&["sync", "--gen-key", &p("key")], &[]);
+    assert!(!ok, "overwrote an existing key");
+    assert!(err.contains(&p("key")), "{err}");
+    assert_eq!(std::fs::read_to_string(p("key")).unwrap(), hex);
+
+    let daemon = Daemon::start(
+        &d.path().join("served"),
+        &d.path().join("key"),
+        &d.path().join("dcache"),
+    );
+    let url = format!("vargr://127.0.0.1:{}/copy", daemon.1);
+    let (ok, _, err) = vargr_env(
+        &[
+            "sync",
+            &p("src"),
+            &url,
+            "--secret-file",
+            &p("key"),
+            "--cache-dir",
+            &p("cache"),
+            "-q",
+        ],
+        &[],
+    );
+    assert!(ok, "{err}");
+    assert_same(&d.path().join("src"), &d.path().join("served/copy"));
 }

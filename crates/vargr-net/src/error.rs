@@ -52,6 +52,9 @@ pub enum NetError {
     Interrupted { src: u32 },
     #[error("bad launcher template {template:?}: {reason}")]
     BadTemplate { template: String, reason: String },
+    /// A host name a remote shell would take for an option (`-oProxyCommand=...`).
+    #[error("refusing host {host:?}: {reason}")]
+    BadHost { host: String, reason: String },
 }
 
 impl NetError {

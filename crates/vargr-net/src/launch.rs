@@ -4,6 +4,12 @@
 //! environment variables (`VARGR_PARENT`, `VARGR_NODE`, `VARGR_SECRET`). Through a remote
 //! shell the secret would show on the remote command line, so there it is written to
 //! the child's standard input instead and `VARGR_SECRET=-` says so.
+//!
+//! Templates (and `$VARGR_WRAP`, and `vargr sync`'s `$VARGR_SSH`) are split into words
+//! with shell rules ([`split_words`]), so a quoted argument stays one word. A host is
+//! substituted inside one word and never re-split, and a host starting with `-` is
+//! refused ([`check_host`]): ssh would read `-oProxyCommand=...` as an option and run
+//! it. The default templates also put `--` before `{host}`.
 
 use std::io::Write;
 use std::os::unix::process::CommandExt;
@@ -17,7 +23,8 @@ use crate::NetError;
 pub enum Launcher {
     /// `std::process` on this host (the default).
     Local,
-    /// A command template with `{host}` and `{cmd}`, e.g. `ssh -o BatchMode=yes {host} {cmd}`.
+    /// A command template with `{host}` and `{cmd}`, e.g.
+    /// `ssh -o BatchMode=yes -- {host} {cmd}`.
     Remote { template: String },
 }
 
@@ -30,11 +37,8 @@ impl Launcher {
         if !template.contains("{cmd}") {
             return Err(bad("it must contain {cmd}"));
         }
-        if template
-            .split_whitespace()
-            .next()
-            .is_none_or(|w| w.contains('{'))
-        {
+        let words = shlex::split(template).ok_or_else(|| bad("unbalanced quotes"))?;
+        if words.first().is_none_or(|w| w.contains('{')) {
             return Err(bad("it must start with a program name"));
         }
         Ok(Launcher::Remote {
@@ -52,6 +56,40 @@ pub struct ChildSpec {
     pub args: Vec<String>,
     /// Variables for the child, `VARGR_SECRET` included (handled specially when remote).
     pub env: Vec<(String, String)>,
+}
+
+/// Splits a command line (a template, `$VARGR_SSH`) into words with POSIX shell rules:
+/// quotes group, backslashes escape; nothing is expanded.
+pub fn split_words(line: &str) -> Result<Vec<String>, NetError> {
+    let words = shlex::split(line).ok_or_else(|| NetError::BadTemplate {
+        template: line.into(),
+        reason: "unbalanced quotes or a trailing backslash".into(),
+    })?;
+    if words.is_empty() {
+        return Err(NetError::BadTemplate {
+            template: line.into(),
+            reason: "no program".into(),
+        });
+    }
+    Ok(words)
+}
+
+/// Refuses a host name a remote shell could take for an option or that is no name.
+pub fn check_host(host: &str) -> Result<(), NetError> {
+    let bad = |reason: &str| NetError::BadHost {
+        host: host.into(),
+        reason: reason.into(),
+    };
+    if host.is_empty() {
+        return Err(bad("empty"));
+    }
+    if host.starts_with('-') {
+        return Err(bad("it starts with '-' and ssh would read it as an option"));
+    }
+    if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(bad("it contains white space or control characters"));
+    }
+    Ok(())
 }
 
 /// Quotes a word for a POSIX shell.
@@ -78,9 +116,10 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
         Launcher::Local => {
             // `VARGR_WRAP="valgrind --tool=callgrind"` (or gdb, strace, perf) runs every
             // process of the tree under a tool, the way MRNet users debug commnodes.
-            let wrap: Vec<String> = std::env::var("VARGR_WRAP")
-                .map(|w| w.split_whitespace().map(String::from).collect())
-                .unwrap_or_default();
+            let wrap = match std::env::var("VARGR_WRAP") {
+                Ok(w) if !w.trim().is_empty() => split_words(&w)?,
+                _ => Vec::new(),
+            };
             let mut cmd = match wrap.split_first() {
                 Some((tool, tool_args)) => {
                     let mut c = Command::new(tool);
@@ -96,6 +135,7 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
             spawn_from_lasting_thread(cmd).map_err(spawn_err)
         }
         Launcher::Remote { template } => {
+            check_host(&spec.host)?;
             let mut remote = vec!["env".to_string()];
             let mut secret = None;
             for (k, v) in &spec.env {
@@ -109,8 +149,9 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
             remote.push(shell_quote(&spec.program));
             remote.extend(spec.args.iter().map(|a| shell_quote(a)));
             let remote = remote.join(" ");
-            let words: Vec<String> = template
-                .split_whitespace()
+            // Substituted after splitting: a host or command stays inside its word.
+            let words: Vec<String> = split_words(template)?
+                .into_iter()
                 .map(|w| w.replace("{host}", &spec.host).replace("{cmd}", &remote))
                 .collect();
             let mut cmd = Command::new(&words[0]);
@@ -220,6 +261,55 @@ mod tests {
         assert!(Launcher::remote("ssh {host}").is_err());
         assert!(Launcher::remote("{cmd}").is_err());
         assert!(Launcher::remote("ssh -o BatchMode=yes {host} {cmd}").is_ok());
+        assert!(Launcher::remote("ssh 'unclosed {host} {cmd}").is_err());
+    }
+
+    #[test]
+    fn templates_split_with_shell_quoting() {
+        assert_eq!(
+            split_words(r#"ssh -o 'ProxyJump=a b' -i "/k e y" -- {host}"#).unwrap(),
+            ["ssh", "-o", "ProxyJump=a b", "-i", "/k e y", "--", "{host}"]
+        );
+        assert!(split_words("ssh \"unclosed").is_err());
+        assert!(split_words("  ").is_err());
+    }
+
+    /// A quoted word of a template reaches the program as one argument: split on white
+    /// space, `sh -c 'test ...'` would have run `sh -c "'test"`.
+    #[test]
+    fn a_quoted_template_word_is_one_argument() {
+        let l =
+            Launcher::remote("sh -c 'test \"$0\" = {host} && eval \"$1\"' {host} {cmd}").unwrap();
+        let spec = ChildSpec {
+            node: 1,
+            host: "h1".into(),
+            program: "true".into(),
+            args: vec![],
+            env: vec![],
+        };
+        assert!(spawn(&l, &spec).unwrap().wait().unwrap().success());
+    }
+
+    #[test]
+    fn a_host_that_looks_like_an_option_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        let flag = d.path().join("ran");
+        // The shape of the attack: `sh {host}` with host `-c touch ...` would run it.
+        let l = Launcher::remote("sh {host} {cmd}").unwrap();
+        let spec = ChildSpec {
+            node: 1,
+            host: format!("-ctouch {}", flag.display()),
+            program: "true".into(),
+            args: vec![],
+            env: vec![],
+        };
+        let e = spawn(&l, &spec).unwrap_err();
+        assert!(matches!(e, NetError::BadHost { .. }), "{e}");
+        assert!(e.to_string().contains("-ctouch"), "{e}");
+        assert!(!flag.exists());
+        assert!(check_host("node-1.example").is_ok());
+        assert!(check_host("a b").is_err());
+        assert!(check_host("").is_err());
     }
 
     #[test]

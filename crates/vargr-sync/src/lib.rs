@@ -12,11 +12,15 @@
 //! Why zstd around the stream: segments the receiver lacks would otherwise cross raw;
 //! fingerprints do not compress, new data does.
 //!
-//! Files land as `.NAME.vargr-partial` and are renamed into place only once their
-//! length and BLAKE3 match the sender's, with the sender's mode and mtime. An
+//! Files land as `.NAME.vargr-partial` (a unique suffix added when that name is taken
+//! by anything but a stale partial file) and are renamed into place only once their
+//! length and BLAKE3 match the sender's, with the sender's mode and mtime. The
+//! receiver never follows a symbolic link under its destination (`beneath`): links of
+//! the tree are recreated as links, their targets opaque. An
 //! interrupted sync leaves complete files in place and its segments in both caches, so
 //! running it again sends fingerprints for what already crossed.
 
+mod beneath;
 mod frame;
 pub mod manifest;
 mod recv;
@@ -54,7 +58,7 @@ pub mod fuzzing {
     }
 }
 pub use manifest::{Entry, Kind, Manifest};
-pub use recv::{receive, RecvOptions, RecvReport};
+pub use recv::{receive, Access, RecvOptions, RecvReport};
 pub use send::{
     cache_key, host_name, send, sender_config, stream_encoder, Counting, Progress, SendOptions,
     SendReport, DEFAULT_SEGMENTER,
@@ -87,6 +91,13 @@ pub enum SyncError {
     },
     #[error("path {path:?}: {reason}")]
     Path { path: String, reason: String },
+    /// A path of the tree would pass through a symbolic link, which the receiver never
+    /// follows.
+    #[error("refusing to pass through the symbolic link {link}")]
+    ThroughLink { link: String },
+    /// Sent to the client as is: names no path of the daemon's machine.
+    #[error("this receiver is read-only (vargr sync --serve --read-only): uploads are refused")]
+    ReadOnly,
     #[error("{peer}: {reason}")]
     Protocol { peer: String, reason: String },
     #[error("{peer}: {source}")]

@@ -128,25 +128,33 @@ fn entry(path: &Path, rel: String, meta: &std::fs::Metadata) -> Result<Entry, Sy
 }
 
 /// `root` joined with an entry path from the peer, refusing anything that could leave
-/// `root` (absolute paths, `..`, empty components).
+/// `root` (absolute paths, `..`, empty components). Only names the path: the receiver
+/// opens it with [`components`] beneath an open directory, never through links.
 pub fn safe_join(root: &Path, rel: &str) -> Result<PathBuf, SyncError> {
+    let mut out = root.to_path_buf();
+    out.extend(components(rel)?);
+    Ok(out)
+}
+
+/// The components of an entry path from the peer: plain names only (no `..`, `.`, root,
+/// empty component or NUL); none for the empty path.
+pub fn components(rel: &str) -> Result<Vec<&str>, SyncError> {
     let bad = |reason: &str| SyncError::Path {
         path: rel.to_string(),
         reason: reason.to_string(),
     };
     if rel.is_empty() {
-        return Ok(root.to_path_buf());
-    }
-    let p = Path::new(rel);
-    let mut out = root.to_path_buf();
-    for c in p.components() {
-        match c {
-            Component::Normal(n) => out.push(n),
-            _ => return Err(bad("not a plain relative path (absolute, `..` or `.`)")),
-        }
+        return Ok(Vec::new());
     }
     if rel.contains('\0') || rel.ends_with('/') || rel.contains("//") {
         return Err(bad("malformed path"));
+    }
+    let mut out = Vec::new();
+    for c in Path::new(rel).components() {
+        match c {
+            Component::Normal(n) => out.push(n.to_str().expect("a piece of a str")),
+            _ => return Err(bad("not a plain relative path (absolute, `..` or `.`)")),
+        }
     }
     Ok(out)
 }
@@ -159,9 +167,20 @@ mod tests {
     fn paths_from_the_peer_stay_inside_the_root() {
         let root = Path::new("/dest");
         assert_eq!(safe_join(root, "a/b").unwrap(), Path::new("/dest/a/b"));
-        for bad in ["../x", "/etc/passwd", "a/../../x", "./a", "a//b", "a/"] {
+        for bad in [
+            "../x",
+            "/etc/passwd",
+            "a/../../x",
+            "./a",
+            "a//b",
+            "a/",
+            "a\0b",
+        ] {
             assert!(safe_join(root, bad).is_err(), "{bad}");
+            assert!(components(bad).is_err(), "{bad}");
         }
+        assert_eq!(components("a/b").unwrap(), ["a", "b"]);
+        assert!(components("").unwrap().is_empty());
     }
 
     #[test]

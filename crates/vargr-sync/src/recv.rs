@@ -1,18 +1,44 @@
 //! The receiving side: rebuilds the tree from the dedup stream, verifying every file.
+//!
+//! Every file operation goes through [`crate::beneath`]: resolved beneath the
+//! destination without following links, so a hostile sender cannot write, chmod or
+//! touch outside it. A daemon's [`RecvOptions`] also say what a client may do
+//! ([`Access`]) and whether setuid, setgid and sticky bits survive.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::Instant;
 
+use rustix::fs::FileType;
 use serde::Serialize;
 use vargr_dedup::cache::{DiskCache, DiskConfig};
 use vargr_dedup::{Config, Delivered, FpBits, Receiver};
 
+use crate::beneath::{self, Dir};
 use crate::frame::{self, Control, Reply, F_CONTROL, F_DEDUP};
-use crate::manifest::{safe_join, Entry, Kind, Manifest};
+use crate::manifest::{components, Entry, Kind, Manifest};
 use crate::send::cache_key;
 use crate::{SyncError, Transport};
+
+/// What a daemon's clients may do.
+///
+/// A sync session only ever uploads to the receiver (there is no pull), so a
+/// read-only daemon refuses every session, with a reason the client shows; it freezes
+/// a root without stopping the daemon or changing its clients. A write-only daemon
+/// (a drop box) accepts files but does not tell a client which of its files are
+/// already in place, so a client cannot probe what others put there by name, size and
+/// mtime.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Access {
+    #[default]
+    ReadWrite,
+    ReadOnly,
+    WriteOnly,
+}
 
 /// Where and how a receiver writes.
 #[derive(Debug, Clone)]
@@ -24,6 +50,11 @@ pub struct RecvOptions {
     pub cache: DiskConfig,
     /// How this receiver names itself to senders (their cache of it).
     pub receiver_name: String,
+    /// Keep setuid, setgid and sticky bits of the sender's modes. A daemon strips them
+    /// by default: a client's `4755` file owned by the daemon's user would otherwise
+    /// run as that user (root, for a daemon started as root).
+    pub keep_special_bits: bool,
+    pub access: Access,
 }
 
 /// What a finished receive did.
@@ -39,7 +70,13 @@ pub struct RecvReport {
 /// The file being written.
 struct Open {
     index: u32,
-    partial: PathBuf,
+    /// Its directory and name there.
+    dir: Rc<Dir>,
+    name: String,
+    /// The temporary file's name in `dir`, once one is made.
+    partial: Option<String>,
+    /// Whether the plain temporary name is an entry of the tree (not to be removed).
+    partial_in_tree: bool,
     sink: Sink,
     hasher: blake3::Hasher,
     size: u64,
@@ -56,35 +93,39 @@ enum Sink {
 }
 
 impl Open {
-    fn take(&mut self, bytes: &[u8], target: &Path) -> Result<(), SyncError> {
+    fn take(&mut self, bytes: &[u8]) -> Result<(), SyncError> {
         if let Sink::Comparing(existing) = &mut self.sink {
             let mut have = vec![0; bytes.len()];
             let same = existing.read_exact(&mut have).is_ok() && have == bytes;
             if !same {
-                // The equal prefix, from the existing file, then what differs. The
-                // prefix is hashed again as copied: the file may change meanwhile.
-                let mut file = File::create(&self.partial)
-                    .map_err(|e| SyncError::io("creating", &self.partial, e))?;
-                let mut prefix = File::open(target)
-                    .map_err(|e| SyncError::io("reading", target, e))?
-                    .take(self.size);
+                // The equal prefix, from the existing file (the descriptor compared,
+                // not its name again), then what differs. The prefix is hashed again
+                // as copied: the file may change meanwhile.
+                let target = self.dir.show(&self.name);
+                let (mut file, partial) = self.dir.create_temp(&self.name, self.partial_in_tree)?;
+                self.partial = Some(partial);
+                let partial = self.dir.show(self.partial.as_deref().unwrap_or_default());
+                let existing = existing.get_ref();
                 let mut copied = blake3::Hasher::new();
                 let mut buf = vec![0; 256 << 10];
-                loop {
-                    let n = prefix
-                        .read(&mut buf)
-                        .map_err(|e| SyncError::io("reading", target, e))?;
+                let mut at = 0u64;
+                while at < self.size {
+                    let want = buf.len().min((self.size - at) as usize);
+                    let n = existing
+                        .read_at(&mut buf[..want], at)
+                        .map_err(|e| SyncError::io("reading", &target, e))?;
                     if n == 0 {
                         break;
                     }
                     copied.update(&buf[..n]);
                     file.write_all(&buf[..n])
-                        .map_err(|e| SyncError::io("writing", &self.partial, e))?;
+                        .map_err(|e| SyncError::io("writing", &partial, e))?;
+                    at += n as u64;
                 }
                 if copied.finalize() != self.hasher.finalize() {
                     return Err(SyncError::io(
                         "copying the unchanged start of",
-                        target,
+                        &target,
                         std::io::Error::other("the file changed while it was read"),
                     ));
                 }
@@ -92,8 +133,10 @@ impl Open {
             }
         }
         if let Sink::Writing(file) = &mut self.sink {
-            file.write_all(bytes)
-                .map_err(|e| SyncError::io("writing", &self.partial, e))?;
+            file.write_all(bytes).map_err(|e| {
+                let p = self.dir.show(self.partial.as_deref().unwrap_or_default());
+                SyncError::io("writing", &p, e)
+            })?;
         }
         self.hasher.update(bytes);
         self.size += bytes.len() as u64;
@@ -101,8 +144,59 @@ impl Open {
     }
 }
 
+/// Where the tree goes, known once the manifest says whether it is one file.
+struct Placed {
+    /// The tree's directory, or the single file's.
+    root: Rc<Dir>,
+    /// The single file's name in `root`.
+    single: Option<String>,
+    /// Entry paths, so a temporary name that is also an entry is never removed.
+    names: HashSet<String>,
+    /// The last parent directory looked up, by its relative path: consecutive files
+    /// of a directory walk no path.
+    last: Option<(String, Rc<Dir>)>,
+}
+
+impl Placed {
+    /// The directory holding the entry `rel`, and its name there.
+    fn locate(&mut self, rel: &str) -> Result<(Rc<Dir>, String), SyncError> {
+        if let Some(name) = &self.single {
+            return Ok((self.root.clone(), name.clone()));
+        }
+        let comps = components(rel)?;
+        let Some((name, parents)) = comps.split_last() else {
+            return Err(SyncError::Path {
+                path: rel.into(),
+                reason: "an empty path in a tree".into(),
+            });
+        };
+        let parent_rel = parents.join("/");
+        if let Some((p, d)) = &self.last {
+            if *p == parent_rel {
+                return Ok((d.clone(), name.to_string()));
+            }
+        }
+        let d = Rc::new(self.root.walk(parents.iter().copied())?);
+        self.last = Some((parent_rel, d.clone()));
+        Ok((d, name.to_string()))
+    }
+
+    fn partial_in_tree(&self, rel: &str, name: &str) -> bool {
+        let partial = beneath::partial_name(name);
+        let rel = match rel.rsplit_once('/') {
+            Some((parent, _)) => format!("{parent}/{partial}"),
+            None => partial,
+        };
+        self.single.is_none() && self.names.contains(&rel)
+    }
+}
+
 struct State {
+    /// The destination as the user (or the daemon's root) names it.
     dest: PathBuf,
+    /// A daemon client's path under `dest`, resolved without following links.
+    serve_rel: Option<String>,
+    placed: Option<Placed>,
     manifest: Option<Manifest>,
     open: Option<Open>,
     written: u64,
@@ -110,6 +204,8 @@ struct State {
     failed: u64,
     done: bool,
     replies: Vec<Reply>,
+    mode_mask: u32,
+    reveal: bool,
 }
 
 /// Receives one sync session over `t`.
@@ -157,10 +253,15 @@ fn run(
             pre.fp_bits
         ))
     })?;
-    let dest = if opts.serve {
-        safe_join(&opts.dest, &pre.dest)?
+    if opts.access == Access::ReadOnly {
+        return Err(SyncError::ReadOnly);
+    }
+    // Checked now, resolved beneath the root once the manifest is in.
+    let serve_rel = if opts.serve {
+        components(&pre.dest)?;
+        Some(pre.dest.clone())
     } else {
-        opts.dest.clone()
+        None
     };
     let cfg = DiskConfig {
         bits,
@@ -194,7 +295,15 @@ fn run(
             source: e,
         })?;
     let mut st = State {
-        dest,
+        dest: opts.dest.clone(),
+        serve_rel,
+        placed: None,
+        mode_mask: if opts.keep_special_bits {
+            0o7777
+        } else {
+            0o777
+        },
+        reveal: opts.access != Access::WriteOnly,
         manifest: None,
         open: None,
         written: 0,
@@ -275,13 +384,12 @@ fn apply(
         reason,
     };
     if d.channel == 1 {
-        let Some(index) = st.open.as_ref().map(|o| o.index) else {
-            return Err(proto("file data outside a file".into()));
-        };
-        let target = target(st, index, peer)?;
-        let o = st.open.as_mut().expect("checked above");
+        let o = st
+            .open
+            .as_mut()
+            .ok_or_else(|| proto("file data outside a file".into()))?;
         for s in &d.segments {
-            o.take(s, &target)?;
+            o.take(s)?;
         }
         return Ok(());
     }
@@ -296,28 +404,37 @@ fn apply(
         .map_err(|e| proto(format!("malformed control message: {e}")))?;
     match c {
         Control::Manifest { manifest } => {
+            if st.manifest.is_some() {
+                return Err(proto("a second manifest".into()));
+            }
             let have = prepare(st, &manifest)?;
             st.manifest = Some(manifest);
             st.replies.push(Reply::Have { indices: have });
         }
         Control::FileStart { index } => {
-            let target = target(st, index, peer)?;
-            let partial = partial_path(&target);
-            let size =
-                st.manifest.as_ref().expect("checked by target").entries[index as usize].size;
-            let existing = std::fs::symlink_metadata(&target)
-                .is_ok_and(|m| m.is_file() && m.len() == size)
-                .then(|| File::open(&target).ok())
-                .flatten();
-            let sink = match existing {
-                Some(f) => Sink::Comparing(std::io::BufReader::with_capacity(256 << 10, f)),
-                None => Sink::Writing(
-                    File::create(&partial).map_err(|e| SyncError::io("creating", &partial, e))?,
+            let entry = file_entry(st, index, peer)?;
+            let placed = st.placed.as_mut().expect("placed with the manifest");
+            let (dir, name) = placed.locate(&entry.path)?;
+            let partial_in_tree = placed.partial_in_tree(&entry.path, &name);
+            let existing = dir
+                .open_file(&name)
+                .filter(|f| f.metadata().is_ok_and(|m| m.len() == entry.size));
+            let (sink, partial) = match existing {
+                Some(f) => (
+                    Sink::Comparing(std::io::BufReader::with_capacity(256 << 10, f)),
+                    None,
                 ),
+                None => {
+                    let (f, partial) = dir.create_temp(&name, partial_in_tree)?;
+                    (Sink::Writing(f), Some(partial))
+                }
             };
             st.open = Some(Open {
                 index,
+                dir,
+                name,
                 partial,
+                partial_in_tree,
                 sink,
                 hasher: blake3::Hasher::new(),
                 size: 0,
@@ -329,17 +446,14 @@ fn apply(
                 .take()
                 .ok_or_else(|| proto("the end of a file, with no file started".into()))?;
             let index = o.index;
-            let target = target(st, index, peer)?;
+            let entry = file_entry(st, index, peer)?;
+            let target = o.dir.show(&o.name);
             let got = frame::file_hash(&o.hasher);
-            let entry =
-                st.manifest.as_ref().expect("checked by target").entries[index as usize].clone();
-            let unchanged = match o.sink {
-                // Equal so far; equal in all if the existing file ends here too.
-                Sink::Comparing(mut existing) => existing.read(&mut [0u8; 1]).is_ok_and(|n| n == 0),
-                Sink::Writing(_) => false,
-            };
+            let mode = entry.mode & st.mode_mask;
             if o.size != size || got != blake3 {
-                let _ = std::fs::remove_file(&o.partial);
+                if let Some(p) = &o.partial {
+                    let _ = o.dir.remove_file(p);
+                }
                 let e = SyncError::Verify {
                     path: target.display().to_string(),
                     got: o.size,
@@ -352,15 +466,31 @@ fn apply(
                     index,
                     error: e.to_string(),
                 });
-            } else if unchanged {
-                // The bytes verified are the file's already: its metadata is all.
-                set_meta(&target, &entry)?;
-                st.written += 1;
-                st.bytes += size;
             } else {
-                set_meta(&o.partial, &entry)?;
-                std::fs::rename(&o.partial, &target)
-                    .map_err(|e| SyncError::io("renaming into place", &target, e))?;
+                match o.sink {
+                    // Equal so far; equal in all if the existing file ends here too: its
+                    // metadata is all, set on the descriptor compared.
+                    Sink::Comparing(mut existing) => {
+                        if !existing.read(&mut [0u8; 1]).is_ok_and(|n| n == 0) {
+                            return Err(SyncError::io(
+                                "comparing",
+                                &target,
+                                std::io::Error::other("the file grew while it was compared"),
+                            ));
+                        }
+                        beneath::set_meta(existing.get_ref(), mode, entry.mtime_ns, &target)?;
+                    }
+                    Sink::Writing(f) => {
+                        let partial = o.partial.as_deref().expect("a file being written has one");
+                        beneath::set_meta(&f, mode, entry.mtime_ns, &o.dir.show(partial))?;
+                        drop(f);
+                        if let Err(e) = o.dir.rename(partial, &o.name) {
+                            // A directory in the way: the verified bytes are not kept.
+                            let _ = o.dir.remove_file(partial);
+                            return Err(e);
+                        }
+                    }
+                }
                 st.written += 1;
                 st.bytes += size;
             }
@@ -368,14 +498,17 @@ fn apply(
             rx.cache().flush()?;
         }
         Control::Done => {
-            if let Some(m) = &st.manifest {
+            if let (Some(m), Some(placed)) = (&st.manifest, st.placed.as_mut()) {
                 // Deepest first, so setting a directory's mtime is not undone by its
                 // children.
                 for e in m.entries.iter().rev() {
-                    let p = safe_join(&st.dest, &e.path)?;
+                    if e.kind == Kind::File {
+                        continue;
+                    }
+                    let (dir, name) = placed.locate(&e.path)?;
                     match e.kind {
-                        Kind::Dir => set_meta(&p, e)?,
-                        Kind::Symlink { .. } => set_link_mtime(&p, e.mtime_ns)?,
+                        Kind::Dir => dir.set_dir_meta(&name, e.mode & st.mode_mask, e.mtime_ns)?,
+                        Kind::Symlink { .. } => dir.set_link_mtime(&name, e.mtime_ns)?,
                         Kind::File => {}
                     }
                 }
@@ -396,114 +529,128 @@ fn apply(
     Ok(())
 }
 
+/// Opens the destination for `m`: the tree's directory, or a single file's directory
+/// and name.
+fn place(st: &State, m: &Manifest) -> Result<Placed, SyncError> {
+    let single_name = || -> Result<String, SyncError> {
+        match components(&m.name)?.as_slice() {
+            [n] => Ok(n.to_string()),
+            _ => Err(SyncError::Path {
+                path: m.name.clone(),
+                reason: "a single file's name must be one plain name".into(),
+            }),
+        }
+    };
+    let (root, single) = match (&st.serve_rel, m.single_file) {
+        // The user's own path: links in it are followed, as their shell would.
+        (None, false) => (Dir::open_root(&st.dest, true)?, None),
+        (None, true) if st.dest.is_dir() => {
+            (Dir::open_root(&st.dest, false)?, Some(single_name()?))
+        }
+        (None, true) => {
+            let name = st
+                .dest
+                .file_name()
+                .and_then(|n| n.to_str())
+                .ok_or_else(|| SyncError::Path {
+                    path: st.dest.display().to_string(),
+                    reason: "names no file".into(),
+                })?;
+            let parent = st.dest.parent().filter(|p| !p.as_os_str().is_empty());
+            (
+                Dir::open_root(parent.unwrap_or(Path::new(".")), true)?,
+                Some(name.to_string()),
+            )
+        }
+        // A daemon client's path: beneath the root, through no link.
+        (Some(rel), single_file) => {
+            let root = Dir::open_root(&st.dest, true)?;
+            let comps = components(rel)?;
+            match (comps.split_last(), single_file) {
+                (None, false) => (root, None),
+                (None, true) => (root, Some(single_name()?)),
+                (Some(_), false) => (ensure_dirs(root, &comps)?, None),
+                (Some((last, parents)), true) => {
+                    let parent = ensure_dirs(root, parents)?;
+                    match parent.kind(last)? {
+                        Some(FileType::Directory) => (parent.open_dir(last)?, Some(single_name()?)),
+                        Some(FileType::Symlink) => {
+                            return Err(SyncError::ThroughLink {
+                                link: parent.show(last).display().to_string(),
+                            })
+                        }
+                        _ => (parent, Some(last.to_string())),
+                    }
+                }
+            }
+        }
+    };
+    Ok(Placed {
+        root: Rc::new(root),
+        single,
+        names: m.entries.iter().map(|e| e.path.clone()).collect(),
+        last: None,
+    })
+}
+
+/// The directories `comps` beneath `root`, made where missing; a link on the way is
+/// refused (the daemon's operator may have put it there: not replaced).
+fn ensure_dirs(root: Dir, comps: &[&str]) -> Result<Dir, SyncError> {
+    let mut d = root;
+    for c in comps {
+        d = match d.kind(c)? {
+            None => d.make_dir(c)?,
+            Some(_) => d.open_dir(c)?,
+        };
+    }
+    Ok(d)
+}
+
 /// Makes directories and links, and says which files are already in place.
 fn prepare(st: &mut State, m: &Manifest) -> Result<Vec<u32>, SyncError> {
-    if m.single_file {
-        if st.dest.is_dir() {
-            st.dest = safe_join(&st.dest, &m.name)?;
-        } else if let Some(parent) = st.dest.parent().filter(|p| !p.as_os_str().is_empty()) {
-            std::fs::create_dir_all(parent).map_err(|e| SyncError::io("creating", parent, e))?;
-        }
-    } else {
-        std::fs::create_dir_all(&st.dest).map_err(|e| SyncError::io("creating", &st.dest, e))?;
-    }
+    let mut placed = place(st, m)?;
     let mut have = Vec::new();
     for (i, e) in m.entries.iter().enumerate() {
-        let p = safe_join(&st.dest, &e.path)?;
+        let (dir, name) = placed.locate(&e.path)?;
         match &e.kind {
             Kind::Dir => {
-                if !p.is_dir() {
-                    std::fs::create_dir_all(&p)
-                        .map_err(|err| SyncError::io("creating", &p, err))?;
-                }
+                dir.make_dir(&name)?;
             }
-            Kind::Symlink { target } => {
-                if std::fs::read_link(&p).ok().as_deref() != Some(Path::new(target)) {
-                    let _ = std::fs::remove_file(&p);
-                    std::os::unix::fs::symlink(target, &p)
-                        .map_err(|err| SyncError::io("creating link", &p, err))?;
-                }
-            }
+            // The target is the sender's bytes, never resolved here.
+            Kind::Symlink { target } => dir.symlink(target, &name)?,
             Kind::File => {
-                if let Ok(meta) = std::fs::symlink_metadata(&p) {
-                    use std::os::unix::fs::MetadataExt;
-                    let mtime = meta.mtime() * 1_000_000_000 + meta.mtime_nsec();
-                    if meta.is_file() && meta.len() == e.size && mtime == e.mtime_ns {
+                if !st.reveal {
+                    continue;
+                }
+                // One lstat per file: most of a tree is usually in place.
+                if let Some(st) = dir.stat(&name) {
+                    let mtime = st.st_mtime * 1_000_000_000 + st.st_mtime_nsec as i64;
+                    if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+                        && st.st_size as u64 == e.size
+                        && mtime == e.mtime_ns
+                    {
                         have.push(i as u32);
                     }
                 }
             }
         }
     }
+    st.placed = Some(placed);
     Ok(have)
 }
 
-fn target(st: &State, index: u32, peer: &str) -> Result<PathBuf, SyncError> {
+/// The manifest's entry `index`, which must be a file.
+fn file_entry(st: &State, index: u32, peer: &str) -> Result<Entry, SyncError> {
     let m = st.manifest.as_ref().ok_or_else(|| SyncError::Protocol {
         peer: peer.to_string(),
         reason: "a file before the manifest".into(),
     })?;
-    let e = m
-        .entries
+    m.entries
         .get(index as usize)
         .filter(|e| e.kind == Kind::File)
+        .cloned()
         .ok_or_else(|| SyncError::Protocol {
             peer: peer.to_string(),
             reason: format!("file {index} is not a file of the manifest"),
-        })?;
-    safe_join(&st.dest, &e.path)
-}
-
-fn partial_path(target: &Path) -> PathBuf {
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    target.with_file_name(format!(".{name}.vargr-partial"))
-}
-
-fn set_meta(p: &Path, e: &Entry) -> Result<(), SyncError> {
-    use std::os::unix::fs::PermissionsExt;
-    let t = if e.mtime_ns >= 0 {
-        std::time::UNIX_EPOCH + std::time::Duration::from_nanos(e.mtime_ns as u64)
-    } else {
-        std::time::UNIX_EPOCH - std::time::Duration::from_nanos(e.mtime_ns.unsigned_abs())
-    };
-    // The mtime first: the mode may take away the right to open the file.
-    File::open(p)
-        .and_then(|f| f.set_modified(t))
-        .map_err(|err| SyncError::io("setting the mtime of", p, err))?;
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(e.mode))
-        .map_err(|err| SyncError::io("setting the mode of", p, err))
-}
-
-/// A symbolic link's own mtime (std only sets the target's).
-fn set_link_mtime(p: &Path, mtime_ns: i64) -> Result<(), SyncError> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).map_err(|_| SyncError::Path {
-        path: p.display().to_string(),
-        reason: "contains a NUL byte".into(),
-    })?;
-    let t = libc::timespec {
-        tv_sec: mtime_ns.div_euclid(1_000_000_000) as libc::time_t,
-        tv_nsec: mtime_ns.rem_euclid(1_000_000_000) as libc::c_long,
-    };
-    let times = [t, t];
-    // SAFETY: `c` is a NUL-terminated path and `times` two valid timespecs.
-    let r = unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if r != 0 {
-        return Err(SyncError::io(
-            "setting the mtime of",
-            p,
-            std::io::Error::last_os_error(),
-        ));
-    }
-    Ok(())
+        })
 }
