@@ -52,6 +52,9 @@ pub enum NetError {
     Interrupted { src: u32 },
     #[error("bad launcher template {template:?}: {reason}")]
     BadTemplate { template: String, reason: String },
+    /// A runtime directory or file that is not this user's alone.
+    #[error(transparent)]
+    RuntimeDir(#[from] crate::runtime_dir::RuntimeDirError),
 }
 
 impl NetError {

@@ -11,6 +11,7 @@
 //! - [`job`]: wire-up of a parallel job's ranks under `vargr run`, `mpirun` or `srun`.
 //! - [`mesh`]: tagged messages between the ranks of a job (what collectives run on).
 //! - [`launch`]: starting child processes locally or through an ssh-like command template.
+//! - [`runtime_dir`]: the per-user private directory for rendezvous files and sockets.
 //!
 //! Protocol logic (streams, filters, routing) lives in `vargr-tbon`; this crate moves
 //! frames and reports what happened to them.
@@ -24,6 +25,7 @@ mod link;
 pub mod mesh;
 pub mod path;
 mod reactor;
+pub mod runtime_dir;
 pub mod stage;
 pub mod timer;
 
