@@ -129,3 +129,41 @@ fn a_stopped_rank_ends_a_job_under_open_mpi() {
         "{stderr}"
     );
 }
+
+/// Under mpirun, when the process hosting the rendezvous (rank 0's) stops, the others
+/// notice its silence themselves, name it, fail, and mpirun ends the job.
+#[test]
+fn a_stopped_rank_0_ends_a_job_under_open_mpi() {
+    let s = format!(
+        "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then (sleep 1; kill -STOP $$) & fi; \
+         exec {} slow-rank --rank 1 --iters 1000000 --sleep-us 1000",
+        vargr()
+    );
+    let mut child = Command::new("mpirun")
+        .args([
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "-n",
+            "3",
+            "sh",
+            "-c",
+            &s,
+        ])
+        .env_remove("VARGR_JOB")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("mpirun not found: install Open MPI (scripts/test.sh installs openmpi-bin)");
+    let err = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let st = wait_guarded(&mut child, Duration::from_secs(60));
+    let stderr = reader.join().unwrap();
+    let st = st.unwrap_or_else(|| panic!("mpirun still running (hang guard):\n{stderr}"));
+    assert!(!st.success(), "{st:?}\n{stderr}");
+    assert!(
+        stderr.contains("rank 0's process (the job rendezvous at ")
+            && stderr.contains("sent nothing for"),
+        "{stderr}"
+    );
+}

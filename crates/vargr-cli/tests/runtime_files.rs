@@ -283,3 +283,28 @@ fn a_tree_keeps_its_sockets_in_the_runtime_directory_and_removes_them() {
         "left after the tree's shutdown"
     );
 }
+
+/// An `XDG_RUNTIME_DIR` that does not exist (inherited by a session on a host without
+/// one) falls back to `vargr-<uid>` in the temporary directory, created private.
+#[test]
+fn a_missing_xdg_runtime_dir_falls_back_to_the_temporary_directory() {
+    let sb = Sandbox::new();
+    let missing = sb.root.path().join("no-such-dir");
+    let tmp = sb.tmp();
+    let r = run_cli_env(
+        &["run", "-n", "2", "--", vargr(), "mesh-check"],
+        &[
+            ("XDG_RUNTIME_DIR", Some(missing.as_os_str())),
+            ("TMPDIR", Some(tmp.as_os_str())),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(r.status.success(), "{r:?}");
+    all_ok(&r.stdout, 2);
+    assert!(!missing.exists());
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let m = std::fs::symlink_metadata(tmp.join(format!("vargr-{uid}"))).unwrap();
+    assert!(m.is_dir() && m.permissions().mode() & 0o077 == 0, "{m:?}");
+    assert_eq!(sb.sockets(), Vec::<PathBuf>::new());
+}

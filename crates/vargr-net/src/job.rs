@@ -861,11 +861,16 @@ pub fn join_job(env: &JobEnv, addr: &Addr, settings: &JobSettings) -> Result<Joi
     }
     let dir = RuntimeDir::open(&settings.runtime_dir)?;
     let file = default_job_file(&dir)?;
-    if env.rank == 0 {
-        host_and_join(env, addr, &file, settings)
+    let mut joined = if env.rank == 0 {
+        host_and_join(env, addr, &file, settings)?
     } else {
-        join_through_file(env, addr, &file, Instant::now() + timeout)
+        join_through_file(env, addr, &file, Instant::now() + timeout)?
+    };
+    // Named for what it is, should it go silent.
+    if let Some((_, peer)) = &mut joined.watch.conn {
+        *peer = format!("rank 0's process ({peer})");
     }
+    Ok(joined)
 }
 
 /// Rank 0's side without `vargr run`: serve the rendezvous, publish it, join it.

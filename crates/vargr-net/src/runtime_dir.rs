@@ -77,9 +77,11 @@ const SHARED_WRITE: u32 = 0o022;
 
 /// Where this user's runtime files go unless the program says otherwise:
 /// `$XDG_RUNTIME_DIR/vargr` (private to the user's session by definition), else
-/// `vargr-<uid>` in the temporary directory. The one place that reads the environment.
+/// `vargr-<uid>` in the temporary directory: also when `XDG_RUNTIME_DIR` names a
+/// directory that does not exist (inherited by an ssh or batch session on a host that
+/// has none). The one place that reads the environment.
 pub fn default_path() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+    match std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty() && Path::new(d).is_dir()) {
         Some(d) => PathBuf::from(d).join("vargr"),
         None => std::env::temp_dir().join(format!("vargr-{}", my_uid())),
     }
