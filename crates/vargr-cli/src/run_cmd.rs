@@ -104,7 +104,7 @@ pub struct RunArgs {
     startup_timeout: u64,
     /// Seconds a rank's process may leave the rendezvous's heartbeat unanswered (it is
     /// stopped or hung) before the job ends with that rank named; 0 turns the heartbeats
-    /// off.
+    /// off (for ranks stopped in a debugger).
     #[arg(long, default_value_t = 4.0, value_name = "SECS")]
     liveness_timeout: f64,
     /// Seconds between the rendezvous's heartbeats to each rank's process.
