@@ -186,7 +186,9 @@ fn main() {
     };
     if let Err(e) = r {
         eprintln!("vargr: error: {e:#}");
-        std::process::exit(1);
+        // `vargr run` ends with the exit status of the rank that failed first.
+        let code = e.downcast_ref::<run_cmd::JobFailed>().map_or(1, |f| f.code);
+        std::process::exit(code);
     }
 }
 

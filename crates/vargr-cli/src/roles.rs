@@ -134,7 +134,9 @@ pub fn rank_info() -> Result<()> {
     let env = vargr_net::job::JobEnv::from_env()?;
     let listener = vargr_net::Listener::bind(&vargr_net::Addr::Tcp("127.0.0.1:0".into()))?;
     let addr = listener.local_addr()?;
-    let (table, _) = vargr_net::job::join_job(&env, &addr, std::time::Duration::from_secs(60))?;
+    let settings = vargr_net::job::JobSettings::default();
+    let joined = vargr_net::job::join_job(&env, &addr, &settings)?;
+    let table = joined.table;
     for r in env.rank..env.rank + env.local {
         let me = &table[r as usize];
         anyhow::ensure!(
@@ -159,7 +161,7 @@ pub fn mesh_check() -> Result<()> {
     use std::sync::Arc;
     let mesh = vargr_net::mesh::join(
         Box::new(|_| vargr_net::StageChain::default()),
-        std::time::Duration::from_secs(60),
+        &vargr_net::job::JobSettings::default(),
     )?;
     let env = mesh.env().clone();
     let threads: Vec<_> = (env.rank..env.rank + env.local)

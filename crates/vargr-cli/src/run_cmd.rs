@@ -3,8 +3,12 @@
 //! Like `mpirun`, but only what vargr needs: N ranks (K per process as threads if asked)
 //! started locally or through ssh on the hosts of a hostfile, each told its rank, the job
 //! size, its site and where the job's rendezvous is. The first rank to fail ends the job,
-//! and the exit status says which.
+//! and the exit status says which: like mpirun, `vargr run` names that rank and exits
+//! with its exit status. A rank that stops answering the rendezvous's heartbeats
+//! (stopped, or hung so hard its heartbeat thread cannot run) ends the job too, within
+//! `--liveness-timeout`, named with its pid and host.
 
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,8 +18,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use vargr_net::auth::Secret;
-use vargr_net::job::JobRendezvous;
+use vargr_net::job::{JobRendezvous, Liveness};
 use vargr_net::launch::{self, ChildSpec, Launcher};
+use vargr_net::runtime_dir::{self, RuntimeDir};
 use vargr_net::{Addr, Listener};
 use vargr_topo::HostFile;
 
@@ -98,6 +103,14 @@ pub struct RunArgs {
     /// Seconds the ranks have to reach the rendezvous.
     #[arg(long, default_value_t = 60)]
     startup_timeout: u64,
+    /// Seconds a rank's process may leave the rendezvous's heartbeat unanswered (it is
+    /// stopped or hung) before the job ends with that rank named; 0 turns the heartbeats
+    /// off (for ranks stopped in a debugger).
+    #[arg(long, default_value_t = 4.0, value_name = "SECS")]
+    liveness_timeout: f64,
+    /// Seconds between the rendezvous's heartbeats to each rank's process.
+    #[arg(long, default_value_t = 1.0, value_name = "SECS")]
+    heartbeat: f64,
     /// The program and its arguments.
     #[arg(last = true, required = true)]
     command: Vec<String>,
@@ -137,7 +150,15 @@ pub fn run(a: RunArgs) -> Result<()> {
         (a, _) => a,
     };
     let timeout = Duration::from_secs(a.startup_timeout);
-    let rv = JobRendezvous::start(listener, addr.clone(), a.ranks, secret.clone(), timeout);
+    let liveness = liveness_of(a.heartbeat, a.liveness_timeout)?;
+    let rv = JobRendezvous::start(
+        listener,
+        addr.clone(),
+        a.ranks,
+        secret.clone(),
+        timeout,
+        liveness,
+    );
 
     // Processes: K consecutive ranks each, placed on the hostfile's slots in order.
     // Absolute, so ranks started elsewhere (another directory, ssh) write where asked.
@@ -163,8 +184,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         (None, _) => None,
         (Some(_), Some(p)) => Some(p.clone()),
         (Some(_), None) => {
-            let dir = crate::top_cmd::status_dir();
-            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let dir = RuntimeDir::open_default()?.subdir("top")?;
             Some(dir.join(format!("run-{}.json", std::process::id())))
         }
     };
@@ -295,9 +315,17 @@ pub fn run(a: RunArgs) -> Result<()> {
             child,
         });
     }
-    let status = supervise(&mut procs, &stop);
+    let status = supervise(&mut procs, &stop, &rv);
     // The rendezvous has served everyone, or the job ended before it could.
     drop(rv);
+    if matches!(launcher, Launcher::Local) {
+        // What a killed rank could not remove; the others removed theirs on exit.
+        if let Ok(dir) = RuntimeDir::open_default() {
+            for p in &procs {
+                runtime_dir::remove_mesh_sockets(&dir, p.child.id());
+            }
+        }
+    }
     if let (Some(f), None) = (&status_file, &a.status) {
         // Ours to clean up: `vargr top` must not show a finished run as live.
         let _ = std::fs::remove_file(f);
@@ -416,13 +444,63 @@ fn assign_sites(placement: &mut [Placement], sites: &[(String, u32)]) -> Result<
     Ok(())
 }
 
-/// Waits for every process; the first failure (or Ctrl-C) stops the rest.
-fn supervise(procs: &mut [Proc], stop: &AtomicBool) -> Result<()> {
-    let mut failure: Option<String> = None;
+/// The heartbeat settings from the command line (`None`: off).
+fn liveness_of(heartbeat: f64, timeout: f64) -> Result<Option<Liveness>> {
+    let secs = |what: &str, v: f64| {
+        Duration::try_from_secs_f64(v)
+            .map_err(|_| anyhow::anyhow!("{what} {v}: expected a number of seconds, 0 or more"))
+    };
+    let timeout = secs("--liveness-timeout", timeout)?;
+    if timeout.is_zero() {
+        return Ok(None);
+    }
+    let heartbeat = secs("--heartbeat", heartbeat)?;
+    if heartbeat.is_zero() || heartbeat >= timeout {
+        bail!(
+            "--heartbeat {:.1} must be above 0 and below --liveness-timeout {:.1}",
+            heartbeat.as_secs_f64(),
+            timeout.as_secs_f64()
+        );
+    }
+    Ok(Some(Liveness { heartbeat, timeout }))
+}
+
+/// The job failed: what to tell the user, and the exit status `vargr run` ends with.
+#[derive(Debug)]
+pub struct JobFailed {
+    pub message: String,
+    pub code: i32,
+}
+
+impl std::fmt::Display for JobFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for JobFailed {}
+
+/// The exit status `vargr run` reports for a rank that ended with `st`: its own exit
+/// code, or 128 plus the signal that killed it. What Open MPI's mpirun does (4.1.4 here:
+/// a rank killed with SIGKILL makes it exit 137, one that exits 3 makes it exit 3) and
+/// what a POSIX shell reports for a killed command, so scripts read all three alike.
+fn exit_code(st: ExitStatus) -> i32 {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => c,
+        (None, Some(sig)) => 128 + sig,
+        (None, None) => 1,
+    }
+}
+
+/// Waits for every process; the first failure (or Ctrl-C, or a process that stopped
+/// answering heartbeats) stops the rest.
+fn supervise(procs: &mut [Proc], stop: &AtomicBool, rv: &JobRendezvous) -> Result<()> {
+    let mut failure: Option<JobFailed> = None;
     let mut done = vec![false; procs.len()];
     let mut kill_at: Option<Instant> = None;
     loop {
         let mut running = 0;
+        let mut failed = Vec::new();
         for (i, p) in procs.iter_mut().enumerate() {
             if done[i] {
                 continue;
@@ -430,24 +508,63 @@ fn supervise(procs: &mut [Proc], stop: &AtomicBool) -> Result<()> {
             match p.child.try_wait() {
                 Ok(Some(st)) => {
                     done[i] = true;
-                    if !st.success() && failure.is_none() {
-                        failure = Some(describe(p, st));
-                        // Give the others a moment to notice and exit on their own.
-                        kill_at = Some(Instant::now() + Duration::from_secs(1));
+                    if !st.success() {
+                        failed.push((i, st));
                     }
                 }
                 Ok(None) => running += 1,
                 Err(e) => {
                     done[i] = true;
-                    failure.get_or_insert(format!("waiting for ranks of {}: {e}", p.host));
+                    failure.get_or_insert(JobFailed {
+                        message: format!("waiting for ranks of {}: {e}", p.host),
+                        code: 1,
+                    });
                 }
+            }
+        }
+        if failure.is_none() {
+            if let Some(s) = rv.silent() {
+                // Stopped or hung: it will not exit on its own, nor will the ranks
+                // waiting for it. Checked before the exits of this sweep: the others
+                // are told to fail once it is found silent, and must not be blamed.
+                failure = Some(JobFailed {
+                    message: format!("{s}; the job was stopped"),
+                    code: 1,
+                });
+                kill_at = Some(Instant::now());
+            }
+        }
+        if failure.is_none() {
+            // Several failures found in one sweep: the others may have failed because
+            // of the first, so blame the process whose connection to the rendezvous
+            // closed first, then one killed by a signal, then the lowest rank (in rank
+            // order alone, rank 0 failing over a lost rank 2 was blamed instead).
+            failed.sort_by_key(|&(i, st)| {
+                let closed = rv.closed_at(procs[i].first);
+                (
+                    closed.is_none(),
+                    closed,
+                    st.signal().is_none(),
+                    procs[i].first,
+                )
+            });
+            if let Some(&(i, st)) = failed.first() {
+                failure = Some(JobFailed {
+                    message: describe(&procs[i], st),
+                    code: exit_code(st),
+                });
+                // Give the others a moment to notice and exit on their own.
+                kill_at = Some(Instant::now() + Duration::from_secs(1));
             }
         }
         if running == 0 {
             break;
         }
         if stop.load(Ordering::SeqCst) && failure.is_none() {
-            failure = Some("interrupted".into());
+            failure = Some(JobFailed {
+                message: "interrupted".into(),
+                code: 1,
+            });
             kill_at = Some(Instant::now());
         }
         if kill_at.is_some_and(|t| Instant::now() >= t) {
@@ -460,7 +577,7 @@ fn supervise(procs: &mut [Proc], stop: &AtomicBool) -> Result<()> {
         std::thread::sleep(Duration::from_millis(10));
     }
     match failure {
-        Some(f) => bail!("{f}"),
+        Some(f) => Err(f.into()),
         None => Ok(()),
     }
 }
@@ -471,5 +588,34 @@ fn describe(p: &Proc, st: ExitStatus) -> String {
     } else {
         format!("ranks {}..{}", p.first, p.first + p.count)
     };
-    format!("{ranks} on {} failed ({st}); the job was stopped", p.host)
+    format!(
+        "{ranks} (pid {} on {}) failed first ({st}); the job was stopped",
+        p.child.id(),
+        p.host
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_status_is_the_rank_s_code_or_128_plus_its_signal() {
+        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGSEGV)), 139);
+    }
+
+    #[test]
+    fn liveness_settings_are_checked() {
+        assert_eq!(liveness_of(1.0, 0.0).unwrap(), None);
+        let l = liveness_of(0.5, 2.0).unwrap().unwrap();
+        assert_eq!(
+            (l.heartbeat, l.timeout),
+            (Duration::from_millis(500), Duration::from_secs(2))
+        );
+        for (hb, to) in [(5.0, 2.0), (0.0, 2.0), (1.0, -1.0), (f64::NAN, 2.0)] {
+            assert!(liveness_of(hb, to).is_err(), "{hb} {to}");
+        }
+    }
 }

@@ -26,15 +26,10 @@ pub struct TopArgs {
     interval: f64,
 }
 
-/// Where runs keep their status files unless told otherwise.
+/// Where runs keep their status files unless told otherwise: `top` in the user's
+/// runtime directory (see [`vargr_net::runtime_dir`]).
 pub fn status_dir() -> PathBuf {
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) => PathBuf::from(d).join("vargr").join("top"),
-        // SAFETY: getuid cannot fail.
-        None => std::env::temp_dir()
-            .join(format!("vargr-{}", unsafe { libc::getuid() }))
-            .join("top"),
-    }
+    vargr_net::runtime_dir::default_path().join("top")
 }
 
 fn newest(dir: &Path) -> Result<PathBuf> {

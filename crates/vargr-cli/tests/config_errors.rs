@@ -16,10 +16,10 @@ use vargr_topo::Topology;
 /// one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// This process's socket directories (`$TMPDIR/vargr-PID-*`).
+/// This process's socket directories (`tree-PID-*` in the user's runtime directory).
 fn my_sockdirs() -> BTreeSet<String> {
-    let prefix = format!("vargr-{}-", std::process::id());
-    std::fs::read_dir(std::env::temp_dir())
+    let prefix = vargr_tbon::sockdir_prefix(std::process::id());
+    std::fs::read_dir(vargr_net::runtime_dir::default_path())
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
@@ -46,7 +46,7 @@ fn failing(spec: &str, backend: BackendSpec, opts: NetworkOptions) -> (String, V
     assert!(left.is_empty(), "{spec}: processes left: {left:#?}");
     let leaked: Vec<String> = my_sockdirs().difference(&before).cloned().collect();
     for d in &leaked {
-        let _ = std::fs::remove_dir_all(std::env::temp_dir().join(d));
+        let _ = std::fs::remove_dir_all(vargr_net::runtime_dir::default_path().join(d));
     }
     (e, leaked)
 }

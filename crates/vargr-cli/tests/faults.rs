@@ -291,8 +291,8 @@ fn no_process_outlives_a_killed_front_end() {
     fe.wait().unwrap();
     let left = wait_all_gone(&procs, Duration::from_secs(5));
     // A SIGKILLed front-end cannot remove its socket directory: do it for it.
-    if let Ok(d) = std::fs::read_dir(std::env::temp_dir()) {
-        let prefix = format!("vargr-{fe_pid}-");
+    if let Ok(d) = std::fs::read_dir(vargr_net::runtime_dir::default_path()) {
+        let prefix = vargr_tbon::sockdir_prefix(fe_pid);
         for e in d.flatten() {
             if e.file_name().to_string_lossy().starts_with(&prefix) {
                 let _ = std::fs::remove_dir_all(e.path());

@@ -66,6 +66,8 @@ fn the_first_failing_rank_stops_the_job_and_is_named() {
         r.stderr.contains("rank 2") && r.stderr.contains("exit status: 3"),
         "{r:?}"
     );
+    // The failing rank's own exit status, as mpirun reports it.
+    assert_eq!(r.status.code(), Some(3), "{r:?}");
 }
 
 #[test]

@@ -168,6 +168,12 @@ pub struct JoinOptions {
     /// Compression on links between sites; `None` reads `VARGR_CODEC` (`off`,
     /// `fixed:CODEC` or `adaptive`, the default).
     pub codec: Option<CodecMode>,
+    /// Heartbeats of the job's rendezvous when this process hosts it (rank 0 under
+    /// mpirun or srun; under `vargr run`, `vargr run --liveness-timeout` decides).
+    pub liveness: vargr_net::job::Liveness,
+    /// The user's private directory for Unix sockets and the rendezvous file (default
+    /// [`vargr_net::runtime_dir::default_path`]).
+    pub runtime_dir: std::path::PathBuf,
 }
 
 impl Default for JoinOptions {
@@ -178,6 +184,8 @@ impl Default for JoinOptions {
             selector: None,
             sched: None,
             codec: None,
+            liveness: vargr_net::job::Liveness::default(),
+            runtime_dir: vargr_net::runtime_dir::default_path(),
         }
     }
 }
@@ -302,7 +310,12 @@ impl Job {
             stages.extend(wan.stages(here, there, peer.rank as u64));
             vargr_net::StageChain::new(stages)
         });
-        let mesh = mesh::join(picker, opts.timeout).map_err(job_error)?;
+        let settings = vargr_net::job::JobSettings {
+            timeout: opts.timeout,
+            liveness: opts.liveness,
+            runtime_dir: opts.runtime_dir.clone(),
+        };
+        let mesh = mesh::join(picker, &settings).map_err(job_error)?;
         let env = mesh.env();
         let hierarchy = hierarchy_of(mesh.table());
         let (first, local) = (env.rank as usize, env.local as usize);

@@ -604,8 +604,15 @@ fn open_plane(
     processes: &[usize],
     scope: &Scope,
 ) -> Result<Vec<AgentConn>, String> {
-    let (listener, addr) =
-        Mesh::bind(mesh.env().single_host()).map_err(|e| format!("monitor plane: {e}"))?;
+    // `_socket` removes a Unix socket's file when the plane is open (or failed): agents
+    // need the name only to connect.
+    let vargr_net::mesh::Bound {
+        listener,
+        addr,
+        socket: _socket,
+        ..
+    } = Mesh::bind(mesh.env().single_host(), mesh.runtime_dir())
+        .map_err(|e| format!("monitor plane: {e}"))?;
     let invite = serde_json::to_vec(&PlaneInvite {
         addr: addr.to_string(),
         scope: scope.clone(),

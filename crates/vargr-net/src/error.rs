@@ -55,6 +55,9 @@ pub enum NetError {
     /// A host name a remote shell would take for an option (`-oProxyCommand=...`).
     #[error("refusing host {host:?}: {reason}")]
     BadHost { host: String, reason: String },
+    /// A runtime directory or file that is not this user's alone.
+    #[error(transparent)]
+    RuntimeDir(#[from] crate::runtime_dir::RuntimeDirError),
 }
 
 impl NetError {

@@ -16,6 +16,7 @@
 //! - [`job`]: wire-up of a parallel job's ranks under `vargr run`, `mpirun` or `srun`.
 //! - [`mesh`]: tagged messages between the ranks of a job (what collectives run on).
 //! - [`launch`]: starting child processes locally or through an ssh-like command template.
+//! - [`runtime_dir`]: the per-user private directory for rendezvous files and sockets.
 //!
 //! Protocol logic (streams, filters, routing) lives in `vargr-tbon`; this crate moves
 //! frames and reports what happened to them.
@@ -30,6 +31,7 @@ mod link;
 pub mod mesh;
 pub mod path;
 mod reactor;
+pub mod runtime_dir;
 pub mod seal;
 mod secure;
 pub mod stage;

@@ -9,6 +9,12 @@
 //! thread accepts and authenticates incoming connections, off the latency path; whichever
 //! rank thread waits in `recv` drives the sockets (no I/O thread on the hot path). Links
 //! carry the configured stages, so a job split into sites runs over an emulated WAN.
+//!
+//! Ranks of one host listen on Unix sockets in the user's private runtime directory
+//! (never the shared temporary directory), removed when the mesh goes. Liveness comes
+//! from the job's rendezvous, not from the mesh's links (whose sockets only a waiting
+//! rank drives): a thread answers its heartbeats, and when the job ends because a
+//! process went silent, [`Mesh::abort`] makes every receive fail with the reason.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +26,8 @@ use vargr_wire::{encode_header, FrameKind, HEADER_LEN};
 
 use crate::auth::{self, Secret};
 use crate::gate::{Gate, GateConfig};
-use crate::job::{JobEnv, PeerInfo};
+use crate::job::{JobEnv, JobSettings, JobWatch, PeerInfo, WatchGuard};
+use crate::runtime_dir::{RemoveOnDrop, RuntimeDir};
 use crate::stage::StageChain;
 use crate::{
     Addr, Link, LinkId, LinkSecurity, Listener, NetError, Reactor, ReactorEvent, SecureConn,
@@ -103,25 +110,46 @@ pub struct Mesh {
     stages: Box<StagePicker>,
     stop: Arc<AtomicBool>,
     timeout: Duration,
+    /// The Unix socket this process listens on, removed with the mesh.
+    _socket: Option<RemoveOnDrop>,
+    runtime_dir: std::path::PathBuf,
+    /// The job's heartbeats (and the rendezvous, if this process hosts it).
+    watch: Mutex<Option<WatchGuard>>,
+}
+
+/// A listener bound before the job's wire-up, with the address to publish.
+pub struct Bound {
+    pub listener: Listener,
+    pub addr: Addr,
+    /// A Unix socket's file, removed when this is dropped.
+    pub socket: Option<RemoveOnDrop>,
+    /// The runtime directory it was given (for the job's later listeners).
+    pub runtime_dir: std::path::PathBuf,
 }
 
 impl Mesh {
-    /// Binds this process's listener (returns it with the address to publish) before
-    /// the job's wire-up; [`Mesh::start`] then takes the table.
-    pub fn bind(local_only: bool) -> Result<(Listener, Addr), NetError> {
-        let addr = if local_only {
+    /// Binds this process's listener before the job's wire-up; [`Mesh::start`] then
+    /// takes the table. `local_only` listens on a Unix socket in the user's runtime
+    /// directory `dir` (opened only then), else on TCP.
+    pub fn bind(local_only: bool, dir: &std::path::Path) -> Result<Bound, NetError> {
+        let (addr, socket) = if local_only {
+            let dir = RuntimeDir::open(dir)?;
             let mut r = [0u8; 6];
             getrandom::getrandom(&mut r).map_err(|e| NetError::Job {
                 reason: format!("no randomness for a socket name: {e}"),
             })?;
             let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
-            Addr::Unix(
-                std::env::temp_dir().join(format!("vargr-mesh-{}-{name}.sock", std::process::id())),
-            )
+            let path = dir.join(format!(
+                "{}{name}.sock",
+                crate::runtime_dir::mesh_socket_prefix(std::process::id())
+            ));
+            (Addr::Unix(path.clone()), Some(path))
         } else {
-            Addr::Tcp("0.0.0.0:0".into())
+            (Addr::Tcp("0.0.0.0:0".into()), None)
         };
+        // bind(2) fails if the name exists: a socket file is always new.
         let l = Listener::bind(&addr)?;
+        let socket = socket.map(RemoveOnDrop::new);
         let advertised = match l.local_addr()? {
             Addr::Tcp(a) => {
                 let port = a
@@ -132,17 +160,28 @@ impl Mesh {
             }
             a => a,
         };
-        Ok((l, advertised))
+        Ok(Bound {
+            listener: l,
+            addr: advertised,
+            socket,
+            runtime_dir: dir.to_path_buf(),
+        })
     }
 
     /// Starts the mesh for this process's ranks, given the job table from wire-up.
     pub fn start(
         env: JobEnv,
         table: Vec<PeerInfo>,
-        listener: Listener,
+        bound: Bound,
         secret: Secret,
         stages: Box<StagePicker>,
     ) -> Result<Arc<Mesh>, NetError> {
+        let Bound {
+            listener,
+            socket,
+            runtime_dir,
+            ..
+        } = bound;
         let local = env.local.max(1) as usize;
         let reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
         let waker = reactor.waker();
@@ -182,7 +221,39 @@ impl Mesh {
             stages,
             stop,
             timeout,
+            _socket: socket,
+            runtime_dir,
+            watch: Mutex::new(None),
         }))
+    }
+
+    /// Answers the job's heartbeats from now on; if the job ends (a process went
+    /// silent), every receive fails with the reason instead of waiting for ever.
+    pub fn watch(self: &Arc<Mesh>, watch: JobWatch) {
+        let me = Arc::downgrade(self);
+        let guard = watch.start(Box::new(move |why| {
+            if let Some(m) = me.upgrade() {
+                m.abort(&why);
+            }
+        }));
+        *self.watch.lock().unwrap_or_else(|p| p.into_inner()) = Some(guard);
+    }
+
+    /// Ends the job for this process: every process counts as lost with `why`, so
+    /// receives waiting now, and any later, fail with it.
+    pub fn abort(&self, why: &str) {
+        let mut g = self.lock();
+        for r in 0..self.env.size {
+            let first = r == 0 || self.table[r as usize - 1].addr != self.table[r as usize].addr;
+            if first {
+                g.lost.entry(r).or_insert_with(|| why.to_string());
+            }
+        }
+        for cv in self.cvs.iter() {
+            cv.notify_all();
+        }
+        // The thread polling the sockets checks too.
+        let _ = self.waker.wake();
     }
 
     pub fn size(&self) -> u32 {
@@ -195,6 +266,12 @@ impl Mesh {
 
     pub fn table(&self) -> &[PeerInfo] {
         &self.table
+    }
+
+    /// The user's runtime directory the job was given, for side listeners (the monitor
+    /// plane) that must keep their sockets there too.
+    pub fn runtime_dir(&self) -> &std::path::Path {
+        &self.runtime_dir
     }
 
     /// The job's shared secret, for side connections (the monitor plane) that must
@@ -637,10 +714,13 @@ fn spawn_acceptor(
 }
 
 /// Joins the job this process was started in (see [`crate::job::join_job`]) and opens its
-/// mesh, with `stages` choosing each outgoing link's stages.
-pub fn join(stages: Box<StagePicker>, timeout: Duration) -> Result<Arc<Mesh>, NetError> {
+/// mesh, with `stages` choosing each outgoing link's stages; the mesh answers the job's
+/// heartbeats.
+pub fn join(stages: Box<StagePicker>, settings: &JobSettings) -> Result<Arc<Mesh>, NetError> {
     let env = JobEnv::from_env()?;
-    let (listener, addr) = Mesh::bind(env.single_host())?;
-    let (table, secret) = crate::job::join_job(&env, &addr, timeout)?;
-    Mesh::start(env, table, listener, secret, stages)
+    let bound = Mesh::bind(env.single_host(), &settings.runtime_dir)?;
+    let joined = crate::job::join_job(&env, &bound.addr, settings)?;
+    let mesh = Mesh::start(env, joined.table, bound, joined.secret, stages)?;
+    mesh.watch(joined.watch);
+    Ok(mesh)
 }

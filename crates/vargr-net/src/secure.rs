@@ -50,6 +50,11 @@ impl SecureConn {
         &self.peer
     }
 
+    /// Renames the peer in later errors.
+    pub fn set_peer(&mut self, peer: String) {
+        self.peer = peer;
+    }
+
     pub fn protection(&self) -> Protection {
         self.sealer.protection()
     }

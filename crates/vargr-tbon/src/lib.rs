@@ -33,8 +33,8 @@ pub mod trace;
 pub use backend::Backend;
 pub use error::{fmt_ranks, Result, TbonError};
 pub use network::{
-    AttachSpec, BackendSpec, Communicator, Network, NetworkOptions, Stream, StreamOptions,
-    FIRST_USER_STREAM,
+    sockdir_prefix, AttachSpec, BackendSpec, Communicator, Network, NetworkOptions, Stream,
+    StreamOptions, FIRST_USER_STREAM,
 };
 pub use spawn::Bootstrap;
 pub use stages::LinkStages;

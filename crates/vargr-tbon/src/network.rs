@@ -93,6 +93,10 @@ pub struct NetworkOptions {
     /// `monitor_period` and keeps this file up to date for `vargr top`.
     pub monitor_status: Option<PathBuf>,
     pub monitor_period: Duration,
+    /// The user's private directory; the network's Unix sockets go in a directory of
+    /// their own inside it, removed at shutdown. Default:
+    /// [`vargr_net::runtime_dir::default_path`].
+    pub runtime_dir: PathBuf,
 }
 
 impl NetworkOptions {
@@ -131,6 +135,7 @@ impl Default for NetworkOptions {
             trace_dir: None,
             monitor_status: None,
             monitor_period: Duration::from_millis(500),
+            runtime_dir: vargr_net::runtime_dir::default_path(),
         }
     }
 }
@@ -315,7 +320,7 @@ impl Network {
         if let Some(d) = &trace_dir {
             trace::check_dir(d)?;
         }
-        let sockdir = make_sockdir()?;
+        let sockdir = make_sockdir(&opts.runtime_dir)?;
         let config = RunConfig {
             backend_program: program,
             backend_args: args,
@@ -609,15 +614,29 @@ fn launch_backends(
     Ok(Some(ChildHandle::Process(u32::MAX, child)))
 }
 
-fn make_sockdir() -> Result<PathBuf> {
+/// The prefix of the socket directories of the network started by process `pid`, in
+/// the runtime directory.
+pub fn sockdir_prefix(pid: u32) -> String {
+    format!("tree-{pid}-")
+}
+
+/// A new private directory for this network's Unix sockets, in the user's runtime
+/// directory (never the shared temporary directory, where another user could plant a
+/// socket or a link in advance).
+fn make_sockdir(runtime_dir: &std::path::Path) -> Result<PathBuf> {
     let mut r = [0u8; 6];
     getrandom::getrandom(&mut r).map_err(|e| TbonError::Startup(e.to_string()))?;
     let name: String = r.iter().map(|b| format!("{b:02x}")).collect();
-    let dir = std::env::temp_dir().join(format!("vargr-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir)
+    let base =
+        vargr_net::runtime_dir::RuntimeDir::open(runtime_dir).map_err(vargr_net::NetError::from)?;
+    let name = format!("{}{name}", sockdir_prefix(std::process::id()));
+    // Must be new: a directory already there is someone else's doing.
+    let dir = base.join(&name);
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
         .map_err(|e| TbonError::Startup(format!("creating {}: {e}", dir.display())))?;
-    use std::os::unix::fs::PermissionsExt;
-    let _ = std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700));
     Ok(dir)
 }
 

@@ -65,10 +65,31 @@ struct ThreadHeader {
 
 /// Replaces `path` with `bytes` through a temporary name and a rename, so readers (a
 /// report, `vargr top`) never see half a file.
+///
+/// The temporary file is created new (`O_EXCL | O_NOFOLLOW`) under a name of this
+/// process and call: a file or link planted beside `path` is never written through
+/// (a fixed `path.tmp` let anyone who could write the directory first redirect it), and
+/// two writers never share one.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)?;
-    std::fs::rename(&tmp, path)
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!(".tmp{}-{n}", std::process::id()));
+    let tmp = PathBuf::from(name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)?;
+    let r = f
+        .write_all(bytes)
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -222,6 +243,24 @@ impl TraceFile {
 
 #[cfg(test)]
 mod tests {
+
+    /// Links planted at the final name and at the temporary name the writer once used
+    /// (`path.tmp`) are replaced or left alone, never written through.
+    #[test]
+    fn write_atomic_never_writes_through_a_planted_link() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("status.json");
+        let victim = d.path().join("victim");
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        std::os::unix::fs::symlink(&victim, path.with_extension("tmp")).unwrap();
+        write_atomic(&path, b"{}").unwrap();
+        assert!(!victim.exists(), "written through a planted link");
+        assert!(std::fs::symlink_metadata(&path).unwrap().is_file());
+        assert_eq!(std::fs::read(&path).unwrap(), b"{}");
+        write_atomic(&path, b"[]").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"[]");
+    }
+
     use super::*;
     use crate::clock::ClockPoint;
     use proptest::prelude::*;

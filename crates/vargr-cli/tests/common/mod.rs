@@ -130,7 +130,23 @@ pub struct CliRun {
 
 /// Runs `vargr ARGS`, killing it (and failing the test) if it runs longer than `guard`.
 pub fn run_cli(args: &[&str], guard: Duration) -> CliRun {
-    let mut child = Command::new(vargr())
+    run_cli_env(args, &[], guard)
+}
+
+/// [`run_cli`] with variables added to (or, with `None`, removed from) its environment.
+pub fn run_cli_env(
+    args: &[&str],
+    env: &[(&str, Option<&std::ffi::OsStr>)],
+    guard: Duration,
+) -> CliRun {
+    let mut cmd = Command::new(vargr());
+    for (k, v) in env {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let mut child = cmd
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
