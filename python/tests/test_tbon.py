@@ -151,6 +151,19 @@ def test_the_package_commnode_runs_internal_nodes(monkeypatch: pytest.MonkeyPatc
         assert s.recv(timeout=30).values == (4 + 6,)
 
 
+@pytest.mark.parametrize("security", ["mac", "encrypt"])
+def test_a_tree_over_tcp_runs_with_each_link_protection(security: str) -> None:
+    with vargr.Network("kary:2@4", backend=ECHO, transport="tcp", link_security=security) as n:
+        s = n.open_stream(up="sum")
+        s.send(TAG_RANK, "%d", 1)
+        assert s.recv(timeout=30).values == (4 + 6,)
+
+
+def test_an_unknown_link_protection_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="rot13"):
+        vargr.Network("flat:1", backend=ECHO, link_security="rot13")
+
+
 def test_threads_launcher_runs_python_back_ends_in_this_process() -> None:
     def backend(be: vargr.Backend) -> None:
         for p in be:

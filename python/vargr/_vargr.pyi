@@ -104,6 +104,7 @@ class Network:
         launcher: str = "local",
         attach_file: PathLike | None = None,
         transport: str | None = None,
+        link_security: str | None = None,
         commnode: str | None = None,
         startup_timeout: float = 30.0,
         heartbeat: float = 0.5,

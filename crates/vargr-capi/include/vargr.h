@@ -470,6 +470,14 @@ int vargr_options_set_commnode(vargr_options *opts, const char *program);
 // `opts` is a live options handle; `transport` is NUL-terminated.
 int vargr_options_set_transport(vargr_options *opts, const char *transport);
 
+// Sets what each node asks of the TCP links to its children after their handshake:
+// `"auto"` (default: MACs on loopback, encryption to other hosts), `"mac"` or
+// `"encrypt"`.
+//
+// # Safety
+// `opts` is a live options handle; `security` is NUL-terminated.
+int vargr_options_set_link_security(vargr_options *opts, const char *security);
+
 // Starts nodes on remote hosts with a shell command template such as
 // `"ssh -o BatchMode=yes {host} {cmd}"` (implies TCP); NULL: local processes.
 //

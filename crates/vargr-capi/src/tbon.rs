@@ -239,6 +239,25 @@ pub unsafe extern "C" fn vargr_options_set_transport(
     })
 }
 
+/// Sets what each node asks of the TCP links to its children after their handshake:
+/// `"auto"` (default: MACs on loopback, encryption to other hosts), `"mac"` or
+/// `"encrypt"`.
+///
+/// # Safety
+/// `opts` is a live options handle; `security` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_options_set_link_security(
+    opts: *mut vargr_options,
+    security: *const c_char,
+) -> c_int {
+    guard("vargr_options_set_link_security", || {
+        // SAFETY: the caller's contract.
+        let (opts, s) = unsafe { (options_mut(opts)?, ptr::string(security, "security")?) };
+        opts.link_security = s.parse().map_err(Error::invalid)?;
+        Ok(())
+    })
+}
+
 /// Starts nodes on remote hosts with a shell command template such as
 /// `"ssh -o BatchMode=yes {host} {cmd}"` (implies TCP); NULL: local processes.
 ///

@@ -69,6 +69,13 @@ pub struct TreeArgs {
     /// Skip running the bare C floor for comparison.
     #[arg(long)]
     no_floor: bool,
+    /// Links between the tree's processes: unix (default) or tcp (over loopback).
+    #[arg(long, default_value = "unix", value_name = "unix|tcp")]
+    transport: String,
+    /// Protection of the links after their handshake: auto (none on Unix sockets, MACs
+    /// on loopback TCP, encryption to other hosts), mac or encrypt.
+    #[arg(long, default_value = "auto", value_name = "auto|mac|encrypt")]
+    link_security: vargr_net::LinkSecurity,
 }
 
 #[derive(Serialize, Debug, Clone)]
@@ -89,6 +96,8 @@ struct Record {
     floor_rtt_median_us: Option<f64>,
     floor_waves_per_s: Option<f64>,
     filter_cost_us: Option<u64>,
+    transport: String,
+    link_security: String,
 }
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
@@ -235,7 +244,11 @@ fn run_one(
 ) -> Result<Record> {
     let topo = Topology::generate(spec)?;
     let n = topo.num_backends();
-    let mut opts = NetworkOptions::default();
+    let mut opts = NetworkOptions {
+        transport: a.transport.clone(),
+        link_security: a.link_security,
+        ..NetworkOptions::default()
+    };
     if load {
         opts.queue_limit = 1 << 20;
         // 256 back-ends sending flat out on 2 cores starve some of them of CPU for
@@ -327,6 +340,8 @@ fn run_one(
         floor_rtt_median_us: floor_rtt,
         floor_waves_per_s: floor_wps,
         filter_cost_us: load.then_some(a.filter_cost_us),
+        transport: a.transport.clone(),
+        link_security: a.link_security.to_string(),
     })
 }
 

@@ -260,3 +260,23 @@ fn a_trickling_peer_does_not_stall_the_daemon() {
         "the trickler was held for {lasted:?}"
     );
 }
+
+/// A tree of real processes over TCP carries its waves under MACs and under encryption.
+#[test]
+fn a_tree_over_tcp_sums_under_each_protection() {
+    use vargr_net::LinkSecurity;
+    use vargr_tbon::{StreamOptions, Value};
+    for security in [LinkSecurity::Mac, LinkSecurity::Encrypt] {
+        let opts = vargr_tbon::NetworkOptions {
+            transport: "tcp".into(),
+            link_security: security,
+            ..common::opts()
+        };
+        let net = common::start("1x2x4", "echo", opts);
+        let s = net
+            .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+            .unwrap();
+        let p = common::round_trip(&s, common::TAG_RANK, "%d", vec![Value::Int(0)]);
+        assert_eq!(common::first_int(&p), 6, "{security}");
+    }
+}

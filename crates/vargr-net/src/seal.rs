@@ -94,6 +94,22 @@ impl LinkSecurity {
     }
 }
 
+impl LinkSecurity {
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkSecurity::Auto => "auto",
+            LinkSecurity::Mac => "mac",
+            LinkSecurity::Encrypt => "encrypt",
+        }
+    }
+}
+
+impl std::fmt::Display for LinkSecurity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for LinkSecurity {
     type Err = String;
     fn from_str(s: &str) -> Result<LinkSecurity, String> {

@@ -368,6 +368,7 @@ impl PyNetwork {
         launcher = "local",
         attach_file = None,
         transport = None,
+        link_security = None,
         commnode = None,
         startup_timeout = 30.0,
         heartbeat = 0.5,
@@ -386,6 +387,7 @@ impl PyNetwork {
         launcher: &str,
         attach_file: Option<std::path::PathBuf>,
         transport: Option<String>,
+        link_security: Option<String>,
         commnode: Option<String>,
         startup_timeout: f64,
         heartbeat: f64,
@@ -411,6 +413,9 @@ impl PyNetwork {
         };
         if let Some(t) = transport {
             opts.transport = t;
+        }
+        if let Some(s) = link_security {
+            opts.link_security = s.parse().map_err(pyo3::exceptions::PyValueError::new_err)?;
         }
         if let Some(q) = queue_limit {
             opts.queue_limit = q;

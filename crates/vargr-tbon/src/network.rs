@@ -97,6 +97,9 @@ pub struct NetworkOptions {
     /// their own inside it, removed at shutdown. Default:
     /// [`vargr_net::runtime_dir::default_path`].
     pub runtime_dir: PathBuf,
+    /// What each node asks of the TCP links to its children: by default MACs on
+    /// loopback, encryption to other hosts, nothing on Unix sockets.
+    pub link_security: vargr_net::LinkSecurity,
 }
 
 impl NetworkOptions {
@@ -136,6 +139,7 @@ impl Default for NetworkOptions {
             monitor_status: None,
             monitor_period: Duration::from_millis(500),
             runtime_dir: vargr_net::runtime_dir::default_path(),
+            link_security: vargr_net::LinkSecurity::Auto,
         }
     }
 }
@@ -341,6 +345,7 @@ impl Network {
             attach: None,
             link_stages: opts.link_stages.clone(),
             trace_dir: trace_dir.as_ref().map(|d| d.display().to_string()),
+            link_security: opts.link_security,
         };
         let mut config = config;
         let mut launched = None;

@@ -48,6 +48,26 @@ pub struct RunConfig {
     /// Every node process writes its trace file (`node-<id>.vtr`) here at shutdown.
     #[serde(default)]
     pub trace_dir: Option<String>,
+    /// What each node asks of the links to its children (the stronger wish of the two
+    /// ends wins).
+    #[serde(default, with = "link_security")]
+    pub link_security: vargr_net::LinkSecurity,
+}
+
+/// [`vargr_net::LinkSecurity`] by its name, as the CLI spells it.
+mod link_security {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &vargr_net::LinkSecurity, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(v.name())
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<vargr_net::LinkSecurity, D::Error> {
+        let name = String::deserialize(d)?;
+        name.parse().map_err(serde::de::Error::custom)
+    }
 }
 
 /// A sub-tree is up: the back-end ranks reachable through it.

@@ -181,6 +181,7 @@ pub fn start_children(
         secret.clone(),
         GateConfig {
             deadline: timeout,
+            security: config.link_security,
             ..GateConfig::default()
         },
         Box::new(move |e| eprintln!("vargr: node {me} refused a connection: {e}")),
