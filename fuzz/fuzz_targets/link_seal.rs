@@ -1,5 +1,5 @@
 //! Arbitrary bytes into the handshake's frame checks and into the opener of sealed frames
-//! in every protection (none, MAC, ChaCha20-Poly1305): errors, never panics or
+//! in every protection (none, MAC, AES-256-GCM): errors, never panics or
 //! allocations beyond the frame limit; frames that parse come back unchanged through a
 //! sealer and an opener.
 #![no_main]

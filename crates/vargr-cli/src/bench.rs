@@ -38,6 +38,9 @@ pub enum BenchCmd {
     Dedup(crate::bench_dedup::BenchDedupArgs),
     /// Cost of reaching vargr from C: one call across the C boundary.
     Ffi(crate::bench_ffi::FfiBenchArgs),
+    /// Cost of protecting a frame after the handshake: seal and open, per frame size,
+    /// under MACs and under encryption.
+    Link(crate::bench_link::LinkBenchArgs),
 }
 
 #[derive(Args, Clone)]
@@ -111,6 +114,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Codec(a) => crate::bench_codec::run(a),
         BenchCmd::Dedup(a) => crate::bench_dedup::run(a),
         BenchCmd::Ffi(a) => crate::bench_ffi::run(a),
+        BenchCmd::Link(a) => crate::bench_link::run(a),
     }
 }
 

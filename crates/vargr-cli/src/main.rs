@@ -6,6 +6,7 @@ mod bench_coll;
 mod bench_dedup;
 mod bench_emu;
 mod bench_ffi;
+mod bench_link;
 mod bench_trace;
 mod bench_wan;
 mod codec_cmd;

@@ -3,72 +3,15 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::vargr;
+use common::{vargr, SyncDaemon as Daemon};
 use vargr_sync::{SendOptions, Transport};
-
-/// A `vargr sync --serve` daemon on a free port whose log lines arrive on a channel.
-struct Daemon {
-    child: Child,
-    port: u16,
-    log: mpsc::Receiver<String>,
-}
-
-impl Daemon {
-    fn start(root: &Path, secret_file: &Path, cache: &Path) -> Daemon {
-        let mut child = Command::new(vargr())
-            .args(["sync", "--serve"])
-            .arg(root)
-            .args(["--listen", "tcp:127.0.0.1:0", "--secret-file"])
-            .arg(secret_file)
-            .arg("--cache-dir")
-            .arg(cache)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let first = lines.next().unwrap().unwrap();
-        let port = first
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no port in {first:?}"));
-        let (tx, log) = mpsc::channel();
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                let _ = tx.send(l);
-            }
-        });
-        Daemon { child, port, log }
-    }
-
-    /// The first log line containing `what`, waiting at most `guard`.
-    fn wait_for(&self, what: &str, guard: Duration) -> Option<String> {
-        let deadline = std::time::Instant::now() + guard;
-        loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match self.log.recv_timeout(left) {
-                Ok(l) if l.contains(what) => return Some(l),
-                Ok(_) => {}
-                Err(_) => return None,
-            }
-        }
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 fn setup() -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();

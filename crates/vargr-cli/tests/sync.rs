@@ -4,12 +4,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{vargr, wait_guarded};
+use common::{vargr, wait_guarded, SyncDaemon as Daemon};
 
 /// Runs `vargr ARGS` with `envs`, with a hang guard; returns (success, stdout, stderr).
 fn vargr_env(args: &[&str], envs: &[(&str, &str)]) -> (bool, String, String) {
@@ -68,46 +67,6 @@ fn assert_same(a: &Path, b: &Path) {
                 pa.display()
             );
         }
-    }
-}
-
-/// A `vargr sync --serve` daemon on a free port; killed on drop.
-struct Daemon(Child, u16);
-
-impl Daemon {
-    fn start(root: &Path, secret_file: &Path, cache: &Path) -> Daemon {
-        Daemon::start_with(root, secret_file, cache, &[])
-    }
-
-    fn start_with(root: &Path, secret_file: &Path, cache: &Path, extra: &[&str]) -> Daemon {
-        let mut child = Command::new(vargr())
-            .args(["sync", "--serve"])
-            .arg(root)
-            .args(["--listen", "tcp:127.0.0.1:0", "--secret-file"])
-            .arg(secret_file)
-            .arg("--cache-dir")
-            .arg(cache)
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let first = lines.next().unwrap().unwrap();
-        let port = first
-            .rsplit(':')
-            .next()
-            .and_then(|p| p.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no port in {first:?}"));
-        // Keep draining its log so it never blocks on a full pipe.
-        std::thread::spawn(move || for _ in lines {});
-        Daemon(child, port)
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }
 
@@ -194,7 +153,7 @@ fn a_tree_syncs_locally_over_ssh_and_to_a_daemon() {
         &d.path().join("secret"),
         &d.path().join("dcache"),
     );
-    let url = |path: &str| format!("vargr://127.0.0.1:{}/{path}", daemon.1);
+    let url = |path: &str| format!("vargr://127.0.0.1:{}/{path}", daemon.port);
     let secret_file = p("secret");
     let (ok, _, err) = vargr_env(
         &[
@@ -464,7 +423,7 @@ fn an_interrupted_sync_resumes_sending_fingerprints_for_what_crossed() {
     };
     let mut emu = Command::new(vargr())
         .args(["emu", "--listen", &format!("127.0.0.1:{emu_port}")])
-        .args(["--connect", &format!("127.0.0.1:{}", daemon.1)])
+        .args(["--connect", &format!("127.0.0.1:{}", daemon.port)])
         .args(["--bandwidth", "40mbit", "--latency", "1ms"])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -506,7 +465,7 @@ fn an_interrupted_sync_resumes_sending_fingerprints_for_what_crossed() {
     // Again, straight to the daemon this time: the sender's cache is per receiver,
     // whatever address reaches it (the daemon's session for the killed sender may take
     // a moment to let go of its cache).
-    let url = format!("vargr://127.0.0.1:{}/copy", daemon.1);
+    let url = format!("vargr://127.0.0.1:{}/copy", daemon.port);
     let args = [
         "sync",
         &p("src"),
@@ -688,7 +647,7 @@ fn a_daemon_strips_special_bits_and_follows_no_link() {
     let (d, _) = setup();
     let p = |s: &str| d.path().join(s).to_str().unwrap().to_string();
     let sync_to = |daemon: &Daemon, path: &str| {
-        let url = format!("vargr://127.0.0.1:{}/{path}", daemon.1);
+        let url = format!("vargr://127.0.0.1:{}/{path}", daemon.port);
         let (ok, _, err) = vargr_env(
             &[
                 "sync",
@@ -761,7 +720,7 @@ fn a_read_only_daemon_refuses_uploads() {
         &d.path().join("dcache"),
         &["--read-only"],
     );
-    let url = format!("vargr://127.0.0.1:{}/copy", daemon.1);
+    let url = format!("vargr://127.0.0.1:{}/copy", daemon.port);
     let (ok, _, err) = vargr_env(
         &[
             "sync",
@@ -785,7 +744,7 @@ fn a_read_only_daemon_refuses_uploads() {
         &d.path().join("bcache"),
         &["--write-only"],
     );
-    let url = format!("vargr://127.0.0.1:{}/copy", drop_box.1);
+    let url = format!("vargr://127.0.0.1:{}/copy", drop_box.port);
     for _ in 0..2 {
         let (ok, out, err) = vargr_env(
             &[
@@ -867,7 +826,7 @@ fn secret_files_are_made_private_and_loose_ones_refused() {
         &d.path().join("key"),
         &d.path().join("dcache"),
     );
-    let url = format!("vargr://127.0.0.1:{}/copy", daemon.1);
+    let url = format!("vargr://127.0.0.1:{}/copy", daemon.port);
     let (ok, _, err) = vargr_env(
         &[
             "sync",

@@ -336,3 +336,76 @@ pub fn environ_var(pid: u32, key: &str) -> Option<String> {
 pub fn count_matching(procs: &[Proc], needle: &str) -> usize {
     procs.iter().filter(|p| p.cmdline.contains(needle)).count()
 }
+
+/// A `vargr sync --serve` daemon on a free port, its log lines on a channel; killed on
+/// drop.
+pub struct SyncDaemon {
+    child: Child,
+    pub port: u16,
+    log: std::sync::mpsc::Receiver<String>,
+}
+
+impl SyncDaemon {
+    pub fn start(
+        root: &std::path::Path,
+        secret_file: &std::path::Path,
+        cache: &std::path::Path,
+    ) -> SyncDaemon {
+        SyncDaemon::start_with(root, secret_file, cache, &[])
+    }
+
+    pub fn start_with(
+        root: &std::path::Path,
+        secret_file: &std::path::Path,
+        cache: &std::path::Path,
+        extra: &[&str],
+    ) -> SyncDaemon {
+        use std::io::BufRead;
+        let mut child = Command::new(vargr())
+            .args(["sync", "--serve"])
+            .arg(root)
+            .args(["--listen", "tcp:127.0.0.1:0", "--secret-file"])
+            .arg(secret_file)
+            .arg("--cache-dir")
+            .arg(cache)
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let port = first
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no port in {first:?}"));
+        // Drained all along, so that the daemon never blocks on a full pipe.
+        let (tx, log) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for l in lines.map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        SyncDaemon { child, port, log }
+    }
+
+    /// The first log line containing `what`, waiting at most `guard`.
+    pub fn wait_for(&self, what: &str, guard: Duration) -> Option<String> {
+        let deadline = Instant::now() + guard;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.log.recv_timeout(left) {
+                Ok(l) if l.contains(what) => return Some(l),
+                Ok(_) => {}
+                Err(_) => return None,
+            }
+        }
+    }
+}
+
+impl Drop for SyncDaemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
