@@ -3,16 +3,19 @@
 //! A handshake run inside the accept loop lets one peer that sends a byte every few
 //! seconds hold the listener, and every peer behind it, for as long as it likes. A
 //! [`Gate`] accepts on a thread of its own and runs each handshake on a thread of its own,
-//! all of it within one deadline; it holds at most `max_pending` connections that have
-//! not proved the secret yet, at most `max_pending_per_host` from one address, and
-//! closes any beyond that at once. Authenticated connections wait in a queue for
-//! [`Gate::accept_timeout`].
+//! all of it within one deadline. It holds at most `max_pending` connections that have
+//! not proved the secret yet: beyond that it stops accepting until one finishes, so the
+//! rest wait in the kernel's backlog (a thousand back-ends starting at once are slowed,
+//! not refused). From one remote address it holds at most `max_pending_per_host` and
+//! closes any beyond that at once, so one host cannot take every slot; peers on this
+//! host (loopback, Unix sockets) count only towards the total. Authenticated
+//! connections wait in a queue for [`Gate::accept_timeout`].
 
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::auth::{self, Secret};
@@ -26,8 +29,8 @@ pub struct GateConfig {
     pub deadline: Duration,
     /// Unauthenticated connections held at once, in total.
     pub max_pending: usize,
-    /// Unauthenticated connections held at once from one IP address (Unix-socket peers
-    /// count only towards the total).
+    /// Unauthenticated connections held at once from one remote IP address (loopback
+    /// and Unix-socket peers count only towards the total).
     pub max_pending_per_host: usize,
     pub security: LinkSecurity,
 }
@@ -65,15 +68,19 @@ struct Pending {
     per_host: HashMap<IpAddr, usize>,
 }
 
+type Shared = Arc<(Mutex<Pending>, Condvar)>;
+
 /// Releases a pending slot when a handshake ends, however it ends.
 struct Slot {
-    pending: Arc<Mutex<Pending>>,
+    pending: Shared,
     host: Option<IpAddr>,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let (lock, freed) = &*self.pending;
+        freed.notify_one();
+        let mut p = lock.lock().unwrap_or_else(|e| e.into_inner());
         p.total -= 1;
         if let Some(h) = self.host {
             if let Some(n) = p.per_host.get_mut(&h) {
@@ -86,9 +93,14 @@ impl Drop for Slot {
     }
 }
 
+/// The remote address a connection counts against, if it comes from another host.
 fn host_of(conn: &Conn) -> Option<IpAddr> {
     match conn {
-        Conn::Tcp(s) => s.peer_addr().ok().map(|a| a.ip()),
+        Conn::Tcp(s) => s
+            .peer_addr()
+            .ok()
+            .map(|a| a.ip())
+            .filter(|ip| !ip.is_loopback()),
         Conn::Unix(_) => None,
     }
 }
@@ -103,14 +115,20 @@ impl Gate {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let report: Arc<Reporter> = Arc::new(report);
-        let pending = Arc::new(Mutex::new(Pending {
-            total: 0,
-            per_host: HashMap::new(),
-        }));
+        let pending = Arc::new((
+            Mutex::new(Pending {
+                total: 0,
+                per_host: HashMap::new(),
+            }),
+            Condvar::new(),
+        ));
         std::thread::Builder::new()
             .name("vargr-gate".into())
             .spawn(move || {
                 while !stopped.load(Ordering::Relaxed) {
+                    if !room(&pending, config.max_pending) {
+                        continue;
+                    }
                     let conn = match listener.accept_timeout(Duration::from_millis(100)) {
                         Ok(c) => c,
                         Err(NetError::Timeout { .. }) => continue,
@@ -125,8 +143,8 @@ impl Gate {
                         report(&NetError::Refused {
                             peer: conn.peer_name(),
                             reason: format!(
-                                "too many connections not yet authenticated (at most {} in all, {} from one host)",
-                                config.max_pending, config.max_pending_per_host
+                                "too many connections not yet authenticated from one host (at most {})",
+                                config.max_pending_per_host
                             ),
                         });
                         continue;
@@ -185,12 +203,22 @@ fn local_name(l: &Listener) -> String {
         .unwrap_or_else(|_| "listener".into())
 }
 
-fn admit(pending: &Arc<Mutex<Pending>>, conn: &Conn, config: &GateConfig) -> Option<Slot> {
-    let host = host_of(conn);
-    let mut p = pending.lock().unwrap_or_else(|e| e.into_inner());
-    if p.total >= config.max_pending {
-        return None;
+/// Waits (a little) for a free slot; false if there is none yet.
+fn room(pending: &Shared, max: usize) -> bool {
+    let (lock, freed) = &**pending;
+    let p = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if p.total < max {
+        return true;
     }
+    let (p, _) = freed
+        .wait_timeout(p, Duration::from_millis(100))
+        .unwrap_or_else(|e| e.into_inner());
+    p.total < max
+}
+
+fn admit(pending: &Shared, conn: &Conn, config: &GateConfig) -> Option<Slot> {
+    let host = host_of(conn);
+    let mut p = pending.0.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(h) = host {
         let n = p.per_host.entry(h).or_insert(0);
         if *n >= config.max_pending_per_host {
@@ -292,30 +320,84 @@ mod tests {
     }
 
     #[test]
-    fn connections_beyond_the_limits_are_closed_at_once() {
+    fn a_full_gate_makes_peers_wait_instead_of_refusing_them() {
         let (g, s, log) = tcp_gate(GateConfig {
-            max_pending: 10,
-            max_pending_per_host: 2,
+            max_pending: 2,
             ..GateConfig::default()
         });
-        // Two silent connections fill this host's share...
-        let _idle: Vec<Conn> = (0..2)
+        // Two silent connections take every slot...
+        let idle: Vec<Conn> = (0..2)
             .map(|_| crate::connect(g.local_addr(), Duration::from_secs(2)).unwrap())
             .collect();
         std::thread::sleep(Duration::from_millis(300));
-        // ...so a third, even one with the secret, is turned away.
-        let third = dial(&g, &s, 1);
-        assert!(third.is_err());
+        // ...so a third, with the secret, waits in the backlog rather than being refused...
+        let addr = g.local_addr().clone();
+        let third = std::thread::spawn(move || {
+            let c = crate::connect(&addr, Duration::from_secs(5))?;
+            auth::connect(
+                c,
+                &s,
+                3,
+                LinkSecurity::Auto,
+                Duration::from_secs(10),
+                "gate",
+            )
+        });
+        assert!(g.accept_timeout(Duration::from_millis(500)).is_err());
+        // ...and is admitted once a slot frees.
+        drop(idle);
+        assert_eq!(g.accept_timeout(Duration::from_secs(5)).unwrap().node, 3);
+        third.join().unwrap().unwrap();
+        assert!(
+            !log.lock().unwrap().iter().any(|m| m.contains("too many")),
+            "{:?}",
+            log.lock().unwrap()
+        );
+    }
+
+    /// This machine's address on its default route, if it has one.
+    fn remote_looking_ip() -> Option<std::net::IpAddr> {
+        let u = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+        u.connect("192.0.2.1:9").ok()?;
+        Some(u.local_addr().ok()?.ip()).filter(|ip| !ip.is_loopback())
+    }
+
+    #[test]
+    fn one_remote_host_cannot_take_every_slot() {
+        let Some(ip) = remote_looking_ip() else {
+            eprintln!("no address besides loopback here: nothing to test");
+            return;
+        };
+        let secret = Secret::random();
+        let l = Listener::bind(&Addr::Tcp(format!("{ip}:0"))).unwrap();
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let seen = log.clone();
+        let g = Gate::open(
+            l,
+            secret.clone(),
+            GateConfig {
+                max_pending_per_host: 2,
+                ..GateConfig::default()
+            },
+            Box::new(move |e| seen.lock().unwrap().push(e.to_string())),
+        );
+        let idle: Vec<Conn> = (0..2)
+            .map(|_| crate::connect(g.local_addr(), Duration::from_secs(2)).unwrap())
+            .collect();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            dial(&g, &secret, 1).is_err(),
+            "a third from the same host got in"
+        );
         std::thread::sleep(Duration::from_millis(100));
         assert!(
             log.lock().unwrap().iter().any(|m| m.contains("too many")),
             "{:?}",
             log.lock().unwrap()
         );
-        // Once they go, the host is welcome again.
-        drop(_idle);
+        drop(idle);
         std::thread::sleep(Duration::from_millis(300));
-        dial(&g, &s, 2).unwrap();
+        dial(&g, &secret, 2).unwrap();
         assert_eq!(g.accept_timeout(Duration::from_secs(2)).unwrap().node, 2);
     }
 }
