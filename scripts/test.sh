@@ -47,6 +47,9 @@ echo "== fuzz target builds"
 # In the workspace's target directory, which holds most of their dependencies already
 # (fuzz/Cargo.toml repeats the workspace's profile overrides so that they match).
 cargo build --quiet --manifest-path fuzz/Cargo.toml --target-dir target
+# Not a workspace member, so the checks above do not see it.
+cargo fmt --manifest-path fuzz/Cargo.toml -- --check
+cargo clippy --quiet --manifest-path fuzz/Cargo.toml --target-dir target --all-targets -- -D warnings
 
 echo "== fuzzing"
 # The stable runner (no nightly, no cargo-fuzz): each target replays fuzz/corpus/NAME/,

@@ -165,7 +165,7 @@ pub fn dedup_layout() -> Seeds {
         let mut input = vec![pick as u8];
         input.extend_from_slice(&cut.layout);
         input.extend_from_slice(&body);
-        out.push((format!("{}", spec.replace(':', "-")), input));
+        out.push((spec.to_string(), input));
     }
     out
 }
