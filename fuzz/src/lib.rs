@@ -22,6 +22,7 @@ pub mod sync_frames;
 pub mod tbon_clock;
 pub mod tbon_monitor;
 pub mod trace_decode;
+pub mod trace_report;
 
 /// One fuzz target: its name (that of its libFuzzer binary and corpus directory), its
 /// body, and the valid inputs its seed corpus starts from.
@@ -106,6 +107,11 @@ pub const TARGETS: &[Target] = &[
         name: "tbon_monitor",
         run: tbon_monitor::run,
         seeds: seeds::tbon_monitor,
+    },
+    Target {
+        name: "trace_report",
+        run: trace_report::run,
+        seeds: seeds::trace_report,
     },
     Target {
         name: "trace_decode",

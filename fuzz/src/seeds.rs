@@ -439,6 +439,20 @@ pub fn sync_frames() -> Seeds {
     ]
 }
 
+/// Two files of a real job (`vargr run -n 4 --ranks-per-process 2 --trace DIR --
+/// vargr coll-check`, kept in `seeds/`), and the small sample, without checksums.
+pub fn trace_report() -> Seeds {
+    let job: [&[u8]; 2] = [
+        include_bytes!("../seeds/coll-check-0.vtr"),
+        include_bytes!("../seeds/coll-check-2.vtr"),
+    ];
+    let job: Vec<u8> = job.iter().flat_map(|f| unsealed(f.to_vec())).collect();
+    vec![
+        ("coll-check-job".into(), job),
+        ("sample".into(), unsealed(sample_trace().encode())),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -462,6 +476,14 @@ mod tests {
                 b
             };
             vargr_trace::scope::Reply::decode(&b, &n).unwrap();
+        }
+        // The job's files in seeds/ are of the current format (else write them again
+        // with the command on `trace_report`).
+        for (n, b) in trace_report() {
+            for p in crate::trace_report::pieces(&b) {
+                let p = crate::trace_decode::with_checksum(p);
+                vargr_trace::TraceFile::decode(&p, Path::new(&n)).unwrap();
+            }
         }
         let (_, answers) = &tbon_monitor()[0];
         assert_eq!(
