@@ -7,6 +7,7 @@
 //! wrappers in `fuzz_targets/`, and the stable runner `fuzz-run` that CI uses, which
 //! replays the seed corpus in `corpus/NAME/` and mutates it for a bounded time.
 
+pub mod abort;
 pub mod codec_decode;
 pub mod codec_report;
 pub mod codec_trace;

@@ -3,7 +3,9 @@
 //! For each target it replays every file of `corpus/NAME/` (every crash found before
 //! is kept there, so this is the regression run), then mutates the corpus for a
 //! bounded number of inputs or seconds. A panic is caught, the input is written to
-//! `artifacts/NAME/crash-HASH`, and the run fails naming the target and the file.
+//! `artifacts/NAME/crash-HASH`, and the run fails naming the target and the file; an
+//! abort (a failed allocation, a stack overflow) saves the input the same way before
+//! the signal ends the process.
 //!
 //! ```text
 //! fuzz-run [--target NAME] [--seconds N] [--runs N] [--seed S] [--max-len N]
@@ -137,6 +139,7 @@ enum Failure {
 type LastPanic = Arc<Mutex<Option<String>>>;
 
 fn run_one(t: &Target, data: &[u8], last: &LastPanic) -> Result<(), Failure> {
+    vargr_fuzz::abort::set_input(data);
     let start = Instant::now();
     let r = panic::catch_unwind(panic::AssertUnwindSafe(|| (t.run)(data)));
     let took = start.elapsed();
@@ -182,6 +185,11 @@ fn fuzz(t: &Target, o: &Options, last: &LastPanic) -> bool {
             t.name,
             dir.display()
         );
+        return false;
+    }
+    let artifacts = fuzz_dir().join("artifacts").join(t.name);
+    if let Err(e) = vargr_fuzz::abort::set_dir(&artifacts) {
+        eprintln!("FAIL {}: creating {}: {e}", t.name, artifacts.display());
         return false;
     }
     for (path, data) in &corpus {
@@ -274,6 +282,7 @@ fn main() -> ExitCode {
             }
         };
     }
+    vargr_fuzz::abort::install();
     let last: LastPanic = Arc::default();
     let hook_last = last.clone();
     panic::set_hook(Box::new(move |info| {
