@@ -120,3 +120,22 @@ pub const TARGETS: &[Target] = &[
         seeds: seeds::trace_decode,
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    /// A libFuzzer target that the runner does not know would never run in CI.
+    #[test]
+    fn the_runner_knows_every_libfuzzer_target() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz_targets");
+        let mut files: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "rs"))
+            .map(|p| p.file_stem().unwrap().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let mut known: Vec<String> = super::TARGETS.iter().map(|t| t.name.into()).collect();
+        known.sort();
+        assert_eq!(files, known);
+    }
+}
