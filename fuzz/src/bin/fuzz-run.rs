@@ -78,10 +78,17 @@ fn parse() -> Options {
             "--target" => o.target = Some(value("a target name")),
             "--seconds" => {
                 let s = value("a number of seconds");
-                o.seconds = s.parse().unwrap_or_else(|e| {
-                    eprintln!("fuzz-run: --seconds {s:?}: {e}");
-                    usage()
-                })
+                o.seconds = match s.parse::<f64>() {
+                    Ok(n) if n.is_finite() && n >= 0.0 => n,
+                    Ok(_) => {
+                        eprintln!("fuzz-run: --seconds {s:?}: not a number of seconds");
+                        usage()
+                    }
+                    Err(e) => {
+                        eprintln!("fuzz-run: --seconds {s:?}: {e}");
+                        usage()
+                    }
+                }
             }
             "--runs" => o.runs = Some(number(value("a number of inputs"), "--runs")),
             "--seed" => o.seed = number(value("a seed"), "--seed"),
