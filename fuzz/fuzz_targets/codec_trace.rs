@@ -1,9 +1,5 @@
-//! Codec sample traces come from crashed runs and other machines: reading arbitrary
-//! bytes must return an error, never panic or allocate without bound.
+//! libFuzzer entry for `cargo fuzz run codec_trace`; the checks live in `vargr_fuzz::codec_trace`,
+//! which the stable runner (`fuzz-run`) drives too.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let _ = vargr_codec::guided::decode_trace(data, "fuzz");
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vargr_fuzz::codec_trace::run(data));

@@ -1,42 +1,5 @@
-//! Arbitrary bytes into both sides of the two-level fingerprint protocol: after a
-//! valid hello at the receiver, and as replies at the sender. Nothing may panic, and
-//! the receiver never delivers more than one largest segment per byte it was sent (a
-//! fingerprint or a delta stands for a whole segment).
+//! libFuzzer entry for `cargo fuzz run dedup_protocol`; the checks live in `vargr_fuzz::dedup_protocol`,
+//! which the stable runner (`fuzz-run`) drives too.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use vargr_dedup::cache::MemCache;
-use vargr_dedup::{Config, FpBits, Receiver, Sender};
-
-fuzz_target!(|data: &[u8]| {
-    // 12-bit fingerprints, so fuzzed fingerprints hit cached segments.
-    let config = Config {
-        bits: FpBits::new(12).unwrap(),
-        group: 4,
-        max_segment: 1 << 12,
-        max_pending: 1 << 20,
-        ..Config::default()
-    };
-    let cache = || MemCache::new(config.bits, 1 << 20);
-    let mut tx = Sender::new(config, cache()).unwrap();
-    // Two cached segments long enough to be delta bases.
-    let seed: Vec<u8> = (0..600u32).map(|i| (i * 31 % 253) as u8).collect();
-    tx.send_message(0, b"l", &[b"seed segment", &seed]).unwrap();
-    tx.flush();
-    let mut hello = Vec::new();
-    tx.take_output(&mut hello);
-    let mut rx = Receiver::new(config, cache()).unwrap();
-    rx.handle_input(&hello).unwrap();
-    // Split anywhere: pieces must not matter.
-    let cut = data.first().map_or(0, |&b| usize::from(b)).min(data.len());
-    if rx.handle_input(&data[..cut]).is_ok() {
-        let _ = rx.handle_input(&data[cut..]);
-    }
-    let mut delivered = 0;
-    while let Some(d) = rx.poll_delivered() {
-        delivered += d.len();
-    }
-    assert!(delivered <= (hello.len() + data.len()) * config.max_segment);
-    let _ = rx.finish();
-    let _ = tx.handle_input(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vargr_fuzz::dedup_protocol::run(data));

@@ -1,12 +1,5 @@
-//! Arbitrary bytes into the handshake's frame checks and into the opener of sealed frames
-//! in every protection (none, MAC, AES-256-GCM): errors, never panics or
-//! allocations beyond the frame limit; frames that parse come back unchanged through a
-//! sealer and an opener.
+//! libFuzzer entry for `cargo fuzz run link_seal`; the checks live in `vargr_fuzz::link_seal`,
+//! which the stable runner (`fuzz-run`) drives too.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    vargr_net::auth::fuzzing::handshake(data);
-    vargr_net::seal::fuzzing::open_all(data);
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vargr_fuzz::link_seal::run(data));

@@ -1,9 +1,5 @@
-//! Monitor replies arrive from every agent of a job over the monitor plane: decoding
-//! arbitrary bytes must return an error, never panic or allocate without bound.
+//! libFuzzer entry for `cargo fuzz run monitor_reply`; the checks live in `vargr_fuzz::monitor_reply`,
+//! which the stable runner (`fuzz-run`) drives too.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let _ = vargr_trace::scope::Reply::decode(data, "fuzz");
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vargr_fuzz::monitor_reply::run(data));

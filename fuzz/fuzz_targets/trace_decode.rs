@@ -1,9 +1,5 @@
-//! Trace files arrive from other processes (monitor pulls over the mesh) and from disk:
-//! decoding arbitrary bytes must return an error, never panic or allocate without bound.
+//! libFuzzer entry for `cargo fuzz run trace_decode`; the checks live in `vargr_fuzz::trace_decode`,
+//! which the stable runner (`fuzz-run`) drives too.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-
-fuzz_target!(|data: &[u8]| {
-    let _ = vargr_trace::TraceFile::decode(data, std::path::Path::new("fuzz"));
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| vargr_fuzz::trace_decode::run(data));

@@ -192,6 +192,40 @@ fn bad_trace_directories_are_named_in_the_error() {
     );
 }
 
+/// A trace file changed after it was written (one byte of a record here) still parses;
+/// its checksum makes report and export refuse it, naming it, instead of reporting
+/// wrong times.
+#[test]
+fn a_damaged_trace_file_is_named_by_report_and_export() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let d = dir.to_str().unwrap();
+    traced_job(dir, &["coll-check"]);
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "vtr"))
+        .collect();
+    files.sort();
+    let victim = &files[1];
+    let mut bytes = std::fs::read(victim).unwrap();
+    // A byte of the last record, before the 32-byte checksum.
+    let at = bytes.len() - 32 - 20;
+    bytes[at] ^= 0x04;
+    std::fs::write(victim, &bytes).unwrap();
+    for cmd in ["report", "export"] {
+        let r = run_cli(&["trace", cmd, d], Duration::from_secs(30));
+        assert!(!r.status.success(), "vargr trace {cmd}: {r:?}");
+        assert!(
+            r.stderr.contains(&format!(
+                "{}: damaged trace file (its BLAKE3 checksum does not match its contents)",
+                victim.display()
+            )),
+            "vargr trace {cmd}: {r:?}"
+        );
+    }
+}
+
 #[test]
 fn clocks_of_processes_are_aligned_with_a_reported_error() {
     let tmp = tempfile::tempdir().unwrap();

@@ -1,10 +1,16 @@
 //! Trace files: what one process's collectors recorded, with what is needed to read it
 //! on another machine (collector names, thread labels, clock calibration).
 //!
-//! Layout: the magic `VARGRTR1`, a little-endian `u32` header length, a JSON header, then
-//! each thread's records (32 bytes each) in header order. Files come from crashed or
-//! foreign processes, so reading is bounded and every inconsistency is an error naming
-//! the file and what is wrong, never a panic or a huge allocation.
+//! Layout (version 2): the magic `VARGRTR2`, a little-endian `u32` header length, a JSON
+//! header, each thread's records (32 bytes each) in header order, then the 32-byte
+//! BLAKE3 hash of everything before it. Files come from crashed or foreign processes,
+//! so reading is bounded and every inconsistency is an error naming the file and what
+//! is wrong, never a panic or a huge allocation.
+//!
+//! The checksum is there because the structure alone cannot tell a damaged file: a
+//! flipped bit in a record's timestamps or in a header number still parses, and the
+//! report built on it would be quietly wrong. Version 1 files (`VARGRTR1`, the same
+//! layout without the checksum) are still read, unchecked, since nothing else changed.
 
 use std::path::{Path, PathBuf};
 
@@ -13,7 +19,11 @@ use serde::{Deserialize, Serialize};
 use crate::clock::{Alignment, Calibration};
 use crate::record::Record;
 
-const MAGIC: &[u8; 8] = b"VARGRTR1";
+const MAGIC: &[u8; 8] = b"VARGRTR2";
+/// Version 1: no checksum.
+const MAGIC_V1: &[u8; 8] = b"VARGRTR1";
+/// The BLAKE3 hash at the end of a version 2 file.
+const CHECKSUM_LEN: usize = 32;
 /// Largest header accepted.
 const MAX_HEADER: usize = 16 << 20;
 
@@ -101,6 +111,10 @@ pub enum FileError {
     },
     #[error("{path}: not a vargr trace file ({what})")]
     Format { path: PathBuf, what: String },
+    /// The file's checksum does not match its bytes: changed or cut after it was
+    /// written (a disk error, a partial copy, an edit).
+    #[error("{path}: damaged trace file ({what})")]
+    Damaged { path: PathBuf, what: String },
 }
 
 impl TraceFile {
@@ -126,7 +140,7 @@ impl TraceFile {
         };
         let h = serde_json::to_vec(&header).expect("a trace header always serializes");
         let n: usize = self.threads.iter().map(|t| t.records.len()).sum();
-        let mut out = Vec::with_capacity(12 + h.len() + n * Record::LEN);
+        let mut out = Vec::with_capacity(12 + h.len() + n * Record::LEN + CHECKSUM_LEN);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(&(h.len() as u32).to_le_bytes());
         out.extend_from_slice(&h);
@@ -135,6 +149,8 @@ impl TraceFile {
                 r.encode(&mut out);
             }
         }
+        let sum = blake3::hash(&out);
+        out.extend_from_slice(sum.as_bytes());
         out
     }
 
@@ -144,9 +160,26 @@ impl TraceFile {
             path: path.to_path_buf(),
             what,
         };
-        if bytes.len() < 12 || &bytes[..8] != MAGIC {
-            return Err(bad("missing the VARGRTR1 magic".into()));
-        }
+        let bytes = match bytes.get(..8) {
+            Some(m) if m == MAGIC => {
+                let Some(end) = bytes.len().checked_sub(CHECKSUM_LEN).filter(|&e| e >= 12) else {
+                    return Err(FileError::Damaged {
+                        path: path.to_path_buf(),
+                        what: format!("cut short: {} bytes", bytes.len()),
+                    });
+                };
+                let (body, sum) = bytes.split_at(end);
+                if blake3::hash(body).as_bytes() != sum {
+                    return Err(FileError::Damaged {
+                        path: path.to_path_buf(),
+                        what: "its BLAKE3 checksum does not match its contents".into(),
+                    });
+                }
+                body
+            }
+            Some(m) if m == MAGIC_V1 && bytes.len() >= 12 => bytes,
+            _ => return Err(bad("missing the VARGRTR2 (or VARGRTR1) magic".into())),
+        };
         let hlen = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) as usize;
         if hlen > MAX_HEADER || 12 + hlen > bytes.len() {
             return Err(bad(format!(
@@ -306,29 +339,103 @@ mod tests {
         assert_eq!(sample().clock.to_ns(500), 350);
     }
 
+    /// `bytes` (a version 2 file without its checksum) with a valid checksum, so that
+    /// the checks behind it are reached.
+    fn sealed(mut bytes: Vec<u8>) -> Vec<u8> {
+        let sum = blake3::hash(&bytes);
+        bytes.extend_from_slice(sum.as_bytes());
+        bytes
+    }
+
     #[test]
     fn damaged_files_are_refused_with_the_reason() {
         let p = Path::new("t.vtr");
         let good = sample().encode();
-        let e = TraceFile::decode(&good[..good.len() - 1], p).unwrap_err();
+        let body = &good[..good.len() - CHECKSUM_LEN];
+        let e = TraceFile::decode(&sealed(body[..body.len() - 1].to_vec()), p).unwrap_err();
         assert!(
             e.to_string().contains("t.vtr") && e.to_string().contains("records"),
             "{e}"
         );
         let e = TraceFile::decode(b"NOTATRACE...", p).unwrap_err();
         assert!(e.to_string().contains("magic"), "{e}");
-        let mut big = good.clone();
+        let mut big = body.to_vec();
         big[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(TraceFile::decode(&big, p).is_err());
+        let e = TraceFile::decode(&sealed(big), p).unwrap_err();
+        assert!(e.to_string().contains("header of 4294967295 bytes"), "{e}");
+    }
+
+    /// Any changed byte, and any cut, is caught by the checksum: a record's timestamps
+    /// or a header number would otherwise still parse and give a wrong report.
+    #[test]
+    fn a_changed_or_cut_file_is_damaged() {
+        let good = sample().encode();
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0x10;
+            match TraceFile::decode(&bad, Path::new("t.vtr")) {
+                Err(FileError::Damaged { path, what }) => {
+                    assert_eq!(path, Path::new("t.vtr"));
+                    assert!(what.contains("checksum"), "{what}");
+                }
+                // The magic's version digit turns into another file kind: refused too.
+                Err(FileError::Format { .. }) if i < 8 => {}
+                other => panic!("byte {i} flipped: {other:?}"),
+            }
+        }
+        for n in [0, 11, 12, 43, good.len() - 1] {
+            assert!(
+                TraceFile::decode(&good[..n], Path::new("t.vtr")).is_err(),
+                "cut to {n} bytes"
+            );
+        }
+    }
+
+    #[test]
+    fn a_flipped_byte_on_disk_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.vtr");
+        sample().write(&p).unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        // A record's end time: structurally still a valid file.
+        let at = bytes.len() - CHECKSUM_LEN - Record::LEN + 8;
+        bytes[at] ^= 1;
+        std::fs::write(&p, &bytes).unwrap();
+        let e = TraceFile::read_dir(dir.path()).unwrap_err();
+        assert!(matches!(e, FileError::Damaged { .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: damaged trace file (its BLAKE3 checksum does not match its contents)",
+                p.display()
+            )
+        );
+    }
+
+    /// Version 1 files (no checksum) written before it was added still read.
+    #[test]
+    fn version_1_files_still_read() {
+        let good = sample().encode();
+        let mut v1 = good[..good.len() - CHECKSUM_LEN].to_vec();
+        v1[..8].copy_from_slice(MAGIC_V1);
+        assert_eq!(
+            TraceFile::decode(&v1, Path::new("old.vtr")).unwrap(),
+            sample()
+        );
     }
 
     proptest! {
         #[test]
         fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..300)) {
             let _ = TraceFile::decode(&b, Path::new("x"));
-            let mut with_magic = MAGIC.to_vec();
-            with_magic.extend_from_slice(&b);
-            let _ = TraceFile::decode(&with_magic, Path::new("x"));
+            // Behind both magics; the version 2 one with a valid checksum, so the
+            // structural checks see the garbage.
+            let mut v1 = MAGIC_V1.to_vec();
+            v1.extend_from_slice(&b);
+            let _ = TraceFile::decode(&v1, Path::new("x"));
+            let mut v2 = MAGIC.to_vec();
+            v2.extend_from_slice(&b);
+            let _ = TraceFile::decode(&sealed(v2), Path::new("x"));
         }
     }
 }
