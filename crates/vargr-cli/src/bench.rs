@@ -101,6 +101,11 @@ struct Record {
     filter_cost_us: Option<u64>,
     transport: String,
     link_security: String,
+    /// The tree's processes after the timed waves, before shutdown.
+    #[serde(flatten)]
+    memory: crate::bench_procs::Memory,
+    /// From the shutdown request until every process of the tree has exited.
+    shutdown_s: f64,
 }
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
@@ -202,7 +207,7 @@ fn tree(a: TreeArgs) -> Result<()> {
     };
     let mut records = Vec::new();
     println!(
-        "{:<14} {:>4} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>11}",
+        "{:<14} {:>4} {:>9} {:>9} {:>9} {:>9} {:>10} {:>11} {:>11} {:>10} {:>9}",
         "topology",
         "BEs",
         "start s",
@@ -211,13 +216,15 @@ fn tree(a: TreeArgs) -> Result<()> {
         "rtt p99",
         "waves/s",
         "floor med",
-        "floor w/s"
+        "floor w/s",
+        "BE PSS KiB",
+        "stop s"
     );
     for spec in &specs {
         let rec = run_one(&exe, spec, &a, load, floor.as_deref())
             .with_context(|| format!("benchmark of {spec}"))?;
         println!(
-            "{:<14} {:>4} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>11} {:>11}",
+            "{:<14} {:>4} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>11} {:>11} {:>10.0} {:>9.3}",
             rec.topology,
             rec.backends,
             rec.startup_s,
@@ -231,6 +238,8 @@ fn tree(a: TreeArgs) -> Result<()> {
             rec.floor_waves_per_s
                 .map(|v| format!("{v:.0}"))
                 .unwrap_or_else(|| "-".into()),
+            rec.memory.backend_pss_kib_mean,
+            rec.shutdown_s,
         );
         records.push(rec);
     }
@@ -317,7 +326,17 @@ fn run_one(
         }
         waves as f64 / t.elapsed().as_secs_f64()
     };
+    let (memory, pids) = crate::bench_procs::sample();
+    let t = Instant::now();
     net.shutdown()?;
+    let left = crate::bench_procs::survivors(&pids, std::time::Duration::from_secs(10));
+    let shutdown_s = t.elapsed().as_secs_f64();
+    if !left.is_empty() {
+        bail!(
+            "{} processes of the tree outlived its shutdown by 10 s: {left:?}",
+            left.len()
+        );
+    }
     let (floor_rtt, floor_wps) = match floor {
         Some(f) => run_floor(f, &topo, iters, a.window, waves),
         None => (None, None),
@@ -346,6 +365,8 @@ fn run_one(
         filter_cost_us: load.then_some(a.filter_cost_us),
         transport: a.transport.clone(),
         link_security: a.link_security.to_string(),
+        memory,
+        shutdown_s,
     })
 }
 

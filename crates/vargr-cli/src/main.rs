@@ -7,6 +7,7 @@ mod bench_dedup;
 mod bench_emu;
 mod bench_ffi;
 mod bench_link;
+mod bench_procs;
 mod bench_trace;
 mod bench_wan;
 mod codec_cmd;
