@@ -11,14 +11,31 @@
 //! back-end's trace file is written here, the moment its router closes, while its
 //! ShutdownDone still waits in the link queue: the front-end's shutdown returns only
 //! once every file is written.
+//!
+//! Fault recovery's I/O is here too (the protocol is in the router, see
+//! [`crate::recovery`]): an internal node takes orphans from its gate between polls,
+//! and an orphan asks its ancestors for adoption on a thread of its own, so that it
+//! keeps serving its children (and their heartbeats) while it waits.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use vargr_net::{Reactor, ReactorEvent};
+use vargr_net::auth::Secret;
+use vargr_net::{Reactor, ReactorEvent, SecureConn};
+use vargr_wire::{Frame, FrameKind};
 
+use crate::proto::{self, AdoptMsg, AdoptedMsg};
+use crate::recovery::{self, ADOPT_TIMEOUT};
 use crate::router::{Out, Outbox, Router};
+use crate::spawn::Adopter;
 use crate::trace::{LinkPeers, TraceDump, TracedOut};
+use crate::TbonError;
+
+/// What an orphan needs to rejoin the tree.
+pub struct Rejoin {
+    pub secret: Secret,
+    pub max_frame: usize,
+}
 
 pub struct State {
     pub router: Router,
@@ -37,12 +54,21 @@ pub struct State {
     peers: LinkPeers,
     /// Written once, when the router closes (back-ends).
     pub dump_on_close: Option<TraceDump>,
+    /// Internal nodes with recovery on: where orphans knock.
+    pub adopter: Option<Adopter>,
+    /// Non-root nodes with recovery on: how to ask for adoption.
+    pub rejoin: Option<Rejoin>,
+    /// The link to a new parent, for the next poll to install (only the poller holds
+    /// the reactor, and a user thread in `recv` may hold it back to back).
+    new_parent: Option<(vargr_net::Link, AdoptedMsg)>,
 }
 
 pub struct Engine {
     state: Mutex<State>,
     cv: Condvar,
     waker: Arc<vargr_net::Waker>,
+    /// For the rejoin thread, which must not keep the engine alive.
+    me: Weak<Engine>,
 }
 
 impl Engine {
@@ -55,7 +81,8 @@ impl Engine {
                 .into_iter()
                 .chain(router.children.iter().map(|c| (c.link, c.node))),
         );
-        Arc::new(Engine {
+        Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
             state: Mutex::new(State {
                 router,
                 reactor: Some(reactor),
@@ -66,6 +93,9 @@ impl Engine {
                 waiters: 0,
                 peers,
                 dump_on_close: None,
+                adopter: None,
+                rejoin: None,
+                new_parent: None,
             }),
             cv: Condvar::new(),
             waker,
@@ -223,6 +253,11 @@ impl Engine {
             }
             st.next_tick = now + st.router.heartbeat / 2;
         }
+        accept_orphans(st, &mut reactor, now);
+        if let Some((link, reply)) = st.new_parent.take() {
+            install_parent(st, &mut reactor, link, reply);
+        }
+        self.start_rejoin(st);
         // Before the flush below, so the ShutdownDone queued on close leaves only once
         // the file is written.
         if st.router.deliveries.closed.is_some() {
@@ -240,6 +275,67 @@ impl Engine {
             self.cv.notify_all();
         }
         g
+    }
+
+    /// Starts asking the ancestors for adoption if this node is a new orphan.
+    fn start_rejoin(&self, st: &mut State) {
+        let (Some(rejoin), Some(msg)) = (st.rejoin.as_ref(), st.router.adopt_request()) else {
+            return;
+        };
+        let Some(o) = st.router.orphan.as_mut() else {
+            return;
+        };
+        if o.rejoining {
+            return;
+        }
+        o.rejoining = true;
+        // The first ancestor is the parent that died.
+        let ancestors = st.router.ancestors.get(1..).unwrap_or_default().to_vec();
+        let (secret, max_frame) = (rejoin.secret.clone(), rejoin.max_frame);
+        let weak = self.me.clone();
+        let node = st.router.node;
+        let spawned = std::thread::Builder::new()
+            .name("vargr-rejoin".into())
+            .spawn(move || {
+                let r = recovery::rejoin(&secret, &ancestors, &msg, ADOPT_TIMEOUT);
+                if let Some(e) = weak.upgrade() {
+                    e.finish_rejoin(r, max_frame);
+                }
+            });
+        if let Err(e) = spawned {
+            st.router.orphan = None;
+            st.router.deliveries.closed = Some(TbonError::Net(format!(
+                "node {node}: starting the rejoin thread: {e}"
+            )));
+        }
+    }
+
+    /// Installs the new parent, or stops the orphan nobody adopted.
+    fn finish_rejoin(
+        &self,
+        r: Result<(SecureConn, AdoptedMsg, proto::Ancestor), TbonError>,
+        max_frame: usize,
+    ) {
+        let installed = r.and_then(|(conn, reply, who)| {
+            let link = conn
+                .into_link(
+                    format!("node {} on {} (adopter)", who.node, who.host),
+                    max_frame,
+                )
+                .map_err(|e| TbonError::Net(format!("adopted by node {}: {e}", who.node)))?;
+            self.lock().new_parent = Some((link, reply));
+            let _ = self.waker.wake();
+            Ok(())
+        });
+        if let Err(e) = installed {
+            let mut g = self.lock();
+            vargr_log(g.router.node, &e);
+            g.router.orphan = None;
+            g.router.deliveries.closed.get_or_insert(e);
+            drop(g);
+            self.cv.notify_all();
+            let _ = self.waker.wake();
+        }
     }
 
     /// Total bytes waiting to be written on the given link (backpressure checks).
@@ -270,4 +366,130 @@ impl Engine {
             })
             .expect("spawning the keeper thread");
     }
+}
+
+fn vargr_log(node: u32, e: &TbonError) {
+    crate::log::vlog!(node, "{e}");
+}
+
+/// Registers the link to the node that adopted this orphan.
+fn install_parent(st: &mut State, reactor: &mut Reactor, link: vargr_net::Link, reply: AdoptedMsg) {
+    match reactor.add(link) {
+        Ok(id) => {
+            st.peers.set(id, reply.parent);
+            let mut out = TracedOut {
+                inner: reactor,
+                peers: &st.peers,
+            };
+            st.router.adopted(id, reply, &mut out);
+        }
+        Err(e) => {
+            st.router.orphan = None;
+            st.router
+                .deliveries
+                .closed
+                .get_or_insert(TbonError::Net(format!(
+                    "registering the link to adopter node {}: {e}",
+                    reply.parent
+                )));
+        }
+    }
+}
+
+/// Takes the orphans waiting at this node's gate: reads each one's request, checks it
+/// is who it proved to be, and adopts it (or says why not).
+fn accept_orphans(st: &mut State, reactor: &mut Reactor, now: Instant) {
+    let Some(ad) = st.adopter.as_ref() else {
+        return;
+    };
+    let max_frame = ad.max_frame;
+    let mut knocking = Vec::new();
+    while let Ok(a) = ad.gate.accept_timeout(Duration::ZERO) {
+        knocking.push(a);
+    }
+    for a in knocking {
+        let proven = a.node;
+        let mut conn = a.conn;
+        conn.set_timeout(Some(ADOPT_TIMEOUT));
+        let request = conn
+            .read_frame(64 << 20)
+            .map_err(TbonError::from)
+            .and_then(|f| match f.kind {
+                FrameKind::Adopt => proto::from_json::<AdoptMsg>("Adopt", &f.payload),
+                k => Err(TbonError::Net(format!(
+                    "expected an adoption request, got {}",
+                    k.name()
+                ))),
+            });
+        let msg = match request {
+            Ok(m) if m.node == proven => m,
+            Ok(m) => {
+                refuse(
+                    &mut conn,
+                    &format!("node {proven} asked to adopt node {}", m.node),
+                );
+                continue;
+            }
+            Err(e) => {
+                eprintln!("vargr: node {}: orphan node {proven}: {e}", st.router.node);
+                continue;
+            }
+        };
+        let reply = match st.router.adoption_answer() {
+            Ok(r) => r,
+            Err(why) => {
+                refuse(&mut conn, &why);
+                continue;
+            }
+        };
+        // A child still claiming the orphan's back-ends is on its dead path.
+        for l in st.router.children_claiming(&msg.backends) {
+            reactor.remove(l);
+            let reason = format!(
+                "node {} (orphaned by node {}) could not reach the tree through it",
+                msg.node, msg.lost_parent
+            );
+            let mut out = TracedOut {
+                inner: reactor,
+                peers: &st.peers,
+            };
+            st.router.on_closed(l, reason, now, &mut out);
+        }
+        let f = Frame::new(FrameKind::Adopted, 0, 0, proto::to_json(&reply));
+        if let Err(e) = conn.write_frame(&f) {
+            eprintln!(
+                "vargr: node {}: answering orphan node {proven}: {e}",
+                st.router.node
+            );
+            continue;
+        }
+        let link = match conn.into_link(
+            format!("node {} on {} (adopted)", msg.node, msg.host),
+            max_frame,
+        ) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("vargr: node {}: orphan node {proven}: {e}", st.router.node);
+                continue;
+            }
+        };
+        match reactor.add(link) {
+            Ok(id) => {
+                st.peers.set(id, msg.node);
+                let mut out = TracedOut {
+                    inner: reactor,
+                    peers: &st.peers,
+                };
+                st.router.adopt(id, msg, now, &mut out);
+            }
+            Err(e) => eprintln!(
+                "vargr: node {}: registering orphan node {proven}: {e}",
+                st.router.node
+            ),
+        }
+    }
+}
+
+fn refuse(conn: &mut SecureConn, why: &str) {
+    let _ = conn.write_frame(&Frame::new(FrameKind::Refused, 0, 0, why.to_string()));
 }
