@@ -45,3 +45,6 @@ pub use trace::{TraceDump, TraceDumpError};
 pub use vargr_filter::SyncMode;
 pub use vargr_trace::Alignment;
 pub use vargr_wire::{Packet, Value};
+
+#[cfg(test)]
+mod recovery_sim;
