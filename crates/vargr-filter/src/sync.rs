@@ -160,6 +160,14 @@ impl SyncFilter {
         c
     }
 
+    /// Releases the waves complete (or timed out) by now: after
+    /// [`join_child`](Self::join_child), whose holes may complete waves nobody else will.
+    pub fn take_ready(&mut self, now: Instant) -> Vec<Vec<Packet>> {
+        let mut out = self.expire(now);
+        out.extend(self.release_complete());
+        out
+    }
+
     /// `child` has nothing for its next wave (its own sub-tree missed it); returns the
     /// waves now complete.
     pub fn push_hole(&mut self, child: usize, now: Instant) -> Vec<Vec<Packet>> {

@@ -321,3 +321,16 @@ fn holes_stand_in_for_missed_waves() {
     assert_eq!(s.released(), 2);
     assert_eq!(s.queued(), 0);
 }
+
+/// Every other child is gone: the holes of a child joining are all the waiting waves
+/// lacked, and they leave without waiting for another packet.
+#[test]
+fn a_joining_childs_holes_release_waves_at_once() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 1);
+    assert!(s.remove_child(0, t).is_empty());
+    let c = s.join_child(0, 2, t);
+    assert_eq!(ids(s.take_ready(t)), vec![vec![], vec![]]);
+    assert_eq!(s.released(), 2);
+    assert_eq!(ids(s.push(c, p(c as u32, 3), t)), vec![vec![(c as u32, 3)]]);
+}

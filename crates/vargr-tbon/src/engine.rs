@@ -288,9 +288,21 @@ impl Engine {
         if o.rejoining {
             return;
         }
+        if msg.backends.is_empty() {
+            // Its children left too (it was stopped, say, and they were adopted): there is
+            // nothing to save, and claiming their back-ends would take them back.
+            let why = format!("{} (and no child is left to save)", o.reason);
+            st.router.orphan = None;
+            st.router
+                .deliveries
+                .closed
+                .get_or_insert(TbonError::ParentLost(why));
+            return;
+        }
         o.rejoining = true;
-        // The first ancestor is the parent that died.
-        let ancestors = st.router.ancestors.get(1..).unwrap_or_default().to_vec();
+        // The lost parent first: a refused connection costs nothing, and a parent that
+        // only dropped us (a stopped process, a partition) takes us back.
+        let ancestors = st.router.ancestors.clone();
         let (secret, max_frame) = (rejoin.secret.clone(), rejoin.max_frame);
         let weak = self.me.clone();
         let node = st.router.node;

@@ -158,6 +158,8 @@ pub enum FaultMsg {
     },
     /// Waves `first..end` of `stream` (numbered by the node the report is at, renumbered
     /// on each hop up) went without `backends`, whose path up died with node `lost`.
+    /// `end` is [`crate::router::OPEN`] when the node that lost them reports it: they
+    /// have not come back yet (the front-end joins it with the adopter's report).
     WavesLost {
         stream: u32,
         first: u64,

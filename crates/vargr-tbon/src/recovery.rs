@@ -9,11 +9,19 @@
 //! When a node's parent link dies (closed, or silent past the heartbeat time-out) and
 //! the policy is [`Recovery::Ancestor`], the node becomes an *orphan* instead of
 //! stopping: it keeps serving its own children and, on a thread of its own, asks its
-//! ancestors, nearest first, to adopt it ([`rejoin`]): handshake, then an
+//! ancestors, nearest first (the lost parent included: a refused connection costs
+//! nothing, and a parent that only dropped it takes it back), to adopt it ([`rejoin`]): handshake, then an
 //! [`AdoptMsg`] "I am node N, orphaned by node M", with its back-ends and how far it
 //! got on each stream. The first ancestor that answers [`AdoptedMsg`] is its new parent.
-//! An orphan with nowhere to go (or a commnode with no live child left) stops as
-//! before, reporting [`TbonError::NotAdopted`].
+//! An orphan with nowhere to go stops as before, reporting [`TbonError::NotAdopted`]; a
+//! commnode with no live child left stops at once (its children were adopted elsewhere,
+//! and claiming their back-ends would take them back).
+//!
+//! A node that loses a child reports, per stream, the first wave that goes without the
+//! child's back-ends (an open-ended `WavesLost`); the front-end keeps it until an
+//! adopter reports where the loss ends, and then tells the user the whole range. So a
+//! loss that began at a node that died too (a parent and child killed together) is
+//! still reported from its first wave.
 //!
 //! The adopter ([`crate::router::Router::adopt`]) first treats any live child that
 //! still claims the orphan's back-ends as lost (the orphan could not reach it), then

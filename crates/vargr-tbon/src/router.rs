@@ -240,7 +240,13 @@ pub struct Router {
     pub listen: Option<Ancestor>,
     /// Set while the parent is dead and an adoption is being sought.
     pub orphan: Option<Orphan>,
+    /// Front-end: per (stream, back-end), the first wave (and the node that died) of a
+    /// loss not yet closed by an adoption.
+    open_losses: FxHashMap<(u32, u32), (u64, u32)>,
 }
+
+/// The `end` of a [`FaultMsg::WavesLost`] whose back-ends have not come back yet.
+pub const OPEN: u64 = u64::MAX;
 
 impl Router {
     pub fn new(
@@ -271,6 +277,7 @@ impl Router {
             ancestors: Vec::new(),
             listen: None,
             orphan: None,
+            open_losses: FxHashMap::default(),
         }
     }
 
@@ -552,7 +559,9 @@ impl Router {
                             .copied()
                             .unwrap_or(0);
                         *first = first.saturating_add_signed(shift);
-                        *end = end.saturating_add_signed(shift);
+                        if *end != OPEN {
+                            *end = end.saturating_add_signed(shift);
+                        }
                     }
                     self.report(fault, out);
                 }
@@ -899,24 +908,62 @@ impl Router {
             FaultMsg::WavesLost {
                 stream,
                 first,
+                end: OPEN,
+                backends,
+                lost,
+            } => {
+                // Reported when they come back, or never (then `NodeLost` says it all).
+                for b in backends {
+                    let e = self.open_losses.entry((stream, b)).or_insert((first, lost));
+                    if first < e.0 {
+                        *e = (first, lost);
+                    }
+                }
+                return;
+            }
+            FaultMsg::WavesLost {
+                stream,
+                first,
                 end,
                 backends,
                 lost,
             } => {
-                self.deliveries.events.push(TreeEvent::WavesLost {
-                    stream,
-                    first,
-                    end,
-                    backends: backends.clone(),
-                    lost,
-                });
-                TbonError::WavesLost {
-                    stream,
-                    first,
-                    end,
-                    backends,
-                    lost,
+                // A back-end whose loss began above its adopter (two nodes died
+                // together) went missing from the earlier wave the dead node reported.
+                let mut by_first: Vec<(u64, Vec<u32>)> = Vec::new();
+                for b in backends {
+                    let f = match self.open_losses.remove(&(stream, b)) {
+                        Some((f0, _)) => f0.min(first),
+                        None => first,
+                    };
+                    match by_first.iter_mut().find(|(x, _)| *x == f) {
+                        Some((_, v)) => v.push(b),
+                        None => by_first.push((f, vec![b])),
+                    }
                 }
+                for (first, backends) in by_first {
+                    self.deliveries.events.push(TreeEvent::WavesLost {
+                        stream,
+                        first,
+                        end,
+                        backends: backends.clone(),
+                        lost,
+                    });
+                    let err = TbonError::WavesLost {
+                        stream,
+                        first,
+                        end,
+                        backends,
+                        lost,
+                    };
+                    self.deliveries
+                        .streams
+                        .entry(stream)
+                        .or_default()
+                        .push_back(Err(err.clone()));
+                    self.deliveries.faults.push(err);
+                }
+                return;
             }
         };
         for (id, st) in &self.streams {
@@ -924,9 +971,7 @@ impl Router {
                 TbonError::NodeLost { backends, .. } => backends
                     .iter()
                     .any(|b| st.open.members.binary_search(b).is_ok()),
-                TbonError::Filter { stream, .. } | TbonError::WavesLost { stream, .. } => {
-                    stream == id
-                }
+                TbonError::Filter { stream, .. } => stream == id,
                 _ => false,
             };
             if affected {
@@ -971,6 +1016,7 @@ impl Router {
             self.report(fault, out);
         }
         let ids: Vec<u32> = self.streams.keys().copied().collect();
+        let mut open = Vec::new();
         for id in ids {
             let waves = {
                 let st = self.streams.get_mut(&id).expect("id taken from the map");
@@ -979,11 +1025,31 @@ impl Router {
                         // Its queued packets ride along; the waves after them go without it.
                         let from = st.sync.released() + st.sync.queued_from(slot) as u64;
                         self.children[ci].lost_from.insert(id, from);
+                        let members: Vec<u32> = self.children[ci]
+                            .backends
+                            .iter()
+                            .copied()
+                            .filter(|b| st.open.members.binary_search(b).is_ok())
+                            .collect();
+                        if st.aligned() && !members.is_empty() && !self.shutting_down {
+                            // Open-ended: whoever adopts them (maybe not us: we may die
+                            // first) closes it; the front-end joins the two.
+                            open.push(FaultMsg::WavesLost {
+                                stream: id,
+                                first: from,
+                                end: OPEN,
+                                backends: members,
+                                lost: self.children[ci].node,
+                            });
+                        }
                         st.sync.remove_child(slot, now)
                     }
                     None => Vec::new(),
                 }
             };
+            for f in open.drain(..) {
+                self.report(f, out);
+            }
             self.run_waves(id, waves, out);
         }
     }
@@ -1255,6 +1321,7 @@ impl Router {
         let mut ids: Vec<u32> = self.streams.keys().copied().collect();
         ids.sort_unstable();
         let mut lost = Vec::new();
+        let mut ready = Vec::new();
         for id in ids {
             let st = self.streams.get_mut(&id).expect("id taken from the map");
             let members: Vec<u32> = backends
@@ -1283,6 +1350,8 @@ impl Router {
             };
             st.child_slots.push((ci, slot));
             st.shifts.insert(ci, here as i64 - heard as i64);
+            // Its holes may be all a wave was waiting for (every other child is gone).
+            ready.push((id, st.sync.take_ready(now)));
             let first = lost_from.get(&id).copied().unwrap_or(0);
             if st.aligned() && here > first {
                 lost.push(FaultMsg::WavesLost {
@@ -1311,6 +1380,9 @@ impl Router {
         );
         for f in lost {
             self.report(f, out);
+        }
+        for (id, waves) in ready {
+            self.run_waves(id, waves, out);
         }
     }
 }
