@@ -789,3 +789,71 @@ fn soak_random_commnode_kills_under_load() {
     let left = wait_all_gone(&procs, Duration::from_secs(5));
     assert!(left.is_empty(), "processes left: {left:#?}");
 }
+
+/// SIGSTOP a commnode: its parent and its back-ends each declare it dead when its
+/// heartbeats stop, the back-ends are adopted by the front-end (after their handshake
+/// with the stopped node times out), and waves sum over all four again. Resumed, the
+/// stale commnode finds its links gone and no child to save, and exits without
+/// claiming its old back-ends back.
+#[test]
+fn stopped_commnode_is_replaced_and_exits_when_resumed() {
+    let net = start("1x2x4", "echo", opts());
+    let procs = tree_processes(&net);
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    let p = round_trip(&s, TAG_RANK, "%d", vec![Value::Int(0)]);
+    assert_eq!(first_int(&p), 6);
+    let victim = procs
+        .iter()
+        .find(|p| p.cmdline.ends_with("vargr commnode") && node_of(p.pid) == Some(1))
+        .unwrap_or_else(|| panic!("no commnode for node 1 among {procs:#?}"))
+        .clone();
+    let orphans: Vec<u32> = [0, 1]
+        .iter()
+        .map(|&r| net.topology().backend(r).unwrap().id)
+        .collect();
+    // SAFETY: kill(2) on a pid read from /proc a moment ago.
+    let rc = unsafe { libc::kill(victim.pid as libc::pid_t, libc::SIGSTOP) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let events = wait_events(&net, Duration::from_secs(20), |ev| {
+        orphans.iter().all(|o| {
+            ev.iter()
+                .any(|e| matches!(e, TreeEvent::Reparented { node, .. } if node == o))
+        })
+    });
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, TreeEvent::NodeLost { node: 1, .. })),
+        "{events:#?}"
+    );
+    let (p, _) = wave_after_reports(&s, TAG_RANK, 0);
+    assert_eq!(first_int(&p), 6, "all four ranks while node 1 is stopped");
+
+    // SAFETY: as above; the process is stopped, not gone.
+    let rc = unsafe { libc::kill(victim.pid as libc::pid_t, libc::SIGCONT) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let left = wait_all_gone(std::slice::from_ref(&victim), Duration::from_secs(10));
+    assert!(left.is_empty(), "the resumed stale commnode kept running");
+    for v in [1, 2] {
+        let (p, reports) = wave_after_reports(&s, TAG_RANK, v);
+        assert_eq!(
+            first_int(&p),
+            4 * v as i64 + 6,
+            "after the resume: {reports:?}"
+        );
+    }
+    let later = net.events();
+    assert_eq!(
+        later
+            .iter()
+            .filter(|e| matches!(e, TreeEvent::Reparented { .. }))
+            .count(),
+        2,
+        "nobody moved again: {later:#?}"
+    );
+    net.shutdown().unwrap();
+    let left = wait_all_gone(&procs, Duration::from_secs(5));
+    assert!(left.is_empty(), "processes left: {left:#?}");
+}

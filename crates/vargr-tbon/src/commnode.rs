@@ -147,6 +147,24 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         Some(std::time::Instant::now() + Duration::from_millis(5)),
         |_| None::<()>,
     );
+    // With recovery, a child lost here may live on under another parent (this node was
+    // stopped, say, and its children were adopted): let it be, do not kill it.
+    let handles = match config.recovery {
+        crate::Recovery::Off => handles,
+        crate::Recovery::Ancestor => {
+            let lost: Vec<u32> = engine.with_router(|r, _| {
+                r.children
+                    .iter()
+                    .filter(|c| !c.alive && !c.shutdown_done)
+                    .map(|c| c.node)
+                    .collect()
+            });
+            handles
+                .into_iter()
+                .filter(|h| !lost.contains(&h.node()))
+                .collect()
+        }
+    };
     finish_children(handles);
     Ok(())
 }

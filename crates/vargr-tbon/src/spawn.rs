@@ -72,6 +72,13 @@ pub enum ChildHandle {
 }
 
 impl ChildHandle {
+    /// The node this child runs.
+    pub fn node(&self) -> u32 {
+        match self {
+            ChildHandle::Process(n, _) | ChildHandle::Thread(n, _) => *n,
+        }
+    }
+
     /// Waits up to `grace` for the child to exit, then kills it.
     pub fn finish(self, grace: Duration) {
         match self {
