@@ -13,9 +13,10 @@
 //! once every file is written.
 //!
 //! Fault recovery's I/O is here too (the protocol is in the router, see
-//! [`crate::recovery`]): an internal node takes orphans from its gate between polls,
-//! and an orphan asks its ancestors for adoption on a thread of its own, so that it
-//! keeps serving its children (and their heartbeats) while it waits.
+//! [`crate::recovery`]): an internal node takes orphans from its gate, reads each
+//! request on a thread and adopts it at the next poll; an orphan asks its ancestors on
+//! a thread of its own. Neither side blocks the poller, so both keep serving their
+//! other links (and heartbeats) meanwhile.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -61,6 +62,8 @@ pub struct State {
     /// The link to a new parent, for the next poll to install (only the poller holds
     /// the reactor, and a user thread in `recv` may hold it back to back).
     new_parent: Option<(vargr_net::Link, AdoptedMsg)>,
+    /// Orphans' requests, read by their threads, waiting for the next poll.
+    asked: Arc<Mutex<Vec<(SecureConn, AdoptMsg)>>>,
 }
 
 pub struct Engine {
@@ -96,6 +99,7 @@ impl Engine {
                 adopter: None,
                 rejoin: None,
                 new_parent: None,
+                asked: Arc::default(),
             }),
             cv: Condvar::new(),
             waker,
@@ -253,7 +257,7 @@ impl Engine {
             }
             st.next_tick = now + st.router.heartbeat / 2;
         }
-        accept_orphans(st, &mut reactor, now);
+        accept_orphans(st, &mut reactor, now, &self.waker);
         if let Some((link, reply)) = st.new_parent.take() {
             install_parent(st, &mut reactor, link, reply);
         }
@@ -410,43 +414,38 @@ fn install_parent(st: &mut State, reactor: &mut Reactor, link: vargr_net::Link, 
 
 /// Takes the orphans waiting at this node's gate: reads each one's request, checks it
 /// is who it proved to be, and adopts it (or says why not).
-fn accept_orphans(st: &mut State, reactor: &mut Reactor, now: Instant) {
+fn accept_orphans(
+    st: &mut State,
+    reactor: &mut Reactor,
+    now: Instant,
+    waker: &Arc<vargr_net::Waker>,
+) {
     let Some(ad) = st.adopter.as_ref() else {
         return;
     };
     let max_frame = ad.max_frame;
-    let mut knocking = Vec::new();
+    // Each request is read on a thread of its own, so an orphan slow to ask (stopped
+    // right after its handshake, say) holds up nothing here.
     while let Ok(a) = ad.gate.accept_timeout(Duration::ZERO) {
-        knocking.push(a);
-    }
-    for a in knocking {
-        let proven = a.node;
-        let mut conn = a.conn;
-        conn.set_timeout(Some(ADOPT_TIMEOUT));
-        let request = conn
-            .read_frame(64 << 20)
-            .map_err(TbonError::from)
-            .and_then(|f| match f.kind {
-                FrameKind::Adopt => proto::from_json::<AdoptMsg>("Adopt", &f.payload),
-                k => Err(TbonError::Net(format!(
-                    "expected an adoption request, got {}",
-                    k.name()
-                ))),
+        let (asked, waker, me) = (st.asked.clone(), waker.clone(), st.router.node);
+        let spawned = std::thread::Builder::new()
+            .name("vargr-orphan".into())
+            .spawn(move || {
+                if let Some(r) = read_request(a, me) {
+                    asked.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+                    let _ = waker.wake();
+                }
             });
-        let msg = match request {
-            Ok(m) if m.node == proven => m,
-            Ok(m) => {
-                refuse(
-                    &mut conn,
-                    &format!("node {proven} asked to adopt node {}", m.node),
-                );
-                continue;
-            }
-            Err(e) => {
-                eprintln!("vargr: node {}: orphan node {proven}: {e}", st.router.node);
-                continue;
-            }
-        };
+        if let Err(e) = spawned {
+            eprintln!(
+                "vargr: node {}: reading an orphan's request: {e}",
+                st.router.node
+            );
+        }
+    }
+    let asked = std::mem::take(&mut *st.asked.lock().unwrap_or_else(|p| p.into_inner()));
+    for (mut conn, msg) in asked {
+        let proven = msg.node;
         let reply = match st.router.adoption_answer() {
             Ok(r) => r,
             Err(why) => {
@@ -498,6 +497,38 @@ fn accept_orphans(st: &mut State, reactor: &mut Reactor, now: Instant) {
                 "vargr: node {}: registering orphan node {proven}: {e}",
                 st.router.node
             ),
+        }
+    }
+}
+
+/// Reads what an admitted orphan asks; `None` (said on stderr) if it is not a request
+/// from the node it proved to be.
+fn read_request(a: vargr_net::gate::Admitted, me: u32) -> Option<(SecureConn, AdoptMsg)> {
+    let proven = a.node;
+    let mut conn = a.conn;
+    conn.set_timeout(Some(ADOPT_TIMEOUT));
+    let request = conn
+        .read_frame(64 << 20)
+        .map_err(TbonError::from)
+        .and_then(|f| match f.kind {
+            FrameKind::Adopt => proto::from_json::<AdoptMsg>("Adopt", &f.payload),
+            k => Err(TbonError::Net(format!(
+                "expected an adoption request, got {}",
+                k.name()
+            ))),
+        });
+    match request {
+        Ok(m) if m.node == proven => Some((conn, m)),
+        Ok(m) => {
+            refuse(
+                &mut conn,
+                &format!("node {proven} asked to adopt node {}", m.node),
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("vargr: node {me}: orphan node {proven}: {e}");
+            None
         }
     }
 }
