@@ -454,7 +454,14 @@ fn accept_orphans(
             }
         };
         // A child still claiming the orphan's back-ends is on its dead path.
-        for l in st.router.children_claiming(&msg.backends) {
+        let claiming = match st.router.children_claiming(&msg.backends) {
+            Ok(c) => c,
+            Err(why) => {
+                refuse(&mut conn, &why);
+                continue;
+            }
+        };
+        for l in claiming {
             reactor.remove(l);
             let reason = format!(
                 "node {} (orphaned by node {}) could not reach the tree through it",

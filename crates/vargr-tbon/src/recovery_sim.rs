@@ -104,7 +104,7 @@ impl Sim {
         self.wire(0, root_link, n, own_link);
         let now = self.now;
         // As the engine does: a child still claiming the orphan's back-ends is dead to us.
-        for l in self.nodes[0].children_claiming(&msg.backends) {
+        for l in self.nodes[0].children_claiming(&msg.backends).unwrap() {
             self.run(0, |r, out| r.on_closed(l, "unreachable".into(), now, out));
         }
         self.run(0, |r, out| r.adopt(LinkId(root_link), msg, now, out));
@@ -266,5 +266,158 @@ fn orphans_adopted_mid_stream_line_up_and_every_loss_is_reported() {
             moved(4, 1),
             gone(1),
         ]
+    ); // Node 1 back from the dead, still claiming both: refused, not handed them back.
+    let stale = sim.nodes[0].children_claiming(&[0, 1]);
+    assert!(stale.is_err(), "{stale:?}");
+}
+
+/// Builds a tree from `(node, parent, rank)` rows (node ids 0..n in order, 0 the root):
+/// a node's link to its parent is `LinkId(0)`; its children's links follow (from 0 at
+/// the root, from 1 elsewhere) in row order. Opens the stream over every rank.
+fn build(rows: &[(u32, u32, Option<u32>)]) -> Sim {
+    let reg = Arc::new(vargr_filter::Registry::with_builtins());
+    let mut nodes: Vec<Router> = rows
+        .iter()
+        .map(|&(id, _, rank)| {
+            let mut r = Router::new(id, format!("h{id}"), rank, reg.clone());
+            r.recovery = Recovery::Ancestor;
+            r
+        })
+        .collect();
+    nodes[0].listen = Some(ancestor(0));
+    let below = |n: u32| -> Vec<u32> {
+        let mut v: Vec<u32> = rows
+            .iter()
+            .filter(|&&(id, _, r)| {
+                let mut a = id;
+                while a != 0 && a != n {
+                    a = rows[a as usize].1;
+                }
+                a == n && r.is_some()
+            })
+            .map(|&(_, _, r)| r.unwrap())
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let mut sim = Sim {
+        nodes: Vec::new(),
+        wires: FxHashMap::default(),
+        queue: VecDeque::new(),
+        now: Instant::now(),
+    };
+    for &(id, parent, _) in &rows[1..] {
+        let p = parent as usize;
+        let link = nodes[p].children.len() + usize::from(p != 0);
+        nodes[p].children.push(ChildInfo::new(
+            LinkId(link),
+            id,
+            format!("h{id}"),
+            below(id),
+        ));
+        sim.wire(parent, link, id, 0);
+        let r = &mut nodes[id as usize];
+        r.parent = Some(LinkId(0));
+        r.parent_node = parent;
+        let mut a = parent;
+        loop {
+            r.ancestors.push(ancestor(a));
+            if a == 0 {
+                break;
+            }
+            a = rows[a as usize].1;
+        }
+    }
+    sim.nodes = nodes;
+    let open = StreamOpenMsg {
+        id: STREAM,
+        members: below(0),
+        up: "sum".into(),
+        sync: "all".into(),
+        down: None,
+        latest: false,
+    };
+    sim.run(0, |r, out| r.open_stream(open, out)).unwrap();
+    sim.pump();
+    sim
+}
+
+/// Commnode 2 dies with a wave half reduced in it; its parent, commnode 1, reports the
+/// loss from that wave on and dies too before adopting anyone. The front-end adopts
+/// every orphan and still reports the loss of ranks 0 and 1 from wave 1, where it
+/// began, not from wave 2, where the front-end itself first missed them.
+#[test]
+fn a_loss_seen_by_a_node_that_died_too_is_reported_from_its_first_wave() {
+    // 0 -> {1, 5 (rank 2)}; 1 -> {2, 6 (rank 3)}; 2 -> {3 (rank 0), 4 (rank 1)}.
+    let mut sim = build(&[
+        (0, 0, None),
+        (1, 0, None),
+        (2, 1, None),
+        (3, 2, Some(0)),
+        (4, 2, Some(1)),
+        (5, 0, Some(2)),
+        (6, 1, Some(3)),
+    ]);
+    let now = sim.now;
+    let backends = [3, 4, 5, 6];
+    sim.multicast(1);
+    for n in backends {
+        sim.answer(n, 1);
+    }
+    // Wave 1: rank 0 answers into node 2, which dies; node 1 goes on with rank 3.
+    sim.multicast(2);
+    sim.answer(3, 1);
+    sim.kill(2);
+    sim.run(1, |r, out| {
+        r.on_closed(LinkId(1), "killed".into(), now, out)
+    });
+    sim.pump();
+    sim.answer(6, 1);
+    sim.answer(5, 1);
+    // Node 1 dies; wave 2 reaches rank 2 alone.
+    sim.kill(1);
+    sim.run(0, |r, out| {
+        r.on_closed(LinkId(0), "killed".into(), now, out)
+    });
+    for n in [3, 4, 6] {
+        sim.run(n, |r, out| {
+            r.on_closed(LinkId(0), "killed".into(), now, out)
+        });
+    }
+    sim.multicast(3);
+    sim.answer(5, 1);
+    sim.adopt_by_root(3, 2, 1);
+    sim.adopt_by_root(4, 3, 1);
+    sim.adopt_by_root(6, 4, 1);
+    // Rank 1's answer to wave 1 comes late, and is dropped; wave 3 has everyone.
+    sim.answer(4, 1);
+    sim.multicast(4);
+    for n in backends {
+        sim.answer(n, 1);
+    }
+    let oks: Vec<(i64, i64)> = sim.results().into_iter().filter_map(Result::ok).collect();
+    assert_eq!(
+        oks,
+        vec![(4, 0b1111), (2 * 2, 0b1100), (3, 0b100), (4 * 4, 0b1111)]
+    );
+    let lost: Vec<(u64, u64, Vec<u32>)> = sim.nodes[0]
+        .deliveries
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            TreeEvent::WavesLost {
+                first,
+                end,
+                backends,
+                ..
+            } => Some((*first, *end, backends.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        lost,
+        vec![(1, 3, vec![0]), (1, 3, vec![1]), (2, 3, vec![3])],
+        "{:#?}",
+        sim.nodes[0].deliveries.events
     );
 }

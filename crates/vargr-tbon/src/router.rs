@@ -1283,13 +1283,27 @@ impl Router {
     }
 
     /// Live children that still claim some of `backends`: an orphan holding them could
-    /// not reach us through them, so their path is dead even if their link is not.
-    pub fn children_claiming(&self, backends: &[u32]) -> Vec<LinkId> {
-        self.children
-            .iter()
-            .filter(|c| c.alive && c.backends.iter().any(|b| backends.contains(b)))
-            .map(|c| c.link)
-            .collect()
+    /// not reach us through them, so their path is dead even if their link is not. A
+    /// child that holds only some of them is no such path: the orphan is stale (its
+    /// children were adopted already), and the answer is why it must be refused.
+    pub fn children_claiming(&self, backends: &[u32]) -> Result<Vec<LinkId>, String> {
+        let mut out = Vec::new();
+        for c in self.children.iter().filter(|c| c.alive) {
+            let held = backends
+                .iter()
+                .filter(|b| c.backends.binary_search(b).is_ok())
+                .count();
+            if held == backends.len() {
+                out.push(c.link);
+            } else if held > 0 {
+                return Err(format!(
+                    "back-ends {} are node {}'s already",
+                    crate::fmt_ranks(&c.backends),
+                    c.node
+                ));
+            }
+        }
+        Ok(out)
     }
 
     /// Adopts the orphan of `msg` over `link`: it becomes a child of every stream it
