@@ -107,12 +107,6 @@ pub fn shell_quote(s: &str) -> String {
 /// Starts `spec`. The child gets SIGKILL if the thread that started it exits, so no
 /// local child outlives its parent even when the parent is killed.
 pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
-    spawn_with(launcher, spec, true)
-}
-
-/// Like [`spawn`]; with `tied` false a local child survives its parent's death (a tree
-/// whose orphans are adopted by another node ends them through its own protocol).
-pub fn spawn_with(launcher: &Launcher, spec: &ChildSpec, tied: bool) -> Result<Child, NetError> {
     let spawn_err = |e| NetError::Spawn {
         program: spec.program.clone(),
         node: spec.node,
@@ -137,9 +131,7 @@ pub fn spawn_with(launcher: &Launcher, spec: &ChildSpec, tied: bool) -> Result<C
             cmd.args(&spec.args)
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null());
-            if tied {
-                die_with_parent(&mut cmd);
-            }
+            die_with_parent(&mut cmd);
             spawn_from_lasting_thread(cmd).map_err(spawn_err)
         }
         Launcher::Remote { template } => {

@@ -32,6 +32,7 @@ impl Backend {
     /// Joins the network as described by `boot`.
     pub fn join(boot: Bootstrap) -> Result<Backend> {
         let (conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
+        spawn::untie_if_adoptable(&msg);
         let root = msg.topology.root();
         let parent_node = root.parent.unwrap_or(0);
         let rank = root.backend_rank.ok_or_else(|| {

@@ -29,6 +29,7 @@ pub fn registry(plugins: &[String]) -> Result<Arc<Registry>, TbonError> {
 /// Runs one commnode to completion.
 pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     let (mut conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
+    spawn::untie_if_adoptable(&msg);
     let me = boot.node;
     crate::trace::label_thread(me, "commnode");
     let config = msg.config.clone();

@@ -597,10 +597,10 @@ impl Router {
     }
 
     fn on_data_down(&mut self, f: Frame, out: &mut dyn Out) {
-        if let Some(st) = self.streams.get_mut(&f.stream) {
-            st.heard += 1;
-        }
         if self.backend_rank.is_some() {
+            if let Some(st) = self.streams.get_mut(&f.stream) {
+                st.heard += 1;
+            }
             match Packet::decode_payload(f.stream, f.tag, &f.payload) {
                 Ok(p) => self.deliveries.inbox.push_back(p),
                 Err(e) => self.deliveries.faults.push(e.into()),
@@ -610,6 +610,7 @@ impl Router {
         let Some(st) = self.streams.get_mut(&f.stream) else {
             return;
         };
+        st.heard += 1;
         if st.down.is_some() {
             match Packet::decode_payload(f.stream, f.tag, &f.payload) {
                 Ok(p) => {

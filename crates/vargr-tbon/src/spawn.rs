@@ -111,6 +111,23 @@ impl ChildHandle {
     }
 }
 
+/// Once joined, with recovery on and an ancestor beyond the parent, a local child
+/// process stops dying with its parent ([`launch::spawn`] ties it): it may now be
+/// adopted. Until then (start-up) it dies with it, as it has nowhere to go; the front-
+/// end's own children stay tied, so a killed front-end still takes the tree down.
+pub(crate) fn untie_if_adoptable(msg: &SubtreeMsg) {
+    if msg.config.recovery != crate::Recovery::Ancestor
+        || msg.ancestors.len() < 2
+        || crate::trace::in_process()
+    {
+        return;
+    }
+    // SAFETY: prctl(PR_SET_PDEATHSIG, 0) changes only this process's death signal.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, 0);
+    }
+}
+
 /// Joins the parent: connect, authenticate, receive the sub-tree.
 pub fn join_parent(
     boot: &Bootstrap,
@@ -252,11 +269,7 @@ pub fn start_children(
                         ("VARGR_SECRET".into(), secret.to_hex()),
                     ],
                 };
-                // With recovery on, a commnode's children must outlive it to be adopted
-                // (they stop by themselves when no ancestor is left). The front-end's stay
-                // tied to it, so a killed front-end still takes the whole tree down.
-                let tied = config.recovery == crate::Recovery::Off || node.parent.is_none();
-                match launch::spawn_with(launcher, &spec, tied) {
+                match launch::spawn(launcher, &spec) {
                     Ok(c) => ChildHandle::Process(cid, c),
                     Err(e) => return fail(handles, e.into()),
                 }
