@@ -99,15 +99,25 @@ impl Sim {
 
     /// Orphan `n` asks the front-end (node 0) for adoption over a new wire.
     fn adopt_by_root(&mut self, n: u32, root_link: usize, own_link: usize) {
+        self.adopt_by(0, n, root_link, own_link)
+    }
+
+    /// Orphan `n` asks node `by` for adoption over a new wire.
+    fn adopt_by(&mut self, by: u32, n: u32, by_link: usize, own_link: usize) {
         let msg = self.nodes[n as usize].adopt_request().expect("an orphan");
-        let reply = self.nodes[0].adoption_answer().expect("the root adopts");
-        self.wire(0, root_link, n, own_link);
+        let reply = self.nodes[by as usize]
+            .adoption_answer()
+            .expect("the node adopts");
+        self.wire(by, by_link, n, own_link);
         let now = self.now;
         // As the engine does: a child still claiming the orphan's back-ends is dead to us.
-        for l in self.nodes[0].children_claiming(&msg.backends).unwrap() {
-            self.run(0, |r, out| r.on_closed(l, "unreachable".into(), now, out));
+        for l in self.nodes[by as usize]
+            .children_claiming(&msg.backends)
+            .unwrap()
+        {
+            self.run(by, |r, out| r.on_closed(l, "unreachable".into(), now, out));
         }
-        self.run(0, |r, out| r.adopt(LinkId(root_link), msg, now, out));
+        self.run(by, |r, out| r.adopt(LinkId(by_link), msg, now, out));
         self.run(n, |r, out| r.adopted(LinkId(own_link), reply, out));
         self.pump();
     }
@@ -261,10 +271,10 @@ fn orphans_adopted_mid_stream_line_up_and_every_loss_is_reported() {
                 host: "h1".into(),
                 backends: vec![0, 1]
             },
-            moved(3, 0),
             gone(0),
-            moved(4, 1),
+            moved(3, 0),
             gone(1),
+            moved(4, 1),
         ]
     ); // Node 1 back from the dead, still claiming both: refused, not handed them back.
     let stale = sim.nodes[0].children_claiming(&[0, 1]);
@@ -417,6 +427,94 @@ fn a_loss_seen_by_a_node_that_died_too_is_reported_from_its_first_wave() {
     assert_eq!(
         lost,
         vec![(1, 3, vec![0]), (1, 3, vec![1]), (2, 3, vec![3])],
+        "{:#?}",
+        sim.nodes[0].deliveries.events
+    );
+}
+
+fn waves_lost(sim: &Sim) -> Vec<(u64, u64, Vec<u32>)> {
+    sim.nodes[0]
+        .deliveries
+        .events
+        .iter()
+        .filter_map(|e| match e {
+            TreeEvent::WavesLost {
+                first,
+                end,
+                backends,
+                ..
+            } => Some((*first, *end, backends.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Adopted with nothing in flight, ranks 0 and 1 lose no wave; lost again later, the
+/// report starts at the later loss, not at the first one.
+#[test]
+fn a_loss_that_cost_no_wave_is_forgotten_at_the_adoption() {
+    // 0 -> {1, 5 (rank 2)}; 1 -> 2; 2 -> {3 (rank 0), 4 (rank 1)}.
+    let mut sim = build(&[
+        (0, 0, None),
+        (1, 0, None),
+        (2, 1, None),
+        (3, 2, Some(0)),
+        (4, 2, Some(1)),
+        (5, 0, Some(2)),
+    ]);
+    sim.nodes[1].listen = Some(ancestor(1));
+    let now = sim.now;
+    let backends = [3, 4, 5];
+    sim.multicast(1);
+    for n in backends {
+        sim.answer(n, 1);
+    }
+    sim.kill(2);
+    sim.run(1, |r, out| {
+        r.on_closed(LinkId(1), "killed".into(), now, out)
+    });
+    for n in [3, 4] {
+        sim.run(n, |r, out| {
+            r.on_closed(LinkId(0), "killed".into(), now, out)
+        });
+    }
+    sim.pump();
+    sim.adopt_by(1, 3, 2, 1);
+    sim.adopt_by(1, 4, 3, 1);
+    for v in [2, 3] {
+        sim.multicast(v);
+        for n in backends {
+            sim.answer(n, 1);
+        }
+    }
+    // Wave 3: rank 0 answers into node 1, which dies.
+    sim.multicast(4);
+    sim.answer(3, 1);
+    sim.kill(1);
+    sim.run(0, |r, out| {
+        r.on_closed(LinkId(0), "killed".into(), now, out)
+    });
+    for n in [3, 4] {
+        sim.run(n, |r, out| {
+            r.on_closed(LinkId(1), "killed".into(), now, out)
+        });
+    }
+    sim.answer(5, 1);
+    sim.adopt_by_root(3, 2, 2);
+    sim.adopt_by_root(4, 3, 2);
+    sim.answer(4, 1);
+    sim.multicast(5);
+    for n in backends {
+        sim.answer(n, 1);
+    }
+    let oks: Vec<(i64, i64)> = sim.results().into_iter().filter_map(Result::ok).collect();
+    assert_eq!(
+        oks,
+        vec![(3, 0b111), (6, 0b111), (9, 0b111), (4, 0b100), (15, 0b111)]
+    );
+    assert_eq!(
+        waves_lost(&sim),
+        vec![(3, 4, vec![0]), (3, 4, vec![1])],
         "{:#?}",
         sim.nodes[0].deliveries.events
     );

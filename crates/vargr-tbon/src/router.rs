@@ -897,6 +897,8 @@ impl Router {
                         out,
                     );
                 }
+                // Back: a loss still open for them ended before any wave went without them.
+                self.open_losses.retain(|(_, b), _| !backends.contains(b));
                 // Not a fault: the back-ends are reachable again.
                 self.deliveries.events.push(TreeEvent::Reparented {
                     node,
@@ -1383,6 +1385,11 @@ impl Router {
                 out.send(link, frame_bytes(FrameKind::StreamClose, p.stream, 0, &[]));
             }
         }
+        // The waves first: the front-end closes a loss still open for these back-ends
+        // with them, and forgets whatever is left open at the adoption.
+        for f in lost {
+            self.report(f, out);
+        }
         self.report(
             FaultMsg::Reparented {
                 node: msg.node,
@@ -1393,9 +1400,6 @@ impl Router {
             },
             out,
         );
-        for f in lost {
-            self.report(f, out);
-        }
         for (id, waves) in ready {
             self.run_waves(id, waves, out);
         }
