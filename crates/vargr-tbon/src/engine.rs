@@ -345,7 +345,7 @@ impl Engine {
         });
         if let Err(e) = installed {
             let mut g = self.lock();
-            vargr_log(g.router.node, &e);
+            crate::log::vlog!(g.router.node, "{e}");
             g.router.orphan = None;
             g.router.deliveries.closed.get_or_insert(e);
             drop(g);
@@ -382,10 +382,6 @@ impl Engine {
             })
             .expect("spawning the keeper thread");
     }
-}
-
-fn vargr_log(node: u32, e: &TbonError) {
-    crate::log::vlog!(node, "{e}");
 }
 
 /// Registers the link to the node that adopted this orphan.
