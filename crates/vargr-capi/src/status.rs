@@ -90,6 +90,9 @@ impl From<TbonError> for Error {
             TbonError::Net(_)
             | TbonError::NodeLost { .. }
             | TbonError::ParentLost(_)
+            | TbonError::NotAdopted { .. }
+            | TbonError::WavesLost { .. }
+            | TbonError::WaveEmpty { .. }
             | TbonError::Clock(_)
             | TbonError::Trace(_) => VARGR_ERR_IO,
             TbonError::Filter { .. } => VARGR_ERR_FILTER,

@@ -13,6 +13,10 @@ pub const TAG_P2P_START: i32 = 4;
 pub const TAG_P2P: i32 = 5;
 pub const TAG_P2P_REPORT: i32 = 6;
 pub const TAG_BURN: i32 = 7;
+/// Answers `v` with `v 1 2^rank` (`%ld %ld %ld`): summed, a wave tells how many
+/// back-ends contributed, which ones, and whether any was counted twice or mixed with
+/// another wave (the fault-recovery tests).
+pub const TAG_WAVE: i32 = 8;
 
 pub fn commnode() -> Result<()> {
     let boot = Bootstrap::from_env().context("starting commnode")?;
@@ -122,6 +126,19 @@ fn serve_until_error(
                         vec![Value::Double(be.rank() as f64 + i as f64)],
                     )?;
                 }
+            }
+            TAG_WAVE => {
+                let v = match p.values.first() {
+                    Some(Value::Long(v)) => *v,
+                    _ => 0,
+                };
+                let bit = 1i64.checked_shl(be.rank()).unwrap_or(0);
+                be.send(
+                    p.stream,
+                    TAG_WAVE,
+                    "%ld %ld %ld",
+                    vec![Value::Long(v), Value::Long(1), Value::Long(bit)],
+                )?
             }
             _ => {}
         }

@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use common::*;
 use vargr_net::auth::{self, Secret};
 use vargr_net::{Addr, LinkSecurity, Listener};
-use vargr_tbon::{BackendSpec, Network, Stream, StreamOptions, TbonError, Value};
+use vargr_tbon::{
+    BackendSpec, Network, NetworkOptions, Recovery, Stream, StreamOptions, TbonError, TreeEvent,
+    Value,
+};
 use vargr_topo::Topology;
 
 /// Reads results until one is an error, within `guard`; returns it with the packets seen.
@@ -198,11 +201,16 @@ fn stream_over_lost_backends_reports_an_error() {
     );
 }
 
-/// SIGKILL a commnode: its back-ends go with it, the front-end names the commnode and
-/// the back-ends it took along, and the other half of the tree keeps working.
+/// Without recovery, SIGKILL a commnode: its back-ends go with it, the front-end names
+/// the commnode and the back-ends it took along, and the other half of the tree keeps
+/// working.
 #[test]
 fn killed_commnode_takes_its_subtree_and_is_reported() {
-    let net = start("1x2x4", "echo", opts());
+    let o = NetworkOptions {
+        recovery: Recovery::Off,
+        ..opts()
+    };
+    let net = start("1x2x4", "echo", o);
     let procs = tree_processes(&net);
     let s = net
         .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
@@ -429,4 +437,423 @@ fn processes_without_a_parent_explain_themselves() {
         assert!(!status.success(), "vargr {args:?} {env:?}: {status}");
         assert!(stderr.contains(want), "vargr {args:?} {env:?}: {stderr}");
     }
+}
+
+/// Polls the front-end's events until `done` holds for them, within `guard`.
+fn wait_events(
+    net: &Network,
+    guard: Duration,
+    done: impl Fn(&[TreeEvent]) -> bool,
+) -> Vec<TreeEvent> {
+    let deadline = Instant::now() + guard;
+    loop {
+        let ev = net.events();
+        if done(&ev) {
+            return ev;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "events not seen within {guard:?} (hang guard); have {ev:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Sends one wave and returns its result, skipping (and returning) the loss reports
+/// that come first.
+fn wave_after_reports(s: &Stream, tag: i32, v: i32) -> (vargr_tbon::Packet, Vec<TbonError>) {
+    s.send(tag, "%d", vec![Value::Int(v)]).unwrap();
+    let mut reports = Vec::new();
+    loop {
+        match recv_within(s, Duration::from_secs(10)) {
+            Ok(p) => return (p, reports),
+            Err(e) => reports.push(e),
+        }
+    }
+}
+
+/// With recovery on (the default), SIGKILL a commnode of a two-level tree: its two
+/// back-ends survive and are adopted by the front-end, which hears of the loss and of
+/// each adoption, and later waves (and new streams) reduce over all four back-ends.
+#[test]
+fn killed_commnodes_backends_are_adopted_by_the_front_end() {
+    let net = start("1x2x4", "echo", opts());
+    let root = net.topology().root().id;
+    let procs = tree_processes(&net);
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    let p = round_trip(&s, TAG_RANK, "%d", vec![Value::Int(0)]);
+    assert_eq!(first_int(&p), 6);
+
+    let victim = procs
+        .iter()
+        .find(|p| p.cmdline.ends_with("vargr commnode") && node_of(p.pid) == Some(1))
+        .unwrap_or_else(|| panic!("no commnode for node 1 among {procs:#?}"))
+        .clone();
+    let under: Vec<Proc> = descendants_of(&[victim.pid]);
+    assert_eq!(under.len(), 2, "node 1's back-ends: {under:#?}");
+    let orphans: Vec<u32> = [0, 1]
+        .iter()
+        .map(|&r| net.topology().backend(r).unwrap().id)
+        .collect();
+    // SAFETY: kill(2) on a pid read from /proc a moment ago.
+    let rc = unsafe { libc::kill(victim.pid as libc::pid_t, libc::SIGKILL) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+
+    let events = wait_events(&net, Duration::from_secs(10), |ev| {
+        orphans.iter().all(|o| {
+            ev.iter()
+                .any(|e| matches!(e, TreeEvent::Reparented { node, .. } if node == o))
+        })
+    });
+    assert!(
+        events.contains(&TreeEvent::NodeLost {
+            node: 1,
+            host: "localhost".into(),
+            backends: vec![0, 1]
+        }),
+        "{events:#?}"
+    );
+    for (rank, o) in orphans.iter().enumerate() {
+        let want = TreeEvent::Reparented {
+            node: *o,
+            lost_parent: 1,
+            new_parent: root,
+            backends: vec![rank as u32],
+        };
+        assert!(events.contains(&want), "want {want:?} in {events:#?}");
+    }
+    // Nothing was in flight: no wave went without anyone.
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, TreeEvent::WavesLost { .. })),
+        "{events:#?}"
+    );
+    let left = wait_all_gone(&under, Duration::from_millis(200));
+    assert_eq!(left.len(), 2, "the orphaned back-ends died: {under:#?}");
+
+    for v in [1, 2, 3] {
+        let (p, reports) = wave_after_reports(&s, TAG_RANK, v);
+        assert_eq!(
+            first_int(&p),
+            4 * v as i64 + 6,
+            "wave {v} over all four ranks"
+        );
+        assert!(
+            reports
+                .iter()
+                .all(|e| matches!(e, TbonError::NodeLost { node: 1, .. })),
+            "{reports:?}"
+        );
+    }
+    let s2 = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("max"))
+        .unwrap();
+    let p = round_trip(&s2, TAG_RANK, "%d", vec![Value::Int(0)]);
+    assert_eq!(first_int(&p), 3);
+    net.shutdown().unwrap();
+    let left = wait_all_gone(&procs, Duration::from_secs(5));
+    assert!(left.is_empty(), "processes left: {left:#?}");
+}
+
+/// Waves on one `sum` stream of `TAG_WAVE` answers, `WINDOW` in flight, each result
+/// checked as it arrives.
+struct Soak<'a> {
+    s: &'a Stream,
+    all: i64,
+    sent: u64,
+    /// Per wave: the back-ends (bit mask) whose answers it holds; 0 if empty.
+    masks: Vec<i64>,
+}
+
+const WINDOW: u64 = 4;
+
+impl Soak<'_> {
+    fn value(wave: u64) -> i64 {
+        wave as i64 + 1
+    }
+
+    fn send_one(&mut self) {
+        self.s
+            .send(TAG_WAVE, "%ld", vec![Value::Long(Self::value(self.sent))])
+            .unwrap_or_else(|e| panic!("sending wave {}: {e}", self.sent));
+        self.sent += 1;
+    }
+
+    /// The next wave's result; loss reports before it are skipped (checked at the end).
+    fn recv_one(&mut self) -> i64 {
+        let w = self.masks.len() as u64;
+        loop {
+            match recv_within(self.s, Duration::from_secs(20)) {
+                Ok(p) => {
+                    let v: Vec<i64> = p
+                        .values
+                        .iter()
+                        .map(|x| match x {
+                            Value::Long(v) => *v,
+                            other => panic!("wave {w}: {other:?} in {p:?}"),
+                        })
+                        .collect();
+                    let [sum, count, mask] = v[..] else {
+                        panic!("wave {w}: {p:?}")
+                    };
+                    // Distinct powers of two: as many bits as answers, or one counted twice.
+                    assert_eq!(
+                        i64::from(mask.count_ones()),
+                        count,
+                        "wave {w}: some back-end counted twice (mask {mask:b}, count {count})"
+                    );
+                    assert_eq!(mask & !self.all, 0, "wave {w}: unknown back-ends {mask:b}");
+                    assert_eq!(
+                        sum,
+                        Self::value(w) * count,
+                        "wave {w}: answers to another wave were mixed in (mask {mask:b})"
+                    );
+                    self.masks.push(mask);
+                    return mask;
+                }
+                Err(TbonError::WaveEmpty { wave, .. }) => {
+                    assert_eq!(wave, w, "empty wave numbered differently");
+                    self.masks.push(0);
+                    return 0;
+                }
+                Err(TbonError::NodeLost { .. } | TbonError::WavesLost { .. }) => {}
+                Err(e) => panic!("wave {w}: {e}"),
+            }
+        }
+    }
+
+    /// Receives `n` more results, keeping the window full.
+    fn run(&mut self, n: usize) -> i64 {
+        let mut last = 0;
+        for _ in 0..n {
+            while self.sent < self.masks.len() as u64 + WINDOW {
+                self.send_one();
+            }
+            last = self.recv_one();
+        }
+        last
+    }
+
+    fn drain(&mut self) {
+        while (self.masks.len() as u64) < self.sent {
+            self.recv_one();
+        }
+    }
+}
+
+/// Soak: a tree of 27 processes (9 commnodes, 18 back-ends), waves flowing four at a
+/// time, eight random commnodes SIGKILLed (four one after the other, then two pairs),
+/// each while waves are in flight. Throughout: no hang (every wait has a guard), every result is the exact sum
+/// of the back-ends that contributed to it (none counted twice, no answer of another
+/// wave mixed in), and every back-end missing from a wave is named by a loss report
+/// covering that wave. After each kill the orphans are adopted, and waves again reduce
+/// over all 18 back-ends.
+#[test]
+fn soak_random_commnode_kills_under_load() {
+    let t0 = Instant::now();
+    let net = start("1x3x6x18", "echo", opts());
+    let procs = tree_processes(&net);
+    let n = net.num_backends() as u32;
+    let all = (1i64 << n) - 1;
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    let mut soak = Soak {
+        s: &s,
+        all,
+        sent: 0,
+        masks: Vec::new(),
+    };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    eprintln!("soak seed {seed}");
+    let mut x = seed;
+    let mut victims = Vec::new();
+    assert_eq!(soak.run(10), all, "before any kill");
+    // One commnode at a time, then two at once (orphans may then knock at a dead or
+    // orphaned ancestor and must go on up): eight of the nine.
+    for (round, at_once) in [1, 1, 1, 1, 2, 2].into_iter().enumerate() {
+        soak.run(200);
+        let mut commnodes: Vec<&Proc> = procs
+            .iter()
+            .filter(|p| p.cmdline.ends_with("vargr commnode") && alive(p))
+            .collect();
+        let mut pids = Vec::new();
+        for _ in 0..at_once {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let victim = commnodes.swap_remove((x % commnodes.len() as u64) as usize);
+            let node = node_of(victim.pid).expect("a commnode has VARGR_NODE");
+            eprintln!(
+                "round {round}: killing commnode node {node} (pid {})",
+                victim.pid
+            );
+            victims.push(node);
+            pids.push(victim.pid);
+        }
+        // With waves in flight.
+        soak.run(2);
+        for pid in pids {
+            // SAFETY: kill(2) on a pid of this test's tree, alive a moment ago.
+            let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+        }
+        let killed_at = (Instant::now(), soak.sent);
+        // Keep the waves flowing until the orphans are back.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        soak.run(WINDOW as usize);
+        while soak.run(1) != all {
+            assert!(
+                Instant::now() < deadline,
+                "round {round}: waves still lack back-ends 20 s after the kills (victims so far {victims:?}) \
+                 (last mask {:b}); events {:#?}",
+                soak.masks.last().unwrap(),
+                net.events()
+            );
+        }
+        eprintln!(
+            "round {round}: all back-ends again {:?} and {} waves after the kills",
+            killed_at.0.elapsed(),
+            soak.masks.len() as u64 - killed_at.1
+        );
+    }
+    soak.drain();
+    let events = net.events();
+    for v in &victims {
+        assert!(
+            events
+                .iter()
+                .any(|e| matches!(e, TreeEvent::NodeLost { node, .. } if node == v)),
+            "no loss reported for killed node {v}: {events:#?}"
+        );
+    }
+    let mut partial = 0;
+    for (w, &mask) in soak.masks.iter().enumerate() {
+        let w = w as u64;
+        let missing = all & !mask;
+        if missing != 0 {
+            partial += 1;
+        }
+        for b in (0..n).filter(|b| missing & (1 << b) != 0) {
+            let reported = events.iter().any(|e| {
+                matches!(e, TreeEvent::WavesLost { stream, first, end, backends, .. }
+                    if *stream == s.id() && (*first..*end).contains(&w) && backends.contains(&b))
+            });
+            assert!(
+                reported,
+                "wave {w} went without back-end {b} and no report says so; events {events:#?}"
+            );
+        }
+    }
+    // And no report claims a back-end that did contribute.
+    for e in &events {
+        if let TreeEvent::WavesLost {
+            first,
+            end,
+            backends,
+            ..
+        } = e
+        {
+            for w in *first..(*end).min(soak.masks.len() as u64) {
+                let claimed = backends.iter().fold(0i64, |m, b| m | (1 << b));
+                assert_eq!(
+                    soak.masks[w as usize] & claimed,
+                    0,
+                    "{e:?}, but wave {w} holds some of them"
+                );
+            }
+        }
+    }
+    eprintln!("events: {events:?}");
+    eprintln!(
+        "soak: {} waves, {partial} partial, all reported; {} events; {:?}",
+        soak.masks.len(),
+        events.len(),
+        t0.elapsed()
+    );
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(net.shutdown());
+    });
+    let r = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("Network::shutdown did not return (hang guard)");
+    assert!(r.is_ok(), "{r:?}");
+    let left = wait_all_gone(&procs, Duration::from_secs(5));
+    assert!(left.is_empty(), "processes left: {left:#?}");
+}
+
+/// SIGSTOP a commnode: its parent and its back-ends each declare it dead when its
+/// heartbeats stop, the back-ends are adopted by the front-end (after their handshake
+/// with the stopped node times out), and waves sum over all four again. Resumed, the
+/// stale commnode finds its links gone and no child to save, and exits without
+/// claiming its old back-ends back.
+#[test]
+fn stopped_commnode_is_replaced_and_exits_when_resumed() {
+    let net = start("1x2x4", "echo", opts());
+    let procs = tree_processes(&net);
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    let p = round_trip(&s, TAG_RANK, "%d", vec![Value::Int(0)]);
+    assert_eq!(first_int(&p), 6);
+    let victim = procs
+        .iter()
+        .find(|p| p.cmdline.ends_with("vargr commnode") && node_of(p.pid) == Some(1))
+        .unwrap_or_else(|| panic!("no commnode for node 1 among {procs:#?}"))
+        .clone();
+    let orphans: Vec<u32> = [0, 1]
+        .iter()
+        .map(|&r| net.topology().backend(r).unwrap().id)
+        .collect();
+    // SAFETY: kill(2) on a pid read from /proc a moment ago.
+    let rc = unsafe { libc::kill(victim.pid as libc::pid_t, libc::SIGSTOP) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let events = wait_events(&net, Duration::from_secs(20), |ev| {
+        orphans.iter().all(|o| {
+            ev.iter()
+                .any(|e| matches!(e, TreeEvent::Reparented { node, .. } if node == o))
+        })
+    });
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, TreeEvent::NodeLost { node: 1, .. })),
+        "{events:#?}"
+    );
+    let (p, _) = wave_after_reports(&s, TAG_RANK, 0);
+    assert_eq!(first_int(&p), 6, "all four ranks while node 1 is stopped");
+
+    // SAFETY: as above; the process is stopped, not gone.
+    let rc = unsafe { libc::kill(victim.pid as libc::pid_t, libc::SIGCONT) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
+    let left = wait_all_gone(std::slice::from_ref(&victim), Duration::from_secs(10));
+    assert!(left.is_empty(), "the resumed stale commnode kept running");
+    for v in [1, 2] {
+        let (p, reports) = wave_after_reports(&s, TAG_RANK, v);
+        assert_eq!(
+            first_int(&p),
+            4 * v as i64 + 6,
+            "after the resume: {reports:?}"
+        );
+    }
+    let later = net.events();
+    assert_eq!(
+        later
+            .iter()
+            .filter(|e| matches!(e, TreeEvent::Reparented { .. }))
+            .count(),
+        2,
+        "nobody moved again: {later:#?}"
+    );
+    net.shutdown().unwrap();
+    let left = wait_all_gone(&procs, Duration::from_secs(5));
+    assert!(left.is_empty(), "processes left: {left:#?}");
 }

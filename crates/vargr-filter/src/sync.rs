@@ -14,6 +14,15 @@
 //! A lost child ([`SyncFilter::remove_child`]) is no longer waited for; packets it sent
 //! before it was lost still travel in later waves, and packets it sends afterwards are
 //! dropped and counted ([`SyncFilter::dropped`]).
+//!
+//! A child adopted after its parent died ([`SyncFilter::join_child`]) joins in the
+//! middle of the stream: it still owes answers to waves already released here (they are
+//! skipped on arrival) and will never answer waves it missed while orphaned (holes stand
+//! in for them), so that its packets line up with the waves they belong to instead of
+//! being summed into older ones. A child may also send a hole itself
+//! ([`SyncFilter::push_hole`]): a wave its whole sub-tree missed. A wave made only of
+//! holes comes out empty; it still counts ([`SyncFilter::released`]), because wave
+//! numbers are how an adopting node lines its new child up.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -95,9 +104,13 @@ impl fmt::Display for SyncMode {
 #[derive(Debug)]
 pub struct SyncFilter {
     mode: SyncMode,
-    queues: Vec<VecDeque<(Instant, Packet)>>,
+    /// `None` is a hole: the child has nothing for that wave.
+    queues: Vec<VecDeque<(Instant, Option<Packet>)>>,
     live: Vec<bool>,
+    /// Packets still to drop per child: answers to waves released before it joined.
+    skip: Vec<u64>,
     dropped: u64,
+    released: u64,
     // Counters that make "is a wave complete?" O(1) instead of a scan of every child
     // per packet, which cost O(fan-out²) per wave at a wide node.
     live_count: usize,
@@ -111,7 +124,9 @@ impl SyncFilter {
             mode,
             queues: (0..children).map(|_| VecDeque::new()).collect(),
             live: vec![true; children],
+            skip: vec![0; children],
             dropped: 0,
+            released: 0,
             live_count: children,
             nonempty: 0,
             nonempty_live: 0,
@@ -126,8 +141,58 @@ impl SyncFilter {
     pub fn add_child(&mut self) -> usize {
         self.queues.push(VecDeque::new());
         self.live.push(true);
+        self.skip.push(0);
         self.live_count += 1;
         self.queues.len() - 1
+    }
+
+    /// Adds a child in the middle of the stream (an adopted orphan): its next `skip`
+    /// packets answer waves released before it joined and are dropped; it contributes
+    /// nothing to the next `holes` waves (those it never heard of). Returns its index.
+    pub fn join_child(&mut self, skip: u64, holes: u64, now: Instant) -> usize {
+        let c = self.add_child();
+        self.skip[c] = skip;
+        if self.mode != SyncMode::DontWait {
+            for _ in 0..holes {
+                self.enqueue(c, now, None);
+            }
+        }
+        c
+    }
+
+    /// Releases the waves complete (or timed out) by now: after
+    /// [`join_child`](Self::join_child), whose holes may complete waves nobody else will.
+    pub fn take_ready(&mut self, now: Instant) -> Vec<Vec<Packet>> {
+        let mut out = self.expire(now);
+        out.extend(self.release_complete());
+        out
+    }
+
+    /// `child` has nothing for its next wave (its own sub-tree missed it); returns the
+    /// waves now complete.
+    pub fn push_hole(&mut self, child: usize, now: Instant) -> Vec<Vec<Packet>> {
+        if self.mode == SyncMode::DontWait || !self.live.get(child).copied().unwrap_or(false) {
+            return Vec::new();
+        }
+        let mut out = self.expire(now);
+        self.enqueue(child, now, None);
+        out.extend(self.release_complete());
+        out
+    }
+
+    /// Waves released so far (including empty ones made only of holes).
+    pub fn released(&self) -> u64 {
+        self.released
+    }
+
+    fn enqueue(&mut self, child: usize, now: Instant, p: Option<Packet>) {
+        if self.queues[child].is_empty() {
+            self.nonempty += 1;
+            if self.live[child] {
+                self.nonempty_live += 1;
+            }
+        }
+        self.queues[child].push_back((now, p));
     }
 
     /// A packet from `child`; returns the waves now complete, oldest first. An index past
@@ -136,20 +201,18 @@ impl SyncFilter {
         while child >= self.queues.len() {
             self.add_child();
         }
-        if !self.live[child] {
+        if !self.live[child] || self.skip[child] > 0 {
+            self.skip[child] = self.skip[child].saturating_sub(1);
             self.dropped += 1;
             return Vec::new();
         }
         if self.mode == SyncMode::DontWait {
+            self.released += 1;
             return vec![vec![pkt]];
         }
         // A wave whose time ran out before this packet arrived leaves without it.
         let mut out = self.expire(now);
-        if self.queues[child].is_empty() {
-            self.nonempty += 1;
-            self.nonempty_live += 1;
-        }
-        self.queues[child].push_back((now, pkt));
+        self.enqueue(child, now, Some(pkt));
         out.extend(self.release_complete());
         out
     }
@@ -210,7 +273,8 @@ impl SyncFilter {
         self.live_count
     }
 
-    /// Packets dropped because their child had been removed.
+    /// Packets dropped because their child had been removed, or answered waves released
+    /// before it joined.
     pub fn dropped(&self) -> u64 {
         self.dropped
     }
@@ -223,10 +287,11 @@ impl SyncFilter {
     }
 
     fn take_heads(&mut self) -> Vec<Packet> {
+        self.released += 1;
         let mut wave = Vec::with_capacity(self.nonempty);
         for (q, live) in self.queues.iter_mut().zip(&self.live) {
             if let Some((_, p)) = q.pop_front() {
-                wave.push(p);
+                wave.extend(p);
                 if q.is_empty() {
                     self.nonempty -= 1;
                     if *live {

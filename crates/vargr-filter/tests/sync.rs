@@ -275,3 +275,62 @@ proptest::proptest! {
         proptest::prop_assert_eq!(rest, want);
     }
 }
+
+/// An adopted child (index 2) that still owes the answer to wave 1, which was released
+/// without it, and missed wave 3 while orphaned: its late answer is dropped, wave 3
+/// leaves without it, and its next packet joins wave 4, not an older one.
+#[test]
+fn an_adopted_child_lines_up_with_the_waves_it_answers() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 2);
+    // Wave 1: child 1 is lost before answering; released with child 0 alone.
+    assert!(s.push(0, p(0, 1), t).is_empty());
+    assert_eq!(ids(s.remove_child(1, t)), vec![vec![(0, 1)]]);
+    assert_eq!(ids(s.push(0, p(0, 2), t)), vec![vec![(0, 2)]]);
+    assert_eq!(s.released(), 2);
+    // Child 1's orphaned sub-tree comes back: it heard waves 1-2 and answered none; the
+    // node here already multicast wave 3 (released 2 so far): skip 2, one hole.
+    let c = s.join_child(2, 1, t);
+    assert_eq!(c, 2);
+    assert!(s.push(c, p(2, 1), t).is_empty(), "answer to wave 1 dropped");
+    assert!(s.push(c, p(2, 2), t).is_empty(), "answer to wave 2 dropped");
+    assert_eq!(s.dropped(), 2);
+    assert_eq!(
+        ids(s.push(0, p(0, 3), t)),
+        vec![vec![(0, 3)]],
+        "hole for wave 3"
+    );
+    assert!(
+        s.push(0, p(0, 4), t).is_empty(),
+        "wave 4 waits for the adoptee"
+    );
+    assert_eq!(ids(s.push(c, p(2, 4), t)), vec![vec![(0, 4), (2, 4)]]);
+    assert_eq!(s.released(), 4);
+}
+
+/// A child whose whole sub-tree missed a wave sends a hole: the wave does not wait for
+/// it, and a wave of nothing but holes still comes out (empty) and counts.
+#[test]
+fn holes_stand_in_for_missed_waves() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 2);
+    assert!(s.push_hole(1, t).is_empty());
+    assert_eq!(ids(s.push(0, p(0, 1), t)), vec![vec![(0, 1)]]);
+    assert!(s.push_hole(0, t).is_empty());
+    assert_eq!(ids(s.push_hole(1, t)), vec![vec![]]);
+    assert_eq!(s.released(), 2);
+    assert_eq!(s.queued(), 0);
+}
+
+/// Every other child is gone: the holes of a child joining are all the waiting waves
+/// lacked, and they leave without waiting for another packet.
+#[test]
+fn a_joining_childs_holes_release_waves_at_once() {
+    let t = Instant::now();
+    let mut s = SyncFilter::new(SyncMode::WaitForAll, 1);
+    assert!(s.remove_child(0, t).is_empty());
+    let c = s.join_child(0, 2, t);
+    assert_eq!(ids(s.take_ready(t)), vec![vec![], vec![]]);
+    assert_eq!(s.released(), 2);
+    assert_eq!(ids(s.push(c, p(c as u32, 3), t)), vec![vec![(c as u32, 3)]]);
+}

@@ -160,6 +160,16 @@ pub enum Conn {
 /// Connects to `addr`, retrying refused connections until `timeout` (the listener may
 /// still be starting).
 pub fn connect(addr: &Addr, timeout: Duration) -> Result<Conn, NetError> {
+    connect_with(addr, timeout, true)
+}
+
+/// Connects to `addr` once: a refused connection is an error at once (a listener that
+/// was up and is gone: its process died), not a reason to wait.
+pub fn connect_once(addr: &Addr, timeout: Duration) -> Result<Conn, NetError> {
+    connect_with(addr, timeout, false)
+}
+
+fn connect_with(addr: &Addr, timeout: Duration, retry: bool) -> Result<Conn, NetError> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         let r = match addr {
@@ -182,7 +192,8 @@ pub fn connect(addr: &Addr, timeout: Duration) -> Result<Conn, NetError> {
                 if matches!(
                     e.kind(),
                     io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound
-                ) && std::time::Instant::now() < deadline =>
+                ) && retry
+                    && std::time::Instant::now() < deadline =>
             {
                 std::thread::sleep(Duration::from_millis(2));
             }

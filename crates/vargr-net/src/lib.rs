@@ -37,7 +37,7 @@ mod secure;
 pub mod stage;
 pub mod timer;
 
-pub use addr::{connect, Addr, Conn, Listener, MioConn};
+pub use addr::{connect, connect_once, Addr, Conn, Listener, MioConn};
 pub use error::NetError;
 pub use link::{Link, LinkStats, ReadOutcome};
 pub use mio::Waker;

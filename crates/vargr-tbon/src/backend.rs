@@ -32,6 +32,7 @@ impl Backend {
     /// Joins the network as described by `boot`.
     pub fn join(boot: Bootstrap) -> Result<Backend> {
         let (conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
+        spawn::untie_if_adoptable(&msg);
         let root = msg.topology.root();
         let parent_node = root.parent.unwrap_or(0);
         let rank = root.backend_rank.ok_or_else(|| {
@@ -66,6 +67,8 @@ impl Backend {
         router.parent_node = parent_node;
         router.heartbeat = Duration::from_millis(msg.config.heartbeat_ms);
         router.heartbeat_timeout = Duration::from_millis(msg.config.heartbeat_timeout_ms);
+        router.recovery = msg.config.recovery;
+        router.ancestors = msg.ancestors.clone();
         let role = format!("back-end {rank}");
         crate::trace::label_thread(boot.node, &role);
         let dump = match crate::trace::in_process() {
@@ -73,7 +76,16 @@ impl Backend {
             false => TraceDump::configured(msg.config.trace_dir.as_deref(), boot.node, role),
         };
         let engine = Engine::new(router, reactor, msg.config.queue_limit);
-        engine.lock().dump_on_close = dump;
+        {
+            let mut st = engine.lock();
+            st.dump_on_close = dump;
+            if msg.config.recovery == crate::Recovery::Ancestor {
+                st.rejoin = Some(crate::engine::Rejoin {
+                    secret: boot.secret.clone(),
+                    max_frame: msg.config.max_frame,
+                });
+            }
+        }
         engine.start_keeper(
             Duration::from_millis(msg.config.heartbeat_ms / 2),
             boot.node,

@@ -506,14 +506,8 @@ mod tests {
             r.parent_node = id - 1;
         }
         if let Some(c) = child {
-            r.children.push(ChildInfo {
-                link: DOWN,
-                node: c,
-                host: format!("host{c}"),
-                backends: vec![0],
-                alive: true,
-                shutdown_done: false,
-            });
+            r.children
+                .push(ChildInfo::new(DOWN, c, format!("host{c}"), vec![0]));
         }
         r
     }

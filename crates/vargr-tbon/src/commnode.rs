@@ -1,5 +1,6 @@
 //! The internal node (`vargr commnode`): joins its parent, starts its sub-tree, then
-//! forwards, filters and routes until shut down or orphaned.
+//! forwards, filters and routes until shut down, or orphaned with nobody to adopt it
+//! (see [`crate::recovery`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,6 +29,7 @@ pub fn registry(plugins: &[String]) -> Result<Arc<Registry>, TbonError> {
 /// Runs one commnode to completion.
 pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     let (mut conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
+    spawn::untie_if_adoptable(&msg);
     let me = boot.node;
     crate::trace::label_thread(me, "commnode");
     let config = msg.config.clone();
@@ -40,17 +42,18 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     };
     let mut reactor = Reactor::new().map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
     let started = registry(&config.plugins).and_then(|reg| {
-        let (children, handles) = start_children(
+        let started = start_children(
             me,
             &msg.topology,
             &config,
             &boot.secret,
             &spawner,
             &mut reactor,
+            &msg.ancestors,
         )?;
-        Ok((reg, children, handles))
+        Ok((reg, started))
     });
-    let (registry, children, handles) = match started {
+    let (registry, started) = match started {
         Ok(v) => v,
         Err(e) => {
             let f = vargr_wire::Frame::new(FrameKind::Refused, 0, 0, e.to_string());
@@ -72,6 +75,11 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     let parent = reactor
         .add(link.with_stages(stages))
         .map_err(|e| TbonError::Startup(e.to_string()))?;
+    let crate::spawn::Started {
+        children,
+        handles,
+        adopter,
+    } = started;
     let mut backends: Vec<u32> = children
         .iter()
         .flat_map(|c| c.backends.iter().copied())
@@ -92,7 +100,18 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     router.children = children;
     router.heartbeat = Duration::from_millis(config.heartbeat_ms);
     router.heartbeat_timeout = Duration::from_millis(config.heartbeat_timeout_ms);
+    router.recovery = config.recovery;
+    router.ancestors = msg.ancestors.clone();
+    router.listen = adopter.as_ref().map(|a| a.me.clone());
     let engine = Engine::new(router, reactor, config.queue_limit);
+    if config.recovery == crate::Recovery::Ancestor {
+        let mut st = engine.lock();
+        st.adopter = adopter;
+        st.rejoin = Some(crate::engine::Rejoin {
+            secret: boot.secret.clone(),
+            max_frame: config.max_frame,
+        });
+    }
 
     // Loop until our parent tells us to stop (and our children confirmed) or vanishes.
     engine.wait_for(None, |st| {
@@ -129,6 +148,24 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         Some(std::time::Instant::now() + Duration::from_millis(5)),
         |_| None::<()>,
     );
+    // With recovery, a child lost here may live on under another parent (this node was
+    // stopped, say, and its children were adopted): let it be, do not kill it.
+    let handles = match config.recovery {
+        crate::Recovery::Off => handles,
+        crate::Recovery::Ancestor => {
+            let lost: Vec<u32> = engine.with_router(|r, _| {
+                r.children
+                    .iter()
+                    .filter(|c| !c.alive && !c.shutdown_done)
+                    .map(|c| c.node)
+                    .collect()
+            });
+            handles
+                .into_iter()
+                .filter(|h| !lost.contains(&h.node()))
+                .collect()
+        }
+    };
     finish_children(handles);
     Ok(())
 }

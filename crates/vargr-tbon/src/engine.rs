@@ -11,14 +11,32 @@
 //! back-end's trace file is written here, the moment its router closes, while its
 //! ShutdownDone still waits in the link queue: the front-end's shutdown returns only
 //! once every file is written.
+//!
+//! Fault recovery's I/O is here too (the protocol is in the router, see
+//! [`crate::recovery`]): an internal node takes orphans from its gate, reads each
+//! request on a thread and adopts it at the next poll; an orphan asks its ancestors on
+//! a thread of its own. Neither side blocks the poller, so both keep serving their
+//! other links (and heartbeats) meanwhile.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
-use vargr_net::{Reactor, ReactorEvent};
+use vargr_net::auth::Secret;
+use vargr_net::{Reactor, ReactorEvent, SecureConn};
+use vargr_wire::{Frame, FrameKind};
 
+use crate::proto::{self, AdoptMsg, AdoptedMsg};
+use crate::recovery::{self, ADOPT_TIMEOUT};
 use crate::router::{Out, Outbox, Router};
+use crate::spawn::Adopter;
 use crate::trace::{LinkPeers, TraceDump, TracedOut};
+use crate::TbonError;
+
+/// What an orphan needs to rejoin the tree.
+pub struct Rejoin {
+    pub secret: Secret,
+    pub max_frame: usize,
+}
 
 pub struct State {
     pub router: Router,
@@ -37,12 +55,23 @@ pub struct State {
     peers: LinkPeers,
     /// Written once, when the router closes (back-ends).
     pub dump_on_close: Option<TraceDump>,
+    /// Internal nodes with recovery on: where orphans knock.
+    pub adopter: Option<Adopter>,
+    /// Non-root nodes with recovery on: how to ask for adoption.
+    pub rejoin: Option<Rejoin>,
+    /// The link to a new parent, for the next poll to install (only the poller holds
+    /// the reactor, and a user thread in `recv` may hold it back to back).
+    new_parent: Option<(vargr_net::Link, AdoptedMsg)>,
+    /// Orphans' requests, read by their threads, waiting for the next poll.
+    asked: Arc<Mutex<Vec<(SecureConn, AdoptMsg)>>>,
 }
 
 pub struct Engine {
     state: Mutex<State>,
     cv: Condvar,
     waker: Arc<vargr_net::Waker>,
+    /// For the rejoin thread, which must not keep the engine alive.
+    me: Weak<Engine>,
 }
 
 impl Engine {
@@ -55,7 +84,8 @@ impl Engine {
                 .into_iter()
                 .chain(router.children.iter().map(|c| (c.link, c.node))),
         );
-        Arc::new(Engine {
+        Arc::new_cyclic(|me| Engine {
+            me: me.clone(),
             state: Mutex::new(State {
                 router,
                 reactor: Some(reactor),
@@ -66,6 +96,10 @@ impl Engine {
                 waiters: 0,
                 peers,
                 dump_on_close: None,
+                adopter: None,
+                rejoin: None,
+                new_parent: None,
+                asked: Arc::default(),
             }),
             cv: Condvar::new(),
             waker,
@@ -223,6 +257,11 @@ impl Engine {
             }
             st.next_tick = now + st.router.heartbeat / 2;
         }
+        accept_orphans(st, &mut reactor, now, &self.waker);
+        if let Some((link, reply)) = st.new_parent.take() {
+            install_parent(st, &mut reactor, link, reply);
+        }
+        self.start_rejoin(st);
         // Before the flush below, so the ShutdownDone queued on close leaves only once
         // the file is written.
         if st.router.deliveries.closed.is_some() {
@@ -240,6 +279,79 @@ impl Engine {
             self.cv.notify_all();
         }
         g
+    }
+
+    /// Starts asking the ancestors for adoption if this node is a new orphan.
+    fn start_rejoin(&self, st: &mut State) {
+        let (Some(rejoin), Some(msg)) = (st.rejoin.as_ref(), st.router.adopt_request()) else {
+            return;
+        };
+        let Some(o) = st.router.orphan.as_mut() else {
+            return;
+        };
+        if o.rejoining {
+            return;
+        }
+        if msg.backends.is_empty() {
+            // Its children left too (it was stopped, say, and they were adopted): there is
+            // nothing to save, and claiming their back-ends would take them back.
+            let why = format!("{} (and no child is left to save)", o.reason);
+            st.router.orphan = None;
+            st.router
+                .deliveries
+                .closed
+                .get_or_insert(TbonError::ParentLost(why));
+            return;
+        }
+        o.rejoining = true;
+        // The lost parent first: a refused connection costs nothing, and a parent that
+        // only dropped us (a stopped process, a partition) takes us back.
+        let ancestors = st.router.ancestors.clone();
+        let (secret, max_frame) = (rejoin.secret.clone(), rejoin.max_frame);
+        let weak = self.me.clone();
+        let node = st.router.node;
+        let spawned = std::thread::Builder::new()
+            .name("vargr-rejoin".into())
+            .spawn(move || {
+                let r = recovery::rejoin(&secret, &ancestors, &msg, ADOPT_TIMEOUT);
+                if let Some(e) = weak.upgrade() {
+                    e.finish_rejoin(r, max_frame);
+                }
+            });
+        if let Err(e) = spawned {
+            st.router.orphan = None;
+            st.router.deliveries.closed = Some(TbonError::Net(format!(
+                "node {node}: starting the rejoin thread: {e}"
+            )));
+        }
+    }
+
+    /// Installs the new parent, or stops the orphan nobody adopted.
+    fn finish_rejoin(
+        &self,
+        r: Result<(SecureConn, AdoptedMsg, proto::Ancestor), TbonError>,
+        max_frame: usize,
+    ) {
+        let installed = r.and_then(|(conn, reply, who)| {
+            let link = conn
+                .into_link(
+                    format!("node {} on {} (adopter)", who.node, who.host),
+                    max_frame,
+                )
+                .map_err(|e| TbonError::Net(format!("adopted by node {}: {e}", who.node)))?;
+            self.lock().new_parent = Some((link, reply));
+            let _ = self.waker.wake();
+            Ok(())
+        });
+        if let Err(e) = installed {
+            let mut g = self.lock();
+            crate::log::vlog!(g.router.node, "{e}");
+            g.router.orphan = None;
+            g.router.deliveries.closed.get_or_insert(e);
+            drop(g);
+            self.cv.notify_all();
+            let _ = self.waker.wake();
+        }
     }
 
     /// Total bytes waiting to be written on the given link (backpressure checks).
@@ -270,4 +382,160 @@ impl Engine {
             })
             .expect("spawning the keeper thread");
     }
+}
+
+/// Registers the link to the node that adopted this orphan.
+fn install_parent(st: &mut State, reactor: &mut Reactor, link: vargr_net::Link, reply: AdoptedMsg) {
+    match reactor.add(link) {
+        Ok(id) => {
+            st.peers.set(id, reply.parent);
+            let mut out = TracedOut {
+                inner: reactor,
+                peers: &st.peers,
+            };
+            st.router.adopted(id, reply, &mut out);
+        }
+        Err(e) => {
+            st.router.orphan = None;
+            st.router
+                .deliveries
+                .closed
+                .get_or_insert(TbonError::Net(format!(
+                    "registering the link to adopter node {}: {e}",
+                    reply.parent
+                )));
+        }
+    }
+}
+
+/// Takes the orphans waiting at this node's gate: reads each one's request, checks it
+/// is who it proved to be, and adopts it (or says why not).
+fn accept_orphans(
+    st: &mut State,
+    reactor: &mut Reactor,
+    now: Instant,
+    waker: &Arc<vargr_net::Waker>,
+) {
+    let Some(ad) = st.adopter.as_ref() else {
+        return;
+    };
+    let max_frame = ad.max_frame;
+    // Each request is read on a thread of its own, so an orphan slow to ask (stopped
+    // right after its handshake, say) holds up nothing here.
+    while let Ok(a) = ad.gate.accept_timeout(Duration::ZERO) {
+        let (asked, waker, me) = (st.asked.clone(), waker.clone(), st.router.node);
+        let spawned = std::thread::Builder::new()
+            .name("vargr-orphan".into())
+            .spawn(move || {
+                if let Some(r) = read_request(a, me) {
+                    asked.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+                    let _ = waker.wake();
+                }
+            });
+        if let Err(e) = spawned {
+            eprintln!(
+                "vargr: node {}: reading an orphan's request: {e}",
+                st.router.node
+            );
+        }
+    }
+    let asked = std::mem::take(&mut *st.asked.lock().unwrap_or_else(|p| p.into_inner()));
+    for (mut conn, msg) in asked {
+        let proven = msg.node;
+        let reply = match st.router.adoption_answer() {
+            Ok(r) => r,
+            Err(why) => {
+                refuse(&mut conn, &why);
+                continue;
+            }
+        };
+        // A child still claiming the orphan's back-ends is on its dead path.
+        let claiming = match st.router.children_claiming(&msg.backends) {
+            Ok(c) => c,
+            Err(why) => {
+                refuse(&mut conn, &why);
+                continue;
+            }
+        };
+        for l in claiming {
+            reactor.remove(l);
+            let reason = format!(
+                "node {} (orphaned by node {}) could not reach the tree through it",
+                msg.node, msg.lost_parent
+            );
+            let mut out = TracedOut {
+                inner: reactor,
+                peers: &st.peers,
+            };
+            st.router.on_closed(l, reason, now, &mut out);
+        }
+        let f = Frame::new(FrameKind::Adopted, 0, 0, proto::to_json(&reply));
+        if let Err(e) = conn.write_frame(&f) {
+            eprintln!(
+                "vargr: node {}: answering orphan node {proven}: {e}",
+                st.router.node
+            );
+            continue;
+        }
+        let link = match conn.into_link(
+            format!("node {} on {} (adopted)", msg.node, msg.host),
+            max_frame,
+        ) {
+            Ok(l) => l,
+            Err(e) => {
+                eprintln!("vargr: node {}: orphan node {proven}: {e}", st.router.node);
+                continue;
+            }
+        };
+        match reactor.add(link) {
+            Ok(id) => {
+                st.peers.set(id, msg.node);
+                let mut out = TracedOut {
+                    inner: reactor,
+                    peers: &st.peers,
+                };
+                st.router.adopt(id, msg, now, &mut out);
+            }
+            Err(e) => eprintln!(
+                "vargr: node {}: registering orphan node {proven}: {e}",
+                st.router.node
+            ),
+        }
+    }
+}
+
+/// Reads what an admitted orphan asks; `None` (said on stderr) if it is not a request
+/// from the node it proved to be.
+fn read_request(a: vargr_net::gate::Admitted, me: u32) -> Option<(SecureConn, AdoptMsg)> {
+    let proven = a.node;
+    let mut conn = a.conn;
+    conn.set_timeout(Some(ADOPT_TIMEOUT));
+    let request = conn
+        .read_frame(64 << 20)
+        .map_err(TbonError::from)
+        .and_then(|f| match f.kind {
+            FrameKind::Adopt => proto::from_json::<AdoptMsg>("Adopt", &f.payload),
+            k => Err(TbonError::Net(format!(
+                "expected an adoption request, got {}",
+                k.name()
+            ))),
+        });
+    match request {
+        Ok(m) if m.node == proven => Some((conn, m)),
+        Ok(m) => {
+            refuse(
+                &mut conn,
+                &format!("node {proven} asked to adopt node {}", m.node),
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("vargr: node {me}: orphan node {proven}: {e}");
+            None
+        }
+    }
+}
+
+fn refuse(conn: &mut SecureConn, why: &str) {
+    let _ = conn.write_frame(&Frame::new(FrameKind::Refused, 0, 0, why.to_string()));
 }

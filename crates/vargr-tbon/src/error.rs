@@ -16,6 +16,23 @@ pub enum TbonError {
     },
     #[error("the parent of this node was lost: {0}")]
     ParentLost(String),
+    #[error("node {node} lost its parent node {lost_parent} and no ancestor adopted it: {}", fmt_tried(.tried))]
+    NotAdopted {
+        node: u32,
+        lost_parent: u32,
+        /// Each ancestor asked, nearest first, and why it did not adopt.
+        tried: Vec<(u32, String)>,
+    },
+    #[error("waves {first}..{end} of stream {stream} went without back-ends {} (their path up died with node {lost})", fmt_ranks(.backends))]
+    WavesLost {
+        stream: u32,
+        first: u64,
+        end: u64,
+        backends: Vec<u32>,
+        lost: u32,
+    },
+    #[error("wave {wave} of stream {stream} is empty: every contribution to it was lost")]
+    WaveEmpty { stream: u32, wave: u64 },
     #[error("filter {filter:?} failed on stream {stream} at node {node}: {reason}")]
     Filter {
         stream: u32,
@@ -65,6 +82,16 @@ pub fn fmt_ranks(r: &[u32]) -> String {
         i = j + 1;
     }
     out.join(",")
+}
+
+fn fmt_tried(t: &[(u32, String)]) -> String {
+    if t.is_empty() {
+        return "it knows no ancestor".into();
+    }
+    t.iter()
+        .map(|(n, why)| format!("node {n}: {why}"))
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 impl From<vargr_net::NetError> for TbonError {

@@ -13,7 +13,8 @@
 //! [`spawn`] instantiates the tree and [`commnode`] is the internal node's main loop.
 //! [`trace`] holds the tree's event collectors and trace files, [`clock`] the
 //! tree-based clock-skew estimation that aligns them, and [`monitor`] the monitor plane
-//! that pulls reduced records through the tree while it runs.
+//! that pulls reduced records through the tree while it runs. [`recovery`] has orphans
+//! of a dead commnode adopted by the nearest live ancestor.
 
 mod backend;
 pub mod clock;
@@ -24,6 +25,7 @@ pub mod log;
 pub mod monitor;
 mod network;
 pub mod proto;
+pub mod recovery;
 pub mod rendezvous;
 pub mod router;
 pub mod spawn;
@@ -36,9 +38,13 @@ pub use network::{
     sockdir_prefix, AttachSpec, BackendSpec, Communicator, Network, NetworkOptions, Stream,
     StreamOptions, FIRST_USER_STREAM,
 };
+pub use recovery::{Recovery, TreeEvent};
 pub use spawn::Bootstrap;
 pub use stages::LinkStages;
 pub use trace::{TraceDump, TraceDumpError};
 pub use vargr_filter::SyncMode;
 pub use vargr_trace::Alignment;
 pub use vargr_wire::{Packet, Value};
+
+#[cfg(test)]
+mod recovery_sim;

@@ -100,6 +100,9 @@ pub struct NetworkOptions {
     /// What each node asks of the TCP links to its children: by default MACs on
     /// loopback, encryption to other hosts, nothing on Unix sockets.
     pub link_security: vargr_net::LinkSecurity,
+    /// What the orphans of a dead commnode do (see [`crate::recovery`]). Default:
+    /// adoption by the nearest live ancestor, as in MRNet.
+    pub recovery: crate::Recovery,
 }
 
 impl NetworkOptions {
@@ -140,6 +143,7 @@ impl Default for NetworkOptions {
             monitor_period: Duration::from_millis(500),
             runtime_dir: vargr_net::runtime_dir::default_path(),
             link_security: vargr_net::LinkSecurity::Auto,
+            recovery: crate::Recovery::default(),
         }
     }
 }
@@ -335,6 +339,7 @@ impl Network {
             remote_template: opts.remote_template.clone(),
             transport,
             sockdir: sockdir.display().to_string(),
+            recovery: opts.recovery,
             max_frame: opts.max_frame,
             heartbeat_ms: opts.heartbeat.as_millis() as u64,
             heartbeat_timeout_ms: opts.heartbeat_timeout.as_millis() as u64,
@@ -371,16 +376,30 @@ impl Network {
         let mut reactor = Reactor::new()
             .map_err(|e| cleanup(TbonError::Startup(e.to_string()), &mut launched))?;
         let root = topology.root().clone();
-        let (children, mut handles) =
-            start_children(root.id, &topology, &config, &secret, &spawner, &mut reactor)
-                .map_err(|e| cleanup(e, &mut launched))?;
+        let crate::spawn::Started {
+            children,
+            mut handles,
+            adopter,
+        } = start_children(
+            root.id,
+            &topology,
+            &config,
+            &secret,
+            &spawner,
+            &mut reactor,
+            &[],
+        )
+        .map_err(|e| cleanup(e, &mut launched))?;
         drop(rendezvous);
         handles.extend(launched);
         let mut router = Router::new(root.id, root.host.clone(), None, reg);
         router.children = children;
         router.heartbeat = opts.heartbeat;
         router.heartbeat_timeout = opts.heartbeat_timeout;
+        router.recovery = opts.recovery;
+        router.listen = adopter.as_ref().map(|a| a.me.clone());
         let engine = Engine::new(router, reactor, opts.queue_limit);
+        engine.lock().adopter = adopter;
         trace::label_thread(root.id, "front-end");
         engine.start_keeper(opts.heartbeat / 2, root.id);
         // Measured here, while this thread polls: a pong's arrival is timed when it is
@@ -506,6 +525,12 @@ impl Network {
             (st.router.clock.reports.len() >= n).then_some(())
         });
         self.clock_alignment()
+    }
+
+    /// Changes of the tree so far (nodes lost, orphans adopted, waves that went without
+    /// some back-ends), oldest first; see [`crate::recovery`].
+    pub fn events(&self) -> Vec<crate::TreeEvent> {
+        self.engine.lock().router.deliveries.events.clone()
     }
 
     /// Faults seen so far (lost nodes, failed filters), oldest first.

@@ -16,6 +16,50 @@ pub struct SubtreeMsg {
     /// The parent's host, for choosing the stages of the link to it.
     #[serde(default)]
     pub parent_host: String,
+    /// Where the child's ancestors listen, its parent first: an orphan asks them to
+    /// adopt it, nearest first (see [`crate::recovery`]).
+    #[serde(default)]
+    pub ancestors: Vec<Ancestor>,
+}
+
+/// One ancestor of a node: who it is and where it accepts orphans.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Ancestor {
+    pub node: u32,
+    pub host: String,
+    pub addr: String,
+}
+
+/// "I am node `node`, orphaned by node `lost_parent`": an orphan's request to an
+/// ancestor, sent right after the handshake.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdoptMsg {
+    pub node: u32,
+    pub host: String,
+    pub lost_parent: u32,
+    /// The lost parent's host, for the front-end's report if nobody else saw it die.
+    #[serde(default)]
+    pub lost_host: String,
+    pub backends: Vec<u32>,
+    /// How far the orphan got on each stream it knows.
+    pub streams: Vec<StreamProgress>,
+}
+
+/// A node's position on one stream, in its own count: multicasts heard, answers sent
+/// up (for a back-end its packets, for an internal node its released waves).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StreamProgress {
+    pub stream: u32,
+    pub heard: u64,
+    pub answered: u64,
+}
+
+/// The adopter's answer: the orphan's new parent and that parent's ancestors.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct AdoptedMsg {
+    pub parent: u32,
+    pub parent_host: String,
+    pub ancestors: Vec<Ancestor>,
 }
 
 /// Configuration every node of one network shares.
@@ -30,6 +74,9 @@ pub struct RunConfig {
     pub transport: String,
     /// Directory for Unix sockets.
     pub sockdir: String,
+    /// What orphans of a dead commnode do.
+    #[serde(default)]
+    pub recovery: crate::Recovery,
     pub max_frame: usize,
     pub heartbeat_ms: u64,
     pub heartbeat_timeout_ms: u64,
@@ -118,6 +165,27 @@ pub enum FaultMsg {
         node: u32,
         filter: String,
         reason: String,
+    },
+    /// Node `node` (and `backends` below it) lost its parent `lost_parent` and was
+    /// adopted by `new_parent`.
+    Reparented {
+        node: u32,
+        lost_parent: u32,
+        #[serde(default)]
+        lost_host: String,
+        new_parent: u32,
+        backends: Vec<u32>,
+    },
+    /// Waves `first..end` of `stream` (numbered by the node the report is at, renumbered
+    /// on each hop up) went without `backends`, whose path up died with node `lost`.
+    /// `end` is [`crate::router::OPEN`] when the node that lost them reports it: they
+    /// have not come back yet (the front-end joins it with the adopter's report).
+    WavesLost {
+        stream: u32,
+        first: u64,
+        end: u64,
+        backends: Vec<u32>,
+        lost: u32,
     },
 }
 

@@ -10,6 +10,10 @@
 //! The router also records the tree's link and filter events (see [`crate::trace`]) and
 //! runs the clock-skew exchange (see [`crate::clock`]); its clock is a field, so tests
 //! drive it with a fake one.
+//!
+//! Fault recovery (see [`crate::recovery`]) lives here too: a node whose parent died
+//! becomes an orphan ([`Router::parent_lost`]) and keeps serving its children; an
+//! ancestor adopts orphans ([`Router::adopt`]) and lines their waves up with its own.
 
 use std::collections::VecDeque;
 
@@ -24,7 +28,8 @@ use vargr_wire::{encode_header, Frame, FrameKind, Packet};
 
 use crate::clock::ClockState;
 use crate::log::vlog;
-use crate::proto::{self, FaultMsg, StreamOpenMsg};
+use crate::proto::{self, AdoptMsg, AdoptedMsg, Ancestor, FaultMsg, StreamOpenMsg, StreamProgress};
+use crate::recovery::{Orphan, Recovery, TreeEvent};
 use crate::{trace, TbonError};
 
 /// Where frames leave a node.
@@ -130,6 +135,8 @@ pub struct Deliveries {
     pub inbox: VecDeque<Packet>,
     /// Faults seen (front-end), newest last.
     pub faults: Vec<TbonError>,
+    /// Changes of the tree (front-end), oldest first.
+    pub events: Vec<TreeEvent>,
     /// Set when the node must stop: shutdown requested or parent lost.
     pub closed: Option<TbonError>,
 }
@@ -141,6 +148,22 @@ pub struct ChildInfo {
     pub backends: Vec<u32>,
     pub alive: bool,
     pub shutdown_done: bool,
+    /// Once lost: per stream, the first wave (numbered here) released without it.
+    pub lost_from: FxHashMap<u32, u64>,
+}
+
+impl ChildInfo {
+    pub fn new(link: LinkId, node: u32, host: String, backends: Vec<u32>) -> ChildInfo {
+        ChildInfo {
+            link,
+            node,
+            host,
+            backends,
+            alive: true,
+            shutdown_done: false,
+            lost_from: FxHashMap::default(),
+        }
+    }
 }
 
 struct StreamState {
@@ -156,6 +179,31 @@ struct StreamState {
     sync_collector: u16,
     up_collector: u16,
     down_collector: u16,
+    /// Multicasts this node received (or, at the root, sent) on the stream.
+    heard: u64,
+    /// Packets a back-end sent up the stream.
+    sent: u64,
+    /// Per child index: its wave `w` is wave `w + shift` here (non-zero for adopted
+    /// children, which count from their own start).
+    shifts: FxHashMap<usize, i64>,
+}
+
+impl StreamState {
+    fn progress(&self, is_leaf: bool) -> StreamProgress {
+        StreamProgress {
+            stream: self.open.id,
+            heard: self.heard,
+            answered: if is_leaf {
+                self.sent
+            } else {
+                self.sync.released()
+            },
+        }
+    }
+
+    fn aligned(&self) -> bool {
+        self.sync.mode() == SyncMode::WaitForAll && !self.passthrough
+    }
 }
 
 pub struct Router {
@@ -185,7 +233,20 @@ pub struct Router {
     pub clock: ClockState,
     /// The monitor plane: pulls in progress, this node's reducer.
     pub monitor: crate::monitor::MonitorState,
+    pub recovery: Recovery,
+    /// Where this node's ancestors accept orphans, its parent first.
+    pub ancestors: Vec<Ancestor>,
+    /// Where this node accepts orphans (internal nodes with recovery on).
+    pub listen: Option<Ancestor>,
+    /// Set while the parent is dead and an adoption is being sought.
+    pub orphan: Option<Orphan>,
+    /// Front-end: per (stream, back-end), the first wave (and the node that died) of a
+    /// loss not yet closed by an adoption.
+    open_losses: FxHashMap<(u32, u32), (u64, u32)>,
 }
+
+/// The `end` of a [`FaultMsg::WavesLost`] whose back-ends have not come back yet.
+pub const OPEN: u64 = u64::MAX;
 
 impl Router {
     pub fn new(
@@ -212,15 +273,21 @@ impl Router {
             adopt_alignment: !trace::in_process(),
             clock: ClockState::default(),
             monitor: Default::default(),
+            recovery: Recovery::Off,
+            ancestors: Vec::new(),
+            listen: None,
+            orphan: None,
+            open_losses: FxHashMap::default(),
         }
     }
 
     pub fn is_root(&self) -> bool {
-        self.parent.is_none()
+        self.parent.is_none() && self.orphan.is_none()
     }
 
     fn child_index(&self, link: LinkId) -> Option<usize> {
-        self.children.iter().position(|c| c.link == link)
+        // Link ids are reused: a dead child's may now be an adopted one's.
+        self.children.iter().position(|c| c.alive && c.link == link)
     }
 
     /// Creates a stream here and forwards its creation to the children with members.
@@ -251,7 +318,7 @@ impl Router {
                 child_slots.push((i, child_slots.len()));
             }
         }
-        if self.parent.is_none() && child_slots.is_empty() {
+        if self.is_root() && child_slots.is_empty() {
             return Err(TbonError::BadCommunicator(format!(
                 "none of the stream's {} back-ends is reachable (all were lost)",
                 msg.members.len()
@@ -282,6 +349,9 @@ impl Router {
             up_collector,
             down_collector,
             open: msg,
+            heard: 0,
+            sent: 0,
+            shifts: FxHashMap::default(),
         };
         self.streams.insert(st.open.id, st);
         Ok(())
@@ -294,10 +364,14 @@ impl Router {
             .get_mut(&p.stream)
             .ok_or(TbonError::NoStream(p.stream))?;
         let latest = st.open.latest;
+        let is_root = self.parent.is_none() && self.orphan.is_none();
+        if is_root {
+            st.heard += 1;
+        }
         let ctx = FilterContext {
             node_id: self.node,
             stream: p.stream,
-            is_root: self.parent.is_none(),
+            is_root,
             num_inputs: 1,
         };
         let packets = match st.down.as_mut() {
@@ -336,9 +410,20 @@ impl Router {
 
     /// Sends a packet up towards the front-end (back-end side).
     pub fn send_up(&mut self, p: &Packet, out: &mut dyn Out) -> Result<(), TbonError> {
-        let parent = self
-            .parent
-            .ok_or_else(|| TbonError::Net("the front-end has no parent to send to".into()))?;
+        if self.is_root() {
+            return Err(TbonError::Net(
+                "the front-end has no parent to send to".into(),
+            ));
+        }
+        if let Some(st) = self.streams.get_mut(&p.stream) {
+            st.sent += 1;
+        }
+        let Some(parent) = self.parent else {
+            if let Some(o) = self.orphan.as_mut() {
+                o.held.push((p.stream, packet_bytes(p)));
+            }
+            return Ok(());
+        };
         let bytes = packet_bytes(p);
         let latest = self.streams.get(&p.stream).is_some_and(|st| st.open.latest);
         out.forward(
@@ -377,6 +462,7 @@ impl Router {
                 out.send(p, bytes);
                 Ok(())
             }
+            None if self.orphan.is_some() => Ok(()),
             _ => Err(TbonError::BadCommunicator(format!(
                 "no back-end with rank {dest} is reachable"
             ))),
@@ -457,8 +543,32 @@ impl Router {
                 }
             }
             FrameKind::Fault => {
-                if let Ok(fault) = proto::from_json::<FaultMsg>("Fault", &f.payload) {
+                if let Ok(mut fault) = proto::from_json::<FaultMsg>("Fault", &f.payload) {
+                    if let (
+                        Some(ci),
+                        FaultMsg::WavesLost {
+                            stream, first, end, ..
+                        },
+                    ) = (child, &mut fault)
+                    {
+                        // Into this node's wave numbers.
+                        let shift = self
+                            .streams
+                            .get(stream)
+                            .and_then(|st| st.shifts.get(&ci))
+                            .copied()
+                            .unwrap_or(0);
+                        *first = first.saturating_add_signed(shift);
+                        if *end != OPEN {
+                            *end = end.saturating_add_signed(shift);
+                        }
+                    }
                     self.report(fault, out);
+                }
+            }
+            FrameKind::WaveHole => {
+                if let Some(ci) = child {
+                    self.on_hole(ci, f.stream, now, out)
                 }
             }
             FrameKind::Heartbeat => {}
@@ -488,6 +598,9 @@ impl Router {
 
     fn on_data_down(&mut self, f: Frame, out: &mut dyn Out) {
         if self.backend_rank.is_some() {
+            if let Some(st) = self.streams.get_mut(&f.stream) {
+                st.heard += 1;
+            }
             match Packet::decode_payload(f.stream, f.tag, &f.payload) {
                 Ok(p) => self.deliveries.inbox.push_back(p),
                 Err(e) => self.deliveries.faults.push(e.into()),
@@ -497,6 +610,7 @@ impl Router {
         let Some(st) = self.streams.get_mut(&f.stream) else {
             return;
         };
+        st.heard += 1;
         if st.down.is_some() {
             match Packet::decode_payload(f.stream, f.tag, &f.payload) {
                 Ok(p) => {
@@ -529,7 +643,9 @@ impl Router {
             return;
         };
         if st.passthrough {
+            let root = self.parent.is_none() && self.orphan.is_none();
             match self.parent {
+                None if !root => {}
                 Some(p) => {
                     let bytes = f.to_wire();
                     let key = st
@@ -582,11 +698,25 @@ impl Router {
         }
     }
 
+    fn on_hole(&mut self, ci: usize, stream: u32, now: Instant, out: &mut dyn Out) {
+        let Some(st) = self.streams.get_mut(&stream) else {
+            return;
+        };
+        let Some(&(_, slot)) = st.child_slots.iter().find(|(c, _)| *c == ci) else {
+            return;
+        };
+        if st.passthrough {
+            return;
+        }
+        let waves = st.sync.push_hole(slot, now);
+        self.run_waves(stream, waves, out);
+    }
+
     fn run_waves(&mut self, stream: u32, waves: Vec<Vec<Packet>>, out: &mut dyn Out) {
         if waves.is_empty() {
             return;
         }
-        let is_root = self.parent.is_none();
+        let is_root = self.is_root();
         let Some(st) = self.streams.get_mut(&stream) else {
             return;
         };
@@ -597,15 +727,22 @@ impl Router {
             num_inputs: st.sync.live_children(),
         };
         let mut faults = Vec::new();
-        let mut results = Vec::new();
-        for wave in waves {
+        // In wave order: a result, or the number of a wave made only of holes (it still
+        // counts, so it travels on as a hole instead of vanishing).
+        let mut results: Vec<Result<Packet, u64>> = Vec::new();
+        let first_wave = st.sync.released().saturating_sub(waves.len() as u64);
+        for (i, wave) in waves.into_iter().enumerate() {
+            if wave.is_empty() {
+                results.push(Err(first_wave + i as u64));
+                continue;
+            }
             let Some(f) = st.up.as_mut() else { break };
             let t0 = vargr_trace::now();
             let bytes: usize = wave.iter().map(Packet::encoded_len).sum();
             let r = apply_guarded(f.as_mut(), &ctx, wave);
             trace::filter(st.up_collector, stream, bytes, self.node, t0, r.is_ok());
             match r {
-                Ok(ps) => results.extend(ps),
+                Ok(ps) => results.extend(ps.into_iter().map(Ok)),
                 Err(e) => {
                     // A failed instance may hold broken state: stop using it.
                     st.up = None;
@@ -619,20 +756,43 @@ impl Router {
             }
         }
         let latest = st.open.latest;
-        for mut p in results {
-            p.stream = stream;
-            match self.parent {
-                Some(parent) => {
+        for r in results {
+            match (r, self.parent) {
+                (Ok(mut p), Some(parent)) => {
+                    p.stream = stream;
                     let bytes = packet_bytes(&p);
                     out.forward(parent, latest.then(|| latest_key(stream, p.source)), bytes);
                 }
-                None => {
+                (Err(_), Some(parent)) => {
+                    out.send(parent, frame_bytes(FrameKind::WaveHole, stream, 0, &[]))
+                }
+                // Held until adopted: the adopter counts on them (see `adopt_request`).
+                (r, None) if !is_root => {
+                    let bytes = match r {
+                        Ok(mut p) => {
+                            p.stream = stream;
+                            packet_bytes(&p)
+                        }
+                        Err(_) => frame_bytes(FrameKind::WaveHole, stream, 0, &[]),
+                    };
+                    if let Some(o) = self.orphan.as_mut() {
+                        o.held.push((stream, bytes));
+                    }
+                }
+                (Ok(mut p), None) => {
+                    p.stream = stream;
                     let q = self.deliveries.streams.entry(stream).or_default();
                     if latest {
                         q.retain(|r| !matches!(r, Ok(old) if old.source == p.source));
                     }
                     q.push_back(Ok(p));
                 }
+                (Err(wave), None) => self
+                    .deliveries
+                    .streams
+                    .entry(stream)
+                    .or_default()
+                    .push_back(Err(TbonError::WaveEmpty { stream, wave })),
             }
         }
         for f in faults {
@@ -671,55 +831,161 @@ impl Router {
     /// Passes a fault towards the front-end, or records it there.
     pub fn report(&mut self, fault: FaultMsg, out: &mut dyn Out) {
         vlog!(self.node, "fault: {fault:?}");
-        match self.parent {
-            Some(p) => out.send(
+        if let Some(p) = self.parent {
+            out.send(
                 p,
                 frame_bytes(FrameKind::Fault, 0, 0, &proto::to_json(&fault)),
-            ),
-            None => {
-                let err = match fault {
-                    FaultMsg::NodeLost {
-                        node,
-                        host,
-                        reason,
-                        backends,
-                    } => TbonError::NodeLost {
-                        node,
-                        host,
-                        reason,
-                        backends,
-                    },
-                    FaultMsg::Filter {
-                        stream,
-                        node,
-                        filter,
-                        reason,
-                    } => TbonError::Filter {
-                        stream,
-                        node,
-                        filter,
-                        reason,
-                    },
-                };
-                for (id, st) in &self.streams {
-                    let affected = match &err {
-                        TbonError::NodeLost { backends, .. } => backends
-                            .iter()
-                            .any(|b| st.open.members.binary_search(b).is_ok()),
-                        TbonError::Filter { stream, .. } => stream == id,
-                        _ => false,
-                    };
-                    if affected {
-                        self.deliveries
-                            .streams
-                            .entry(*id)
-                            .or_default()
-                            .push_back(Err(err.clone()));
+            );
+            return;
+        }
+        if let Some(o) = self.orphan.as_mut() {
+            // Sent on once adopted.
+            o.pending.push(fault);
+            return;
+        }
+        let err = match fault {
+            FaultMsg::NodeLost {
+                node,
+                host,
+                reason,
+                backends,
+            } => {
+                self.deliveries.events.push(TreeEvent::NodeLost {
+                    node,
+                    host: host.clone(),
+                    backends: backends.clone(),
+                });
+                TbonError::NodeLost {
+                    node,
+                    host,
+                    reason,
+                    backends,
+                }
+            }
+            FaultMsg::Filter {
+                stream,
+                node,
+                filter,
+                reason,
+            } => TbonError::Filter {
+                stream,
+                node,
+                filter,
+                reason,
+            },
+            FaultMsg::Reparented {
+                node,
+                lost_parent,
+                lost_host,
+                new_parent,
+                backends,
+            } => {
+                // A parent that died with its own parent (killed together) was seen to
+                // die only by its orphans: report it for them.
+                let known =
+                    self.deliveries.events.iter().any(
+                        |e| matches!(e, TreeEvent::NodeLost { node, .. } if *node == lost_parent),
+                    );
+                if !known {
+                    self.report(
+                        FaultMsg::NodeLost {
+                            node: lost_parent,
+                            host: lost_host,
+                            reason: format!("its child node {node} saw it die"),
+                            backends: backends.clone(),
+                        },
+                        out,
+                    );
+                }
+                // Back: a loss still open for them ended before any wave went without them.
+                self.open_losses.retain(|(_, b), _| !backends.contains(b));
+                // Not a fault: the back-ends are reachable again.
+                self.deliveries.events.push(TreeEvent::Reparented {
+                    node,
+                    lost_parent,
+                    new_parent,
+                    backends,
+                });
+                return;
+            }
+            FaultMsg::WavesLost {
+                stream,
+                first,
+                end: OPEN,
+                backends,
+                lost,
+            } => {
+                // Reported when they come back, or never (then `NodeLost` says it all).
+                for b in backends {
+                    let e = self.open_losses.entry((stream, b)).or_insert((first, lost));
+                    if first < e.0 {
+                        *e = (first, lost);
                     }
                 }
-                self.deliveries.faults.push(err);
+                return;
+            }
+            FaultMsg::WavesLost {
+                stream,
+                first,
+                end,
+                backends,
+                lost,
+            } => {
+                // A back-end whose loss began above its adopter (two nodes died
+                // together) went missing from the earlier wave the dead node reported.
+                let mut by_first: Vec<(u64, Vec<u32>)> = Vec::new();
+                for b in backends {
+                    let f = match self.open_losses.remove(&(stream, b)) {
+                        Some((f0, _)) => f0.min(first),
+                        None => first,
+                    };
+                    match by_first.iter_mut().find(|(x, _)| *x == f) {
+                        Some((_, v)) => v.push(b),
+                        None => by_first.push((f, vec![b])),
+                    }
+                }
+                for (first, backends) in by_first {
+                    self.deliveries.events.push(TreeEvent::WavesLost {
+                        stream,
+                        first,
+                        end,
+                        backends: backends.clone(),
+                        lost,
+                    });
+                    let err = TbonError::WavesLost {
+                        stream,
+                        first,
+                        end,
+                        backends,
+                        lost,
+                    };
+                    self.deliveries
+                        .streams
+                        .entry(stream)
+                        .or_default()
+                        .push_back(Err(err.clone()));
+                    self.deliveries.faults.push(err);
+                }
+                return;
+            }
+        };
+        for (id, st) in &self.streams {
+            let affected = match &err {
+                TbonError::NodeLost { backends, .. } => backends
+                    .iter()
+                    .any(|b| st.open.members.binary_search(b).is_ok()),
+                TbonError::Filter { stream, .. } => stream == id,
+                _ => false,
+            };
+            if affected {
+                self.deliveries
+                    .streams
+                    .entry(*id)
+                    .or_default()
+                    .push_back(Err(err.clone()));
             }
         }
+        self.deliveries.faults.push(err);
     }
 
     /// A link went away. Children: every stream stops waiting for it and the loss is
@@ -753,20 +1019,67 @@ impl Router {
             self.report(fault, out);
         }
         let ids: Vec<u32> = self.streams.keys().copied().collect();
+        let mut open = Vec::new();
         for id in ids {
             let waves = {
                 let st = self.streams.get_mut(&id).expect("id taken from the map");
                 match st.child_slots.iter().find(|(c, _)| *c == ci) {
-                    Some(&(_, slot)) => st.sync.remove_child(slot, now),
+                    Some(&(_, slot)) => {
+                        // Its queued packets ride along; the waves after them go without it.
+                        let from = st.sync.released() + st.sync.queued_from(slot) as u64;
+                        self.children[ci].lost_from.insert(id, from);
+                        let members: Vec<u32> = self.children[ci]
+                            .backends
+                            .iter()
+                            .copied()
+                            .filter(|b| st.open.members.binary_search(b).is_ok())
+                            .collect();
+                        if st.aligned() && !members.is_empty() && !self.shutting_down {
+                            // Open-ended: whoever adopts them (maybe not us: we may die
+                            // first) closes it; the front-end joins the two.
+                            open.push(FaultMsg::WavesLost {
+                                stream: id,
+                                first: from,
+                                end: OPEN,
+                                backends: members,
+                                lost: self.children[ci].node,
+                            });
+                        }
+                        st.sync.remove_child(slot, now)
+                    }
                     None => Vec::new(),
                 }
             };
+            for f in open.drain(..) {
+                self.report(f, out);
+            }
             self.run_waves(id, waves, out);
         }
     }
 
+    /// The parent is gone. With recovery on, a node that has something to save (a
+    /// back-end, or children still alive) and an ancestor to ask becomes an orphan;
+    /// otherwise it must stop.
     pub fn parent_lost(&mut self, reason: String) {
         vlog!(self.node, "parent lost: {reason}");
+        let worth_saving = self.backend_rank.is_some() || self.children.iter().any(|c| c.alive);
+        if self.recovery == Recovery::Ancestor
+            && !self.shutting_down
+            && self.deliveries.closed.is_none()
+            && self.orphan.is_none()
+            && self.ancestors.len() > 1
+            && worth_saving
+        {
+            self.parent = None;
+            self.orphan = Some(Orphan {
+                lost_parent: self.parent_node,
+                reason,
+                rejoining: false,
+                pending: Vec::new(),
+                held: Vec::new(),
+            });
+            return;
+        }
         if self.deliveries.closed.is_none() {
             self.deliveries.closed = Some(if self.shutting_down {
                 TbonError::Shutdown
@@ -885,6 +1198,210 @@ impl Router {
             let down_blocked =
                 inbox_full || self.children.iter().any(|c| over(Some(c.link), reactor));
             reactor.set_paused(p, down_blocked);
+        }
+    }
+}
+
+/// Fault recovery: the orphan's side and the adopter's (see [`crate::recovery`]).
+impl Router {
+    /// What this orphan asks an ancestor: who it is, what it lost, what it brings.
+    pub fn adopt_request(&self) -> Option<AdoptMsg> {
+        let o = self.orphan.as_ref()?;
+        let mut backends: Vec<u32> = match self.backend_rank {
+            Some(r) => vec![r],
+            None => self
+                .children
+                .iter()
+                .filter(|c| c.alive)
+                .flat_map(|c| c.backends.iter().copied())
+                .collect(),
+        };
+        backends.sort_unstable();
+        // Held answers reach the adopter after all, as answers to waves gone by.
+        let mut streams: Vec<StreamProgress> = self
+            .streams
+            .values()
+            .map(|st| {
+                let mut p = st.progress(self.backend_rank.is_some());
+                let held = o.held.iter().filter(|(s, _)| *s == p.stream).count();
+                p.answered = p.answered.saturating_sub(held as u64);
+                p
+            })
+            .collect();
+        streams.sort_unstable_by_key(|p| p.stream);
+        Some(AdoptMsg {
+            node: self.node,
+            host: self.host.clone(),
+            lost_parent: o.lost_parent,
+            lost_host: self
+                .ancestors
+                .first()
+                .map(|a| a.host.clone())
+                .unwrap_or_default(),
+            backends,
+            streams,
+        })
+    }
+
+    /// This orphan was adopted over `link`: faults held meanwhile go up now.
+    pub fn adopted(&mut self, link: LinkId, msg: AdoptedMsg, out: &mut dyn Out) {
+        let Some(o) = self.orphan.take() else {
+            return;
+        };
+        vlog!(
+            self.node,
+            "adopted by node {} (orphaned by node {})",
+            msg.parent,
+            o.lost_parent
+        );
+        self.parent = Some(link);
+        self.parent_node = msg.parent;
+        self.ancestors = msg.ancestors;
+        for (_, bytes) in o.held {
+            out.send(link, bytes);
+        }
+        for f in o.pending {
+            self.report(f, out);
+        }
+    }
+
+    /// The answer to an orphan: adopted (with where this node sits), or why not.
+    pub fn adoption_answer(&self) -> Result<AdoptedMsg, String> {
+        if self.shutting_down {
+            return Err(format!("node {} is shutting down", self.node));
+        }
+        if self.orphan.is_some() {
+            return Err(format!("node {} is itself orphaned", self.node));
+        }
+        let Some(me) = &self.listen else {
+            return Err(format!("node {} does not adopt orphans", self.node));
+        };
+        Ok(AdoptedMsg {
+            parent: self.node,
+            parent_host: self.host.clone(),
+            ancestors: std::iter::once(me.clone())
+                .chain(self.ancestors.iter().cloned())
+                .collect(),
+        })
+    }
+
+    /// Live children that still claim some of `backends`: an orphan holding them could
+    /// not reach us through them, so their path is dead even if their link is not. A
+    /// child that holds only some of them is no such path: the orphan is stale (its
+    /// children were adopted already), and the answer is why it must be refused.
+    pub fn children_claiming(&self, backends: &[u32]) -> Result<Vec<LinkId>, String> {
+        let mut out = Vec::new();
+        for c in self.children.iter().filter(|c| c.alive) {
+            let held = backends
+                .iter()
+                .filter(|b| c.backends.binary_search(b).is_ok())
+                .count();
+            if held == backends.len() {
+                out.push(c.link);
+            } else if held > 0 {
+                return Err(format!(
+                    "back-ends {} are node {}'s already",
+                    crate::fmt_ranks(&c.backends),
+                    c.node
+                ));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Adopts the orphan of `msg` over `link`: it becomes a child of every stream it
+    /// has members in, lined up with this node's waves, and the front-end hears who
+    /// moved and which waves went without it.
+    pub fn adopt(&mut self, link: LinkId, msg: AdoptMsg, now: Instant, out: &mut dyn Out) {
+        let mut backends = msg.backends.clone();
+        backends.sort_unstable();
+        // The dead child that had them: from which wave on it was missing, per stream.
+        let mut lost_from: FxHashMap<u32, u64> = FxHashMap::default();
+        for c in self.children.iter_mut().filter(|c| !c.alive) {
+            if c.backends.iter().any(|b| backends.binary_search(b).is_ok()) {
+                for (&s, &w) in &c.lost_from {
+                    let e = lost_from.entry(s).or_insert(w);
+                    *e = (*e).min(w);
+                }
+                c.backends.retain(|b| backends.binary_search(b).is_err());
+            }
+        }
+        self.children.push(ChildInfo::new(
+            link,
+            msg.node,
+            msg.host.clone(),
+            backends.clone(),
+        ));
+        let ci = self.children.len() - 1;
+        let progress: FxHashMap<u32, StreamProgress> =
+            msg.streams.iter().map(|p| (p.stream, *p)).collect();
+        let mut ids: Vec<u32> = self.streams.keys().copied().collect();
+        ids.sort_unstable();
+        let mut lost = Vec::new();
+        let mut ready = Vec::new();
+        for id in ids {
+            let st = self.streams.get_mut(&id).expect("id taken from the map");
+            let members: Vec<u32> = backends
+                .iter()
+                .copied()
+                .filter(|b| st.open.members.binary_search(b).is_ok())
+                .collect();
+            if members.is_empty() {
+                continue;
+            }
+            let p = progress.get(&id).copied();
+            if p.is_none() {
+                // Opened while it was unreachable.
+                let open = frame_bytes(FrameKind::StreamOpen, id, 0, &proto::to_json(&st.open));
+                out.send(link, open);
+            }
+            let (heard, answered) = p.map_or((0, 0), |p| (p.heard, p.answered));
+            let (here, released) = (st.heard, st.sync.released());
+            let slot = if st.aligned() {
+                // Its late answers to what it heard are for waves gone by; it never
+                // heard the multicasts since, so it has nothing for waves up to `here`.
+                let skip = heard.saturating_sub(answered);
+                st.sync.join_child(skip, here.saturating_sub(released), now)
+            } else {
+                st.sync.join_child(0, 0, now)
+            };
+            st.child_slots.push((ci, slot));
+            st.shifts.insert(ci, here as i64 - heard as i64);
+            // Its holes may be all a wave was waiting for (every other child is gone).
+            ready.push((id, st.sync.take_ready(now)));
+            let first = lost_from.get(&id).copied().unwrap_or(0);
+            if st.aligned() && here > first {
+                lost.push(FaultMsg::WavesLost {
+                    stream: id,
+                    first,
+                    end: here,
+                    backends: members,
+                    lost: msg.lost_parent,
+                });
+            }
+        }
+        for p in &msg.streams {
+            if !self.streams.contains_key(&p.stream) {
+                out.send(link, frame_bytes(FrameKind::StreamClose, p.stream, 0, &[]));
+            }
+        }
+        // The waves first: the front-end closes a loss still open for these back-ends
+        // with them, and forgets whatever is left open at the adoption.
+        for f in lost {
+            self.report(f, out);
+        }
+        self.report(
+            FaultMsg::Reparented {
+                node: msg.node,
+                lost_parent: msg.lost_parent,
+                lost_host: msg.lost_host.clone(),
+                new_parent: self.node,
+                backends,
+            },
+            out,
+        );
+        for (id, waves) in ready {
+            self.run_waves(id, waves, out);
         }
     }
 }

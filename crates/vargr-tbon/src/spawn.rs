@@ -13,7 +13,7 @@ use vargr_net::{Addr, LinkSecurity, Listener, Reactor, ReactorEvent, SecureConn}
 use vargr_topo::Topology;
 use vargr_wire::{Frame, FrameKind};
 
-use crate::proto::{self, ReadyMsg, RunConfig, SubtreeMsg};
+use crate::proto::{self, Ancestor, ReadyMsg, RunConfig, SubtreeMsg};
 use crate::router::{frame_bytes, ChildInfo};
 use crate::{Backend, TbonError};
 
@@ -72,6 +72,13 @@ pub enum ChildHandle {
 }
 
 impl ChildHandle {
+    /// The node this child runs.
+    pub fn node(&self) -> u32 {
+        match self {
+            ChildHandle::Process(n, _) | ChildHandle::Thread(n, _) => *n,
+        }
+    }
+
     /// Waits up to `grace` for the child to exit, then kills it.
     pub fn finish(self, grace: Duration) {
         match self {
@@ -101,6 +108,23 @@ impl ChildHandle {
                 }
             }
         }
+    }
+}
+
+/// Once joined, with recovery on and an ancestor beyond the parent, a local child
+/// process stops dying with its parent ([`launch::spawn`] ties it): it may now be
+/// adopted. Until then (start-up) it dies with it, as it has nowhere to go; the front-
+/// end's own children stay tied, so a killed front-end still takes the tree down.
+pub(crate) fn untie_if_adoptable(msg: &SubtreeMsg) {
+    if msg.config.recovery != crate::Recovery::Ancestor
+        || msg.ancestors.len() < 2
+        || crate::trace::in_process()
+    {
+        return;
+    }
+    // SAFETY: prctl(PR_SET_PDEATHSIG, 0) changes only this process's death signal.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, 0);
     }
 }
 
@@ -156,8 +180,25 @@ pub(crate) fn advertised(addr: Addr, config: &RunConfig) -> Addr {
     }
 }
 
+/// An internal node's listener, kept open after start-up for orphans (recovery on).
+pub struct Adopter {
+    pub gate: Gate,
+    /// This node as its descendants know it.
+    pub me: Ancestor,
+    pub max_frame: usize,
+}
+
+/// What [`start_children`] leaves running.
+pub struct Started {
+    /// In topology order.
+    pub children: Vec<ChildInfo>,
+    pub handles: Vec<ChildHandle>,
+    pub adopter: Option<Adopter>,
+}
+
 /// Starts, authenticates and initialises every child of node `me`, adding their links
-/// to `reactor`. Returns the children (in topology order) once each sub-tree is ready.
+/// to `reactor`. Returns once each sub-tree is ready. `ancestors` are `me`'s, parent
+/// first; the children learn them (and `me`) for adoption.
 pub fn start_children(
     me: u32,
     topo: &Topology,
@@ -165,12 +206,17 @@ pub fn start_children(
     secret: &Secret,
     spawner: &Spawner,
     reactor: &mut Reactor,
-) -> Result<(Vec<ChildInfo>, Vec<ChildHandle>), TbonError> {
+    ancestors: &[Ancestor],
+) -> Result<Started, TbonError> {
     let node = topo
         .node(me)
         .ok_or_else(|| TbonError::Startup(format!("node {me} is not in its own sub-tree")))?;
     if node.children.is_empty() {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(Started {
+            children: Vec::new(),
+            handles: Vec::new(),
+            adopter: None,
+        });
     }
     let timeout = Duration::from_millis(config.startup_timeout_ms);
     let deadline = Instant::now() + timeout;
@@ -320,6 +366,14 @@ pub fn start_children(
     }
 
     // Hand each child its sub-tree, then wait for all of them to report ready.
+    let me_ancestor = Ancestor {
+        node: me,
+        host: node.host.clone(),
+        addr: addr.to_string(),
+    };
+    let child_ancestors: Vec<Ancestor> = std::iter::once(me_ancestor.clone())
+        .chain(ancestors.iter().cloned())
+        .collect();
     let mut children = Vec::new();
     for (id, mut conn) in conns {
         let sub = topo.subtree(id).expect("child ids come from the topology");
@@ -327,6 +381,7 @@ pub fn start_children(
             topology: sub,
             config: config.clone(),
             parent_host: node.host.clone(),
+            ancestors: child_ancestors.clone(),
         };
         let f = Frame::new(FrameKind::Subtree, 0, 0, proto::to_json(&msg));
         let peer = format!("node {id}");
@@ -355,14 +410,7 @@ pub fn start_children(
                 )
             }
         };
-        children.push(ChildInfo {
-            link,
-            node: id,
-            host: host_of(topo, id),
-            backends: Vec::new(),
-            alive: true,
-            shutdown_done: false,
-        });
+        children.push(ChildInfo::new(link, id, host_of(topo, id), Vec::new()));
     }
     let mut ready = 0;
     let mut events = Vec::new();
@@ -430,7 +478,16 @@ pub fn start_children(
     }
     // Order children as the topology does, so routing is deterministic.
     children.sort_by_key(|c| node.children.iter().position(|&x| x == c.node));
-    Ok((children, handles))
+    let adopter = (config.recovery == crate::Recovery::Ancestor).then_some(Adopter {
+        gate,
+        me: me_ancestor,
+        max_frame: config.max_frame,
+    });
+    Ok(Started {
+        children,
+        handles,
+        adopter,
+    })
 }
 
 /// Jitter seed of the link from node `from` to node `to`: fixed, so runs repeat.

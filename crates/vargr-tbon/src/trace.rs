@@ -138,6 +138,14 @@ impl LinkPeers {
         LinkPeers(v)
     }
 
+    /// Names the node at the other end of a link added after start-up (adoption).
+    pub fn set(&mut self, l: LinkId, node: u32) {
+        if self.0.len() <= l.0 {
+            self.0.resize(l.0 + 1, NO_PEER);
+        }
+        self.0[l.0] = node;
+    }
+
     pub fn of(&self, l: LinkId) -> u32 {
         self.0.get(l.0).copied().unwrap_or(NO_PEER)
     }

@@ -103,6 +103,15 @@ frame_kinds! {
     /// The answer to a CodecProbe (stream = its id, tag = the probe's size); consumed by
     /// the stage that sent the probe.
     CodecEcho = 35,
+    /// Orphan → ancestor, right after the handshake: "I am node N, orphaned by node M";
+    /// the payload (JSON) lists its back-ends and how far it got on each stream.
+    Adopt = 36,
+    /// Ancestor → orphan: adopted; the payload (JSON) names the new parent and its own
+    /// ancestors.
+    Adopted = 37,
+    /// Child → parent on a stream: the child's whole sub-tree missed one wave (it was
+    /// orphaned when it was multicast), so the wave must not wait for it.
+    WaveHole = 38,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.

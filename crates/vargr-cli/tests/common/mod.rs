@@ -17,6 +17,8 @@ use vargr_topo::Topology;
 /// Tags understood by `vargr backend` (crates/vargr-cli/src/roles.rs).
 pub const TAG_ECHO: i32 = 1;
 pub const TAG_RANK: i32 = 2;
+/// Answers `v` with `v 1 2^rank` (see roles.rs).
+pub const TAG_WAVE: i32 = 8;
 
 /// Bytes recorded per stage-boundary collector (`link/stage/...`) over all trace files
 /// in `dir`.
