@@ -214,3 +214,33 @@ fn network_survives_the_thread_that_created_it() {
         "round trip after the creating thread exited: {r:?}"
     );
 }
+
+/// A sub-tree that is ready long before its sibling must not take its waiting parent
+/// for dead: the parent beats to it while the slow one starts (at scale, start-up can
+/// take longer than the heartbeat time-out).
+#[test]
+fn a_subtree_ready_early_outlives_a_slow_sibling() {
+    use vargr_tbon::BackendSpec;
+    let opts = NetworkOptions {
+        heartbeat: Duration::from_millis(200),
+        heartbeat_timeout: Duration::from_millis(600),
+        ..opts()
+    };
+    // Back-end node 6 (the last, under the second commnode) starts 2 s late.
+    let script = format!(
+        "if [ \"$VARGR_NODE\" = 6 ]; then sleep 2; fi; exec '{}' backend echo",
+        vargr()
+    );
+    let net = Network::new(
+        vargr_topo::Topology::generate("1x2x4").unwrap(),
+        BackendSpec::command("sh", &["-c", &script]),
+        opts,
+    )
+    .expect("start-up with a slow back-end");
+    assert!(net.startup_time() >= Duration::from_secs(2));
+    let s = net
+        .open_stream(&net.broadcast_communicator(), StreamOptions::new("sum"))
+        .unwrap();
+    let p = round_trip(&s, TAG_RANK, "%d", vec![Value::Int(0)]);
+    assert_eq!(first_int(&p), 6);
+}

@@ -414,8 +414,22 @@ pub fn start_children(
     }
     let mut ready = 0;
     let mut events = Vec::new();
+    // A sub-tree that is ready runs its own router, which takes a parent silent for the
+    // heartbeat time-out for dead: beat to it while the others are still coming up.
+    let beat = Duration::from_millis((config.heartbeat_ms / 2).max(1));
+    let mut beaten = Instant::now();
     while ready < children.len() {
         let now = Instant::now();
+        if now >= beaten + beat {
+            for c in children.iter().filter(|c| !c.backends.is_empty()) {
+                reactor.send(
+                    c.link,
+                    crate::router::frame_bytes(FrameKind::Heartbeat, 0, 0, &[]),
+                );
+            }
+            reactor.flush_all();
+            beaten = now;
+        }
         if now >= deadline {
             let missing: Vec<u32> = children
                 .iter()
@@ -429,7 +443,7 @@ pub fn start_children(
                 )),
             );
         }
-        if let Err(e) = reactor.poll(Some(deadline - now), &mut events) {
+        if let Err(e) = reactor.poll(Some((deadline - now).min(beat)), &mut events) {
             return fail(handles, TbonError::Startup(format!("node {me}: poll: {e}")));
         }
         for ev in events.drain(..) {
