@@ -187,13 +187,37 @@ pub fn open_private(path: &Path) -> Result<File, RuntimeDirError> {
     Ok(f)
 }
 
-/// Removes a file (a Unix socket, a status file) when dropped: runtime files must not
-/// outlive the process that made them, or the directory fills with dead sockets.
+/// Removes a file (a Unix socket, a status file) when dropped, or when the process exits
+/// without dropping it (a Python program's job lives until the interpreter ends, a C
+/// program may `exit` with its handles open): runtime files must not outlive the process
+/// that made them, or the directory fills with dead sockets.
 #[derive(Debug)]
 pub struct RemoveOnDrop(PathBuf);
 
+/// Files still to remove when the process exits.
+static AT_EXIT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+static AT_EXIT_HOOK: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn remove_at_exit() {
+    // `try_lock`: a thread that called `exit` while holding the lock must not hang it.
+    if let Ok(mut files) = AT_EXIT.try_lock() {
+        for f in files.drain(..) {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
 impl RemoveOnDrop {
     pub fn new(path: PathBuf) -> RemoveOnDrop {
+        AT_EXIT_HOOK.call_once(|| {
+            // SAFETY: registers a plain function without arguments; it only removes
+            // files, which is safe at any point of `exit`.
+            unsafe { libc::atexit(remove_at_exit) };
+        });
+        AT_EXIT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(path.clone());
         RemoveOnDrop(path)
     }
 
@@ -205,6 +229,10 @@ impl RemoveOnDrop {
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.0);
+        AT_EXIT
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|p| p != &self.0);
     }
 }
 
@@ -238,6 +266,34 @@ pub fn remove_mesh_sockets(dir: &RuntimeDir, pid: u32) -> usize {
 mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
+
+    /// Run as a child by the test below: makes `$VARGR_TEST_EXIT_FILE` and exits
+    /// without dropping its guard. Does nothing in a normal test run.
+    #[test]
+    fn exit_without_drop_child() {
+        if let Some(p) = std::env::var_os("VARGR_TEST_EXIT_FILE") {
+            let p = PathBuf::from(p);
+            std::fs::write(&p, "").unwrap();
+            std::fs::write(p.with_extension("ran"), "").unwrap();
+            let guard = RemoveOnDrop::new(p);
+            std::mem::forget(guard);
+            std::process::exit(0);
+        }
+    }
+
+    #[test]
+    fn a_runtime_file_goes_when_its_process_exits_without_dropping_it() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("left.sock");
+        let st = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "runtime_dir::tests::exit_without_drop_child"])
+            .env("VARGR_TEST_EXIT_FILE", &p)
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert!(p.with_extension("ran").exists(), "the child did not run");
+        assert!(!p.exists(), "{} outlived its process", p.display());
+    }
 
     fn chmod(p: &Path, mode: u32) {
         std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
