@@ -164,6 +164,31 @@ def test_an_unknown_link_protection_is_a_value_error() -> None:
         vargr.Network("flat:1", backend=ECHO, link_security="rot13")
 
 
+def test_a_killed_commnode_is_an_event_naming_its_back_ends() -> None:
+    import os
+    import signal
+    import time
+
+    with vargr.Network("kary:2@4", backend=ECHO) as n:
+        s = n.open_stream(up="sum")
+        s.send(TAG_RANK, "%d", 1)
+        assert s.recv(timeout=30).values == (4 + 6,)
+        assert n.events() == []
+        os.kill(n.child_pids()[0], signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not n.events():
+            time.sleep(0.05)
+        lost = [e for e in n.events() if e["kind"] == "node_lost"]
+        assert len(lost) == 1, n.events()
+        assert lost[0]["host"] == "localhost"
+        assert len(lost[0]["backends"]) == 2 and set(lost[0]["backends"]) <= {0, 1, 2, 3}
+
+
+def test_an_unknown_recovery_is_a_value_error() -> None:
+    with pytest.raises(ValueError, match="pray"):
+        vargr.Network("flat:1", backend=ECHO, recovery="pray")
+
+
 def test_threads_launcher_runs_python_back_ends_in_this_process() -> None:
     def backend(be: vargr.Backend) -> None:
         for p in be:

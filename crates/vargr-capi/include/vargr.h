@@ -478,6 +478,13 @@ int vargr_options_set_transport(vargr_options *opts, const char *transport);
 // `opts` is a live options handle; `security` is NUL-terminated.
 int vargr_options_set_link_security(vargr_options *opts, const char *security);
 
+// Sets what the orphans of a dead communication node do: `"ancestor"` (default: the
+// nearest live ancestor adopts them) or `"off"` (the sub-tree is lost with it).
+//
+// # Safety
+// `opts` is a live options handle; `recovery` is NUL-terminated.
+int vargr_options_set_recovery(vargr_options *opts, const char *recovery);
+
 // Starts nodes on remote hosts with a shell command template such as
 // `"ssh -o BatchMode=yes {host} {cmd}"` (implies TCP); NULL: local processes.
 //

@@ -258,6 +258,24 @@ pub unsafe extern "C" fn vargr_options_set_link_security(
     })
 }
 
+/// Sets what the orphans of a dead communication node do: `"ancestor"` (default: the
+/// nearest live ancestor adopts them) or `"off"` (the sub-tree is lost with it).
+///
+/// # Safety
+/// `opts` is a live options handle; `recovery` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_options_set_recovery(
+    opts: *mut vargr_options,
+    recovery: *const c_char,
+) -> c_int {
+    guard("vargr_options_set_recovery", || {
+        // SAFETY: the caller's contract.
+        let (opts, r) = unsafe { (options_mut(opts)?, ptr::string(recovery, "recovery")?) };
+        opts.recovery = r.parse().map_err(Error::invalid)?;
+        Ok(())
+    })
+}
+
 /// Starts nodes on remote hosts with a shell command template such as
 /// `"ssh -o BatchMode=yes {host} {cmd}"` (implies TCP); NULL: local processes.
 ///

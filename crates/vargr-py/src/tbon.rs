@@ -369,6 +369,7 @@ impl PyNetwork {
         attach_file = None,
         transport = None,
         link_security = None,
+        recovery = None,
         commnode = None,
         startup_timeout = 30.0,
         heartbeat = 0.5,
@@ -388,6 +389,7 @@ impl PyNetwork {
         attach_file: Option<std::path::PathBuf>,
         transport: Option<String>,
         link_security: Option<String>,
+        recovery: Option<String>,
         commnode: Option<String>,
         startup_timeout: f64,
         heartbeat: f64,
@@ -416,6 +418,9 @@ impl PyNetwork {
         }
         if let Some(s) = link_security {
             opts.link_security = s.parse().map_err(pyo3::exceptions::PyValueError::new_err)?;
+        }
+        if let Some(r) = recovery {
+            opts.recovery = r.parse().map_err(pyo3::exceptions::PyValueError::new_err)?;
         }
         if let Some(q) = queue_limit {
             opts.queue_limit = q;
@@ -541,6 +546,58 @@ impl PyNetwork {
     /// Process ids of the front-end's child processes.
     fn child_pids(&self) -> PyResult<Vec<u32>> {
         self.with(|n| Ok(n.child_pids()))
+    }
+
+    /// Changes of the tree seen so far, oldest first, as dicts with a `kind`:
+    /// `node_lost` (node, host, backends), `reparented` (node, lost_parent, new_parent,
+    /// backends) or `waves_lost` (stream, first, end, backends, lost).
+    fn events<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        let events = self.with(|n| Ok(n.events()))?;
+        events
+            .iter()
+            .map(|e| {
+                let d = PyDict::new(py);
+                match e {
+                    vargr_tbon::TreeEvent::NodeLost {
+                        node,
+                        host,
+                        backends,
+                    } => {
+                        d.set_item("kind", "node_lost")?;
+                        d.set_item("node", node)?;
+                        d.set_item("host", host)?;
+                        d.set_item("backends", backends.clone())?;
+                    }
+                    vargr_tbon::TreeEvent::Reparented {
+                        node,
+                        lost_parent,
+                        new_parent,
+                        backends,
+                    } => {
+                        d.set_item("kind", "reparented")?;
+                        d.set_item("node", node)?;
+                        d.set_item("lost_parent", lost_parent)?;
+                        d.set_item("new_parent", new_parent)?;
+                        d.set_item("backends", backends.clone())?;
+                    }
+                    vargr_tbon::TreeEvent::WavesLost {
+                        stream,
+                        first,
+                        end,
+                        backends,
+                        lost,
+                    } => {
+                        d.set_item("kind", "waves_lost")?;
+                        d.set_item("stream", stream)?;
+                        d.set_item("first", first)?;
+                        d.set_item("end", end)?;
+                        d.set_item("backends", backends.clone())?;
+                        d.set_item("lost", lost)?;
+                    }
+                }
+                Ok(d)
+            })
+            .collect()
     }
 
     /// Faults seen so far (lost nodes, failed filters), oldest first, as messages.

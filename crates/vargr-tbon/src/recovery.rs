@@ -81,6 +81,26 @@ pub enum Recovery {
     Ancestor,
 }
 
+impl Recovery {
+    pub fn name(self) -> &'static str {
+        match self {
+            Recovery::Off => "off",
+            Recovery::Ancestor => "ancestor",
+        }
+    }
+}
+
+impl std::str::FromStr for Recovery {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Recovery, String> {
+        match s {
+            "off" => Ok(Recovery::Off),
+            "ancestor" => Ok(Recovery::Ancestor),
+            other => Err(format!("recovery {other:?}: expected off or ancestor")),
+        }
+    }
+}
+
 /// A change of the tree, as the front-end hears of it ([`crate::Network::events`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TreeEvent {

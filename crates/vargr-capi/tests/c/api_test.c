@@ -228,6 +228,9 @@ static void options(void)
     EXPECT_ERR(vargr_options_set_link_security(o, "rot13"), VARGR_ERR_INVALID_ARGUMENT,
                "link security \"rot13\"");
     EXPECT(vargr_options_set_link_security(o, "encrypt") == VARGR_OK);
+    EXPECT_ERR(vargr_options_set_recovery(o, "pray"), VARGR_ERR_INVALID_ARGUMENT,
+               "recovery \"pray\"");
+    EXPECT(vargr_options_set_recovery(o, "off") == VARGR_OK);
     EXPECT_ERR(vargr_options_load_filter(o, "/no/such/plugin.so", "f"), VARGR_ERR_FILTER,
                "/no/such/plugin.so");
     EXPECT(vargr_options_free(o) == VARGR_OK);
