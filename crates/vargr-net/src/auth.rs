@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
-use vargr_wire::{decode_frame, encode_frame, Frame, FrameKind, HEADER_LEN};
+use vargr_wire::{decode_frame, encode_frame, Frame, FrameKind};
 
-use crate::seal::{LinkSecurity, Protection, Reach, Session};
-use crate::secure::SecureConn;
+use crate::seal::{LinkSecurity, Protection, Session};
+use crate::secure::{read_frame_by, SecureConn};
 use crate::{Conn, NetError};
 
 pub const SECRET_LEN: usize = 32;
@@ -312,36 +312,37 @@ impl Connector {
     }
 }
 
-/// Reads exactly one frame, all of it by `deadline` (`started` dates the timeout message).
-pub(crate) fn read_frame_by(
-    conn: &mut Conn,
-    max: usize,
-    peer: &str,
-    what: &'static str,
+/// The handshake's reads: plain frames, every one within the one deadline.
+struct HandshakeReads<'a> {
+    peer: &'a str,
     started: Instant,
     deadline: Instant,
-) -> Result<Frame, NetError> {
-    let mut head = [0u8; HEADER_LEN];
-    read_exact_by(conn, &mut head, peer, what, started, deadline)?;
-    let mut buf = BytesMut::from(&head[..]);
-    // Validate the header before reading a payload of its claimed size.
-    if let Err(e) = decode_frame(&mut buf, max) {
-        return Err(NetError::Wire {
-            peer: peer.into(),
-            source: e,
-        });
+    plain: crate::seal::Opener,
+}
+
+impl HandshakeReads<'_> {
+    fn new(peer: &str, timeout: Duration) -> HandshakeReads<'_> {
+        let started = Instant::now();
+        HandshakeReads {
+            peer,
+            started,
+            deadline: started + timeout,
+            plain: Session::unprotected().split().1,
+        }
     }
-    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
-    let mut payload = vec![0u8; len];
-    read_exact_by(conn, &mut payload, peer, what, started, deadline)?;
-    buf.extend_from_slice(&payload);
-    match decode_frame(&mut buf, max) {
-        Ok(Some(f)) => Ok(f),
-        Ok(None) => unreachable!("a complete frame was assembled"),
-        Err(e) => Err(NetError::Wire {
-            peer: peer.into(),
-            source: e,
-        }),
+
+    fn next(&mut self, conn: &mut Conn) -> Result<Frame, NetError> {
+        let (peer, started, deadline) = (self.peer, self.started, self.deadline);
+        let what = "the handshake";
+        read_frame_by(
+            conn,
+            &mut self.plain,
+            MAX_HANDSHAKE,
+            peer,
+            what,
+            started,
+            deadline,
+        )
     }
 }
 
@@ -409,21 +410,13 @@ pub fn accept(
     security: LinkSecurity,
     timeout: Duration,
 ) -> Result<(u32, SecureConn), NetError> {
-    let started = Instant::now();
-    let deadline = started + timeout;
     let peer = conn.peer_name();
+    let mut reads = HandshakeReads::new(&peer, timeout);
     conn.set_timeout(Some(timeout))
         .map_err(|e| NetError::io("configuring", &peer, e))?;
     let (acc, challenge) = Acceptor::new(secret.clone(), security.wish(conn.reach()));
     write_frame(&mut conn, &challenge, &peer)?;
-    let proof = read_frame_by(
-        &mut conn,
-        MAX_HANDSHAKE,
-        &peer,
-        "the handshake",
-        started,
-        deadline,
-    )?;
+    let proof = reads.next(&mut conn)?;
     match acc.on_proof(&proof) {
         Ok(a) => {
             write_frame(&mut conn, &a.welcome, &peer)?;
@@ -445,36 +438,16 @@ pub fn connect(
     timeout: Duration,
     peer: &str,
 ) -> Result<SecureConn, NetError> {
-    let started = Instant::now();
-    let deadline = started + timeout;
+    let mut reads = HandshakeReads::new(peer, timeout);
     conn.set_timeout(Some(timeout))
         .map_err(|e| NetError::io("configuring", peer, e))?;
     let mut c = Connector::new(secret.clone(), node, security.wish(conn.reach()));
-    let challenge = read_frame_by(
-        &mut conn,
-        MAX_HANDSHAKE,
-        peer,
-        "the handshake",
-        started,
-        deadline,
-    )?;
+    let challenge = reads.next(&mut conn)?;
     let proof = c.on_challenge(&challenge).map_err(|f| f.into_net(peer))?;
     write_frame(&mut conn, &proof, peer)?;
-    let welcome = read_frame_by(
-        &mut conn,
-        MAX_HANDSHAKE,
-        peer,
-        "the handshake",
-        started,
-        deadline,
-    )?;
+    let welcome = reads.next(&mut conn)?;
     let session = c.on_welcome(&welcome).map_err(|f| f.into_net(peer))?;
     Ok(SecureConn::new(conn, &session, peer.to_string()))
-}
-
-/// Where a connection leads, for [`LinkSecurity::wish`].
-pub fn reach_of(conn: &Conn) -> Reach {
-    conn.reach()
 }
 
 /// Every handshake decoder, for the fuzz target (`link_seal`).

@@ -87,44 +87,16 @@ impl SecureConn {
             + self
                 .timeout
                 .unwrap_or(Duration::from_secs(100 * 365 * 86400));
-        self.read_frame_by(max, "a frame", started, deadline)
-    }
-
-    fn read_frame_by(
-        &mut self,
-        max: usize,
-        what: &'static str,
-        started: Instant,
-        deadline: Instant,
-    ) -> Result<Frame, NetError> {
-        let peer = self.peer.clone();
-        let trailer = if self.opener.protection() == Protection::None {
-            0
-        } else {
-            TAG_LEN
-        };
-        let mut buf = BytesMut::zeroed(HEADER_LEN);
-        read_exact_by(&mut self.conn, &mut buf, &peer, what, started, deadline)?;
-        let total = vargr_wire::frame_len(&buf, max)
-            .map_err(|e| NetError::Wire {
-                peer: peer.clone(),
-                source: e,
-            })?
-            .expect("a whole header was read");
-        buf.resize(total + trailer, 0);
-        read_exact_by(
+        let what = "a frame";
+        read_frame_by(
             &mut self.conn,
-            &mut buf[HEADER_LEN..],
-            &peer,
+            &mut self.opener,
+            max,
+            &self.peer,
             what,
             started,
             deadline,
-        )?;
-        match self.opener.open(&mut buf, max) {
-            Ok(Some(f)) => Ok(f),
-            Ok(None) => unreachable!("a whole frame and its trailer were read"),
-            Err(e) => Err(open_error(&peer, e)),
-        }
+        )
     }
 
     /// Hands the connection, and the session's place in it, to a reactor link.
@@ -166,6 +138,41 @@ pub(crate) fn open_error(peer: &str, e: OpenError) -> NetError {
             peer: peer.into(),
             reason: forged.to_string(),
         },
+    }
+}
+
+/// Reads exactly one frame and its trailer, all of it by `deadline` (`started` dates
+/// the timeout message), and checks it: the one reader of blocking connections, the
+/// handshake's plain frames included.
+pub(crate) fn read_frame_by(
+    conn: &mut Conn,
+    opener: &mut Opener,
+    max: usize,
+    peer: &str,
+    what: &'static str,
+    started: Instant,
+    deadline: Instant,
+) -> Result<Frame, NetError> {
+    let trailer = if opener.protection() == Protection::None {
+        0
+    } else {
+        TAG_LEN
+    };
+    let mut buf = BytesMut::zeroed(HEADER_LEN);
+    read_exact_by(conn, &mut buf, peer, what, started, deadline)?;
+    // Validated before a payload of its claimed size is read.
+    let total = vargr_wire::frame_len(&buf, max)
+        .map_err(|e| NetError::Wire {
+            peer: peer.into(),
+            source: e,
+        })?
+        .expect("a whole header was read");
+    buf.resize(total + trailer, 0);
+    read_exact_by(conn, &mut buf[HEADER_LEN..], peer, what, started, deadline)?;
+    match opener.open(&mut buf, max) {
+        Ok(Some(f)) => Ok(f),
+        Ok(None) => unreachable!("a whole frame and its trailer were read"),
+        Err(e) => Err(open_error(peer, e)),
     }
 }
 
