@@ -115,6 +115,7 @@ impl Gate {
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         let report: Arc<Reporter> = Arc::new(report);
+        let name = local.to_string();
         let pending = Arc::new((
             Mutex::new(Pending {
                 total: 0,
@@ -163,7 +164,7 @@ impl Gate {
                             }
                         });
                     if let Err(e) = spawned {
-                        report(&NetError::io("starting a handshake for", local_name(&listener), e));
+                        report(&NetError::io("starting a handshake for", &name, e));
                     }
                 }
             })
@@ -195,12 +196,6 @@ impl Gate {
             ),
         })
     }
-}
-
-fn local_name(l: &Listener) -> String {
-    l.local_addr()
-        .map(|a| a.to_string())
-        .unwrap_or_else(|_| "listener".into())
 }
 
 /// Waits (a little) for a free slot; false if there is none yet.
