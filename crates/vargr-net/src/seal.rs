@@ -4,21 +4,19 @@
 //! its own it would let a relay forward it and then speak for either side. So each
 //! connection derives keys of its own from the handshake, one per direction, and every
 //! frame after it carries a 16-byte trailer:
-//! - [`Protection::Mac`]: the frame crosses in clear text. Up to 4 KiB of payload the
-//!   trailer is GMAC (AES-256-GCM with nothing to encrypt and the whole frame as
-//!   associated data), and frame and tag go out as one buffer (a copy costs less than
-//!   two more write segments); beyond, the payload crosses as it was encoded (one
-//!   encoding shared by every child) and the trailer is a BLAKE3 keyed hash of the
-//!   sequence number and the frame (BLAKE3 hashes long inputs several chunks at a time,
-//!   GCM's GHASH one block at a time);
+//! - [`Protection::Mac`]: the frame crosses in clear text; the trailer is GMAC
+//!   (AES-256-GCM with nothing to encrypt and the whole frame as associated data), and
+//!   frame and tag go out as one buffer (a copy costs less than more write segments);
 //! - [`Protection::Encrypt`]: the payload encrypted with AES-256-GCM, the header as
 //!   associated data (it stays readable: the reader needs its length).
 //!
 //! GCM's nonce is the frame's sequence number. The two modes have different keys (the
-//! choice is part of the key derivation), and BLAKE3's key is derived from GCM's. AES-GCM
-//! for small frames: with AES-NI and carry-less multiplication, which the machines vargr
-//! runs on have, it costs about half a BLAKE3 MAC and a tenth of ChaCha20-Poly1305 per
-//! small frame (docs/benchmarks.md).
+//! choice is part of the key derivation). AES-GCM: with AES-NI and carry-less
+//! multiplication, which the machines vargr runs on have, it costs about half a BLAKE3
+//! MAC and a tenth of ChaCha20-Poly1305 per small frame (docs/benchmarks.md). Large clear
+//! frames once kept a BLAKE3 MAC over the frame passed through in pieces, which hashes
+//! faster; with it, the adaptive codec missed a slow real path in two runs of four
+//! (`a_real_slow_path_is_learned_from_tcp_info_and_compressed`), so every frame is GMAC.
 //!
 //! Sequence numbers are implicit (a counter per direction), so a frame that is dropped,
 //! reordered, replayed, injected or altered fails its check and ends the connection.
@@ -31,14 +29,10 @@ use aes_gcm::aead::consts::U12;
 use aes_gcm::aead::{AeadInPlace, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce, Tag};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use subtle::ConstantTimeEq;
 use vargr_wire::{decode_frame, frame_len, Frame, WireError, HEADER_LEN};
 
 /// Bytes of the trailer after each protected frame.
 pub const TAG_LEN: usize = 16;
-/// Payloads up to this size get a GMAC in Mac mode, larger ones a BLAKE3 MAC.
-const SMALL_FRAME: usize = 4096;
-const BLAKE3_CONTEXT: &str = "vargr-net link MAC of large frames, v2";
 const KEY_LEN: usize = 32;
 
 /// How the frames of one connection are protected after its handshake.
@@ -192,9 +186,6 @@ fn nonce(seq: u64) -> Nonce<U12> {
 pub struct Sealer {
     protection: Protection,
     cipher: Option<Aes256Gcm>,
-    /// Mac mode, large frames: the key, and the hash of the current frame.
-    mac_key: [u8; KEY_LEN],
-    mac: Option<blake3::Hasher>,
     seq: u64,
     head: [u8; HEADER_LEN],
     head_len: usize,
@@ -210,8 +201,6 @@ impl Sealer {
         Sealer {
             protection,
             cipher: (protection != Protection::None).then(|| Aes256Gcm::new(key.into())),
-            mac_key: blake3::derive_key(BLAKE3_CONTEXT, key),
-            mac: None,
             seq: 0,
             head: [0; HEADER_LEN],
             head_len: 0,
@@ -230,8 +219,7 @@ impl Sealer {
     }
 
     /// Passes `bytes` (any cut of a stream of encoded frames) to `out`, each finished
-    /// frame followed by its trailer. In Mac mode a large frame's payload slices go on
-    /// unchanged; a small frame goes out with its tag as one buffer.
+    /// frame and its trailer going out as one buffer.
     pub fn seal(&mut self, mut bytes: Bytes, out: &mut impl FnMut(Bytes)) {
         if self.protection == Protection::None {
             return out(bytes);
@@ -245,19 +233,9 @@ impl Sealer {
                 if self.head_len == HEADER_LEN {
                     let h = &self.head;
                     self.left = u32::from_le_bytes([h[4], h[5], h[6], h[7]]) as usize;
-                    if self.protection == Protection::Mac && self.left > SMALL_FRAME {
-                        // Large frames pass through untouched (one encoding shared by
-                        // every child); small ones go out with their tag in one piece.
-                        out(Bytes::copy_from_slice(&self.head));
-                        let mut m = blake3::Hasher::new_keyed(&self.mac_key);
-                        m.update(&self.seq.to_le_bytes());
-                        m.update(&self.head);
-                        self.mac = Some(m);
-                    } else {
-                        self.frame.clear();
-                        self.frame.reserve(HEADER_LEN + self.left + TAG_LEN);
-                        self.frame.extend_from_slice(&self.head);
-                    }
+                    self.frame.clear();
+                    self.frame.reserve(HEADER_LEN + self.left + TAG_LEN);
+                    self.frame.extend_from_slice(&self.head);
                     if self.left == 0 {
                         self.finish(out);
                     }
@@ -265,13 +243,8 @@ impl Sealer {
                 continue;
             }
             let n = self.left.min(bytes.len());
-            let part = bytes.split_to(n);
-            if let Some(m) = self.mac.as_mut() {
-                m.update(&part);
-                out(part);
-            } else {
-                self.frame.extend_from_slice(&part);
-            }
+            self.frame.extend_from_slice(&bytes[..n]);
+            bytes.advance(n);
             self.left -= n;
             if self.left == 0 {
                 self.finish(out);
@@ -286,9 +259,7 @@ impl Sealer {
             .expect("a protected session has a cipher");
         let n = nonce(self.seq);
         const TOO_LONG: &str = "AES-GCM takes any frame a vargr link carries";
-        if let Some(m) = self.mac.take() {
-            out(Bytes::copy_from_slice(&m.finalize().as_bytes()[..TAG_LEN]));
-        } else if self.protection == Protection::Mac {
+        if self.protection == Protection::Mac {
             let tag = cipher
                 .encrypt_in_place_detached(&n, &self.frame, &mut [])
                 .expect(TOO_LONG);
@@ -327,7 +298,6 @@ pub enum OpenError {
 pub struct Opener {
     protection: Protection,
     cipher: Option<Aes256Gcm>,
-    mac_key: [u8; KEY_LEN],
     seq: u64,
 }
 
@@ -336,7 +306,6 @@ impl Opener {
         Opener {
             protection,
             cipher: (protection != Protection::None).then(|| Aes256Gcm::new(key.into())),
-            mac_key: blake3::derive_key(BLAKE3_CONTEXT, key),
             seq: 0,
         }
     }
@@ -372,19 +341,7 @@ impl Opener {
             .expect("a protected session has a cipher");
         let tag = Tag::clone_from_slice(&buf[total..total + TAG_LEN]);
         let n = nonce(self.seq);
-        let checked = if self.protection == Protection::Mac && total - HEADER_LEN > SMALL_FRAME {
-            let mut m = blake3::Hasher::new_keyed(&self.mac_key);
-            m.update(&self.seq.to_le_bytes());
-            m.update(&buf[..total]);
-            let want = m.finalize();
-            // Constant time, as GCM's own check is.
-            let same = want.as_bytes()[..TAG_LEN].ct_eq(&buf[total..total + TAG_LEN]);
-            if bool::from(same) {
-                Ok(())
-            } else {
-                Err(aes_gcm::aead::Error)
-            }
-        } else if self.protection == Protection::Mac {
+        let checked = if self.protection == Protection::Mac {
             cipher.decrypt_in_place_detached(&n, &buf[..total], &mut [], &tag)
         } else {
             let (head, rest) = buf.split_at_mut(HEADER_LEN);
@@ -446,7 +403,7 @@ mod tests {
         (Sealer::new(p, &k), Opener::new(p, &k))
     }
 
-    /// Small frames (GMAC in Mac mode) and one past SMALL_FRAME (BLAKE3).
+    /// Small frames and one large one.
     fn frames() -> Vec<Frame> {
         let mut fs: Vec<Frame> = (0..5)
             .map(|i| {
@@ -458,12 +415,7 @@ mod tests {
                 )
             })
             .collect();
-        fs.push(Frame::new(
-            FrameKind::Data,
-            9,
-            9,
-            vec![5u8; SMALL_FRAME + 1],
-        ));
+        fs.push(Frame::new(FrameKind::Data, 9, 9, vec![5u8; 5000]));
         fs
     }
 
