@@ -13,10 +13,9 @@
 //! GCM's nonce is the frame's sequence number. The two modes have different keys (the
 //! choice is part of the key derivation). AES-GCM: with AES-NI and carry-less
 //! multiplication, which the machines vargr runs on have, it costs about half a BLAKE3
-//! MAC and a tenth of ChaCha20-Poly1305 per small frame (docs/benchmarks.md). Large clear
-//! frames once kept a BLAKE3 MAC over the frame passed through in pieces, which hashes
-//! faster; with it, the adaptive codec missed a slow real path in two runs of four
-//! (`a_real_slow_path_is_learned_from_tcp_info_and_compressed`), so every frame is GMAC.
+//! MAC and a tenth of ChaCha20-Poly1305 per small frame (docs/benchmarks.md). One MAC for
+//! every frame: a BLAKE3 MAC over large frames passed through in pieces hashed faster,
+//! but the adaptive codec then missed a slow real path more often (docs/benchmarks.md).
 //!
 //! Sequence numbers are implicit (a counter per direction), so a frame that is dropped,
 //! reordered, replayed, injected or altered fails its check and ends the connection.
