@@ -328,14 +328,15 @@ fn a_real_slow_path_is_learned_from_tcp_info_and_compressed() {
         }
     };
     // 24 messages of 256 KiB leave rank 0. With the codec off all of them cross the
-    // path; adaptive sends the first raw while it learns (more of them on a loaded
-    // machine: 60 % of the bytes once, on two busy cores), then about a quarter.
+    // path; adaptive sends the first raw while it learns, then about a sixth: about 22 %
+    // of the bytes in all, also with both cores busy. Half is the bound: a stage that
+    // learns the path but keeps the codec it picked for a fast link sends 60 % or more.
     let sent = 24u64 << 18;
     let off = job_in_namespace(&ns, "off");
     assert!(off["link/stage/codec/out"] > sent, "{off:?}");
     let adaptive = job_in_namespace(&ns, "adaptive");
     assert!(
-        (adaptive["link/stage/codec/out"] as f64) < 0.75 * sent as f64,
+        (adaptive["link/stage/codec/out"] as f64) < 0.5 * sent as f64,
         "{adaptive:?}"
     );
 }

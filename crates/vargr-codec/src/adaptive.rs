@@ -225,6 +225,9 @@ struct ClassState {
     needs_recheck: bool,
     /// Candidate slot of the class's codec.
     best: Option<usize>,
+    /// The link's model changed since `best` was picked: the codec that wins on one
+    /// link speed can lose on another, so it is picked again from the estimates.
+    repick: bool,
     raw_below: usize,
     compress_from: usize,
     raw_since_study: u64,
@@ -249,6 +252,7 @@ impl Default for ClassState {
             needs_study: true,
             needs_recheck: false,
             best: None,
+            repick: false,
             raw_below: 0,
             compress_from: usize::MAX,
             raw_since_study: 0,
@@ -316,13 +320,15 @@ impl Engine {
     ///
     /// The size thresholds learned on the link are forgotten: they were prices under
     /// the old model (a link found slower than assumed must not keep sending raw every
-    /// size it once judged). The ratio estimates stay.
+    /// size it once judged). The ratio estimates stay, and each class's codec is picked
+    /// again from them at its next message.
     pub fn set_link_model(&mut self, link: LinkKey, model: LinkModel) {
         let entry = self.link_entry(link);
         entry.model = model;
         for st in &mut entry.classes {
             st.raw_below = 0;
             st.compress_from = usize::MAX;
+            st.repick = true;
         }
     }
 
@@ -645,7 +651,10 @@ impl Engine {
         }
         if studied {
             ctx.study(st, scratch, restored);
+        } else if st.repick {
+            ctx.pick_best(st);
         }
+        st.repick = false;
         let Some(best) = st.best else {
             return ctx.send_raw(st, Reason::NoCandidates);
         };
@@ -1211,6 +1220,27 @@ mod tests {
         e.set_link_model(link, LinkModel::new(1e-3, 6e6));
         let d = e.decide(link, ElemKind::BYTES, &text);
         assert!(d.compress(), "{d:?}");
+    }
+
+    #[test]
+    fn a_new_link_model_picks_the_codec_again() {
+        // Doubles of a smooth field, studied on a very fast link, where the cheapest
+        // codec (or none) wins; then the path turns out to run at 20 Mbit/s, where a
+        // stronger codec does. The class must not stay with the fast link's choice.
+        let data = testdata::f64_bytes(&testdata::smooth_field_f64(1 << 15, 1e-3, 4));
+        let link = LinkKey(0);
+        let slow = LinkModel::new(1e-3, 2.5e6);
+        let mut fresh = Engine::new(EngineConfig::default()).unwrap();
+        fresh.set_link_model(link, slow.clone());
+        let want = fresh.decide(link, ElemKind::F64, &data);
+        assert!(want.compress(), "{want:?}");
+        let mut e = Engine::new(EngineConfig::default()).unwrap();
+        e.set_link_model(link, LinkModel::new(0.0, 5e9));
+        let first = e.decide(link, ElemKind::F64, &data);
+        assert_ne!(first.codec, want.codec, "the test data does not tell");
+        e.set_link_model(link, slow);
+        let d = e.decide(link, ElemKind::F64, &data);
+        assert_eq!(d.codec, want.codec, "{d:?}");
     }
 
     #[test]

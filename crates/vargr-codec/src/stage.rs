@@ -251,6 +251,8 @@ struct LearnedPath {
     /// A measurement under way: when bytes were last seen waiting in the socket, and
     /// how many had been acknowledged then.
     start: Option<(Instant, u64)>,
+    /// The last reading of a measurement under way that found the path busy.
+    last_busy: Option<Instant>,
     /// The model last given to the engine, as (latency s, bytes/s).
     applied: Option<(f64, f64)>,
 }
@@ -263,23 +265,37 @@ impl LearnedPath {
     ///
     /// A measurement starts at a reading that finds bytes waiting in the socket (the
     /// path, not the application, sets the pace) and ends at the first later reading
-    /// that finds more bytes acknowledged while the path is still busy; any idle
-    /// reading between abandons it, so application pauses never count as a slow path.
+    /// that finds more bytes acknowledged.
+    ///
+    /// If the path is still busy then, the bytes crossed by that reading. If it went
+    /// idle, they crossed between the last busy reading and this one: on paths where
+    /// acknowledgements queue behind the data (one bottleneck both ways, or a receiver
+    /// that acknowledges a burst at once) that is the only way a burst is ever seen to
+    /// end. The midpoint is taken when that gap is short beside the measurement; a
+    /// longer one abandons it, so application pauses never count as a slow path.
     fn observe(&mut self, info: &vargr_net::PathInfo) -> Option<f64> {
-        if !info.busy {
-            self.start = None;
-            return None;
-        }
         let mut sample = None;
         if let Some((t0, acked0)) = self.start {
             if info.bytes_acked > acked0 {
-                let dt = info.at.saturating_duration_since(t0).as_secs_f64();
+                let end = if info.busy {
+                    Some(info.at)
+                } else {
+                    self.last_busy.and_then(|b| {
+                        let gap = info.at.saturating_duration_since(b);
+                        (gap * 4 <= b.saturating_duration_since(t0)).then(|| b + gap / 2)
+                    })
+                };
+                let dt = end.map_or(0.0, |e| e.saturating_duration_since(t0).as_secs_f64());
                 if dt > 0.0 {
                     sample = Some((info.bytes_acked - acked0) as f64 / dt);
                 }
                 self.start = None;
             }
         }
+        if !info.busy {
+            self.start = None;
+        }
+        self.last_busy = info.busy.then_some(info.at);
         if self.start.is_none() && info.backlogged {
             self.start = Some((info.at, info.bytes_acked));
         }
@@ -1377,6 +1393,22 @@ mod tests {
         learner.path_info(&reading(6000, 110_000, true, false));
         learner.path_info(&reading(9000, 120_000, true, false));
         assert_eq!(learner.link_model(), Some(&m));
+        // A burst whose acknowledgements all arrive at its end (they queued behind the
+        // data): it ended between the last busy reading and the idle one, 95 ms in.
+        let mut lumped = stage().learning_path();
+        lumped.path_info(&reading(0, 0, true, true));
+        lumped.path_info(&reading(50, 0, true, false));
+        lumped.path_info(&reading(90, 0, true, false));
+        lumped.path_info(&reading(100, 95_000, false, false));
+        let m = lumped.link_model().unwrap().clone();
+        assert!((m.transfer_time(1e6) - 1.001).abs() < 0.01, "{m:?}");
+        // Not when the idle reading is long after the last busy one: the burst may have
+        // ended anywhere in between.
+        let mut late = stage().learning_path();
+        late.path_info(&reading(0, 0, true, true));
+        late.path_info(&reading(20, 0, true, false));
+        late.path_info(&reading(100, 95_000, false, false));
+        assert_eq!(late.link_model(), Some(&fast));
         // It learns from the kernel alone: no probes.
         learner.outbound(t0, frame(FrameKind::Data, 0, &[1u8; 100]), &mut Vec::new());
         assert_eq!(learner.next_deadline(), None);
