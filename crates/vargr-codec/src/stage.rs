@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use vargr_net::Stage;
+use vargr_stage::Stage;
 use vargr_wire::{encode_header, Frame, FrameKind, HEADER_LEN};
 
 use crate::guided::{encode_sample, trace_header, MessageKey, Plan, Sample, MAX_SAMPLE};
@@ -273,7 +273,7 @@ impl LearnedPath {
     /// that acknowledges a burst at once) that is the only way a burst is ever seen to
     /// end. The midpoint is taken when that gap is short beside the measurement; a
     /// longer one abandons it, so application pauses never count as a slow path.
-    fn observe(&mut self, info: &vargr_net::PathInfo) -> Option<f64> {
+    fn observe(&mut self, info: &vargr_stage::PathInfo) -> Option<f64> {
         let mut sample = None;
         if let Some((t0, acked0)) = self.start {
             if info.bytes_acked > acked0 {
@@ -898,7 +898,7 @@ impl Stage for CodecStage {
         self.learned.is_some() && self.engine.is_some()
     }
 
-    fn path_info(&mut self, info: &vargr_net::PathInfo) {
+    fn path_info(&mut self, info: &vargr_stage::PathInfo) {
         let (Some(learned), Some(engine)) = (self.learned.as_mut(), self.engine.as_mut()) else {
             return;
         };
@@ -1367,7 +1367,7 @@ mod tests {
             .unwrap()
         };
         let t0 = Instant::now();
-        let reading = |ms: u64, acked: u64, busy: bool, backlogged: bool| vargr_net::PathInfo {
+        let reading = |ms: u64, acked: u64, busy: bool, backlogged: bool| vargr_stage::PathInfo {
             min_rtt: Duration::from_millis(2),
             busy,
             backlogged,

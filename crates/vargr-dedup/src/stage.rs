@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::time::Instant;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use vargr_net::Stage;
+use vargr_stage::Stage;
 use vargr_wire::{encode_header, Frame, FrameKind, HEADER_LEN};
 
 use crate::cache::MemCache;

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use bytes::Bytes;
-use vargr_net::{Stage, StageChain};
+use vargr_stage::{Stage, StageChain};
 
 use crate::error::{EmuError, ParseError};
 use crate::profile::{LinkSpec, WanProfile};

@@ -38,12 +38,8 @@ pub enum NetError {
         #[source]
         source: io::Error,
     },
-    #[error("stage {stage} on the link to {peer} rejected a frame: {reason}")]
-    Stage {
-        peer: String,
-        stage: String,
-        reason: String,
-    },
+    #[error(transparent)]
+    Stage(#[from] vargr_stage::StageError),
     #[error("job start-up: {reason}")]
     Job { reason: String },
     /// The check installed with [`crate::mesh::set_interrupt_check`] asked a blocking

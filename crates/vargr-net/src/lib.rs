@@ -12,7 +12,7 @@
 //!   a bounded, batched write queue.
 //! - [`Reactor`]: one `mio` poll loop over many links, with a waker so other threads can
 //!   hand it work.
-//! - [`stage`]: per-link stages (PATHS wrappers) such as WAN emulation and compression.
+//! - stages: links run the per-link stages of `vargr-stage` (WAN emulation, compression, …).
 //! - [`job`]: wire-up of a parallel job's ranks under `vargr run`, `mpirun` or `srun`.
 //! - [`mesh`]: tagged messages between the ranks of a job (what collectives run on).
 //! - [`launch`]: starting child processes locally or through an ssh-like command template.
@@ -34,8 +34,6 @@ mod reactor;
 pub mod runtime_dir;
 pub mod seal;
 mod secure;
-pub mod stage;
-pub mod timer;
 
 pub use addr::{connect, connect_once, Addr, Conn, Listener, MioConn};
 pub use error::NetError;
@@ -45,4 +43,5 @@ pub use path::PathInfo;
 pub use reactor::{LinkId, Reactor, ReactorEvent};
 pub use seal::{LinkSecurity, Protection};
 pub use secure::{RecordOpener, RecordReader, RecordSealer, RecordWriter, SecureConn};
-pub use stage::{Stage, StageChain};
+// Links run stages; the stage layer itself is I/O-free, below this crate.
+pub use vargr_stage::{Stage, StageChain};

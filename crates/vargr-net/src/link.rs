@@ -18,8 +18,8 @@ use vargr_wire::{decode_frame, Frame};
 
 use crate::addr::MioConn;
 use crate::seal::{Opener, Sealer};
-use crate::stage::StageChain;
 use crate::NetError;
+use vargr_stage::StageChain;
 
 const READ_CHUNK: usize = 64 * 1024;
 const MAX_IOVECS: usize = 64;

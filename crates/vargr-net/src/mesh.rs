@@ -28,10 +28,10 @@ use crate::auth::{self, Secret};
 use crate::gate::{Gate, GateConfig};
 use crate::job::{JobEnv, JobSettings, JobWatch, PeerInfo, WatchGuard};
 use crate::runtime_dir::{RemoveOnDrop, RuntimeDir};
-use crate::stage::StageChain;
 use crate::{
     Addr, Link, LinkId, LinkSecurity, Listener, NetError, Reactor, ReactorEvent, SecureConn,
 };
+use vargr_stage::StageChain;
 
 /// Chooses the stages of the link from this process to the process of a peer.
 pub type StagePicker = dyn Fn(&PeerInfo) -> StageChain + Send + Sync;

@@ -44,14 +44,14 @@ pub struct Reactor {
     staged: Vec<usize>,
     /// Wakes the poll at a stage's deadline to the microsecond (`None` if it could not
     /// be made: deadlines then round up to milliseconds).
-    timer: Option<crate::timer::Timer>,
+    timer: Option<vargr_timer::Timer>,
 }
 
 impl Reactor {
     pub fn new() -> std::io::Result<Reactor> {
         let poll = Poll::new()?;
         let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-        let timer = crate::timer::Timer::new(poll.registry(), TIMER).ok();
+        let timer = vargr_timer::Timer::new(poll.registry(), TIMER).ok();
         Ok(Reactor {
             poll,
             events: Events::with_capacity(256),

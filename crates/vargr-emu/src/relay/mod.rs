@@ -48,7 +48,7 @@ use crate::error::EmuError;
 use crate::profile::LinkSpec;
 use crate::shaper::Shaper;
 use conn::{Conn, Ctx, Failure};
-use vargr_net::timer::{SlackGuard, Timer};
+use vargr_timer::{SlackGuard, Timer};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);

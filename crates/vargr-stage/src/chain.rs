@@ -1,9 +1,7 @@
-//! Per-link stages: PATHS' wrappers, chained on every link that is configured to have them.
+//! The chain of a link's stages: runs frames through them in order and records, at every
+//! stage boundary, how long each frame was inside.
 //!
-//! A stage sees each frame a link sends before the socket does, and each frame it receives
-//! before the node's protocol logic does. Emulation (delay), compression, redundancy
-//! elimination and tracing are stages, so they compose on any link without the router
-//! knowing. Stages are sans-IO: they get the time as an argument and may hold frames back
+//! Stages are sans-IO: they get the time as an argument and may hold frames back
 //! until a deadline ([`Stage::next_deadline`], [`Stage::release`]), which the reactor
 //! honours. A link without stages pays nothing for this.
 //!
@@ -22,7 +20,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use vargr_wire::Frame;
 
-use crate::NetError;
+use crate::StageError;
 
 /// The stream field of an encoded frame's header, for records (0 if cut short).
 fn stream_of(f: &[u8]) -> u32 {
@@ -183,7 +181,7 @@ impl StageChain {
         now: Instant,
         frame: Frame,
         out: &mut Vec<Frame>,
-    ) -> Result<(), NetError> {
+    ) -> Result<(), StageError> {
         self.fa.clear();
         self.fa.push(frame);
         for (s, &(_, id)) in self.stages.iter_mut().zip(&self.collectors).rev() {
@@ -191,7 +189,7 @@ impl StageChain {
             let t = vargr_trace::now();
             for f in self.fa.drain(..) {
                 s.inbound(now, f, &mut self.fb)
-                    .map_err(|reason| NetError::Stage {
+                    .map_err(|reason| StageError {
                         peer: peer.to_string(),
                         stage: s.name().to_string(),
                         reason,
