@@ -273,10 +273,7 @@ pub fn run(a: RunArgs) -> Result<()> {
             env.push(("VARGR_CODEC".into(), m.clone()));
         }
         if let Some(f) = &codec_config {
-            env.push((
-                vargr_codec::stage::CONFIG_ENV.into(),
-                f.display().to_string(),
-            ));
+            env.push((vargr_coll::CODEC_CONFIG_ENV.into(), f.display().to_string()));
         }
         if let Some(d) = &a.dedup {
             env.push(("VARGR_DEDUP".into(), d.clone()));

@@ -113,22 +113,82 @@ pub fn link_model(latency: std::time::Duration, bits_per_s: Option<u64>) -> Link
     LinkModel::new(latency.as_secs_f64(), bytes_per_s)
 }
 
-/// The environment variable naming a TOML file of adaptive engine settings
-/// ([`EngineConfig`]) for every codec stage of the process (`vargr run --codec-config`).
-pub const CONFIG_ENV: &str = "VARGR_CODEC_CONFIG";
+/// What the codec stages of a process share, given by whoever builds the links (the
+/// link policy): a stage reads no environment, opens no file it was not told of and
+/// times no codec on its own.
+#[derive(Debug, Clone, Default)]
+pub struct StageSettings {
+    /// The adaptive engine's settings.
+    pub engine: EngineConfig,
+    /// The codecs' speeds on this machine ([`Calibration::measure`]). Without them the
+    /// adaptive engine judges the codecs it has not used yet by conservative priors,
+    /// and on a fast link never tries them.
+    pub calibration: Option<Arc<Calibration>>,
+    /// Where to record what the links carry, for the guided strategy.
+    pub samples: Option<SampleDir>,
+}
 
-/// The settings of this process's codec stages: those of the file named by
-/// [`CONFIG_ENV`], else the defaults. The file is read once per process, not once per
-/// link. Callers check it at start-up, so that a bad file stops the job with its name
-/// and the setting, rather than a link without a codec stage.
-pub fn engine_config() -> Result<EngineConfig, CodecError> {
-    static CONFIG: OnceLock<Result<EngineConfig, CodecError>> = OnceLock::new();
-    CONFIG
-        .get_or_init(|| match std::env::var_os(CONFIG_ENV) {
-            Some(p) if !p.is_empty() => EngineConfig::from_toml_file(std::path::Path::new(&p)),
-            _ => Ok(EngineConfig::default()),
-        })
-        .clone()
+/// A directory for the guided strategy's samples: each stage appends to a file of its
+/// own there, named from `label` (e.g. the rank), the process and the stage.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SampleDir {
+    pub dir: PathBuf,
+    pub label: String,
+}
+
+/// Each candidate codec's speed and ratio on small samples of every data class, measured
+/// once per process and given to every adaptive engine it starts.
+#[derive(Debug, Clone, Default)]
+pub struct Calibration {
+    per_elem: Vec<(ElemKind, Vec<crate::CodecMeasure>)>,
+}
+
+impl Calibration {
+    /// Times the `candidates` on this machine: about 400 µs per codec and class.
+    pub fn measure(candidates: &crate::Candidates) -> Calibration {
+        use crate::testdata as td;
+        let n = 8192;
+        // Half the elements zeroed at random places (the seed's 50 % redundancy): data
+        // every codec has work on. On smooth fields alone LZ4 finds nothing and runs its
+        // fast give-up path, and its speed there says nothing about data it compresses.
+        let half_zero = |mut bytes: Vec<u8>, size: usize, seed: u64| {
+            let mut rng = td::Rng::new(seed);
+            for e in bytes.chunks_exact_mut(size) {
+                if rng.below(2) == 0 {
+                    e.fill(0);
+                }
+            }
+            bytes
+        };
+        let samples = [
+            (ElemKind::BYTES, td::text_like(8 * n, 1)),
+            (
+                ElemKind::I32,
+                half_zero(td::i32_bytes(&td::small_deltas_i32(2 * n, 1000, 2)), 4, 2),
+            ),
+            (
+                ElemKind::F32,
+                half_zero(td::f32_bytes(&td::smooth_field_f32(2 * n, 1e-3, 3)), 4, 3),
+            ),
+            (
+                ElemKind::F64,
+                half_zero(td::f64_bytes(&td::smooth_field_f64(n, 1e-3, 4)), 8, 4),
+            ),
+        ];
+        let budget = Duration::from_micros(400);
+        let per_elem = samples
+            .into_iter()
+            .map(|(elem, data)| {
+                let measures = candidates
+                    .for_class(crate::DataClass::of(elem))
+                    .iter()
+                    .filter_map(|&c| crate::measure(c, &data, elem, budget).ok())
+                    .collect();
+                (elem, measures)
+            })
+            .collect();
+        Calibration { per_elem }
+    }
 }
 
 /// What a codec stage has done, for tests, traces and `vargr top`.
@@ -142,7 +202,7 @@ pub struct StageCounters {
 }
 
 /// Records what a link carries for the guided strategy: the first few payloads of each
-/// kind of message, appended to one file per stage under `VARGR_CODEC_TRACE`.
+/// kind of message, appended to one file per stage in a [`SampleDir`].
 struct SampleRecorder {
     path: PathBuf,
     seen: HashMap<MessageKey, u32>,
@@ -155,18 +215,16 @@ impl SampleRecorder {
     const PER_KEY: u32 = 2;
     const MAX_FILE: usize = 64 << 20;
 
-    fn from_env() -> Option<SampleRecorder> {
+    fn new(to: &SampleDir) -> SampleRecorder {
         static NEXT: AtomicU32 = AtomicU32::new(0);
-        let dir = PathBuf::from(std::env::var_os("VARGR_CODEC_TRACE")?);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
-        let rank = std::env::var("VARGR_RANK").unwrap_or_else(|_| "x".into());
-        let path = dir.join(format!("rank{rank}-{}-{n}.ctr", std::process::id()));
-        Some(SampleRecorder {
-            path,
+        let name = format!("rank{}-{}-{n}.ctr", to.label, std::process::id());
+        SampleRecorder {
+            path: to.dir.join(name),
             seen: HashMap::new(),
             written: 0,
             failed: false,
-        })
+        }
     }
 
     fn record(&mut self, key: MessageKey, payload: &[u8]) {
@@ -535,58 +593,6 @@ fn probe_frame(kind: FrameKind, id: u32, tag: i32, size: usize) -> Bytes {
     b.freeze()
 }
 
-/// This machine's speed with every default candidate codec, per data class, measured
-/// once per process on small typical arrays (about 20 ms in all): without it the engine
-/// would judge the codecs it has not used yet by conservative priors, and on a fast
-/// link never try them.
-fn calibration() -> &'static [(ElemKind, Vec<crate::CodecMeasure>)] {
-    static CALIBRATION: OnceLock<Vec<(ElemKind, Vec<crate::CodecMeasure>)>> = OnceLock::new();
-    CALIBRATION.get_or_init(|| {
-        use crate::testdata as td;
-        let n = 8192;
-        // Half the elements zeroed at random places (the seed's 50 % redundancy): data
-        // every codec has work on. On smooth fields alone LZ4 finds nothing and runs its
-        // fast give-up path, and its speed there says nothing about data it compresses.
-        let half_zero = |mut bytes: Vec<u8>, size: usize, seed: u64| {
-            let mut rng = td::Rng::new(seed);
-            for e in bytes.chunks_exact_mut(size) {
-                if rng.below(2) == 0 {
-                    e.fill(0);
-                }
-            }
-            bytes
-        };
-        let samples = [
-            (ElemKind::BYTES, td::text_like(8 * n, 1)),
-            (
-                ElemKind::I32,
-                half_zero(td::i32_bytes(&td::small_deltas_i32(2 * n, 1000, 2)), 4, 2),
-            ),
-            (
-                ElemKind::F32,
-                half_zero(td::f32_bytes(&td::smooth_field_f32(2 * n, 1e-3, 3)), 4, 3),
-            ),
-            (
-                ElemKind::F64,
-                half_zero(td::f64_bytes(&td::smooth_field_f64(n, 1e-3, 4)), 8, 4),
-            ),
-        ];
-        let candidates = EngineConfig::default().candidates;
-        let budget = Duration::from_micros(400);
-        samples
-            .into_iter()
-            .map(|(elem, data)| {
-                let measures = candidates
-                    .for_class(crate::DataClass::of(elem))
-                    .iter()
-                    .filter_map(|&c| crate::measure(c, &data, elem, budget).ok())
-                    .collect();
-                (elem, measures)
-            })
-            .collect()
-    })
-}
-
 /// Nanoseconds since the first call: the adaptive engine's clock.
 fn monotonic_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
@@ -602,15 +608,16 @@ impl CodecStage {
         model: LinkModel,
         options: LinkOptions,
         max_frame: usize,
+        settings: &StageSettings,
     ) -> Result<CodecStage, CodecError> {
-        let config = engine_config()?;
+        let config = settings.engine.clone();
         let min_size = config.min_size;
         let link = LinkKey(0);
         let engine = match mode {
             CodecMode::Adaptive => {
                 let mut e = Engine::new(config)?;
                 e.set_clock(monotonic_ns);
-                for (elem, measures) in calibration() {
+                for (elem, measures) in settings.calibration.iter().flat_map(|c| &c.per_elem) {
                     e.calibrate_codecs(*elem, measures);
                 }
                 e.set_link_model(link, model);
@@ -627,7 +634,7 @@ impl CodecStage {
             min_size,
             max_frame,
             scratch: Vec::new(),
-            recorder: SampleRecorder::from_env(),
+            recorder: settings.samples.as_ref().map(SampleRecorder::new),
             wire_free_at: None,
             learned: None,
             decoded: Vec::new(),
@@ -981,6 +988,24 @@ mod tests {
     use super::*;
     use crate::{encode, testdata};
 
+    /// What a link policy gives the stages of a process: defaults, and this machine's
+    /// codec speeds (measured once for all tests).
+    fn test_stage(
+        mode: CodecMode,
+        model: LinkModel,
+        options: LinkOptions,
+        max_frame: usize,
+    ) -> Result<CodecStage, CodecError> {
+        static CALIBRATION: OnceLock<Arc<Calibration>> = OnceLock::new();
+        let calibration = CALIBRATION
+            .get_or_init(|| Arc::new(Calibration::measure(&EngineConfig::default().candidates)));
+        let settings = StageSettings {
+            calibration: Some(calibration.clone()),
+            ..StageSettings::default()
+        };
+        CodecStage::new(mode, model, options, max_frame, &settings)
+    }
+
     fn frame(kind: FrameKind, flags: u8, payload: &[u8]) -> Bytes {
         let mut b = BytesMut::new();
         encode_header(kind, flags, 7, -3, payload.len(), &mut b);
@@ -1033,11 +1058,9 @@ mod tests {
         for mode in ["fixed:lz4", "fixed:fpc:16", "adaptive"] {
             let mode: CodecMode = mode.parse().unwrap();
             let mut tx =
-                CodecStage::new(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26)
-                    .unwrap();
+                test_stage(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26).unwrap();
             let mut rx =
-                CodecStage::new(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26)
-                    .unwrap();
+                test_stage(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26).unwrap();
             let (wire, got) = round_trip(&mut tx, &mut rx, f.clone());
             assert!(
                 wire[0].len() < f.len() / 2,
@@ -1070,8 +1093,8 @@ mod tests {
         let f = frame(FrameKind::Data, 0, &payload);
         let mode: CodecMode = "fixed:fpc:16".parse().unwrap();
         let mut tx =
-            CodecStage::new(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26).unwrap();
-        let mut rx = CodecStage::new(mode, slow_link(), LinkOptions::default(), 1 << 26).unwrap();
+            test_stage(mode.clone(), slow_link(), LinkOptions::default(), 1 << 26).unwrap();
+        let mut rx = test_stage(mode, slow_link(), LinkOptions::default(), 1 << 26).unwrap();
         let (wire, got) = round_trip(&mut tx, &mut rx, f.clone());
         let (header, _) = crate::Header::parse(&wire[0][HEADER_LEN..]).unwrap();
         assert_eq!(header.elem, ElemKind::F64);
@@ -1083,7 +1106,7 @@ mod tests {
 
     #[test]
     fn the_stage_tracks_what_its_link_still_has_to_send() {
-        let mut tx = CodecStage::new(
+        let mut tx = test_stage(
             CodecMode::Adaptive,
             LinkModel::new(1e-3, 1e6),
             LinkOptions::default(),
@@ -1220,7 +1243,7 @@ mod tests {
 
     #[test]
     fn probes_go_only_once_compression_has_saved_what_they_cost() {
-        let mut tx = CodecStage::new(
+        let mut tx = test_stage(
             CodecMode::Fixed(Codec::Lz4),
             slow_link(),
             LinkOptions::default(),
@@ -1250,8 +1273,7 @@ mod tests {
     #[test]
     fn on_fast_links_the_large_probe_grows_until_bytes_show_above_the_overhead() {
         let configured = link_model(Duration::ZERO, None);
-        let stage =
-            |mode| CodecStage::new(mode, configured.clone(), LinkOptions::default(), 1 << 20);
+        let stage = |mode| test_stage(mode, configured.clone(), LinkOptions::default(), 1 << 20);
         // 2 ns per byte: 64 and 256 KiB stay under a millisecond; 1 MiB does not.
         let (mut tx, mut rx) = (
             paid(stage(CodecMode::Adaptive).unwrap()),
@@ -1296,8 +1318,7 @@ mod tests {
         // Configured as 1 Gbit/s with 100 µs; really 1 ms and 100 ns per byte.
         let configured = link_model(Duration::from_micros(100), Some(1_000_000_000));
         let one_way = |n: usize| Duration::from_micros(1000) + Duration::from_nanos(100 * n as u64);
-        let stage =
-            |mode| CodecStage::new(mode, configured.clone(), LinkOptions::default(), 1 << 20);
+        let stage = |mode| test_stage(mode, configured.clone(), LinkOptions::default(), 1 << 20);
         let mut tx = paid(stage(CodecMode::Adaptive).unwrap());
         // The peer answers probes whatever its own mode.
         let mut rx = stage(CodecMode::Off).unwrap();
@@ -1331,7 +1352,7 @@ mod tests {
     #[test]
     fn a_peer_that_never_echoes_is_probed_a_few_times_then_left_alone() {
         let mut tx = paid(
-            CodecStage::new(
+            test_stage(
                 CodecMode::Adaptive,
                 slow_link(),
                 LinkOptions::default(),
@@ -1358,7 +1379,7 @@ mod tests {
     fn a_learning_stage_measures_what_its_busy_path_carried() {
         let fast = link_model(Duration::ZERO, None);
         let stage = || {
-            CodecStage::new(
+            test_stage(
                 CodecMode::Adaptive,
                 fast.clone(),
                 LinkOptions::default(),
@@ -1421,15 +1442,14 @@ mod tests {
 
     /// An adaptive stage on a slow link and the plain stage that decodes for it.
     fn compressing_pair() -> (CodecStage, CodecStage) {
-        let tx = CodecStage::new(
+        let tx = test_stage(
             CodecMode::Adaptive,
             slow_link(),
             LinkOptions::default(),
             1 << 24,
         )
         .unwrap();
-        let rx =
-            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 24).unwrap();
+        let rx = test_stage(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 24).unwrap();
         (tx, rx)
     }
 
@@ -1523,7 +1543,7 @@ mod tests {
 
     #[test]
     fn control_small_incompressible_and_raw_flagged_frames_pass_untouched() {
-        let mut tx = CodecStage::new(
+        let mut tx = test_stage(
             "fixed:lz4".parse().unwrap(),
             slow_link(),
             LinkOptions::default(),
@@ -1531,7 +1551,7 @@ mod tests {
         )
         .unwrap();
         let mut rx =
-            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 26).unwrap();
+            test_stage(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 26).unwrap();
         let big = vec![0u8; 100_000];
         let noise = testdata::random_bytes(100_000, 3);
         for f in [
@@ -1551,7 +1571,7 @@ mod tests {
     #[test]
     fn a_damaged_codec_frame_is_an_error_naming_the_frame() {
         let mut rx =
-            CodecStage::new(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 20).unwrap();
+            test_stage(CodecMode::Off, slow_link(), LinkOptions::default(), 1 << 20).unwrap();
         let f = frame(FrameKind::Data, FLAG_CODEC, b"\xff\xff\xff garbage");
         let fr = vargr_wire::decode_exact(&f, 1 << 20).unwrap();
         let e = rx.inbound(Instant::now(), fr, &mut Vec::new()).unwrap_err();

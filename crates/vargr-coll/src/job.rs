@@ -15,9 +15,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use vargr_codec::stage::CodecMode;
+use vargr_codec::stage::{CodecMode, SampleDir};
 use vargr_emu::WanMap;
 use vargr_net::mesh::{self, Mesh};
+use vargr_paths::{LinkEnds, LinkPolicy, LinkSettings};
 
 use crate::arena::Arena;
 use crate::comm::{Comm, World};
@@ -212,6 +213,20 @@ fn job_error(e: impl std::fmt::Display) -> CollError {
     }
 }
 
+/// The environment variable naming a TOML file of adaptive engine settings for the
+/// codec stages of every rank (`vargr run --codec-config`).
+pub const CODEC_CONFIG_ENV: &str = "VARGR_CODEC_CONFIG";
+
+/// The adaptive engine's settings: those of the file [`CODEC_CONFIG_ENV`] names, else
+/// the defaults. An error names the file and the setting.
+fn codec_engine_config() -> Result<vargr_codec::EngineConfig> {
+    match std::env::var_os(CODEC_CONFIG_ENV) {
+        Some(p) if !p.is_empty() => vargr_codec::EngineConfig::from_toml_file(p.as_ref())
+            .map_err(|e| job_error(format!("{CODEC_CONFIG_ENV}: {e}"))),
+        _ => Ok(vargr_codec::EngineConfig::default()),
+    }
+}
+
 impl Job {
     /// Joins the job this process was started in, with default options.
     pub fn join() -> Result<Job> {
@@ -248,67 +263,29 @@ impl Job {
                 Err(_) => CodecMode::Adaptive,
             },
         };
-        vargr_codec::stage::engine_config().map_err(|e| job_error(e.to_string()))?;
-        // Redundancy elimination between sites: a segmenter spec, checked here once.
-        let dedup = match std::env::var("VARGR_DEDUP") {
-            Ok(spec) if !spec.is_empty() && spec != "off" => {
-                let opts = vargr_dedup::stage::DedupOptions {
-                    segmenter: spec.clone(),
-                    ..Default::default()
-                };
-                vargr_dedup::stage::DedupStage::new(&opts, mesh::MAX_MESSAGE + 64)
-                    .map_err(|e| job_error(format!("VARGR_DEDUP={spec}: {e}")))?;
-                Some(opts)
-            }
-            _ => None,
-        };
+        let links = LinkPolicy::new(LinkSettings {
+            wan,
+            codec,
+            engine: codec_engine_config()?,
+            samples: std::env::var_os("VARGR_CODEC_TRACE").map(|dir| SampleDir {
+                dir: dir.into(),
+                label: std::env::var("VARGR_RANK").unwrap_or_else(|_| "x".into()),
+            }),
+            // Redundancy elimination between sites: a segmenter spec.
+            dedup: std::env::var("VARGR_DEDUP").ok(),
+            max_frame: mesh::MAX_MESSAGE + 64,
+        })
+        .map_err(job_error)?;
         let my_site = std::env::var("VARGR_SITE").ok().filter(|s| !s.is_empty());
         let my_host = vargr_net::launch::hostname();
         let picker = Box::new(move |peer: &vargr_net::job::PeerInfo| {
-            let (here, there) = (my_site.as_deref(), peer.site.as_deref());
-            let mut stages: Vec<Box<dyn vargr_net::Stage>> = Vec::new();
-            // Links between sites always get a codec stage, even when off, so that a
-            // compressed frame never reaches a side that cannot read it.
-            if let (Some(a), Some(b)) = (here, there) {
-                if a != b {
-                    // Before the codec: it must see the data, not compressed bytes.
-                    if let Some(opts) = &dedup {
-                        if let Ok(st) =
-                            vargr_dedup::stage::DedupStage::new(opts, mesh::MAX_MESSAGE + 64)
-                        {
-                            stages.push(Box::new(st));
-                        }
-                    }
-                    // An emulated link's speed is known; a real one's is learned from
-                    // the kernel's readings of the connection.
-                    let (model, learn) = match wan.between(a, b) {
-                        Some(spec) => {
-                            let p = spec.profile_at(Duration::ZERO);
-                            let m =
-                                vargr_codec::stage::link_model(p.latency, p.bandwidth_bits_per_s);
-                            (m, false)
-                        }
-                        None => (vargr_codec::stage::link_model(Duration::ZERO, None), true),
-                    };
-                    // Sites are the user's statement that the link is slow, even when an
-                    // emulated WAN joins two sites on one machine.
-                    let options = vargr_codec::LinkOptions {
-                        same_host: peer.host == my_host,
-                        compress_same_host: true,
-                    };
-                    if let Ok(st) = vargr_codec::stage::CodecStage::new(
-                        codec.clone(),
-                        model,
-                        options,
-                        mesh::MAX_MESSAGE + 64,
-                    ) {
-                        let st = if learn { st.learning_path() } else { st };
-                        stages.push(Box::new(st));
-                    }
-                }
-            }
-            stages.extend(wan.stages(here, there, peer.rank as u64));
-            vargr_net::StageChain::new(stages)
+            links.chain(&LinkEnds {
+                local_host: &my_host,
+                peer_host: &peer.host,
+                local_site: my_site.as_deref(),
+                peer_site: peer.site.as_deref(),
+                seed: u64::from(peer.rank),
+            })
         });
         let settings = vargr_net::job::JobSettings {
             timeout: opts.timeout,

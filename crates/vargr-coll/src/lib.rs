@@ -65,7 +65,7 @@ pub use elem::{Elem, ElemKind};
 pub use error::{CollError, Result};
 pub use hierarchy::{Hierarchy, Levels};
 pub use inproc::{Fabric, InProcess, WaitPolicy};
-pub use job::{Job, JoinOptions, MeshTransport};
+pub use job::{Job, JoinOptions, MeshTransport, CODEC_CONFIG_ENV};
 pub use op::{Op, UserFn, UserOp};
 pub use sched::{SchedPolicy, Scheduler};
 pub use schedule::{execute, Buf, ExecCtx, Mode, Schedule, Step};

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use bytes::Bytes;
-use vargr_stage::{Stage, StageChain};
+use vargr_stage::Stage;
 
 use crate::error::{EmuError, ParseError};
 use crate::profile::{LinkSpec, WanProfile};
@@ -151,28 +151,6 @@ impl WanMap {
             .or_else(|| self.pairs.get("*"))
             .cloned()
     }
-
-    /// The stages of a link from site `local` to site `peer` (empty within a site).
-    pub fn chain(&self, local: Option<&str>, peer: Option<&str>, seed: u64) -> StageChain {
-        StageChain::new(self.stages(local, peer, seed))
-    }
-
-    /// The emulation stage of that link, if any, for callers that add stages of their
-    /// own in front of it (compression goes before the WAN it saves bytes on).
-    pub fn stages(
-        &self,
-        local: Option<&str>,
-        peer: Option<&str>,
-        seed: u64,
-    ) -> Vec<Box<dyn Stage>> {
-        let mut stages: Vec<Box<dyn Stage>> = Vec::new();
-        if let (Some(a), Some(b)) = (local, peer) {
-            if let Some(p) = self.between(a, b) {
-                stages.push(Box::new(EmuLinkStage::new(p, seed)));
-            }
-        }
-        stages
-    }
 }
 
 #[cfg(test)]
@@ -193,9 +171,6 @@ mod tests {
         let d = WanMap::parse_line("a-b:latency=5ms;b-a:latency=9ms").unwrap();
         assert_eq!(lat(d.between("a", "b")), Duration::from_millis(5));
         assert_eq!(lat(d.between("b", "a")), Duration::from_millis(9));
-        assert!(m.chain(Some("a"), Some("a"), 0).is_empty());
-        assert_eq!(m.chain(Some("a"), Some("b"), 0).names(), vec!["emu"]);
-        assert!(m.chain(None, Some("b"), 0).is_empty());
     }
 
     #[test]
