@@ -143,11 +143,8 @@ pub fn run(a: RunArgs) -> Result<()> {
     };
     let listener = Listener::bind(&bind)?;
     let addr = match (listener.local_addr()?, &hosts) {
-        (Addr::Tcp(t), Some(_)) => {
-            let port = t.rsplit_once(':').map(|(_, p)| p).unwrap_or_default();
-            Addr::Tcp(format!("{}:{port}", launch::hostname()))
-        }
-        (a, _) => a,
+        (a, Some(_)) => a.advertised(),
+        (a, None) => a,
     };
     let timeout = Duration::from_secs(a.startup_timeout);
     let liveness = liveness_of(a.heartbeat, a.liveness_timeout)?;

@@ -76,3 +76,9 @@ impl CodecError {
         CodecError::Corrupt { codec, what }
     }
 }
+
+impl From<vargr_wire::ParseElemError> for CodecError {
+    fn from(e: vargr_wire::ParseElemError) -> CodecError {
+        CodecError::InvalidParam(e.to_string())
+    }
+}

@@ -90,7 +90,7 @@ impl Header {
         if kind & 0xf0 & !FLAG_SPAN != 0 {
             return Err(CodecError::ReservedFlags(kind & 0xf0 & !FLAG_SPAN));
         }
-        let elem = ElemKind::from_u8(kind & 0x0f)?;
+        let elem = ElemKind::from_u8(kind & 0x0f).ok_or(CodecError::UnknownElem(kind & 0x0f))?;
         let original_len = read_varint(&mut rest, "original length")?;
         let span = if kind & FLAG_SPAN != 0 {
             let start = read_varint(&mut rest, "span start")?;

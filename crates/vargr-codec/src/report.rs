@@ -62,7 +62,7 @@ pub fn decode_reports(payload: &[u8]) -> Result<Vec<DecodeReport>, CodecError> {
             };
             Ok(DecodeReport {
                 codec: CodecId::from_u8(r[0])?,
-                elem: ElemKind::from_u8(r[1])?,
+                elem: ElemKind::from_u8(r[1]).ok_or(CodecError::UnknownElem(r[1]))?,
                 bytes: word(2),
                 nanos: word(10),
             })

@@ -25,37 +25,12 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use vargr_stage::Stage;
-use vargr_wire::{encode_header, Frame, FrameKind, HEADER_LEN};
+use vargr_wire::{elem_hint, encode_header, Frame, FrameKind, FLAG_CODEC, FLAG_RAW, HEADER_LEN};
 
 use crate::guided::{encode_sample, trace_header, MessageKey, Plan, Sample, MAX_SAMPLE};
 use crate::report::{decode_reports, encode_reports, DecodeReport, MAX_RECORDS};
 use crate::{decode, encode_span, Codec, CodecError, CodecRun, ElemKind, Engine, EngineConfig};
 use crate::{LinkKey, LinkModel, LinkOptions};
-
-/// Header flag: the payload is a codec frame (set and removed by the codec stage).
-pub const FLAG_CODEC: u8 = 0x80;
-/// Header flag: the sender asks that this frame cross uncompressed (data it knows will
-/// not shrink, or whose latency matters more than its size). Set by senders, left as is.
-pub const FLAG_RAW: u8 = 0x40;
-/// Header flag bits 0–3: the payload's element type, as an index into
-/// [`ElemKind::ALL`] plus one (0: unknown, treated as bytes).
-pub const FLAG_ELEM_MASK: u8 = 0x0f;
-
-/// The flags bits that announce `elem` (for senders of typed payloads).
-pub fn elem_flags(elem: ElemKind) -> u8 {
-    ElemKind::ALL
-        .iter()
-        .position(|&e| e == elem)
-        .map_or(0, |i| (i as u8 + 1) & FLAG_ELEM_MASK)
-}
-
-/// The element type a frame's flags announce.
-pub fn elem_hint(flags: u8) -> ElemKind {
-    match (flags & FLAG_ELEM_MASK) as usize {
-        0 => ElemKind::BYTES,
-        i => ElemKind::ALL.get(i - 1).copied().unwrap_or(ElemKind::BYTES),
-    }
-}
 
 /// What a codec stage does: `off`, `fixed:CODEC` (e.g. `fixed:lz4`), `adaptive`, or
 /// `guided:PLAN` (the rules `vargr codec plan` wrote; see [`crate::guided`]).
@@ -834,24 +809,9 @@ fn typed_span(kind: u8, flags: u8, payload: &[u8]) -> (ElemKind, std::ops::Range
     if hint != ElemKind::BYTES || kind != FrameKind::Data as u8 {
         return (hint, 0..payload.len());
     }
-    use vargr_wire::Elem as W;
-    let array = vargr_wire::array_span(payload).and_then(|(e, r)| {
-        let k = match e {
-            W::Char => ElemKind::I8,
-            W::UChar => ElemKind::U8,
-            W::Short => ElemKind::I16,
-            W::UShort => ElemKind::U16,
-            W::Int => ElemKind::I32,
-            W::UInt => ElemKind::U32,
-            W::Long => ElemKind::I64,
-            W::ULong => ElemKind::U64,
-            W::Float => ElemKind::F32,
-            W::Double => ElemKind::F64,
-            W::Str => return None,
-        };
-        Some((k, r))
-    });
-    array.unwrap_or((ElemKind::BYTES, 0..payload.len()))
+    vargr_wire::array_span(payload)
+        .and_then(|(e, r)| Some((e.kind()?, r)))
+        .unwrap_or((ElemKind::BYTES, 0..payload.len()))
 }
 
 /// Frames the codec may compress: application data, and a dedup stage's stream (new
@@ -987,6 +947,7 @@ impl Stage for CodecStage {
 mod tests {
     use super::*;
     use crate::{encode, testdata};
+    use vargr_wire::elem_flags;
 
     /// What a link policy gives the stages of a process: defaults, and this machine's
     /// codec speeds (measured once for all tests).
@@ -1043,10 +1004,6 @@ mod tests {
         }
         assert!("fixed:nope".parse::<CodecMode>().is_err());
         assert!("sometimes".parse::<CodecMode>().is_err());
-        for e in ElemKind::ALL {
-            assert_eq!(elem_hint(elem_flags(e) | FLAG_CODEC), e);
-        }
-        assert_eq!(elem_hint(0), ElemKind::BYTES);
     }
 
     #[test]

@@ -5,62 +5,9 @@
 //! one of the [`Elem`] types; the schedule executor carries an [`ElemKind`] tag instead of a
 //! type parameter so that schedules and transports stay untyped.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
-
-/// The numeric element types a reduction can run on. `U8` doubles as "raw bytes".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ElemKind {
-    I8,
-    U8,
-    I16,
-    U16,
-    I32,
-    U32,
-    I64,
-    U64,
-    F32,
-    F64,
-}
-
-impl ElemKind {
-    /// Bytes per element.
-    pub const fn size(self) -> usize {
-        match self {
-            ElemKind::I8 | ElemKind::U8 => 1,
-            ElemKind::I16 | ElemKind::U16 => 2,
-            ElemKind::I32 | ElemKind::U32 | ElemKind::F32 => 4,
-            ElemKind::I64 | ElemKind::U64 | ElemKind::F64 => 8,
-        }
-    }
-
-    pub const fn is_float(self) -> bool {
-        matches!(self, ElemKind::F32 | ElemKind::F64)
-    }
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            ElemKind::I8 => "i8",
-            ElemKind::U8 => "u8",
-            ElemKind::I16 => "i16",
-            ElemKind::U16 => "u16",
-            ElemKind::I32 => "i32",
-            ElemKind::U32 => "u32",
-            ElemKind::I64 => "i64",
-            ElemKind::U64 => "u64",
-            ElemKind::F32 => "f32",
-            ElemKind::F64 => "f64",
-        }
-    }
-}
-
-impl fmt::Display for ElemKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+/// The numeric element types a reduction can run on (vargr's one element vocabulary).
+/// `U8` doubles as "raw bytes".
+pub use vargr_wire::ElemKind;
 
 mod sealed {
     pub trait Sealed {}

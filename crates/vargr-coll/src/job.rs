@@ -46,24 +46,6 @@ pub struct MeshTransport {
     here: Option<InProcess>,
 }
 
-/// The frame flags that tell a link's codec stage what `elem` is.
-fn codec_flags(elem: ElemKind) -> u8 {
-    use vargr_codec::ElemKind as C;
-    let k = match elem {
-        ElemKind::I8 => C::I8,
-        ElemKind::U8 => C::U8,
-        ElemKind::I16 => C::I16,
-        ElemKind::U16 => C::U16,
-        ElemKind::I32 => C::I32,
-        ElemKind::U32 => C::U32,
-        ElemKind::I64 => C::I64,
-        ElemKind::U64 => C::U64,
-        ElemKind::F32 => C::F32,
-        ElemKind::F64 => C::F64,
-    };
-    vargr_codec::stage::elem_flags(k)
-}
-
 impl MeshTransport {
     fn send_flags(&self, dest: usize, tag: u64, data: Bytes, flags: u8) -> Result<()> {
         let remote = !self.local.contains(&dest);
@@ -116,11 +98,11 @@ impl Transport for MeshTransport {
     }
 
     fn send_typed(&self, dest: usize, tag: u64, data: Bytes, elem: ElemKind) -> Result<()> {
-        self.send_flags(dest, tag, data, codec_flags(elem))
+        self.send_flags(dest, tag, data, vargr_wire::elem_flags(elem))
     }
 
     fn send_uncompressed(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
-        self.send_flags(dest, tag, data, vargr_codec::stage::FLAG_RAW)
+        self.send_flags(dest, tag, data, vargr_wire::FLAG_RAW)
     }
 
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes> {

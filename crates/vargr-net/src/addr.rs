@@ -17,6 +17,21 @@ pub enum Addr {
     Unix(PathBuf),
 }
 
+impl Addr {
+    /// This address as other hosts reach it: a TCP listener's port under this machine's
+    /// host name (it may be bound to a wildcard or loopback address); a Unix socket's
+    /// path as it is.
+    pub fn advertised(&self) -> Addr {
+        match self {
+            Addr::Tcp(a) => {
+                let port = a.rsplit_once(':').map_or("", |(_, p)| p);
+                Addr::Tcp(format!("{}:{port}", crate::launch::hostname()))
+            }
+            a => a.clone(),
+        }
+    }
+}
+
 impl fmt::Display for Addr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -232,16 +232,9 @@ pub fn secret_from_env() -> Result<crate::auth::Secret, NetError> {
     }
 }
 
-/// This machine's host name (`localhost` if it cannot be read).
+/// This machine's host name, as ranks and tree nodes advertise it.
 pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: buf is valid for its length; gethostname NUL-terminates on success.
-    let r = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if r != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    gethostname::gethostname().to_string_lossy().into_owned()
 }
 
 #[cfg(test)]

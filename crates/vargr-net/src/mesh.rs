@@ -150,16 +150,7 @@ impl Mesh {
         // bind(2) fails if the name exists: a socket file is always new.
         let l = Listener::bind(&addr)?;
         let socket = socket.map(RemoveOnDrop::new);
-        let advertised = match l.local_addr()? {
-            Addr::Tcp(a) => {
-                let port = a
-                    .rsplit_once(':')
-                    .map(|(_, p)| p.to_string())
-                    .unwrap_or_default();
-                Addr::Tcp(format!("{}:{port}", crate::launch::hostname()))
-            }
-            a => a,
-        };
+        let advertised = l.local_addr()?.advertised();
         Ok(Bound {
             listener: l,
             addr: advertised,

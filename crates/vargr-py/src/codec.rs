@@ -84,7 +84,7 @@ impl Input {
 
 fn elem_arg(elem: Option<&str>, input: &Input) -> PyResult<ElemKind> {
     match elem {
-        Some(e) => e.parse().map_err(errors::codec),
+        Some(e) => e.parse::<ElemKind>().map_err(|e| errors::codec(e.into())),
         None => Ok(input.elem.unwrap_or(ElemKind::BYTES)),
     }
 }
@@ -290,7 +290,9 @@ impl PyEngine {
         link: u64,
         elem: &str,
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let elem: ElemKind = elem.parse().map_err(errors::codec)?;
+        let elem: ElemKind = elem
+            .parse()
+            .map_err(|e: vargr_wire::ParseElemError| errors::codec(e.into()))?;
         let Some(s) = self.inner.summary(LinkKey(link), elem) else {
             return Ok(None);
         };

@@ -134,14 +134,9 @@ pub struct SendReport {
 
 /// This machine's name, for the receiver's cache of us.
 pub fn host_name() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into buf.
-    let ok = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } == 0;
-    let n = buf.iter().position(|&b| b == 0).unwrap_or(0);
-    if ok && n > 0 {
-        String::from_utf8_lossy(&buf[..n]).into_owned()
-    } else {
-        "localhost".into()
+    match vargr_net::launch::hostname() {
+        n if n.is_empty() => "localhost".into(),
+        n => n,
     }
 }
 

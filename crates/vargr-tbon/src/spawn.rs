@@ -166,17 +166,12 @@ pub(crate) fn listen_addr(me: u32, config: &RunConfig) -> Addr {
     }
 }
 
+/// Where children reach a node's listener: by host name when they may be on other hosts.
 pub(crate) fn advertised(addr: Addr, config: &RunConfig) -> Addr {
-    match addr {
-        Addr::Tcp(a) if config.remote_template.is_some() => {
-            let port = a
-                .rsplit_once(':')
-                .map(|(_, p)| p.to_string())
-                .unwrap_or_default();
-            let host = launch::hostname();
-            Addr::Tcp(format!("{host}:{port}"))
-        }
-        a => a,
+    if config.remote_template.is_some() {
+        addr.advertised()
+    } else {
+        addr
     }
 }
 

@@ -265,18 +265,8 @@ pub fn ring_capacity() -> usize {
 
 fn hostname() -> String {
     static NAME: OnceLock<String> = OnceLock::new();
-    NAME.get_or_init(read_hostname).clone()
-}
-
-fn read_hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most `buf.len()` bytes into `buf`.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
+    NAME.get_or_init(|| gethostname::gethostname().to_string_lossy().into_owned())
+        .clone()
 }
 
 #[cfg(test)]

@@ -35,10 +35,14 @@
 //! # Ok::<(), vargr_wire::WireError>(())
 //! ```
 
+mod elem;
 mod error;
 mod frame;
 mod payload;
 
+pub use elem::{
+    elem_flags, elem_hint, ElemKind, ParseElemError, FLAG_CODEC, FLAG_ELEM_MASK, FLAG_RAW,
+};
 pub use error::WireError;
 pub use frame::{
     decode_exact, decode_frame, encode_frame, encode_header, frame_len, Frame, FrameKind,

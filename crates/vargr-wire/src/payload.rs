@@ -60,6 +60,26 @@ pub enum Elem {
     Str,
 }
 
+impl Elem {
+    /// The element kind of this type's numbers (`None` for strings).
+    pub fn kind(self) -> Option<crate::ElemKind> {
+        use crate::ElemKind as K;
+        Some(match self {
+            Elem::Char => K::I8,
+            Elem::UChar => K::U8,
+            Elem::Short => K::I16,
+            Elem::UShort => K::U16,
+            Elem::Int => K::I32,
+            Elem::UInt => K::U32,
+            Elem::Long => K::I64,
+            Elem::ULong => K::U64,
+            Elem::Float => K::F32,
+            Elem::Double => K::F64,
+            Elem::Str => return None,
+        })
+    }
+}
+
 /// One field of a format string.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Field {
