@@ -27,7 +27,7 @@ use crate::error::{CollError, Result};
 use crate::hierarchy::Hierarchy;
 use crate::inproc::{Fabric, InProcess, WaitPolicy};
 use crate::monitor::{self, MonitorConfig, MonitorHandle};
-use crate::sched::{SchedPolicy, Scheduler, HIGH, LOW};
+use crate::rank_scheduler::{SchedPolicy, Scheduler, HIGH, LOW};
 use crate::select::Selector;
 use crate::transport::Transport;
 

@@ -12,7 +12,7 @@
 //! - [`Shaper`] (module [`shaper`]): the delay model, sans-IO. Bytes arriving at `t` are
 //!   delivered at `max(t, bottleneck free) + size/bandwidth + latency ± jitter`, never
 //!   reordered within a stream. Latency is **one-way**; a round trip costs twice.
-//! - [`EmuStage`]: the model in front of a bounded delay line, for links inside a vargr
+//! - [`LinkEmulator`]: the model in front of a bounded delay line, for links inside a vargr
 //!   process (push frames, poll them out when due).
 //! - [`EmuLinkStage`] and [`WanMap`]: the stage on a vargr link between two sites, and
 //!   which WAN joins which pair of sites.
@@ -34,16 +34,17 @@
 //! # Ok::<(), vargr_emu::ParseError>(())
 //! ```
 
+mod emulator;
 mod error;
 mod link;
 pub mod measure;
 pub mod profile;
 pub mod relay;
 pub mod shaper;
-mod stage;
 pub mod trace;
 mod units;
 
+pub use emulator::{EmulatorFull, LinkEmulator};
 pub use error::{EmuError, ParseError};
 pub use link::{EmuLinkStage, WanMap};
 pub use profile::{LinkSpec, WanProfile};
@@ -51,6 +52,5 @@ pub use relay::{
     run_relay, EventSink, Relay, RelayConfig, RelayEvent, RelayStats, Sharing, StopHandle,
 };
 pub use shaper::{Shaper, StreamOrder};
-pub use stage::{EmuStage, StageFull};
 pub use trace::{Trace, TraceEnd, TraceRow};
 pub use units::{fmt_bandwidth, fmt_duration, parse_bandwidth, parse_duration};

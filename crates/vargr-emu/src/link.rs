@@ -11,20 +11,20 @@ use std::time::Instant;
 use bytes::Bytes;
 use vargr_stage::Stage;
 
+use crate::emulator::LinkEmulator;
 use crate::error::{EmuError, ParseError};
 use crate::profile::{LinkSpec, WanProfile};
-use crate::stage::EmuStage;
 use crate::trace::Trace;
 
 /// Longcut as a link stage: outgoing frames are held until the emulated WAN would have
 /// delivered them (latency plus size over bandwidth, in order).
-pub struct EmuLinkStage(EmuStage);
+pub struct EmuLinkStage(LinkEmulator);
 
 impl EmuLinkStage {
     pub fn new(spec: impl Into<LinkSpec>, seed: u64) -> EmuLinkStage {
         // No limit of its own: what it holds counts as the link's backlog, so
         // backpressure pauses the producers instead of this stage dropping anything.
-        EmuLinkStage(EmuStage::new(spec, seed).with_limit(usize::MAX))
+        EmuLinkStage(LinkEmulator::new(spec, seed).with_limit(usize::MAX))
     }
 }
 

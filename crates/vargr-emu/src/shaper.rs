@@ -3,7 +3,7 @@
 //!
 //! This is the seed's delay wrapper (Longcut computes a message's delay "using latency and
 //! bandwidth"), written as a state machine so that the relay, the in-process
-//! [`EmuStage`](crate::EmuStage) and tests with a fake clock all share one model:
+//! [`LinkEmulator`](crate::LinkEmulator) and tests with a fake clock all share one model:
 //!
 //! 1. **Serialization** on one bottleneck per direction: a chunk of `N` bytes arriving at
 //!    `t` starts when the bottleneck is free and occupies it for `N * 8 / bandwidth`:

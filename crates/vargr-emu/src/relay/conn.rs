@@ -16,8 +16,8 @@ use mio::event::Event;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
+use crate::emulator::DelayQueue;
 use crate::shaper::{Shaper, StreamOrder};
-use crate::stage::DelayQueue;
 
 use super::{rx, RelayStats};
 

@@ -1,7 +1,7 @@
-//! The emulator as a link stage: a [`Shaper`] in front of a bounded delay line.
+//! One direction of an emulated link: a [`Shaper`] in front of a bounded delay line.
 //!
-//! In vargr a link is a chain of stages (PATHS wrappers); this is the emulation stage for
-//! links that cross an emulated WAN inside one process. It is sans-IO like the shaper:
+//! [`crate::EmuLinkStage`] wraps it as the stage of vargr links that cross an emulated
+//! WAN inside one process; tests and tools drive it directly. It is sans-IO like the shaper:
 //! the node loop pushes frames with the current time, asks for the next deadline, and
 //! polls out frames that are due. Frames are delivered whole and in order.
 
@@ -80,7 +80,7 @@ impl DelayQueue {
 /// The queue is at its byte limit; the frame is handed back.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("emulated link is full: {queued} bytes queued, limit {limit}")]
-pub struct StageFull {
+pub struct EmulatorFull {
     /// The frame that did not fit.
     pub frame: Bytes,
     /// Bytes queued at the time.
@@ -94,9 +94,9 @@ pub struct StageFull {
 /// ```
 /// use std::time::{Duration, Instant};
 /// use bytes::Bytes;
-/// use vargr_emu::{EmuStage, WanProfile};
+/// use vargr_emu::{LinkEmulator, WanProfile};
 ///
-/// let mut stage = EmuStage::new(WanProfile::new(Duration::from_millis(10), None), 0);
+/// let mut stage = LinkEmulator::new(WanProfile::new(Duration::from_millis(10), None), 0);
 /// let t0 = Instant::now();
 /// stage.push(t0, Bytes::from_static(b"hello")).unwrap();
 /// assert_eq!(stage.next_deadline(), Some(t0 + Duration::from_millis(10)));
@@ -104,24 +104,24 @@ pub struct StageFull {
 /// assert_eq!(stage.poll_ready(t0 + Duration::from_millis(10)).unwrap(), "hello");
 /// ```
 #[derive(Debug)]
-pub struct EmuStage {
+pub struct LinkEmulator {
     shaper: Shaper,
     queue: DelayQueue,
     limit: usize,
 }
 
-impl EmuStage {
+impl LinkEmulator {
     /// Default byte limit of the delay line.
     pub const DEFAULT_LIMIT: usize = 64 << 20;
 
     /// A stage following `spec` with jitter seeded by `seed` and the default limit.
-    pub fn new(spec: impl Into<LinkSpec>, seed: u64) -> EmuStage {
-        EmuStage::with_shaper(Shaper::new(spec, seed))
+    pub fn new(spec: impl Into<LinkSpec>, seed: u64) -> LinkEmulator {
+        LinkEmulator::with_shaper(Shaper::new(spec, seed))
     }
 
     /// A stage around an existing shaper (for example one with its epoch set).
-    pub fn with_shaper(shaper: Shaper) -> EmuStage {
-        EmuStage {
+    pub fn with_shaper(shaper: Shaper) -> LinkEmulator {
+        LinkEmulator {
             shaper,
             queue: DelayQueue::default(),
             limit: Self::DEFAULT_LIMIT,
@@ -130,17 +130,17 @@ impl EmuStage {
 
     /// The same stage holding at most `limit` bytes (one frame is always accepted into an
     /// empty stage, however large, so a big frame cannot block the link forever).
-    pub fn with_limit(mut self, limit: usize) -> EmuStage {
+    pub fn with_limit(mut self, limit: usize) -> LinkEmulator {
         self.limit = limit;
         self
     }
 
     /// Queues `frame`, arrived at `now`, and returns when it will be ready; when the stage
     /// is full the frame comes back in the error and the caller applies backpressure.
-    pub fn push(&mut self, now: Instant, frame: Bytes) -> Result<Instant, StageFull> {
+    pub fn push(&mut self, now: Instant, frame: Bytes) -> Result<Instant, EmulatorFull> {
         let queued = self.queue.bytes();
         if queued > 0 && queued + frame.len() > self.limit {
-            return Err(StageFull {
+            return Err(EmulatorFull {
                 frame,
                 queued,
                 limit: self.limit,
@@ -189,7 +189,7 @@ mod tests {
     fn bounded_with_backpressure() {
         let t0 = Instant::now();
         let mut s =
-            EmuStage::new(WanProfile::new(Duration::from_millis(1), None), 0).with_limit(10);
+            LinkEmulator::new(WanProfile::new(Duration::from_millis(1), None), 0).with_limit(10);
         s.push(t0, Bytes::from(vec![0; 100])).unwrap(); // an empty stage takes anything
         let full = s.push(t0, Bytes::from_static(b"x")).unwrap_err();
         assert_eq!(
@@ -227,7 +227,7 @@ mod tests {
         ) {
             let p = WanProfile::new(Duration::from_micros(lat), bw)
                 .with_jitter(Duration::from_micros(jit));
-            let mut stage = EmuStage::new(p, seed);
+            let mut stage = LinkEmulator::new(p, seed);
             let mut now = Instant::now();
             let (mut sent, mut got) = (Vec::new(), Vec::new());
             let mut last_ready = None;
