@@ -17,7 +17,7 @@ if ! need cargo; then
   exit 1
 fi
 need cc || apt_install build-essential
-# Attach-mode tests start back-ends with a real mpirun (and issue 3 compares with MPI).
+# Attach-mode tests start back-ends with a real mpirun (and the benchmarks compare with MPI).
 need mpirun || apt_install openmpi-bin libopenmpi-dev
 # vargr bench dedup compares with rsync and zstd --patch-from.
 need rsync || apt_install rsync

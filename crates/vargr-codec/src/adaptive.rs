@@ -38,9 +38,8 @@
 //! measured by the caller, and every interval is a count of messages. It reads a clock
 //! only if given one ([`Engine::set_clock`]): then a study also times each candidate on
 //! the message's own slices, because a codec's speed depends on the data as much as its
-//! ratio does (LZ4 compressed 1 MiB of zeros at 6 GB/s and of half-random doubles at
-//! 0.6 GB/s). Without
-//! a clock, the same observations give the same decisions.
+//! ratio does (for LZ4, ten times between zeros and half-random doubles; see
+//! docs/benchmarks.md). Without a clock, the same observations give the same decisions.
 //!
 //! ```
 //! use vargr_codec::{testdata, Codec, CodecRun, ElemKind, Engine, EngineConfig, LinkKey};
@@ -565,10 +564,10 @@ impl Engine {
     /// Decides how to send `data` (elements of `elem`) over `link`.
     ///
     /// Cheap once warmed up, and then allocation-free: a hash lookup, a few comparisons
-    /// and, above the raw threshold, a few floating-point operations (about 0.1 µs).
-    /// Every `sample_every` messages, and when a study is due, it also compresses
-    /// slices of `data` (a few to some tens of µs), which the default settings amortise
-    /// to 0.2-0.6 µs per message on 64 KiB messages (`examples/decide_cost.rs`, release build).
+    /// and, above the raw threshold, a few floating-point operations. Every
+    /// `sample_every` messages, and when a study is due, it also compresses slices of
+    /// `data`, a cost the default settings amortise over many messages
+    /// (`examples/decide_cost.rs` measures it; figures in docs/benchmarks.md).
     pub fn decide(&mut self, link: LinkKey, elem: ElemKind, data: &[u8]) -> Decision {
         self.decide_behind(link, elem, data, 0.0)
     }
@@ -929,8 +928,7 @@ impl Ctx<'_> {
     /// `sample_bytes` at new places, and only if they show new data is the class studied
     /// again (returns true). Otherwise the estimates stand and the size thresholds start
     /// over, since they were prices under what the link and codecs were then. Without
-    /// this, a class sent raw would pay a whole study every `reevaluate_after` messages
-    /// (on 64 KiB of random bytes, 0.7 µs per message).
+    /// this, a class sent raw would pay a whole study every `reevaluate_after` messages.
     fn recheck(&self, st: &mut ClassState, scratch: &mut Vec<u8>) -> bool {
         st.needs_recheck = false;
         st.raw_since_study = 0;

@@ -57,8 +57,8 @@ pub struct EngineConfig {
     /// engine sends raw and learns nothing from the wire. A sample is one slice of
     /// `sample_bytes`, compared with slices of that size taken at the last study; a
     /// change beyond `change_tolerance` starts a new study. 0 disables periodic samples.
-    /// 32 keeps the amortised cost of samples, re-evaluations and decisions near
-    /// 0.2-0.6 µs per 64 KiB message (`examples/decide_cost.rs`) and notices a change
+    /// 32 keeps the amortised cost of samples, re-evaluations and decisions well under a
+    /// microsecond per 64 KiB message (`examples/decide_cost.rs`) and notices a change
     /// within about 200 messages (6 candidates).
     pub sample_every: u32,
     /// A sample whose ratio differs from the study's by more than this (absolute, in

@@ -48,8 +48,7 @@ pub(crate) fn unshuffle(input: &[u8], size: usize, out: &mut Vec<u8>) {
 
 /// The 4-byte shuffle (`forward`) or its inverse, four elements at a time as a 4×4
 /// byte transpose in registers: byte by byte, the compiler vectorises the 2-byte loop
-/// (about 29 GB/s here) but not this one (1.8 GB/s, slower than LZ4 itself); the
-/// transpose runs at about 13 GB/s.
+/// but not this one, which then ran slower than LZ4 itself (docs/benchmarks.md).
 fn transpose4(input: &[u8], dst: &mut [u8], forward: bool) {
     let n = input.len() / 4;
     let (body, tail) = dst.split_at_mut(n * 4);
@@ -106,8 +105,8 @@ fn transpose_rest(
 
 /// The 8-byte shuffle (`forward`) or its inverse, eight elements at a time as an 8×8
 /// byte transpose of eight words: three rounds that swap the off-diagonal halves of
-/// 4-, 2- and 1-byte blocks. About 11.6 GB/s forward and 7.5 back on this machine,
-/// against 2.3 element by element (the compiler vectorises neither loop).
+/// 4-, 2- and 1-byte blocks: the compiler vectorises neither loop element by element
+/// (docs/benchmarks.md has both speeds).
 fn transpose8(input: &[u8], dst: &mut [u8], forward: bool) {
     let n = input.len() / 8;
     let (body, tail) = dst.split_at_mut(n * 8);

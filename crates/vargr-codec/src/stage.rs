@@ -368,7 +368,7 @@ const PROBE_LOSSES: u32 = 3;
 /// Round trips kept per probe size.
 const PROBE_SAMPLES: usize = 8;
 
-/// Ping-pong calibration (issue 5, item 2): what the link really costs per byte, measured
+/// Ping-pong calibration: what the link really costs per byte, measured
 /// end to end through everything below the codec stage (an emulated WAN, the sockets,
 /// the peer's reading), which a configured bandwidth does not include. Only links with
 /// a configured model probe; links that learn from the kernel do not (see

