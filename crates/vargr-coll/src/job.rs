@@ -17,8 +17,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use vargr_codec::stage::{CodecMode, SampleDir};
 use vargr_emu::WanMap;
+use vargr_links::{LinkEnds, LinkPolicy, LinkSettings};
 use vargr_net::mesh::{self, Mesh};
-use vargr_paths::{LinkEnds, LinkPolicy, LinkSettings};
 
 use crate::arena::Arena;
 use crate::comm::{Comm, World};

@@ -8,7 +8,7 @@
 //! its stages about the connection's path. It does no I/O, so the crates that
 //! implement stages (`vargr-codec`, `vargr-dedup`, `vargr-emu`) need no sockets; the
 //! links that run chains are in `vargr-net`, and which stages a link gets is decided
-//! in one place, `vargr-paths`.
+//! in one place, `vargr-links`.
 
 mod chain;
 mod path;

@@ -1,7 +1,7 @@
 //! The link configuration a tree carries to every node, and the stages it gives each link.
 //!
 //! Every node receives the same [`LinkStages`] and, for each link it owns, asks the one
-//! link policy of `vargr-paths` for the link's stages from its own host and site and
+//! link policy of `vargr-links` for the link's stages from its own host and site and
 //! the peer's. So a topology whose hosts belong to different sites runs on one machine
 //! as if its sites were joined by the configured WAN (seed 000, Longcut), with the
 //! same compression and redundancy elimination between sites as a job's links.
@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use vargr_codec::stage::CodecMode;
 use vargr_emu::WanMap;
+use vargr_links::{LinkEnds, LinkPolicy, LinkSettings};
 use vargr_net::StageChain;
-use vargr_paths::{LinkEnds, LinkPolicy, LinkSettings};
 
 use crate::TbonError;
 
