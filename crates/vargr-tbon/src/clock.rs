@@ -26,7 +26,7 @@ use vargr_trace::{Alignment, SkewProbe};
 use vargr_wire::{Frame, FrameKind};
 
 use crate::log::vlog;
-use crate::node::Place;
+use crate::node::{ChildInfo, Place};
 use crate::out::{frame_bytes, Out};
 
 /// Largest hop count accepted in a message: deeper than any real tree, far from overflow.
@@ -311,10 +311,9 @@ impl ClockState {
     }
 
     /// True once every live child's edge is measured (and its alignment sent).
-    pub fn edges_done(&self, at: Place<'_>) -> bool {
+    pub fn edges_done(&self, children: &[ChildInfo]) -> bool {
         self.own.is_some()
-            && at
-                .children
+            && children
                 .iter()
                 .enumerate()
                 .all(|(i, c)| !c.alive || self.edges.get(i).is_some_and(|e| e.done.is_some()))

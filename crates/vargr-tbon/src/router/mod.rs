@@ -410,14 +410,7 @@ impl Router {
 
     /// True once every live child's edge is measured (and its alignment sent).
     pub fn clock_edges_done(&self) -> bool {
-        let at = Place {
-            node: self.node,
-            host: &self.host,
-            parent: self.parent,
-            is_root: self.is_root(),
-            children: &self.children,
-        };
-        self.clock.edges_done(at)
+        self.clock.edges_done(&self.children)
     }
 
     fn on_clock_frame(

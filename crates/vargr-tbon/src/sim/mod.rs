@@ -656,14 +656,18 @@ impl Sim {
         up: &str,
         sync: &str,
     ) -> Result<(), TbonError> {
-        let msg = StreamOpenMsg {
+        self.open_msg(StreamOpenMsg {
             id,
             members,
             up: up.into(),
             sync: sync.into(),
             down: None,
             latest: false,
-        };
+        })
+    }
+
+    /// [`Sim::open`] with every option of the message.
+    pub fn open_msg(&mut self, msg: StreamOpenMsg) -> Result<(), TbonError> {
         self.on(0, |r, out| r.open_stream(msg, out))?;
         self.settle();
         Ok(())

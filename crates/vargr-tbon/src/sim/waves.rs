@@ -7,6 +7,7 @@ use std::time::Duration;
 use vargr_wire::{Packet, Value};
 
 use super::{Sim, SimConfig};
+use crate::proto::StreamOpenMsg;
 
 const STREAM: u32 = 16;
 
@@ -148,4 +149,41 @@ fn dont_wait_forwards_every_packet_as_it_comes() {
     let mut got = results_ok(&mut sim, STREAM);
     got.sort_unstable();
     assert_eq!(got, vec![5, 6, 7, 8]);
+}
+
+/// A latest-mode stream keeps one slot per back-end: a front-end that reads late gets
+/// each back-end's newest packet, and none older.
+#[test]
+fn latest_mode_keeps_each_back_ends_newest_for_a_late_reader() {
+    let mut sim = Sim::topology("1x2x4", SimConfig::default());
+    let ranks = sim.ranks();
+    sim.open_msg(StreamOpenMsg {
+        id: STREAM,
+        members: ranks,
+        up: "null".into(),
+        sync: "dontwait".into(),
+        down: None,
+        latest: true,
+    })
+    .unwrap();
+    for i in 0..50 {
+        sim.multicast(value(STREAM, i * 10));
+    }
+    // One answer at a time, each reaching the front-end before the next leaves: it is
+    // the front-end's queue that keeps the newest, not a backed-up link.
+    for _ in 0..50 {
+        for b in sim.backends() {
+            sim.answer(b, 1, |rank, p| value(STREAM, long(p) + i64::from(rank)));
+        }
+    }
+    let mut got: Vec<(u32, i64)> = sim
+        .results(STREAM)
+        .into_iter()
+        .map(|r| {
+            let p = r.unwrap();
+            (p.source, long(&p))
+        })
+        .collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![(0, 490), (1, 491), (2, 492), (3, 493)]);
 }
