@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use vargr_net::LinkId;
+use vargr_wire::FrameKind;
 
 use super::{Router, OPEN};
 use crate::log::vlog;
@@ -11,7 +12,6 @@ use crate::out::{frame_bytes, Out};
 use crate::proto::{self, FaultMsg};
 use crate::recovery::{Orphan, Recovery, TreeEvent};
 use crate::TbonError;
-use vargr_wire::FrameKind;
 
 impl Router {
     /// Passes a fault towards the front-end, or records it there.

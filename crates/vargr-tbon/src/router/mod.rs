@@ -69,6 +69,8 @@ pub struct Deliveries {
     pub closed: Option<TbonError>,
 }
 
+/// One node's protocol state: built with its place in the tree, then driven by events
+/// (see the module docs).
 pub struct Router {
     node: u32,
     host: String,

@@ -11,12 +11,14 @@
 //!   [`Sim::settle`] runs every frame and timer in time order until nothing is left;
 //!   [`Sim::advance`] also runs the periodic ticks (heartbeats, silence) up to a time.
 //! - A wire is one direction of a link: a FIFO of frames, each due [`SimConfig::latency`]
-//!   after it was sent. Every frame not yet delivered counts as the sending link's
+//!   after it was sent. A frame is delivered when due, unless the wire is blocked (a
+//!   slow or stuck link, [`Sim::block`]) or the receiver paused reading it
+//!   (backpressure). Every frame not yet delivered counts as the sending link's
 //!   backlog; a delivery lets the sender look at its backpressure again, as a link
-//!   turning writable wakes its engine. A frame is delivered when due, unless the wire is blocked (a slow or stuck
-//!   link, [`Sim::block`]) or the receiver paused reading it (backpressure). A
-//!   latest-mode frame replaces an undelivered one with the same key; the monitor's low
-//!   lane is plain FIFO here.
+//!   turning writable wakes its engine. A latest-mode frame replaces an undelivered one
+//!   with the same key; the monitor's low lane is plain FIFO here.
+//! - A stopped node ([`Sim::stop`], as by SIGSTOP) keeps its links: frames reaching it
+//!   vanish into its socket buffers, and it neither reads, sends nor times out.
 //! - Each node's skew-exchange clock is the fake time plus its own skew
 //!   ([`Sim::skew`]), so alignment estimates can be checked against the truth.
 //! - A node that dies ([`Sim::kill`]) loses every wire, frames on them included; its
