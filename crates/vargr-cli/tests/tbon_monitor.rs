@@ -119,9 +119,12 @@ fn a_lost_back_end_is_missing_and_does_not_hold_the_pull() {
     // Wait until the tree noticed the losses.
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let t = Instant::now();
         let pulled = net.pull(&counts_scope(), Duration::from_secs(2));
-        assert!(t.elapsed() < Duration::from_secs(4), "the pull was held up");
+        // The front-end's router finished the pull (with whatever was missing); had a
+        // lost node held it up past its budget, the network would have given up on it
+        // and returned an empty answer from no root. (How long it takes is the
+        // simulated tree's to check, in fake time: `sim::monitor` in vargr-tbon.)
+        assert_eq!(pulled.root, Some(0), "the pull was held up: {pulled:?}");
         if pulled.missing().len() == net.num_backends() {
             break;
         }

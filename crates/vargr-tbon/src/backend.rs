@@ -57,18 +57,18 @@ impl Backend {
         let ready = spawn::ready_frame(boot.node, vec![rank]);
         crate::trace::send_recorded(&mut reactor, parent, ready, parent_node);
         reactor.flush_all();
-        let mut router = Router::new(
+        let router = Router::new(
             boot.node,
             root.host.clone(),
             Some(rank),
             registry(&msg.config.plugins)?,
-        );
-        router.parent = Some(parent);
-        router.parent_node = parent_node;
-        router.heartbeat = Duration::from_millis(msg.config.heartbeat_ms);
-        router.heartbeat_timeout = Duration::from_millis(msg.config.heartbeat_timeout_ms);
-        router.recovery = msg.config.recovery;
-        router.ancestors = msg.ancestors.clone();
+        )
+        .with_parent(parent, parent_node)
+        .with_heartbeat(
+            Duration::from_millis(msg.config.heartbeat_ms),
+            Duration::from_millis(msg.config.heartbeat_timeout_ms),
+        )
+        .with_recovery(msg.config.recovery, msg.ancestors.clone(), None);
         let role = format!("back-end {rank}");
         crate::trace::label_thread(boot.node, &role);
         let dump = match crate::trace::in_process() {
@@ -126,7 +126,7 @@ impl Backend {
 
     fn recv_until(&self, deadline: Option<Instant>) -> Option<Result<Packet>> {
         self.engine.wait_for(deadline, |st| {
-            let d = &mut st.router.deliveries;
+            let d = st.router.deliveries_mut();
             if let Some(p) = d.inbox.pop_front() {
                 return Some(Ok(p));
             }
@@ -158,7 +158,7 @@ impl Backend {
         p.source = self.rank;
         if dest == self.rank {
             self.engine
-                .with_router(|r, _| r.deliveries.inbox.push_back(p));
+                .with_router(|r, _| r.deliveries_mut().inbox.push_back(p));
             return Ok(());
         }
         self.engine
@@ -168,7 +168,7 @@ impl Backend {
     }
 
     fn check_open(&self) -> Result<()> {
-        match self.engine.lock().router.deliveries.closed.clone() {
+        match self.engine.lock().router.deliveries().closed.clone() {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -177,11 +177,10 @@ impl Backend {
     /// Blocks while the link to the parent holds more than the queue limit (backpressure).
     fn wait_backlog(&self) {
         self.engine.wait_for(None, |st| {
-            let Some(parent) = st.router.parent else {
-                return Some(());
-            };
-            let over = Engine::backlog(st, parent) > st.queue_limit;
-            (!over || st.router.deliveries.closed.is_some()).then_some(())
+            let over = st
+                .router
+                .up_backed_up(|l| Engine::backlog(st, l), st.queue_limit);
+            (!over || st.router.is_closed()).then_some(())
         });
     }
 }

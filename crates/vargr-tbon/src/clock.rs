@@ -9,21 +9,25 @@
 //! the alignment it computed towards the front-end, which keeps a map of every node.
 //!
 //! Both sides read [`vargr_trace::clock::trace_ns`] (which honours the test knob
-//! `VARGR_CLOCK_SKEW_NS`). The exchange is a few dozen small control frames at start-up
-//! and does not hold back application frames, which flow alongside.
+//! `VARGR_CLOCK_SKEW_NS`), or the [`ClockFn`] the router was given (the simulated
+//! tree's skewed fake clocks). The per-node state, [`ClockState`], is owned by the
+//! router, which hands it each clock frame with the node's [`Place`]. The exchange is a
+//! few dozen small control frames at start-up and does not hold back application
+//! frames, which flow alongside.
 //!
 //! Payloads are fixed-size little-endian records; decoding checks the exact length and
 //! the ranges that later arithmetic relies on, so a malformed frame is a
 //! [`ClockMsgError`], never a panic.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use vargr_trace::{Alignment, SkewProbe};
 use vargr_wire::{Frame, FrameKind};
 
 use crate::log::vlog;
-use crate::router::{frame_bytes, Out, Router};
-use crate::TbonError;
+use crate::node::{ChildInfo, Place};
+use crate::out::{frame_bytes, Out};
 
 /// Largest hop count accepted in a message: deeper than any real tree, far from overflow.
 pub const MAX_HOPS: u32 = 1 << 16;
@@ -245,83 +249,128 @@ impl EdgeProbe {
 /// Most node alignments the front-end keeps (a guard against a misbehaving child).
 const MAX_REPORTS: usize = 1 << 20;
 
-/// One node's part in the exchange.
-#[derive(Debug, Default)]
+/// The clock the exchange reads, in nanoseconds: [`vargr_trace::clock::trace_ns`] in a
+/// real tree, a skewed fake one in the simulated tree.
+pub type ClockFn = Arc<dyn Fn() -> u64 + Send + Sync>;
+
+/// One node's part in the exchange. The router owns it and hands it each clock frame
+/// with the node's [`Place`].
 pub struct ClockState {
     /// This node's alignment to the front-end's clock, once known.
-    pub own: Option<Alignment>,
-    /// One probe per child (indices as in `Router::children`); empty until measuring.
+    own: Option<Alignment>,
+    /// One probe per child (indices as in the place's children); empty until measuring.
     edges: Vec<EdgeProbe>,
     /// Front-end: the alignment of every node reported so far, its own included.
-    pub reports: BTreeMap<u32, Alignment>,
+    reports: BTreeMap<u32, Alignment>,
+    read_ns: ClockFn,
+    /// This process's id: a child answering with the same one (and on the same host)
+    /// shares our clock.
+    pid: u32,
+    /// Whether an alignment received makes this process's trace alignment (not for
+    /// nodes running as threads of another node's process).
+    adopt_alignment: bool,
 }
 
-impl Router {
-    /// Front-end: starts estimation from the root's own clock.
-    pub fn start_clock(&mut self, out: &mut dyn Out) {
-        self.clock.own = Some(Alignment::ROOT);
-        self.clock.reports.insert(self.node, Alignment::ROOT);
-        self.ping_children(out);
+impl Default for ClockState {
+    fn default() -> ClockState {
+        ClockState::new(
+            Arc::new(vargr_trace::clock::trace_ns),
+            std::process::id(),
+            !crate::trace::in_process(),
+        )
+    }
+}
+
+impl ClockState {
+    pub fn new(read_ns: ClockFn, pid: u32, adopt_alignment: bool) -> ClockState {
+        ClockState {
+            own: None,
+            edges: Vec::new(),
+            reports: BTreeMap::new(),
+            read_ns,
+            pid,
+            adopt_alignment,
+        }
     }
 
     /// This node's alignment, once its parent sent it (always, at the front-end).
-    pub fn alignment(&self) -> Option<Alignment> {
-        self.clock.own
+    pub fn own(&self) -> Option<Alignment> {
+        self.own
+    }
+
+    /// Front-end: every node's alignment reported so far.
+    pub fn reports(&self) -> &BTreeMap<u32, Alignment> {
+        &self.reports
+    }
+
+    /// Front-end: starts estimation from the root's own clock.
+    pub fn start(&mut self, at: Place<'_>, out: &mut dyn Out) {
+        self.own = Some(Alignment::ROOT);
+        self.reports.insert(at.node, Alignment::ROOT);
+        self.ping_children(at, out);
     }
 
     /// True once every live child's edge is measured (and its alignment sent).
-    pub fn clock_edges_done(&self) -> bool {
-        self.clock.own.is_some()
-            && self
-                .children
+    pub fn edges_done(&self, children: &[ChildInfo]) -> bool {
+        self.own.is_some()
+            && children
                 .iter()
                 .enumerate()
-                .all(|(i, c)| !c.alive || self.clock.edges.get(i).is_some_and(|e| e.done.is_some()))
+                .all(|(i, c)| !c.alive || self.edges.get(i).is_some_and(|e| e.done.is_some()))
     }
 
-    fn ping_children(&mut self, out: &mut dyn Out) {
-        self.clock.edges = vec![EdgeProbe::default(); self.children.len()];
-        for (i, c) in self.children.iter().enumerate() {
+    fn ping_children(&mut self, at: Place<'_>, out: &mut dyn Out) {
+        self.edges = vec![EdgeProbe::default(); at.children.len()];
+        for (i, c) in at.children.iter().enumerate() {
             if c.alive {
-                self.clock.edges[i].sent(0, (self.clock_ns)());
+                self.edges[i].sent(0, (self.read_ns)());
                 out.send(c.link, frame_bytes(FrameKind::ClockPing, 0, 0, &[]));
             }
         }
     }
 
     /// Child side: answer at once with our clock.
-    pub(crate) fn on_clock_ping(&mut self, f: &Frame, out: &mut dyn Out) {
-        if let Err(e) = check_ping(&f.payload) {
-            return self.clock_fault(e);
-        }
-        let Some(parent) = self.parent else { return };
+    pub fn on_ping(
+        &self,
+        f: &Frame,
+        at: Place<'_>,
+        out: &mut dyn Out,
+    ) -> Result<(), ClockMsgError> {
+        check_ping(&f.payload)?;
+        let Some(parent) = at.parent else {
+            return Ok(());
+        };
         let pong = Pong {
-            child_ns: (self.clock_ns)(),
+            child_ns: (self.read_ns)(),
             pid: self.pid,
         };
         out.send(
             parent,
             frame_bytes(FrameKind::ClockPong, f.stream, 0, &pong.encode()),
         );
+        Ok(())
     }
 
     /// Parent side: one round trip of child `ci` is back.
-    pub(crate) fn on_clock_pong(&mut self, ci: usize, f: &Frame, out: &mut dyn Out) {
-        let now = (self.clock_ns)();
-        let pong = match Pong::decode(&f.payload) {
-            Ok(p) => p,
-            Err(e) => return self.clock_fault(e),
+    pub fn on_pong(
+        &mut self,
+        ci: usize,
+        f: &Frame,
+        at: Place<'_>,
+        out: &mut dyn Out,
+    ) -> Result<(), ClockMsgError> {
+        let now = (self.read_ns)();
+        let pong = Pong::decode(&f.payload)?;
+        let (Some(own), Some(edge)) = (self.own, self.edges.get_mut(ci)) else {
+            return Ok(());
         };
-        let (Some(own), Some(edge)) = (self.clock.own, self.clock.edges.get_mut(ci)) else {
-            return;
-        };
-        let c = &self.children[ci];
+        let c = &at.children[ci];
         // Pids are per host: the same pid on the same host is this very process.
-        let same_process = pong.pid == self.pid && c.host == self.host;
+        let same_process = pong.pid == self.pid && c.host == at.host;
         match edge.on_pong(f.stream, pong, now, same_process) {
             PongStep::Ignored => {}
             PongStep::Ping(round) => {
-                edge.sent(round, (self.clock_ns)());
+                edge.sent(round, (self.read_ns)());
                 out.send(c.link, frame_bytes(FrameKind::ClockPing, round, 0, &[]));
             }
             PongStep::Done(e) => {
@@ -334,56 +383,55 @@ impl Router {
                     c.link,
                     frame_bytes(FrameKind::ClockSet, 0, 0, &set.encode()),
                 );
+                vlog!(at.node, "clock of node {}: {align:?}", c.node);
                 let report = ReportMsg {
                     node: c.node,
                     align,
                 };
-                vlog!(self.node, "clock of node {}: {align:?}", c.node);
-                self.clock_report(report, out);
+                self.report(report, at, out);
             }
         }
+        Ok(())
     }
 
     /// Child side: our alignment arrived; adopt it, then measure our own children.
-    pub(crate) fn on_clock_set(&mut self, f: &Frame, out: &mut dyn Out) {
-        let set = match SetMsg::decode(&f.payload) {
-            Ok(s) => s,
-            Err(e) => return self.clock_fault(e),
-        };
-        self.clock.own = Some(set.align);
+    pub fn on_set(
+        &mut self,
+        f: &Frame,
+        at: Place<'_>,
+        out: &mut dyn Out,
+    ) -> Result<(), ClockMsgError> {
+        let set = SetMsg::decode(&f.payload)?;
+        self.own = Some(set.align);
         if self.adopt_alignment && !set.same_process {
             vargr_trace::set_alignment(set.align);
         }
-        if !self.children.is_empty() {
-            self.ping_children(out);
+        if !at.children.is_empty() {
+            self.ping_children(at, out);
         }
+        Ok(())
     }
 
     /// A descendant's alignment on its way to the front-end.
-    pub(crate) fn on_clock_report(&mut self, f: &Frame, out: &mut dyn Out) {
-        match ReportMsg::decode(&f.payload) {
-            Ok(r) => self.clock_report(r, out),
-            Err(e) => self.clock_fault(e),
-        }
+    pub fn on_report(
+        &mut self,
+        f: &Frame,
+        at: Place<'_>,
+        out: &mut dyn Out,
+    ) -> Result<(), ClockMsgError> {
+        let r = ReportMsg::decode(&f.payload)?;
+        self.report(r, at, out);
+        Ok(())
     }
 
-    fn clock_report(&mut self, r: ReportMsg, out: &mut dyn Out) {
-        match self.parent {
+    fn report(&mut self, r: ReportMsg, at: Place<'_>, out: &mut dyn Out) {
+        match at.parent {
             Some(p) => out.send(p, frame_bytes(FrameKind::ClockReport, 0, 0, &r.encode())),
             None => {
-                if self.clock.reports.len() < MAX_REPORTS {
-                    self.clock.reports.insert(r.node, r.align);
+                if self.reports.len() < MAX_REPORTS {
+                    self.reports.insert(r.node, r.align);
                 }
             }
-        }
-    }
-
-    /// A malformed clock frame: the front-end lists it among its faults; elsewhere it
-    /// is logged (a back-end's application should not see it as a receive error).
-    fn clock_fault(&mut self, e: ClockMsgError) {
-        vlog!(self.node, "{e}");
-        if self.is_root() {
-            self.deliveries.faults.push(TbonError::Clock(e));
         }
     }
 }
@@ -459,143 +507,6 @@ mod tests {
             })
         ));
         assert!(ReportMsg::decode(&[0; 100]).is_err());
-    }
-
-    use std::cell::Cell;
-    use std::time::Instant;
-
-    use vargr_net::LinkId;
-
-    use crate::router::{ChildInfo, Outbox};
-
-    thread_local! {
-        /// The true time of the fake world, in ns; every clock read moves it on.
-        static TRUE_NS: Cell<u64> = const { Cell::new(1_000_000_000) };
-    }
-
-    fn tick() -> u64 {
-        TRUE_NS.with(|t| {
-            let v = t.get() + 700;
-            t.set(v);
-            v
-        })
-    }
-    fn root_clock() -> u64 {
-        tick()
-    }
-    /// Node 1 runs 50 µs ahead of the root.
-    fn ahead_clock() -> u64 {
-        tick() + 50_000
-    }
-    /// Node 2 runs 20 µs behind the root.
-    fn behind_clock() -> u64 {
-        tick() - 20_000
-    }
-
-    const UP: LinkId = LinkId(0);
-    const DOWN: LinkId = LinkId(1);
-
-    fn node(id: u32, host: &str, pid: u32, clock: fn() -> u64, child: Option<u32>) -> Router {
-        let reg = std::sync::Arc::new(vargr_filter::Registry::with_builtins());
-        let mut r = Router::new(id, host.into(), None, reg);
-        r.clock_ns = clock;
-        r.pid = pid;
-        r.adopt_alignment = false;
-        if id != 0 {
-            r.parent = Some(UP);
-            r.parent_node = id - 1;
-        }
-        if let Some(c) = child {
-            r.children
-                .push(ChildInfo::new(DOWN, c, format!("host{c}"), vec![0]));
-        }
-        r
-    }
-
-    /// Delivers frames along the chain 0 - 1 - 2 until nobody sends any more.
-    fn pump(chain: &mut [Router], outs: &mut [Outbox]) {
-        for _ in 0..10_000 {
-            let mut moved = false;
-            for i in 0..chain.len() {
-                for (link, _, bytes) in std::mem::take(&mut outs[i].0) {
-                    moved = true;
-                    let to = if link == UP { i - 1 } else { i + 1 };
-                    let from = if link == UP { DOWN } else { UP };
-                    let f = vargr_wire::decode_exact(&bytes, 1 << 20).unwrap();
-                    chain[to].on_frame(from, f, Instant::now(), &mut outs[to]);
-                }
-            }
-            if !moved {
-                return;
-            }
-        }
-        panic!("the clock exchange never settled");
-    }
-
-    #[test]
-    fn alignments_add_up_down_the_tree_and_reach_the_front_end() {
-        let mut chain = [
-            node(0, "host0", 1, root_clock, Some(1)),
-            node(1, "host1", 2, ahead_clock, Some(2)),
-            node(2, "host2", 3, behind_clock, None),
-        ];
-        let mut outs: Vec<Outbox> = (0..3).map(|_| Outbox::default()).collect();
-        chain[0].start_clock(&mut outs[0]);
-        pump(&mut chain, &mut outs);
-        assert!(chain.iter().all(Router::clock_edges_done));
-        let got = chain[0].clock.reports.clone();
-        assert_eq!(got.len(), 3, "{got:?}");
-        assert_eq!(got[&0], Alignment::ROOT);
-        for (node, truth, hops) in [(1, 50_000i64, 1), (2, -20_000, 2)] {
-            let a = got[&node];
-            assert!(
-                (a.offset_ns - truth).unsigned_abs() <= a.error_ns,
-                "node {node}: {a:?}, true offset {truth}"
-            );
-            assert!(a.error_ns < 5_000, "node {node}: {a:?}");
-            assert_eq!(a.hops, hops);
-            assert_eq!(chain[node as usize].alignment(), Some(a));
-        }
-        assert!(chain[0].deliveries.faults.is_empty());
-    }
-
-    #[test]
-    fn a_child_in_the_same_process_gets_an_exact_edge_in_one_round() {
-        let mut chain = [
-            node(0, "host", 7, root_clock, Some(1)),
-            node(1, "host", 7, root_clock, None),
-        ];
-        chain[0].children[0].host = "host".into();
-        let mut outs: Vec<Outbox> = (0..2).map(|_| Outbox::default()).collect();
-        chain[0].start_clock(&mut outs[0]);
-        assert_eq!(outs[0].0.len(), 1);
-        pump(&mut chain, &mut outs);
-        let a = chain[1].alignment().unwrap();
-        assert_eq!((a.offset_ns, a.error_ns, a.hops), (0, 0, 1));
-    }
-
-    #[test]
-    fn malformed_clock_frames_are_faults_at_the_front_end_and_change_nothing() {
-        let mut root = node(0, "host0", 1, root_clock, Some(1));
-        let mut out = Outbox::default();
-        root.start_clock(&mut out);
-        let bad = Frame::new(FrameKind::ClockPong, 0, 0, vec![1u8; 3]);
-        root.on_frame(DOWN, bad, Instant::now(), &mut out);
-        assert!(matches!(
-            root.deliveries.faults.as_slice(),
-            [TbonError::Clock(ClockMsgError::Length {
-                expected: 12,
-                found: 3,
-                ..
-            })]
-        ));
-        assert!(!root.clock_edges_done());
-        // A child ignores a ClockSet that does not decode.
-        let mut child = node(1, "host1", 2, ahead_clock, None);
-        let bad = Frame::new(FrameKind::ClockSet, 0, 0, vec![0u8; 2]);
-        child.on_frame(UP, bad, Instant::now(), &mut out);
-        assert_eq!(child.alignment(), None);
-        assert!(child.deliveries.faults.is_empty());
     }
 
     #[test]

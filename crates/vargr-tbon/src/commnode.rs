@@ -11,7 +11,7 @@ use vargr_net::Reactor;
 use vargr_wire::FrameKind;
 
 use crate::engine::Engine;
-use crate::router::{frame_bytes, Router};
+use crate::router::Router;
 use crate::spawn::{self, start_children, Bootstrap, ChildHandle, Spawner};
 use crate::trace::TraceDump;
 use crate::TbonError;
@@ -94,15 +94,18 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     reactor.flush_all();
 
     let host = msg.topology.root().host.clone();
-    let mut router = Router::new(me, host, None, registry);
-    router.parent = Some(parent);
-    router.parent_node = parent_id;
-    router.children = children;
-    router.heartbeat = Duration::from_millis(config.heartbeat_ms);
-    router.heartbeat_timeout = Duration::from_millis(config.heartbeat_timeout_ms);
-    router.recovery = config.recovery;
-    router.ancestors = msg.ancestors.clone();
-    router.listen = adopter.as_ref().map(|a| a.me.clone());
+    let router = Router::new(me, host, None, registry)
+        .with_parent(parent, parent_id)
+        .with_children(children)
+        .with_heartbeat(
+            Duration::from_millis(config.heartbeat_ms),
+            Duration::from_millis(config.heartbeat_timeout_ms),
+        )
+        .with_recovery(
+            config.recovery,
+            msg.ancestors.clone(),
+            adopter.as_ref().map(|a| a.me.clone()),
+        );
     let engine = Engine::new(router, reactor, config.queue_limit);
     if config.recovery == crate::Recovery::Ancestor {
         let mut st = engine.lock();
@@ -116,10 +119,10 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     // Loop until our parent tells us to stop (and our children confirmed) or vanishes.
     engine.wait_for(None, |st| {
         let r = &st.router;
-        if r.deliveries.closed.is_some() {
+        if r.is_closed() {
             return Some(());
         }
-        (r.shutting_down && r.children_done()).then_some(())
+        (r.is_shutting_down() && r.children_done()).then_some(())
     });
     // Before confirming, so the front-end's shutdown returns with every file written.
     if !crate::trace::in_process() {
@@ -127,18 +130,7 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
             d.write_or_log();
         }
     }
-    let orphaned = engine.with_router(|r, out| {
-        if r.deliveries.closed.is_some() && !r.shutting_down {
-            // Parent lost: take the sub-tree down with us.
-            r.begin_shutdown(out);
-            true
-        } else {
-            if let Some(p) = r.parent {
-                out.send(p, frame_bytes(FrameKind::ShutdownDone, 0, 0, &[]));
-            }
-            false
-        }
-    });
+    let orphaned = engine.with_router(|r, out| r.leave(out));
     if orphaned {
         let deadline = std::time::Instant::now() + Duration::from_secs(2);
         engine.wait_for(Some(deadline), |st| st.router.children_done().then_some(()));
@@ -153,13 +145,7 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
     let handles = match config.recovery {
         crate::Recovery::Off => handles,
         crate::Recovery::Ancestor => {
-            let lost: Vec<u32> = engine.with_router(|r, _| {
-                r.children
-                    .iter()
-                    .filter(|c| !c.alive && !c.shutdown_done)
-                    .map(|c| c.node)
-                    .collect()
-            });
+            let lost = engine.lock().router.lost_children();
             handles
                 .into_iter()
                 .filter(|h| !lost.contains(&h.node()))

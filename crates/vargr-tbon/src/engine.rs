@@ -25,9 +25,10 @@ use vargr_net::auth::Secret;
 use vargr_net::{Reactor, ReactorEvent, SecureConn};
 use vargr_wire::{Frame, FrameKind};
 
+use crate::out::{Out, Outbox};
 use crate::proto::{self, AdoptMsg, AdoptedMsg};
 use crate::recovery::{self, ADOPT_TIMEOUT};
-use crate::router::{Out, Outbox, Router};
+use crate::router::Router;
 use crate::spawn::Adopter;
 use crate::trace::{LinkPeers, TraceDump, TracedOut};
 use crate::TbonError;
@@ -77,13 +78,7 @@ pub struct Engine {
 impl Engine {
     pub fn new(router: Router, reactor: Reactor, queue_limit: usize) -> Arc<Engine> {
         let waker = reactor.waker();
-        let peers = LinkPeers::new(
-            router
-                .parent
-                .map(|p| (p, router.parent_node))
-                .into_iter()
-                .chain(router.children.iter().map(|c| (c.link, c.node))),
-        );
+        let peers = LinkPeers::new(router.neighbours());
         Arc::new_cyclic(|me| Engine {
             me: me.clone(),
             state: Mutex::new(State {
@@ -141,11 +136,7 @@ impl Engine {
     /// Ends deliveries (the network is gone): every thread waiting in a receive, or
     /// receiving later, gets `TbonError::Shutdown` once its queue is empty.
     pub fn close_deliveries(&self) {
-        self.lock()
-            .router
-            .deliveries
-            .closed
-            .get_or_insert(crate::TbonError::Shutdown);
+        self.lock().router.close(crate::TbonError::Shutdown);
         self.cv.notify_all();
         let _ = self.waker.wake();
     }
@@ -255,7 +246,7 @@ impl Engine {
                 };
                 st.router.on_closed(link, reason, now, &mut out);
             }
-            st.next_tick = now + st.router.heartbeat / 2;
+            st.next_tick = now + st.router.tick_period();
         }
         accept_orphans(st, &mut reactor, now, &self.waker);
         if let Some((link, reply)) = st.new_parent.take() {
@@ -264,7 +255,7 @@ impl Engine {
         self.start_rejoin(st);
         // Before the flush below, so the ShutdownDone queued on close leaves only once
         // the file is written.
-        if st.router.deliveries.closed.is_some() {
+        if st.router.is_closed() {
             if let Some(d) = st.dump_on_close.take() {
                 d.write_or_log();
             }
@@ -283,33 +274,17 @@ impl Engine {
 
     /// Starts asking the ancestors for adoption if this node is a new orphan.
     fn start_rejoin(&self, st: &mut State) {
-        let (Some(rejoin), Some(msg)) = (st.rejoin.as_ref(), st.router.adopt_request()) else {
+        let Some(rejoin) = st.rejoin.as_ref() else {
             return;
         };
-        let Some(o) = st.router.orphan.as_mut() else {
-            return;
-        };
-        if o.rejoining {
-            return;
-        }
-        if msg.backends.is_empty() {
-            // Its children left too (it was stopped, say, and they were adopted): there is
-            // nothing to save, and claiming their back-ends would take them back.
-            let why = format!("{} (and no child is left to save)", o.reason);
-            st.router.orphan = None;
-            st.router
-                .deliveries
-                .closed
-                .get_or_insert(TbonError::ParentLost(why));
-            return;
-        }
-        o.rejoining = true;
         // The lost parent first: a refused connection costs nothing, and a parent that
         // only dropped us (a stopped process, a partition) takes us back.
-        let ancestors = st.router.ancestors.clone();
+        let Some((msg, ancestors)) = st.router.rejoin_request() else {
+            return;
+        };
         let (secret, max_frame) = (rejoin.secret.clone(), rejoin.max_frame);
         let weak = self.me.clone();
-        let node = st.router.node;
+        let node = st.router.node();
         let spawned = std::thread::Builder::new()
             .name("vargr-rejoin".into())
             .spawn(move || {
@@ -319,8 +294,7 @@ impl Engine {
                 }
             });
         if let Err(e) = spawned {
-            st.router.orphan = None;
-            st.router.deliveries.closed = Some(TbonError::Net(format!(
+            st.router.give_up_rejoin(TbonError::Net(format!(
                 "node {node}: starting the rejoin thread: {e}"
             )));
         }
@@ -345,9 +319,8 @@ impl Engine {
         });
         if let Err(e) = installed {
             let mut g = self.lock();
-            crate::log::vlog!(g.router.node, "{e}");
-            g.router.orphan = None;
-            g.router.deliveries.closed.get_or_insert(e);
+            crate::log::vlog!(g.router.node(), "{e}");
+            g.router.give_up_rejoin(e);
             drop(g);
             self.cv.notify_all();
             let _ = self.waker.wake();
@@ -374,7 +347,7 @@ impl Engine {
                 loop {
                     std::thread::sleep(period);
                     let Some(e) = weak.upgrade() else { return };
-                    if e.lock().router.deliveries.closed.is_some() {
+                    if e.lock().router.is_closed() {
                         return;
                     }
                     e.try_tick();
@@ -396,14 +369,10 @@ fn install_parent(st: &mut State, reactor: &mut Reactor, link: vargr_net::Link, 
             st.router.adopted(id, reply, &mut out);
         }
         Err(e) => {
-            st.router.orphan = None;
-            st.router
-                .deliveries
-                .closed
-                .get_or_insert(TbonError::Net(format!(
-                    "registering the link to adopter node {}: {e}",
-                    reply.parent
-                )));
+            st.router.give_up_rejoin(TbonError::Net(format!(
+                "registering the link to adopter node {}: {e}",
+                reply.parent
+            )));
         }
     }
 }
@@ -423,7 +392,7 @@ fn accept_orphans(
     // Each request is read on a thread of its own, so an orphan slow to ask (stopped
     // right after its handshake, say) holds up nothing here.
     while let Ok(a) = ad.gate.accept_timeout(Duration::ZERO) {
-        let (asked, waker, me) = (st.asked.clone(), waker.clone(), st.router.node);
+        let (asked, waker, me) = (st.asked.clone(), waker.clone(), st.router.node());
         let spawned = std::thread::Builder::new()
             .name("vargr-orphan".into())
             .spawn(move || {
@@ -435,7 +404,7 @@ fn accept_orphans(
         if let Err(e) = spawned {
             eprintln!(
                 "vargr: node {}: reading an orphan's request: {e}",
-                st.router.node
+                st.router.node()
             );
         }
     }
@@ -473,7 +442,7 @@ fn accept_orphans(
         if let Err(e) = conn.write_frame(&f) {
             eprintln!(
                 "vargr: node {}: answering orphan node {proven}: {e}",
-                st.router.node
+                st.router.node()
             );
             continue;
         }
@@ -483,7 +452,10 @@ fn accept_orphans(
         ) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!("vargr: node {}: orphan node {proven}: {e}", st.router.node);
+                eprintln!(
+                    "vargr: node {}: orphan node {proven}: {e}",
+                    st.router.node()
+                );
                 continue;
             }
         };
@@ -498,7 +470,7 @@ fn accept_orphans(
             }
             Err(e) => eprintln!(
                 "vargr: node {}: registering orphan node {proven}: {e}",
-                st.router.node
+                st.router.node()
             ),
         }
     }

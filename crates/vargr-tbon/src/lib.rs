@@ -8,13 +8,21 @@
 //! every node on their way up. Back-ends ([`Backend`]) can also message each other,
 //! routed through their lowest common ancestor.
 //!
-//! Internals: [`router`] is the per-node protocol logic (no I/O), `engine` shares one
-//! reactor among a process's threads without an I/O thread on the latency path,
-//! [`spawn`] instantiates the tree and [`commnode`] is the internal node's main loop.
-//! [`trace`] holds the tree's event collectors and trace files, [`clock`] the
-//! tree-based clock-skew estimation that aligns them, and [`monitor`] the monitor plane
-//! that pulls reduced records through the tree while it runs. [`recovery`] has orphans
-//! of a dead commnode adopted by the nearest live ancestor.
+//! Internals: [`router`] is the per-node protocol logic, a sans-IO state machine with
+//! private state (frames, timers and commands in; frames out through [`out`], and
+//! deliveries to the local application), split by concern into streams and waves,
+//! faults, adoption, and flow control. It owns two sub-states that know nothing of it:
+//! [`clock`], the tree-based clock-skew estimation that aligns trace files, and
+//! [`monitor`], the monitor plane that pulls reduced records through the tree while it
+//! runs; both are handed the node's place in the tree ([`node`]) with each event.
+//! `engine` drives routers over a reactor shared among a process's threads without an
+//! I/O thread on the latency path, [`spawn`] instantiates the tree and [`commnode`] is
+//! the internal node's main loop. [`trace`] holds the tree's event collectors and trace
+//! files, and [`recovery`] has orphans of a dead commnode adopted by the nearest live
+//! ancestor.
+//!
+//! Whole-tree behaviour is tested in `sim` (tests only): many routers wired together in
+//! memory on a fake clock, with no process or socket.
 
 mod backend;
 pub mod clock;
@@ -24,6 +32,8 @@ mod error;
 pub mod log;
 pub mod monitor;
 mod network;
+pub mod node;
+pub mod out;
 pub mod proto;
 pub mod recovery;
 pub mod rendezvous;
@@ -47,4 +57,4 @@ pub use vargr_trace::Alignment;
 pub use vargr_wire::{Packet, Value};
 
 #[cfg(test)]
-mod recovery_sim;
+mod sim;

@@ -22,7 +22,8 @@ use vargr_trace::Tracer;
 use vargr_wire::{Frame, FrameKind};
 
 use crate::log::vlog;
-use crate::router::{frame_bytes, Out, Router};
+use crate::node::Place;
+use crate::out::{frame_bytes, Out};
 
 /// Largest monitor frame payload: the longest an application frame can wait behind the
 /// monitor plane on a link is the time to send one of these.
@@ -129,7 +130,8 @@ struct Pending {
     deadline: Instant,
 }
 
-/// Per-node state of the monitor plane.
+/// Per-node state of the monitor plane. The router owns it and hands it each monitor
+/// frame, timer and lost child with the node's [`Place`].
 #[derive(Default)]
 pub struct MonitorState {
     tracer: Option<Tracer>,
@@ -138,7 +140,7 @@ pub struct MonitorState {
     /// Chunks of answers being reassembled, per (child index, pull id).
     partial: HashMap<(usize, u32), Vec<u8>>,
     /// Front-end: finished pulls, by id.
-    pub done: BTreeMap<u32, Pulled>,
+    done: BTreeMap<u32, Pulled>,
     next_id: u32,
 }
 
@@ -156,37 +158,54 @@ fn send_chunks(out: &mut dyn Out, link: vargr_net::LinkId, id: u32, body: &[u8])
     }
 }
 
-impl Router {
-    /// Whether this node answers for its process's collectors: nodes started as threads
-    /// of the front-end's process leave that to the front-end.
-    fn owns_rings(&self) -> bool {
-        self.is_root() || !crate::trace::in_process()
-    }
-
+impl MonitorState {
     /// Front-end: starts a pull of `scope` with `budget` for the whole tree; the result
-    /// lands in `monitor.done` under the returned id.
-    pub fn start_pull(&mut self, scope: Scope, budget: Duration, out: &mut dyn Out) -> u32 {
-        let id = self.monitor.next_id;
-        self.monitor.next_id = id.wrapping_add(1);
-        self.begin_pull(id, scope, budget, out);
+    /// is [`MonitorState::take_done`] under the returned id.
+    pub fn start_pull(
+        &mut self,
+        scope: Scope,
+        budget: Duration,
+        now: Instant,
+        at: Place<'_>,
+        out: &mut dyn Out,
+    ) -> u32 {
+        let id = self.next_id;
+        self.next_id = id.wrapping_add(1);
+        self.begin_pull(id, scope, budget, now, at, out);
         id
     }
 
+    /// A finished pull, once.
+    pub fn take_done(&mut self, id: u32) -> Option<Pulled> {
+        self.done.remove(&id)
+    }
+
     /// A pull from the parent.
-    pub(crate) fn on_monitor_pull(&mut self, f: &Frame, out: &mut dyn Out) {
+    pub fn on_pull(&mut self, f: &Frame, now: Instant, at: Place<'_>, out: &mut dyn Out) {
         match crate::proto::from_json::<PullMsg>("MonitorPull", &f.payload) {
-            Ok(m) => self.begin_pull(f.stream, m.scope, Duration::from_millis(m.budget_ms), out),
+            Ok(m) => {
+                let budget = Duration::from_millis(m.budget_ms);
+                self.begin_pull(f.stream, m.scope, budget, now, at, out)
+            }
             Err(e) => {
-                vlog!(self.node, "bad monitor pull: {e}");
+                vlog!(at.node, "bad monitor pull: {e}");
                 // Answer anyway (with nothing), so the parent is not left waiting.
-                if let Some(p) = self.parent {
+                if let Some(p) = at.parent {
                     send_chunks(out, p, f.stream, &[]);
                 }
             }
         }
     }
 
-    fn begin_pull(&mut self, id: u32, scope: Scope, budget: Duration, out: &mut dyn Out) {
+    fn begin_pull(
+        &mut self,
+        id: u32,
+        scope: Scope,
+        budget: Duration,
+        now: Instant,
+        at: Place<'_>,
+        out: &mut dyn Out,
+    ) {
         // Children get most of the budget, so their answers reach us before ours is due.
         let child_budget = budget.mul_f64(0.75);
         let msg = crate::proto::to_json(&PullMsg {
@@ -194,135 +213,132 @@ impl Router {
             budget_ms: child_budget.as_millis() as u64,
         });
         let mut waiting = BTreeSet::new();
-        for (ci, c) in self.children.iter().enumerate() {
+        for (ci, c) in at.children.iter().enumerate() {
             if c.alive {
                 out.send_low(c.link, frame_bytes(FrameKind::MonitorPull, id, 0, &msg));
                 waiting.insert(ci);
             }
         }
         let mut entries = Vec::new();
-        for c in self.children.iter().filter(|c| !c.alive) {
+        for c in at.children.iter().filter(|c| !c.alive) {
             push_entry(&mut entries, c.node, None);
         }
-        if self.owns_rings() {
-            let reply = self.local_reply(scope);
-            push_entry(&mut entries, self.node, Some(&reply.encode()));
+        if owns_rings(at) {
+            let reply = self.local_reply(at.node, scope);
+            push_entry(&mut entries, at.node, Some(&reply.encode()));
         }
-        self.monitor.pending.insert(
+        self.pending.insert(
             id,
             Pending {
                 waiting,
                 entries,
-                deadline: Instant::now() + budget,
+                deadline: now + budget,
             },
         );
-        self.finish_pull_if_ready(id, false, out);
+        self.finish_pull_if_ready(id, false, at, out);
     }
 
     /// This node's own answer: its process's records since the last pull, reduced.
-    fn local_reply(&mut self, scope: Scope) -> Reply {
-        let m = &mut self.monitor;
-        let tracer = m.tracer.get_or_insert_with(Tracer::new);
-        let reducer = m
+    fn local_reply(&mut self, node: u32, scope: Scope) -> Reply {
+        let tracer = self.tracer.get_or_insert_with(Tracer::new);
+        let reducer = self
             .reducer
             .get_or_insert_with(|| ScopeReducer::new(scope.clone(), 1, HOLD));
         reducer.set_scope(scope);
-        let process = format!("node {}", self.node);
+        let process = format!("node {node}");
         reducer.add(&Tracer::file_of(&process, tracer.read()));
         reducer.reply(Tracer::file_of(&process, Vec::new()))
     }
 
     /// Drains the rings into the reducer between pulls (from the periodic tick), so
     /// rings overflow less often when pulls are rare.
-    pub(crate) fn monitor_drain(&mut self) {
-        if !self.owns_rings() {
+    pub fn drain(&mut self, at: Place<'_>) {
+        if !owns_rings(at) {
             return;
         }
-        let process = format!("node {}", self.node);
-        let m = &mut self.monitor;
-        if let (Some(tracer), Some(reducer)) = (m.tracer.as_mut(), m.reducer.as_mut()) {
+        let process = format!("node {}", at.node);
+        if let (Some(tracer), Some(reducer)) = (self.tracer.as_mut(), self.reducer.as_mut()) {
             reducer.add(&Tracer::file_of(&process, tracer.read()));
         }
     }
 
-    /// A chunk of a child's answer.
-    pub(crate) fn on_monitor_data(&mut self, ci: usize, f: &Frame, out: &mut dyn Out) {
+    /// A chunk of child `ci`'s answer.
+    pub fn on_data(&mut self, ci: usize, f: &Frame, at: Place<'_>, out: &mut dyn Out) {
         let id = f.stream;
-        let Some(p) = self.monitor.pending.get(&id) else {
+        let Some(p) = self.pending.get(&id) else {
             return; // a late answer to a pull already given up on
         };
         if !p.waiting.contains(&ci) {
             return;
         }
         let key = (ci, id);
-        let buf = self.monitor.partial.entry(key).or_default();
+        let buf = self.partial.entry(key).or_default();
         if buf.len() + f.payload.len() > MAX_ANSWER {
-            self.monitor.partial.remove(&key);
-            self.child_missing(id, ci);
-            return self.finish_pull_if_ready(id, false, out);
+            self.partial.remove(&key);
+            self.child_missing(id, ci, at);
+            return self.finish_pull_if_ready(id, false, at, out);
         }
         buf.extend_from_slice(&f.payload);
         if f.tag != 0 {
             return;
         }
-        let body = self.monitor.partial.remove(&key).unwrap_or_default();
-        let child = self.children[ci].node;
+        let body = self.partial.remove(&key).unwrap_or_default();
+        let child = at.children[ci].node;
         // Check before passing on, so one bad node cannot spoil its parent's answer.
         match decode_answers(&body, &format!("node {child}")) {
             Ok(_) => {
-                if let Some(p) = self.monitor.pending.get_mut(&id) {
+                if let Some(p) = self.pending.get_mut(&id) {
                     p.waiting.remove(&ci);
                     p.entries.extend_from_slice(&body);
                 }
             }
             Err(e) => {
-                vlog!(self.node, "monitor answer refused: {e}");
-                self.child_missing(id, ci);
+                vlog!(at.node, "monitor answer refused: {e}");
+                self.child_missing(id, ci, at);
             }
         }
-        self.finish_pull_if_ready(id, false, out);
+        self.finish_pull_if_ready(id, false, at, out);
     }
 
-    fn child_missing(&mut self, id: u32, ci: usize) {
-        let node = self.children[ci].node;
-        if let Some(p) = self.monitor.pending.get_mut(&id) {
+    fn child_missing(&mut self, id: u32, ci: usize, at: Place<'_>) {
+        let node = at.children[ci].node;
+        if let Some(p) = self.pending.get_mut(&id) {
             if p.waiting.remove(&ci) {
                 push_entry(&mut p.entries, node, None);
             }
         }
     }
 
-    /// A child was lost: pulls waiting on it go on without it.
-    pub(crate) fn monitor_child_lost(&mut self, ci: usize, out: &mut dyn Out) {
-        let ids: Vec<u32> = self.monitor.pending.keys().copied().collect();
+    /// Child `ci` was lost: pulls waiting on it go on without it.
+    pub fn child_lost(&mut self, ci: usize, at: Place<'_>, out: &mut dyn Out) {
+        let ids: Vec<u32> = self.pending.keys().copied().collect();
         for id in ids {
-            self.child_missing(id, ci);
-            self.monitor.partial.remove(&(ci, id));
-            self.finish_pull_if_ready(id, false, out);
+            self.child_missing(id, ci, at);
+            self.partial.remove(&(ci, id));
+            self.finish_pull_if_ready(id, false, at, out);
         }
     }
 
     /// Pulls whose time is up go on without the children that have not answered.
-    pub(crate) fn monitor_timer(&mut self, now: Instant, out: &mut dyn Out) {
+    pub fn on_timer(&mut self, now: Instant, at: Place<'_>, out: &mut dyn Out) {
         let due: Vec<u32> = self
-            .monitor
             .pending
             .iter()
             .filter(|(_, p)| p.deadline <= now)
             .map(|(&id, _)| id)
             .collect();
         for id in due {
-            self.finish_pull_if_ready(id, true, out);
+            self.finish_pull_if_ready(id, true, at, out);
         }
     }
 
     /// The earliest pull deadline.
-    pub(crate) fn monitor_deadline(&self) -> Option<Instant> {
-        self.monitor.pending.values().map(|p| p.deadline).min()
+    pub fn deadline(&self) -> Option<Instant> {
+        self.pending.values().map(|p| p.deadline).min()
     }
 
-    fn finish_pull_if_ready(&mut self, id: u32, expired: bool, out: &mut dyn Out) {
-        let Some(p) = self.monitor.pending.get(&id) else {
+    fn finish_pull_if_ready(&mut self, id: u32, expired: bool, at: Place<'_>, out: &mut dyn Out) {
+        let Some(p) = self.pending.get(&id) else {
             return;
         };
         if !p.waiting.is_empty() && !expired {
@@ -330,27 +346,33 @@ impl Router {
         }
         let waiting: Vec<usize> = p.waiting.iter().copied().collect();
         for ci in waiting {
-            self.child_missing(id, ci);
-            self.monitor.partial.remove(&(ci, id));
+            self.child_missing(id, ci, at);
+            self.partial.remove(&(ci, id));
         }
-        let p = self.monitor.pending.remove(&id).expect("present");
-        match self.parent {
+        let p = self.pending.remove(&id).expect("present");
+        match at.parent {
             Some(link) => send_chunks(out, link, id, &p.entries),
             None => {
                 let answers = decode_answers(&p.entries, "this front-end")
                     .unwrap_or_default()
                     .into_iter()
                     .collect();
-                self.monitor.done.insert(
+                self.done.insert(
                     id,
                     Pulled {
                         answers,
-                        root: Some(self.node),
+                        root: Some(at.node),
                     },
                 );
             }
         }
     }
+}
+
+/// Whether this node answers for its process's collectors: nodes started as threads
+/// of the front-end's process leave that to the front-end.
+fn owns_rings(at: Place<'_>) -> bool {
+    at.is_root || !crate::trace::in_process()
 }
 
 #[cfg(test)]

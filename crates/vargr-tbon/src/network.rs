@@ -243,7 +243,7 @@ impl StatusThread {
                 let Some(engine) = weak.upgrade() else { return };
                 let started = Instant::now();
                 let pulled = pull_on(&engine, &scope, period.max(Duration::from_millis(200)));
-                let clocks = engine.lock().router.clock.reports.clone();
+                let clocks = engine.lock().router.clock_reports().clone();
                 let mut st = crate::monitor::NetworkStatus::of(
                     &pulled,
                     last.elapsed().as_secs_f64(),
@@ -276,11 +276,11 @@ fn pull_on(
     scope: &vargr_trace::scope::Scope,
     budget: Duration,
 ) -> crate::monitor::Pulled {
-    let id = engine.with_router(|r, out| r.start_pull(scope.clone(), budget, out));
+    let id = engine.with_router(|r, out| r.start_pull(scope.clone(), budget, Instant::now(), out));
     // The router gives up on late sub-trees at the budget; the slack covers the last hop.
     let deadline = Instant::now() + budget + Duration::from_secs(1);
     engine
-        .wait_for(Some(deadline), |st| st.router.monitor.done.remove(&id))
+        .wait_for(Some(deadline), |st| st.router.take_pull(id))
         .unwrap_or_else(|| crate::monitor::Pulled {
             answers: Default::default(),
             root: None,
@@ -392,12 +392,14 @@ impl Network {
         .map_err(|e| cleanup(e, &mut launched))?;
         drop(rendezvous);
         handles.extend(launched);
-        let mut router = Router::new(root.id, root.host.clone(), None, reg);
-        router.children = children;
-        router.heartbeat = opts.heartbeat;
-        router.heartbeat_timeout = opts.heartbeat_timeout;
-        router.recovery = opts.recovery;
-        router.listen = adopter.as_ref().map(|a| a.me.clone());
+        let router = Router::new(root.id, root.host.clone(), None, reg)
+            .with_children(children)
+            .with_heartbeat(opts.heartbeat, opts.heartbeat_timeout)
+            .with_recovery(
+                opts.recovery,
+                Vec::new(),
+                adopter.as_ref().map(|a| a.me.clone()),
+            );
         let engine = Engine::new(router, reactor, opts.queue_limit);
         engine.lock().adopter = adopter;
         trace::label_thread(root.id, "front-end");
@@ -514,7 +516,7 @@ impl Network {
     /// Alignments travel up a level at a time after start-up; see
     /// [`Network::wait_clock_alignment`].
     pub fn clock_alignment(&self) -> BTreeMap<u32, Alignment> {
-        self.engine.lock().router.clock.reports.clone()
+        self.engine.lock().router.clock_reports().clone()
     }
 
     /// Like [`Network::clock_alignment`], first waiting up to `timeout` until every node
@@ -522,7 +524,7 @@ impl Network {
     pub fn wait_clock_alignment(&self, timeout: Duration) -> BTreeMap<u32, Alignment> {
         let n = self.topology.len();
         self.engine.wait_for(Some(Instant::now() + timeout), |st| {
-            (st.router.clock.reports.len() >= n).then_some(())
+            (st.router.clock_reports().len() >= n).then_some(())
         });
         self.clock_alignment()
     }
@@ -530,12 +532,12 @@ impl Network {
     /// Changes of the tree so far (nodes lost, orphans adopted, waves that went without
     /// some back-ends), oldest first; see [`crate::recovery`].
     pub fn events(&self) -> Vec<crate::TreeEvent> {
-        self.engine.lock().router.deliveries.events.clone()
+        self.engine.lock().router.deliveries().events.clone()
     }
 
     /// Faults seen so far (lost nodes, failed filters), oldest first.
     pub fn faults(&self) -> Vec<TbonError> {
-        self.engine.lock().router.deliveries.faults.clone()
+        self.engine.lock().router.deliveries().faults.clone()
     }
 
     /// Shuts the tree down: every node is told to stop, confirms, and exits; stragglers
@@ -703,20 +705,11 @@ impl Stream {
         self.engine
             .wait_for(None, |st| {
                 let limit = st.queue_limit;
-                let over = st
-                    .router
-                    .children
-                    .iter()
-                    .any(|c| Engine::backlog(st, c.link) > limit);
+                let over = st.router.down_backed_up(|l| Engine::backlog(st, l), limit);
                 if !over {
                     return Some(Ok(()));
                 }
-                let own_full = st
-                    .router
-                    .deliveries
-                    .streams
-                    .values()
-                    .any(|q| q.len() > limit / 1024);
+                let own_full = st.router.results_backed_up(limit);
                 if own_full && started.elapsed() > stuck_after {
                     return Some(Err(TbonError::Backpressure(format!(
                         "sending on stream {} is blocked because results are not being received \
@@ -748,7 +741,7 @@ impl Stream {
     fn recv_until(&self, deadline: Option<Instant>) -> Option<Result<Packet>> {
         let id = self.id;
         self.engine.wait_for(deadline, |st| {
-            let d = &mut st.router.deliveries;
+            let d = st.router.deliveries_mut();
             if let Some(r) = d.streams.get_mut(&id).and_then(|q| q.pop_front()) {
                 return Some(r);
             }

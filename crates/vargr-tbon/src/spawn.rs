@@ -13,8 +13,9 @@ use vargr_net::{Addr, LinkSecurity, Listener, Reactor, ReactorEvent, SecureConn}
 use vargr_topo::Topology;
 use vargr_wire::{Frame, FrameKind};
 
+use crate::node::ChildInfo;
+use crate::out::frame_bytes;
 use crate::proto::{self, Ancestor, ReadyMsg, RunConfig, SubtreeMsg};
-use crate::router::{frame_bytes, ChildInfo};
 use crate::{Backend, TbonError};
 
 /// A back-end body run as a thread by the in-process launcher.
@@ -417,10 +418,7 @@ pub fn start_children(
         let now = Instant::now();
         if now >= beaten + beat {
             for c in children.iter().filter(|c| !c.backends.is_empty()) {
-                reactor.send(
-                    c.link,
-                    crate::router::frame_bytes(FrameKind::Heartbeat, 0, 0, &[]),
-                );
+                reactor.send(c.link, frame_bytes(FrameKind::Heartbeat, 0, 0, &[]));
             }
             reactor.flush_all();
             beaten = now;

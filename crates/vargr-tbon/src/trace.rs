@@ -28,7 +28,7 @@ use vargr_net::LinkId;
 use vargr_trace::{EventOp, Record, NO_PEER};
 use vargr_wire::FrameKind;
 
-use crate::router::Out;
+use crate::out::Out;
 
 /// Collector ids of the link collectors, registered once per process.
 pub(crate) struct LinkCollectors {
