@@ -156,6 +156,7 @@ fn set_last_error(message: &str) {
 /// Runs an entry point's body: converts its result to a status code, records the
 /// message of a failure for this thread, and stops panics at the boundary.
 pub fn guard(name: &str, body: impl FnOnce() -> Result<()>) -> c_int {
+    show_diagnostics();
     match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => vargr_status::VARGR_OK as c_int,
         Ok(Err(e)) => {
@@ -219,6 +220,16 @@ pub extern "C" fn vargr_status_name(status: c_int) -> *const c_char {
 pub extern "C" fn vargr_version() -> *const c_char {
     const V: &str = concat!(env!("CARGO_PKG_VERSION"), "\0");
     V.as_ptr().cast()
+}
+
+/// Shows what the libraries report on stderr (warnings by default; `VARGR_LOG` or
+/// `RUST_LOG` filters), from the first call into the library on.
+fn show_diagnostics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let var = |name| std::env::var(name).ok();
+        vargr_log::LogSettings::from_user(var("VARGR_LOG"), var("RUST_LOG"), 0).install_or_warn();
+    });
 }
 
 #[cfg(test)]

@@ -38,6 +38,13 @@ use clap::{Parser, Subcommand};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Show more of what vargr does on stderr: -v info, -vv debug, -vvv everything.
+    /// VARGR_LOG (or RUST_LOG) filters finer: `VARGR_LOG=vargr_tbon=debug`.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Show only errors (and no progress bars).
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    quiet: bool,
 }
 
 #[derive(Subcommand)]
@@ -156,6 +163,18 @@ fn quiet_on_closed_stdout() {
 fn main() {
     quiet_on_closed_stdout();
     let cli = Cli::parse();
+    let verbosity = if cli.quiet {
+        -1
+    } else {
+        i8::try_from(cli.verbose).unwrap_or(i8::MAX)
+    };
+    let var = |name| std::env::var(name).ok();
+    if let Err(e) =
+        vargr_log::LogSettings::from_user(var("VARGR_LOG"), var("RUST_LOG"), verbosity).install()
+    {
+        eprintln!("vargr: {e}");
+        std::process::exit(2);
+    }
     let r: Result<()> = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Topo(t) => topo_cmd::run(t),
@@ -164,7 +183,7 @@ fn main() {
         Cmd::Trace(t) => trace_cmd::run(t),
         Cmd::Codec(c) => codec_cmd::run(c),
         Cmd::Top(a) => top_cmd::run(a),
-        Cmd::Sync(a) => sync_cmd::run(a),
+        Cmd::Sync(a) => sync_cmd::run(a, cli.quiet),
         Cmd::Proxy(a) => proxy_cmd::run(a),
         Cmd::Dedup(c) => dedup_cmd::run(c),
         Cmd::Run(a) => run_cmd::run(a),

@@ -145,12 +145,10 @@ pub struct SyncArgs {
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     json: bool,
-    /// No progress bar.
-    #[arg(long, short)]
-    quiet: bool,
 }
 
-pub fn run(a: SyncArgs) -> Result<()> {
+/// `quiet`: no progress bar (the global `-q`).
+pub fn run(a: SyncArgs, quiet: bool) -> Result<()> {
     if let Some(file) = &a.gen_key {
         return gen_key(file);
     }
@@ -216,7 +214,7 @@ pub fn run(a: SyncArgs) -> Result<()> {
         ..SendOptions::default()
     };
     let (t, mut child) = connect(&dest, &a, &mut opts)?;
-    let bar = progress_bar(a.quiet);
+    let bar = progress_bar(quiet);
     let r = send(&src, t, &opts, &mut |p: &Progress| draw(&bar, p));
     bar.finish_and_clear();
     let child_status = child.as_mut().map(|c| c.wait());

@@ -230,8 +230,8 @@ impl SampleRecorder {
         match r {
             Ok(()) => self.written += b.len(),
             Err(e) => {
-                // Tracing must not stop the application: say so once and carry on.
-                eprintln!("vargr: codec trace {}: {e}", self.path.display());
+                // Recording must not stop the application: say so once and carry on.
+                tracing::warn!(path = %self.path.display(), "recording codec samples: {e}");
                 self.failed = true;
             }
         }

@@ -459,12 +459,13 @@ impl Job {
             .take();
         if let Some(lb) = monitor.and_then(MonitorHandle::stop) {
             for l in lb.summary() {
-                eprintln!("vargr monitor (final): {l}");
+                tracing::info!(target: "vargr::monitor", "vargr monitor (final): {l}");
             }
             for l in lb.stats_summary() {
-                eprintln!("vargr monitor (final): {l}");
+                tracing::info!(target: "vargr::monitor", "vargr monitor (final): {l}");
             }
-            eprintln!(
+            tracing::info!(
+                target: "vargr::monitor",
                 "vargr monitor: gathered {} records, {} overwritten before a pull (gather rate {:.4})",
                 lb.records,
                 lb.records_lost,
@@ -478,7 +479,7 @@ impl Job {
         self.mesh.flush(Duration::from_secs(30));
         if let Ok(dir) = std::env::var("VARGR_TRACE_DIR") {
             if let Err(e) = self.write_trace(std::path::Path::new(&dir)) {
-                eprintln!("vargr: could not write the trace: {e}");
+                tracing::warn!("could not write the trace: {e}");
             }
         }
     }

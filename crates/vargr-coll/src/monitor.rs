@@ -139,7 +139,7 @@ pub(crate) fn spawn_agent(
             lowest_priority();
             vargr_trace::set_thread_label("monitor agent", None);
             if let Err(e) = run_agent(&t, &mesh, monitor, &process, local_ranks) {
-                eprintln!("vargr monitor agent ({process}): {e}");
+                tracing::warn!(process, "monitor agent: {e}");
             }
         });
     AgentHandle { ended }
@@ -576,7 +576,7 @@ impl MonitorHandle {
                 let mut lb = LoadBalance::new(size);
                 match open_plane(&*t, &mesh, &processes, &cfg.scope()) {
                     Ok(conns) => monitor_loop(conns, &mut lb, &cfg, &s),
-                    Err(e) => eprintln!("vargr monitor: {e}"),
+                    Err(e) => tracing::warn!("monitor: {e}"),
                 }
                 lb
             })
@@ -636,7 +636,7 @@ fn open_plane(
             deadline: Duration::from_secs(5),
             ..GateConfig::default()
         },
-        Box::new(|e| eprintln!("vargr monitor: refused a plane connection: {e}")),
+        Box::new(|e| tracing::warn!("monitor refused a plane connection: {e}")),
     );
     while conns.len() < processes.len() {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -694,7 +694,7 @@ fn monitor_loop(
             Ok(f) => {
                 match Reply::decode(&f.payload, &a.name) {
                     Ok(r) => lb.add(&r),
-                    Err(e) => eprintln!("vargr monitor: {e}"),
+                    Err(e) => tracing::warn!("monitor: {e}"),
                 }
                 true
             }
@@ -708,7 +708,7 @@ fn monitor_loop(
             next.last_pull_ms = pull_ms;
             next.period_ms = cfg.period.as_millis() as u64;
             if let Err(e) = next.write(path) {
-                eprintln!("vargr monitor: {}: {e}", path.display());
+                tracing::warn!(path = %path.display(), "monitor status: {e}");
             }
             status = next;
             last_status = Instant::now();
@@ -730,7 +730,11 @@ fn monitor_loop(
                 lb.summary()
             };
             for l in lines {
-                eprintln!("vargr monitor {:.1} s: {l}", t0.elapsed().as_secs_f64());
+                tracing::info!(
+                    target: "vargr::monitor",
+                    "vargr monitor {:.1} s: {l}",
+                    t0.elapsed().as_secs_f64()
+                );
             }
             last_culprits = culprits;
             last_print = Instant::now();

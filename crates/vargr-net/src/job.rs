@@ -481,7 +481,7 @@ fn serve_job(
         listener,
         secret,
         GateConfig::default(),
-        Box::new(|e| eprintln!("vargr: job rendezvous refused a connection: {e}")),
+        Box::new(|e| tracing::warn!("job rendezvous refused a connection: {e}")),
     );
     let mut entries: BTreeMap<u32, (PeerInfo, u32)> = BTreeMap::new();
     let mut seen = vec![false; size as usize];

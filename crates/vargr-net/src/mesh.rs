@@ -569,7 +569,7 @@ impl Mesh {
             g.inbound.insert(id, rank);
         }
         if let Err(e) = r {
-            eprintln!("vargr: mesh poll failed: {e}");
+            tracing::warn!("mesh poll failed: {e}");
         }
         for ev in events.drain(..) {
             match ev {
@@ -687,7 +687,7 @@ fn spawn_acceptor(
                     deadline: timeout,
                     ..GateConfig::default()
                 },
-                Box::new(|e| eprintln!("vargr: mesh refused a connection: {e}")),
+                Box::new(|e| tracing::warn!("mesh refused a connection: {e}")),
             );
             while !stop.load(Ordering::Relaxed) {
                 match gate.accept_timeout(Duration::from_millis(200)) {

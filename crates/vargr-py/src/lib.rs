@@ -27,6 +27,10 @@ mod tbon;
 fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // Ctrl-C ends a collective's waits (see block::interruptible).
     vargr_net::mesh::set_interrupt_check(block::check_signals);
+    // What the libraries report goes to stderr (warnings by default; VARGR_LOG or
+    // RUST_LOG filters), as under the `vargr` command.
+    let var = |name| std::env::var(name).ok();
+    vargr_log::LogSettings::from_user(var("VARGR_LOG"), var("RUST_LOG"), 0).install_or_warn();
     errors::register(m)?;
     m.add_class::<packet::PyPacket>()?;
     m.add_class::<tbon::PyTopology>()?;

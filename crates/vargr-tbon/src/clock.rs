@@ -25,7 +25,6 @@ use std::sync::Arc;
 use vargr_trace::{Alignment, SkewProbe};
 use vargr_wire::{Frame, FrameKind};
 
-use crate::log::vlog;
 use crate::node::{ChildInfo, Place};
 use crate::out::{frame_bytes, Out};
 
@@ -383,7 +382,7 @@ impl ClockState {
                     c.link,
                     frame_bytes(FrameKind::ClockSet, 0, 0, &set.encode()),
                 );
-                vlog!(at.node, "clock of node {}: {align:?}", c.node);
+                tracing::debug!(node = at.node, "clock of node {}: {align:?}", c.node);
                 let report = ReportMsg {
                     node: c.node,
                     align,

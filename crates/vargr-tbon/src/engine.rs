@@ -319,7 +319,7 @@ impl Engine {
         });
         if let Err(e) = installed {
             let mut g = self.lock();
-            crate::log::vlog!(g.router.node(), "{e}");
+            tracing::debug!(node = g.router.node(), "{e}");
             g.router.give_up_rejoin(e);
             drop(g);
             self.cv.notify_all();
@@ -402,10 +402,7 @@ fn accept_orphans(
                 }
             });
         if let Err(e) = spawned {
-            eprintln!(
-                "vargr: node {}: reading an orphan's request: {e}",
-                st.router.node()
-            );
+            tracing::warn!(node = st.router.node(), "reading an orphan's request: {e}");
         }
     }
     let asked = std::mem::take(&mut *st.asked.lock().unwrap_or_else(|p| p.into_inner()));
@@ -440,9 +437,10 @@ fn accept_orphans(
         }
         let f = Frame::new(FrameKind::Adopted, 0, 0, proto::to_json(&reply));
         if let Err(e) = conn.write_frame(&f) {
-            eprintln!(
-                "vargr: node {}: answering orphan node {proven}: {e}",
-                st.router.node()
+            tracing::warn!(
+                node = st.router.node(),
+                orphan = proven,
+                "answering an orphan: {e}"
             );
             continue;
         }
@@ -452,9 +450,10 @@ fn accept_orphans(
         ) {
             Ok(l) => l,
             Err(e) => {
-                eprintln!(
-                    "vargr: node {}: orphan node {proven}: {e}",
-                    st.router.node()
+                tracing::warn!(
+                    node = st.router.node(),
+                    orphan = proven,
+                    "adopting an orphan: {e}"
                 );
                 continue;
             }
@@ -468,9 +467,10 @@ fn accept_orphans(
                 };
                 st.router.adopt(id, msg, now, &mut out);
             }
-            Err(e) => eprintln!(
-                "vargr: node {}: registering orphan node {proven}: {e}",
-                st.router.node()
+            Err(e) => tracing::warn!(
+                node = st.router.node(),
+                orphan = proven,
+                "registering an orphan: {e}"
             ),
         }
     }
@@ -502,7 +502,7 @@ fn read_request(a: vargr_net::gate::Admitted, me: u32) -> Option<(SecureConn, Ad
             None
         }
         Err(e) => {
-            eprintln!("vargr: node {me}: orphan node {proven}: {e}");
+            tracing::warn!(node = me, orphan = proven, "an orphan's request: {e}");
             None
         }
     }

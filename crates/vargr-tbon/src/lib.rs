@@ -29,7 +29,6 @@ pub mod clock;
 pub mod commnode;
 mod engine;
 mod error;
-pub mod log;
 pub mod monitor;
 mod network;
 pub mod node;

@@ -21,7 +21,6 @@ use vargr_trace::scope::{Reply, Scope, ScopeReducer};
 use vargr_trace::Tracer;
 use vargr_wire::{Frame, FrameKind};
 
-use crate::log::vlog;
 use crate::node::Place;
 use crate::out::{frame_bytes, Out};
 
@@ -188,7 +187,7 @@ impl MonitorState {
                 self.begin_pull(f.stream, m.scope, budget, now, at, out)
             }
             Err(e) => {
-                vlog!(at.node, "bad monitor pull: {e}");
+                tracing::debug!(node = at.node, "bad monitor pull: {e}");
                 // Answer anyway (with nothing), so the parent is not left waiting.
                 if let Some(p) = at.parent {
                     send_chunks(out, p, f.stream, &[]);
@@ -293,7 +292,7 @@ impl MonitorState {
                 }
             }
             Err(e) => {
-                vlog!(at.node, "monitor answer refused: {e}");
+                tracing::debug!(node = at.node, "monitor answer refused: {e}");
                 self.child_missing(id, ci, at);
             }
         }

@@ -256,7 +256,7 @@ impl StatusThread {
                 st.pulls = pulls;
                 st.last_pull_ms = started.elapsed().as_secs_f64() * 1e3;
                 if let Err(e) = st.write(&path) {
-                    eprintln!("vargr: monitor status {}: {e}", path.display());
+                    tracing::warn!(path = %path.display(), "monitor status: {e}");
                     return;
                 }
             }
@@ -570,7 +570,7 @@ impl Network {
         let traced = self.trace.take().map(|d| d.write()).transpose();
         match (clean, traced) {
             (None, Err(e)) => {
-                eprintln!("vargr: {e}");
+                tracing::warn!("shutdown: {e}");
                 Err(TbonError::Timeout(5000))
             }
             (None, Ok(_)) => Err(TbonError::Timeout(5000)),
@@ -584,7 +584,7 @@ impl Drop for Network {
     fn drop(&mut self) {
         // Nobody sees the result of an implicit shutdown: say when the trace is lost.
         if let Err(e @ TbonError::Trace(_)) = self.shutdown_inner() {
-            eprintln!("vargr: {e}");
+            tracing::warn!("shutdown: {e}");
         }
     }
 }

@@ -84,14 +84,14 @@ impl Rendezvous {
                     listener,
                     secret,
                     GateConfig::default(),
-                    Box::new(|e| eprintln!("vargr: rendezvous refused a connection: {e}")),
+                    Box::new(|e| tracing::warn!("rendezvous refused a connection: {e}")),
                 );
                 while !sh.stop.load(Ordering::Relaxed) {
                     let conn = match gate.accept_timeout(Duration::from_millis(100)) {
                         Ok(a) => a.conn,
                         Err(vargr_net::NetError::Timeout { .. }) => continue,
                         Err(e) => {
-                            eprintln!("vargr: rendezvous: {e}");
+                            tracing::error!("rendezvous: {e}");
                             return;
                         }
                     };

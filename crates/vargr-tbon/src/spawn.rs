@@ -226,7 +226,7 @@ pub fn start_children(
             security: config.link_security,
             ..GateConfig::default()
         },
-        Box::new(move |e| eprintln!("vargr: node {me} refused a connection: {e}")),
+        Box::new(move |e| tracing::warn!(node = me, "refused a connection: {e}")),
     );
 
     let mut handles = Vec::new();
@@ -286,10 +286,10 @@ pub fn start_children(
                         if is_leaf {
                             match Backend::join(boot) {
                                 Ok(be) => body(be),
-                                Err(e) => eprintln!("vargr: back-end node {cid}: {e}"),
+                                Err(e) => tracing::error!(node = cid, "back-end: {e}"),
                             }
                         } else if let Err(e) = crate::commnode::run(boot, spawner) {
-                            eprintln!("vargr: commnode {cid}: {e}");
+                            tracing::error!(node = cid, "commnode: {e}");
                         }
                     })
                     .map_err(|e| {
@@ -355,8 +355,10 @@ pub fn start_children(
                 pending.swap_remove(i);
                 conns.push((id, conn));
             }
-            None => eprintln!(
-                "vargr: node {me}: unexpected connection claiming to be node {id}; dropped"
+            None => tracing::warn!(
+                node = me,
+                claimed = id,
+                "dropped a connection claiming to be a node that is not a child"
             ),
         }
     }

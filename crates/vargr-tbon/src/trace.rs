@@ -287,7 +287,7 @@ impl TraceDump {
     /// failures have nobody else to go to.
     pub fn write_or_log(&self) {
         if let Err(e) = self.write() {
-            eprintln!("vargr: {e}");
+            tracing::warn!("{e}");
         }
     }
 }

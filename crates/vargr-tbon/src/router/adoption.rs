@@ -9,7 +9,6 @@ use vargr_net::LinkId;
 use vargr_wire::FrameKind;
 
 use super::Router;
-use crate::log::vlog;
 use crate::node::ChildInfo;
 use crate::out::{frame_bytes, Out};
 use crate::proto::{self, AdoptMsg, AdoptedMsg, Ancestor, FaultMsg, StreamProgress};
@@ -86,8 +85,8 @@ impl Router {
         let Some(o) = self.orphan.take() else {
             return;
         };
-        vlog!(
-            self.node,
+        tracing::debug!(
+            node = self.node,
             "adopted by node {} (orphaned by node {})",
             msg.parent,
             o.lost_parent

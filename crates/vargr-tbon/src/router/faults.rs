@@ -7,7 +7,6 @@ use vargr_net::LinkId;
 use vargr_wire::FrameKind;
 
 use super::{Router, OPEN};
-use crate::log::vlog;
 use crate::out::{frame_bytes, Out};
 use crate::proto::{self, FaultMsg};
 use crate::recovery::{Orphan, Recovery, TreeEvent};
@@ -16,7 +15,7 @@ use crate::TbonError;
 impl Router {
     /// Passes a fault towards the front-end, or records it there.
     pub fn report(&mut self, fault: FaultMsg, out: &mut dyn Out) {
-        vlog!(self.node, "fault: {fault:?}");
+        tracing::debug!(node = self.node, "fault: {fault:?}");
         if let Some(p) = self.parent {
             out.send(
                 p,
@@ -177,7 +176,7 @@ impl Router {
     /// A link went away. Children: every stream stops waiting for it and the loss is
     /// reported up. Parent: this node must stop.
     pub fn on_closed(&mut self, link: LinkId, reason: String, now: Instant, out: &mut dyn Out) {
-        vlog!(self.node, "link {link:?} closed: {reason}");
+        tracing::debug!(node = self.node, "link {link:?} closed: {reason}");
         if Some(link) == self.parent {
             self.parent_lost(reason);
             return;
@@ -248,7 +247,7 @@ impl Router {
     /// back-end, or children still alive) and an ancestor to ask becomes an orphan;
     /// otherwise it must stop.
     pub fn parent_lost(&mut self, reason: String) {
-        vlog!(self.node, "parent lost: {reason}");
+        tracing::debug!(node = self.node, "parent lost: {reason}");
         let worth_saving = self.backend_rank.is_some() || self.children.iter().any(|c| c.alive);
         if self.recovery == Recovery::Ancestor
             && !self.shutting_down

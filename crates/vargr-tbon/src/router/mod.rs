@@ -44,7 +44,6 @@ use vargr_trace::{Alignment, NO_PEER};
 use vargr_wire::{Frame, FrameKind, Packet};
 
 use crate::clock::{ClockFn, ClockMsgError, ClockState};
-use crate::log::vlog;
 use crate::monitor::{MonitorState, Pulled};
 use crate::node::{ChildInfo, Place};
 use crate::out::{frame_bytes, Out};
@@ -438,7 +437,7 @@ impl Router {
     /// A malformed clock frame: the front-end lists it among its faults; elsewhere it
     /// is logged (a back-end's application should not see it as a receive error).
     fn clock_fault(&mut self, e: ClockMsgError) {
-        vlog!(self.node, "{e}");
+        tracing::debug!(node = self.node, "{e}");
         if self.is_root() {
             self.deliveries.faults.push(TbonError::Clock(e));
         }
