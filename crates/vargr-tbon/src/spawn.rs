@@ -215,7 +215,6 @@ pub fn start_children(
         });
     }
     let timeout = Duration::from_millis(config.startup_timeout_ms);
-    let deadline = Instant::now() + timeout;
     let listener = Listener::bind(&listen_addr(me, config))?;
     let addr = advertised(listener.local_addr()?, config);
     let gate = Gate::open(
@@ -228,263 +227,39 @@ pub fn start_children(
         },
         Box::new(move |e| tracing::warn!(node = me, "refused a connection: {e}")),
     );
-
-    let mut handles = Vec::new();
-    let fail = |handles: Vec<ChildHandle>, e: TbonError| {
-        for h in handles {
-            h.finish(Duration::ZERO);
-        }
-        Err(e)
+    let startup = Startup {
+        me,
+        node,
+        topo,
+        config,
+        secret,
+        addr,
+        timeout,
+        deadline: Instant::now() + timeout,
     };
-    let mut attaching = false;
-    for &cid in &node.children {
-        let child = topo.node(cid).expect("children are in the topology");
-        let is_leaf = child.children.is_empty();
-        if is_leaf && config.attach.is_some() {
-            // Started by another launcher; it finds us through the rendezvous.
-            attaching = true;
-            continue;
-        }
-        let handle = match spawner {
-            Spawner::Processes(launcher) => {
-                let (program, args) = if is_leaf {
-                    (config.backend_program.clone(), config.backend_args.clone())
-                } else {
-                    (
-                        config.commnode_program.clone(),
-                        vec!["commnode".to_string()],
-                    )
-                };
-                let spec = ChildSpec {
-                    node: cid,
-                    host: child.host.clone(),
-                    program,
-                    args,
-                    env: vec![
-                        ("VARGR_PARENT".into(), addr.to_string()),
-                        ("VARGR_NODE".into(), cid.to_string()),
-                        ("VARGR_SECRET".into(), secret.to_hex()),
-                    ],
-                };
-                match launch::spawn(launcher, &spec) {
-                    Ok(c) => ChildHandle::Process(cid, c),
-                    Err(e) => return fail(handles, e.into()),
-                }
-            }
-            Spawner::Threads(body) => {
-                let boot = Bootstrap {
-                    parent: addr.clone(),
-                    node: cid,
-                    secret: secret.clone(),
-                };
-                let spawner = spawner.clone();
-                let body = body.clone();
-                let h = std::thread::Builder::new()
-                    .name(format!("vargr-node-{cid}"))
-                    .spawn(move || {
-                        crate::trace::mark_in_process();
-                        if is_leaf {
-                            match Backend::join(boot) {
-                                Ok(be) => body(be),
-                                Err(e) => tracing::error!(node = cid, "back-end: {e}"),
-                            }
-                        } else if let Err(e) = crate::commnode::run(boot, spawner) {
-                            tracing::error!(node = cid, "commnode: {e}");
-                        }
-                    })
-                    .map_err(|e| {
-                        TbonError::Startup(format!("spawning thread for node {cid}: {e}"))
-                    });
-                match h {
-                    Ok(h) => ChildHandle::Thread(cid, h),
-                    Err(e) => return fail(handles, e),
-                }
-            }
-        };
-        handles.push(handle);
-    }
-
-    if let (true, Some(rv)) = (attaching, &config.attach) {
-        let registered = rv
-            .parse()
-            .map_err(TbonError::from)
-            .and_then(|rv| crate::rendezvous::register_parent(&rv, secret, me, &addr, timeout));
-        if let Err(e) = registered {
-            return fail(handles, e);
-        }
-    }
-
-    // Accept and authenticate every child, in whatever order they arrive.
-    let mut pending: Vec<u32> = node.children.clone();
-    let mut conns: Vec<(u32, SecureConn)> = Vec::new();
-    while !pending.is_empty() {
-        let now = Instant::now();
-        if now >= deadline {
-            let e = if attaching {
-                let mut ranks: Vec<u32> = pending
-                    .iter()
-                    .filter_map(|&n| topo.node(n).and_then(|n| n.backend_rank))
-                    .collect();
-                ranks.sort_unstable();
-                TbonError::Startup(format!(
-                    "node {me}: back-ends {} never attached within {} s (were they started, with VARGR_RENDEZVOUS set?)",
-                    crate::fmt_ranks(&ranks),
-                    timeout.as_secs()
-                ))
-            } else {
-                TbonError::Startup(format!(
-                    "node {me}: {} children never connected (first: node {} on {})",
-                    pending.len(),
-                    pending[0],
-                    host_of(topo, pending[0])
-                ))
-            };
-            return fail(handles, e);
-        }
-        if let Some(e) = exited_early(&mut handles, &pending, topo) {
-            return fail(handles, e);
-        }
-        let (id, conn) = match gate.accept_timeout((deadline - now).min(Duration::from_millis(100)))
-        {
-            Ok(a) => (a.node, a.conn),
-            Err(vargr_net::NetError::Timeout { .. }) => continue,
-            Err(e) => return fail(handles, e.into()),
-        };
-        match pending.iter().position(|&p| p == id) {
-            Some(i) => {
-                pending.swap_remove(i);
-                conns.push((id, conn));
-            }
-            None => tracing::warn!(
-                node = me,
-                claimed = id,
-                "dropped a connection claiming to be a node that is not a child"
-            ),
-        }
-    }
-
-    // Hand each child its sub-tree, then wait for all of them to report ready.
     let me_ancestor = Ancestor {
         node: me,
         host: node.host.clone(),
-        addr: addr.to_string(),
+        addr: startup.addr.to_string(),
     };
-    let child_ancestors: Vec<Ancestor> = std::iter::once(me_ancestor.clone())
-        .chain(ancestors.iter().cloned())
-        .collect();
-    let mut children = Vec::new();
-    for (id, mut conn) in conns {
-        let sub = topo.subtree(id).expect("child ids come from the topology");
-        let msg = SubtreeMsg {
-            topology: sub,
-            config: config.clone(),
-            parent_host: node.host.clone(),
-            ancestors: child_ancestors.clone(),
-        };
-        let f = Frame::new(FrameKind::Subtree, 0, 0, proto::to_json(&msg));
-        let peer = format!("node {id}");
-        if let Err(e) = conn.write_frame(&f) {
-            return fail(handles, e.into());
-        }
-        let link = match conn.into_link(
-            format!("node {id} on {}", host_of(topo, id)),
-            config.max_frame,
-        ) {
-            Ok(l) => l,
-            Err(e) => return fail(handles, TbonError::Startup(format!("{peer}: {e}"))),
-        };
-        let stages = config.link_stages.chain(
-            &node.host,
-            &host_of(topo, id),
-            seed(me, id),
-            config.max_frame,
-        );
-        let link = match reactor.add(link.with_stages(stages)) {
-            Ok(l) => l,
-            Err(e) => {
-                return fail(
-                    handles,
-                    TbonError::Startup(format!("registering node {id}: {e}")),
-                )
+    let mut handles = Vec::new();
+    let started = startup
+        .launch(spawner, &mut handles)
+        .and_then(|attaching| startup.accept(&gate, attaching, &mut handles))
+        .and_then(|conns| startup.hand_subtrees(conns, &me_ancestor, ancestors, reactor))
+        .and_then(|mut children| {
+            startup.await_ready(reactor, &mut children)?;
+            Ok(children)
+        });
+    let mut children = match started {
+        Ok(c) => c,
+        Err(e) => {
+            for h in handles {
+                h.finish(Duration::ZERO);
             }
-        };
-        children.push(ChildInfo::new(link, id, host_of(topo, id), Vec::new()));
-    }
-    let mut ready = 0;
-    let mut events = Vec::new();
-    // A sub-tree that is ready runs its own router, which takes a parent silent for the
-    // heartbeat time-out for dead: beat to it while the others are still coming up.
-    let beat = Duration::from_millis((config.heartbeat_ms / 2).max(1));
-    let mut beaten = Instant::now();
-    while ready < children.len() {
-        let now = Instant::now();
-        if now >= beaten + beat {
-            for c in children.iter().filter(|c| !c.backends.is_empty()) {
-                reactor.send(c.link, frame_bytes(FrameKind::Heartbeat, 0, 0, &[]));
-            }
-            reactor.flush_all();
-            beaten = now;
+            return Err(e);
         }
-        if now >= deadline {
-            let missing: Vec<u32> = children
-                .iter()
-                .filter(|c| c.backends.is_empty())
-                .map(|c| c.node)
-                .collect();
-            return fail(
-                handles,
-                TbonError::Startup(format!(
-                    "node {me}: sub-trees {missing:?} never reported ready"
-                )),
-            );
-        }
-        if let Err(e) = reactor.poll(Some((deadline - now).min(beat)), &mut events) {
-            return fail(handles, TbonError::Startup(format!("node {me}: poll: {e}")));
-        }
-        for ev in events.drain(..) {
-            match ev {
-                ReactorEvent::Frame(link, f) if f.kind == FrameKind::Ready => {
-                    let msg: ReadyMsg = match proto::from_json("Ready", &f.payload) {
-                        Ok(m) => m,
-                        Err(e) => return fail(handles, e),
-                    };
-                    if let Some(c) = children.iter_mut().find(|c| c.link == link) {
-                        if c.backends.is_empty() {
-                            ready += 1;
-                        }
-                        c.backends = msg.backends;
-                        c.backends.sort_unstable();
-                    }
-                }
-                ReactorEvent::Frame(link, f) if f.kind == FrameKind::Refused => {
-                    let who = children
-                        .iter()
-                        .find(|c| c.link == link)
-                        .map(|c| format!("node {} on {}", c.node, c.host))
-                        .unwrap_or_default();
-                    let why = String::from_utf8_lossy(&f.payload).into_owned();
-                    return fail(
-                        handles,
-                        TbonError::Startup(format!("{who} failed to start its sub-tree: {why}")),
-                    );
-                }
-                ReactorEvent::Frame(..) | ReactorEvent::Woken => {}
-                ReactorEvent::Closed(link, err) => {
-                    let c = children.iter().find(|c| c.link == link);
-                    let who = c
-                        .map(|c| format!("node {} on {}", c.node, c.host))
-                        .unwrap_or_default();
-                    let why = err
-                        .map(|e| e.to_string())
-                        .unwrap_or_else(|| "it closed its connection".into());
-                    return fail(
-                        handles,
-                        TbonError::Startup(format!("{who} failed during start-up: {why}")),
-                    );
-                }
-            }
-        }
-    }
+    };
     // Order children as the topology does, so routing is deterministic.
     children.sort_by_key(|c| node.children.iter().position(|&x| x == c.node));
     let adopter = (config.recovery == crate::Recovery::Ancestor).then_some(Adopter {
@@ -497,6 +272,296 @@ pub fn start_children(
         handles,
         adopter,
     })
+}
+
+/// What every step of starting a node's children shares.
+struct Startup<'a> {
+    me: u32,
+    node: &'a vargr_topo::Node,
+    topo: &'a Topology,
+    config: &'a RunConfig,
+    secret: &'a Secret,
+    /// Where the children reach this node.
+    addr: Addr,
+    timeout: Duration,
+    /// When start-up as a whole gives up.
+    deadline: Instant,
+}
+
+impl Startup<'_> {
+    /// Starts every child this node starts itself (processes or threads), pushing each
+    /// onto `handles`. Returns whether some back-ends attach instead (started by another
+    /// launcher, they find this node through the rendezvous, where it is registered).
+    fn launch(&self, spawner: &Spawner, handles: &mut Vec<ChildHandle>) -> Result<bool, TbonError> {
+        let mut attaching = false;
+        for &cid in &self.node.children {
+            let child = self.topo.node(cid).expect("children are in the topology");
+            let is_leaf = child.children.is_empty();
+            if is_leaf && self.config.attach.is_some() {
+                attaching = true;
+                continue;
+            }
+            handles.push(self.spawn(cid, &child.host, is_leaf, spawner)?);
+        }
+        if let (true, Some(rv)) = (attaching, &self.config.attach) {
+            let rv = rv.parse()?;
+            crate::rendezvous::register_parent(
+                &rv,
+                self.secret,
+                self.me,
+                &self.addr,
+                self.timeout,
+            )?;
+        }
+        Ok(attaching)
+    }
+
+    /// Starts child `cid`: a process through the launcher, or a thread of this process.
+    fn spawn(
+        &self,
+        cid: u32,
+        host: &str,
+        is_leaf: bool,
+        spawner: &Spawner,
+    ) -> Result<ChildHandle, TbonError> {
+        let config = self.config;
+        match spawner {
+            Spawner::Processes(launcher) => {
+                let (program, args) = if is_leaf {
+                    (config.backend_program.clone(), config.backend_args.clone())
+                } else {
+                    (
+                        config.commnode_program.clone(),
+                        vec!["commnode".to_string()],
+                    )
+                };
+                let spec = ChildSpec {
+                    node: cid,
+                    host: host.to_string(),
+                    program,
+                    args,
+                    env: vec![
+                        ("VARGR_PARENT".into(), self.addr.to_string()),
+                        ("VARGR_NODE".into(), cid.to_string()),
+                        ("VARGR_SECRET".into(), self.secret.to_hex()),
+                    ],
+                };
+                Ok(ChildHandle::Process(cid, launch::spawn(launcher, &spec)?))
+            }
+            Spawner::Threads(body) => {
+                let boot = Bootstrap {
+                    parent: self.addr.clone(),
+                    node: cid,
+                    secret: self.secret.clone(),
+                };
+                let spawner = spawner.clone();
+                let body = body.clone();
+                std::thread::Builder::new()
+                    .name(format!("vargr-node-{cid}"))
+                    .spawn(move || {
+                        crate::trace::mark_in_process();
+                        if is_leaf {
+                            match Backend::join(boot) {
+                                Ok(be) => body(be),
+                                Err(e) => tracing::error!(node = cid, "back-end: {e}"),
+                            }
+                        } else if let Err(e) = crate::commnode::run(boot, spawner) {
+                            tracing::error!(node = cid, "commnode: {e}");
+                        }
+                    })
+                    .map(|h| ChildHandle::Thread(cid, h))
+                    .map_err(|e| TbonError::Startup(format!("spawning thread for node {cid}: {e}")))
+            }
+        }
+    }
+
+    /// Accepts and authenticates every child, in whatever order they arrive.
+    fn accept(
+        &self,
+        gate: &Gate,
+        attaching: bool,
+        handles: &mut [ChildHandle],
+    ) -> Result<Vec<(u32, SecureConn)>, TbonError> {
+        let mut pending: Vec<u32> = self.node.children.clone();
+        let mut conns = Vec::new();
+        while !pending.is_empty() {
+            let now = Instant::now();
+            if now >= self.deadline {
+                return Err(self.never_connected(&pending, attaching));
+            }
+            if let Some(e) = exited_early(handles, &pending, self.topo) {
+                return Err(e);
+            }
+            let wait = (self.deadline - now).min(Duration::from_millis(100));
+            let (id, conn) = match gate.accept_timeout(wait) {
+                Ok(a) => (a.node, a.conn),
+                Err(vargr_net::NetError::Timeout { .. }) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            match pending.iter().position(|&p| p == id) {
+                Some(i) => {
+                    pending.swap_remove(i);
+                    conns.push((id, conn));
+                }
+                None => tracing::warn!(
+                    node = self.me,
+                    claimed = id,
+                    "dropped a connection claiming to be a node that is not a child"
+                ),
+            }
+        }
+        Ok(conns)
+    }
+
+    /// The error for children still `pending` at the deadline.
+    fn never_connected(&self, pending: &[u32], attaching: bool) -> TbonError {
+        let me = self.me;
+        if attaching {
+            let mut ranks: Vec<u32> = pending
+                .iter()
+                .filter_map(|&n| self.topo.node(n).and_then(|n| n.backend_rank))
+                .collect();
+            ranks.sort_unstable();
+            TbonError::Startup(format!(
+                "node {me}: back-ends {} never attached within {} s (were they started, with VARGR_RENDEZVOUS set?)",
+                crate::fmt_ranks(&ranks),
+                self.timeout.as_secs()
+            ))
+        } else {
+            TbonError::Startup(format!(
+                "node {me}: {} children never connected (first: node {} on {})",
+                pending.len(),
+                pending[0],
+                host_of(self.topo, pending[0])
+            ))
+        }
+    }
+
+    /// Hands each child its sub-tree and this node's ancestry, and makes its connection a
+    /// link of `reactor` with the stages the link policy gives it.
+    fn hand_subtrees(
+        &self,
+        conns: Vec<(u32, SecureConn)>,
+        me_ancestor: &Ancestor,
+        ancestors: &[Ancestor],
+        reactor: &mut Reactor,
+    ) -> Result<Vec<ChildInfo>, TbonError> {
+        let (me, config) = (self.me, self.config);
+        let child_ancestors: Vec<Ancestor> = std::iter::once(me_ancestor.clone())
+            .chain(ancestors.iter().cloned())
+            .collect();
+        let mut children = Vec::new();
+        for (id, mut conn) in conns {
+            let host = host_of(self.topo, id);
+            let msg = SubtreeMsg {
+                topology: self
+                    .topo
+                    .subtree(id)
+                    .expect("child ids come from the topology"),
+                config: config.clone(),
+                parent_host: self.node.host.clone(),
+                ancestors: child_ancestors.clone(),
+            };
+            conn.write_frame(&Frame::new(FrameKind::Subtree, 0, 0, proto::to_json(&msg)))?;
+            let link = conn
+                .into_link(format!("node {id} on {host}"), config.max_frame)
+                .map_err(|e| TbonError::Startup(format!("node {id}: {e}")))?;
+            let stages =
+                config
+                    .link_stages
+                    .chain(&self.node.host, &host, seed(me, id), config.max_frame);
+            let link = reactor
+                .add(link.with_stages(stages))
+                .map_err(|e| TbonError::Startup(format!("registering node {id}: {e}")))?;
+            children.push(ChildInfo::new(link, id, host, Vec::new()));
+        }
+        Ok(children)
+    }
+
+    /// Waits until every child's sub-tree reports ready, recording its back-ends.
+    fn await_ready(
+        &self,
+        reactor: &mut Reactor,
+        children: &mut [ChildInfo],
+    ) -> Result<(), TbonError> {
+        let me = self.me;
+        let mut ready = 0;
+        let mut events = Vec::new();
+        // A sub-tree that is ready runs its own router, which takes a parent silent for
+        // the heartbeat time-out for dead: beat to it while the others are still coming up.
+        let beat = Duration::from_millis((self.config.heartbeat_ms / 2).max(1));
+        let mut beaten = Instant::now();
+        while ready < children.len() {
+            let now = Instant::now();
+            if now >= beaten + beat {
+                for c in children.iter().filter(|c| !c.backends.is_empty()) {
+                    reactor.send(c.link, frame_bytes(FrameKind::Heartbeat, 0, 0, &[]));
+                }
+                reactor.flush_all();
+                beaten = now;
+            }
+            if now >= self.deadline {
+                let missing: Vec<u32> = children
+                    .iter()
+                    .filter(|c| c.backends.is_empty())
+                    .map(|c| c.node)
+                    .collect();
+                return Err(TbonError::Startup(format!(
+                    "node {me}: sub-trees {missing:?} never reported ready"
+                )));
+            }
+            reactor
+                .poll(Some((self.deadline - now).min(beat)), &mut events)
+                .map_err(|e| TbonError::Startup(format!("node {me}: poll: {e}")))?;
+            for ev in events.drain(..) {
+                if on_startup_event(ev, children)? {
+                    ready += 1;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One reactor event while children start: whether it made one more sub-tree ready; an
+/// error for a child that refused or failed.
+fn on_startup_event(ev: ReactorEvent, children: &mut [ChildInfo]) -> Result<bool, TbonError> {
+    let who = |children: &[ChildInfo], link| {
+        children
+            .iter()
+            .find(|c| c.link == link)
+            .map(|c| format!("node {} on {}", c.node, c.host))
+            .unwrap_or_default()
+    };
+    match ev {
+        ReactorEvent::Frame(link, f) if f.kind == FrameKind::Ready => {
+            let msg: ReadyMsg = proto::from_json("Ready", &f.payload)?;
+            let Some(c) = children.iter_mut().find(|c| c.link == link) else {
+                return Ok(false);
+            };
+            let first = c.backends.is_empty();
+            c.backends = msg.backends;
+            c.backends.sort_unstable();
+            Ok(first)
+        }
+        ReactorEvent::Frame(link, f) if f.kind == FrameKind::Refused => {
+            let why = String::from_utf8_lossy(&f.payload).into_owned();
+            Err(TbonError::Startup(format!(
+                "{} failed to start its sub-tree: {why}",
+                who(children, link)
+            )))
+        }
+        ReactorEvent::Frame(..) | ReactorEvent::Woken => Ok(false),
+        ReactorEvent::Closed(link, err) => {
+            let why = err
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "it closed its connection".into());
+            Err(TbonError::Startup(format!(
+                "{} failed during start-up: {why}",
+                who(children, link)
+            )))
+        }
+    }
 }
 
 /// Jitter seed of the link from node `from` to node `to`: fixed, so runs repeat.
