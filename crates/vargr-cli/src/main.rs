@@ -13,6 +13,7 @@ mod bench_wan;
 mod codec_cmd;
 mod coll_bench_role;
 mod coll_check;
+mod config_cmd;
 mod dedup_cmd;
 mod demo;
 mod emu_cmd;
@@ -27,7 +28,7 @@ mod trace_cmd;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +46,9 @@ struct Cli {
     /// Show only errors (and no progress bars).
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     quiet: bool,
+    /// A configuration file to use instead of ~/.config/vargr/config.toml.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -76,6 +80,9 @@ enum Cmd {
     /// WAN accelerator for any TCP stream, in pairs: `--listen ADDR --peer FAR` near the
     /// clients, `--serve ADDR --forward SERVER` near the server; repeats cross as fingerprints.
     Proxy(proxy_cmd::ProxyArgs),
+    /// vargr's settings: `vargr config show` prints the effective ones and their sources.
+    #[command(subcommand)]
+    Config(config_cmd::ConfigCmd),
     /// Live view of a monitored run (`vargr run --monitor`): collectives, rates,
     /// latencies, who arrives last, records lost, clock error per process.
     Top(top_cmd::TopArgs),
@@ -162,7 +169,13 @@ fn quiet_on_closed_stdout() {
 
 fn main() {
     quiet_on_closed_stdout();
-    let cli = Cli::parse();
+    let matches = Cli::command()
+        .after_long_help(config_cmd::env_help())
+        .get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let verbosity = if cli.quiet {
         -1
     } else {
@@ -177,6 +190,7 @@ fn main() {
     }
     let r: Result<()> = match cli.cmd {
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Config(c) => config_cmd::run(c, cli.config.as_deref()),
         Cmd::Topo(t) => topo_cmd::run(t),
         Cmd::Bench(b) => bench::run(b),
         Cmd::Emu(a) => emu_cmd::run(a),

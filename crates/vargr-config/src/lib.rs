@@ -1,0 +1,463 @@
+//! vargr's one configuration model.
+//!
+//! A setting's value comes from, in rising precedence: its default, a TOML file
+//! (`~/.config/vargr/config.toml`, or the file given with `--config`), the environment,
+//! and the command line. [`Layers`] collects the text of each from each source;
+//! [`Config::resolve`] parses and checks all of it in one place, into the typed values
+//! the libraries take, and an error names the source (file and key, variable or flag)
+//! and the value. Libraries never read files or the environment for their settings: the
+//! front ends (the CLI and the bindings) resolve a [`Config`] and pass its values down.
+//!
+//! Every setting is listed once, in [`KEYS`], with its file key, its environment variable
+//! and its help; `vargr config show` prints the effective configuration from it, with
+//! where each value came from.
+
+mod keys;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+pub use keys::{by_name, Key, KEYS};
+use vargr_codec::stage::CodecMode;
+use vargr_codec::EngineConfig;
+use vargr_coll::monitor::MonitorConfig;
+use vargr_coll::SchedPolicy;
+use vargr_emu::WanMap;
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Default,
+    File(PathBuf),
+    Env(&'static str),
+    /// A command-line flag, as the user typed its name.
+    Flag(String),
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::Default => f.write_str("default"),
+            Source::File(p) => write!(f, "{}", p.display()),
+            Source::Env(v) => write!(f, "environment {v}"),
+            Source::Flag(n) => write!(f, "flag {n}"),
+        }
+    }
+}
+
+/// A configuration that cannot be used, naming where the bad part came from.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {reason}")]
+    File { path: PathBuf, reason: String },
+    #[error("{path}: unknown setting {key:?} (`vargr config show` lists them all)")]
+    UnknownKey { path: PathBuf, key: String },
+    #[error("{key} = {value:?} (from {origin}): {reason}")]
+    Value {
+        key: &'static str,
+        value: String,
+        origin: Source,
+        reason: String,
+    },
+}
+
+/// The text of every setting that something set, and what set it.
+#[derive(Debug, Clone, Default)]
+pub struct Layers {
+    values: BTreeMap<&'static str, (String, Source)>,
+}
+
+impl Layers {
+    /// Only the defaults.
+    pub fn new() -> Layers {
+        Layers::default()
+    }
+
+    /// The file of settings of the user who has these directories: the value of
+    /// `XDG_CONFIG_HOME` if set, else `HOME/.config`; then `vargr/config.toml`.
+    pub fn user_file(xdg_config_home: Option<&Path>, home: Option<&Path>) -> Option<PathBuf> {
+        let base = match xdg_config_home.filter(|p| p.is_absolute()) {
+            Some(x) => x.to_path_buf(),
+            None => home?.join(".config"),
+        };
+        Some(base.join("vargr").join("config.toml"))
+    }
+
+    /// Adds the settings of a TOML file, over those before it. A file that does not
+    /// exist adds nothing when `optional` (the user's default file).
+    pub fn file(&mut self, path: &Path, optional: bool) -> Result<&mut Self, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if optional && e.kind() == std::io::ErrorKind::NotFound => return Ok(self),
+            Err(e) => {
+                return Err(ConfigError::File {
+                    path: path.to_path_buf(),
+                    reason: e.to_string(),
+                })
+            }
+        };
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| ConfigError::File {
+                path: path.to_path_buf(),
+                reason: e.to_string(),
+            })?;
+        for (section, body) in &table {
+            let toml::Value::Table(body) = body else {
+                return Err(ConfigError::UnknownKey {
+                    path: path.to_path_buf(),
+                    key: section.clone(),
+                });
+            };
+            for (name, value) in body {
+                let dotted = format!("{section}.{name}");
+                let key = by_name(&dotted).ok_or_else(|| ConfigError::UnknownKey {
+                    path: path.to_path_buf(),
+                    key: dotted.clone(),
+                })?;
+                let text = match value {
+                    toml::Value::String(s) => s.clone(),
+                    toml::Value::Integer(_) | toml::Value::Float(_) | toml::Value::Boolean(_) => {
+                        value.to_string()
+                    }
+                    _ => {
+                        return Err(ConfigError::Value {
+                            key: key.name,
+                            value: value.to_string(),
+                            origin: Source::File(path.to_path_buf()),
+                            reason: "expected a string, a number or true/false".into(),
+                        })
+                    }
+                };
+                self.values
+                    .insert(key.name, (text, Source::File(path.to_path_buf())));
+            }
+        }
+        Ok(self)
+    }
+
+    /// Adds every setting's environment variable that `get` finds set, over the file.
+    pub fn env(&mut self, get: impl Fn(&str) -> Option<String>) -> &mut Self {
+        for k in KEYS {
+            if let Some(v) = get(k.env) {
+                self.values.insert(k.name, (v, Source::Env(k.env)));
+            }
+        }
+        self
+    }
+
+    /// Sets `key` from the command-line flag `flag`, over everything else.
+    ///
+    /// # Panics
+    /// If `key` is not in [`KEYS`]: a flag wired to a setting that does not exist is a
+    /// bug of the CLI, not of its user.
+    pub fn flag(&mut self, key: &str, flag: &str, value: impl Into<String>) -> &mut Self {
+        let key = by_name(key).unwrap_or_else(|| panic!("flag {flag} sets unknown key {key}"));
+        self.values
+            .insert(key.name, (value.into(), Source::Flag(flag.to_string())));
+        self
+    }
+
+    /// The text and source of a setting, the default if nothing set it.
+    fn get(&self, key: &'static str) -> Option<(String, Source)> {
+        if let Some((v, s)) = self.values.get(key) {
+            return Some((v.clone(), s.clone()));
+        }
+        let k = by_name(key).expect("the configuration only asks for its own keys");
+        k.default.map(|d| (d.to_string(), Source::Default))
+    }
+}
+
+/// Every setting, typed and checked.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub codec: CodecMode,
+    pub codec_engine: EngineConfig,
+    pub codec_samples: Option<PathBuf>,
+    pub dedup: Option<String>,
+    pub wan: WanMap,
+    pub site: Option<String>,
+    pub sched: SchedPolicy,
+    pub coll_table: Option<PathBuf>,
+    pub trace_dir: Option<PathBuf>,
+    pub trace_ring: usize,
+    /// `None` when no monitor runs.
+    pub monitor: Option<MonitorConfig>,
+    pub commnode: Option<PathBuf>,
+    pub remote_shell: String,
+    pub cache_dir: Option<PathBuf>,
+    pub log_filter: Option<String>,
+    /// The text of every setting that has one, and where it came from.
+    effective: Vec<(&'static Key, String, Source)>,
+}
+
+impl Config {
+    /// Parses and checks every setting of `layers`.
+    pub fn resolve(layers: &Layers) -> Result<Config, ConfigError> {
+        let r = Resolver { layers };
+        let monitor = match r.text("monitor.kinds") {
+            None => None,
+            Some(kinds) => Some(MonitorConfig {
+                period: Duration::from_millis(r.parse("monitor.period_ms")?.unwrap_or(200)),
+                stats: has(&kinds, "stats"),
+                distributed: has(&kinds, "distributed"),
+                coschedule: r.parse("monitor.coschedule")?.unwrap_or(false),
+                collectors: r
+                    .text("monitor.scope")
+                    .unwrap_or_default()
+                    .split(',')
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect(),
+                status_file: r.text("monitor.status").map(PathBuf::from),
+            }),
+        };
+        let codec_engine = match r.text("links.codec_engine") {
+            None => EngineConfig::default(),
+            Some(path) => EngineConfig::from_toml_file(Path::new(&path))
+                .map_err(|e| r.bad("links.codec_engine", e))?,
+        };
+        let config = Config {
+            codec: r
+                .parse_with("links.codec", |t| t.parse::<CodecMode>())?
+                .unwrap_or(CodecMode::Adaptive),
+            codec_engine,
+            codec_samples: r.text("links.codec_samples").map(PathBuf::from),
+            dedup: r.text("links.dedup").filter(|d| d != "off"),
+            wan: r
+                .parse_with("links.wan", WanMap::parse_line)?
+                .unwrap_or_default(),
+            site: r.text("job.site").filter(|s| !s.is_empty()),
+            sched: r
+                .parse_with("job.sched", |t| t.parse::<SchedPolicy>())?
+                .unwrap_or_default(),
+            coll_table: r.text("coll.table").map(PathBuf::from),
+            trace_dir: r.text("trace.dir").map(PathBuf::from),
+            trace_ring: r.parse("trace.ring")?.unwrap_or(16384),
+            monitor,
+            commnode: r.text("tree.commnode").map(PathBuf::from),
+            remote_shell: r.text("tree.remote_shell").unwrap_or_default(),
+            cache_dir: r.text("cache.dir").map(PathBuf::from),
+            log_filter: r.text("log.filter"),
+            effective: KEYS
+                .iter()
+                .filter_map(|k| layers.get(k.name).map(|(v, s)| (k, v, s)))
+                .collect(),
+        };
+        // A dedup segmenter is checked by the link policy that will use it.
+        vargr_links::LinkPolicy::new(vargr_links::LinkSettings {
+            dedup: config.dedup.clone(),
+            engine: config.codec_engine.clone(),
+            ..vargr_links::LinkSettings::default()
+        })
+        .map_err(|e| r.bad("links.dedup", e))?;
+        Ok(config)
+    }
+
+    /// The effective configuration as a table: every setting, its value (or `-` when
+    /// unset) and where the value came from.
+    pub fn show(&self) -> String {
+        let width = KEYS.iter().map(|k| k.name.len()).max().unwrap_or(0);
+        let mut out = String::new();
+        for k in KEYS {
+            let (value, source) = match self.effective.iter().find(|(e, ..)| e.name == k.name) {
+                Some((_, v, s)) => (format!("{v:?}"), s.to_string()),
+                None => ("-".to_string(), "unset".to_string()),
+            };
+            out.push_str(&format!(
+                "{:width$}  {value:<24}  {source}\n",
+                k.name,
+                width = width
+            ));
+        }
+        out
+    }
+
+    /// The settings something other than a default set, as the environment of a process
+    /// that should see the same configuration (what `vargr run` hands its ranks).
+    pub fn to_env(&self) -> Vec<(&'static str, String)> {
+        self.effective
+            .iter()
+            .filter(|(_, _, s)| *s != Source::Default)
+            .map(|(k, v, _)| (k.env, v.clone()))
+            .collect()
+    }
+}
+
+/// Whether the comma-separated `list` holds `item`.
+fn has(list: &str, item: &str) -> bool {
+    list.split(',').any(|x| x.trim() == item)
+}
+
+/// Typed reads of one [`Layers`], with errors that name the source.
+struct Resolver<'a> {
+    layers: &'a Layers,
+}
+
+impl Resolver<'_> {
+    fn text(&self, key: &'static str) -> Option<String> {
+        self.layers.get(key).map(|(v, _)| v)
+    }
+
+    fn bad(&self, key: &'static str, reason: impl fmt::Display) -> ConfigError {
+        let (value, origin) = self
+            .layers
+            .get(key)
+            .unwrap_or_else(|| (String::new(), Source::Default));
+        ConfigError::Value {
+            key,
+            value,
+            origin,
+            reason: reason.to_string(),
+        }
+    }
+
+    fn parse_with<T, E: fmt::Display>(
+        &self,
+        key: &'static str,
+        parse: impl Fn(&str) -> Result<T, E>,
+    ) -> Result<Option<T>, ConfigError> {
+        match self.text(key) {
+            None => Ok(None),
+            Some(t) => parse(t.trim()).map(Some).map_err(|e| self.bad(key, e)),
+        }
+    }
+
+    fn parse<T: std::str::FromStr>(&self, key: &'static str) -> Result<Option<T>, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        self.parse_with(key, |t| t.parse::<T>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env_of<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn flags_beat_the_environment_which_beats_the_file_which_beats_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[links]\ncodec = \"fixed:lz4\"\nwan = \"rtt=10ms\"\n[job]\nsched = \"serialize\"\n",
+        )
+        .unwrap();
+        let mut layers = Layers::new();
+        layers
+            .file(&file, false)
+            .unwrap()
+            .env(env_of(&[
+                ("VARGR_SCHED", "priority"),
+                ("VARGR_CODEC", "off"),
+            ]))
+            .flag("links.codec", "--codec", "adaptive");
+        let c = Config::resolve(&layers).unwrap();
+        assert_eq!(c.codec, CodecMode::Adaptive);
+        assert_eq!(c.sched, SchedPolicy::Priority);
+        assert!(c.wan.between("a", "b").is_some());
+        assert_eq!(c.trace_ring, 16384);
+        let shown = c.show();
+        let line = |key: &str| {
+            shown
+                .lines()
+                .find(|l| l.starts_with(key))
+                .unwrap()
+                .to_string()
+        };
+        assert!(line("links.codec ").ends_with("flag --codec"), "{shown}");
+        assert!(
+            line("job.sched ").ends_with("environment VARGR_SCHED"),
+            "{shown}"
+        );
+        assert!(line("links.wan ").ends_with("config.toml"), "{shown}");
+        assert!(line("trace.ring ").ends_with("default"), "{shown}");
+        assert!(line("trace.dir ").ends_with("unset"), "{shown}");
+        // What a launcher hands on: what was set, not the defaults.
+        let env = c.to_env();
+        assert!(env.contains(&("VARGR_CODEC", "adaptive".to_string())));
+        assert!(env.contains(&("VARGR_WAN", "rtt=10ms".to_string())));
+        assert!(!env.iter().any(|(k, _)| *k == "VARGR_TRACE_RING"));
+    }
+
+    #[test]
+    fn errors_name_the_file_the_key_and_the_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("c.toml");
+        std::fs::write(&file, "[links]\ncodek = \"off\"\n").unwrap();
+        let e = Layers::new().file(&file, false).unwrap_err().to_string();
+        assert!(e.contains("c.toml") && e.contains("links.codek"), "{e}");
+
+        std::fs::write(&file, "[job]\nsched = \"fastest\"\n").unwrap();
+        let mut layers = Layers::new();
+        layers.file(&file, false).unwrap();
+        let e = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(
+            e.contains("job.sched") && e.contains("fastest") && e.contains("c.toml"),
+            "{e}"
+        );
+
+        let mut layers = Layers::new();
+        layers.env(env_of(&[
+            ("VARGR_MONITOR", "stats"),
+            ("VARGR_MONITOR_PERIOD_MS", "soon"),
+        ]));
+        let e = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(
+            e.contains("VARGR_MONITOR_PERIOD_MS") && e.contains("soon"),
+            "{e}"
+        );
+
+        let mut layers = Layers::new();
+        layers.flag("links.dedup", "--dedup", "cdc:nonsense");
+        let e = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(
+            e.contains("flag --dedup") && e.contains("cdc:nonsense"),
+            "{e}"
+        );
+
+        std::fs::write(&file, "[links\n").unwrap();
+        let e = Layers::new().file(&file, false).unwrap_err().to_string();
+        assert!(e.contains("c.toml"), "{e}");
+        // The user's default file may be absent; a named one may not.
+        let absent = dir.path().join("absent.toml");
+        assert!(Layers::new().file(&absent, true).is_ok());
+        assert!(Layers::new().file(&absent, false).is_err());
+    }
+
+    #[test]
+    fn the_user_file_follows_xdg() {
+        let f = Layers::user_file(Some(Path::new("/x")), Some(Path::new("/home/u")));
+        assert_eq!(f.unwrap(), Path::new("/x/vargr/config.toml"));
+        let f = Layers::user_file(None, Some(Path::new("/home/u")));
+        assert_eq!(f.unwrap(), Path::new("/home/u/.config/vargr/config.toml"));
+        // A relative XDG_CONFIG_HOME is ignored, as the XDG spec says.
+        let f = Layers::user_file(Some(Path::new("rel")), Some(Path::new("/home/u")));
+        assert_eq!(f.unwrap(), Path::new("/home/u/.config/vargr/config.toml"));
+        assert_eq!(Layers::user_file(None, None), None);
+    }
+
+    #[test]
+    fn a_monitor_runs_only_when_asked_for() {
+        let c = Config::resolve(&Layers::new()).unwrap();
+        assert!(c.monitor.is_none());
+        let mut layers = Layers::new();
+        layers.env(env_of(&[("VARGR_MONITOR", "load-balance,stats")]));
+        let m = Config::resolve(&layers).unwrap().monitor.unwrap();
+        assert!(m.stats && !m.distributed && !m.coschedule);
+        assert_eq!(m.collectors, vec!["ctx0/*".to_string()]);
+        assert_eq!(m.period, Duration::from_millis(200));
+    }
+}
