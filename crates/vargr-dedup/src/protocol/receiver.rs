@@ -12,7 +12,7 @@ use super::{check_bits, feed, take_into, widen, Config, ProtocolError, Recent, S
 use crate::cache::SegmentCache;
 use crate::delta;
 use crate::fp::{Fingerprint, GroupHasher, CONSERVATIVE_LEN};
-use crate::stream::{Seen, StreamModel};
+use crate::stream::{Seen, StreamModel, Token};
 
 /// The receiver's stand-in in its recent table for a base it could not name (above any
 /// fingerprint narrower than 64 bits; a 64-bit one equal to it only costs a resend).
@@ -198,6 +198,7 @@ impl<C: SegmentCache> Receiver<C> {
         Ok(())
     }
 
+    /// Acts on one message from the sender (at byte `offset` of its stream).
     fn on_message(&mut self, msg: Msg<'_>, offset: u64) -> Result<(), ProtocolError> {
         if !self.hello && !matches!(msg, Msg::Hello { .. }) {
             return Err(ProtocolError::Unexpected {
@@ -211,202 +212,23 @@ impl<C: SegmentCache> Receiver<C> {
                 bits,
                 group,
                 token,
-            } => {
-                if self.hello {
-                    return Err(ProtocolError::Unexpected {
-                        what: "second hello",
-                        offset,
-                    });
-                }
-                if version != wire::VERSION {
-                    return Err(ProtocolError::Version {
-                        found: version,
-                        expected: wire::VERSION,
-                    });
-                }
-                if bits != self.config.bits.get() || group == 0 {
-                    return Err(ProtocolError::Parameters {
-                        found: bits,
-                        group,
-                        expected: self.config.bits.get(),
-                    });
-                }
-                self.config.group = group;
-                self.hello = true;
-                if token != self.stream.token() {
-                    self.stream_agreed = false;
-                    self.out.push(wire::T_RESYNC);
-                    self.stats.overhead_bytes += 1;
-                }
-            }
+            } => self.on_hello(version, bits, group, token, offset)?,
             Msg::Reset(epoch) => {
                 self.stream.reset(epoch);
                 self.stream_agreed = true;
-            }
-            Msg::Next => {
-                self.expect_segment(offset)?;
-                let fp = self.predicted();
-                let slot = self.cache_slot(fp)?;
-                self.stream
-                    .advance(fp, fp.map_or(Seen::Unknown, Seen::Known));
-                self.stats.predicted += 1;
-                self.stats.fingerprinted += 1;
-                self.push_slot(slot)?;
             }
             Msg::Message {
                 channel,
                 layout,
                 segments,
-            } => {
-                if self.announced != 0 {
-                    return Err(ProtocolError::Unexpected {
-                        what: "message start inside a message",
-                        offset,
-                    });
-                }
-                self.messages.push_back(PendingMessage {
-                    channel,
-                    layout: Bytes::copy_from_slice(layout),
-                    first: self.next_seq,
-                    segments,
-                });
-                self.announced = segments;
-                self.stats.messages += 1;
-                self.drop_finished_groups();
-            }
-            Msg::Fp(fp) => {
-                self.expect_segment(offset)?;
-                self.recent.touch(fp);
-                let slot = self.cache_slot(Some(fp))?;
-                self.stream.advance(Some(fp), Seen::Known(fp));
-                self.stats.fingerprinted += 1;
-                self.push_slot(slot)?;
-            }
-            Msg::Push(data) => {
-                self.expect_segment(offset)?;
-                let full = Fingerprint::full(data);
-                self.cache.insert(full, data)?;
-                let fp = full.truncate(self.config.bits);
-                self.recent.touch(fp);
-                self.stream.advance(Some(fp), Seen::Known(fp));
-                self.pending_bytes += data.len();
-                self.stats.pushed += 1;
-                self.push_slot(Slot {
-                    data: Some(Bytes::copy_from_slice(data)),
-                    from_cache: false,
-                })?;
-            }
-            Msg::Delta(d) => {
-                self.expect_segment(offset)?;
-                // A base the stream model cannot name here is `None`: the segment is
-                // then requested whole.
-                let mut bases: Vec<Option<Fingerprint>> = Vec::with_capacity(d.n);
-                let cursor = self.agreed_model().and_then(StreamModel::cursor);
-                let mut prev = cursor;
-                for r in d.bases() {
-                    let b = match r {
-                        BaseRef::Literal(fp) => Some(fp),
-                        BaseRef::Recent(k) => {
-                            Some(self.recent.get(k).ok_or(ProtocolError::Malformed {
-                                what: "delta segment (base reference to an empty slot)",
-                                offset,
-                            })?)
-                        }
-                        BaseRef::Cursor => cursor,
-                        BaseRef::Next => {
-                            prev.and_then(|p| self.agreed_model().and_then(|m| m.successor(p)))
-                        }
-                    };
-                    bases.push(b);
-                    prev = b;
-                }
-                for &b in &bases {
-                    self.recent.touch(b.unwrap_or(Fingerprint(UNKNOWN_BASE)));
-                }
-                let anchor = bases.get(d.anchor).copied().flatten();
-                self.stats.deltas += 1;
-                let mut found = Vec::with_capacity(bases.len());
-                for &fp in &bases {
-                    match fp.map(|fp| self.cache.lookup(fp)).transpose()?.flatten() {
-                        Some(b) => found.push((fp.expect("looked up"), b)),
-                        None => break,
-                    }
-                }
-                let complete = found.len() == bases.len();
-                let Some(body) = d.delta else {
-                    self.deferred_bytes += d.len;
-                    if self.deferred_bytes > self.config.max_pending {
-                        return Err(ProtocolError::Overrun {
-                            pending: self.deferred_bytes,
-                            max: self.config.max_pending,
-                        });
-                    }
-                    self.deferred.push(DeferredDelta {
-                        seq: self.next_seq,
-                        len: d.len,
-                        bases: complete.then_some(found),
-                    });
-                    self.stream.advance(anchor, Seen::Deferred(None));
-                    return self.push_slot(Slot {
-                        data: None,
-                        from_cache: false,
-                    });
-                };
-                let rebuilt = if complete {
-                    let base = found
-                        .iter()
-                        .map(|(_, b)| &b[..])
-                        .collect::<Vec<_>>()
-                        .concat();
-                    delta::decode(&base, body, d.len).ok()
-                } else {
-                    None
-                };
-                self.stats.delta_bytes += body.len() as u64;
-                let slot = match rebuilt {
-                    Some(data) => {
-                        let full = Fingerprint::full(&data);
-                        self.stream
-                            .advance(anchor, Seen::Known(full.truncate(self.config.bits)));
-                        self.cache.insert(full, &data)?;
-                        self.pending_bytes += data.len();
-                        self.stats.delta_segment_bytes += data.len() as u64;
-                        Slot {
-                            data: Some(Bytes::from(data)),
-                            // Built on cache reads: suspect until the group's hash agrees.
-                            from_cache: true,
-                        }
-                    }
-                    None => {
-                        self.stream.advance(anchor, Seen::Unknown);
-                        self.cache_slot(None)?
-                    }
-                };
-                self.push_slot(slot)?;
-            }
+            } => self.on_message_start(channel, layout, segments, offset)?,
+            Msg::Next => self.on_next(offset)?,
+            Msg::Fp(fp) => self.on_fp(fp, offset)?,
+            Msg::Push(data) => self.on_push(data, offset)?,
+            Msg::Delta(d) => self.on_delta(&d, offset)?,
             Msg::Batch(frame) => self.on_batch(frame, offset)?,
-            Msg::Cfp(hash) => {
-                self.stream.commit();
-                let open = self.groups.back_mut().expect("an open group");
-                if open.slots.is_empty() {
-                    return Err(ProtocolError::Unexpected {
-                        what: "conservative fingerprint of an empty group",
-                        offset,
-                    });
-                }
-                open.cfp = Some(hash);
-                let i = self.groups.len() - 1;
-                self.groups.push_back(RecvGroup::open(self.next_seq));
-                self.try_verify(i)?;
-            }
-            Msg::Segment { seq, data } => {
-                let base = self.groups.front().expect("an open group").first;
-                let seq64 = widen(seq, base);
-                if !self.fill_slot(seq64, data, false)? {
-                    return Err(ProtocolError::UnknownSegment { seq, offset });
-                }
-                self.cache.insert(Fingerprint::full(data), data)?;
-            }
+            Msg::Cfp(hash) => self.on_cfp(hash, offset)?,
+            Msg::Segment { seq, data } => self.on_segment(seq, data, offset)?,
             Msg::Request(_) | Msg::Ack | Msg::Resync => {
                 return Err(ProtocolError::Unexpected {
                     what: "receiver-side message from the sender",
@@ -420,6 +242,266 @@ impl<C: SegmentCache> Receiver<C> {
                 max: self.config.max_pending,
             });
         }
+        Ok(())
+    }
+
+    /// Takes the sender's parameters, and asks for a reset if its stream model is not
+    /// this side's.
+    fn on_hello(
+        &mut self,
+        version: u8,
+        bits: u8,
+        group: u32,
+        token: Token,
+        offset: u64,
+    ) -> Result<(), ProtocolError> {
+        if self.hello {
+            return Err(ProtocolError::Unexpected {
+                what: "second hello",
+                offset,
+            });
+        }
+        if version != wire::VERSION {
+            return Err(ProtocolError::Version {
+                found: version,
+                expected: wire::VERSION,
+            });
+        }
+        if bits != self.config.bits.get() || group == 0 {
+            return Err(ProtocolError::Parameters {
+                found: bits,
+                group,
+                expected: self.config.bits.get(),
+            });
+        }
+        self.config.group = group;
+        self.hello = true;
+        if token != self.stream.token() {
+            self.stream_agreed = false;
+            self.out.push(wire::T_RESYNC);
+            self.stats.overhead_bytes += 1;
+        }
+        Ok(())
+    }
+
+    /// A message begins: its segments follow.
+    fn on_message_start(
+        &mut self,
+        channel: u32,
+        layout: &[u8],
+        segments: u64,
+        offset: u64,
+    ) -> Result<(), ProtocolError> {
+        if self.announced != 0 {
+            return Err(ProtocolError::Unexpected {
+                what: "message start inside a message",
+                offset,
+            });
+        }
+        self.messages.push_back(PendingMessage {
+            channel,
+            layout: Bytes::copy_from_slice(layout),
+            first: self.next_seq,
+            segments,
+        });
+        self.announced = segments;
+        self.stats.messages += 1;
+        self.drop_finished_groups();
+        Ok(())
+    }
+
+    /// A segment named as the successor of the stream's cursor.
+    fn on_next(&mut self, offset: u64) -> Result<(), ProtocolError> {
+        self.expect_segment(offset)?;
+        let fp = self.predicted();
+        let slot = self.cache_slot(fp)?;
+        self.stream
+            .advance(fp, fp.map_or(Seen::Unknown, Seen::Known));
+        self.stats.predicted += 1;
+        self.stats.fingerprinted += 1;
+        self.push_slot(slot)
+    }
+
+    /// A segment named by its fingerprint.
+    fn on_fp(&mut self, fp: Fingerprint, offset: u64) -> Result<(), ProtocolError> {
+        self.expect_segment(offset)?;
+        self.recent.touch(fp);
+        let slot = self.cache_slot(Some(fp))?;
+        self.stream.advance(Some(fp), Seen::Known(fp));
+        self.stats.fingerprinted += 1;
+        self.push_slot(slot)
+    }
+
+    /// A segment sent whole, unasked.
+    fn on_push(&mut self, data: &[u8], offset: u64) -> Result<(), ProtocolError> {
+        self.expect_segment(offset)?;
+        let full = Fingerprint::full(data);
+        self.cache.insert(full, data)?;
+        let fp = full.truncate(self.config.bits);
+        self.recent.touch(fp);
+        self.stream.advance(Some(fp), Seen::Known(fp));
+        self.pending_bytes += data.len();
+        self.stats.pushed += 1;
+        self.push_slot(Slot {
+            data: Some(Bytes::copy_from_slice(data)),
+            from_cache: false,
+        })
+    }
+
+    /// A segment sent as a delta against cached ones, with its bytes or (deferred)
+    /// with them to come in the next batch.
+    fn on_delta(&mut self, d: &wire::Delta<'_>, offset: u64) -> Result<(), ProtocolError> {
+        self.expect_segment(offset)?;
+        let bases = self.delta_bases(d, offset)?;
+        let anchor = bases.get(d.anchor).copied().flatten();
+        self.stats.deltas += 1;
+        let found = self.lookup_bases(&bases)?;
+        match d.delta {
+            None => self.defer_delta(d.len, found, anchor),
+            Some(body) => {
+                let slot = self.rebuild_delta(body, d.len, found.as_deref(), anchor)?;
+                self.push_slot(slot)
+            }
+        }
+    }
+
+    /// The fingerprints a delta names as its bases, in order; `None` for one the
+    /// stream model cannot name here (the segment is then requested whole). Each takes
+    /// its place in the recent table, named or not.
+    fn delta_bases(
+        &mut self,
+        d: &wire::Delta<'_>,
+        offset: u64,
+    ) -> Result<Vec<Option<Fingerprint>>, ProtocolError> {
+        let mut bases: Vec<Option<Fingerprint>> = Vec::with_capacity(d.n);
+        let cursor = self.agreed_model().and_then(StreamModel::cursor);
+        let mut prev = cursor;
+        for r in d.bases() {
+            let b = match r {
+                BaseRef::Literal(fp) => Some(fp),
+                BaseRef::Recent(k) => Some(self.recent.get(k).ok_or(ProtocolError::Malformed {
+                    what: "delta segment (base reference to an empty slot)",
+                    offset,
+                })?),
+                BaseRef::Cursor => cursor,
+                BaseRef::Next => {
+                    prev.and_then(|p| self.agreed_model().and_then(|m| m.successor(p)))
+                }
+            };
+            bases.push(b);
+            prev = b;
+        }
+        for &b in &bases {
+            self.recent.touch(b.unwrap_or(Fingerprint(UNKNOWN_BASE)));
+        }
+        Ok(bases)
+    }
+
+    /// Every base's bytes from the cache; `None` if one is unnamed or missing.
+    fn lookup_bases(
+        &mut self,
+        bases: &[Option<Fingerprint>],
+    ) -> Result<Option<Vec<(Fingerprint, Bytes)>>, ProtocolError> {
+        let mut found = Vec::with_capacity(bases.len());
+        for &fp in bases {
+            match fp.map(|fp| self.cache.lookup(fp)).transpose()?.flatten() {
+                Some(b) => found.push((fp.expect("looked up"), b)),
+                None => break,
+            }
+        }
+        Ok((found.len() == bases.len()).then_some(found))
+    }
+
+    /// Holds a slot for a deferred delta segment of `len` bytes until its batch comes.
+    fn defer_delta(
+        &mut self,
+        len: usize,
+        bases: Option<Vec<(Fingerprint, Bytes)>>,
+        anchor: Option<Fingerprint>,
+    ) -> Result<(), ProtocolError> {
+        self.deferred_bytes += len;
+        if self.deferred_bytes > self.config.max_pending {
+            return Err(ProtocolError::Overrun {
+                pending: self.deferred_bytes,
+                max: self.config.max_pending,
+            });
+        }
+        self.deferred.push(DeferredDelta {
+            seq: self.next_seq,
+            len,
+            bases,
+        });
+        self.stream.advance(anchor, Seen::Deferred(None));
+        self.push_slot(Slot {
+            data: None,
+            from_cache: false,
+        })
+    }
+
+    /// The slot of an inline delta segment: rebuilt from `body` and its bases, else
+    /// (a base missing, or a delta that does not decode) requested.
+    fn rebuild_delta(
+        &mut self,
+        body: &[u8],
+        len: usize,
+        bases: Option<&[(Fingerprint, Bytes)]>,
+        anchor: Option<Fingerprint>,
+    ) -> Result<Slot, ProtocolError> {
+        let rebuilt = bases.and_then(|found| {
+            let base = found
+                .iter()
+                .map(|(_, b)| &b[..])
+                .collect::<Vec<_>>()
+                .concat();
+            delta::decode(&base, body, len).ok()
+        });
+        self.stats.delta_bytes += body.len() as u64;
+        match rebuilt {
+            Some(data) => {
+                let full = Fingerprint::full(&data);
+                self.stream
+                    .advance(anchor, Seen::Known(full.truncate(self.config.bits)));
+                self.cache.insert(full, &data)?;
+                self.pending_bytes += data.len();
+                self.stats.delta_segment_bytes += data.len() as u64;
+                Ok(Slot {
+                    data: Some(Bytes::from(data)),
+                    // Built on cache reads: suspect until the group's hash agrees.
+                    from_cache: true,
+                })
+            }
+            None => {
+                self.stream.advance(anchor, Seen::Unknown);
+                self.cache_slot(None)
+            }
+        }
+    }
+
+    /// The open group's conservative hash: the group closes, and is checked once
+    /// complete.
+    fn on_cfp(&mut self, hash: [u8; CONSERVATIVE_LEN], offset: u64) -> Result<(), ProtocolError> {
+        self.stream.commit();
+        let open = self.groups.back_mut().expect("an open group");
+        if open.slots.is_empty() {
+            return Err(ProtocolError::Unexpected {
+                what: "conservative fingerprint of an empty group",
+                offset,
+            });
+        }
+        open.cfp = Some(hash);
+        let i = self.groups.len() - 1;
+        self.groups.push_back(RecvGroup::open(self.next_seq));
+        self.try_verify(i)
+    }
+
+    /// A segment this side asked for.
+    fn on_segment(&mut self, seq: u32, data: &[u8], offset: u64) -> Result<(), ProtocolError> {
+        let base = self.groups.front().expect("an open group").first;
+        let seq64 = widen(seq, base);
+        if !self.fill_slot(seq64, data, false)? {
+            return Err(ProtocolError::UnknownSegment { seq, offset });
+        }
+        self.cache.insert(Fingerprint::full(data), data)?;
         Ok(())
     }
 
