@@ -38,6 +38,34 @@ enum Sent {
     Deferred(Fingerprint),
 }
 
+/// The bases of a delta for a new segment, the index of the one the stream moves to,
+/// and where each ends in their concatenation.
+struct DeltaPlan {
+    bases: Vec<Fingerprint>,
+    anchor: usize,
+    ends: Vec<usize>,
+}
+
+impl DeltaPlan {
+    /// Keeps only the bases `delta` copies from, and the anchor: a batch's prefix is all
+    /// its bases, and zstd reads every byte of it.
+    fn keep_copied_bases(&mut self, delta: &[u8]) {
+        let mut used = vec![false; self.bases.len()];
+        used[self.anchor] = true;
+        for r in delta::copied(delta) {
+            let first = self.ends.partition_point(|&e| e <= r.start);
+            let last = self.ends.partition_point(|&e| e < r.end);
+            for u in used.iter_mut().take(last + 1).skip(first) {
+                *u = true;
+            }
+        }
+        self.anchor = used[..self.anchor].iter().filter(|&&u| u).count();
+        let mut keep = used.iter();
+        self.bases
+            .retain(|_| *keep.next().expect("one flag per base"));
+    }
+}
+
 /// What the sender needs of a segment besides its bytes, computed where convenient
 /// (another core) and handed to [`Sender::send_message_prepared`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -405,128 +433,156 @@ impl<C: SegmentCache> Sender<C> {
         fp: Fingerprint,
         sketch: Option<&similar::Sketch>,
     ) -> Result<Sent, ProtocolError> {
-        let bits = self.config.bits;
-        // The bases, the anchor's index, and where each base ends in their concatenation.
-        let mut best: Option<(Vec<Fingerprint>, usize, Vec<usize>)> = None;
-        if self.config.delta_index > 0 && s.len() >= similar::MIN_SEGMENT {
-            for (run, anchor) in self.base_choices(sketch) {
-                self.base_buf.clear();
-                let mut have = Vec::with_capacity(run.len());
-                let mut ends = Vec::with_capacity(run.len());
-                let (mut start, mut at) = (0, 0);
-                for (i, &f) in run.iter().enumerate() {
-                    if self.batched(f) {
-                        continue; // not at the receiver before the batch
-                    }
-                    if let Some(b) = self.cache.lookup(f)? {
-                        if i == anchor {
-                            (start, at) = (self.base_buf.len(), have.len());
-                        }
-                        self.base_buf.extend_from_slice(&b);
-                        have.push(f);
-                        ends.push(self.base_buf.len());
-                    }
-                }
-                if have.is_empty() {
-                    continue;
-                }
-                if !self.config.session_bases
-                    && have
-                        .iter()
-                        .all(|b| self.session_new.get(&b.0) == Some(&true))
-                {
-                    continue; // the stream's compressor does better
-                }
-                self.delta_buf.clear();
-                self.encoder
-                    .encode(&self.base_buf, s, start, &mut self.delta_buf);
-                if best.is_none() || self.delta_buf.len() < self.best_delta.len() {
-                    std::mem::swap(&mut self.delta_buf, &mut self.best_delta);
-                    best = Some((have, at, ends));
-                }
-                if self.best_delta.len() < s.len() / 16 {
-                    break; // good enough: skip the other candidate
-                }
-            }
-        }
-        let whole = 1 + varint_len(s.len()) + s.len();
+        let mut best = self.best_delta_for(s, sketch)?;
         let deferred = self.config.delta_batch > 0
-            && best.as_ref().is_some_and(|(bases, _, _)| {
-                !bases.iter().all(|b| self.session_new.contains_key(&b.0))
+            && best.as_ref().is_some_and(|plan| {
+                !plan
+                    .bases
+                    .iter()
+                    .all(|b| self.session_new.contains_key(&b.0))
             });
         if deferred {
-            // A batch's prefix is all its bases, and zstd reads every byte of it: keep
-            // the bases the delta copies from (and the anchor).
-            if let Some((bases, anchor, ends)) = best.as_mut() {
-                let mut used = vec![false; bases.len()];
-                used[*anchor] = true;
-                for r in delta::copied(&self.best_delta) {
-                    let first = ends.partition_point(|&e| e <= r.start);
-                    let last = ends.partition_point(|&e| e < r.end);
-                    for u in used.iter_mut().take(last + 1).skip(first) {
-                        *u = true;
-                    }
-                }
-                *anchor = used[..*anchor].iter().filter(|&&u| u).count();
-                let mut keep = used.iter();
-                bases.retain(|_| *keep.next().expect("one flag per base"));
+            if let Some(plan) = best.as_mut() {
+                plan.keep_copied_bases(&self.best_delta);
             }
         }
-        let refs = best.as_ref().map(|(bases, _, _)| self.base_refs(bases));
-        match (best, refs) {
-            (Some((bases, anchor, _)), Some(refs))
-                if 2 + refs
+        if let Some(plan) = best {
+            let refs = self.base_refs(&plan.bases);
+            let whole = 1 + varint_len(s.len()) + s.len();
+            if self.delta_wire_len(&refs, s.len()) < whole {
+                return self.send_delta(plan, &refs, s, fp, deferred);
+            }
+        }
+        self.send_whole(s, fp);
+        Ok(Sent::Whole)
+    }
+
+    /// The shortest delta of `s` against each candidate run of bases
+    /// ([`Sender::base_choices`]), left in `best_delta`; `None` if no run is usable.
+    fn best_delta_for(
+        &mut self,
+        s: &[u8],
+        sketch: Option<&similar::Sketch>,
+    ) -> Result<Option<DeltaPlan>, ProtocolError> {
+        let mut best: Option<DeltaPlan> = None;
+        if self.config.delta_index == 0 || s.len() < similar::MIN_SEGMENT {
+            return Ok(best);
+        }
+        for (run, anchor) in self.base_choices(sketch) {
+            self.base_buf.clear();
+            let mut have = Vec::with_capacity(run.len());
+            let mut ends = Vec::with_capacity(run.len());
+            let (mut start, mut at) = (0, 0);
+            for (i, &f) in run.iter().enumerate() {
+                if self.batched(f) {
+                    continue; // not at the receiver before the batch
+                }
+                if let Some(b) = self.cache.lookup(f)? {
+                    if i == anchor {
+                        (start, at) = (self.base_buf.len(), have.len());
+                    }
+                    self.base_buf.extend_from_slice(&b);
+                    have.push(f);
+                    ends.push(self.base_buf.len());
+                }
+            }
+            if have.is_empty() {
+                continue;
+            }
+            if !self.config.session_bases
+                && have
                     .iter()
-                    .map(|r| if r.is_some() { 1 } else { 1 + bits.wire_len() })
-                    .sum::<usize>()
-                    + varint_len(s.len())
-                    + varint_len(self.best_delta.len())
-                    + self.best_delta.len()
-                    < whole =>
+                    .all(|b| self.session_new.get(&b.0) == Some(&true))
             {
-                let start = self.out.len();
-                self.out.push(if deferred {
-                    wire::T_DEFERRED
-                } else {
-                    wire::T_DELTA
-                });
-                self.out.push(bases.len() as u8 | (anchor as u8) << 4);
-                for (&b, r) in bases.iter().zip(&refs) {
-                    match r {
-                        Some(byte) => self.out.push(*byte),
-                        None => {
-                            self.out.push(wire::REF_LITERAL);
-                            put_fp(b, bits, &mut self.out);
-                        }
-                    }
-                }
-                for &b in &bases {
-                    self.recent.touch(b);
-                }
-                put_varint(s.len() as u64, &mut self.out);
-                self.stats.deltas += 1;
-                self.stats.delta_segment_bytes += s.len() as u64;
-                if deferred {
-                    self.stats.batched += 1;
-                    self.stats.overhead_bytes += (self.out.len() - start) as u64;
-                    self.defer(&bases, s, fp)?;
-                    return Ok(Sent::Deferred(bases[anchor]));
-                }
-                put_varint(self.best_delta.len() as u64, &mut self.out);
-                self.stats.overhead_bytes += (self.out.len() - start) as u64;
-                self.out.extend_from_slice(&self.best_delta);
-                self.stats.delta_bytes += self.best_delta.len() as u64;
-                Ok(Sent::Delta(bases[anchor]))
+                continue; // the stream's compressor does better
             }
-            _ => {
-                self.out.push(wire::T_PUSH);
-                put_varint(s.len() as u64, &mut self.out);
-                self.out.extend_from_slice(s);
-                self.stats.pushed += 1;
-                self.recent.touch(fp);
-                Ok(Sent::Whole)
+            self.delta_buf.clear();
+            self.encoder
+                .encode(&self.base_buf, s, start, &mut self.delta_buf);
+            if best.is_none() || self.delta_buf.len() < self.best_delta.len() {
+                std::mem::swap(&mut self.delta_buf, &mut self.best_delta);
+                best = Some(DeltaPlan {
+                    bases: have,
+                    anchor: at,
+                    ends,
+                });
+            }
+            if self.best_delta.len() < s.len() / 16 {
+                break; // good enough: skip the other candidate
             }
         }
+        Ok(best)
+    }
+
+    /// Bytes a delta message takes with the bases named by `refs` and the delta in
+    /// `best_delta` (counted for a deferred one too, whose bytes go in the batch).
+    fn delta_wire_len(&self, refs: &[Option<u8>], len: usize) -> usize {
+        let names: usize = refs
+            .iter()
+            .map(|r| {
+                if r.is_some() {
+                    1
+                } else {
+                    1 + self.config.bits.wire_len()
+                }
+            })
+            .sum();
+        2 + names + varint_len(len) + varint_len(self.best_delta.len()) + self.best_delta.len()
+    }
+
+    /// Sends `s` as the delta in `best_delta` against `plan`'s bases named by `refs`:
+    /// inline, or `deferred` with its bytes to go in the next batch.
+    fn send_delta(
+        &mut self,
+        plan: DeltaPlan,
+        refs: &[Option<u8>],
+        s: &[u8],
+        fp: Fingerprint,
+        deferred: bool,
+    ) -> Result<Sent, ProtocolError> {
+        let DeltaPlan { bases, anchor, .. } = plan;
+        let start = self.out.len();
+        self.out.push(if deferred {
+            wire::T_DEFERRED
+        } else {
+            wire::T_DELTA
+        });
+        self.out.push(bases.len() as u8 | (anchor as u8) << 4);
+        for (&b, r) in bases.iter().zip(refs) {
+            match r {
+                Some(byte) => self.out.push(*byte),
+                None => {
+                    self.out.push(wire::REF_LITERAL);
+                    put_fp(b, self.config.bits, &mut self.out);
+                }
+            }
+        }
+        for &b in &bases {
+            self.recent.touch(b);
+        }
+        put_varint(s.len() as u64, &mut self.out);
+        self.stats.deltas += 1;
+        self.stats.delta_segment_bytes += s.len() as u64;
+        if deferred {
+            self.stats.batched += 1;
+            self.stats.overhead_bytes += (self.out.len() - start) as u64;
+            self.defer(&bases, s, fp)?;
+            return Ok(Sent::Deferred(bases[anchor]));
+        }
+        put_varint(self.best_delta.len() as u64, &mut self.out);
+        self.stats.overhead_bytes += (self.out.len() - start) as u64;
+        self.out.extend_from_slice(&self.best_delta);
+        self.stats.delta_bytes += self.best_delta.len() as u64;
+        Ok(Sent::Delta(bases[anchor]))
+    }
+
+    /// Sends `s` whole.
+    fn send_whole(&mut self, s: &[u8], fp: Fingerprint) {
+        self.out.push(wire::T_PUSH);
+        put_varint(s.len() as u64, &mut self.out);
+        self.out.extend_from_slice(s);
+        self.stats.pushed += 1;
+        self.recent.touch(fp);
     }
 
     /// Whether `fp` is a deferred segment whose batch has not gone yet.
@@ -632,65 +688,79 @@ impl<C: SegmentCache> Sender<C> {
         r.0
     }
 
+    /// Acts on one message from the receiver (at byte `offset` of its stream).
     fn on_message(&mut self, msg: Msg<'_>, offset: u64) -> Result<(), ProtocolError> {
         match msg {
-            Msg::Request(seq) => {
-                let oldest = self.groups.front().expect("an open group").first;
-                let seq64 = widen(seq, oldest);
-                let g = self
-                    .groups
-                    .iter()
-                    .find(|g| seq64 >= g.first && seq64 < g.first + g.len() as u64)
-                    .ok_or(ProtocolError::UnknownSegment { seq, offset })?;
-                let data = g.segment((seq64 - g.first) as usize);
-                let start = self.out.len();
-                self.out.push(wire::T_SEGMENT);
-                self.out.extend_from_slice(&seq.to_le_bytes());
-                put_varint(data.len() as u64, &mut self.out);
-                self.stats.overhead_bytes += (self.out.len() - start) as u64;
-                self.out.extend_from_slice(data);
-                self.stats.requested += 1;
-                Ok(())
-            }
+            Msg::Request(seq) => self.on_request(seq, offset),
             Msg::Resync => {
-                if !self.resynced {
-                    // An epoch neither side had: the session's start and this sender.
-                    let epoch = xxhash_rust::xxh3::xxh3_64(
-                        &[
-                            self.stream.token().epoch.to_le_bytes(),
-                            self.stats.bytes_in.to_le_bytes(),
-                            now_nanos().to_le_bytes(),
-                            u64::from(std::process::id()).to_le_bytes(),
-                        ]
-                        .concat(),
-                    ) | 1;
-                    self.resynced = true;
-                    self.stream.reset(epoch);
-                    self.out.push(wire::T_RESET);
-                    self.out.extend_from_slice(&epoch.to_le_bytes());
-                    self.stats.overhead_bytes += 9;
-                }
+                self.on_resync();
                 Ok(())
             }
-            Msg::Ack => {
-                if self.groups.len() < 2 {
-                    return Err(ProtocolError::Unexpected {
-                        what: "acknowledgement (no group awaits one)",
-                        offset,
-                    });
-                }
-                let mut done = self.groups.pop_front().expect("two groups or more");
-                done.data.clear();
-                if done.data.capacity() > self.spare_group.capacity() {
-                    self.spare_group = done.data;
-                }
-                Ok(())
-            }
+            Msg::Ack => self.on_ack(offset),
             _ => Err(ProtocolError::Unexpected {
                 what: "sender-side message from the receiver",
                 offset,
             }),
         }
+    }
+
+    /// Sends segment `seq` again, whole: the receiver lacks it or its group failed.
+    fn on_request(&mut self, seq: u32, offset: u64) -> Result<(), ProtocolError> {
+        let oldest = self.groups.front().expect("an open group").first;
+        let seq64 = widen(seq, oldest);
+        let g = self
+            .groups
+            .iter()
+            .find(|g| seq64 >= g.first && seq64 < g.first + g.len() as u64)
+            .ok_or(ProtocolError::UnknownSegment { seq, offset })?;
+        let data = g.segment((seq64 - g.first) as usize);
+        let start = self.out.len();
+        self.out.push(wire::T_SEGMENT);
+        self.out.extend_from_slice(&seq.to_le_bytes());
+        put_varint(data.len() as u64, &mut self.out);
+        self.stats.overhead_bytes += (self.out.len() - start) as u64;
+        self.out.extend_from_slice(data);
+        self.stats.requested += 1;
+        Ok(())
+    }
+
+    /// The receiver's stream model is not ours: both restart from a new epoch (once a
+    /// session).
+    fn on_resync(&mut self) {
+        if self.resynced {
+            return;
+        }
+        // An epoch neither side had: the session's start and this sender.
+        let epoch = xxhash_rust::xxh3::xxh3_64(
+            &[
+                self.stream.token().epoch.to_le_bytes(),
+                self.stats.bytes_in.to_le_bytes(),
+                now_nanos().to_le_bytes(),
+                u64::from(std::process::id()).to_le_bytes(),
+            ]
+            .concat(),
+        ) | 1;
+        self.resynced = true;
+        self.stream.reset(epoch);
+        self.out.push(wire::T_RESET);
+        self.out.extend_from_slice(&epoch.to_le_bytes());
+        self.stats.overhead_bytes += 9;
+    }
+
+    /// The oldest unacknowledged group is checked: its segments are no longer needed.
+    fn on_ack(&mut self, offset: u64) -> Result<(), ProtocolError> {
+        if self.groups.len() < 2 {
+            return Err(ProtocolError::Unexpected {
+                what: "acknowledgement (no group awaits one)",
+                offset,
+            });
+        }
+        let mut done = self.groups.pop_front().expect("two groups or more");
+        done.data.clear();
+        if done.data.capacity() > self.spare_group.capacity() {
+            self.spare_group = done.data;
+        }
+        Ok(())
     }
 
     /// Moves what to send to the receiver into `out` (appending).
