@@ -703,7 +703,6 @@ fn read_files(
     };
     let last_file = todo.len().saturating_sub(1);
     for (k, f) in todo.into_iter().enumerate() {
-        let path = f.path;
         if !emit(
             Chunk::Start {
                 index: f.index,
@@ -713,67 +712,7 @@ fn read_files(
         ) {
             return;
         }
-        let r = (|| -> Result<(u64, String), SyncError> {
-            let mut file = File::open(&path).map_err(|err| SyncError::io("opening", &path, err))?;
-            let mut hasher = blake3::Hasher::new();
-            let mut size = 0u64;
-            let mut tail: Vec<u8> = Vec::new();
-            loop {
-                let mut buf = std::mem::take(&mut tail);
-                let start = buf.len();
-                // Room for what the manifest says is left (and a byte to see the end
-                // by), zeroed: the file read into it in one call, its end seen by a
-                // second. `read_to_end` into an empty buffer probed with 32 bytes and
-                // doubled, eight reads for a typical source file.
-                let left = f.size.saturating_sub(size);
-                let want = if left > 0 || size == 0 {
-                    (left as usize).saturating_add(1).min(chunk)
-                } else {
-                    chunk // it grew since the manifest was made
-                };
-                buf.resize(start + want, 0);
-                let mut filled = start;
-                let mut eof = false;
-                while filled < buf.len() {
-                    match file.read(&mut buf[filled..]) {
-                        Ok(0) => {
-                            eof = true;
-                            break;
-                        }
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(err) => return Err(SyncError::io("reading", &path, err)),
-                    }
-                }
-                buf.truncate(filled);
-                hasher.update(&buf[start..]);
-                size += (filled - start) as u64;
-                let ends = segmenter.boundaries(&buf, eof).unwrap_or_default();
-                let used = ends.last().copied().unwrap_or(0);
-                let mut fps = Vec::with_capacity(ends.len());
-                let mut at = 0;
-                for &end in &ends {
-                    fps.push(vargr_dedup::Prepared::of(&buf[at..end]));
-                    at = end;
-                }
-                tail = buf[used..].to_vec();
-                buf.truncate(used);
-                if !emit(
-                    Chunk::Data {
-                        data: buf,
-                        ends,
-                        fps,
-                    },
-                    false,
-                ) {
-                    return Ok((size, String::new()));
-                }
-                if eof {
-                    return Ok((size, frame::file_hash(&hasher)));
-                }
-            }
-        })();
-        let msg = match r {
+        let msg = match read_file(&f.path, f.size, &*segmenter, chunk, &mut emit) {
             Ok((size, hash)) => Chunk::End { size, hash },
             Err(e) => Chunk::Failed(e),
         };
@@ -782,6 +721,79 @@ fn read_files(
             return;
         }
     }
+}
+
+/// Reads one file (`size` bytes by the manifest) in chunks of up to `chunk` bytes of
+/// whole segments, handing each to `emit`. Returns its size and hash; the hash is empty
+/// if `emit` said the protocol thread has gone.
+fn read_file(
+    path: &Path,
+    size_hint: u64,
+    segmenter: &dyn vargr_dedup::Segmenter,
+    chunk: usize,
+    emit: &mut impl FnMut(Chunk, bool) -> bool,
+) -> Result<(u64, String), SyncError> {
+    let mut file = File::open(path).map_err(|err| SyncError::io("opening", path, err))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut size = 0u64;
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let mut buf = std::mem::take(&mut tail);
+        let start = buf.len();
+        // Room for what the manifest says is left (and a byte to see the end
+        // by), zeroed: the file read into it in one call, its end seen by a
+        // second. `read_to_end` into an empty buffer probed with 32 bytes and
+        // doubled, eight reads for a typical source file.
+        let left = size_hint.saturating_sub(size);
+        let want = if left > 0 || size == 0 {
+            (left as usize).saturating_add(1).min(chunk)
+        } else {
+            chunk // it grew since the manifest was made
+        };
+        buf.resize(start + want, 0);
+        let (n, eof) = read_up_to(&mut file, &mut buf[start..], path)?;
+        buf.truncate(start + n);
+        hasher.update(&buf[start..]);
+        size += n as u64;
+        let ends = segmenter.boundaries(&buf, eof).unwrap_or_default();
+        let used = ends.last().copied().unwrap_or(0);
+        let mut fps = Vec::with_capacity(ends.len());
+        let mut at = 0;
+        for &end in &ends {
+            fps.push(vargr_dedup::Prepared::of(&buf[at..end]));
+            at = end;
+        }
+        tail = buf[used..].to_vec();
+        buf.truncate(used);
+        if !emit(
+            Chunk::Data {
+                data: buf,
+                ends,
+                fps,
+            },
+            false,
+        ) {
+            return Ok((size, String::new()));
+        }
+        if eof {
+            return Ok((size, frame::file_hash(&hasher)));
+        }
+    }
+}
+
+/// Reads into `buf` until it is full or the file ends: the bytes read, and whether the
+/// file ended.
+fn read_up_to(file: &mut File, buf: &mut [u8], path: &Path) -> Result<(usize, bool), SyncError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => return Ok((filled, true)),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(SyncError::io("reading", path, err)),
+        }
+    }
+    Ok((filled, false))
 }
 
 #[cfg(test)]
