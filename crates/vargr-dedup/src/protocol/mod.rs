@@ -84,6 +84,9 @@ pub struct Config {
     /// for delta segments) and of both sides' [`StreamModel`] (successor links)
     /// (default 2^20 each: 60-120 MiB when full, 34 + 16 MiB saved; 0 sends new
     /// segments whole and predicts nothing; both sides must agree).
+    ///
+    /// [`SimilarityIndex`]: crate::similar::SimilarityIndex
+    /// [`StreamModel`]: crate::stream::StreamModel
     pub delta_index: usize,
     /// Whether a segment sent whole earlier in this session may be a delta base
     /// (default true). A sender whose output goes through a stream compressor turns
