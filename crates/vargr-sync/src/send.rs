@@ -1,5 +1,6 @@
 //! The sending side: scans the tree, streams it through the dedup sender.
 
+use std::collections::HashSet;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -308,6 +309,112 @@ impl Session {
         }
         self.wait(|s| !s.dx.window_full())
     }
+
+    /// Sends the manifest and waits for the receiver's answer: the indices of the files
+    /// it holds already.
+    fn exchange_manifest(&mut self, manifest: &Manifest) -> Result<HashSet<u32>, SyncError> {
+        self.control(&Control::Manifest {
+            manifest: manifest.clone(),
+        })?;
+        self.dx.flush();
+        self.write_out()?;
+        self.wait(|s| s.have.is_some())?;
+        Ok(self.have.take().unwrap_or_default().into_iter().collect())
+    }
+
+    /// Streams the files in `todo`, read, cut and hashed on a second core while the
+    /// protocol, the group hashes and zstd run on this one. Returns the files and the
+    /// bytes sent.
+    fn send_files(
+        &mut self,
+        todo: Vec<ToRead>,
+        segmenter: Box<dyn vargr_dedup::Segmenter>,
+        chunk_size: usize,
+        wire: &AtomicU64,
+        p: &mut Progress,
+        progress: &mut dyn FnMut(&Progress),
+    ) -> Result<(u64, u64), SyncError> {
+        let (chunks_tx, chunks) = mpsc::sync_channel::<Vec<Chunk>>(2);
+        let reader = std::thread::Builder::new()
+            .name("vargr-sync-read".into())
+            .spawn(move || read_files(todo, segmenter, chunk_size, chunks_tx))
+            .map_err(|e| self.link_err("starting the file reader", e))?;
+        let (mut sent, mut bytes_in) = (0, 0);
+        for chunk in chunks.iter().flatten() {
+            match chunk {
+                Chunk::Start { index, path } => {
+                    p.current = path;
+                    self.control_raw(&Control::FileStart { index })?;
+                }
+                Chunk::Data { data, ends, fps } => {
+                    p.bytes_done += self.send_segments(&data, &ends, &fps)?;
+                    p.wire_bytes = wire.load(Ordering::Relaxed);
+                    progress(p);
+                    self.poll()?;
+                }
+                Chunk::End { size, hash } => {
+                    // No flush here: the file is checked and put in place when its group
+                    // closes, a few segments on; closing a group at every file cost a
+                    // group hash per file, and a batch per file, in a tree of small ones.
+                    self.control(&Control::FileEnd { size, blake3: hash })?;
+                    self.write_out()?;
+                    sent += 1;
+                    bytes_in += size;
+                    p.files_done += 1;
+                    progress(p);
+                }
+                Chunk::Failed(e) => return Err(e),
+            }
+        }
+        let _ = reader.join();
+        Ok((sent, bytes_in))
+    }
+
+    /// Sends the segments `ends` cuts `data` into, fingerprinted by `fps`; returns the
+    /// bytes they hold.
+    fn send_segments(
+        &mut self,
+        data: &[u8],
+        ends: &[usize],
+        fps: &[vargr_dedup::Prepared],
+    ) -> Result<u64, SyncError> {
+        let mut segs = Vec::with_capacity(ends.len());
+        let mut at = 0;
+        for &end in ends {
+            segs.push(&data[at..end]);
+            at = end;
+        }
+        if !segs.is_empty() {
+            self.dx
+                .send_message_prepared(1, &[], &segs, fps)
+                .map_err(|err| self.dedup_err(err))?;
+        }
+        self.write_out()?;
+        // What this side believes the receiver holds survives a kill of this
+        // process, so a rerun sends fingerprints for it.
+        self.dx.cache().flush()?;
+        Ok(at as u64)
+    }
+
+    /// Tells the receiver every file has gone, and waits for its result.
+    fn finish(&mut self) -> Result<(), SyncError> {
+        self.control_raw(&Control::Done)?;
+        self.dx.flush();
+        self.write_out()?;
+        self.wait(|s| s.result.is_some())
+    }
+
+    /// Saves what the next sync to this receiver starts from (the cache, the similarity
+    /// index, the stream model); returns the cache's counters.
+    fn save_state(&mut self) -> Result<CacheStats, SyncError> {
+        self.dx.cache().flush()?;
+        let cache = self.dx.cache().stats();
+        crate::save_session_stats(self.dx.cache().dir(), &cache);
+        let dir = self.dx.cache().dir().to_path_buf();
+        crate::save_similarity(&dir, self.dx.similarity());
+        crate::save_stream(&dir, self.dx.stream());
+        Ok(cache)
+    }
 }
 
 /// Sends `src` (a file or a directory) over `t`.
@@ -318,96 +425,171 @@ pub fn send(
     progress: &mut dyn FnMut(&Progress),
 ) -> Result<SendReport, SyncError> {
     let t0 = Instant::now();
-    let segmenter = vargr_dedup::by_name(&opts.segmenter).map_err(|e| SyncError::Path {
-        path: opts.segmenter.clone(),
+    let segmenter = stream_segmenter(&opts.segmenter)?;
+    let manifest = Manifest::scan(src)?;
+    let peer = t.peer.clone();
+
+    let wire = Arc::new(AtomicU64::new(0));
+    let z = start_stream(t.writer, wire.clone(), opts, &peer)?;
+    let mut reader = t.reader;
+    let receiver = read_hello(&mut *reader, &peer)?;
+    let dx = open_sender(opts, &receiver, &peer)?;
+    let (tx, rx) = mpsc::channel();
+    let reply_bytes = Arc::new(AtomicU64::new(0));
+    let reply_thread = spawn_reply_reader(reader, tx, reply_bytes.clone(), &peer)?;
+
+    let mut s = Session {
+        dx,
+        z,
+        rx,
+        peer,
+        out: Vec::new(),
+        have: None,
+        result: None,
+        failed: Vec::new(),
+    };
+    let have = s.exchange_manifest(&manifest)?;
+    let (todo, mut p) = plan(src, &manifest, &have);
+    let skipped = p.files_done; // so far, the files the receiver has
+    progress(&p);
+    let (sent, bytes_in) =
+        s.send_files(todo, segmenter, opts.read_chunk, &wire, &mut p, progress)?;
+    s.finish()?;
+    let cache = s.save_state()?;
+    let dedup = s.dx.stats().clone();
+    let failures: Vec<String> = s
+        .failed
+        .iter()
+        .map(|(i, e)| format!("{}: {e}", manifest.entries[*i as usize].path))
+        .collect();
+    let Session { z, .. } = s;
+    // The receiver may already have closed its end: the result is what counts.
+    if let Ok(mut w) = z.finish() {
+        let _ = w.flush();
+    }
+    let _ = reply_thread.join();
+    p.wire_bytes = wire.load(Ordering::Relaxed);
+    progress(&p);
+    Ok(SendReport {
+        files_sent: sent,
+        files_skipped: skipped,
+        files_failed: failures.len() as u64,
+        failures,
+        bytes_in,
+        bytes_on_wire: wire.load(Ordering::Relaxed),
+        reply_bytes: reply_bytes.load(Ordering::Relaxed),
+        seconds: t0.elapsed().as_secs_f64(),
+        dedup,
+        cache,
+    })
+}
+
+/// The segmenter `spec` names, if it cuts byte streams (a sync cuts files).
+fn stream_segmenter(spec: &str) -> Result<Box<dyn vargr_dedup::Segmenter>, SyncError> {
+    let segmenter = vargr_dedup::by_name(spec).map_err(|e| SyncError::Path {
+        path: spec.to_string(),
         reason: e.to_string(),
     })?;
     if segmenter.boundaries(&[], true).is_none() {
         return Err(SyncError::Path {
-            path: opts.segmenter.clone(),
+            path: spec.to_string(),
             reason: "sync needs a segmenter of byte streams (cdc, static or sw)".into(),
         });
     }
-    let manifest = Manifest::scan(src)?;
-    let bits: FpBits = opts.cache.bits;
-    let peer = t.peer.clone();
+    Ok(segmenter)
+}
 
-    let wire = Arc::new(AtomicU64::new(0));
+/// Writes the preamble to `writer` and starts the zstd stream after it; `wire` counts
+/// every byte written.
+fn start_stream(
+    writer: Box<dyn Write + Send>,
+    wire: Arc<AtomicU64>,
+    opts: &SendOptions,
+    peer: &str,
+) -> Result<zstd::stream::write::Encoder<'static, Counting>, SyncError> {
+    let link_err = |what, source| SyncError::Link {
+        peer: peer.to_string(),
+        what,
+        source,
+    };
     let mut writer = Counting {
-        inner: t.writer,
-        count: wire.clone(),
+        inner: writer,
+        count: wire,
     };
     let preamble = Preamble {
         version: frame::PROTOCOL_VERSION,
         sender: opts.sender_name.clone(),
         dest: opts.dest.clone(),
-        fp_bits: bits.get(),
+        fp_bits: opts.cache.bits.get(),
         group: opts.group,
     };
-    frame::write_preamble(&mut writer, &preamble).map_err(|e| SyncError::Link {
-        peer: peer.clone(),
-        what: "sending the preamble",
-        source: e,
-    })?;
-    let z = stream_encoder(writer, opts.zstd_level).map_err(|e| SyncError::Link {
-        peer: peer.clone(),
-        what: "starting zstd",
-        source: e,
-    })?;
+    frame::write_preamble(&mut writer, &preamble)
+        .map_err(|e| link_err("sending the preamble", e))?;
+    stream_encoder(writer, opts.zstd_level).map_err(|e| link_err("starting zstd", e))
+}
 
-    // The receiver names itself first: this side's cache of what it holds is per
-    // receiver, whatever address reached it.
-    let mut reader = t.reader;
-    let receiver = match frame::read_frame(&mut *reader) {
-        Ok(Some((F_CONTROL, body))) => match serde_json::from_slice(&body) {
-            Ok(Reply::Hello { receiver }) => receiver,
-            Ok(Reply::Error { message }) => return Err(SyncError::Remote(message)),
-            _ => {
-                return Err(SyncError::Protocol {
-                    peer: peer.clone(),
-                    reason: "the receiver did not start with its hello".into(),
-                })
-            }
-        },
-        Ok(_) => {
-            return Err(SyncError::Protocol {
-                peer: peer.clone(),
-                reason: "the receiver closed the connection or did not start with its hello".into(),
-            })
-        }
-        Err(reason) => {
-            return Err(SyncError::Protocol {
-                peer: peer.clone(),
-                reason,
-            })
-        }
+/// The receiver's name from its hello. It names itself first: this side's cache of
+/// what it holds is per receiver, whatever address reached it.
+fn read_hello(reader: &mut dyn Read, peer: &str) -> Result<String, SyncError> {
+    let protocol_err = |reason: String| SyncError::Protocol {
+        peer: peer.to_string(),
+        reason,
     };
+    match frame::read_frame(reader) {
+        Ok(Some((F_CONTROL, body))) => match serde_json::from_slice(&body) {
+            Ok(Reply::Hello { receiver }) => Ok(receiver),
+            Ok(Reply::Error { message }) => Err(SyncError::Remote(message)),
+            _ => Err(protocol_err(
+                "the receiver did not start with its hello".into(),
+            )),
+        },
+        Ok(_) => Err(protocol_err(
+            "the receiver closed the connection or did not start with its hello".into(),
+        )),
+        Err(reason) => Err(protocol_err(reason)),
+    }
+}
+
+/// The dedup sender for `receiver`, on this side's cache of what it holds and with the
+/// similarity index and stream model the last sync to it left.
+fn open_sender(
+    opts: &SendOptions,
+    receiver: &str,
+    peer: &str,
+) -> Result<Sender<DiskCache>, SyncError> {
     let cache = DiskCache::open_for_peer(
         &opts.cache_root,
         &cache_key(&format!("to-{receiver}")),
         opts.cache.clone(),
     )?;
-    let config = sender_config(bits, opts.group, opts.delta_level);
+    let config = sender_config(opts.cache.bits, opts.group, opts.delta_level);
     let similar = crate::load_similarity(cache.dir(), config.delta_index);
     let stream = crate::load_stream(cache.dir(), config.delta_index);
     let mut dx = Sender::new(config, cache).map_err(|e| SyncError::Dedup {
-        peer: peer.clone(),
+        peer: peer.to_string(),
         source: e,
     })?;
     dx.set_similarity(similar);
     dx.set_stream(stream);
+    Ok(dx)
+}
 
-    let (tx, rx) = mpsc::channel();
-    let reply_bytes = Arc::new(AtomicU64::new(0));
-    let rb = reply_bytes.clone();
-    let reader_thread = std::thread::Builder::new()
+/// Starts the thread that reads the receiver's replies into `tx`, counting their bytes
+/// in `reply_bytes`, until the link ends or fails.
+fn spawn_reply_reader(
+    mut reader: Box<dyn Read + Send>,
+    tx: mpsc::Sender<Incoming>,
+    reply_bytes: Arc<AtomicU64>,
+    peer: &str,
+) -> Result<std::thread::JoinHandle<()>, SyncError> {
+    std::thread::Builder::new()
         .name("vargr-sync-replies".into())
         .spawn(move || loop {
             let m = match frame::read_frame(&mut *reader) {
                 Ok(None) => Incoming::End,
                 Err(e) => Incoming::Failed(e),
                 Ok(Some((kind, body))) => {
-                    rb.fetch_add(5 + body.len() as u64, Ordering::Relaxed);
+                    reply_bytes.fetch_add(5 + body.len() as u64, Ordering::Relaxed);
                     if kind == F_DEDUP {
                         Incoming::Dedup(body)
                     } else {
@@ -425,30 +607,15 @@ pub fn send(
             }
         })
         .map_err(|e| SyncError::Link {
-            peer: peer.clone(),
+            peer: peer.to_string(),
             what: "starting the reply reader",
             source: e,
-        })?;
+        })
+}
 
-    let mut s = Session {
-        dx,
-        z,
-        rx,
-        peer: peer.clone(),
-        out: Vec::new(),
-        have: None,
-        result: None,
-        failed: Vec::new(),
-    };
-    s.control(&Control::Manifest {
-        manifest: manifest.clone(),
-    })?;
-    s.dx.flush();
-    s.write_out()?;
-    s.wait(|s| s.have.is_some())?;
-    let have: std::collections::HashSet<u32> =
-        s.have.take().unwrap_or_default().into_iter().collect();
-
+/// The files of `manifest` the receiver does not `have`, to read from under `src`, and
+/// the progress with the ones it has counted done.
+fn plan(src: &Path, manifest: &Manifest, have: &HashSet<u32>) -> (Vec<ToRead>, Progress) {
     let files: Vec<usize> = (0..manifest.entries.len())
         .filter(|&i| manifest.entries[i].kind == Kind::File)
         .collect();
@@ -457,12 +624,10 @@ pub fn send(
         bytes_total: manifest.file_bytes(),
         ..Progress::default()
     };
-    let (mut sent, mut skipped, mut bytes_in) = (0, 0, 0);
     let mut todo = Vec::new();
     for &i in &files {
         let e = &manifest.entries[i];
         if have.contains(&(i as u32)) {
-            skipped += 1;
             p.files_done += 1;
             p.bytes_done += e.size;
         } else {
@@ -479,96 +644,7 @@ pub fn send(
             });
         }
     }
-    progress(&p);
-    // Reading, cutting and hashing on a second core; the protocol, the group hashes
-    // and zstd on this one.
-    let (chunks_tx, chunks) = mpsc::sync_channel::<Vec<Chunk>>(2);
-    let chunk_size = opts.read_chunk;
-    let reader = std::thread::Builder::new()
-        .name("vargr-sync-read".into())
-        .spawn(move || read_files(todo, segmenter, chunk_size, chunks_tx))
-        .map_err(|e| SyncError::Link {
-            peer: peer.clone(),
-            what: "starting the file reader",
-            source: e,
-        })?;
-    for chunk in chunks.iter().flatten() {
-        match chunk {
-            Chunk::Start { index, path } => {
-                p.current = path;
-                s.control_raw(&Control::FileStart { index })?;
-            }
-            Chunk::Data { data, ends, fps } => {
-                let mut segs = Vec::with_capacity(ends.len());
-                let mut at = 0;
-                for &end in &ends {
-                    segs.push(&data[at..end]);
-                    at = end;
-                }
-                if !segs.is_empty() {
-                    s.dx.send_message_prepared(1, &[], &segs, &fps)
-                        .map_err(|err| s.dedup_err(err))?;
-                }
-                s.write_out()?;
-                // What this side believes the receiver holds survives a kill of this
-                // process, so a rerun sends fingerprints for it.
-                s.dx.cache().flush()?;
-                p.bytes_done += at as u64;
-                p.wire_bytes = wire.load(Ordering::Relaxed);
-                progress(&p);
-                s.poll()?;
-            }
-            Chunk::End { size, hash } => {
-                // No flush here: the file is checked and put in place when its group
-                // closes, a few segments on; closing a group at every file cost a
-                // group hash per file, and a batch per file, in a tree of small ones.
-                s.control(&Control::FileEnd { size, blake3: hash })?;
-                s.write_out()?;
-                sent += 1;
-                bytes_in += size;
-                p.files_done += 1;
-                progress(&p);
-            }
-            Chunk::Failed(e) => return Err(e),
-        }
-    }
-    let _ = reader.join();
-    s.control_raw(&Control::Done)?;
-    s.dx.flush();
-    s.write_out()?;
-    s.wait(|s| s.result.is_some())?;
-    s.dx.cache().flush()?;
-    let cache = s.dx.cache().stats();
-    crate::save_session_stats(s.dx.cache().dir(), &cache);
-    let dir = s.dx.cache().dir().to_path_buf();
-    crate::save_similarity(&dir, s.dx.similarity());
-    crate::save_stream(&dir, s.dx.stream());
-    let dedup = s.dx.stats().clone();
-    let failures: Vec<String> = s
-        .failed
-        .iter()
-        .map(|(i, e)| format!("{}: {e}", manifest.entries[*i as usize].path))
-        .collect();
-    let Session { z, .. } = s;
-    // The receiver may already have closed its end: the result is what counts.
-    if let Ok(mut w) = z.finish() {
-        let _ = w.flush();
-    }
-    let _ = reader_thread.join();
-    p.wire_bytes = wire.load(Ordering::Relaxed);
-    progress(&p);
-    Ok(SendReport {
-        files_sent: sent,
-        files_skipped: skipped,
-        files_failed: failures.len() as u64,
-        failures,
-        bytes_in,
-        bytes_on_wire: wire.load(Ordering::Relaxed),
-        reply_bytes: reply_bytes.load(Ordering::Relaxed),
-        seconds: t0.elapsed().as_secs_f64(),
-        dedup,
-        cache,
-    })
+    (todo, p)
 }
 
 /// What the reader thread hands the protocol thread.
@@ -627,7 +703,6 @@ fn read_files(
     };
     let last_file = todo.len().saturating_sub(1);
     for (k, f) in todo.into_iter().enumerate() {
-        let path = f.path;
         if !emit(
             Chunk::Start {
                 index: f.index,
@@ -637,67 +712,7 @@ fn read_files(
         ) {
             return;
         }
-        let r = (|| -> Result<(u64, String), SyncError> {
-            let mut file = File::open(&path).map_err(|err| SyncError::io("opening", &path, err))?;
-            let mut hasher = blake3::Hasher::new();
-            let mut size = 0u64;
-            let mut tail: Vec<u8> = Vec::new();
-            loop {
-                let mut buf = std::mem::take(&mut tail);
-                let start = buf.len();
-                // Room for what the manifest says is left (and a byte to see the end
-                // by), zeroed: the file read into it in one call, its end seen by a
-                // second. `read_to_end` into an empty buffer probed with 32 bytes and
-                // doubled, eight reads for a typical source file.
-                let left = f.size.saturating_sub(size);
-                let want = if left > 0 || size == 0 {
-                    (left as usize).saturating_add(1).min(chunk)
-                } else {
-                    chunk // it grew since the manifest was made
-                };
-                buf.resize(start + want, 0);
-                let mut filled = start;
-                let mut eof = false;
-                while filled < buf.len() {
-                    match file.read(&mut buf[filled..]) {
-                        Ok(0) => {
-                            eof = true;
-                            break;
-                        }
-                        Ok(n) => filled += n,
-                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                        Err(err) => return Err(SyncError::io("reading", &path, err)),
-                    }
-                }
-                buf.truncate(filled);
-                hasher.update(&buf[start..]);
-                size += (filled - start) as u64;
-                let ends = segmenter.boundaries(&buf, eof).unwrap_or_default();
-                let used = ends.last().copied().unwrap_or(0);
-                let mut fps = Vec::with_capacity(ends.len());
-                let mut at = 0;
-                for &end in &ends {
-                    fps.push(vargr_dedup::Prepared::of(&buf[at..end]));
-                    at = end;
-                }
-                tail = buf[used..].to_vec();
-                buf.truncate(used);
-                if !emit(
-                    Chunk::Data {
-                        data: buf,
-                        ends,
-                        fps,
-                    },
-                    false,
-                ) {
-                    return Ok((size, String::new()));
-                }
-                if eof {
-                    return Ok((size, frame::file_hash(&hasher)));
-                }
-            }
-        })();
-        let msg = match r {
+        let msg = match read_file(&f.path, f.size, &*segmenter, chunk, &mut emit) {
             Ok((size, hash)) => Chunk::End { size, hash },
             Err(e) => Chunk::Failed(e),
         };
@@ -706,6 +721,79 @@ fn read_files(
             return;
         }
     }
+}
+
+/// Reads one file (`size` bytes by the manifest) in chunks of up to `chunk` bytes of
+/// whole segments, handing each to `emit`. Returns its size and hash; the hash is empty
+/// if `emit` said the protocol thread has gone.
+fn read_file(
+    path: &Path,
+    size_hint: u64,
+    segmenter: &dyn vargr_dedup::Segmenter,
+    chunk: usize,
+    emit: &mut impl FnMut(Chunk, bool) -> bool,
+) -> Result<(u64, String), SyncError> {
+    let mut file = File::open(path).map_err(|err| SyncError::io("opening", path, err))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut size = 0u64;
+    let mut tail: Vec<u8> = Vec::new();
+    loop {
+        let mut buf = std::mem::take(&mut tail);
+        let start = buf.len();
+        // Room for what the manifest says is left (and a byte to see the end
+        // by), zeroed: the file read into it in one call, its end seen by a
+        // second. `read_to_end` into an empty buffer probed with 32 bytes and
+        // doubled, eight reads for a typical source file.
+        let left = size_hint.saturating_sub(size);
+        let want = if left > 0 || size == 0 {
+            (left as usize).saturating_add(1).min(chunk)
+        } else {
+            chunk // it grew since the manifest was made
+        };
+        buf.resize(start + want, 0);
+        let (n, eof) = read_up_to(&mut file, &mut buf[start..], path)?;
+        buf.truncate(start + n);
+        hasher.update(&buf[start..]);
+        size += n as u64;
+        let ends = segmenter.boundaries(&buf, eof).unwrap_or_default();
+        let used = ends.last().copied().unwrap_or(0);
+        let mut fps = Vec::with_capacity(ends.len());
+        let mut at = 0;
+        for &end in &ends {
+            fps.push(vargr_dedup::Prepared::of(&buf[at..end]));
+            at = end;
+        }
+        tail = buf[used..].to_vec();
+        buf.truncate(used);
+        if !emit(
+            Chunk::Data {
+                data: buf,
+                ends,
+                fps,
+            },
+            false,
+        ) {
+            return Ok((size, String::new()));
+        }
+        if eof {
+            return Ok((size, frame::file_hash(&hasher)));
+        }
+    }
+}
+
+/// Reads into `buf` until it is full or the file ends: the bytes read, and whether the
+/// file ended.
+fn read_up_to(file: &mut File, buf: &mut [u8], path: &Path) -> Result<(usize, bool), SyncError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match file.read(&mut buf[filled..]) {
+            Ok(0) => return Ok((filled, true)),
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(SyncError::io("reading", path, err)),
+        }
+    }
+    Ok((filled, false))
 }
 
 #[cfg(test)]

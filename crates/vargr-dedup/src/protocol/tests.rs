@@ -1,5 +1,6 @@
 use std::collections::HashMap;
 
+use bytes::Bytes;
 use proptest::prelude::*;
 
 use super::*;
