@@ -136,21 +136,34 @@ impl Transport for MeshTransport {
     }
 }
 
-/// How to join a job.
+/// How to join a job: every setting typed. Processes that `vargr run` (or `mpirun`)
+/// starts get theirs from the launcher through `vargr_config`, which reads them; this
+/// crate reads no settings of its own.
 #[derive(Debug, Clone)]
 pub struct JoinOptions {
     /// How long wire-up may take before it fails with an error naming what is missing.
     pub timeout: Duration,
-    /// WAN between sites; `None` reads `VARGR_WAN` (see [`WanMap::parse_line`]).
-    pub wan: Option<WanMap>,
-    /// Algorithm selection; `None` reads `VARGR_COLL_*` (see [`Selector::from_env`]).
-    pub selector: Option<Selector>,
-    /// How ranks of one process share its cores; `None` reads `VARGR_SCHED`
-    /// (`none`, `serialize` or `priority`; see [`SchedPolicy`]).
-    pub sched: Option<SchedPolicy>,
-    /// Compression on links between sites; `None` reads `VARGR_CODEC` (`off`,
-    /// `fixed:CODEC` or `adaptive`, the default).
-    pub codec: Option<CodecMode>,
+    /// WAN emulated between sites.
+    pub wan: WanMap,
+    /// Algorithm selection.
+    pub selector: Selector,
+    /// How ranks of one process share its cores.
+    pub sched: SchedPolicy,
+    /// Compression on links between sites, and the adaptive engine's settings.
+    pub codec: CodecMode,
+    pub codec_engine: vargr_codec::EngineConfig,
+    /// Where links record samples of what they carry (the guided strategy's first run).
+    pub codec_samples: Option<std::path::PathBuf>,
+    /// Redundancy elimination on links between sites: a segmenter spec.
+    pub dedup: Option<String>,
+    /// This process's site.
+    pub site: Option<String>,
+    /// Where [`Job::finish`] writes this process's trace file.
+    pub trace_dir: Option<std::path::PathBuf>,
+    /// The monitors to run (an agent in every process, the monitor in rank 0's).
+    pub monitor: Option<MonitorConfig>,
+    /// Align the processes' clocks at start-up even when neither traced nor monitored.
+    pub clock_sync: bool,
     /// Heartbeats of the job's rendezvous when this process hosts it (rank 0 under
     /// mpirun or srun; under `vargr run`, `vargr run --liveness-timeout` decides).
     pub liveness: vargr_net::job::Liveness,
@@ -163,10 +176,17 @@ impl Default for JoinOptions {
     fn default() -> Self {
         JoinOptions {
             timeout: Duration::from_secs(60),
-            wan: None,
-            selector: None,
-            sched: None,
-            codec: None,
+            wan: WanMap::default(),
+            selector: Selector::default(),
+            sched: SchedPolicy::default(),
+            codec: CodecMode::Adaptive,
+            codec_engine: vargr_codec::EngineConfig::default(),
+            codec_samples: None,
+            dedup: None,
+            site: None,
+            trace_dir: None,
+            monitor: None,
+            clock_sync: false,
             liveness: vargr_net::job::Liveness::default(),
             runtime_dir: vargr_net::runtime_dir::default_path(),
         }
@@ -183,10 +203,14 @@ pub struct Job {
     ranks_per_core: usize,
     /// Mailboxes of this process's ranks, when it has several.
     fabric: Option<Fabric>,
-    /// The load-balance monitor, in rank 0's process when `VARGR_MONITOR` is set.
+    /// The load-balance monitor, in rank 0's process when monitors run.
     monitor: std::sync::Mutex<Option<MonitorHandle>>,
-    /// This process's monitor agent, when `VARGR_MONITOR` is set.
+    /// This process's monitor agent, when monitors run.
     agent: std::sync::Mutex<Option<monitor::AgentHandle>>,
+    /// The options' trace directory, monitors and clock alignment.
+    trace_dir: Option<std::path::PathBuf>,
+    monitor_config: Option<MonitorConfig>,
+    clock_sync: bool,
 }
 
 fn job_error(e: impl std::fmt::Display) -> CollError {
@@ -195,70 +219,30 @@ fn job_error(e: impl std::fmt::Display) -> CollError {
     }
 }
 
-/// The environment variable naming a TOML file of adaptive engine settings for the
-/// codec stages of every rank (`vargr run --codec-config`).
-pub const CODEC_CONFIG_ENV: &str = "VARGR_CODEC_CONFIG";
-
-/// The adaptive engine's settings: those of the file [`CODEC_CONFIG_ENV`] names, else
-/// the defaults. An error names the file and the setting.
-fn codec_engine_config() -> Result<vargr_codec::EngineConfig> {
-    match std::env::var_os(CODEC_CONFIG_ENV) {
-        Some(p) if !p.is_empty() => vargr_codec::EngineConfig::from_toml_file(p.as_ref())
-            .map_err(|e| job_error(format!("{CODEC_CONFIG_ENV}: {e}"))),
-        _ => Ok(vargr_codec::EngineConfig::default()),
-    }
-}
-
 impl Job {
-    /// Joins the job this process was started in, with default options.
-    pub fn join() -> Result<Job> {
-        Job::join_with(JoinOptions::default())
-    }
-
+    /// Joins the job this process was started in (`vargr_config::join_job` joins it
+    /// with the settings the launcher gave).
     pub fn join_with(opts: JoinOptions) -> Result<Job> {
-        let wan = match opts.wan {
-            Some(w) => w,
-            None => match std::env::var("VARGR_WAN") {
-                Ok(line) => {
-                    WanMap::parse_line(&line).map_err(|e| job_error(format!("VARGR_WAN: {e}")))?
-                }
-                Err(_) => WanMap::default(),
-            },
-        };
-        let selector = match opts.selector {
-            Some(s) => s,
-            None => Selector::from_env()?,
-        };
-        let policy = match opts.sched {
-            Some(p) => p,
-            None => std::env::var("VARGR_SCHED")
-                .unwrap_or_default()
-                .parse()
-                .map_err(|e| job_error(format!("VARGR_SCHED: {e}")))?,
-        };
-        let codec = match opts.codec {
-            Some(c) => c,
-            None => match std::env::var("VARGR_CODEC") {
-                Ok(m) => m
-                    .parse()
-                    .map_err(|e| job_error(format!("VARGR_CODEC: {e}")))?,
-                Err(_) => CodecMode::Adaptive,
-            },
-        };
+        let JoinOptions {
+            wan,
+            selector,
+            sched: policy,
+            codec,
+            ..
+        } = opts.clone();
         let links = LinkPolicy::new(LinkSettings {
             wan,
             codec,
-            engine: codec_engine_config()?,
-            samples: std::env::var_os("VARGR_CODEC_TRACE").map(|dir| SampleDir {
-                dir: dir.into(),
-                label: std::env::var("VARGR_RANK").unwrap_or_else(|_| "x".into()),
+            engine: opts.codec_engine.clone(),
+            samples: opts.codec_samples.clone().map(|dir| SampleDir {
+                dir,
+                label: vargr_net::job::rank_from_env().map_or_else(|_| "x".into(), |r| r.to_string()),
             }),
-            // Redundancy elimination between sites: a segmenter spec.
-            dedup: std::env::var("VARGR_DEDUP").ok(),
+            dedup: opts.dedup.clone(),
             max_frame: mesh::MAX_MESSAGE + 64,
         })
         .map_err(job_error)?;
-        let my_site = std::env::var("VARGR_SITE").ok().filter(|s| !s.is_empty());
+        let my_site = opts.site.clone().filter(|s| !s.is_empty());
         let my_host = vargr_net::launch::hostname();
         let picker = Box::new(move |peer: &vargr_net::job::PeerInfo| {
             links.chain(&LinkEnds {
@@ -304,6 +288,9 @@ impl Job {
             hierarchy,
             selector,
             sched,
+            trace_dir: opts.trace_dir,
+            monitor_config: opts.monitor,
+            clock_sync: opts.clock_sync,
         };
         job.align_clocks()?;
         job.start_monitor()?;
@@ -323,13 +310,10 @@ impl Job {
     }
 
     /// Aligns this process's clock with rank 0's (see [`crate::clocksync`]) when the run
-    /// is traced or monitored (`VARGR_TRACE_DIR`, `VARGR_MONITOR`, or
-    /// `VARGR_CLOCK_SYNC=1`): every process of the job must take part, and these come
-    /// from the launcher, so all processes agree.
+    /// is traced, monitored or asks for it: every process of the job must take part,
+    /// and these settings come from the launcher, so all processes agree.
     fn align_clocks(&self) -> Result<()> {
-        let wanted = std::env::var_os("VARGR_TRACE_DIR").is_some()
-            || std::env::var_os("VARGR_MONITOR").is_some()
-            || std::env::var("VARGR_CLOCK_SYNC").is_ok_and(|v| v == "1");
+        let wanted = self.trace_dir.is_some() || self.monitor_config.is_some() || self.clock_sync;
         if !wanted {
             return Ok(());
         }
@@ -339,10 +323,10 @@ impl Job {
         Ok(())
     }
 
-    /// Starts the monitor plane when `VARGR_MONITOR` is set (`vargr run --monitor`):
-    /// an agent in every process, and the monitor in rank 0's (see [`MonitorConfig`]).
+    /// Starts the monitor plane when monitors run (`vargr run --monitor`): an agent in
+    /// every process, and the monitor in rank 0's (see [`MonitorConfig`]).
     fn start_monitor(&self) -> Result<()> {
-        let Some(cfg) = MonitorConfig::from_env() else {
+        let Some(cfg) = self.monitor_config.clone() else {
             return Ok(());
         };
         let first = self.local_ranks().start;
@@ -449,8 +433,8 @@ impl Job {
         })
     }
 
-    /// Writes everything still queued for other processes, and the trace file when
-    /// `VARGR_TRACE_DIR` is set (`vargr run --trace DIR`); call before exiting.
+    /// Writes everything still queued for other processes, and the trace file when the
+    /// options name a trace directory (`vargr run --trace DIR`); call before exiting.
     pub fn finish(&self) {
         let monitor = self
             .monitor
@@ -477,8 +461,8 @@ impl Job {
             agent.linger();
         }
         self.mesh.flush(Duration::from_secs(30));
-        if let Ok(dir) = std::env::var("VARGR_TRACE_DIR") {
-            if let Err(e) = self.write_trace(std::path::Path::new(&dir)) {
+        if let Some(dir) = &self.trace_dir {
+            if let Err(e) = self.write_trace(dir) {
                 tracing::warn!("could not write the trace: {e}");
             }
         }

@@ -65,7 +65,7 @@ pub use elem::{Elem, ElemKind};
 pub use error::{CollError, Result};
 pub use hierarchy::{Hierarchy, Levels};
 pub use inproc::{Fabric, InProcess, WaitPolicy};
-pub use job::{Job, JoinOptions, MeshTransport, CODEC_CONFIG_ENV};
+pub use job::{Job, JoinOptions, MeshTransport};
 pub use op::{Op, UserFn, UserOp};
 pub use rank_scheduler::{SchedPolicy, Scheduler};
 pub use schedule::{execute, Buf, ExecCtx, Mode, Schedule, Step};

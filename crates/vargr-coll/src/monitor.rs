@@ -15,8 +15,8 @@
 //! Records carry ticks of each process's clock; agents convert them to the root's time
 //! axis with the alignment measured at start-up (see [`crate::clocksync`]).
 //!
-//! With `VARGR_MONITOR_STATUS=FILE` the monitor rewrites FILE after every pull with what
-//! `vargr top` shows.
+//! With a status file ([`MonitorConfig::status_file`]) the monitor rewrites it after every
+//! pull with what `vargr top` shows.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -515,29 +515,6 @@ pub struct MonitorConfig {
 }
 
 impl MonitorConfig {
-    /// From `VARGR_MONITOR` (`load-balance`, `stats`, `distributed`, comma-separated),
-    /// `VARGR_MONITOR_PERIOD_MS`, `VARGR_MONITOR_COSCHEDULE`, `VARGR_MONITOR_SCOPE` and
-    /// `VARGR_MONITOR_STATUS`; `None` when `VARGR_MONITOR` is unset.
-    pub fn from_env() -> Option<MonitorConfig> {
-        let kinds = std::env::var("VARGR_MONITOR").ok()?;
-        let has = |k: &str| kinds.split(',').any(|x| x.trim() == k);
-        Some(MonitorConfig {
-            period: Duration::from_millis(
-                std::env::var("VARGR_MONITOR_PERIOD_MS")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                    .unwrap_or(200),
-            ),
-            stats: has("stats"),
-            distributed: has("distributed"),
-            coschedule: std::env::var_os("VARGR_MONITOR_COSCHEDULE").is_some(),
-            collectors: std::env::var("VARGR_MONITOR_SCOPE")
-                .map(|s| s.split(',').map(|p| p.trim().to_string()).collect())
-                .unwrap_or_else(|_| vec!["ctx0/*".into()]),
-            status_file: std::env::var_os("VARGR_MONITOR_STATUS").map(PathBuf::from),
-        })
-    }
-
     fn scope(&self) -> Scope {
         Scope {
             collectors: self.collectors.clone(),

@@ -583,13 +583,8 @@ impl Default for Selector {
 
 impl Selector {
     /// The built-in table, overridden by `VARGR_COLL_TABLE` (a TOML or JSON file) and by
-    /// `VARGR_COLL_<COLL>=<algorithm>` (e.g. `VARGR_COLL_ALLREDUCE=ring`).
-    pub fn from_env() -> Result<Selector> {
-        Selector::from_vars(|k| std::env::var(k).ok())
-    }
-
-    /// Like [`Selector::from_env`] with a custom variable source (for tests and for
-    /// configuration files that carry the same keys).
+    /// `VARGR_COLL_<COLL>=<algorithm>` (e.g. `VARGR_COLL_ALLREDUCE=ring`), as `get`
+    /// finds them (`vargr_config` gives it the configuration's values).
     pub fn from_vars(get: impl Fn(&str) -> Option<String>) -> Result<Selector> {
         let mut sel = Selector::default();
         if let Some(path) = get("VARGR_COLL_TABLE") {

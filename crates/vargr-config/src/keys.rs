@@ -39,10 +39,20 @@ keys! {
         "how ranks sharing a process share its cores: none, serialize or priority";
     "coll.table", "VARGR_COLL_TABLE", None,
         "a TOML or JSON file of collective algorithm selection rules";
+    "coll.barrier", "VARGR_COLL_BARRIER", None, "the barrier's algorithm, whatever the table says";
+    "coll.bcast", "VARGR_COLL_BCAST", None, "bcast's algorithm, whatever the table says";
+    "coll.reduce", "VARGR_COLL_REDUCE", None, "reduce's algorithm, whatever the table says";
+    "coll.allreduce", "VARGR_COLL_ALLREDUCE", None, "allreduce's algorithm, whatever the table says";
+    "coll.gather", "VARGR_COLL_GATHER", None, "gather's algorithm, whatever the table says";
+    "coll.scatter", "VARGR_COLL_SCATTER", None, "scatter's algorithm, whatever the table says";
+    "coll.allgather", "VARGR_COLL_ALLGATHER", None, "allgather's algorithm, whatever the table says";
+    "coll.alltoall", "VARGR_COLL_ALLTOALL", None, "alltoall's algorithm, whatever the table says";
     "trace.dir", "VARGR_TRACE_DIR", None,
         "directory for every process's trace file at the end of a run";
     "trace.ring", "VARGR_TRACE_RING", Some("16384"),
         "records kept per thread between pulls";
+    "trace.clock_sync", "VARGR_CLOCK_SYNC", Some("false"),
+        "align the processes' clocks at start-up even when neither traced nor monitored";
     "monitor.kinds", "VARGR_MONITOR", None,
         "monitors to run: load-balance, stats, distributed (comma-separated)";
     "monitor.period_ms", "VARGR_MONITOR_PERIOD_MS", Some("200"),

@@ -23,7 +23,7 @@ pub use keys::{by_name, Key, KEYS};
 use vargr_codec::stage::CodecMode;
 use vargr_codec::EngineConfig;
 use vargr_coll::monitor::MonitorConfig;
-use vargr_coll::SchedPolicy;
+use vargr_coll::{Job, JoinOptions, Selector, SchedPolicy};
 use vargr_emu::WanMap;
 
 /// Where a value came from.
@@ -54,6 +54,8 @@ pub enum ConfigError {
     File { path: PathBuf, reason: String },
     #[error("{path}: unknown setting {key:?} (`vargr config show` lists them all)")]
     UnknownKey { path: PathBuf, key: String },
+    #[error("collective algorithm selection: {0}")]
+    Selection(String),
     #[error("{key} = {value:?} (from {origin}): {reason}")]
     Value {
         key: &'static str,
@@ -180,9 +182,10 @@ pub struct Config {
     pub wan: WanMap,
     pub site: Option<String>,
     pub sched: SchedPolicy,
-    pub coll_table: Option<PathBuf>,
+    pub selector: Selector,
     pub trace_dir: Option<PathBuf>,
     pub trace_ring: usize,
+    pub clock_sync: bool,
     /// `None` when no monitor runs.
     pub monitor: Option<MonitorConfig>,
     pub commnode: Option<PathBuf>,
@@ -203,7 +206,7 @@ impl Config {
                 period: Duration::from_millis(r.parse("monitor.period_ms")?.unwrap_or(200)),
                 stats: has(&kinds, "stats"),
                 distributed: has(&kinds, "distributed"),
-                coschedule: r.parse("monitor.coschedule")?.unwrap_or(false),
+                coschedule: r.flag("monitor.coschedule")?,
                 collectors: r
                     .text("monitor.scope")
                     .unwrap_or_default()
@@ -233,9 +236,14 @@ impl Config {
             sched: r
                 .parse_with("job.sched", |t| t.parse::<SchedPolicy>())?
                 .unwrap_or_default(),
-            coll_table: r.text("coll.table").map(PathBuf::from),
+            selector: Selector::from_vars(|var| {
+                let key = KEYS.iter().find(|k| k.env == var)?;
+                r.text(key.name)
+            })
+            .map_err(|e| ConfigError::Selection(e.to_string()))?,
             trace_dir: r.text("trace.dir").map(PathBuf::from),
             trace_ring: r.parse("trace.ring")?.unwrap_or(16384),
+            clock_sync: r.flag("trace.clock_sync")?,
             monitor,
             commnode: r.text("tree.commnode").map(PathBuf::from),
             remote_shell: r.text("tree.remote_shell").unwrap_or_default(),
@@ -275,6 +283,24 @@ impl Config {
         out
     }
 
+    /// How a process of a job joins it with these settings.
+    pub fn join_options(&self) -> JoinOptions {
+        JoinOptions {
+            wan: self.wan.clone(),
+            selector: self.selector.clone(),
+            sched: self.sched,
+            codec: self.codec.clone(),
+            codec_engine: self.codec_engine.clone(),
+            codec_samples: self.codec_samples.clone(),
+            dedup: self.dedup.clone(),
+            site: self.site.clone(),
+            trace_dir: self.trace_dir.clone(),
+            monitor: self.monitor.clone(),
+            clock_sync: self.clock_sync,
+            ..JoinOptions::default()
+        }
+    }
+
     /// The settings something other than a default set, as the environment of a process
     /// that should see the same configuration (what `vargr run` hands its ranks).
     pub fn to_env(&self) -> Vec<(&'static str, String)> {
@@ -284,6 +310,34 @@ impl Config {
             .map(|(k, v, _)| (k.env, v.clone()))
             .collect()
     }
+}
+
+/// This process's configuration: the defaults, the user's file
+/// (`~/.config/vargr/config.toml`), then the environment, which is how `vargr run`,
+/// `mpirun` and `srun` hand every rank the same settings.
+pub fn from_process() -> Result<Config, ConfigError> {
+    let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    let mut layers = Layers::new();
+    if let Some(f) = Layers::user_file(var("XDG_CONFIG_HOME").as_deref(), var("HOME").as_deref()) {
+        layers.file(&f, true)?;
+    }
+    layers.env(|name| std::env::var(name).ok());
+    Config::resolve(&layers)
+}
+
+/// Joins the job this process was started in with the settings its launcher gave it:
+/// what a rank written in Rust calls first.
+pub fn join_job() -> Result<Job, JoinError> {
+    Ok(Job::join_with(from_process()?.join_options())?)
+}
+
+/// Why a process could not join its job.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Job(#[from] vargr_coll::CollError),
 }
 
 /// Whether the comma-separated `list` holds `item`.
@@ -323,6 +377,16 @@ impl Resolver<'_> {
             None => Ok(None),
             Some(t) => parse(t.trim()).map(Some).map_err(|e| self.bad(key, e)),
         }
+    }
+
+    /// A yes/no setting: `1`, `true`, `yes`, `on` or `0`, `false`, `no`, `off`, empty.
+    fn flag(&self, key: &'static str) -> Result<bool, ConfigError> {
+        let yes = self.parse_with(key, |t| match t.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" | "" => Ok(false),
+            _ => Err("expected true or false (or 1, 0, yes, no, on, off)"),
+        })?;
+        Ok(yes.unwrap_or(false))
     }
 
     fn parse<T: std::str::FromStr>(&self, key: &'static str) -> Result<Option<T>, ConfigError>
