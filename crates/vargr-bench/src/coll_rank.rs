@@ -1,4 +1,4 @@
-//! `vargr coll-bench-rank`: what each vargr rank runs for `vargr bench coll`.
+//! `vargr-bench coll-bench-rank`: what each vargr rank runs for `vargr bench coll`.
 //!
 //! It exists so that vargr and Open MPI are timed by the same loop: this file and
 //! `bench/mpi/coll_bench.c` are two spellings of one measurement (keep them in step).
