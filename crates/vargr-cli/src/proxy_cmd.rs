@@ -28,7 +28,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use vargr_net::auth::Secret;
 use vargr_net::Addr;
-use vargr_proxy::{Event, Forwards, Listen, Proxy, ProxySettings, PumpSettings};
+use vargr_proxy::{error_chain, Event, Forwards, Listen, Proxy, ProxySettings, PumpSettings};
 
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
@@ -97,7 +97,7 @@ pub fn run(a: ProxyArgs) -> Result<()> {
     match (&a.serve, a.listen.is_empty()) {
         (Some(serve), true) => {
             let forwards = parse_forwards(&a.forward)?;
-            proxy.run_far(parse_addr("--serve", serve)?, forwards)
+            Ok(proxy.run_far(parse_addr("--serve", serve)?, forwards)?)
         }
         (None, false) => {
             let peer = a
@@ -110,7 +110,7 @@ pub fn run(a: ProxyArgs) -> Result<()> {
                 .iter()
                 .map(|l| parse_listen(l, &a.segmenter))
                 .collect::<Result<Vec<_>>>()?;
-            proxy.run_near(listen, peer)
+            Ok(proxy.run_near(listen, peer)?)
         }
         _ => bail!(
             "say which end this is: --listen ADDR --peer FAR_HOST:PORT (near the clients) \
@@ -134,15 +134,18 @@ fn print_event(e: &Event<'_>, forward: &str) {
             eprintln!("vargr proxy: serving on {local}, forwarding to {forward}")
         }
         Event::Refused { error } => eprintln!("vargr proxy: refused a connection: {error}"),
-        Event::SetupFailed { id, app, error } => {
-            eprintln!("vargr proxy: connection {id} from {app} failed: {error:#}")
-        }
-        Event::FarRefused { id, near, error } => {
-            eprintln!("vargr proxy: connection {id} from {near} refused: {error}")
-        }
-        Event::StartFailed { id, route, error } => {
-            eprintln!("vargr proxy: connection {id} failed to start: {route}: {error:#}")
-        }
+        Event::SetupFailed { id, app, error } => eprintln!(
+            "vargr proxy: connection {id} from {app} failed: {}",
+            error_chain(*error)
+        ),
+        Event::FarRefused { id, near, error } => eprintln!(
+            "vargr proxy: connection {id} from {near} refused: {}",
+            error_chain(*error)
+        ),
+        Event::StartFailed { id, route, error } => eprintln!(
+            "vargr proxy: connection {id} failed to start: {route}: {}",
+            error_chain(*error)
+        ),
         Event::Closed(r) => {
             let outcome = match &r.error {
                 None => "closed".to_string(),

@@ -7,11 +7,11 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use anyhow::{Context, Result};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
 use vargr_dedup::similar::SimilarityIndex;
 use vargr_dedup::stream::StreamModel;
 
+use crate::error::ProxyError;
 use crate::pump::Models;
 
 /// The stream model files of a proxy's cache.
@@ -89,19 +89,19 @@ impl Caches {
     }
 
     /// The cache of `prefix` + the peer's `name` (`proxy-to-NAME`, `proxy-from-NAME`).
-    pub fn get(&self, prefix: &str, name: &str) -> Result<SharedCache<DiskCache>> {
+    pub fn get(&self, prefix: &str, name: &str) -> Result<SharedCache<DiskCache>, ProxyError> {
         let key = vargr_sync::cache_key(&format!("{prefix}{name}"));
         let mut open = self.open.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(c) = open.get(&key) {
             return Ok(c.clone());
         }
-        let c =
-            DiskCache::open_for_peer(&self.root, &key, self.cfg.clone()).with_context(|| {
-                format!(
-                    "opening the segment cache {key} under {}",
-                    self.root.display()
-                )
-            })?;
+        let c = DiskCache::open_for_peer(&self.root, &key, self.cfg.clone()).map_err(|source| {
+            ProxyError::Cache {
+                key: key.clone(),
+                root: self.root.clone(),
+                source,
+            }
+        })?;
         let c = SharedCache::new(c);
         open.insert(key, c.clone());
         Ok(c)

@@ -16,6 +16,7 @@ use vargr_dedup::cache::SegmentCache;
 use vargr_net::{Addr, Conn, RecordOpener, RecordSealer};
 use vargr_sync::FRAME_HEAD_LEN;
 
+use crate::error::SetupFrameError;
 use crate::pump::{AppRead, Pump, PumpError};
 use crate::wire::frame;
 
@@ -54,7 +55,7 @@ impl LinkConn {
     }
 
     /// Reads one set-up frame of at most `max` bytes.
-    pub fn read_frame(&mut self, max: usize) -> anyhow::Result<(u8, Vec<u8>)> {
+    pub fn read_frame(&mut self, max: usize) -> Result<(u8, Vec<u8>), SetupFrameError> {
         let mut scratch = vec![0u8; 64 << 10];
         loop {
             match vargr_sync::split_frame(&self.plain, max) {
@@ -64,13 +65,11 @@ impl LinkConn {
                     return Ok((kind, body));
                 }
                 Ok(None) => {}
-                Err(len) => anyhow::bail!(
-                    "a setup frame of {len} bytes, more than {max}: not a vargr proxy?"
-                ),
+                Err(len) => return Err(SetupFrameError::TooLarge { len, max }),
             }
-            let n = self.conn.read(&mut scratch).map_err(closed_or)?;
+            let n = self.conn.read(&mut scratch)?;
             if n == 0 {
-                return Err(closed_or(io::ErrorKind::UnexpectedEof.into()));
+                return Err(SetupFrameError::Closed);
             }
             self.open.feed(&scratch[..n]);
             self.open.take(&mut self.plain)?;
@@ -80,14 +79,6 @@ impl LinkConn {
     /// Opened bytes that arrived after the set-up frames.
     pub fn take_plain(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.plain)
-    }
-}
-
-fn closed_or(e: io::Error) -> anyhow::Error {
-    match e.kind() {
-        io::ErrorKind::UnexpectedEof => anyhow::anyhow!("the connection was closed"),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => anyhow::anyhow!("timed out"),
-        _ => e.into(),
     }
 }
 

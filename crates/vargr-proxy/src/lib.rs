@@ -88,9 +88,11 @@ pub mod pump;
 
 mod caches;
 mod driver;
+mod error;
 mod service;
 mod wire;
 
+pub use error::{error_chain, ProxyError, SetupFrameError};
 pub use pump::{Pump, PumpError, PumpSettings, StreamSegmenterError};
 pub use service::{ConnectionReport, Event, Forwards, Listen, Proxy, ProxySettings, Report};
 pub use wire::{MAX_FRAME, PROXY_VERSION, WINDOW};

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
 use vargr_dedup::protocol::Stats;
 use vargr_net::auth::Secret;
@@ -17,6 +16,7 @@ use vargr_net::{Addr, Conn, LinkSecurity, Listener, NetError};
 
 use crate::caches::{save_cache, Caches};
 use crate::driver::{connect_now, reset, Driver, LinkConn};
+use crate::error::{error_chain, ProxyError};
 use crate::pump::{stream_segmenter, Pump, PumpError, PumpSettings};
 use crate::wire::{Hello, Welcome, F_ABORT, F_HELLO, F_WELCOME, MAX_HELLO, PROXY_VERSION};
 
@@ -95,19 +95,19 @@ pub enum Event<'a> {
     SetupFailed {
         id: u64,
         app: &'a str,
-        error: &'a anyhow::Error,
+        error: &'a ProxyError,
     },
     /// The far proxy refused a near proxy's connection (and told it why).
     FarRefused {
         id: u64,
         near: &'a str,
-        error: &'a str,
+        error: &'a ProxyError,
     },
     /// A connection was set up but its pump could not start.
     StartFailed {
         id: u64,
         route: &'a str,
-        error: &'a anyhow::Error,
+        error: &'a ProxyError,
     },
     /// A connection ended.
     Closed(&'a ConnectionReport),
@@ -146,7 +146,7 @@ impl Proxy {
 
     /// The near proxy: accepts application connections on every `listen` address and
     /// carries each to the far proxy at `peer`. Runs until a listener fails.
-    pub fn run_near(self: &Arc<Self>, listen: Vec<Listen>, peer: Addr) -> Result<()> {
+    pub fn run_near(self: &Arc<Self>, listen: Vec<Listen>, peer: Addr) -> Result<(), ProxyError> {
         let mut specs = Vec::new();
         for l in listen {
             stream_segmenter(&l.segmenter)?;
@@ -183,13 +183,12 @@ impl Proxy {
             })
             .collect();
         for t in threads {
-            t.join()
-                .map_err(|_| anyhow!("a listener thread panicked"))??;
+            t.join().map_err(|_| ProxyError::ListenerPanicked)??;
         }
         Ok(())
     }
 
-    fn accept_near(self: Arc<Self>, spec: ListenSpec, peer: Arc<Addr>) -> Result<()> {
+    fn accept_near(self: Arc<Self>, spec: ListenSpec, peer: Arc<Addr>) -> Result<(), ProxyError> {
         let spec = Arc::new(spec);
         loop {
             let app = match spec.listener.accept_timeout(Duration::from_secs(3600)) {
@@ -202,7 +201,7 @@ impl Proxy {
             std::thread::Builder::new()
                 .name(format!("vargr-proxy-{id}"))
                 .spawn(move || me.near_connection(id, app, &spec, &peer))
-                .context("starting a connection thread")?;
+                .map_err(ProxyError::io("starting a connection thread"))?;
         }
     }
 
@@ -229,17 +228,16 @@ impl Proxy {
         &self,
         spec: &ListenSpec,
         peer: &Addr,
-    ) -> Result<(LinkConn, SharedCache<DiskCache>, String)> {
+    ) -> Result<(LinkConn, SharedCache<DiskCache>, String), ProxyError> {
         let s = &self.settings;
         let what = peer.to_string();
-        let link = connect_now(peer, SETUP_TIMEOUT)
-            .with_context(|| format!("connecting to the far proxy {what}"))?;
+        let link = connect_now(peer, SETUP_TIMEOUT).map_err(ProxyError::io(format!(
+            "connecting to the far proxy {what}"
+        )))?;
         let link = vargr_net::auth::connect(link, &s.secret, 0, s.security, SETUP_TIMEOUT, &what)
-            .with_context(|| {
-            format!(
-                "authenticating with the far proxy {what} (both need the same \
-                     --secret-file or $VARGR_PROXY_SECRET)"
-            )
+            .map_err(|source| ProxyError::Auth {
+            peer: what.clone(),
+            source,
         })?;
         let mut link = LinkConn::new(link);
         let hello = Hello {
@@ -252,20 +250,40 @@ impl Proxy {
         };
         let body = serde_json::to_vec(&hello).expect("serializable");
         link.write_frame(F_HELLO, &body)
-            .with_context(|| format!("sending the hello to {what}"))?;
+            .map_err(ProxyError::io(format!("sending the hello to {what}")))?;
         // The far proxy connects to the server before it answers.
-        link.conn.set_timeout(Some(SETUP_TIMEOUT * 3))?;
+        link.conn
+            .set_timeout(Some(SETUP_TIMEOUT * 3))
+            .map_err(ProxyError::io(format!(
+                "setting a timeout on the link to {what}"
+            )))?;
         let (kind, body) = link
             .read_frame(MAX_HELLO)
-            .with_context(|| format!("waiting for the far proxy {what} to connect the server"))?;
+            .map_err(|source| ProxyError::Setup {
+                what: format!("waiting for the far proxy {what} to connect the server"),
+                source,
+            })?;
+        let refuse = |why: String| Err(ProxyError::Refused(why));
         let welcome: Welcome = match kind {
-            F_WELCOME => serde_json::from_slice(&body)
-                .map_err(|e| anyhow!("the far proxy {what} sent a malformed welcome: {e}"))?,
-            F_ABORT => bail!(
-                "the far proxy {what} refused: {}",
-                String::from_utf8_lossy(&body)
-            ),
-            k => bail!("the far proxy {what} answered with frame type {k}, not a welcome"),
+            F_WELCOME => match serde_json::from_slice(&body) {
+                Ok(w) => w,
+                Err(e) => {
+                    return refuse(format!(
+                        "the far proxy {what} sent a malformed welcome: {e}"
+                    ))
+                }
+            },
+            F_ABORT => {
+                return refuse(format!(
+                    "the far proxy {what} refused: {}",
+                    String::from_utf8_lossy(&body)
+                ))
+            }
+            k => {
+                return refuse(format!(
+                    "the far proxy {what} answered with frame type {k}, not a welcome"
+                ))
+            }
         };
         let cache = self.caches.get("proxy-to-", &welcome.name)?;
         Ok((link, cache, welcome.name))
@@ -273,9 +291,9 @@ impl Proxy {
 
     /// The far proxy: accepts near proxies' links on `serve` and connects each to its
     /// server. Runs until the listener fails.
-    pub fn run_far(self: &Arc<Self>, serve: Addr, forwards: Forwards) -> Result<()> {
+    pub fn run_far(self: &Arc<Self>, serve: Addr, forwards: Forwards) -> Result<(), ProxyError> {
         if forwards.by_port.is_empty() && forwards.default.is_none() {
-            bail!("a far proxy (--serve) needs --forward HOST:PORT: the server to connect to");
+            return Err(ProxyError::NoForward);
         }
         let forwards = Arc::new(forwards);
         let l = Listener::bind(&serve)?;
@@ -304,7 +322,7 @@ impl Proxy {
             std::thread::Builder::new()
                 .name(format!("vargr-proxy-{id}"))
                 .spawn(move || me.far_connection(id, link, &forwards))
-                .context("starting a connection thread")?;
+                .map_err(ProxyError::io("starting a connection thread"))?;
         }
     }
 
@@ -316,13 +334,12 @@ impl Proxy {
                 self.finish(id, app, link, &hello.segmenter, &cache, &route);
             }
             Err(e) => {
-                let msg = format!("{e:#}");
                 (self.report)(Event::FarRefused {
                     id,
                     near: &near,
-                    error: &msg,
+                    error: &e,
                 });
-                let _ = link.write_frame(F_ABORT, msg.as_bytes());
+                let _ = link.write_frame(F_ABORT, error_chain(&e).as_bytes());
             }
         }
     }
@@ -333,51 +350,57 @@ impl Proxy {
         link: &mut LinkConn,
         near: &str,
         forwards: &Forwards,
-    ) -> Result<(Conn, SharedCache<DiskCache>, Hello, Addr)> {
+    ) -> Result<(Conn, SharedCache<DiskCache>, Hello, Addr), ProxyError> {
         let s = &self.settings;
+        let refuse = |why: String| Err(ProxyError::Refused(why));
         let (kind, body) = link
             .read_frame(MAX_HELLO)
-            .with_context(|| format!("reading the hello of {near}"))?;
+            .map_err(|source| ProxyError::Setup {
+                what: format!("reading the hello of {near}"),
+                source,
+            })?;
         if kind != F_HELLO {
-            bail!("expected a hello, got frame type {kind}");
+            return refuse(format!("expected a hello, got frame type {kind}"));
         }
-        let hello: Hello =
-            serde_json::from_slice(&body).map_err(|e| anyhow!("malformed hello: {e}"))?;
+        let hello: Hello = match serde_json::from_slice(&body) {
+            Ok(h) => h,
+            Err(e) => return refuse(format!("malformed hello: {e}")),
+        };
         if hello.version != PROXY_VERSION {
-            bail!(
+            return refuse(format!(
                 "the near proxy speaks proxy protocol {}, this one {PROXY_VERSION}",
                 hello.version
-            );
+            ));
         }
         if hello.fp_bits != s.pump.bits.get() {
-            bail!(
+            return refuse(format!(
                 "the near proxy uses {}-bit fingerprints, this one {} (--fp-bits must match)",
                 hello.fp_bits,
                 s.pump.bits.get()
-            );
+            ));
         }
         if hello.group == 0 || hello.group > 1 << 16 {
-            bail!("group of {} segments: expected 1 ..= 65536", hello.group);
+            return refuse(format!(
+                "group of {} segments: expected 1 ..= 65536",
+                hello.group
+            ));
         }
         stream_segmenter(&hello.segmenter)?;
-        let target = forwards
-            .target(hello.port)
-            .ok_or_else(|| {
-                anyhow!(
-                    "no --forward for port {} (and none for every port)",
-                    hello.port
-                )
-            })?
-            .clone();
+        let Some(target) = forwards.target(hello.port).cloned() else {
+            return refuse(format!(
+                "no --forward for port {} (and none for every port)",
+                hello.port
+            ));
+        };
         let cache = self.caches.get("proxy-from-", &hello.name)?;
         let app = connect_now(&target, SETUP_TIMEOUT)
-            .with_context(|| format!("connecting to the server {target}"))?;
+            .map_err(ProxyError::io(format!("connecting to the server {target}")))?;
         let welcome = serde_json::to_vec(&Welcome {
             name: s.name.clone(),
         })
         .expect("serializable");
         link.write_frame(F_WELCOME, &welcome)
-            .with_context(|| format!("sending the welcome to {near}"))?;
+            .map_err(ProxyError::io(format!("sending the welcome to {near}")))?;
         Ok((app, cache, hello, target))
     }
 
@@ -396,8 +419,11 @@ impl Proxy {
         let models = self.caches.take_models(&dir, capacity);
         let plain = link.take_plain();
         let started = Pump::new(&self.settings.pump, segmenter, cache.clone(), models, plain)
-            .map_err(anyhow::Error::from)
-            .and_then(|pump| Driver::new(pump, app, link).map_err(anyhow::Error::from));
+            .map_err(ProxyError::from)
+            .and_then(|pump| {
+                Driver::new(pump, app, link)
+                    .map_err(ProxyError::io("making the sockets non-blocking"))
+            });
         let mut driver = match started {
             Ok(d) => d,
             Err(e) => {
