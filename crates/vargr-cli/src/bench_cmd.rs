@@ -17,7 +17,8 @@ pub struct BenchArgs {
 }
 
 /// Replaces this process with `vargr-bench ARGS` (same pid, so a signal to `vargr bench`
-/// reaches the benchmark and the processes it started).
+/// reaches the benchmark and the processes it started), named `vargr bench` so that its
+/// help and usage read as the command the user typed.
 pub fn run(a: BenchArgs) -> Result<()> {
     let me = std::env::current_exe().context("locating the vargr binary")?;
     let bench = me.with_file_name("vargr-bench");
@@ -28,6 +29,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
             bench.display()
         );
     }
-    let err = Command::new(&bench).args(&a.args).exec();
+    let err = Command::new(&bench)
+        .arg0("vargr bench")
+        .args(&a.args)
+        .exec();
     Err(err).with_context(|| format!("starting {}", bench.display()))
 }
