@@ -6,7 +6,8 @@
 #   scripts/bench-link-security.sh BASE_VARGR NEW_VARGR [ROUNDS]
 #
 # Both binaries must be release builds of the same profile, and BASE's `bench tree` must
-# take --transport (commit 8374421 with that flag added; see docs/benchmarks.md).
+# take --transport (commit 8374421 with that flag added; see docs/benchmarks.md). A NEW
+# vargr runs `bench` as the vargr-bench program beside it: build both (-p vargr-cli).
 # Writes bench/results/link-security.json: one record per run.
 #   tree: `vargr bench tree --transport tcp` round trip (median and mean of the
 #         front-end's broadcast-and-sum waves) and pipelined waves/s;

@@ -1,5 +1,5 @@
 /* The Open MPI half of `vargr bench coll`: collective latency measured exactly the way
- * `vargr coll-bench-rank` measures it (crates/vargr-cli/src/bench_coll.rs), so the two
+ * `vargr-bench coll-bench-rank` measures it (crates/vargr-bench/src/coll_rank.rs), so the two
  * can be compared line for line. Keep the two in step.
  *
  *   coll_bench OP BYTES ITERS WARMUP COMPUTE_ITERS
@@ -26,8 +26,8 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* A dependent chain of multiply-adds: the same kernel as `spin` in bench_coll.rs, so that
- * both sides do the same work between calls. Without -ffast-math the compiler may neither
+/* A dependent chain of multiply-adds: the same kernel as `spin` in
+ * crates/vargr-bench/src/coll_rank.rs, so that both sides do the same work between calls. Without -ffast-math the compiler may neither
  * reorder nor vectorize it. */
 static double spin(long k, double x) {
     for (long i = 0; i < k; i++) x = x * 1.000000001 + 1e-9;

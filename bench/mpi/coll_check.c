@@ -1,7 +1,7 @@
-/* The reference for `vargr coll-check`: the same collectives on the same inputs with
+/* The reference for `vargr-bench coll-check`: the same collectives on the same inputs with
  * MPI, printing the same lines (rank, name, values; floats as bit patterns). The test
  * `collectives_equal_open_mpi` runs both and compares the sorted output. Keep the two
- * in step: crates/vargr-cli/src/coll_check.rs is the other half. */
+ * in step: crates/vargr-bench/src/coll_check.rs is the other half. */
 #include <inttypes.h>
 #include <mpi.h>
 #include <stdarg.h>

@@ -1,11 +1,12 @@
 """What a Python allreduce of 8 bytes costs, for comparison with the same call from Rust.
 
-Run under a launcher, like the Rust side (`vargr coll-bench-rank`):
+Run under a launcher, like the Rust side (`vargr-bench coll-bench-rank`):
 
     vargr run -n 2 -- python python/bench/allreduce_overhead.py --iters 20000
-    vargr run -n 2 -- vargr coll-bench-rank --op allreduce --bytes 8 --iters 20000 --warmup 2000
+    vargr run -n 2 -- vargr-bench coll-bench-rank --op allreduce --bytes 8 \
+        --iters 20000 --warmup 2000
 
-The loop is the one `crates/vargr-cli/src/coll_bench_role.rs` times: untimed warm-up
+The loop is the one `crates/vargr-bench/src/coll_rank.rs` times: untimed warm-up
 calls, one barrier, then timed calls with no barrier between them; per iteration the
 slowest rank's time counts (a max-reduce of the per-rank times at rank 0). It times
 three forms: the object form on a Python float (`comm.allreduce(x)`), the buffer form on

@@ -2,8 +2,9 @@
 
     python python/bench/compare_allreduce.py --vargr target/release/vargr --ranks 2
 
-runs `vargr run -n RANKS -- vargr coll-bench-rank --op allreduce --bytes 8` (the Rust
-side of `vargr bench coll`) and `vargr run -n RANKS -- python allreduce_overhead.py`
+runs `vargr run -n RANKS -- vargr-bench coll-bench-rank --op allreduce --bytes 8` (the
+Rust side of `vargr bench coll`; vargr-bench is the program beside --vargr) and
+`vargr run -n RANKS -- python allreduce_overhead.py`
 (this interpreter, so the vargr package it imports is the one measured), alternating
 them `--rounds` times so that load on the machine hits both alike, and reports each
 side's median and p90 (per iteration, the slowest rank) and the Python overhead per
@@ -37,8 +38,9 @@ def percentile(s: list[float], q: float) -> float:
 
 
 def rust_round(vargr: str, ranks: int, iters: int, warmup: int) -> dict[str, float]:
+    bench = str(Path(vargr).with_name("vargr-bench"))
     out = run(
-        [vargr, "run", "-n", str(ranks), "--", vargr, "coll-bench-rank"]
+        [vargr, "run", "-n", str(ranks), "--", bench, "coll-bench-rank"]
         + ["--op", "allreduce", "--bytes", "8"]
         + ["--iters", str(iters), "--warmup", str(warmup)],
         timeout=600,

@@ -141,7 +141,7 @@ pub unsafe extern "C" fn vargr_world_join(out: *mut *mut vargr_comm) -> c_int {
 }
 
 fn join() -> Result<vargr_comm> {
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let local = job.local_ranks();
     if local.len() != 1 {
         return Err(Error::invalid(format!(

@@ -125,6 +125,18 @@ impl From<CollError> for Error {
     }
 }
 
+impl From<vargr_config::JoinError> for Error {
+    fn from(e: vargr_config::JoinError) -> Error {
+        match e {
+            vargr_config::JoinError::Job(e) => e.into(),
+            // The settings the launcher gave cannot be used: start-up cannot go on.
+            vargr_config::JoinError::Config(e) => {
+                Error::new(vargr_status::VARGR_ERR_STARTUP, e.to_string())
+            }
+        }
+    }
+}
+
 impl From<vargr_wire::WireError> for Error {
     fn from(e: vargr_wire::WireError) -> Error {
         Error::format(e.to_string())

@@ -41,6 +41,13 @@ pub fn run(cmd: ConfigCmd, file: Option<&Path>) -> Result<()> {
 /// The configuration of this process: defaults, the user's file (or `file`, which
 /// must exist), the environment. Returns it with the files that were read.
 pub fn load(file: Option<&Path>) -> Result<(Config, Vec<PathBuf>)> {
+    let (layers, read) = layers(file)?;
+    Ok((Config::resolve(&layers)?, read))
+}
+
+/// The layers under a command's flags: defaults, the user's file (or `file`), the
+/// environment; with the files that were read.
+pub fn layers(file: Option<&Path>) -> Result<(Layers, Vec<PathBuf>)> {
     let mut layers = Layers::new();
     let mut read = Vec::new();
     let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
@@ -61,7 +68,7 @@ pub fn load(file: Option<&Path>) -> Result<(Config, Vec<PathBuf>)> {
         }
     }
     layers.env(|name| std::env::var(name).ok());
-    Ok((Config::resolve(&layers)?, read))
+    Ok((layers, read))
 }
 
 /// The environment variables of every setting, for `--help`.

@@ -1,18 +1,8 @@
 //! `vargr`: the command-line face of the libraries. It parses, calls, and prints.
 
-mod bench;
-mod bench_codec;
-mod bench_coll;
-mod bench_dedup;
-mod bench_emu;
-mod bench_ffi;
-mod bench_link;
-mod bench_procs;
-mod bench_trace;
-mod bench_wan;
+mod bench_cmd;
+mod closed_stdout;
 mod codec_cmd;
-mod coll_bench_role;
-mod coll_check;
 mod config_cmd;
 mod dedup_cmd;
 mod demo;
@@ -58,9 +48,8 @@ enum Cmd {
     /// Generate, check and draw topologies.
     #[command(subcommand)]
     Topo(topo_cmd::TopoCmd),
-    /// Benchmarks (JSON under bench/results/).
-    #[command(subcommand)]
-    Bench(bench::BenchCmd),
+    /// Benchmarks (JSON under bench/results/): runs the vargr-bench program beside vargr.
+    Bench(bench_cmd::BenchArgs),
     /// Start the ranks of a parallel job (locally, or on the hosts of a hostfile).
     Run(run_cmd::RunArgs),
     /// WAN emulator: relay TCP connections with a configured latency and bandwidth.
@@ -89,57 +78,6 @@ enum Cmd {
     /// Internal node of a tree (started by vargr itself).
     #[command(hide = true)]
     Commnode,
-    /// Joins the job it was started in and prints what it learned (tests of `vargr run`).
-    #[command(hide = true)]
-    RankInfo,
-    /// Joins the job's mesh and checks every pair and a ring (tests of `vargr run`).
-    #[command(hide = true)]
-    MeshCheck,
-    /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
-    #[command(hide = true)]
-    CollCheck,
-    /// Red-black SOR with plain and conditional allreduce; fails if they disagree.
-    #[command(hide = true)]
-    SorCheck {
-        #[arg(long, default_value_t = 48)]
-        side: usize,
-        #[arg(long, default_value_t = 20.0)]
-        epsilon: f64,
-    },
-    /// One rank of `vargr bench coll`: times a collective, rank 0 prints the result.
-    #[command(hide = true)]
-    CollBenchRank(coll_bench_role::CollRankArgs),
-    /// One rank of `vargr bench wan`.
-    #[command(hide = true)]
-    CollWanRank(bench_wan::WanRankArgs),
-    /// Allreduce loops with one slow rank (load-balance monitor tests).
-    #[command(hide = true)]
-    SlowRank {
-        #[arg(long)]
-        rank: usize,
-        #[arg(long, default_value_t = 2000)]
-        iters: u32,
-        #[arg(long, default_value_t = 1000)]
-        sleep_us: u64,
-    },
-    /// Large compressible bcast and allreduce, checked exactly (codec stage tests).
-    #[command(hide = true)]
-    CodecCheck {
-        #[arg(long, default_value_t = 65536)]
-        elements: usize,
-        /// Broadcasts of the same field (repeats are what a dedup stage removes).
-        #[arg(long, default_value_t = 1)]
-        rounds: usize,
-    },
-    /// One rank of `vargr bench trace`.
-    #[command(hide = true)]
-    TraceBenchRank(bench_trace::TraceRankArgs),
-    /// One rank of `vargr bench codec`.
-    #[command(hide = true)]
-    CodecBenchRank(bench_codec::CodecRankArgs),
-    /// One rank of `vargr bench sor`.
-    #[command(hide = true)]
-    CollSorRank(bench_wan::SorRankArgs),
     /// Built-in back-end programs used by the demo, the benchmarks and tests.
     #[command(hide = true)]
     Backend {
@@ -148,27 +86,8 @@ enum Cmd {
     },
 }
 
-/// Output piped into a reader that stops early (`vargr … | head`) is not an error: end
-/// quietly, as other command-line tools do. Rust's `println!` panics on a closed pipe,
-/// and SIGPIPE stays ignored because this program also writes to sockets and children.
-fn quiet_on_closed_stdout() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let p = info.payload();
-        let msg = p
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| p.downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
-            std::process::exit(0);
-        }
-        default(info)
-    }));
-}
-
 fn main() {
-    quiet_on_closed_stdout();
+    closed_stdout::end_quietly();
     let matches = Cli::command()
         .after_long_help(config_cmd::env_help())
         .get_matches();
@@ -192,7 +111,7 @@ fn main() {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Config(c) => config_cmd::run(c, cli.config.as_deref()),
         Cmd::Topo(t) => topo_cmd::run(t),
-        Cmd::Bench(b) => bench::run(b),
+        Cmd::Bench(a) => bench_cmd::run(a),
         Cmd::Emu(a) => emu_cmd::run(a),
         Cmd::Trace(t) => trace_cmd::run(t),
         Cmd::Codec(c) => codec_cmd::run(c),
@@ -200,22 +119,7 @@ fn main() {
         Cmd::Sync(a) => sync_cmd::run(a, cli.quiet),
         Cmd::Proxy(a) => proxy_cmd::run(a),
         Cmd::Dedup(c) => dedup_cmd::run(c),
-        Cmd::Run(a) => run_cmd::run(a),
-        Cmd::RankInfo => roles::rank_info(),
-        Cmd::MeshCheck => roles::mesh_check(),
-        Cmd::CollCheck => coll_check::run(),
-        Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
-        Cmd::CollBenchRank(a) => coll_bench_role::run(a),
-        Cmd::CollWanRank(a) => bench_wan::rank(a),
-        Cmd::CollSorRank(a) => bench_wan::sor_rank(a),
-        Cmd::TraceBenchRank(a) => bench_trace::rank(a),
-        Cmd::CodecBenchRank(a) => bench_codec::rank(a),
-        Cmd::SlowRank {
-            rank,
-            iters,
-            sleep_us,
-        } => coll_check::slow_rank(rank, iters, sleep_us),
-        Cmd::CodecCheck { elements, rounds } => coll_check::codec_check(elements, rounds),
+        Cmd::Run(a) => run_cmd::run(a, cli.config.as_deref()),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };
@@ -225,9 +129,4 @@ fn main() {
         let code = e.downcast_ref::<run_cmd::JobFailed>().map_or(1, |f| f.code);
         std::process::exit(code);
     }
-}
-
-/// Where benchmark JSON goes by default.
-pub fn results_dir() -> PathBuf {
-    PathBuf::from("bench/results")
 }

@@ -1,27 +1,23 @@
 //! `vargr run`: start the ranks of a parallel job and wire them up.
 //!
 //! Like `mpirun`, but only what vargr needs: N ranks (K per process as threads if asked)
-//! started locally or through ssh on the hosts of a hostfile, each told its rank, the job
-//! size, its site and where the job's rendezvous is. The first rank to fail ends the job,
-//! and the exit status says which: like mpirun, `vargr run` names that rank and exits
-//! with its exit status. A rank that stops answering the rendezvous's heartbeats
-//! (stopped, or hung so hard its heartbeat thread cannot run) ends the job too, within
-//! `--liveness-timeout`, named with its pid and host.
+//! started locally or through ssh on the hosts of a hostfile. This module checks the
+//! arguments and turns them into the job's variables; `vargr_net::job_launch` places,
+//! starts and watches the ranks. Like mpirun, `vargr run` names the rank that failed
+//! first and exits with its exit status ([`JobFailed`]).
 
-use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
-use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use vargr_net::auth::Secret;
-use vargr_net::job::{JobRendezvous, Liveness};
-use vargr_net::launch::{self, ChildSpec, Launcher};
-use vargr_net::runtime_dir::{self, RuntimeDir};
-use vargr_net::{Addr, Listener};
+use vargr_net::job::Liveness;
+pub use vargr_net::job_launch::JobFailed;
+use vargr_net::job_launch::{JobLaunchError, JobSpec, Slot, Slots};
+use vargr_net::launch::Launcher;
+use vargr_net::runtime_dir::RuntimeDir;
 use vargr_topo::HostFile;
 
 #[derive(Args)]
@@ -116,48 +112,20 @@ pub struct RunArgs {
     command: Vec<String>,
 }
 
-/// One started process and the ranks it hosts.
-struct Proc {
-    first: u32,
-    count: u32,
-    host: String,
-    child: Child,
-}
-
-pub fn run(a: RunArgs) -> Result<()> {
+/// `config_file`: the global `--config`, under these flags.
+pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
     if a.ranks == 0 {
         bail!("-n must be at least 1");
     }
-    let k = a.ranks_per_process.max(1);
     let hosts = match &a.hosts {
-        Some(p) => Some(HostFile::load(p)?),
+        Some(p) => Some(slots_of(&HostFile::load(p)?)),
         None => None,
     };
-    let secret = Secret::random();
-    let (bind, launcher) = match &hosts {
-        Some(_) => (
-            Addr::Tcp("0.0.0.0:0".into()),
-            Launcher::remote(&a.launcher)?,
-        ),
-        None => (Addr::Tcp("127.0.0.1:0".into()), Launcher::Local),
+    let launcher = match &hosts {
+        Some(_) => Launcher::remote(&a.launcher)?,
+        None => Launcher::Local,
     };
-    let listener = Listener::bind(&bind)?;
-    let addr = match (listener.local_addr()?, &hosts) {
-        (a, Some(_)) => a.advertised(),
-        (a, None) => a,
-    };
-    let timeout = Duration::from_secs(a.startup_timeout);
     let liveness = liveness_of(a.heartbeat, a.liveness_timeout)?;
-    let rv = JobRendezvous::start(
-        listener,
-        addr.clone(),
-        a.ranks,
-        secret.clone(),
-        timeout,
-        liveness,
-    );
-
-    // Processes: K consecutive ranks each, placed on the hostfile's slots in order.
     // Absolute, so ranks started elsewhere (another directory, ssh) write where asked.
     let trace_dir = match &a.trace {
         Some(d) => {
@@ -169,14 +137,6 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
-    if let Some(m) = &a.monitor {
-        if let Some(bad) = m
-            .split(',')
-            .find(|k| !matches!(*k, "load-balance" | "stats" | "distributed"))
-        {
-            bail!("--monitor: unknown monitor {bad:?} (load-balance, stats, distributed)");
-        }
-    }
     let status_file = match (&a.monitor, &a.status) {
         (None, _) => None,
         (Some(_), Some(p)) => Some(p.clone()),
@@ -185,52 +145,31 @@ pub fn run(a: RunArgs) -> Result<()> {
             Some(dir.join(format!("run-{}.json", std::process::id())))
         }
     };
-    let mut placement = place(a.ranks, k, hosts.as_ref())?;
-    if let Some(spec) = &a.sites {
-        assign_sites(&mut placement, &parse_sites(spec, a.ranks)?)?;
-    }
-    if let Some(w) = &a.wan {
-        vargr_emu::WanMap::parse_line(w).context("--wan")?;
-    }
-    if let Some(p) = &a.sched {
-        p.parse::<vargr_coll::SchedPolicy>()
-            .map_err(|e| anyhow::anyhow!("--sched: {e}"))?;
-    }
+    let sites = match &a.sites {
+        Some(spec) => Some(parse_sites(spec, a.ranks)?),
+        None => None,
+    };
     // Plans are read by every rank, wherever it starts: make the path absolute.
     let codec = match a.codec.as_deref() {
-        Some(m) => {
-            let m = match m.strip_prefix("guided:") {
-                Some(p) => format!(
-                    "guided:{}",
-                    std::path::Path::new(p)
-                        .canonicalize()
-                        .with_context(|| format!("--codec: plan {p}"))?
-                        .display()
-                ),
-                None => m.to_string(),
-            };
-            m.parse::<vargr_codec::stage::CodecMode>()
-                .map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
-            Some(m)
-        }
+        Some(m) => Some(match m.strip_prefix("guided:") {
+            Some(p) => format!(
+                "guided:{}",
+                std::path::Path::new(p)
+                    .canonicalize()
+                    .with_context(|| format!("--codec: plan {p}"))?
+                    .display()
+            ),
+            None => m.to_string(),
+        }),
         None => None,
     };
-    // Read by every rank, wherever it starts: checked here and made absolute.
     let codec_config = match &a.codec_config {
-        Some(f) => {
-            vargr_codec::EngineConfig::from_toml_file(f).context("--codec-config")?;
-            Some(f.canonicalize()?)
-        }
+        Some(f) => Some(
+            f.canonicalize()
+                .with_context(|| format!("--codec-config {}", f.display()))?,
+        ),
         None => None,
     };
-    if let Some(spec) = a.dedup.as_deref().filter(|s| *s != "off") {
-        let opts = vargr_dedup::stage::DedupOptions {
-            segmenter: spec.to_string(),
-            ..Default::default()
-        };
-        vargr_dedup::stage::DedupStage::new(&opts, 1 << 20)
-            .map_err(|e| anyhow::anyhow!("--dedup {spec}: {e}"))?;
-    }
     let codec_trace = match &a.codec_trace {
         Some(d) => {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
@@ -238,140 +177,91 @@ pub fn run(a: RunArgs) -> Result<()> {
         }
         None => None,
     };
+    // The flags over the configuration file and the environment, checked in one place;
+    // every process is told the result besides its ranks and where the job meets.
+    let (mut layers, _) = crate::config_cmd::layers(config_file)?;
+    let path = |p: &std::path::Path| p.display().to_string();
+    let flags: [(&str, &str, Option<String>); 10] = [
+        ("links.wan", "--wan", a.wan.clone()),
+        ("job.sched", "--sched", a.sched.clone()),
+        ("links.codec", "--codec", codec),
+        (
+            "links.codec_engine",
+            "--codec-config",
+            codec_config.as_deref().map(path),
+        ),
+        ("links.dedup", "--dedup", a.dedup.clone()),
+        (
+            "links.codec_samples",
+            "--codec-trace",
+            codec_trace.as_deref().map(path),
+        ),
+        ("monitor.kinds", "--monitor", a.monitor.clone()),
+        ("monitor.scope", "--monitor-scope", a.monitor_scope.clone()),
+        (
+            "monitor.status",
+            "--status",
+            status_file.as_deref().map(path),
+        ),
+        ("trace.dir", "--trace", trace_dir.as_deref().map(path)),
+    ];
+    for (key, flag, value) in flags {
+        if let Some(v) = value {
+            layers.flag(key, flag, v);
+        }
+    }
+    if a.coschedule {
+        layers.flag("monitor.coschedule", "--coschedule", "true");
+    }
+    let config = vargr_config::Config::resolve(&layers)?;
+    let env: Vec<(String, String)> = config
+        .to_env()
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    let spec = JobSpec {
+        ranks: a.ranks,
+        ranks_per_process: a.ranks_per_process,
+        hosts,
+        launcher,
+        sites,
+        site: a.site.clone(),
+        env,
+        command: a.command.clone(),
+        startup_timeout: Duration::from_secs(a.startup_timeout),
+        liveness,
+    };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();
     ctrlc::set_handler(move || s2.store(true, Ordering::SeqCst))
         .context("installing the Ctrl-C handler")?;
-    let mut procs = Vec::new();
-    for Placement {
-        first,
-        count,
-        host,
-        site,
-    } in placement
-    {
-        let mut env = vec![
-            ("VARGR_RANK".to_string(), first.to_string()),
-            ("VARGR_SIZE".to_string(), a.ranks.to_string()),
-            ("VARGR_RANKS_PER_PROCESS".to_string(), count.to_string()),
-            ("VARGR_JOB".to_string(), addr.to_string()),
-            ("VARGR_SECRET".to_string(), secret.to_hex()),
-        ];
-        if let Some(s) = site.or_else(|| a.site.clone()) {
-            env.push(("VARGR_SITE".into(), s));
-        }
-        if let Some(w) = &a.wan {
-            env.push(("VARGR_WAN".into(), w.clone()));
-        }
-        if let Some(p) = &a.sched {
-            env.push(("VARGR_SCHED".into(), p.clone()));
-        }
-        if let Some(m) = &codec {
-            env.push(("VARGR_CODEC".into(), m.clone()));
-        }
-        if let Some(f) = &codec_config {
-            env.push((vargr_coll::CODEC_CONFIG_ENV.into(), f.display().to_string()));
-        }
-        if let Some(d) = &a.dedup {
-            env.push(("VARGR_DEDUP".into(), d.clone()));
-        }
-        if let Some(d) = &codec_trace {
-            env.push(("VARGR_CODEC_TRACE".into(), d.display().to_string()));
-        }
-        if let Some(m) = &a.monitor {
-            env.push(("VARGR_MONITOR".into(), m.clone()));
-        }
-        if a.coschedule {
-            env.push(("VARGR_MONITOR_COSCHEDULE".into(), "1".into()));
-        }
-        if let Some(p) = &a.monitor_scope {
-            env.push(("VARGR_MONITOR_SCOPE".into(), p.clone()));
-        }
-        if let Some(f) = &status_file {
-            env.push(("VARGR_MONITOR_STATUS".into(), f.display().to_string()));
-        }
-        if let Some(d) = &trace_dir {
-            env.push(("VARGR_TRACE_DIR".into(), d.display().to_string()));
-        }
-        let spec = ChildSpec {
-            node: first,
-            host: host.clone(),
-            program: a.command[0].clone(),
-            args: a.command[1..].to_vec(),
-            env,
-        };
-        let child = launch::spawn(&launcher, &spec)
-            .with_context(|| format!("starting ranks {first}..{} on {host}", first + count))?;
-        procs.push(Proc {
-            first,
-            count,
-            host,
-            child,
-        });
-    }
-    let status = supervise(&mut procs, &stop, &rv);
-    // The rendezvous has served everyone, or the job ended before it could.
-    drop(rv);
-    if matches!(launcher, Launcher::Local) {
-        // What a killed rank could not remove; the others removed theirs on exit.
-        if let Ok(dir) = RuntimeDir::open_default() {
-            for p in &procs {
-                runtime_dir::remove_mesh_sockets(&dir, p.child.id());
-            }
-        }
-    }
+    let status = vargr_net::job_launch::run_job(&spec, &stop);
     if let (Some(f), None) = (&status_file, &a.status) {
         // Ours to clean up: `vargr top` must not show a finished run as live.
         let _ = std::fs::remove_file(f);
     }
-    status
+    status.map_err(|e| match e {
+        // main ends with its exit status.
+        JobLaunchError::Failed(f) => anyhow::Error::new(f),
+        e => e.into(),
+    })
 }
 
-/// Where one process goes and which ranks it hosts.
-struct Placement {
-    first: u32,
-    count: u32,
-    host: String,
-    site: Option<String>,
-}
-
-/// Consecutive ranks per process, processes on the hostfile's slots in order.
-fn place(ranks: u32, k: u32, hosts: Option<&HostFile>) -> Result<Vec<Placement>> {
-    let mut out = Vec::new();
-    let mut slots: Vec<(String, Option<String>)> = Vec::new();
-    if let Some(h) = hosts {
-        for e in h.entries() {
-            for _ in 0..e.slots {
-                slots.push((e.host.clone(), e.site.clone()));
-            }
-        }
-        let need = ranks.div_ceil(k) as usize;
-        if slots.len() < need {
-            bail!(
-                "{} needs {need} process slots for {ranks} ranks at {k} per process, the hostfile has {}",
-                h.name(),
-                slots.len()
-            );
+/// A hostfile's process slots, in order.
+fn slots_of(h: &HostFile) -> Slots {
+    let mut slots = Vec::new();
+    for e in h.entries() {
+        for _ in 0..e.slots {
+            slots.push(Slot {
+                host: e.host.clone(),
+                site: e.site.clone(),
+            });
         }
     }
-    let mut first = 0;
-    let mut i = 0;
-    while first < ranks {
-        let count = k.min(ranks - first);
-        let (host, site) = slots
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| ("localhost".into(), None));
-        out.push(Placement {
-            first,
-            count,
-            host,
-            site,
-        });
-        first += count;
-        i += 1;
+    Slots {
+        name: h.name().to_string(),
+        slots,
     }
-    Ok(out)
 }
 
 /// Sites and their rank counts from `--sites` (`3`, or `name:count,...`), checked
@@ -408,36 +298,6 @@ fn parse_sites(spec: &str, ranks: u32) -> Result<Vec<(String, u32)>> {
     Ok(sites)
 }
 
-/// Labels each process with the site of its ranks.
-fn assign_sites(placement: &mut [Placement], sites: &[(String, u32)]) -> Result<()> {
-    let mut bounds = Vec::new();
-    let mut at = 0;
-    for (name, count) in sites {
-        bounds.push((at, at + count, name));
-        at += count;
-    }
-    for p in placement {
-        let last = p.first + p.count - 1;
-        let (_, _, name) = bounds
-            .iter()
-            .find(|(lo, hi, _)| (*lo..*hi).contains(&p.first))
-            .expect("the sites cover every rank");
-        let (_, _, last_site) = bounds
-            .iter()
-            .find(|(lo, hi, _)| (*lo..*hi).contains(&last))
-            .expect("the sites cover every rank");
-        if name != last_site {
-            bail!(
-                "ranks {}..={last} share a process but --sites puts them in {name} and {last_site}; \
-                 choose --ranks-per-process to divide each site's rank count",
-                p.first
-            );
-        }
-        p.site = Some((*name).clone());
-    }
-    Ok(())
-}
-
 /// The heartbeat settings from the command line (`None`: off).
 fn liveness_of(heartbeat: f64, timeout: f64) -> Result<Option<Liveness>> {
     let secs = |what: &str, v: f64| {
@@ -459,146 +319,9 @@ fn liveness_of(heartbeat: f64, timeout: f64) -> Result<Option<Liveness>> {
     Ok(Some(Liveness { heartbeat, timeout }))
 }
 
-/// The job failed: what to tell the user, and the exit status `vargr run` ends with.
-#[derive(Debug)]
-pub struct JobFailed {
-    pub message: String,
-    pub code: i32,
-}
-
-impl std::fmt::Display for JobFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for JobFailed {}
-
-/// The exit status `vargr run` reports for a rank that ended with `st`: its own exit
-/// code, or 128 plus the signal that killed it. What Open MPI's mpirun does (4.1.4 here:
-/// a rank killed with SIGKILL makes it exit 137, one that exits 3 makes it exit 3) and
-/// what a POSIX shell reports for a killed command, so scripts read all three alike.
-fn exit_code(st: ExitStatus) -> i32 {
-    match (st.code(), st.signal()) {
-        (Some(c), _) => c,
-        (None, Some(sig)) => 128 + sig,
-        (None, None) => 1,
-    }
-}
-
-/// Waits for every process; the first failure (or Ctrl-C, or a process that stopped
-/// answering heartbeats) stops the rest.
-fn supervise(procs: &mut [Proc], stop: &AtomicBool, rv: &JobRendezvous) -> Result<()> {
-    let mut failure: Option<JobFailed> = None;
-    let mut done = vec![false; procs.len()];
-    let mut kill_at: Option<Instant> = None;
-    loop {
-        let mut running = 0;
-        let mut failed = Vec::new();
-        for (i, p) in procs.iter_mut().enumerate() {
-            if done[i] {
-                continue;
-            }
-            match p.child.try_wait() {
-                Ok(Some(st)) => {
-                    done[i] = true;
-                    if !st.success() {
-                        failed.push((i, st));
-                    }
-                }
-                Ok(None) => running += 1,
-                Err(e) => {
-                    done[i] = true;
-                    failure.get_or_insert(JobFailed {
-                        message: format!("waiting for ranks of {}: {e}", p.host),
-                        code: 1,
-                    });
-                }
-            }
-        }
-        if failure.is_none() {
-            if let Some(s) = rv.silent() {
-                // Stopped or hung: it will not exit on its own, nor will the ranks
-                // waiting for it. Checked before the exits of this sweep: the others
-                // are told to fail once it is found silent, and must not be blamed.
-                failure = Some(JobFailed {
-                    message: format!("{s}; the job was stopped"),
-                    code: 1,
-                });
-                kill_at = Some(Instant::now());
-            }
-        }
-        if failure.is_none() {
-            // Several failures found in one sweep: the others may have failed because
-            // of the first, so blame the process whose connection to the rendezvous
-            // closed first, then one killed by a signal, then the lowest rank (in rank
-            // order alone, rank 0 failing over a lost rank 2 was blamed instead).
-            failed.sort_by_key(|&(i, st)| {
-                let closed = rv.closed_at(procs[i].first);
-                (
-                    closed.is_none(),
-                    closed,
-                    st.signal().is_none(),
-                    procs[i].first,
-                )
-            });
-            if let Some(&(i, st)) = failed.first() {
-                failure = Some(JobFailed {
-                    message: describe(&procs[i], st),
-                    code: exit_code(st),
-                });
-                // Give the others a moment to notice and exit on their own.
-                kill_at = Some(Instant::now() + Duration::from_secs(1));
-            }
-        }
-        if running == 0 {
-            break;
-        }
-        if stop.load(Ordering::SeqCst) && failure.is_none() {
-            failure = Some(JobFailed {
-                message: "interrupted".into(),
-                code: 1,
-            });
-            kill_at = Some(Instant::now());
-        }
-        if kill_at.is_some_and(|t| Instant::now() >= t) {
-            for (i, p) in procs.iter_mut().enumerate() {
-                if !done[i] {
-                    let _ = p.child.kill();
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    match failure {
-        Some(f) => Err(f.into()),
-        None => Ok(()),
-    }
-}
-
-fn describe(p: &Proc, st: ExitStatus) -> String {
-    let ranks = if p.count == 1 {
-        format!("rank {}", p.first)
-    } else {
-        format!("ranks {}..{}", p.first, p.first + p.count)
-    };
-    format!(
-        "{ranks} (pid {} on {}) failed first ({st}); the job was stopped",
-        p.child.id(),
-        p.host
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn exit_status_is_the_rank_s_code_or_128_plus_its_signal() {
-        assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGSEGV)), 139);
-    }
 
     #[test]
     fn liveness_settings_are_checked() {

@@ -37,7 +37,7 @@ fn two_sites_with(extra: &[&str], check: &[&str]) -> CliRun {
         "rtt=2ms,bandwidth=100mbit",
     ];
     args.extend_from_slice(extra);
-    args.extend_from_slice(&["--", vargr(), "codec-check"]);
+    args.extend_from_slice(&["--", vargr_bench(), "codec-check"]);
     args.extend_from_slice(check);
     let r = run_cli(&args, Duration::from_secs(120));
     assert!(r.status.success(), "{extra:?}: {r:?}");
@@ -93,7 +93,7 @@ fn compressing_links_between_sites_change_nothing_but_the_bytes() {
             "--codec",
             "fixed:nope",
             "--",
-            vargr(),
+            vargr_bench(),
             "rank-info",
         ],
         Duration::from_secs(30),
@@ -124,7 +124,7 @@ fn messages_sent_uncompressed_cross_as_they_are() {
             "--trace",
             trace.to_str().unwrap(),
             "--",
-            vargr(),
+            vargr_bench(),
             "codec-bench-rank",
             "--set",
             "i32-r100-1m",
@@ -182,7 +182,7 @@ fn a_codec_config_file_sets_the_engine_and_a_bad_one_names_the_setting() {
                 "--codec-config",
                 file.to_str().unwrap(),
                 "--",
-                vargr(),
+                vargr_bench(),
                 "rank-info",
             ],
             Duration::from_secs(30),
@@ -243,7 +243,7 @@ fn the_guided_strategy_records_plans_and_applies_rules() {
             "--codec",
             "guided:/nonexistent/plan.json",
             "--",
-            vargr(),
+            vargr_bench(),
             "rank-info",
         ],
         Duration::from_secs(30),
@@ -357,7 +357,7 @@ fn job_in_namespace(ns: &ShapedNamespace, codec: &str) -> BTreeMap<String, u64> 
         .arg(&hosts)
         .args(["--launcher", "sh -c {cmd}", "--codec", codec, "--trace"])
         .arg(&trace)
-        .args(["--", vargr(), "codec-bench-rank"])
+        .args(["--", vargr_bench(), "codec-bench-rank"])
         .args(["--set", "f64-pattern-r50-1m", "--limit", "1048576"])
         .args(["--message", "262144", "--warmup", "2", "--reps", "22"])
         .stdout(std::process::Stdio::null())
@@ -413,7 +413,7 @@ fn a_dedup_stage_sends_repeated_segments_as_fingerprints() {
             "--dedup",
             "tiles",
             "--",
-            vargr(),
+            vargr_bench(),
             "rank-info",
         ],
         Duration::from_secs(30),

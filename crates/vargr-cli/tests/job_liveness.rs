@@ -17,7 +17,7 @@ fn script(action: &str) -> String {
         "if [ \"$VARGR_RANK\" = 2 ] || [ \"$OMPI_COMM_WORLD_RANK\" = 2 ]; then \
          (sleep 1; kill -{action} $$) & fi; \
          exec {} slow-rank --rank 0 --iters 1000000 --sleep-us 1000",
-        vargr()
+        vargr_bench()
     )
 }
 
@@ -137,7 +137,7 @@ fn a_stopped_rank_0_ends_a_job_under_open_mpi() {
     let s = format!(
         "if [ \"$OMPI_COMM_WORLD_RANK\" = 0 ]; then (sleep 1; kill -STOP $$) & fi; \
          exec {} slow-rank --rank 1 --iters 1000000 --sleep-us 1000",
-        vargr()
+        vargr_bench()
     );
     let mut child = Command::new("mpirun")
         .args([

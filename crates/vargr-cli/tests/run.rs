@@ -17,7 +17,7 @@ fn lines_sorted(out: &str) -> Vec<String> {
 #[test]
 fn every_rank_learns_the_whole_job() {
     let r = run_cli(
-        &["run", "-n", "4", "--", vargr(), "rank-info"],
+        &["run", "-n", "4", "--", vargr_bench(), "rank-info"],
         Duration::from_secs(60),
     );
     assert!(r.status.success(), "{r:?}");
@@ -43,7 +43,7 @@ fn ranks_per_process_share_a_process_and_sites_are_passed_on() {
             "--site",
             "west",
             "--",
-            vargr(),
+            vargr_bench(),
             "rank-info",
         ],
         Duration::from_secs(60),
@@ -74,7 +74,7 @@ fn the_first_failing_rank_stops_the_job_and_is_named() {
 fn a_rank_that_never_arrives_is_named_by_the_others() {
     let script = format!(
         "if [ \"$VARGR_RANK\" = 1 ]; then exec sleep 10; else exec {} rank-info; fi",
-        vargr()
+        vargr_bench()
     );
     let r = run_cli(
         &[
@@ -129,7 +129,7 @@ fn ranks_started_by_open_mpi_wire_up_without_vargr_run() {
             "--oversubscribe",
             "-n",
             "3",
-            vargr(),
+            vargr_bench(),
             "rank-info",
         ])
         .env_remove("VARGR_JOB")
@@ -159,7 +159,7 @@ fn all_ok(stdout: &str, n: usize) {
 #[test]
 fn the_mesh_carries_all_pairs_and_a_large_ring_between_processes() {
     let r = run_cli(
-        &["run", "-n", "6", "--", vargr(), "mesh-check"],
+        &["run", "-n", "6", "--", vargr_bench(), "mesh-check"],
         Duration::from_secs(60),
     );
     assert!(r.status.success(), "{r:?}");
@@ -176,7 +176,7 @@ fn the_mesh_mixes_ranks_as_threads_and_processes() {
             "--ranks-per-process",
             "3",
             "--",
-            vargr(),
+            vargr_bench(),
             "mesh-check",
         ],
         Duration::from_secs(60),
@@ -193,7 +193,7 @@ fn the_mesh_works_under_open_mpi() {
             "--oversubscribe",
             "-n",
             "4",
-            vargr(),
+            vargr_bench(),
             "mesh-check",
         ])
         .env_remove("VARGR_JOB")
@@ -274,14 +274,17 @@ fn collectives_equal_open_mpi_for_processes_threads_and_mpirun() {
         let n_text = n.to_string();
         let mut args = vec!["run", "-n", &n_text];
         args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", vargr(), "coll-check"]);
+        args.extend_from_slice(&["--", vargr_bench(), "coll-check"]);
         let r = run_cli(&args, Duration::from_secs(120));
         assert!(r.status.success(), "{r:?}");
         assert_eq!(lines_sorted(&r.stdout), want, "{n} ranks, {extra:?}");
     }
     // The same program started by mpirun instead of vargr run.
     let want = lines_sorted(&mpirun(5, &[reference]));
-    assert_eq!(lines_sorted(&mpirun(5, &[vargr(), "coll-check"])), want);
+    assert_eq!(
+        lines_sorted(&mpirun(5, &[vargr_bench(), "coll-check"])),
+        want
+    );
 }
 
 #[test]
@@ -319,7 +322,7 @@ fn sor_gives_the_same_answer_with_conditional_allreduce_across_emulated_sites() 
             "--wan",
             "rtt=2ms",
             "--",
-            vargr(),
+            vargr_bench(),
             "sor-check",
             "--side",
             "40",
@@ -341,7 +344,15 @@ fn the_load_balance_monitor_names_a_slow_rank() {
     for extra in [&[][..], &["--ranks-per-process", "2"][..]] {
         let mut args = vec!["run", "-n", "4", "--monitor"];
         args.extend_from_slice(extra);
-        args.extend_from_slice(&["--", vargr(), "slow-rank", "--rank", "2", "--iters", "600"]);
+        args.extend_from_slice(&[
+            "--",
+            vargr_bench(),
+            "slow-rank",
+            "--rank",
+            "2",
+            "--iters",
+            "600",
+        ]);
         let r = run_cli(&args, Duration::from_secs(60));
         assert!(r.status.success(), "{r:?}");
         assert!(
@@ -370,7 +381,7 @@ fn monitor_status_feeds_vargr_top_and_statistics_can_run_distributed() {
             "--status",
             st,
             "--",
-            vargr(),
+            vargr_bench(),
             "slow-rank",
             "--rank",
             "2",
@@ -408,7 +419,7 @@ fn monitor_status_feeds_vargr_top_and_statistics_can_run_distributed() {
             "--monitor",
             "stats,distributed",
             "--",
-            vargr(),
+            vargr_bench(),
             "slow-rank",
             "--rank",
             "2",

@@ -94,7 +94,7 @@ fn all_ok(stdout: &str, n: usize) {
 fn no_mesh_socket_outlives_a_run() {
     let sb = Sandbox::new();
     let r = run_cli_env(
-        &["run", "-n", "3", "--", vargr(), "mesh-check"],
+        &["run", "-n", "3", "--", vargr_bench(), "mesh-check"],
         &sb.env(),
         Duration::from_secs(60),
     );
@@ -111,7 +111,7 @@ fn no_mesh_socket_outlives_a_run() {
     let script = format!(
         "if [ \"$VARGR_RANK\" = 2 ]; then (sleep 1; kill -9 $$) & fi; \
          exec {} slow-rank --rank 0 --iters 1000000 --sleep-us 1000",
-        vargr()
+        vargr_bench()
     );
     let r = run_cli_env(
         &["run", "-n", "3", "--", "sh", "-c", &script],
@@ -137,7 +137,7 @@ fn no_runtime_file_outlives_a_job_under_open_mpi() {
         "--oversubscribe",
         "-n",
         "3",
-        vargr(),
+        vargr_bench(),
         "mesh-check",
     ])
     .env_remove("VARGR_JOB");
@@ -176,7 +176,7 @@ fn rank_one_under_slurm(sb: &Sandbox) -> CliRun {
         ("PMI_KVSNAME", None),
         ("SLURM_STEP_ID", None),
     ]);
-    run_cli_env(&["rank-info"], &env, Duration::from_secs(20))
+    run_program_env(vargr_bench(), &["rank-info"], &env, Duration::from_secs(20))
 }
 
 /// A well-formed rendezvous file pointing nowhere, as another user would plant it.
@@ -292,7 +292,7 @@ fn a_missing_xdg_runtime_dir_falls_back_to_the_temporary_directory() {
     let missing = sb.root.path().join("no-such-dir");
     let tmp = sb.tmp();
     let r = run_cli_env(
-        &["run", "-n", "2", "--", vargr(), "mesh-check"],
+        &["run", "-n", "2", "--", vargr_bench(), "mesh-check"],
         &[
             ("XDG_RUNTIME_DIR", Some(missing.as_os_str())),
             ("TMPDIR", Some(tmp.as_os_str())),

@@ -27,7 +27,7 @@ fn traced_job(dir: &Path, prog: &[&str]) {
         d,
         "--",
     ];
-    args.push(vargr());
+    args.push(vargr_bench());
     args.extend_from_slice(prog);
     ok(&args);
     let files = std::fs::read_dir(dir)
@@ -242,7 +242,7 @@ fn clocks_of_processes_are_aligned_with_a_reported_error() {
             d,
             "--",
         ])
-        .args([vargr(), "coll-check"])
+        .args([vargr_bench(), "coll-check"])
         .env("VARGR_CLOCK_SKEW_NS", "2=50000000")
         .stdout(std::process::Stdio::null())
         .spawn()

@@ -236,7 +236,8 @@ impl Job {
             engine: opts.codec_engine.clone(),
             samples: opts.codec_samples.clone().map(|dir| SampleDir {
                 dir,
-                label: vargr_net::job::rank_from_env().map_or_else(|_| "x".into(), |r| r.to_string()),
+                label: vargr_net::job::rank_from_env()
+                    .map_or_else(|_| "x".into(), |r| r.to_string()),
             }),
             dedup: opts.dedup.clone(),
             max_frame: mesh::MAX_MESSAGE + 64,

@@ -23,7 +23,7 @@ pub use keys::{by_name, Key, KEYS};
 use vargr_codec::stage::CodecMode;
 use vargr_codec::EngineConfig;
 use vargr_coll::monitor::MonitorConfig;
-use vargr_coll::{Job, JoinOptions, Selector, SchedPolicy};
+use vargr_coll::{Job, JoinOptions, SchedPolicy, Selector};
 use vargr_emu::WanMap;
 
 /// Where a value came from.
@@ -200,6 +200,18 @@ impl Config {
     /// Parses and checks every setting of `layers`.
     pub fn resolve(layers: &Layers) -> Result<Config, ConfigError> {
         let r = Resolver { layers };
+        if let Some(kinds) = r.text("monitor.kinds") {
+            if let Some(bad) = kinds
+                .split(',')
+                .map(str::trim)
+                .find(|k| !matches!(*k, "load-balance" | "stats" | "distributed"))
+            {
+                return Err(r.bad(
+                    "monitor.kinds",
+                    format!("unknown monitor {bad:?} (load-balance, stats, distributed)"),
+                ));
+            }
+        }
         let monitor = match r.text("monitor.kinds") {
             None => None,
             Some(kinds) => Some(MonitorConfig {

@@ -26,6 +26,7 @@ pub mod auth;
 mod error;
 pub mod gate;
 pub mod job;
+pub mod job_launch;
 pub mod launch;
 mod link;
 pub mod mesh;

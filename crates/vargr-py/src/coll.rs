@@ -48,7 +48,7 @@ fn job(py: Python<'_>) -> PyResult<&'static Job> {
         std::thread::Builder::new()
             .name("vargr-join".into())
             .spawn(|| {
-                let _ = JOB.set(Job::join().map_err(|e| e.to_string()));
+                let _ = JOB.set(vargr_config::join_job().map_err(|e| e.to_string()));
             })
             .expect("starting the join thread");
     });

@@ -117,26 +117,43 @@ pub(crate) fn read_preamble(r: &mut dyn Read) -> Result<Preamble, String> {
     serde_json::from_slice(&body).map_err(|e| format!("malformed sync preamble: {e}"))
 }
 
-pub(crate) fn write_frame(w: &mut dyn Write, kind: u8, body: &[u8]) -> std::io::Result<()> {
-    let mut head = [0u8; 5];
+/// Bytes before a frame's body: its type and its u32 little-endian length.
+pub const FRAME_HEAD_LEN: usize = 5;
+
+fn frame_head(kind: u8, body: &[u8]) -> [u8; FRAME_HEAD_LEN] {
+    let mut head = [0u8; FRAME_HEAD_LEN];
     head[0] = kind;
     head[1..].copy_from_slice(&(body.len() as u32).to_le_bytes());
-    w.write_all(&head)?;
+    head
+}
+
+pub(crate) fn write_frame(w: &mut dyn Write, kind: u8, body: &[u8]) -> std::io::Result<()> {
+    w.write_all(&frame_head(kind, body))?;
     w.write_all(body)
+}
+
+/// Appends a frame (a type byte, a u32 little-endian length, the body) to `out`: the
+/// shape [`split_frame`] reads, for protocols that queue bytes rather than write them.
+pub fn put_frame(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
+    out.reserve(FRAME_HEAD_LEN + body.len());
+    out.extend_from_slice(&frame_head(kind, body));
+    out.extend_from_slice(body);
 }
 
 /// The frame at the front of `buf` (a type byte, a u32 little-endian length, the body),
 /// the shape of `vargr sync`'s replies and `vargr proxy`'s link: `Ok(None)` while it is
 /// incomplete, `Err(length)` if its length exceeds `max` (before anything is read).
 pub fn split_frame(buf: &[u8], max: usize) -> Result<Option<(u8, &[u8])>, usize> {
-    let Some(head) = buf.get(..5) else {
+    let Some(head) = buf.get(..FRAME_HEAD_LEN) else {
         return Ok(None);
     };
     let len = u32::from_le_bytes(head[1..].try_into().expect("4 bytes")) as usize;
     if len > max {
         return Err(len);
     }
-    Ok(buf.get(5..5 + len).map(|body| (head[0], body)))
+    Ok(buf
+        .get(FRAME_HEAD_LEN..FRAME_HEAD_LEN + len)
+        .map(|body| (head[0], body)))
 }
 
 /// Reads one reply frame; `Ok(None)` at a clean end of stream.
@@ -179,5 +196,14 @@ mod tests {
             split_frame(&[1, 0xff, 0xff, 0xff, 0xff], 1 << 20),
             Err(u32::MAX as usize)
         );
+    }
+
+    #[test]
+    fn put_frame_writes_what_write_frame_writes() {
+        let (mut written, mut put) = (Vec::new(), vec![9]);
+        write_frame(&mut written, 3, b"abc").unwrap();
+        put_frame(&mut put, 3, b"abc");
+        assert_eq!(put[1..], written[..]);
+        assert_eq!(split_frame(&put[1..], 3), Ok(Some((3, &b"abc"[..]))));
     }
 }

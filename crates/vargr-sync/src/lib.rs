@@ -30,7 +30,7 @@ pub mod zpieces;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
-pub use frame::{split_frame, PROTOCOL_VERSION};
+pub use frame::{put_frame, split_frame, FRAME_HEAD_LEN, PROTOCOL_VERSION};
 
 /// Every decoder of a peer's bytes in one call, for the fuzz target (`sync_frames`).
 #[doc(hidden)]

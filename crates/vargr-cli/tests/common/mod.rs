@@ -55,6 +55,12 @@ pub fn vargr() -> &'static str {
     env!("CARGO_BIN_EXE_vargr")
 }
 
+/// The `vargr-bench` binary under test: the ranks that check jobs from the inside
+/// (`rank-info`, `mesh-check`, `coll-check`, `slow-rank`, ...).
+pub fn vargr_bench() -> &'static str {
+    env!("CARGO_BIN_EXE_vargr-bench")
+}
+
 /// Options whose commnodes are the `vargr` binary under test.
 pub fn opts() -> NetworkOptions {
     NetworkOptions {
@@ -141,7 +147,17 @@ pub fn run_cli_env(
     env: &[(&str, Option<&std::ffi::OsStr>)],
     guard: Duration,
 ) -> CliRun {
-    let mut cmd = Command::new(vargr());
+    run_program_env(vargr(), args, env, guard)
+}
+
+/// [`run_cli_env`] for another program (`vargr-bench`'s roles).
+pub fn run_program_env(
+    program: &str,
+    args: &[&str],
+    env: &[(&str, Option<&std::ffi::OsStr>)],
+    guard: Duration,
+) -> CliRun {
+    let mut cmd = Command::new(program);
     for (k, v) in env {
         match v {
             Some(v) => cmd.env(k, v),
@@ -154,7 +170,7 @@ pub fn run_cli_env(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("spawning vargr {args:?}: {e}"));
+        .unwrap_or_else(|e| panic!("spawning {program} {args:?}: {e}"));
     let out = reader(child.stdout.take().expect("piped stdout"));
     let err = reader(child.stderr.take().expect("piped stderr"));
     let status = wait_guarded(&mut child, guard);

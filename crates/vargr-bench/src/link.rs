@@ -67,7 +67,7 @@ pub fn run(a: LinkBenchArgs) -> Result<()> {
             });
         }
     }
-    crate::bench::write_records(a.json.as_deref(), "link-seal.json", &records)
+    crate::tree::write_records(a.json.as_deref(), "link-seal.json", &records)
 }
 
 /// Mean ns per frame to seal `frames` frames of `size` bytes, and to open them.

@@ -46,6 +46,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
+
+use crate::Programs;
 use vargr_codec::testdata::{self, Rng};
 use vargr_dedup::cache::{DiskCache, DiskConfig, MemCache, SegmentCache};
 use vargr_dedup::fp::CONSERVATIVE_LEN;
@@ -204,7 +206,7 @@ fn ratio(bytes_in: u64, wire: u64) -> f64 {
     bytes_in as f64 / wire.max(1) as f64
 }
 
-pub fn run(a: BenchDedupArgs) -> Result<()> {
+pub fn run(a: BenchDedupArgs, programs: &Programs) -> Result<()> {
     let scratch = Scratch::new()?;
     let (releases, dataset) = releases(&a, &scratch.0)?;
     let first = std::fs::read(&releases[0].path)
@@ -228,7 +230,8 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
     }
     drop((first, second));
 
-    let exe = std::env::current_exe().context("locating the vargr binary")?;
+    // Syncs, their daemon and the relay are all `vargr`.
+    let exe = programs.vargr()?;
     // The default, its delta batches (fewer bytes for more CPU), and smaller segments.
     let batches = ["--delta-level", "9"];
     let runs: &[(&str, &[&str])] = if a.quick {
@@ -242,7 +245,7 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
         ]
     };
     for &(seg, extra) in runs.iter().filter(|_| part("sync")) {
-        match sync_vargr(&exe, &releases, &scratch.0, seg, extra, !a.skip_wan) {
+        match sync_vargr(exe, &releases, &scratch.0, seg, extra, !a.skip_wan) {
             Ok(r) => records.extend(r),
             Err(e) => {
                 eprintln!("vargr sync with {seg} failed: {e:#}");
@@ -267,7 +270,7 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
         // The same releases unpacked: thousands of small files, where rsync skips or
         // patches each file it finds under the same name.
         let trees = unpacked(&releases, &scratch.0.join("trees"))?;
-        match sync_vargr(&exe, &trees, &scratch.0, SYNC_SEGMENTER, &[], !a.skip_wan) {
+        match sync_vargr(exe, &trees, &scratch.0, SYNC_SEGMENTER, &[], !a.skip_wan) {
             Ok(r) => records.extend(r),
             Err(e) => eprintln!("vargr sync of trees failed: {e:#}"),
         }
@@ -279,7 +282,7 @@ pub fn run(a: BenchDedupArgs) -> Result<()> {
 
     print_tables(&records);
     if let Some(path) = &a.json {
-        crate::bench::write_records(Some(path), "dedup.json", &records)?;
+        crate::tree::write_records(Some(path), "dedup.json", &records)?;
     }
     Ok(())
 }
@@ -350,7 +353,7 @@ fn unpacked(rels: &[Release], dir: &Path) -> Result<Vec<Release>> {
             .arg("-C")
             .arg(&to);
         let (o, _) = run_within(cmd, COMMAND_TIMEOUT, "tar -x")?;
-        crate::bench::check_output(&o, "tar -x")?;
+        crate::tree::check_output(&o, "tar -x")?;
         out.push(Release {
             name: r.name.clone(),
             path: to,
@@ -404,7 +407,7 @@ fn releases(a: &BenchDedupArgs, scratch: &Path) -> Result<(Vec<Release>, String)
 
 /// Releases from `dir/manifest.tsv`, running the fetch script when it is missing.
 fn real_releases(dir: &Path, fetch: bool) -> std::result::Result<Vec<Release>, String> {
-    let (manifest, text) = crate::bench::fetched_manifest(
+    let (manifest, text) = crate::tree::fetched_manifest(
         dir,
         Path::new("scripts/fetch-dedup-data.sh"),
         fetch,
@@ -903,8 +906,7 @@ fn pipeline(
                 let all = (0..reps).map(|_| once()).collect::<Result<Vec<_>>>()?;
                 let runs = [0, 1].map(|k| {
                     let (wire, segments, _) = all[0][k];
-                    let secs =
-                        crate::bench::median(&all.iter().map(|r| r[k].2).collect::<Vec<_>>());
+                    let secs = crate::tree::median(&all.iter().map(|r| r[k].2).collect::<Vec<_>>());
                     (wire, segments, secs)
                 });
                 for (k, (wire, segments, secs)) in runs.into_iter().enumerate() {
@@ -956,7 +958,7 @@ fn pipeline(
 fn run_within(mut cmd: Command, timeout: Duration, what: &str) -> Result<(Output, f64)> {
     let t = Instant::now();
     cmd.stdin(Stdio::null());
-    let out = crate::bench::output_within(cmd, timeout, what)?;
+    let out = crate::tree::output_within(cmd, timeout, what)?;
     Ok((out, t.elapsed().as_secs_f64()))
 }
 
@@ -1143,7 +1145,7 @@ fn sync_vargr(
             cmd.arg("--secret-file").arg(&secret);
         }
         let (o, wall) = run_within(cmd, COMMAND_TIMEOUT, "vargr sync")?;
-        crate::bench::check_output(&o, "vargr sync")?;
+        crate::tree::check_output(&o, "vargr sync")?;
         let v: serde_json::Value = serde_json::from_slice(&o.stdout)
             .with_context(|| format!("vargr sync --json printed {:?}", o.stdout.len()))?;
         let num = |k: &str| {
@@ -1272,7 +1274,7 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
         let mut cp = Command::new("cp");
         cp.arg("-a").arg(&old.path).arg(dst.join("pkg"));
         let (o, _) = run_within(cp, COMMAND_TIMEOUT, "cp -a")?;
-        crate::bench::check_output(&o, "cp -a")?;
+        crate::tree::check_output(&o, "cp -a")?;
         cmd.args(["--stats", "-a"])
             .args(opts)
             .arg(format!("{}/", new.path.display()))
@@ -1287,7 +1289,7 @@ fn rsync_one(old: &Release, new: &Release, opts: &[&str], scratch: &Path) -> Res
             .arg(dst.join("pkg.tar"));
     }
     let (o, secs) = run_within(cmd, COMMAND_TIMEOUT, "rsync")?;
-    crate::bench::check_output(&o, "rsync")?;
+    crate::tree::check_output(&o, "rsync")?;
     let text = String::from_utf8_lossy(&o.stdout);
     let sent = rsync_stat(&text, "Total bytes sent")
         .ok_or_else(|| anyhow!("rsync --stats printed no 'Total bytes sent': {text}"))?;
@@ -1369,7 +1371,7 @@ fn zstd_one(old: &Release, new: &Release, level: u32, scratch: &Path) -> Result<
         .arg("-o")
         .arg(&patch);
     let (o, secs) = run_within(cmd, COMMAND_TIMEOUT, "zstd --patch-from")?;
-    crate::bench::check_output(&o, "zstd --patch-from")?;
+    crate::tree::check_output(&o, "zstd --patch-from")?;
     let bytes = std::fs::metadata(&patch)?.len();
     let back = scratch.join("patched");
     let mut cmd = Command::new("zstd");
@@ -1379,7 +1381,7 @@ fn zstd_one(old: &Release, new: &Release, level: u32, scratch: &Path) -> Result<
         .arg("-o")
         .arg(&back);
     let (o, _) = run_within(cmd, COMMAND_TIMEOUT, "zstd -d --patch-from")?;
-    crate::bench::check_output(&o, "zstd -d --patch-from")?;
+    crate::tree::check_output(&o, "zstd -d --patch-from")?;
     same_file(&back, &new.path, "zstd --patch-from")?;
     let _ = std::fs::remove_file(&back);
     Ok(Record {

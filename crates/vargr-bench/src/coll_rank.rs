@@ -1,4 +1,4 @@
-//! `vargr coll-bench-rank`: what each vargr rank runs for `vargr bench coll`.
+//! `vargr-bench coll-bench-rank`: what each vargr rank runs for `vargr bench coll`.
 //!
 //! It exists so that vargr and Open MPI are timed by the same loop: this file and
 //! `bench/mpi/coll_bench.c` are two spellings of one measurement (keep them in step).
@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use vargr_coll::{CollError, CollKind, Comm, Job, Op};
+use vargr_coll::{CollError, CollKind, Comm, Op};
 
 /// The collectives the benchmark times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +111,7 @@ pub fn run(a: CollRankArgs) -> Result<()> {
     if a.iters == 0 {
         bail!("--iters must be at least 1");
     }
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let outs = job.run(|c| {
         measure(&c, op, &a).map_err(|e| CollError::Job {
             reason: format!("{e:#}"),

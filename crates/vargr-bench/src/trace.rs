@@ -10,8 +10,9 @@
 //! (events per call × cost of one collector call ÷ time per call) says what the
 //! collectors alone can cost.
 //!
-//! With `--compiled-out BIN` (a vargr built with `--features trace-off`), whole runs of
-//! this binary and of BIN alternate, and the overhead is the median of the runs' ratios.
+//! With `--compiled-out BIN` (a vargr-bench built with `--features trace-off`), whole
+//! runs with this program's ranks and with BIN's alternate, and the overhead is the
+//! median of the runs' ratios.
 //! A last run injects a slow rank and times how long the load-balance monitor takes to
 //! name it.
 
@@ -19,11 +20,12 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::Instant;
 
-use crate::bench::median;
+use crate::tree::median;
+use crate::Programs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use vargr_coll::{Job, Op};
+use vargr_coll::Op;
 use vargr_trace::{EventOp, Record, NO_PEER};
 
 #[derive(Args, Clone)]
@@ -44,7 +46,8 @@ pub struct TraceBenchArgs {
     /// Ranks of the extra run that measures the monitor's gather rate (gsum only).
     #[arg(long)]
     gather_ranks: Option<u32>,
-    /// A vargr built with `--features trace-off`: compare with collectors compiled out.
+    /// A vargr-bench built with `--features trace-off`: its ranks compare with the
+    /// collectors compiled out (the jobs are started by the vargr beside this program).
     #[arg(long)]
     compiled_out: Option<PathBuf>,
     /// Runs of each binary for the compiled-out comparison (each a quarter of
@@ -131,7 +134,7 @@ struct RankOut {
 /// The rank side: blocks of allreduces, collectors switched per block; rank 0 prints the
 /// per-call time of each block.
 pub fn rank(a: TraceRankArgs) -> Result<()> {
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let outs = job.run(|c| {
         let mut on = Vec::new();
         let mut off = Vec::new();
@@ -147,7 +150,7 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
             let t = Instant::now();
             for _ in 0..iters {
                 if a.compute_steps > 0 {
-                    x = crate::coll_bench_role::spin(std::hint::black_box(a.compute_steps), x);
+                    x = crate::coll_rank::spin(std::hint::black_box(a.compute_steps), x);
                 }
                 let mut v = [x];
                 c.allreduce(&mut v, &Op::Sum)?;
@@ -224,10 +227,10 @@ fn paired_overhead(on: &[f64], off: &[f64]) -> (f64, f64) {
     (median(&r), 1.96 * 1.2533 * sd / n.sqrt())
 }
 
-/// One `vargr run` of the rank benchmark with `exe`; returns what rank 0 printed and
-/// the job's stderr.
+/// One `vargr run` of the rank benchmark, its ranks being `programs.bench()`; returns
+/// what rank 0 printed and the job's stderr.
 fn rank_job(
-    exe: &std::path::Path,
+    programs: &Programs,
     n: u32,
     k: u32,
     a: &TraceBenchArgs,
@@ -241,10 +244,11 @@ fn rank_job(
     } else {
         a.blocks
     };
-    let out = Command::new(exe)
+    let (vargr, ranks) = (programs.vargr()?, programs.bench());
+    let out = Command::new(vargr)
         .args(["run", "-n", &n.to_string()])
         .args(["--ranks-per-process", &k.to_string(), "--"])
-        .arg(exe)
+        .arg(ranks)
         .args(["trace-bench-rank", "--iters", &a.iters.to_string()])
         .args(["--block-ms", &a.block_ms.to_string()])
         .args(["--blocks", &blocks.to_string()])
@@ -252,10 +256,10 @@ fn rank_job(
         .args(fixed.then_some("--fixed"))
         .envs(env.iter().copied())
         .output()
-        .with_context(|| format!("starting {} run", exe.display()))?;
+        .with_context(|| format!("starting {} run", vargr.display()))?;
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     if !out.status.success() {
-        bail!("{} ranks with {}: {stderr}", n, exe.display());
+        bail!("{} ranks with {}: {stderr}", n, ranks.display());
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
@@ -266,10 +270,10 @@ fn rank_job(
 }
 
 /// Seconds from the monitor's start until it first names `slow` as the last to arrive.
-fn detection_time(exe: &std::path::Path, n: u32, slow: u32) -> Result<Option<f64>> {
-    let out = Command::new(exe)
+fn detection_time(programs: &Programs, n: u32, slow: u32) -> Result<Option<f64>> {
+    let out = Command::new(programs.vargr()?)
         .args(["run", "-n", &n.to_string(), "--monitor", "--"])
-        .arg(exe)
+        .arg(programs.bench())
         .args(["slow-rank", "--rank", &slow.to_string(), "--iters", "3000"])
         .env("VARGR_MONITOR_PERIOD_MS", "100")
         .output()
@@ -320,8 +324,7 @@ fn collector_cost() -> (f64, f64) {
     (one, two)
 }
 
-pub fn run(a: TraceBenchArgs) -> Result<()> {
-    let exe = std::env::current_exe().context("finding the vargr binary")?;
+pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
     let mut records = Vec::new();
     vargr_trace::set_enabled(true);
     let (one, two) = collector_cost();
@@ -371,10 +374,10 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
             let steps = match (workload, gsum_us.get(&(n, transport))) {
                 ("gsum", _) => 0,
                 // Half computation: as long as one gsum allreduce took.
-                (_, Some(&us)) => crate::bench_coll::calibrate_spin(us).0,
+                (_, Some(&us)) => crate::coll::calibrate_spin(us).0,
                 _ => bail!("compute-gsum needs the gsum time first"),
             };
-            let (r, stderr) = rank_job(&exe, n, k, &a, steps, false, env)?;
+            let (r, stderr) = rank_job(programs, n, k, &a, steps, false, env)?;
             let (on, off) = (median(&r.on_us), median(&r.off_us));
             if workload == "gsum" && label == "collectors" {
                 gsum_us.insert((n, transport), off);
@@ -404,12 +407,15 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
                 )
             });
             if let (Some(off_exe), true) = (&a.compiled_out, label == "collectors") {
+                let compiled_out = Programs::new(programs.vargr()?.to_path_buf(), off_exe.clone());
                 // Whole runs of each binary, alternating; collectors as built.
                 let (mut ons, mut offs) = (Vec::new(), Vec::new());
                 for _ in 0..a.runs {
-                    ons.push(median(&rank_job(&exe, n, k, &a, steps, true, &[])?.0.on_us));
+                    ons.push(median(
+                        &rank_job(programs, n, k, &a, steps, true, &[])?.0.on_us,
+                    ));
                     offs.push(median(
-                        &rank_job(off_exe, n, k, &a, steps, true, &[])?.0.on_us,
+                        &rank_job(&compiled_out, n, k, &a, steps, true, &[])?.0.on_us,
                     ));
                 }
                 let (pct, ci) = paired_overhead(&ons, &offs);
@@ -436,7 +442,7 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
     }
     if a.slow_ranks > 1 {
         let slow = a.slow_ranks / 2 + 1;
-        let t = detection_time(&exe, a.slow_ranks, slow.min(a.slow_ranks - 1))?;
+        let t = detection_time(programs, a.slow_ranks, slow.min(a.slow_ranks - 1))?;
         eprintln!(
             "slow rank among {}: named after {}",
             a.slow_ranks,
@@ -498,6 +504,6 @@ pub fn run(a: TraceBenchArgs) -> Result<()> {
             );
         }
     }
-    crate::bench::write_records(a.json.as_deref(), "trace.json", &records)?;
+    crate::tree::write_records(a.json.as_deref(), "trace.json", &records)?;
     Ok(())
 }

@@ -14,11 +14,12 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::Programs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use vargr_coll::sor::{sor, ConvergenceTest, SorConfig};
-use vargr_coll::{Across, Algorithm, CondOp, Fabric, Hierarchy, Job, Op, Predicate, World};
+use vargr_coll::{Across, Algorithm, CondOp, Fabric, Hierarchy, Op, Predicate, World};
 
 #[derive(Args, Clone)]
 pub struct WanBenchArgs {
@@ -125,7 +126,7 @@ fn sor_deltas(p: usize, sites: usize, side: usize, epsilon: f64) -> Result<Vec<V
 
 /// The rank side: runs the loop and has rank 0 print the record.
 pub fn rank(a: WanRankArgs) -> Result<()> {
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let p = job.size();
     let deltas = match a.input.as_str() {
         "sor" => Some(Arc::new(sor_deltas(
@@ -209,8 +210,8 @@ pub fn rank(a: WanRankArgs) -> Result<()> {
                 wan_rtt_ms: a.wan_rtt_ms,
                 algorithm,
                 iterations: a.iters,
-                median_us: crate::bench::percentile(&worst, 50.0),
-                p90_us: crate::bench::percentile(&worst, 90.0),
+                median_us: crate::tree::percentile(&worst, 50.0),
+                p90_us: crate::tree::percentile(&worst, 90.0),
                 mean_us: slowest_total / n.max(1) as f64,
                 decided_locally: cond_name(&a.mode).map(|_| local),
             }
@@ -227,8 +228,8 @@ fn cond_name(mode: &str) -> Option<&'static str> {
     (mode == "cond").then_some("cond_allreduce")
 }
 
-pub fn run(a: WanBenchArgs) -> Result<()> {
-    let exe = std::env::current_exe().context("finding the vargr binary")?;
+pub fn run(a: WanBenchArgs, programs: &Programs) -> Result<()> {
+    let (vargr, bench) = (programs.vargr()?, programs.bench());
     let rtt_ms = vargr_emu::parse_duration(&a.rtt)
         .map_err(|e| anyhow::anyhow!("--rtt: {e}"))?
         .as_secs_f64()
@@ -272,7 +273,7 @@ pub fn run(a: WanBenchArgs) -> Result<()> {
     let mut records = Vec::new();
     for (label, sites, mode, input, iters) in runs {
         let iters = if iters == u64::MAX { sor_len } else { iters };
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(vargr);
         cmd.args(["run", "-n", &a.ranks.to_string()])
             .args(["--ranks-per-process", &a.ranks_per_process.to_string()]);
         if sites > 1 {
@@ -280,7 +281,7 @@ pub fn run(a: WanBenchArgs) -> Result<()> {
                 .args(["--wan", &format!("rtt={}", a.rtt)]);
         }
         cmd.arg("--")
-            .arg(&exe)
+            .arg(bench)
             .args(["coll-wan-rank", "--mode", mode, "--input", input])
             .args(["--iters", &iters.to_string()])
             .args(["--sor-side", &a.sor_side.to_string()])
@@ -313,7 +314,7 @@ pub fn run(a: WanBenchArgs) -> Result<()> {
     }
     print_table(&records);
     let recs: Vec<&WanRecord> = records.iter().map(|(_, r)| r).collect();
-    crate::bench::write_records(a.json.as_deref(), "coll-wan.json", &recs)?;
+    crate::tree::write_records(a.json.as_deref(), "coll-wan.json", &recs)?;
     Ok(())
 }
 
@@ -403,7 +404,7 @@ pub struct SorRankArgs {
 
 /// The rank side of `vargr bench sor`: rank 0 prints `iterations seconds`.
 pub fn sor_rank(a: SorRankArgs) -> Result<()> {
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let cfg = SorConfig {
         side: a.side,
         epsilon: a.epsilon,
@@ -429,8 +430,8 @@ pub fn sor_rank(a: SorRankArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn sor_bench(a: SorBenchArgs) -> Result<()> {
-    let exe = std::env::current_exe().context("finding the vargr binary")?;
+pub fn sor_bench(a: SorBenchArgs, programs: &Programs) -> Result<()> {
+    let (vargr, bench) = (programs.vargr()?, programs.bench());
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
     let rtt_ms = vargr_emu::parse_duration(&a.rtt)
         .map_err(|e| anyhow::anyhow!("--rtt: {e}"))?
@@ -450,12 +451,12 @@ pub fn sor_bench(a: SorBenchArgs) -> Result<()> {
             if k == 1 && sched != "none" {
                 continue; // one rank per process: nothing to schedule
             }
-            let out = Command::new(&exe)
+            let out = Command::new(vargr)
                 .args(["run", "-n", &ranks.to_string()])
                 .args(["--ranks-per-process", &k.to_string()])
                 .args(["--sites", "2", "--wan", &format!("rtt={}", a.rtt)])
                 .args(["--sched", sched, "--"])
-                .arg(&exe)
+                .arg(bench)
                 .args(["coll-sor-rank", "--test", test])
                 .args(["--side", &a.side.to_string()])
                 .args(["--epsilon", &a.epsilon.to_string()])
@@ -509,6 +510,6 @@ pub fn sor_bench(a: SorBenchArgs) -> Result<()> {
             r.ranks, r.ranks_per_core, r.algorithm, r.sched, r.iterations, r.total_s, r.median_us
         );
     }
-    crate::bench::write_records(a.json.as_deref(), "coll-sor.json", &records)?;
+    crate::tree::write_records(a.json.as_deref(), "coll-sor.json", &records)?;
     Ok(())
 }

@@ -1,47 +1,19 @@
-//! `vargr bench`: measured, like-for-like runs whose records go to JSON.
-//!
-//! `bench tree` is the experiment of MRNet's figure 7 (start-up, multicast+reduction
+//! `vargr bench tree`: the experiment of MRNet's figure 7 (start-up, multicast+reduction
 //! round trip, pipelined reduction throughput) on local processes; `--experiment load`
-//! is figure 9's (a filter that costs CPU per input packet, flat against a tree).
+//! is figure 9's (a filter that costs CPU per input packet, flat against a tree). Also
+//! the helpers every benchmark shares: medians, percentiles, JSON records.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use clap::{Args, Subcommand};
+use clap::Args;
 use serde::Serialize;
 use vargr_tbon::{BackendSpec, Network, NetworkOptions, StreamOptions, Value};
 use vargr_topo::Topology;
 
-use crate::roles::{TAG_BURN, TAG_ECHO};
-
-#[derive(Subcommand)]
-pub enum BenchCmd {
-    /// Start-up, round-trip latency and pipelined throughput of trees (MRNet figure 7).
-    Tree(TreeArgs),
-    /// Accuracy of the Longcut WAN emulator relay (latency with 2 and 40 connections, bandwidth).
-    Emu(crate::bench_emu::EmuBenchArgs),
-    /// Collective latency, vargr (processes, threads) against Open MPI (TCP, shared memory).
-    Coll(crate::bench_coll::CollBenchArgs),
-    /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce.
-    Wan(crate::bench_wan::WanBenchArgs),
-    /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
-    Sor(crate::bench_wan::SorBenchArgs),
-    /// Cost of the always-on collectors: per call, and on gsum and compute-gsum.
-    Trace(crate::bench_trace::TraceBenchArgs),
-    /// Message compression over emulated links: each codec and the adaptive engine on
-    /// synthetic and real data, and a bulk transfer against zstd --adapt.
-    Codec(crate::bench_codec::CodecBenchArgs),
-    /// Redundancy elimination: segmenter throughput, syncs of consecutive releases
-    /// against rsync and zstd --patch-from, and two- against one-level fingerprints.
-    Dedup(crate::bench_dedup::BenchDedupArgs),
-    /// Cost of reaching vargr from C: one call across the C boundary.
-    Ffi(crate::bench_ffi::FfiBenchArgs),
-    /// Cost of protecting a frame after the handshake: seal and open, per frame size,
-    /// under MACs and under encryption.
-    Link(crate::bench_link::LinkBenchArgs),
-}
+use crate::{Programs, TAG_BURN, TAG_ECHO};
 
 #[derive(Args, Clone)]
 pub struct TreeArgs {
@@ -103,24 +75,9 @@ struct Record {
     link_security: String,
     /// The tree's processes after the timed waves, before shutdown.
     #[serde(flatten)]
-    memory: crate::bench_procs::Memory,
+    memory: crate::procs::Memory,
     /// From the shutdown request until every process of the tree has exited.
     shutdown_s: f64,
-}
-
-pub fn run(cmd: BenchCmd) -> Result<()> {
-    match cmd {
-        BenchCmd::Tree(a) => tree(a),
-        BenchCmd::Emu(a) => crate::bench_emu::run(a),
-        BenchCmd::Coll(a) => crate::bench_coll::run(a),
-        BenchCmd::Wan(a) => crate::bench_wan::run(a),
-        BenchCmd::Sor(a) => crate::bench_wan::sor_bench(a),
-        BenchCmd::Trace(a) => crate::bench_trace::run(a),
-        BenchCmd::Codec(a) => crate::bench_codec::run(a),
-        BenchCmd::Dedup(a) => crate::bench_dedup::run(a),
-        BenchCmd::Ffi(a) => crate::bench_ffi::run(a),
-        BenchCmd::Link(a) => crate::bench_link::run(a),
-    }
 }
 
 /// Writes `records` as pretty JSON to `json`, or to `bench/results/<default_name>`, and
@@ -175,7 +132,7 @@ pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.clamp(1, sorted.len()) - 1]
 }
 
-fn tree(a: TreeArgs) -> Result<()> {
+pub fn run(a: TreeArgs, programs: &Programs) -> Result<()> {
     let load = match a.experiment.as_str() {
         "fig7" => false,
         "load" | "fig9" => true,
@@ -199,7 +156,8 @@ fn tree(a: TreeArgs) -> Result<()> {
             });
         }
     }
-    let exe = std::env::current_exe().context("locating the vargr binary")?;
+    // The back-ends are `vargr backend echo`.
+    let exe = programs.vargr()?;
     let floor = if a.no_floor || load {
         None
     } else {
@@ -221,7 +179,7 @@ fn tree(a: TreeArgs) -> Result<()> {
         "stop s"
     );
     for spec in &specs {
-        let rec = run_one(&exe, spec, &a, load, floor.as_deref())
+        let rec = run_one(exe, spec, &a, load, floor.as_deref())
             .with_context(|| format!("benchmark of {spec}"))?;
         println!(
             "{:<14} {:>4} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>10.0} {:>11} {:>11} {:>10.0} {:>9.3}",
@@ -326,10 +284,10 @@ fn run_one(
         }
         waves as f64 / t.elapsed().as_secs_f64()
     };
-    let (memory, pids) = crate::bench_procs::sample();
+    let (memory, pids) = crate::procs::sample();
     let t = Instant::now();
     net.shutdown()?;
-    let left = crate::bench_procs::survivors(&pids, std::time::Duration::from_secs(10));
+    let left = crate::procs::survivors(&pids, std::time::Duration::from_secs(10));
     let shutdown_s = t.elapsed().as_secs_f64();
     if !left.is_empty() {
         bail!(

@@ -1,4 +1,4 @@
-//! `vargr coll-check`: every collective on fixed inputs, printed so that the output can be
+//! `vargr-bench coll-check`: every collective on fixed inputs, printed so that the output can be
 //! compared line for line with `bench/mpi/coll_check.c` run under Open MPI (the same
 //! inputs, the same line format; floats printed as their bit patterns, so "equal" means
 //! bitwise equal). Each rank also runs every algorithm of allreduce, bcast, reduce and
@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use anyhow::{ensure, Context, Result};
-use vargr_coll::{Across, Algorithm, CollKind, Comm, Elem, Job, Op};
+use vargr_coll::{Across, Algorithm, CollKind, Comm, Elem, Op};
 
 const N: usize = 5;
 
@@ -279,7 +279,7 @@ fn every_algorithm_agrees(c: &Comm) -> Result<()> {
 }
 
 pub fn run() -> Result<()> {
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let outs = job.run(|c| {
         check(&c).map_err(|e| vargr_coll::CollError::Job {
             reason: format!("{e:#}"),
@@ -292,12 +292,12 @@ pub fn run() -> Result<()> {
     Ok(())
 }
 
-/// `vargr sor-check`: red-black SOR with a plain and with a conditional allreduce; each
+/// `vargr-bench sor-check`: red-black SOR with a plain and with a conditional allreduce; each
 /// rank prints `rank R ok ITERATIONS LOCAL` when both runs agree on the iteration count
 /// and the answer, and fails otherwise.
 pub fn sor_check(side: usize, epsilon: f64) -> Result<()> {
     use vargr_coll::sor::{sor, ConvergenceTest, SorConfig};
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let cfg = SorConfig {
         side,
         epsilon,
@@ -332,10 +332,10 @@ pub fn sor_check(side: usize, epsilon: f64) -> Result<()> {
     Ok(())
 }
 
-/// `vargr slow-rank`: allreduce loops in which one rank sleeps before every call (tests
+/// `vargr-bench slow-rank`: allreduce loops in which one rank sleeps before every call (tests
 /// and demonstrations of the load-balance monitor).
 pub fn slow_rank(slow: usize, iters: u32, sleep_us: u64) -> Result<()> {
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     job.run(|c| {
         for i in 0..iters {
             if c.rank() == slow {
@@ -350,11 +350,11 @@ pub fn slow_rank(slow: usize, iters: u32, sleep_us: u64) -> Result<()> {
     Ok(())
 }
 
-/// `vargr codec-check`: large, compressible collectives whose exact results every rank
+/// `vargr-bench codec-check`: large, compressible collectives whose exact results every rank
 /// checks, so that links that compress (between sites) are shown to change nothing.
 /// Prints one line per rank with a checksum of what it received.
 pub fn codec_check(elements: usize, rounds: usize) -> Result<()> {
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let lines = job.run(|c| {
         let (r, p) = (c.rank(), c.size());
         // A piecewise-constant field (runs that LZ4 sees, predictable doubles for FPC).

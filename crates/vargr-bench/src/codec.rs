@@ -46,10 +46,11 @@ use clap::Args;
 use serde::{Deserialize, Serialize};
 use vargr_codec::testdata::{self, Rng};
 use vargr_codec::{Codec, ElemKind};
-use vargr_coll::{Comm, Elem, Job};
+use vargr_coll::{Comm, Elem};
 use vargr_trace::{EventOp, Record, TraceFile, NO_PEER};
 
-use crate::bench::median;
+use crate::tree::median;
+use crate::Programs;
 
 /// The collector rank 0 marks its timed window with (start, end, bytes sent, messages).
 const WINDOW: &str = "bench/codec/window";
@@ -508,7 +509,7 @@ fn cut(len: usize, message: usize, elem_size: usize) -> Vec<std::ops::Range<usiz
 /// Real data sets from the fetch script's manifest, running the script if needed.
 /// `Err` says why there are none.
 fn real_sets(dir: &Path, fetch: bool) -> std::result::Result<Vec<SetSpec>, String> {
-    let (manifest, text) = crate::bench::fetched_manifest(
+    let (manifest, text) = crate::tree::fetched_manifest(
         dir,
         Path::new("scripts/fetch-codec-data.sh"),
         fetch,
@@ -670,7 +671,7 @@ fn exchange<T: Elem>(
     }
 }
 
-/// `vargr codec-bench-rank`: one data set from rank 0 to rank 1; rank 0 prints the
+/// `vargr-bench codec-bench-rank`: one data set from rank 0 to rank 1; rank 0 prints the
 /// times as JSON, rank 1 checks that what arrived is what was sent.
 pub fn rank(a: CodecRankArgs) -> Result<()> {
     let elem = match &a.dtype {
@@ -682,7 +683,7 @@ pub fn rank(a: CodecRankArgs) -> Result<()> {
     };
     let (elem, bytes) = load(&a.set, a.file.as_deref(), elem, a.limit)?;
     let msgs = messages(&a.set, &bytes, a.message, elem);
-    let job = Job::join()?;
+    let job = vargr_config::join_job()?;
     let sides = job.run(|c| {
         macro_rules! go {
             ($t:ty) => {
@@ -814,7 +815,10 @@ struct Measured {
 
 /// Common settings of one benchmark run.
 struct Plan {
-    exe: PathBuf,
+    /// Starts the jobs and the relay.
+    vargr: PathBuf,
+    /// Runs the ranks (`codec-bench-rank`).
+    bench: PathBuf,
     message: usize,
     set_limit: usize,
     warmup: u32,
@@ -857,7 +861,7 @@ fn measure(
         "adaptive" => "adaptive".to_string(),
         c => format!("fixed:{c}"),
     };
-    let mut cmd = Command::new(&plan.exe);
+    let mut cmd = Command::new(&plan.vargr);
     cmd.args(["run", "-n", "2", "--sites", "2", "--codec", &codec])
         .arg("--trace")
         .arg(&trace);
@@ -868,7 +872,7 @@ fn measure(
         one_cpu(&mut cmd);
     }
     cmd.arg("--")
-        .arg(&plan.exe)
+        .arg(&plan.bench)
         .args(["codec-bench-rank", "--set", &set.name]);
     if let Some(f) = &set.file {
         cmd.arg("--file").arg(f).args(["--dtype", set.elem.name()]);
@@ -899,7 +903,7 @@ fn measure(
         set.name,
         link.name
     );
-    let out = crate::bench::output_within(cmd, plan.timeout, &what);
+    let out = crate::tree::output_within(cmd, plan.timeout, &what);
     let result = out.and_then(|out| {
         if !out.status.success() {
             bail!(
@@ -1034,10 +1038,10 @@ fn links(names: &[String]) -> Result<Vec<Link>> {
         .collect()
 }
 
-pub fn run(a: CodecBenchArgs) -> Result<()> {
-    let exe = std::env::current_exe().context("finding the vargr binary")?;
+pub fn run(a: CodecBenchArgs, programs: &Programs) -> Result<()> {
     let plan = Plan {
-        exe,
+        vargr: programs.vargr()?.to_path_buf(),
+        bench: programs.bench().to_path_buf(),
         message: a.message.max(8),
         set_limit: if a.quick {
             a.set_limit.min(1 << 20)
@@ -1219,11 +1223,11 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
         .map(|(mut rec, timed, first)| {
             let (timed, first) = (sorted(&timed), sorted(&first));
             if !timed.is_empty() {
-                rec.median_us = Some(crate::bench::percentile(&timed, 50.0));
-                rec.p90_us = Some(crate::bench::percentile(&timed, 90.0));
+                rec.median_us = Some(crate::tree::percentile(&timed, 50.0));
+                rec.p90_us = Some(crate::tree::percentile(&timed, 90.0));
             }
             if !first.is_empty() {
-                rec.first_median_us = Some(crate::bench::percentile(&first, 50.0));
+                rec.first_median_us = Some(crate::tree::percentile(&first, 50.0));
             }
             let link = links.iter().find(|l| l.name == rec.link);
             rec.link_us =
@@ -1253,7 +1257,7 @@ pub fn run(a: CodecBenchArgs) -> Result<()> {
     if let Some(why) = real_note {
         println!("\nreal data skipped: {why}");
     }
-    crate::bench::write_records(a.json.as_deref(), "codec.json", &records)?;
+    crate::tree::write_records(a.json.as_deref(), "codec.json", &records)?;
     Ok(())
 }
 
@@ -1481,7 +1485,7 @@ fn bulk_runs(plan: &Plan, name: &str, file: &Path, source: &str) -> Result<Vec<C
         }
         out.push(rec);
     }
-    let relay = Relay::start(&plan.exe)?;
+    let relay = Relay::start(&plan.vargr)?;
     for (tool, codec) in [
         ("raw bytes via vargr emu", "none"),
         ("zstd --adapt via vargr emu", "zstd --adapt"),

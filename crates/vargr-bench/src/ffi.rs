@@ -19,6 +19,8 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 
+use crate::Programs;
+
 const BOUNDARY_C: &str = "crates/vargr-capi/bench/boundary.c";
 const COMPARE_PY: &str = "python/bench/compare_allreduce.py";
 /// The bound on what Python adds to an 8-byte allreduce.
@@ -104,11 +106,11 @@ fn run_checked(cmd: &mut Command, what: &str) -> Result<String> {
     let out = cmd
         .output()
         .with_context(|| format!("{what}: could not start {:?}", cmd.get_program()))?;
-    crate::bench::check_output(&out, what)?;
+    crate::tree::check_output(&out, what)?;
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-pub fn run(a: FfiBenchArgs) -> Result<()> {
+pub fn run(a: FfiBenchArgs, programs: &Programs) -> Result<()> {
     if !Path::new(BOUNDARY_C).is_file() {
         bail!("{BOUNDARY_C} not found: run vargr bench ffi from the repository's root");
     }
@@ -134,9 +136,9 @@ pub fn run(a: FfiBenchArgs) -> Result<()> {
         "compiling boundary.c",
     )?;
     println!("timing {} calls, best of 5 loops ...", a.iters);
-    let me = std::env::current_exe().context("finding the vargr binary")?;
+    let me = programs.vargr()?;
     let text = run_checked(
-        Command::new(&me)
+        Command::new(me)
             .args(["run", "-n", "1", "--"])
             .arg(&exe)
             .arg(a.iters.to_string()),
@@ -188,14 +190,14 @@ pub fn run(a: FfiBenchArgs) -> Result<()> {
         if worst <= TARGET_NS { "met" } else { "NOT met" }
     );
     let python = match &a.python {
-        Some(py) => python_allreduce(py, &me, &a)?,
+        Some(py) => python_allreduce(py, me, &a)?,
         None => Vec::new(),
     };
     let results = Results {
         c_boundary: records,
         python_allreduce: python,
     };
-    crate::bench::write_records(
+    crate::tree::write_records(
         a.json.as_deref(),
         "ffi.json",
         std::slice::from_ref(&results),

@@ -2,7 +2,7 @@
 //!
 //! A number for vargr means little alone; this command measures, for each (op, bytes,
 //! ranks), four configurations with the same iteration counts and the same timing loop
-//! (`coll_bench_role.rs` for vargr, `bench/mpi/coll_bench.c` for MPI): vargr with ranks as
+//! (`coll_rank.rs` for vargr, `bench/mpi/coll_bench.c` for MPI): vargr with ranks as
 //! processes, vargr with all ranks as threads of one process, Open MPI over TCP and Open
 //! MPI over shared memory. It also runs the seed's Gsum (20,000 allreduces of one f64) and
 //! Compute-gsum (the same with fixed computation between calls). Records go to JSON, a
@@ -17,8 +17,9 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Serialize;
 
-use crate::bench::percentile;
-use crate::coll_bench_role::{spin, BenchOp, RankResult};
+use crate::coll_rank::{spin, BenchOp, RankResult};
+use crate::tree::percentile;
+use crate::Programs;
 
 #[derive(Args, Clone)]
 pub struct CollBenchArgs {
@@ -241,7 +242,7 @@ fn build_mpi() -> Result<Mpi> {
     Ok(mpi)
 }
 
-pub fn run(a: CollBenchArgs) -> Result<()> {
+pub fn run(a: CollBenchArgs, programs: &Programs) -> Result<()> {
     let ops = a
         .ops
         .iter()
@@ -262,7 +263,6 @@ pub fn run(a: CollBenchArgs) -> Result<()> {
             a.compute_us
         );
     }
-    let exe = std::env::current_exe().context("locating the vargr binary")?;
     let mpi = if a.no_mpi {
         None
     } else {
@@ -327,7 +327,7 @@ pub fn run(a: CollBenchArgs) -> Result<()> {
                 v.transport()
             );
             let mpi_bin = mpi.as_ref().map(|m| m.bin.as_path());
-            match run_one(&exe, mpi_bin, v, case, compute_iters, timeout) {
+            match run_one(programs, mpi_bin, v, case, compute_iters, timeout) {
                 Ok(mut rec) => {
                     if case.op == BenchOp::ComputeGsum {
                         rec.compute_iters = Some(compute_iters);
@@ -355,7 +355,7 @@ pub fn run(a: CollBenchArgs) -> Result<()> {
     }
 
     print_table(&cases, &records);
-    crate::bench::write_records(a.json.as_deref(), "coll.json", &records)?;
+    crate::tree::write_records(a.json.as_deref(), "coll.json", &records)?;
     if !failures.is_empty() {
         bail!(
             "{} of {total} runs failed:\n  {}",
@@ -368,7 +368,7 @@ pub fn run(a: CollBenchArgs) -> Result<()> {
 
 /// Starts one job and turns rank 0's `RESULT` line into a record.
 fn run_one(
-    exe: &Path,
+    programs: &Programs,
     mpi_bin: Option<&Path>,
     v: Variant,
     case: &Case,
@@ -409,9 +409,9 @@ fn run_one(
         .env_remove("VARGR_JOB");
     } else {
         let per_process = if v == Variant::VargrThreads { &n } else { "1" };
-        cmd = Command::new(exe);
+        cmd = Command::new(programs.vargr()?);
         cmd.args(["run", "-n", &n, "--ranks-per-process", per_process, "--"])
-            .arg(exe)
+            .arg(programs.bench())
             .arg("coll-bench-rank")
             .args(["--op", case.op.name()])
             .args(["--bytes", &case.bytes.to_string()])

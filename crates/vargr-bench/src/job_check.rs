@@ -1,0 +1,91 @@
+//! Ranks that check a job from the inside: what it learned at start-up, and that its
+//! mesh carries messages between every pair (tests of `vargr run`, of ranks as
+//! threads, and of mpirun).
+
+use anyhow::Result;
+
+/// Joins the job (rank and size from `vargr run`, `mpirun` or `srun`) and prints one line
+/// per local rank: `rank R of N host H site S peers P`, where P counts the table entries.
+pub fn rank_info() -> Result<()> {
+    let env = vargr_net::job::JobEnv::from_env()?;
+    let listener = vargr_net::Listener::bind(&vargr_net::Addr::Tcp("127.0.0.1:0".into()))?;
+    let addr = listener.local_addr()?;
+    let settings = vargr_net::job::JobSettings::default();
+    let joined = vargr_net::job::join_job(&env, &addr, &settings)?;
+    let table = joined.table;
+    for r in env.rank..env.rank + env.local {
+        let me = &table[r as usize];
+        anyhow::ensure!(
+            me.addr == addr,
+            "rank {r}: the table has another address for me"
+        );
+        println!(
+            "rank {r} of {} host {} site {} peers {}",
+            env.size,
+            me.host,
+            me.site.as_deref().unwrap_or("-"),
+            table.len()
+        );
+    }
+    Ok(())
+}
+
+/// Joins the job's mesh and checks it: every rank sends its rank to every other rank, a
+/// 1 MiB buffer goes once round the ring, and each rank prints `rank R ok` (tests of
+/// `vargr run`, ranks as threads, and mpirun).
+pub fn mesh_check() -> Result<()> {
+    use std::sync::Arc;
+    let mesh = vargr_net::mesh::join(
+        Box::new(|_| vargr_net::StageChain::default()),
+        &vargr_net::job::JobSettings::default(),
+    )?;
+    let env = mesh.env().clone();
+    let threads: Vec<_> = (env.rank..env.rank + env.local)
+        .map(|me| {
+            let mesh = Arc::clone(&mesh);
+            std::thread::spawn(move || -> Result<()> {
+                let n = mesh.size();
+                for peer in (0..n).filter(|&p| p != me) {
+                    mesh.send(
+                        me,
+                        peer,
+                        7,
+                        bytes::Bytes::copy_from_slice(&me.to_le_bytes()),
+                    )?;
+                }
+                let mut sum = 0u64;
+                for peer in (0..n).filter(|&p| p != me) {
+                    let b = mesh.recv(me, peer, 7)?;
+                    anyhow::ensure!(b.len() == 4, "rank {me}: {} bytes from {peer}", b.len());
+                    sum += u64::from(u32::from_le_bytes(b[..4].try_into()?));
+                }
+                let want = u64::from(n) * u64::from(n - 1) / 2 - u64::from(me);
+                anyhow::ensure!(sum == want, "rank {me}: sum {sum}, expected {want}");
+                // A large message once round the ring, each rank adding its rank to byte 0.
+                let big: Vec<u8> = (0..1 << 20).map(|i| (i % 251) as u8).collect();
+                let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
+                let mut msg = if me == 0 {
+                    big.clone()
+                } else {
+                    mesh.recv(me, prev, 8)?.to_vec()
+                };
+                msg[0] = msg[0].wrapping_add(me as u8);
+                mesh.send(me, next, 8, msg.into())?;
+                if me == 0 {
+                    let back = mesh.recv(me, prev, 8)?;
+                    let added = (0..n).fold(0u8, |a, r| a.wrapping_add(r as u8));
+                    anyhow::ensure!(back[0] == big[0].wrapping_add(added), "ring byte 0");
+                    anyhow::ensure!(back[1..] == big[1..], "ring payload changed");
+                }
+                println!("rank {me} ok");
+                Ok(())
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join()
+            .map_err(|_| anyhow::anyhow!("a rank thread panicked"))??;
+    }
+    mesh.flush(std::time::Duration::from_secs(10));
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! The benchmarks of vargr and the ranks its tests start, kept out of the product
+//! binary: `vargr bench …` runs the `vargr-bench` program beside it, whose commands are
+//! the benchmarks and, hidden, the roles that benchmarks and tests start as ranks.
+//!
+//! Benchmarks start trees, jobs, relays and syncs with the product `vargr` and their
+//! ranks with `vargr-bench`; [`Programs`] names both.
+
+mod codec;
+mod coll;
+mod coll_check;
+mod coll_rank;
+mod dedup;
+mod emu;
+mod ffi;
+mod job_check;
+mod link;
+mod procs;
+mod trace;
+mod tree;
+mod wan;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{ensure, Result};
+use clap::{Parser, Subcommand};
+
+/// Tags the built-in back-end (`vargr backend`, crates/vargr-cli/src/roles.rs) answers.
+const TAG_ECHO: i32 = 1;
+const TAG_BURN: i32 = 7;
+
+/// The two programs benchmarks start.
+#[derive(Debug, Clone)]
+pub struct Programs {
+    vargr: PathBuf,
+    bench: PathBuf,
+}
+
+impl Programs {
+    /// `bench` is the program whose roles the ranks run; `vargr` the product binary that
+    /// starts trees, jobs (`vargr run`), relays (`vargr emu`) and syncs.
+    pub fn new(vargr: PathBuf, bench: PathBuf) -> Programs {
+        Programs { vargr, bench }
+    }
+
+    /// The product binary, which must exist.
+    pub fn vargr(&self) -> Result<&Path> {
+        ensure!(
+            self.vargr.is_file(),
+            "{} not found: the benchmarks start trees, jobs and relays with the vargr \
+             binary beside vargr-bench",
+            self.vargr.display()
+        );
+        Ok(&self.vargr)
+    }
+
+    /// The program with the rank roles.
+    pub fn bench(&self) -> &Path {
+        &self.bench
+    }
+}
+
+#[derive(Parser)]
+#[command(
+    name = "vargr-bench",
+    version,
+    about = "vargr's benchmarks (JSON under bench/results/), and the ranks its tests start"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start-up, round-trip latency and pipelined throughput of trees (MRNet figure 7).
+    Tree(tree::TreeArgs),
+    /// Accuracy of the Longcut WAN emulator relay (latency with 2 and 40 connections, bandwidth).
+    Emu(emu::EmuBenchArgs),
+    /// Collective latency, vargr (processes, threads) against Open MPI (TCP, shared memory).
+    Coll(coll::CollBenchArgs),
+    /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce.
+    Wan(wan::WanBenchArgs),
+    /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
+    Sor(wan::SorBenchArgs),
+    /// Cost of the always-on collectors: per call, and on gsum and compute-gsum.
+    Trace(trace::TraceBenchArgs),
+    /// Message compression over emulated links: each codec and the adaptive engine on
+    /// synthetic and real data, and a bulk transfer against zstd --adapt.
+    Codec(codec::CodecBenchArgs),
+    /// Redundancy elimination: segmenter throughput, syncs of consecutive releases
+    /// against rsync and zstd --patch-from, and two- against one-level fingerprints.
+    Dedup(dedup::BenchDedupArgs),
+    /// Cost of reaching vargr from C: one call across the C boundary.
+    Ffi(ffi::FfiBenchArgs),
+    /// Cost of protecting a frame after the handshake: seal and open, per frame size,
+    /// under MACs and under encryption.
+    Link(link::LinkBenchArgs),
+    /// Joins the job it was started in and prints what it learned (tests of `vargr run`).
+    #[command(hide = true)]
+    RankInfo,
+    /// Joins the job's mesh and checks every pair and a ring (tests of `vargr run`).
+    #[command(hide = true)]
+    MeshCheck,
+    /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
+    #[command(hide = true)]
+    CollCheck,
+    /// Red-black SOR with plain and conditional allreduce; fails if they disagree.
+    #[command(hide = true)]
+    SorCheck {
+        #[arg(long, default_value_t = 48)]
+        side: usize,
+        #[arg(long, default_value_t = 20.0)]
+        epsilon: f64,
+    },
+    /// One rank of `vargr bench coll`: times a collective, rank 0 prints the result.
+    #[command(hide = true)]
+    CollBenchRank(coll_rank::CollRankArgs),
+    /// One rank of `vargr bench wan`.
+    #[command(hide = true)]
+    CollWanRank(wan::WanRankArgs),
+    /// Allreduce loops with one slow rank (load-balance monitor tests).
+    #[command(hide = true)]
+    SlowRank {
+        #[arg(long)]
+        rank: usize,
+        #[arg(long, default_value_t = 2000)]
+        iters: u32,
+        #[arg(long, default_value_t = 1000)]
+        sleep_us: u64,
+    },
+    /// Large compressible bcast and allreduce, checked exactly (codec stage tests).
+    #[command(hide = true)]
+    CodecCheck {
+        #[arg(long, default_value_t = 65536)]
+        elements: usize,
+        /// Broadcasts of the same field (repeats are what a dedup stage removes).
+        #[arg(long, default_value_t = 1)]
+        rounds: usize,
+    },
+    /// One rank of `vargr bench trace`.
+    #[command(hide = true)]
+    TraceBenchRank(trace::TraceRankArgs),
+    /// One rank of `vargr bench codec`.
+    #[command(hide = true)]
+    CodecBenchRank(codec::CodecRankArgs),
+    /// One rank of `vargr bench sor`.
+    #[command(hide = true)]
+    CollSorRank(wan::SorRankArgs),
+}
+
+/// Runs one command of `vargr-bench`.
+pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
+    match cli.cmd {
+        Cmd::Tree(a) => tree::run(a, programs),
+        Cmd::Emu(a) => emu::run(a),
+        Cmd::Coll(a) => coll::run(a, programs),
+        Cmd::Wan(a) => wan::run(a, programs),
+        Cmd::Sor(a) => wan::sor_bench(a, programs),
+        Cmd::Trace(a) => trace::run(a, programs),
+        Cmd::Codec(a) => codec::run(a, programs),
+        Cmd::Dedup(a) => dedup::run(a, programs),
+        Cmd::Ffi(a) => ffi::run(a, programs),
+        Cmd::Link(a) => link::run(a),
+        Cmd::RankInfo => job_check::rank_info(),
+        Cmd::MeshCheck => job_check::mesh_check(),
+        Cmd::CollCheck => coll_check::run(),
+        Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
+        Cmd::CollBenchRank(a) => coll_rank::run(a),
+        Cmd::CollWanRank(a) => wan::rank(a),
+        Cmd::CollSorRank(a) => wan::sor_rank(a),
+        Cmd::TraceBenchRank(a) => trace::rank(a),
+        Cmd::CodecBenchRank(a) => codec::rank(a),
+        Cmd::SlowRank {
+            rank,
+            iters,
+            sleep_us,
+        } => coll_check::slow_rank(rank, iters, sleep_us),
+        Cmd::CodecCheck { elements, rounds } => coll_check::codec_check(elements, rounds),
+    }
+}
+
+/// Where benchmark JSON goes by default.
+fn results_dir() -> PathBuf {
+    PathBuf::from("bench/results")
+}
