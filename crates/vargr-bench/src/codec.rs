@@ -300,13 +300,7 @@ fn synthetic_names(quick: bool) -> Vec<String> {
 }
 
 fn parse_size(s: &str) -> Option<usize> {
-    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit())?);
-    let n: usize = n.parse().ok()?;
-    match unit {
-        "k" => Some(n << 10),
-        "m" => Some(n << 20),
-        _ => None,
-    }
+    usize::try_from(vargr_emu::parse_size(s).ok()?).ok()
 }
 
 /// The seed's synthetic buffers (its §4.5.1): `pct` % of the entries are zero, at random

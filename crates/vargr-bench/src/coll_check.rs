@@ -296,7 +296,7 @@ pub fn run() -> Result<()> {
 /// rank prints `rank R ok ITERATIONS LOCAL` when both runs agree on the iteration count
 /// and the answer, and fails otherwise.
 pub fn sor_check(side: usize, epsilon: f64) -> Result<()> {
-    use vargr_coll::sor::{sor, ConvergenceTest, SorConfig};
+    use crate::sor::{sor, ConvergenceTest, SorConfig};
     let job = vargr_config::join_job()?;
     let cfg = SorConfig {
         side,

@@ -7,11 +7,11 @@ use anyhow::Result;
 /// Joins the job (rank and size from `vargr run`, `mpirun` or `srun`) and prints one line
 /// per local rank: `rank R of N host H site S peers P`, where P counts the table entries.
 pub fn rank_info() -> Result<()> {
-    let env = vargr_net::job::JobEnv::from_env()?;
+    let env = vargr_net::wireup::JobEnv::from_env()?;
     let listener = vargr_net::Listener::bind(&vargr_net::Addr::Tcp("127.0.0.1:0".into()))?;
     let addr = listener.local_addr()?;
-    let settings = vargr_net::job::JobSettings::default();
-    let joined = vargr_net::job::join_job(&env, &addr, &settings)?;
+    let settings = vargr_net::wireup::JobSettings::default();
+    let joined = vargr_net::wireup::join_job(&env, &addr, &settings)?;
     let table = joined.table;
     for r in env.rank..env.rank + env.local {
         let me = &table[r as usize];
@@ -37,7 +37,7 @@ pub fn mesh_check() -> Result<()> {
     use std::sync::Arc;
     let mesh = vargr_net::mesh::join(
         Box::new(|_| vargr_net::StageChain::default()),
-        &vargr_net::job::JobSettings::default(),
+        &vargr_net::wireup::JobSettings::default(),
     )?;
     let env = mesh.env().clone();
     let threads: Vec<_> = (env.rank..env.rank + env.local)

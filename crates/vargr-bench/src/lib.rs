@@ -15,6 +15,7 @@ mod ffi;
 mod job_check;
 mod link;
 mod procs;
+mod sor;
 mod trace;
 mod tree;
 mod wan;

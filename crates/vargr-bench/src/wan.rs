@@ -14,11 +14,11 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::sor::{sor, ConvergenceTest, SorConfig};
 use crate::Programs;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use vargr_coll::sor::{sor, ConvergenceTest, SorConfig};
 use vargr_coll::{Across, Algorithm, CondOp, Fabric, Hierarchy, Op, Predicate, World};
 
 #[derive(Args, Clone)]

@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use vargr_net::job::Liveness;
 pub use vargr_net::job_launch::JobFailed;
 use vargr_net::job_launch::{JobLaunchError, JobSpec, Slot, Slots};
 use vargr_net::launch::Launcher;
 use vargr_net::runtime_dir::RuntimeDir;
+use vargr_net::wireup::Liveness;
 use vargr_topo::HostFile;
 
 #[derive(Args)]

@@ -492,18 +492,5 @@ fn serve(
 
 /// `4g`, `512m`, `100k`, or bytes.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let t = s.trim().to_ascii_lowercase();
-    let t = t.trim_end_matches("ib").trim_end_matches('b');
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, 'k')) => (&t[..i], 1u64 << 10),
-        Some((i, 'm')) => (&t[..i], 1 << 20),
-        Some((i, 'g')) => (&t[..i], 1 << 30),
-        Some((i, 't')) => (&t[..i], 1 << 40),
-        _ => (t, 1),
-    };
-    let n: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| anyhow!("{s:?} is not a size (e.g. 4g, 512m, 1048576)"))?;
-    Ok((n * mul as f64) as u64)
+    Ok(vargr_emu::parse_size(s)?)
 }

@@ -166,7 +166,7 @@ pub struct JoinOptions {
     pub clock_sync: bool,
     /// Heartbeats of the job's rendezvous when this process hosts it (rank 0 under
     /// mpirun or srun; under `vargr run`, `vargr run --liveness-timeout` decides).
-    pub liveness: vargr_net::job::Liveness,
+    pub liveness: vargr_net::wireup::Liveness,
     /// The user's private directory for Unix sockets and the rendezvous file (default
     /// [`vargr_net::runtime_dir::default_path`]).
     pub runtime_dir: std::path::PathBuf,
@@ -187,7 +187,7 @@ impl Default for JoinOptions {
             trace_dir: None,
             monitor: None,
             clock_sync: false,
-            liveness: vargr_net::job::Liveness::default(),
+            liveness: vargr_net::wireup::Liveness::default(),
             runtime_dir: vargr_net::runtime_dir::default_path(),
         }
     }
@@ -236,7 +236,7 @@ impl Job {
             engine: opts.codec_engine.clone(),
             samples: opts.codec_samples.clone().map(|dir| SampleDir {
                 dir,
-                label: vargr_net::job::rank_from_env()
+                label: vargr_net::wireup::rank_from_env()
                     .map_or_else(|_| "x".into(), |r| r.to_string()),
             }),
             dedup: opts.dedup.clone(),
@@ -245,7 +245,7 @@ impl Job {
         .map_err(job_error)?;
         let my_site = opts.site.clone().filter(|s| !s.is_empty());
         let my_host = vargr_net::launch::hostname();
-        let picker = Box::new(move |peer: &vargr_net::job::PeerInfo| {
+        let picker = Box::new(move |peer: &vargr_net::wireup::PeerInfo| {
             links.chain(&LinkEnds {
                 local_host: &my_host,
                 peer_host: &peer.host,
@@ -254,7 +254,7 @@ impl Job {
                 seed: u64::from(peer.rank),
             })
         });
-        let settings = vargr_net::job::JobSettings {
+        let settings = vargr_net::wireup::JobSettings {
             timeout: opts.timeout,
             liveness: opts.liveness,
             runtime_dir: opts.runtime_dir.clone(),
@@ -510,7 +510,7 @@ impl Drop for Slot<'_> {
 }
 
 /// Ranks per core on the most crowded host, from the job table (equal on every rank).
-fn ranks_per_core(table: &[vargr_net::job::PeerInfo]) -> usize {
+fn ranks_per_core(table: &[vargr_net::wireup::PeerInfo]) -> usize {
     // By machine, not by site: emulated sites on one machine share its cores.
     let mut hosts: HashMap<&str, (usize, usize)> = HashMap::new();
     for p in table {
@@ -527,7 +527,7 @@ fn ranks_per_core(table: &[vargr_net::job::PeerInfo]) -> usize {
 }
 
 /// Dense host and site ids from the job table's labels. Ranks without a site share one.
-fn hierarchy_of(table: &[vargr_net::job::PeerInfo]) -> Hierarchy {
+fn hierarchy_of(table: &[vargr_net::wireup::PeerInfo]) -> Hierarchy {
     let mut hosts: HashMap<(&str, &str), u32> = HashMap::new();
     let mut sites: HashMap<&str, u32> = HashMap::new();
     let mut h = Vec::with_capacity(table.len());

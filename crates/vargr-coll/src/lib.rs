@@ -54,7 +54,6 @@ mod op;
 mod rank_scheduler;
 mod schedule;
 mod select;
-pub mod sor;
 mod transport;
 
 pub use arena::{Arena, Group};

@@ -31,6 +31,17 @@ pub enum ParseError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A size such as `4g` or `512KiB`.
+    #[error(
+        "invalid size {text:?}: {reason} (expected a number of bytes, optionally with k, m, \
+         g or t (powers of 1024, optionally followed by B or iB), e.g. 4g, 512m, 1048576)"
+    )]
+    Size {
+        /// The text as given.
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A profile such as `latency=18ms,bandwidth=3mbit`.
     #[error(
         "invalid WAN profile {text:?}: {reason} (expected comma-separated key=value \

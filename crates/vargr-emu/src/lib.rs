@@ -53,4 +53,4 @@ pub use relay::{
 };
 pub use shaper::{Shaper, StreamOrder};
 pub use trace::{Trace, TraceEnd, TraceRow};
-pub use units::{fmt_bandwidth, fmt_duration, parse_bandwidth, parse_duration};
+pub use units::{fmt_bandwidth, fmt_duration, parse_bandwidth, parse_duration, parse_size};

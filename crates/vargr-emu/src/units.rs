@@ -1,4 +1,4 @@
-//! Human units for durations and bandwidths, parsed exactly.
+//! Human units for durations, bandwidths and sizes, parsed exactly.
 //!
 //! People write link parameters the way `tc` and papers do (`36ms`, `1.5s`, `100mbit`,
 //! `10MB/s`), so the emulator accepts that text and nothing vaguer. Numbers are decimal
@@ -90,6 +90,33 @@ pub fn parse_duration(text: &str) -> Result<Duration, ParseError> {
 fn duration_from(number: &Decimal, nanos_per_unit: u128) -> Option<Duration> {
     let nanos = number.times(nanos_per_unit)?;
     Some(Duration::from_nanos(u64::try_from(nanos).ok()?))
+}
+
+/// Parses a size in bytes: `4g`, `512m`, `64k`, `1.5GiB`, `100KB` or plain bytes. Sizes
+/// are binary (`k` is 1024), as caches and buffers are counted.
+pub fn parse_size(text: &str) -> Result<u64, ParseError> {
+    let err = |reason: String| ParseError::Size {
+        text: text.to_string(),
+        reason,
+    };
+    let (number, unit) = split_number(text.trim()).map_err(err)?;
+    let unit = unit.to_ascii_lowercase();
+    let unit = unit
+        .strip_suffix("ib")
+        .or_else(|| unit.strip_suffix('b'))
+        .unwrap_or(&unit);
+    let shift = match unit {
+        "" => 0,
+        "k" => 10,
+        "m" => 20,
+        "g" => 30,
+        "t" => 40,
+        other => return Err(err(format!("unknown unit {other:?}"))),
+    };
+    let bytes = number
+        .times(1u128 << shift)
+        .ok_or_else(|| err("too large".into()))?;
+    u64::try_from(bytes).map_err(|_| err("too large".into()))
 }
 
 /// Parses a bandwidth into bits per second; `None` means unlimited.
@@ -242,6 +269,20 @@ pub fn fmt_bandwidth(bits_per_s: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_are_binary_and_bad_ones_say_why() {
+        assert_eq!(parse_size("4g").unwrap(), 4 << 30);
+        assert_eq!(parse_size("512m").unwrap(), 512 << 20);
+        assert_eq!(parse_size("64KiB").unwrap(), 64 << 10);
+        assert_eq!(parse_size("100KB").unwrap(), 100 << 10);
+        assert_eq!(parse_size("1.5g").unwrap(), 3 << 29);
+        assert_eq!(parse_size("1048576").unwrap(), 1 << 20);
+        for bad in ["", "g", "-4g", "4x", "4 parsecs", "99999999999t"] {
+            let e = parse_size(bad).unwrap_err().to_string();
+            assert!(e.contains("invalid size"), "{bad}: {e}");
+        }
+    }
     use proptest::prelude::*;
 
     #[test]

@@ -11,7 +11,7 @@
 //! host.
 //!
 //! It lives here, beside [`JobRendezvous`] and [`launch::spawn`], because it needs
-//! nothing else: ranks join the job with [`crate::job::join_job`] whatever started them.
+//! nothing else: ranks join the job with [`crate::wireup::join_job`] whatever started them.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
@@ -19,9 +19,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::auth::Secret;
-use crate::job::{JobRendezvous, Liveness};
 use crate::launch::{self, ChildSpec, Launcher};
 use crate::runtime_dir::{self, RuntimeDir};
+use crate::wireup::{JobRendezvous, Liveness};
 use crate::{Addr, Listener, NetError};
 
 /// A process slot: the host a process starts on, and its site label.

@@ -13,7 +13,8 @@
 //! - [`Reactor`]: one `mio` poll loop over many links, with a waker so other threads can
 //!   hand it work.
 //! - stages: links run the per-link stages of `vargr-stage` (WAN emulation, compression, …).
-//! - [`job`]: wire-up of a parallel job's ranks under `vargr run`, `mpirun` or `srun`.
+//! - [`wireup`]: how the ranks of a parallel job find each other under `vargr run`, `mpirun` or
+//!   `srun`; [`job_launch`]: what `vargr run` does to start and supervise them.
 //! - [`mesh`]: tagged messages between the ranks of a job (what collectives run on).
 //! - [`launch`]: starting child processes locally or through an ssh-like command template.
 //! - [`runtime_dir`]: the per-user private directory for rendezvous files and sockets.
@@ -25,7 +26,6 @@ mod addr;
 pub mod auth;
 mod error;
 pub mod gate;
-pub mod job;
 pub mod job_launch;
 pub mod launch;
 mod link;
@@ -35,6 +35,7 @@ mod reactor;
 pub mod runtime_dir;
 pub mod seal;
 mod secure;
+pub mod wireup;
 
 pub use addr::{connect, connect_once, Addr, Conn, Listener, MioConn};
 pub use error::NetError;

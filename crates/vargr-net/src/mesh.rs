@@ -26,8 +26,8 @@ use vargr_wire::{encode_header, FrameKind, HEADER_LEN};
 
 use crate::auth::{self, Secret};
 use crate::gate::{Gate, GateConfig};
-use crate::job::{JobEnv, JobSettings, JobWatch, PeerInfo, WatchGuard};
 use crate::runtime_dir::{RemoveOnDrop, RuntimeDir};
+use crate::wireup::{JobEnv, JobSettings, JobWatch, PeerInfo, WatchGuard};
 use crate::{
     Addr, Link, LinkId, LinkSecurity, Listener, NetError, Reactor, ReactorEvent, SecureConn,
 };
@@ -704,13 +704,13 @@ fn spawn_acceptor(
         });
 }
 
-/// Joins the job this process was started in (see [`crate::job::join_job`]) and opens its
+/// Joins the job this process was started in (see [`crate::wireup::join_job`]) and opens its
 /// mesh, with `stages` choosing each outgoing link's stages; the mesh answers the job's
 /// heartbeats.
 pub fn join(stages: Box<StagePicker>, settings: &JobSettings) -> Result<Arc<Mesh>, NetError> {
     let env = JobEnv::from_env()?;
     let bound = Mesh::bind(env.single_host(), &settings.runtime_dir)?;
-    let joined = crate::job::join_job(&env, &bound.addr, settings)?;
+    let joined = crate::wireup::join_job(&env, &bound.addr, settings)?;
     let mesh = Mesh::start(env, joined.table, bound, joined.secret, stages)?;
     mesh.watch(joined.watch);
     Ok(mesh)

@@ -115,7 +115,7 @@ impl Rendezvous {
 
     /// Writes the rendezvous file (address, then secret), readable by its owner only.
     pub fn write_file(&self, path: &Path, secret: &Secret) -> Result<(), TbonError> {
-        vargr_net::job::write_rendezvous_file(path, &self.addr, secret).map_err(TbonError::from)
+        vargr_net::wireup::write_rendezvous_file(path, &self.addr, secret).map_err(TbonError::from)
     }
 
     /// Ranks that have not attached yet.

@@ -42,12 +42,12 @@ pub struct Bootstrap {
 impl Bootstrap {
     /// Reads `VARGR_PARENT`, `VARGR_NODE` and the secret, as set by a vargr parent.
     /// Without `VARGR_PARENT` but with `VARGR_RENDEZVOUS`, attaches instead: the rank
-    /// comes from the launcher's variables (see [`vargr_net::job::RANK_VARIABLES`]).
+    /// comes from the launcher's variables (see [`vargr_net::wireup::RANK_VARIABLES`]).
     pub fn from_env() -> Result<Bootstrap, TbonError> {
         if std::env::var_os("VARGR_PARENT").is_none() {
             if let Ok(spec) = std::env::var("VARGR_RENDEZVOUS") {
-                let rv = vargr_net::job::resolve_rendezvous(&spec)?;
-                let rank = vargr_net::job::rank_from_env()?;
+                let rv = vargr_net::wireup::resolve_rendezvous(&spec)?;
+                let rank = vargr_net::wireup::rank_from_env()?;
                 return crate::rendezvous::attach(&rv.addr, &rv.secret, rank, ATTACH_WAIT);
             }
         }

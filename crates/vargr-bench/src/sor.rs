@@ -3,14 +3,11 @@
 //! then its black points, swaps border rows with its neighbours after each colour, and
 //! ends each iteration with a convergence test on the sum of all ranks' changes.
 //!
-//! It is here so that tests and benchmarks run a real iterative solver, and so that the
-//! claim "conditional allreduce does not change the application's result" is checked
-//! on the application, not on synthetic inputs.
+//! It is here, beside the benchmarks, so that they and the tests run a real iterative
+//! solver, and so that the claim "conditional allreduce does not change the
+//! application's result" is checked on the application, not on synthetic inputs.
 
-use crate::comm::Comm;
-use crate::cond::{CondOp, Predicate};
-use crate::error::Result;
-use crate::op::Op;
+use vargr_coll::{Comm, CondOp, Op, Predicate, Result};
 
 /// The problem: a `side × side` grid with a fixed hot top row, the rest cold (the seed's
 /// *frosty* data set, shrunk), relaxed until the sum of changes drops below `epsilon`.
@@ -157,4 +154,69 @@ fn exchange(
         comm.recv(d, tag, &mut g[(rows + 1) * n..(rows + 2) * n])?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use vargr_coll::{Fabric, Hierarchy, WaitPolicy, World};
+
+    use super::*;
+
+    /// `p` ranks as threads in `sites` contiguous sites, one host per site; `f` runs on
+    /// each rank's world communicator.
+    fn run_in_sites(p: usize, sites: usize, f: impl Fn(Comm) + Send + Sync + 'static) {
+        let site: Vec<u32> = (0..p).map(|r| (r * sites / p) as u32).collect();
+        let hierarchy = Hierarchy::new(site.clone(), site).unwrap();
+        let wait = WaitPolicy {
+            spins: 0,
+            yields: 64,
+            timeout: Some(Duration::from_secs(30)),
+        };
+        let f = Arc::new(f);
+        let handles: Vec<_> = Fabric::with_policy(p, wait)
+            .endpoints()
+            .into_iter()
+            .map(|ep| {
+                let (f, h) = (f.clone(), hierarchy.clone());
+                std::thread::spawn(move || {
+                    f(World::new(Arc::new(ep)).with_hierarchy(h).comm().unwrap())
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("a rank panicked");
+        }
+    }
+
+    #[test]
+    fn sor_converges_identically_with_plain_and_conditional_allreduce() {
+        let cfg = SorConfig {
+            side: 48,
+            epsilon: 20.0,
+            ..SorConfig::default()
+        };
+        for (p, s) in [(6, 3), (4, 2), (5, 1)] {
+            let out = Arc::new(Mutex::new(Vec::new()));
+            let (o, cfg2) = (out.clone(), cfg.clone());
+            run_in_sites(p, s, move |c| {
+                let plain = sor(&c, &cfg2, ConvergenceTest::Allreduce).unwrap();
+                let cond = sor(&c, &cfg2, ConvergenceTest::Conditional).unwrap();
+                o.lock().unwrap().push((c.rank(), plain, cond));
+            });
+            let out = out.lock().unwrap();
+            let mut local = 0;
+            for (rank, plain, cond) in out.iter() {
+                assert!(plain.iterations > 50, "{}", plain.iterations);
+                assert!(plain.iterations < cfg.max_iterations);
+                assert_eq!(plain.iterations, cond.iterations, "rank {rank}, {p} ranks");
+                assert_eq!(plain.checksum, cond.checksum, "rank {rank}, {p} ranks");
+                local += cond.decided_locally;
+            }
+            // The point of it: most tests are settled without remote sites.
+            assert!(local > 0, "{p} ranks in {s} sites: nothing decided locally");
+        }
+    }
 }
