@@ -220,6 +220,10 @@ fn run_one(
         link_security: a.link_security,
         ..NetworkOptions::default()
     };
+    // The configured commnode (VARGR_COMMNODE), else the vargr whose back-ends run.
+    vargr_config::from_process()?.tree_defaults(&mut opts);
+    opts.commnode_program
+        .get_or_insert_with(|| exe.display().to_string());
     if load {
         opts.queue_limit = 1 << 20;
         // 256 back-ends sending flat out on 2 cores starve some of them of CPU for

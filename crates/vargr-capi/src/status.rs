@@ -241,6 +241,11 @@ fn show_diagnostics() {
     ONCE.call_once(|| {
         let var = |name| std::env::var(name).ok();
         vargr_log::LogSettings::from_user(var("VARGR_LOG"), var("RUST_LOG"), 0).install_or_warn();
+        // Collectors on or off and their ring size; a bad configuration is reported by
+        // the call that needs it (joining a job, starting a tree).
+        if let Ok(config) = vargr_config::from_process() {
+            config.apply_to_process();
+        }
     });
 }
 

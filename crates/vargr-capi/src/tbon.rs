@@ -377,7 +377,12 @@ unsafe fn create(
     // SAFETY: the caller's contract.
     let (program, args) = unsafe { argv_of(backend_argv)? };
     // SAFETY: NULL or a live options handle.
-    let opts = unsafe { options.as_ref() }.map_or_else(NetworkOptions::default, |o| o.opts.clone());
+    let mut opts =
+        unsafe { options.as_ref() }.map_or_else(NetworkOptions::default, |o| o.opts.clone());
+    // What the options leave open comes from the configuration (VARGR_COMMNODE, ...).
+    vargr_config::from_process()
+        .map_err(|e| Error::invalid(e.to_string()))?
+        .tree_defaults(&mut opts);
     let net = Network::new(topology, BackendSpec::Command { program, args }, opts)?;
     *out = into_handle(vargr_network {
         net: Mutex::new(Some(net)),

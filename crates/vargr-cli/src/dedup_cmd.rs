@@ -141,7 +141,9 @@ fn model_cmd(a: ModelArgs) -> Result<()> {
 }
 
 fn stats_cmd(a: StatsArgs) -> Result<()> {
-    let root = a.cache_dir.unwrap_or_else(vargr_sync::default_cache_root);
+    let root = a
+        .cache_dir
+        .unwrap_or_else(|| vargr_sync::default_cache_root(|k| std::env::var_os(k)));
     let mut peers: Vec<String> = match &a.peer {
         Some(p) => vec![p.clone()],
         None => std::fs::read_dir(&root)

@@ -19,7 +19,12 @@ pub struct DemoArgs {
     iters: usize,
 }
 
-pub fn run(a: DemoArgs) -> Result<()> {
+/// `config_file`: the global `--config`.
+pub fn run(a: DemoArgs, config_file: Option<&std::path::Path>) -> Result<()> {
+    let mut opts = NetworkOptions::default();
+    crate::config_cmd::load(config_file)?
+        .0
+        .tree_defaults(&mut opts);
     let topo = Topology::load(std::path::Path::new(&a.topology))?;
     let n = topo.num_backends();
     println!(
@@ -35,7 +40,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let net = Network::new(
         topo,
         BackendSpec::command(exe.display().to_string(), &["backend", "demo"]),
-        NetworkOptions::default(),
+        opts,
     )?;
     let mut rows: Vec<(String, String, Duration)> = Vec::new();
     rows.push((

@@ -107,8 +107,16 @@ fn main() {
         eprintln!("vargr: {e}");
         std::process::exit(2);
     }
+    // The settings of the whole process, checked before any command runs.
+    match config_cmd::load(cli.config.as_deref()) {
+        Ok((config, _)) => config.apply_to_process(),
+        Err(e) => {
+            eprintln!("vargr: error: {e:#}");
+            std::process::exit(2);
+        }
+    }
     let r: Result<()> = match cli.cmd {
-        Cmd::Demo(a) => demo::run(a),
+        Cmd::Demo(a) => demo::run(a, cli.config.as_deref()),
         Cmd::Config(c) => config_cmd::run(c, cli.config.as_deref()),
         Cmd::Topo(t) => topo_cmd::run(t),
         Cmd::Bench(a) => bench_cmd::run(a),

@@ -82,7 +82,7 @@ impl DedupArgs {
             cache_root: self
                 .cache_dir
                 .clone()
-                .unwrap_or_else(vargr_sync::default_cache_root),
+                .unwrap_or_else(|| vargr_sync::default_cache_root(|k| std::env::var_os(k))),
             cache,
         })
     }

@@ -419,5 +419,12 @@ fn a_dedup_stage_sends_repeated_segments_as_fingerprints() {
         Duration::from_secs(30),
     );
     assert!(!bad.status.success());
-    assert!(bad.stderr.contains("--dedup tiles"), "{}", bad.stderr);
+    // The one configuration names the flag, its value and what is wrong with it.
+    assert!(
+        bad.stderr.contains("--dedup")
+            && bad.stderr.contains("\"tiles\"")
+            && bad.stderr.contains("byte streams"),
+        "{}",
+        bad.stderr
+    );
 }

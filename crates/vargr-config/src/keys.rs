@@ -49,6 +49,8 @@ keys! {
     "coll.alltoall", "VARGR_COLL_ALLTOALL", None, "alltoall's algorithm, whatever the table says";
     "trace.dir", "VARGR_TRACE_DIR", None,
         "directory for every process's trace file at the end of a run";
+    "trace.enabled", "VARGR_TRACE", Some("true"),
+        "whether collectors record at all (off: nothing is traced or monitored)";
     "trace.ring", "VARGR_TRACE_RING", Some("16384"),
         "records kept per thread between pulls";
     "trace.clock_sync", "VARGR_CLOCK_SYNC", Some("false"),

@@ -184,6 +184,7 @@ pub struct Config {
     pub sched: SchedPolicy,
     pub selector: Selector,
     pub trace_dir: Option<PathBuf>,
+    pub trace_enabled: bool,
     pub trace_ring: usize,
     pub clock_sync: bool,
     /// `None` when no monitor runs.
@@ -254,6 +255,7 @@ impl Config {
             })
             .map_err(|e| ConfigError::Selection(e.to_string()))?,
             trace_dir: r.text("trace.dir").map(PathBuf::from),
+            trace_enabled: r.flag("trace.enabled")?,
             trace_ring: r.parse("trace.ring")?.unwrap_or(16384),
             clock_sync: r.flag("trace.clock_sync")?,
             monitor,
@@ -293,6 +295,24 @@ impl Config {
             ));
         }
         out
+    }
+
+    /// Applies the settings that belong to the whole process (the collectors' switch and
+    /// ring size): front ends call it once, before anything is traced.
+    pub fn apply_to_process(&self) {
+        vargr_trace::set_enabled(self.trace_enabled);
+        vargr_trace::set_ring_capacity(self.trace_ring);
+    }
+
+    /// Fills what a tree's options leave to the configuration: the commnode program and
+    /// the trace directory.
+    pub fn tree_defaults(&self, opts: &mut vargr_tbon::NetworkOptions) {
+        if opts.commnode_program.is_none() {
+            opts.commnode_program = self.commnode.as_ref().map(|p| p.display().to_string());
+        }
+        if opts.trace_dir.is_none() {
+            opts.trace_dir = self.trace_dir.clone();
+        }
     }
 
     /// How a process of a job joins it with these settings.
@@ -340,7 +360,9 @@ pub fn from_process() -> Result<Config, ConfigError> {
 /// Joins the job this process was started in with the settings its launcher gave it:
 /// what a rank written in Rust calls first.
 pub fn join_job() -> Result<Job, JoinError> {
-    Ok(Job::join_with(from_process()?.join_options())?)
+    let config = from_process()?;
+    config.apply_to_process();
+    Ok(Job::join_with(config.join_options())?)
 }
 
 /// Why a process could not join its job.

@@ -65,7 +65,8 @@ impl Default for LinkSettings {
 pub enum PolicyError {
     #[error("codec engine settings: {0}")]
     Engine(#[from] CodecError),
-    #[error("dedup segmenter {spec:?}: {reason}")]
+    /// `reason` names the segmenter.
+    #[error("{reason}")]
     Dedup { spec: String, reason: String },
 }
 

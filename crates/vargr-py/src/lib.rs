@@ -31,6 +31,11 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     // RUST_LOG filters), as under the `vargr` command.
     let var = |name| std::env::var(name).ok();
     vargr_log::LogSettings::from_user(var("VARGR_LOG"), var("RUST_LOG"), 0).install_or_warn();
+    // The process-wide settings (collectors on or off, ring size); a bad configuration
+    // is reported when something uses it (joining a job, starting a tree).
+    if let Ok(config) = vargr_config::from_process() {
+        config.apply_to_process();
+    }
     errors::register(m)?;
     m.add_class::<packet::PyPacket>()?;
     m.add_class::<tbon::PyTopology>()?;

@@ -215,13 +215,11 @@ fn parse_sync(s: &str) -> PyResult<SyncMode> {
         .map_err(|e: vargr_filter::FilterError| PyValueError::new_err(e.to_string()))
 }
 
-/// The front-end's commnode program when neither the caller nor `VARGR_COMMNODE` names
-/// one: the `vargr-commnode` script installed with this package (same version as this
-/// extension, so the protocol matches). None: vargr's own default (`vargr` on the PATH).
+/// The front-end's commnode program when neither the caller nor the configuration
+/// (`VARGR_COMMNODE`) names one: the `vargr-commnode` script installed with this package
+/// (same version as this extension, so the protocol matches). None: vargr's own default
+/// (`vargr` on the PATH).
 fn default_commnode(py: Python<'_>) -> PyResult<Option<String>> {
-    if std::env::var_os("VARGR_COMMNODE").is_some() {
-        return Ok(None);
-    }
     let scripts: String = py
         .import("sysconfig")?
         .call_method1("get_path", ("scripts",))?
@@ -425,10 +423,13 @@ impl PyNetwork {
         if let Some(q) = queue_limit {
             opts.queue_limit = q;
         }
-        opts.commnode_program = match commnode {
-            Some(c) => Some(c),
-            None => default_commnode(py)?,
-        };
+        opts.commnode_program = commnode;
+        vargr_config::from_process()
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
+            .tree_defaults(&mut opts);
+        if opts.commnode_program.is_none() {
+            opts.commnode_program = default_commnode(py)?;
+        }
         let t = topo.clone();
         let net = interruptible(py, move || Network::new(t, spec, opts))?.map_err(errors::tbon)?;
         let startup = net.startup_time();

@@ -130,15 +130,16 @@ impl SyncError {
     }
 }
 
-/// Where caches live when not configured: `$VARGR_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/vargr/dedup`, else `~/.cache/vargr/dedup`.
-pub fn default_cache_root() -> PathBuf {
-    if let Some(d) = std::env::var_os("VARGR_CACHE_DIR") {
+/// Where caches live when not configured, from the variables `var` finds (the front end
+/// passes its environment): `VARGR_CACHE_DIR`, else `XDG_CACHE_HOME/vargr/dedup`, else
+/// `HOME/.cache/vargr/dedup`, else under the temporary directory.
+pub fn default_cache_root(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> PathBuf {
+    if let Some(d) = var("VARGR_CACHE_DIR") {
         return PathBuf::from(d);
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
+    let base = var("XDG_CACHE_HOME")
         .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".cache")))
         .unwrap_or_else(std::env::temp_dir);
     base.join("vargr").join("dedup")
 }

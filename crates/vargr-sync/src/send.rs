@@ -90,7 +90,8 @@ impl Default for SendOptions {
     fn default() -> Self {
         SendOptions {
             segmenter: DEFAULT_SEGMENTER.into(),
-            cache_root: crate::default_cache_root(),
+            // Callers name their cache; this one is the system's temporary directory's.
+            cache_root: crate::default_cache_root(|_| None),
             cache: DiskConfig::default(),
             dest: String::new(),
             sender_name: host_name(),

@@ -148,10 +148,9 @@ impl Default for NetworkOptions {
     }
 }
 
+/// The commnode program when the options name none: the running program if it is
+/// `vargr`, else a `vargr` beside it, else `vargr` on the PATH.
 fn default_commnode() -> String {
-    if let Ok(p) = std::env::var("VARGR_COMMNODE") {
-        return p;
-    }
     if let Ok(exe) = std::env::current_exe() {
         if exe.file_name().is_some_and(|n| n == "vargr") {
             return exe.display().to_string();
@@ -321,10 +320,7 @@ impl Network {
         }
         // Created only once the options are known to be good, so errors leave nothing behind.
         opts.link_stages.validate()?;
-        let trace_dir = opts
-            .trace_dir
-            .clone()
-            .or_else(|| std::env::var_os("VARGR_TRACE_DIR").map(PathBuf::from));
+        let trace_dir = opts.trace_dir.clone();
         if let Some(d) = &trace_dir {
             trace::check_dir(d)?;
         }

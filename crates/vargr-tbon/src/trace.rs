@@ -250,12 +250,9 @@ pub struct TraceDump {
 }
 
 impl TraceDump {
-    /// The trace directory of this node: the network's, else `VARGR_TRACE_DIR`.
+    /// The trace directory of this node: the network's, if it has one.
     pub fn configured(config_dir: Option<&str>, node: u32, role: String) -> Option<TraceDump> {
-        let dir = match config_dir {
-            Some(d) => PathBuf::from(d),
-            None => PathBuf::from(std::env::var_os("VARGR_TRACE_DIR")?),
-        };
+        let dir = PathBuf::from(config_dir?);
         Some(TraceDump { dir, node, role })
     }
 

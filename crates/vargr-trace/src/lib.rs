@@ -9,8 +9,9 @@
 //! - [`set_thread_label`] names the calling thread's track (e.g. its rank).
 //! - [`Tracer::read`] pulls everything new from every ring of the process;
 //!   [`TraceFile`] writes and reads the per-process trace files of `vargr run --trace`.
-//! - `VARGR_TRACE=off` turns collectors off at run time; the `off` feature compiles
-//!   them out. `VARGR_TRACE_RING` sets records per thread (default 16384, 512 KiB).
+//! - [`set_enabled`] turns collectors off at run time (`VARGR_TRACE=off`, read by the
+//!   front ends); the `off` feature compiles them out. [`set_ring_capacity`] sets
+//!   records per thread (default 16384, 512 KiB; `VARGR_TRACE_RING`).
 
 pub mod analysis;
 pub mod clock;
@@ -22,7 +23,7 @@ mod ring;
 pub mod scope;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use clock::{now, Alignment, Calibration, ClockPoint, SkewProbe};
@@ -58,44 +59,41 @@ fn registry() -> &'static Registry {
     REG.get_or_init(|| Registry {
         collectors: Mutex::new((Vec::new(), HashMap::new())),
         threads: Mutex::new(Vec::new()),
-        ring_size: std::env::var("VARGR_TRACE_RING")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_RING),
+        ring_size: RING_CAPACITY.load(Ordering::Relaxed),
         origin: ClockPoint::now(),
         align: Mutex::new(Alignment::ROOT),
     })
 }
 
-const UNKNOWN: u8 = 0;
+/// Records per thread ring for rings made from now on ([`set_ring_capacity`]).
+static RING_CAPACITY: AtomicUsize = AtomicUsize::new(DEFAULT_RING);
+
+/// Sets how many records each thread's ring keeps. Takes effect only before the first
+/// collector or ring exists (the front end calls it at start-up, from the
+/// configuration); returns whether it did.
+pub fn set_ring_capacity(records: usize) -> bool {
+    let records = records.max(1);
+    RING_CAPACITY.store(records, Ordering::Relaxed);
+    // Made now if not yet, with this capacity; else it keeps the one it was made with.
+    registry().ring_size == records
+}
+
 const ON: u8 = 1;
 const OFF: u8 = 2;
-static STATE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static STATE: AtomicU8 = AtomicU8::new(ON);
 
-/// Whether collectors record (`VARGR_TRACE=off` or `0` turns them off).
+/// Whether collectors record (on unless [`set_enabled`] turned them off, or the `off`
+/// feature compiled them out).
 #[inline(always)]
 pub fn enabled() -> bool {
     if cfg!(feature = "off") {
         return false;
     }
-    match STATE.load(Ordering::Relaxed) {
-        ON => true,
-        OFF => false,
-        _ => init_state(),
-    }
+    STATE.load(Ordering::Relaxed) == ON
 }
 
-#[cold]
-fn init_state() -> bool {
-    let off = matches!(
-        std::env::var("VARGR_TRACE").as_deref(),
-        Ok("off") | Ok("0") | Ok("false")
-    );
-    STATE.store(if off { OFF } else { ON }, Ordering::Relaxed);
-    !off
-}
-
-/// Turns collectors on or off for the whole process.
+/// Turns collectors on or off for the whole process (the configuration's
+/// `trace.enabled`, `VARGR_TRACE=off`).
 pub fn set_enabled(on: bool) {
     STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
 }

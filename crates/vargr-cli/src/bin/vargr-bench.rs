@@ -17,6 +17,13 @@ fn main() {
         eprintln!("vargr-bench: {e}");
         std::process::exit(2);
     }
+    match vargr_config::from_process() {
+        Ok(config) => config.apply_to_process(),
+        Err(e) => {
+            eprintln!("vargr-bench: error: {e}");
+            std::process::exit(2);
+        }
+    }
     let r = std::env::current_exe()
         .context("locating the vargr-bench binary")
         .and_then(|me| {
