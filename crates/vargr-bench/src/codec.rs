@@ -1,5 +1,5 @@
 //! `vargr bench codec`: does compressing messages on a slow link pay, and does the
-//! adaptive engine pick what pays (issue 5, item 6)?
+//! adaptive engine pick what pays?
 //!
 //! Codec speed and ratio alone (`vargr codec bench`) only predict; this benchmark sends
 //! real messages through the real link stages of a two-site job (`vargr run --sites 2

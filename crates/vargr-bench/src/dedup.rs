@@ -1,5 +1,4 @@
-//! `vargr bench dedup`: what redundancy elimination costs and what it saves (issue 6,
-//! item 6).
+//! `vargr bench dedup`: what redundancy elimination costs and what it saves.
 //!
 //! Five measurements, each printed as a table (progress goes to stderr) and, with
 //! `--json`, written as records to `bench/results/dedup.json`:

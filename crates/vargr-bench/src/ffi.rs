@@ -1,6 +1,6 @@
-//! `vargr bench ffi`: what reaching vargr from C and from Python costs (issue 7's
-//! targets: at most 100 ns per call across the C boundary; a Python `allreduce` of 8
-//! bytes at most 5 µs slower than the same call from Rust).
+//! `vargr bench ffi`: what reaching vargr from C and from Python costs, against
+//! the targets the bindings were built to: at most 100 ns per call across the C
+//! boundary; a Python `allreduce` of 8 bytes at most 5 µs slower than from Rust.
 //!
 //! C: builds libvargr (release by default, as users would link it), compiles
 //! `crates/vargr-capi/bench/boundary.c` with the system compiler, and runs it as a

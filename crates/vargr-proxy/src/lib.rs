@@ -1,5 +1,5 @@
 //! `vargr proxy`: a pair of WAN accelerators for any TCP stream (the seed's Canidae as a
-//! proxy, issue 6), as a library: a sans-IO core ([`pump`]: framing, credit flow
+//! proxy), as a library: a sans-IO core ([`pump`]: framing, credit flow
 //! control, the dedup streams) and its driver over real sockets, plus the two ends of
 //! a pair ([`Proxy`]). The command line lives in vargr-cli.
 //!

@@ -29,7 +29,7 @@ use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyBytes, PyFloat, PyInt, PyList, PyTuple};
-use vargr_coll::{Comm, CondAllreduce, CondOp, Job, Op, Predicate};
+use vargr_coll::{Comm, CondAllreduce, CondOp, ElemKind, Job, Op, Predicate};
 
 use crate::block;
 use crate::errors::{self, Kind};
@@ -259,19 +259,11 @@ impl PyInPlace {
 
 // ---- numpy buffers --------------------------------------------------------------------
 
-/// Numeric element types of buffer reductions.
+/// What a numpy buffer holds: one of vargr's element kinds, or booleans (which
+/// reductions treat as logical values).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Num {
-    I8,
-    U8,
-    I16,
-    U16,
-    I32,
-    U32,
-    I64,
-    U64,
-    F32,
-    F64,
+    Elem(ElemKind),
     Bool,
 }
 
@@ -282,16 +274,16 @@ fn num_of(a: &Bound<'_, PyUntypedArray>) -> Option<Num> {
     }
     Some(match (d.kind(), d.itemsize()) {
         (b'b', 1) => Num::Bool,
-        (b'i', 1) => Num::I8,
-        (b'u', 1) => Num::U8,
-        (b'i', 2) => Num::I16,
-        (b'u', 2) => Num::U16,
-        (b'i', 4) => Num::I32,
-        (b'u', 4) => Num::U32,
-        (b'i', 8) => Num::I64,
-        (b'u', 8) => Num::U64,
-        (b'f', 4) => Num::F32,
-        (b'f', 8) => Num::F64,
+        (b'i', 1) => Num::Elem(ElemKind::I8),
+        (b'u', 1) => Num::Elem(ElemKind::U8),
+        (b'i', 2) => Num::Elem(ElemKind::I16),
+        (b'u', 2) => Num::Elem(ElemKind::U16),
+        (b'i', 4) => Num::Elem(ElemKind::I32),
+        (b'u', 4) => Num::Elem(ElemKind::U32),
+        (b'i', 8) => Num::Elem(ElemKind::I64),
+        (b'u', 8) => Num::Elem(ElemKind::U64),
+        (b'f', 4) => Num::Elem(ElemKind::F32),
+        (b'f', 8) => Num::Elem(ElemKind::F64),
         _ => return None,
     })
 }
@@ -300,43 +292,43 @@ fn num_of(a: &Bound<'_, PyUntypedArray>) -> Option<Num> {
 macro_rules! with_num {
     ($n:expr, $T:ident => $body:expr, bool => $bool:expr) => {
         match $n {
-            Num::I8 => {
+            Num::Elem(ElemKind::I8) => {
                 type $T = i8;
                 $body
             }
-            Num::U8 => {
+            Num::Elem(ElemKind::U8) => {
                 type $T = u8;
                 $body
             }
-            Num::I16 => {
+            Num::Elem(ElemKind::I16) => {
                 type $T = i16;
                 $body
             }
-            Num::U16 => {
+            Num::Elem(ElemKind::U16) => {
                 type $T = u16;
                 $body
             }
-            Num::I32 => {
+            Num::Elem(ElemKind::I32) => {
                 type $T = i32;
                 $body
             }
-            Num::U32 => {
+            Num::Elem(ElemKind::U32) => {
                 type $T = u32;
                 $body
             }
-            Num::I64 => {
+            Num::Elem(ElemKind::I64) => {
                 type $T = i64;
                 $body
             }
-            Num::U64 => {
+            Num::Elem(ElemKind::U64) => {
                 type $T = u64;
                 $body
             }
-            Num::F32 => {
+            Num::Elem(ElemKind::F32) => {
                 type $T = f32;
                 $body
             }
-            Num::F64 => {
+            Num::Elem(ElemKind::F64) => {
                 type $T = f64;
                 $body
             }

@@ -23,9 +23,8 @@ const DELTA_BATCH: usize = 256 << 10;
 
 /// The zstd stream a sync's sender writes through: compressed by zstd's own worker
 /// threads (up to four, one per core), so that the first sync of new data, which
-/// zstd limits, also uses the cores the reader and the protocol leave idle. On two cores
-/// the sender pipeline sent a first Django release at 241–277 MB/s against 192–217 with
-/// zstd on the protocol's thread.
+/// zstd limits, also uses the cores the reader and the protocol leave idle
+/// (docs/benchmarks.md has the measurement).
 pub fn stream_encoder<W: Write>(
     w: W,
     level: i32,
@@ -77,10 +76,9 @@ pub struct SendOptions {
     /// zstd level for the stream (new segments; fingerprints do not compress).
     pub zstd_level: i32,
     /// zstd level of delta batches, or `None` (the default) for deltas inline in the
-    /// stream. Batches carry most of a sync's information when little changed: between
-    /// two Django release tars, batches at level 9 sent 252 KB where inline deltas sent
-    /// 304 KB, but the sender ran at 50-70 MB/s rather than 330-380, so through 100
-    /// Mbit/s a release took 1.6-1.7 s rather than 0.8-0.9 (see the README).
+    /// stream. Batches carry most of a sync's information when little changed: they
+    /// send fewer bytes for much more of the sender's CPU, so they pay only on links
+    /// far slower than 100 Mbit/s (docs/benchmarks.md).
     pub delta_level: Option<i32>,
     /// Bytes read from a file at a time.
     pub read_chunk: usize,
