@@ -26,7 +26,7 @@ run() { # build binary round
     VARGR_COMMNODE="$bin" "$bin" bench tree --backends "$n" --no-floor \
       --json "$WORK/tree-$build-$round-$n.json" >/dev/null
   done
-  VARGR_COMMNODE="$bin" "$bin" bench coll --no-mpi --ranks 4 16 --bytes 8 65536 \
+  VARGR_COMMNODE="$bin" "$bin" bench coll --no-mpi --ranks 4,16 --bytes 8,65536 \
     --ops allreduce,bcast --json "$WORK/coll-$build-$round.json" >/dev/null
 }
 

@@ -66,7 +66,9 @@ impl ElemKind {
     pub const BYTES: ElemKind = ElemKind::U8;
 
     /// Bytes per element: 1, 2, 4 or 8.
-    pub fn size(self) -> usize {
+    // Const and inline: kernels of other crates call these per element.
+    #[inline]
+    pub const fn size(self) -> usize {
         match self {
             ElemKind::U8 | ElemKind::I8 => 1,
             ElemKind::U16 | ElemKind::I16 => 2,
@@ -76,22 +78,26 @@ impl ElemKind {
     }
 
     /// Whether the elements are IEEE 754 floats.
-    pub fn is_float(self) -> bool {
+    #[inline]
+    pub const fn is_float(self) -> bool {
         matches!(self, ElemKind::F32 | ElemKind::F64)
     }
 
     /// The wire nibble.
-    pub fn as_u8(self) -> u8 {
+    #[inline]
+    pub const fn as_u8(self) -> u8 {
         self as u8
     }
 
     /// The kind for a wire nibble, if it names one.
+    #[inline]
     pub fn from_u8(b: u8) -> Option<ElemKind> {
         ElemKind::ALL.get(usize::from(b)).copied()
     }
 
     /// The Rust type name (`"f64"`), also accepted by [`str::parse`].
-    pub fn name(self) -> &'static str {
+    #[inline]
+    pub const fn name(self) -> &'static str {
         match self {
             ElemKind::U8 => "u8",
             ElemKind::I8 => "i8",
@@ -140,11 +146,13 @@ pub const FLAG_RAW: u8 = 0x40;
 pub const FLAG_ELEM_MASK: u8 = 0x0f;
 
 /// The flag bits that announce `elem` (for senders of typed payloads).
+#[inline]
 pub fn elem_flags(elem: ElemKind) -> u8 {
     (elem.as_u8() + 1) & FLAG_ELEM_MASK
 }
 
 /// The element kind a frame's flags announce.
+#[inline]
 pub fn elem_hint(flags: u8) -> ElemKind {
     match flags & FLAG_ELEM_MASK {
         0 => ElemKind::BYTES,
