@@ -10,7 +10,7 @@
 #   tree: round-trip median (µs) and pipelined waves/s, unix links, flat:16, 1x4x16,
 #         flat:64, 1x8x64;
 #   coll: mean time per call of the slowest rank (µs), allreduce and bcast of 8 B and
-#         64 KiB on 4 and 16 ranks (processes), vargr only.
+#         64 KiB on 4 and 16 ranks, as processes and as threads, vargr only.
 set -euo pipefail
 BASE=${1:?usage: $0 BASE_VARGR NEW_VARGR [ROUNDS]}
 NEW=${2:?usage: $0 BASE_VARGR NEW_VARGR [ROUNDS]}
@@ -30,10 +30,16 @@ run() { # build binary round
     --ops allreduce,bcast --json "$WORK/coll-$build-$round.json" >/dev/null
 }
 
+# ABBA order: drift of the machine's state over the run does not favour either build.
 for round in $(seq "$ROUNDS"); do
   echo "round $round of $ROUNDS" >&2
-  run base "$BASE" "$round"
-  run new "$NEW" "$round"
+  if [ $((round % 2)) = 1 ]; then
+    run base "$BASE" "$round"
+    run new "$NEW" "$round"
+  else
+    run new "$NEW" "$round"
+    run base "$BASE" "$round"
+  fi
 done
 
 python3 - "$WORK" "$OUT" <<'PY'
@@ -60,5 +66,5 @@ def table(kind, key, metrics):
         print(f"{kind} {k}: " + "; ".join(cells))
 
 table("tree", lambda r: r["topology"], ["rtt_median_us", "waves_per_s"])
-table("coll", lambda r: (r["op"], r["bytes"], r["ranks"]), ["per_call_us"])
+table("coll", lambda r: (r["op"], r["bytes"], r["ranks"], r["transport"]), ["per_call_us"])
 PY

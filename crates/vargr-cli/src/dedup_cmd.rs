@@ -64,10 +64,10 @@ pub struct StatsArgs {
     json: bool,
 }
 
-pub fn run(c: DedupCmd) -> Result<()> {
+pub fn run(c: DedupCmd, config: &vargr_config::Config) -> Result<()> {
     match c {
         DedupCmd::Model(a) => model_cmd(a),
-        DedupCmd::Stats(a) => stats_cmd(a),
+        DedupCmd::Stats(a) => stats_cmd(a, config),
     }
 }
 
@@ -140,10 +140,8 @@ fn model_cmd(a: ModelArgs) -> Result<()> {
     Ok(())
 }
 
-fn stats_cmd(a: StatsArgs) -> Result<()> {
-    let root = a
-        .cache_dir
-        .unwrap_or_else(|| vargr_sync::default_cache_root(|k| std::env::var_os(k)));
+fn stats_cmd(a: StatsArgs, config: &vargr_config::Config) -> Result<()> {
+    let root = crate::sync_cmd::cache_root(a.cache_dir.as_ref(), config);
     let mut peers: Vec<String> = match &a.peer {
         Some(p) => vec![p.clone()],
         None => std::fs::read_dir(&root)

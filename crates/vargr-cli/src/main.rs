@@ -100,20 +100,22 @@ fn main() {
     } else {
         i8::try_from(cli.verbose).unwrap_or(i8::MAX)
     };
-    let var = |name| std::env::var(name).ok();
-    if let Err(e) =
-        vargr_log::LogSettings::from_user(var("VARGR_LOG"), var("RUST_LOG"), verbosity).install()
-    {
-        eprintln!("vargr: {e}");
-        std::process::exit(2);
-    }
-    // The settings of the whole process, checked before any command runs.
-    match config_cmd::load(cli.config.as_deref()) {
-        Ok((config, _)) => config.apply_to_process(),
+    // The settings, checked before any command runs.
+    let config = match config_cmd::load(cli.config.as_deref()) {
+        Ok((config, _)) => config,
         Err(e) => {
             eprintln!("vargr: error: {e:#}");
             std::process::exit(2);
         }
+    };
+    config.apply_to_process();
+    let log = config
+        .log_filter
+        .clone()
+        .or_else(|| std::env::var("RUST_LOG").ok());
+    if let Err(e) = vargr_log::LogSettings::from_user(log, None, verbosity).install() {
+        eprintln!("vargr: {e}");
+        std::process::exit(2);
     }
     let r: Result<()> = match cli.cmd {
         Cmd::Demo(a) => demo::run(a, cli.config.as_deref()),
@@ -124,9 +126,9 @@ fn main() {
         Cmd::Trace(t) => trace_cmd::run(t),
         Cmd::Codec(c) => codec_cmd::run(c),
         Cmd::Top(a) => top_cmd::run(a),
-        Cmd::Sync(a) => sync_cmd::run(a, cli.quiet),
-        Cmd::Proxy(a) => proxy_cmd::run(a),
-        Cmd::Dedup(c) => dedup_cmd::run(c),
+        Cmd::Sync(a) => sync_cmd::run(a, cli.quiet, &config),
+        Cmd::Proxy(a) => proxy_cmd::run(a, &config),
+        Cmd::Dedup(c) => dedup_cmd::run(c, &config),
         Cmd::Run(a) => run_cmd::run(a, cli.config.as_deref()),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),

@@ -70,8 +70,8 @@ pub struct ProxyArgs {
     dedup: crate::sync_cmd::DedupArgs,
 }
 
-pub fn run(a: ProxyArgs) -> Result<()> {
-    let d = a.dedup.settings()?;
+pub fn run(a: ProxyArgs, config: &vargr_config::Config) -> Result<()> {
+    let d = a.dedup.settings(config)?;
     let hold = vargr_emu::parse_duration(&a.hold).context("--hold")?;
     let settings = ProxySettings {
         secret: secret(&a.secret_file)?,

@@ -60,7 +60,8 @@ pub struct DedupSettings {
 }
 
 impl DedupArgs {
-    pub fn settings(&self) -> Result<DedupSettings> {
+    /// `config`: where caches live unless `--cache-dir` says.
+    pub fn settings(&self, config: &vargr_config::Config) -> Result<DedupSettings> {
         let bits = vargr_dedup::FpBits::new(self.fp_bits)
             .ok_or_else(|| anyhow!("--fp-bits {}: must be 8 to 64", self.fp_bits))?;
         if self.group == 0 {
@@ -79,10 +80,7 @@ impl DedupArgs {
             bits,
             group: self.group,
             zstd_level: self.zstd_level,
-            cache_root: self
-                .cache_dir
-                .clone()
-                .unwrap_or_else(|| vargr_sync::default_cache_root(|k| std::env::var_os(k))),
+            cache_root: cache_root(self.cache_dir.as_ref(), config),
             cache,
         })
     }
@@ -147,8 +145,16 @@ pub struct SyncArgs {
     json: bool,
 }
 
+/// The segment caches' root: `flag`, else the configured `cache.dir`, else the user's
+/// cache directory.
+pub fn cache_root(flag: Option<&PathBuf>, config: &vargr_config::Config) -> PathBuf {
+    flag.or(config.cache_dir.as_ref())
+        .cloned()
+        .unwrap_or_else(|| vargr_sync::default_cache_root(|k| std::env::var_os(k)))
+}
+
 /// `quiet`: no progress bar (the global `-q`).
-pub fn run(a: SyncArgs, quiet: bool) -> Result<()> {
+pub fn run(a: SyncArgs, quiet: bool, config: &vargr_config::Config) -> Result<()> {
     if let Some(file) = &a.gen_key {
         return gen_key(file);
     }
@@ -158,7 +164,7 @@ pub fn run(a: SyncArgs, quiet: bool) -> Result<()> {
         cache_root,
         cache,
         ..
-    } = a.dedup.settings()?;
+    } = a.dedup.settings(config)?;
     if let Some(dest) = &a.server {
         let t = Transport {
             reader: Box::new(std::io::stdin()),
@@ -213,7 +219,7 @@ pub fn run(a: SyncArgs, quiet: bool) -> Result<()> {
         delta_level: a.delta_level,
         ..SendOptions::default()
     };
-    let (t, mut child) = connect(&dest, &a, &mut opts)?;
+    let (t, mut child) = connect(&dest, &a, &mut opts, config)?;
     let bar = progress_bar(quiet);
     let r = send(&src, t, &opts, &mut |p: &Progress| draw(&bar, p));
     bar.finish_and_clear();
@@ -297,6 +303,7 @@ fn connect(
     dest: &str,
     a: &SyncArgs,
     opts: &mut SendOptions,
+    config: &vargr_config::Config,
 ) -> Result<(Transport, Option<std::process::Child>)> {
     if let Some(rest) = dest.strip_prefix("vargr://") {
         let (hostport, path) = rest.split_once('/').unwrap_or((rest, ""));
@@ -335,8 +342,8 @@ fn connect(
         Some((host, path)) => {
             // `-oProxyCommand=...` as a host would be an ssh option that runs a command.
             vargr_net::launch::check_host(host).with_context(|| format!("destination {dest}"))?;
-            let ssh = std::env::var("VARGR_SSH").unwrap_or_else(|_| "ssh".into());
-            let words = vargr_net::launch::split_words(&ssh).context("$VARGR_SSH")?;
+            let words =
+                vargr_net::launch::split_words(&config.ssh).context("sync.ssh ($VARGR_SSH)")?;
             let mut cmd = Command::new(&words[0]);
             // ssh joins its arguments into one line for the remote shell: quote the path
             // (the remote program may be a command line, as rsync's --rsync-path), and

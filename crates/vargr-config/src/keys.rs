@@ -67,8 +67,8 @@ keys! {
         "monitors analyse only while a rank of their process waits in a receive";
     "tree.commnode", "VARGR_COMMNODE", None,
         "program started as a tree's internal nodes (default: this vargr)";
-    "tree.remote_shell", "VARGR_SSH", Some("ssh -o BatchMode=yes -- {host} {cmd}"),
-        "how processes start on other hosts: a template with {host} and {cmd}";
+    "sync.ssh", "VARGR_SSH", Some("ssh"),
+        "the ssh command `vargr sync HOST:PATH` runs, split into words as a shell would";
     "cache.dir", "VARGR_CACHE_DIR", None,
         "root of the segment caches of sync and proxy (default ~/.cache/vargr/dedup)";
     "log.filter", "VARGR_LOG", None,

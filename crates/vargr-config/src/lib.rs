@@ -190,7 +190,8 @@ pub struct Config {
     /// `None` when no monitor runs.
     pub monitor: Option<MonitorConfig>,
     pub commnode: Option<PathBuf>,
-    pub remote_shell: String,
+    /// The ssh command of `vargr sync HOST:PATH`.
+    pub ssh: String,
     pub cache_dir: Option<PathBuf>,
     pub log_filter: Option<String>,
     /// The text of every setting that has one, and where it came from.
@@ -260,7 +261,7 @@ impl Config {
             clock_sync: r.flag("trace.clock_sync")?,
             monitor,
             commnode: r.text("tree.commnode").map(PathBuf::from),
-            remote_shell: r.text("tree.remote_shell").unwrap_or_default(),
+            ssh: r.text("sync.ssh").unwrap_or_else(|| "ssh".into()),
             cache_dir: r.text("cache.dir").map(PathBuf::from),
             log_filter: r.text("log.filter"),
             effective: KEYS
