@@ -19,14 +19,14 @@ pub enum CodecCmd {
     /// Ratio and speed of every codec on a file, and what pays on a link.
     Bench(CodecBenchArgs),
     /// The guided strategy's offline step: price every codec on the samples a
-    /// `vargr run --codec-trace DIR` recorded, and write one rule per kind of message
+    /// `vargr run --codec-samples DIR` recorded, and write one rule per kind of message
     /// (use it with `vargr run --codec guided:PLAN`).
     Plan(CodecPlanArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct CodecPlanArgs {
-    /// The directory `--codec-trace` wrote.
+    /// The directory `--codec-samples` wrote.
     dir: PathBuf,
     /// Link bandwidth the plan is for.
     #[arg(long, default_value = "100mbit")]
@@ -89,7 +89,7 @@ fn plan(a: CodecPlanArgs) -> Result<()> {
     }
     if by_key.is_empty() {
         bail!(
-            "{}: no codec samples (record some with `vargr run --codec-trace {}`)",
+            "{}: no codec samples (record some with `vargr run --codec-samples {}`)",
             a.dir.display(),
             a.dir.display()
         );

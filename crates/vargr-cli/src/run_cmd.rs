@@ -64,9 +64,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SEGMENTER")]
     dedup: Option<String>,
     /// Record samples of what links between sites carry into this directory, for
-    /// `vargr codec plan` (the guided strategy's first run).
-    #[arg(long)]
-    codec_trace: Option<PathBuf>,
+    /// `vargr codec plan` (the guided strategy's first run). `--codec-trace` is its old
+    /// name ("trace" is kept for event traces and recorded WAN traces).
+    #[arg(long, alias = "codec-trace", value_name = "DIR")]
+    codec_samples: Option<PathBuf>,
     /// How ranks that share a process share its cores (sets VARGR_SCHED): none,
     /// serialize (one computes at a time) or priority (ranks talking to other processes
     /// run first).
@@ -170,7 +171,7 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
         ),
         None => None,
     };
-    let codec_trace = match &a.codec_trace {
+    let codec_samples = match &a.codec_samples {
         Some(d) => {
             std::fs::create_dir_all(d).with_context(|| format!("creating {}", d.display()))?;
             Some(d.canonicalize()?)
@@ -193,8 +194,8 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
         ("links.dedup", "--dedup", a.dedup.clone()),
         (
             "links.codec_samples",
-            "--codec-trace",
-            codec_trace.as_deref().map(path),
+            "--codec-samples",
+            codec_samples.as_deref().map(path),
         ),
         ("monitor.kinds", "--monitor", a.monitor.clone()),
         ("monitor.scope", "--monitor-scope", a.monitor_scope.clone()),

@@ -201,7 +201,7 @@ fn the_guided_strategy_records_plans_and_applies_rules() {
     let traced = tmp.path().join("traced");
     let (s, t) = (samples.to_str().unwrap(), traced.to_str().unwrap());
     // 1. A first run records what crossed between the sites.
-    two_sites(&["--codec", "off", "--codec-trace", s]);
+    two_sites(&["--codec", "off", "--codec-samples", s]);
     // 2. Offline: a rule per kind of message.
     let plan = run_cli(
         &[

@@ -1,6 +1,6 @@
 //! The guided strategy (CoMPI's GS, seed 002 §4.7): learn offline, apply for free.
 //!
-//! A first run records what its links carried (`vargr run --codec-trace DIR`): for every
+//! A first run records what its links carried (`vargr run --codec-samples DIR`): for every
 //! kind of message — the same frame kind, element type, stream, tag and length, the
 //! seed's "message characteristics" — the first few payloads as samples. `vargr codec
 //! plan DIR` compresses every sample with every codec offline, prices each on the link

@@ -27,7 +27,7 @@ keys! {
         "compression on links between sites: off, fixed:CODEC, adaptive or guided:PLAN";
     "links.codec_engine", "VARGR_CODEC_CONFIG", None,
         "a TOML file of the adaptive engine's settings (fields of vargr_codec::EngineConfig)";
-    "links.codec_samples", "VARGR_CODEC_TRACE", None,
+    "links.codec_samples", "VARGR_CODEC_SAMPLES", None,
         "directory where links record samples of what they carry, for `vargr codec plan`";
     "links.dedup", "VARGR_DEDUP", None,
         "redundancy elimination on links between sites: a segmenter such as cdc:256:1k:8k";
