@@ -90,7 +90,7 @@ fn main() {
     closed_stdout::end_quietly();
     let matches = Cli::command()
         .after_long_help(config_cmd::env_help())
-        .get_matches();
+        .get_matches_from(run_cmd::mpirun_spelling(std::env::args_os()));
     let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
         Err(e) => e.exit(),

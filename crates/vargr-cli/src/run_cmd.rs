@@ -27,8 +27,12 @@ pub struct RunArgs {
     ranks: u32,
     /// Hostfile (Open MPI style, `site=NAME` per host); ranks fill each host's slots in
     /// order and start through --launcher. Default: all ranks on this machine.
-    #[arg(long)]
+    #[arg(long, visible_alias = "hostfile")]
     hosts: Option<PathBuf>,
+    /// Accepted for mpirun's users: vargr never refuses more ranks than cores (ranks
+    /// waiting in a receive give their core away).
+    #[arg(long)]
+    oversubscribe: bool,
     /// Ranks per process, run as threads of one process (overdecomposition).
     #[arg(long, default_value_t = 1)]
     ranks_per_process: u32,
@@ -108,15 +112,47 @@ pub struct RunArgs {
     /// Seconds between the rendezvous's heartbeats to each rank's process.
     #[arg(long, default_value_t = 1.0, value_name = "SECS")]
     heartbeat: f64,
-    /// The program and its arguments.
-    #[arg(last = true, required = true)]
+    /// The program and its arguments (after `--`, or simply after vargr's options, as
+    /// with mpirun). Rank 0 reads vargr run's standard input when it runs on this host.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
     command: Vec<String>,
+}
+
+/// mpirun's single-dash `-np N` as `--np N`: the first `-np` followed by a number, unless
+/// `--` or vargr's own `-n`/`--np` came first, so that a program's own `-np` is left alone.
+pub fn mpirun_spelling(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let Some(run) = args.iter().position(|a| a == "run") else {
+        return args;
+    };
+    for i in run + 1..args.len() {
+        let a = args[i].to_string_lossy();
+        if a == "--" || a == "-n" || a.starts_with("-n") && a != "-np" || a.starts_with("--np") {
+            break;
+        }
+        let number_follows = args
+            .get(i + 1)
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.parse::<u32>().is_ok());
+        if a == "-np" && number_follows {
+            args[i] = "--np".into();
+            break;
+        }
+    }
+    args
 }
 
 /// `config_file`: the global `--config`, under these flags.
 pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
     if a.ranks == 0 {
         bail!("-n must be at least 1");
+    }
+    if a.oversubscribe {
+        tracing::debug!(
+            "--oversubscribe: nothing to allow, vargr never refuses more ranks than cores"
+        );
     }
     let hosts = match &a.hosts {
         Some(p) => Some(slots_of(&HostFile::load(p)?)),

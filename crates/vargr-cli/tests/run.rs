@@ -450,3 +450,56 @@ fn monitor_status_feeds_vargr_top_and_statistics_can_run_distributed() {
     assert!(!top.status.success());
     assert!(top.stderr.contains("none.json"), "{}", top.stderr);
 }
+
+/// mpirun's habits: `-np N`, the program without `--`, `--oversubscribe` and
+/// `--hostfile` accepted, and what is typed reaching rank 0 only.
+#[test]
+fn vargr_run_takes_mpiruns_spelling_and_gives_rank_0_the_input() {
+    let run = |args: &[&str], input: &str| {
+        let mut child = Command::new(vargr())
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::io::Write::write_all(&mut child.stdin.take().unwrap(), input.as_bytes()).unwrap();
+        let status = wait_guarded(&mut child, Duration::from_secs(60)).expect("vargr run hung");
+        let mut out = String::new();
+        let mut err = String::new();
+        std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+        assert!(status.success(), "{args:?}: {status}: {err}");
+        let mut lines: Vec<String> = out.lines().map(str::to_string).collect();
+        lines.sort();
+        lines
+    };
+    // Each rank echoes what it reads, after its rank; only rank 0 reads anything.
+    let echo = r#"printf "%s:%s\n" "$VARGR_RANK" "$(cat)""#;
+    assert_eq!(
+        run(
+            &["run", "-np", "3", "--oversubscribe", "sh", "-c", echo],
+            "typed"
+        ),
+        ["0:typed", "1:", "2:"]
+    );
+    // The program's own -np is its own, and `--` still works.
+    let args = r#"echo "$VARGR_RANK $*""#;
+    assert_eq!(
+        run(&["run", "-n", "1", "sh", "-c", args, "sh", "-np", "7"], ""),
+        ["0 -np 7"]
+    );
+    assert_eq!(
+        run(&["run", "-np", "1", "--", "sh", "-c", args, "sh", "x"], ""),
+        ["0 x"]
+    );
+    // --hostfile is --hosts: a missing one is named.
+    let bad = run_cli(
+        &["run", "-n", "1", "--hostfile", "/nonexistent/hosts", "true"],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !bad.status.success() && bad.stderr.contains("/nonexistent/hosts"),
+        "{bad:?}"
+    );
+}

@@ -163,6 +163,8 @@ pub fn run_job(spec: &JobSpec, stop: &AtomicBool) -> Result<(), JobLaunchError> 
             program: spec.command[0].clone(),
             args: spec.command[1..].to_vec(),
             env,
+            // As mpirun does: what is typed goes to rank 0.
+            stdin: p.first == 0,
         };
         let child =
             launch::spawn(&spec.launcher, &child).map_err(|source| JobLaunchError::Spawn {

@@ -56,6 +56,9 @@ pub struct ChildSpec {
     pub args: Vec<String>,
     /// Variables for the child, `VARGR_SECRET` included (handled specially when remote).
     pub env: Vec<(String, String)>,
+    /// Give the child this process's standard input (local launches only: a remote
+    /// child's stdin carries the secret); otherwise it reads nothing.
+    pub stdin: bool,
 }
 
 /// Splits a command line (a template, `$VARGR_SSH`) into words with POSIX shell rules:
@@ -130,7 +133,11 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
             };
             cmd.args(&spec.args)
                 .envs(spec.env.iter().map(|(k, v)| (k, v)))
-                .stdin(Stdio::null());
+                .stdin(if spec.stdin {
+                    Stdio::inherit()
+                } else {
+                    Stdio::null()
+                });
             die_with_parent(&mut cmd);
             spawn_from_lasting_thread(cmd).map_err(spawn_err)
         }
@@ -279,6 +286,7 @@ mod tests {
             program: "true".into(),
             args: vec![],
             env: vec![],
+            stdin: false,
         };
         assert!(spawn(&l, &spec).unwrap().wait().unwrap().success());
     }
@@ -295,6 +303,7 @@ mod tests {
             program: "true".into(),
             args: vec![],
             env: vec![],
+            stdin: false,
         };
         let e = spawn(&l, &spec).unwrap_err();
         assert!(matches!(e, NetError::BadHost { .. }), "{e}");
@@ -321,6 +330,7 @@ mod tests {
                 ("VARGR_SECRET".into(), "abc".into()),
                 ("X".into(), "a b".into()),
             ],
+            stdin: false,
         };
         let mut c = spawn(&l, &spec).unwrap();
         assert!(c.wait().unwrap().success());

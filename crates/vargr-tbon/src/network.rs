@@ -637,6 +637,7 @@ fn launch_backends(
             ("VARGR_RENDEZVOUS".into(), rv.addr().to_string()),
             ("VARGR_SECRET".into(), secret.to_hex()),
         ],
+        stdin: false,
     };
     let child = vargr_net::launch::spawn(&Launcher::Local, &spec)?;
     Ok(Some(ChildHandle::Process(u32::MAX, child)))

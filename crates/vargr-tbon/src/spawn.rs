@@ -345,6 +345,7 @@ impl Startup<'_> {
                         ("VARGR_NODE".into(), cid.to_string()),
                         ("VARGR_SECRET".into(), self.secret.to_hex()),
                     ],
+                    stdin: false,
                 };
                 Ok(ChildHandle::Process(cid, launch::spawn(launcher, &spec)?))
             }
