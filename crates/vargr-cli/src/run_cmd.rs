@@ -33,6 +33,10 @@ pub struct RunArgs {
     /// waiting in a receive give their core away).
     #[arg(long)]
     oversubscribe: bool,
+    /// Prefix every line the ranks print with the rank, as Open MPI does
+    /// (`[1,RANK]<stdout>:`). Lines of different ranks never mix mid-line either way.
+    #[arg(long)]
+    tag_output: bool,
     /// Ranks per process, run as threads of one process (overdecomposition).
     #[arg(long, default_value_t = 1)]
     ranks_per_process: u32,
@@ -267,6 +271,7 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
         command: a.command.clone(),
         startup_timeout: Duration::from_secs(a.startup_timeout),
         liveness,
+        tag_output: a.tag_output,
     };
     let stop = Arc::new(AtomicBool::new(false));
     let s2 = stop.clone();

@@ -451,8 +451,8 @@ fn monitor_status_feeds_vargr_top_and_statistics_can_run_distributed() {
     assert!(top.stderr.contains("none.json"), "{}", top.stderr);
 }
 
-/// mpirun's habits: `-np N`, the program without `--`, `--oversubscribe` and
-/// `--hostfile` accepted, and what is typed reaching rank 0 only.
+/// mpirun's habits: `-np N`, the program without `--`, `--oversubscribe`, `--hostfile`
+/// and `--tag-output`, and what is typed reaching rank 0 only.
 #[test]
 fn vargr_run_takes_mpiruns_spelling_and_gives_rank_0_the_input() {
     let run = |args: &[&str], input: &str| {
@@ -492,6 +492,28 @@ fn vargr_run_takes_mpiruns_spelling_and_gives_rank_0_the_input() {
     assert_eq!(
         run(&["run", "-np", "1", "--", "sh", "-c", args, "sh", "x"], ""),
         ["0 x"]
+    );
+    // Open MPI's --tag-output; a rank's lines arrive whole, and a last one without a
+    // newline gets one rather than run into another rank's (lines sorted here).
+    assert_eq!(
+        run(
+            &[
+                "run",
+                "-np",
+                "2",
+                "--tag-output",
+                "sh",
+                "-c",
+                "echo hi; printf end"
+            ],
+            ""
+        ),
+        [
+            "[1,0]<stdout>:end",
+            "[1,0]<stdout>:hi",
+            "[1,1]<stdout>:end",
+            "[1,1]<stdout>:hi"
+        ]
     );
     // --hostfile is --hosts: a missing one is named.
     let bad = run_cli(

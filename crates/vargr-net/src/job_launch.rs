@@ -59,6 +59,10 @@ pub struct JobSpec {
     pub startup_timeout: Duration,
     /// Heartbeats after wire-up; `None`: off.
     pub liveness: Option<Liveness>,
+    /// Prefix every line of the ranks' output with its rank, as Open MPI's
+    /// `--tag-output` does: `[1,RANK]<stdout>:` (`[1,FIRST-LAST]` for a process of
+    /// several ranks).
+    pub tag_output: bool,
 }
 
 /// The job failed: what to tell the user, and the exit status to end with.
@@ -145,6 +149,8 @@ pub fn run_job(spec: &JobSpec, stop: &AtomicBool) -> Result<(), JobLaunchError> 
         spec.liveness,
     );
     let mut procs = Vec::new();
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let mut forwarders = 0;
     for p in placement {
         let mut env = vec![
             ("VARGR_RANK".to_string(), p.first.to_string()),
@@ -165,6 +171,8 @@ pub fn run_job(spec: &JobSpec, stop: &AtomicBool) -> Result<(), JobLaunchError> 
             env,
             // As mpirun does: what is typed goes to rank 0.
             stdin: p.first == 0,
+            // Forwarded a whole line at a time, so ranks' lines never mix mid-line.
+            capture_output: true,
         };
         let child =
             launch::spawn(&spec.launcher, &child).map_err(|source| JobLaunchError::Spawn {
@@ -173,6 +181,21 @@ pub fn run_job(spec: &JobSpec, stop: &AtomicBool) -> Result<(), JobLaunchError> 
                 host: p.host.clone(),
                 source,
             })?;
+        let mut child = child;
+        let tag = |stream: &str| {
+            spec.tag_output.then(|| match p.count {
+                1 => format!("[1,{}]<{stream}>:", p.first),
+                n => format!("[1,{}-{}]<{stream}>:", p.first, p.first + n - 1),
+            })
+        };
+        if let Some(out) = child.stdout.take() {
+            forward_lines(out, Sink::Stdout, tag("stdout"), done_tx.clone());
+            forwarders += 1;
+        }
+        if let Some(err) = child.stderr.take() {
+            forward_lines(err, Sink::Stderr, tag("stderr"), done_tx.clone());
+            forwarders += 1;
+        }
         procs.push(Proc {
             first: p.first,
             count: p.count,
@@ -181,6 +204,15 @@ pub fn run_job(spec: &JobSpec, stop: &AtomicBool) -> Result<(), JobLaunchError> 
         });
     }
     let status = supervise(&mut procs, stop, &rv).map_err(JobLaunchError::from);
+    // The ranks' last lines, once their pipes close; a pipe a rank's own child still
+    // holds open is not waited for long.
+    let deadline = Instant::now() + OUTPUT_GRACE;
+    for _ in 0..forwarders {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if done_rx.recv_timeout(left).is_err() {
+            break;
+        }
+    }
     // The rendezvous has served everyone, or the job ended before it could.
     drop(rv);
     if matches!(spec.launcher, Launcher::Local) {
@@ -192,6 +224,67 @@ pub fn run_job(spec: &JobSpec, stop: &AtomicBool) -> Result<(), JobLaunchError> 
         }
     }
     status
+}
+
+/// How long `vargr run` waits, after its ranks exited, for the rest of their output.
+const OUTPUT_GRACE: Duration = Duration::from_secs(2);
+
+/// Writes and flushes, so that a last line without a newline is not left in a buffer.
+fn write_whole(to: &mut impl std::io::Write, bytes: &[u8]) -> std::io::Result<()> {
+    to.write_all(bytes)?;
+    to.flush()
+}
+
+/// Where forwarded output goes.
+#[derive(Clone, Copy)]
+enum Sink {
+    Stdout,
+    Stderr,
+}
+
+/// Copies `from` to our stdout or stderr a whole line at a time (one write under the
+/// stream's lock), with `tag` in front of each line; signals `done` at the end.
+fn forward_lines(
+    from: impl std::io::Read + Send + 'static,
+    sink: Sink,
+    tag: Option<String>,
+    done: std::sync::mpsc::Sender<()>,
+) {
+    let body = move || {
+        let mut from = std::io::BufReader::new(from);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match std::io::BufRead::read_until(&mut from, b'\n', &mut line) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let mut whole = Vec::with_capacity(line.len() + 16);
+            if let Some(t) = &tag {
+                whole.extend_from_slice(t.as_bytes());
+            }
+            whole.extend_from_slice(&line);
+            // A last line without a newline gets one: it must not run into another
+            // rank's next line.
+            if !whole.ends_with(b"\n") {
+                whole.push(b'\n');
+            }
+            // A reader that went away (`vargr run … | head`) is no reason to stop the
+            // ranks: keep draining their pipe.
+            let _ = match sink {
+                Sink::Stdout => write_whole(&mut std::io::stdout().lock(), &whole),
+                Sink::Stderr => write_whole(&mut std::io::stderr().lock(), &whole),
+            };
+        }
+        let _ = done.send(());
+    };
+    if std::thread::Builder::new()
+        .name("vargr-run-output".into())
+        .spawn(body)
+        .is_err()
+    {
+        tracing::warn!("could not start a thread to forward a rank's output");
+    }
 }
 
 /// Consecutive ranks per process, processes on the slots in order (all on this

@@ -59,6 +59,9 @@ pub struct ChildSpec {
     /// Give the child this process's standard input (local launches only: a remote
     /// child's stdin carries the secret); otherwise it reads nothing.
     pub stdin: bool,
+    /// Pipe the child's stdout and stderr to the caller, which forwards them; otherwise
+    /// the child writes to this process's own.
+    pub capture_output: bool,
 }
 
 /// Splits a command line (a template, `$VARGR_SSH`) into words with POSIX shell rules:
@@ -138,6 +141,7 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
                 } else {
                     Stdio::null()
                 });
+            capture(&mut cmd, spec.capture_output);
             die_with_parent(&mut cmd);
             spawn_from_lasting_thread(cmd).map_err(spawn_err)
         }
@@ -163,6 +167,7 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
                 .collect();
             let mut cmd = Command::new(&words[0]);
             cmd.args(&words[1..]).stdin(Stdio::piped());
+            capture(&mut cmd, spec.capture_output);
             die_with_parent(&mut cmd);
             let mut child = spawn_from_lasting_thread(cmd).map_err(spawn_err)?;
             if let (Some(s), Some(mut stdin)) = (secret, child.stdin.take()) {
@@ -172,6 +177,13 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
             }
             Ok(child)
         }
+    }
+}
+
+/// Pipes `cmd`'s stdout and stderr when `on`.
+fn capture(cmd: &mut Command, on: bool) {
+    if on {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
 }
 
@@ -287,6 +299,7 @@ mod tests {
             args: vec![],
             env: vec![],
             stdin: false,
+            capture_output: false,
         };
         assert!(spawn(&l, &spec).unwrap().wait().unwrap().success());
     }
@@ -304,6 +317,7 @@ mod tests {
             args: vec![],
             env: vec![],
             stdin: false,
+            capture_output: false,
         };
         let e = spawn(&l, &spec).unwrap_err();
         assert!(matches!(e, NetError::BadHost { .. }), "{e}");
@@ -331,6 +345,7 @@ mod tests {
                 ("X".into(), "a b".into()),
             ],
             stdin: false,
+            capture_output: false,
         };
         let mut c = spawn(&l, &spec).unwrap();
         assert!(c.wait().unwrap().success());

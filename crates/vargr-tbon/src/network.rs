@@ -638,6 +638,7 @@ fn launch_backends(
             ("VARGR_SECRET".into(), secret.to_hex()),
         ],
         stdin: false,
+        capture_output: false,
     };
     let child = vargr_net::launch::spawn(&Launcher::Local, &spec)?;
     Ok(Some(ChildHandle::Process(u32::MAX, child)))

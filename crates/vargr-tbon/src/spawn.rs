@@ -346,6 +346,7 @@ impl Startup<'_> {
                         ("VARGR_SECRET".into(), self.secret.to_hex()),
                     ],
                     stdin: false,
+                    capture_output: false,
                 };
                 Ok(ChildHandle::Process(cid, launch::spawn(launcher, &spec)?))
             }
