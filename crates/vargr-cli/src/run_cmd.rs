@@ -27,8 +27,12 @@ pub struct RunArgs {
     ranks: u32,
     /// Hostfile (Open MPI style, `site=NAME` per host); ranks fill each host's slots in
     /// order and start through --launcher. Default: all ranks on this machine.
-    #[arg(long, visible_alias = "hostfile")]
+    #[arg(long, visible_alias = "hostfile", conflicts_with = "host")]
     hosts: Option<PathBuf>,
+    /// Hosts as mpirun takes them on the command line: `a,b:2` (one slot each unless
+    /// `:SLOTS` says more), filled in order as a hostfile's.
+    #[arg(long, value_name = "HOST[:SLOTS],...")]
+    host: Option<String>,
     /// Accepted for mpirun's users: vargr never refuses more ranks than cores (ranks
     /// waiting in a receive give their core away).
     #[arg(long)]
@@ -153,14 +157,22 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
     if a.ranks == 0 {
         bail!("-n must be at least 1");
     }
+    if a.ranks_per_process > 1 && is_python(&a.command) {
+        bail!(
+            "--ranks-per-process {}: a Python rank is an interpreter of its own \
+             (vargr.World() is one rank per process); run without it, or use more processes",
+            a.ranks_per_process
+        );
+    }
     if a.oversubscribe {
         tracing::debug!(
             "--oversubscribe: nothing to allow, vargr never refuses more ranks than cores"
         );
     }
-    let hosts = match &a.hosts {
-        Some(p) => Some(slots_of(&HostFile::load(p)?)),
-        None => None,
+    let hosts = match (&a.hosts, &a.host) {
+        (Some(p), _) => Some(slots_of(&HostFile::load(p)?)),
+        (None, Some(list)) => Some(host_list(list)?),
+        (None, None) => None,
     };
     let launcher = match &hosts {
         Some(_) => Launcher::remote(&a.launcher)?,
@@ -304,6 +316,48 @@ fn slots_of(h: &HostFile) -> Slots {
         name: h.name().to_string(),
         slots,
     }
+}
+
+/// Whether `command` runs a Python program: the interpreter, or a `.py` script.
+fn is_python(command: &[String]) -> bool {
+    command.first().is_some_and(|p| {
+        let name = std::path::Path::new(p)
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        name.starts_with("python") || name.ends_with(".py")
+    })
+}
+
+/// `--host a,b:2`: one slot per host unless `:SLOTS` says more.
+fn host_list(list: &str) -> Result<Slots> {
+    let mut slots = Vec::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (host, n) = match item.rsplit_once(':') {
+            Some((h, n)) => (
+                h,
+                n.parse::<u32>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| anyhow::anyhow!("--host {item}: {n:?} is not a slot count"))?,
+            ),
+            None => (item, 1),
+        };
+        vargr_net::launch::check_host(host).with_context(|| format!("--host {item}"))?;
+        for _ in 0..n {
+            slots.push(Slot {
+                host: host.to_string(),
+                site: None,
+            });
+        }
+    }
+    if slots.is_empty() {
+        bail!("--host {list:?}: no host");
+    }
+    Ok(Slots {
+        name: "--host".into(),
+        slots,
+    })
 }
 
 /// Sites and their rank counts from `--sites` (`3`, or `name:count,...`), checked

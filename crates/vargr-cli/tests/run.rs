@@ -515,6 +515,54 @@ fn vargr_run_takes_mpiruns_spelling_and_gives_rank_0_the_input() {
             "[1,1]<stdout>:hi"
         ]
     );
+    // --host as mpirun takes it; ranks fill the slots in order.
+    let rank = r#"echo "$VARGR_RANK""#;
+    assert_eq!(
+        run(
+            &[
+                "run",
+                "-np",
+                "3",
+                "--host",
+                "localhost,localhost:2",
+                "--launcher",
+                "sh -c {cmd}",
+                "sh",
+                "-c",
+                rank
+            ],
+            ""
+        ),
+        ["0", "1", "2"]
+    );
+    for bad in ["localhost:x", "-oProxyCommand=x"] {
+        let r = run_cli(
+            &["run", "-n", "1", "--host", bad, "true"],
+            Duration::from_secs(30),
+        );
+        assert!(
+            !r.status.success() && r.stderr.contains("--host"),
+            "{bad}: {r:?}"
+        );
+    }
+    // Python ranks are one per process: refused before anything starts, saying why.
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "2",
+            "--ranks-per-process",
+            "2",
+            "python3",
+            "-c",
+            "pass",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(
+        !r.status.success() && r.stderr.contains("Python rank"),
+        "{r:?}"
+    );
     // --hostfile is --hosts: a missing one is named.
     let bad = run_cli(
         &["run", "-n", "1", "--hostfile", "/nonexistent/hosts", "true"],
