@@ -79,8 +79,27 @@ def test_ranks_as_threads_are_refused_with_a_clear_message() -> None:
         "except vargr.JobError as e:\n"
         "    print('JobError:', e)\n"
     )
+    # vargr run sees a Python program and refuses before anything starts.
     r = run(
         [vargr_binary(), "run", "-n", "2", "--ranks-per-process", "2", "--", PYTHON, "-c", code],
+        timeout=120,
+    )
+    assert r.returncode != 0 and "Python rank" in r.stderr, f"{r.stdout}\n{r.stderr}"
+    # Started in a way it cannot see through (here `env`), the binding refuses.
+    r = run(
+        [
+            vargr_binary(),
+            "run",
+            "-n",
+            "2",
+            "--ranks-per-process",
+            "2",
+            "--",
+            "env",
+            PYTHON,
+            "-c",
+            code,
+        ],
         timeout=120,
     )
     assert "one rank per process" in r.stdout, f"{r.stdout}\n{r.stderr}"
