@@ -1,6 +1,6 @@
-//! `vargr bench ffi`: what reaching vargr from C and from Python costs, against
-//! the targets the bindings were built to: at most 100 ns per call across the C
-//! boundary; a Python `allreduce` of 8 bytes at most 5 µs slower than from Rust.
+//! `vargr bench ffi`: what reaching vargr from C and from Python costs, against the
+//! targets the bindings were built to (`TARGET_NS`, `PYTHON_TARGET_US`; results in
+//! docs/benchmarks.md).
 //!
 //! C: builds libvargr (release by default, as users would link it), compiles
 //! `crates/vargr-capi/bench/boundary.c` with the system compiler, and runs it as a

@@ -48,27 +48,7 @@ pub fn load(file: Option<&Path>) -> Result<(Config, Vec<PathBuf>)> {
 /// The layers under a command's flags: defaults, the user's file (or `file`), the
 /// environment; with the files that were read.
 pub fn layers(file: Option<&Path>) -> Result<(Layers, Vec<PathBuf>)> {
-    let mut layers = Layers::new();
-    let mut read = Vec::new();
-    let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
-    match file {
-        Some(f) => {
-            layers.file(f, false)?;
-            read.push(f.to_path_buf());
-        }
-        None => {
-            if let Some(f) =
-                Layers::user_file(var("XDG_CONFIG_HOME").as_deref(), var("HOME").as_deref())
-            {
-                if f.exists() {
-                    read.push(f.clone());
-                }
-                layers.file(&f, true)?;
-            }
-        }
-    }
-    layers.env(|name| std::env::var(name).ok());
-    Ok((layers, read))
+    Ok(vargr_config::process_layers(file)?)
 }
 
 /// The environment variables of every setting, for `--help`.

@@ -137,7 +137,8 @@ pub fn mpirun_spelling(
     };
     for i in run + 1..args.len() {
         let a = args[i].to_string_lossy();
-        if a == "--" || a == "-n" || a.starts_with("-n") && a != "-np" || a.starts_with("--np") {
+        // `--`, or vargr's own count (`-n`, `-n4`, `--np`) before any `-np`.
+        if a == "--" || (a.starts_with("-n") && a != "-np") || a.starts_with("--np") {
             break;
         }
         let number_follows = args

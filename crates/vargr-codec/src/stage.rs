@@ -119,7 +119,11 @@ pub struct Calibration {
 }
 
 impl Calibration {
-    /// Times the `candidates` on this machine: about 400 µs per codec and class.
+    /// Time given to each codec on each data class's sample.
+    pub const BUDGET: Duration = Duration::from_micros(400);
+
+    /// Times the `candidates` on this machine, each within `BUDGET` per data class, so
+    /// that start-up stays short whatever the candidates.
     pub fn measure(candidates: &crate::Candidates) -> Calibration {
         use crate::testdata as td;
         let n = 8192;
@@ -150,14 +154,13 @@ impl Calibration {
                 half_zero(td::f64_bytes(&td::smooth_field_f64(n, 1e-3, 4)), 8, 4),
             ),
         ];
-        let budget = Duration::from_micros(400);
         let per_elem = samples
             .into_iter()
             .map(|(elem, data)| {
                 let measures = candidates
                     .for_class(crate::DataClass::of(elem))
                     .iter()
-                    .filter_map(|&c| crate::measure(c, &data, elem, budget).ok())
+                    .filter_map(|&c| crate::measure(c, &data, elem, Self::BUDGET).ok())
                     .collect();
                 (elem, measures)
             })

@@ -345,17 +345,37 @@ impl Config {
     }
 }
 
-/// This process's configuration: the defaults, the user's file
-/// (`~/.config/vargr/config.toml`), then the environment, which is how `vargr run`,
-/// `mpirun` and `srun` hand every rank the same settings.
-pub fn from_process() -> Result<Config, ConfigError> {
-    let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+/// This process's layers under any flags: the defaults, `file` (which must exist) or
+/// else the user's file (`~/.config/vargr/config.toml`, if there is one), then the
+/// environment, which is how `vargr run`, `mpirun` and `srun` hand every rank the same
+/// settings. Returns them with the files that were read.
+pub fn process_layers(file: Option<&Path>) -> Result<(Layers, Vec<PathBuf>), ConfigError> {
     let mut layers = Layers::new();
-    if let Some(f) = Layers::user_file(var("XDG_CONFIG_HOME").as_deref(), var("HOME").as_deref()) {
-        layers.file(&f, true)?;
+    let mut read = Vec::new();
+    let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+    match file {
+        Some(f) => {
+            layers.file(f, false)?;
+            read.push(f.to_path_buf());
+        }
+        None => {
+            if let Some(f) =
+                Layers::user_file(var("XDG_CONFIG_HOME").as_deref(), var("HOME").as_deref())
+            {
+                if f.exists() {
+                    read.push(f.clone());
+                }
+                layers.file(&f, true)?;
+            }
+        }
     }
     layers.env(|name| std::env::var(name).ok());
-    Config::resolve(&layers)
+    Ok((layers, read))
+}
+
+/// This process's configuration: [`process_layers`] without a file of its own, resolved.
+pub fn from_process() -> Result<Config, ConfigError> {
+    Config::resolve(&process_layers(None)?.0)
 }
 
 /// Joins the job this process was started in with the settings its launcher gave it:

@@ -71,9 +71,15 @@ impl LinkStages {
     /// sends; `max_frame` bounds what a stage decodes.
     pub fn chain(&self, local: &str, peer: &str, seed: u64, max_frame: usize) -> StageChain {
         // Checked by `validate` at the front-end; a node never fails here.
-        let Ok(policy) = self.policy(max_frame) else {
-            return StageChain::default();
-        };
+        match self.policy(max_frame) {
+            Ok(policy) => self.chain_by(&policy, local, peer, seed),
+            Err(_) => StageChain::default(),
+        }
+    }
+
+    /// [`LinkStages::chain`] with the policy made once for many links (a node with many
+    /// children): making it checks every setting again.
+    pub fn chain_by(&self, policy: &LinkPolicy, local: &str, peer: &str, seed: u64) -> StageChain {
         policy.chain(&LinkEnds {
             local_host: local,
             peer_host: peer,
