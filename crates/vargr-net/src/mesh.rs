@@ -564,6 +564,9 @@ impl Mesh {
         let from_here = pats.iter().all(|p| p.src.is_some_and(|s| self.is_local(s)));
         let started = Instant::now();
         let mut g = self.lock();
+        // Without `wait`, still drive the sockets once (if no other thread is), as MPI's
+        // test and probe make progress: a loop of them must see messages arrive.
+        let mut polled = wait || from_here;
         loop {
             if let Some((pattern, src, tag, data)) = g.take_match(dest, pats) {
                 if g.reactor.is_some() {
@@ -575,6 +578,15 @@ impl Mesh {
                     tag,
                     data,
                 }));
+            }
+            if !polled {
+                polled = true;
+                if let Some(reactor) = g.reactor.take() {
+                    g.poller = Some(dest);
+                    g = self.poll_once(g, reactor, Some(Duration::ZERO));
+                    g.poller = None;
+                    continue;
+                }
             }
             let lost = self.lost_for(&g, pats);
             if lost.is_some() || !wait || elsewhere.is_some_and(|f| f()) {
@@ -607,7 +619,7 @@ impl Mesh {
             match g.reactor.take_if(|_| !from_here) {
                 Some(reactor) => {
                     g.poller = Some(dest);
-                    g = self.poll_once(g, reactor);
+                    g = self.poll_once(g, reactor, None);
                     g.poller = None;
                 }
                 None => {
@@ -680,10 +692,12 @@ impl Mesh {
         }
     }
 
+    /// Drives the sockets once, waiting up to `wait` (default: a slice) for events.
     fn poll_once<'a>(
         &'a self,
         mut g: MutexGuard<'a, State>,
         mut reactor: Reactor,
+        wait: Option<Duration>,
     ) -> MutexGuard<'a, State> {
         g.apply(&mut reactor);
         let mut events = std::mem::take(&mut g.events);
@@ -711,11 +725,11 @@ impl Mesh {
                 }
             }
         }
-        let wait = if INTERRUPT_CHECK.get().is_some() {
+        let wait = wait.unwrap_or(if INTERRUPT_CHECK.get().is_some() {
             INTERRUPT_SLICE
         } else {
             Duration::from_millis(500)
-        };
+        });
         let r = reactor.poll(Some(wait), &mut events);
         let mut g = self.lock();
         for (id, rank) in added {
@@ -784,7 +798,7 @@ impl Mesh {
                         self.hand_off(&g);
                         return;
                     }
-                    g = self.poll_once(g, r);
+                    g = self.poll_once(g, r, None);
                 }
                 None => {
                     g.waiting[0] += 1;
