@@ -7,7 +7,7 @@ use vargr_net::Reactor;
 use vargr_wire::{Packet, Value};
 
 use crate::commnode::registry;
-use crate::engine::Engine;
+use crate::engine::{Engine, Watch};
 use crate::router::Router;
 use crate::spawn::{self, Bootstrap};
 use crate::trace::TraceDump;
@@ -135,6 +135,37 @@ impl Backend {
             }
             d.closed.clone().map(Err)
         })
+    }
+
+    /// Waits for the next packet multicast on `stream` (MRNet's back-end
+    /// `Stream::recv`), leaving other streams' packets and point-to-point messages for
+    /// [`Backend::recv`] or other threads: one thread per stream works. `Ok(None)` after
+    /// `timeout` (None: wait for ever); `Err(TbonError::Shutdown)` once the network is
+    /// shut down.
+    pub fn recv_stream(&self, stream: u32, timeout: Option<Duration>) -> Result<Option<Packet>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let got = self.engine.wait_for(deadline, |st| {
+            let d = st.router.deliveries_mut();
+            let at = d
+                .inbox
+                .iter()
+                .position(|p| crate::engine::is_multicast_on(p, stream));
+            if let Some(p) = at.and_then(|i| d.inbox.remove(i)) {
+                return Some(Ok(p));
+            }
+            d.closed.clone().map(Err)
+        });
+        got.transpose()
+    }
+
+    /// A descriptor that is readable while [`Backend::recv`] (`stream` None) or
+    /// [`Backend::recv_stream`] on `stream` would return at once (MRNet's
+    /// `get_DataNotificationFd` on a back-end); see [`crate::Network::notification_fd`].
+    pub fn notification_fd(&self, stream: Option<u32>) -> Result<std::os::fd::RawFd> {
+        let watch = stream.map_or(Watch::Inbox, Watch::InboxStream);
+        self.engine
+            .notification_fd(watch)
+            .map_err(|e| TbonError::Net(format!("making a notification descriptor: {e}")))
     }
 
     /// Sends values up `stream` (towards the front-end, through the stream's filters).

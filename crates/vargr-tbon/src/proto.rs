@@ -140,7 +140,10 @@ pub struct AttachReplyMsg {
     pub parent: String,
 }
 
-/// Stream creation, sent down to every node with members below it.
+/// Stream creation, sent down to every node with members below it. With `update` set it
+/// changes an open stream's filters instead (MRNet's `set_FilterParameters`): it travels
+/// the same links as the stream's multicasts, so every node switches between the same
+/// two multicasts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StreamOpenMsg {
     pub id: u32,
@@ -149,6 +152,8 @@ pub struct StreamOpenMsg {
     pub sync: String,
     pub down: Option<String>,
     pub latest: bool,
+    #[serde(default)]
+    pub update: bool,
 }
 
 /// A failure travelling up to the front-end.

@@ -71,6 +71,9 @@ impl StreamState {
 impl Router {
     /// Creates a stream here and forwards its creation to the children with members.
     pub fn open_stream(&mut self, msg: StreamOpenMsg, out: &mut dyn Out) -> Result<(), TbonError> {
+        if msg.update {
+            return self.update_stream(msg, Instant::now(), out);
+        }
         let sync: SyncMode = msg
             .sync
             .parse()
@@ -133,6 +136,63 @@ impl Router {
             shifts: FxHashMap::default(),
         };
         self.streams.insert(st.open.id, st);
+        Ok(())
+    }
+
+    /// Changes the filters of an open stream here and forwards the change to the children
+    /// with members. A transformation filter whose spec changed is made anew (its state,
+    /// such as a filter's running totals, starts over); a changed sync mode keeps the
+    /// packets queued and releases what the new mode makes due.
+    fn update_stream(
+        &mut self,
+        mut msg: StreamOpenMsg,
+        now: Instant,
+        out: &mut dyn Out,
+    ) -> Result<(), TbonError> {
+        let st = self
+            .streams
+            .get_mut(&msg.id)
+            .ok_or(TbonError::NoStream(msg.id))?;
+        let bad = |e: vargr_filter::FilterError| TbonError::BadStream(e.to_string());
+        // Everything is checked before anything changes: a bad spec leaves the stream as
+        // it was, at every node.
+        let sync: SyncMode = msg.sync.parse().map_err(bad)?;
+        let up = (msg.up != st.open.up)
+            .then(|| self.registry.create(&msg.up))
+            .transpose()
+            .map_err(bad)?;
+        let down = match (&msg.down, msg.down != st.open.down) {
+            (Some(d), true) => Some(Some(self.registry.create(d).map_err(bad)?)),
+            (None, true) => Some(None),
+            (_, false) => None,
+        };
+        if let Some(f) = up {
+            st.up_collector = trace::filter_collector("up", &msg.up);
+            st.up = Some(f);
+        }
+        if let Some(d) = down {
+            st.down_collector = msg
+                .down
+                .as_deref()
+                .map_or(0, |d| trace::filter_collector("down", d));
+            st.down = d;
+        }
+        st.sync.set_mode(sync);
+        st.passthrough =
+            matches!(msg.up.as_str(), "null" | "identity") && matches!(sync, SyncMode::DontWait);
+        // The members and the mode of delivery are the stream's own: only filters change.
+        msg.members = std::mem::take(&mut st.open.members);
+        msg.latest = st.open.latest;
+        let bytes = frame_bytes(FrameKind::StreamOpen, msg.id, 0, &proto::to_json(&msg));
+        for &(ci, _) in &st.child_slots {
+            if self.children[ci].alive {
+                out.send(self.children[ci].link, bytes.clone());
+            }
+        }
+        msg.update = false;
+        st.open = msg;
+        let (id, ready) = (st.open.id, st.sync.take_ready(now));
+        self.run_waves(id, ready, out);
         Ok(())
     }
 

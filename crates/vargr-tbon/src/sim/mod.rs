@@ -665,6 +665,7 @@ impl Sim {
             sync: sync.into(),
             down: None,
             latest: false,
+            update: false,
         })
     }
 

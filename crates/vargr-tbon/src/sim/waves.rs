@@ -164,6 +164,7 @@ fn latest_mode_keeps_each_back_ends_newest_for_a_late_reader() {
         sync: "dontwait".into(),
         down: None,
         latest: true,
+        update: false,
     })
     .unwrap();
     for i in 0..50 {
