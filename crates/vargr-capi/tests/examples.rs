@@ -316,19 +316,60 @@ fn integer_addition_over_a_tree_of_processes() {
     check_integer_addition(&r, 4, "sum");
 }
 
-#[test]
-fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
+/// Compiles the filter plugin `examples/filter-plugin/NAME.c` into scratch/libNAME.so.
+fn plugin(name: &str) -> PathBuf {
     let e = env();
-    let plugin = e.scratch.path().join("libint_filters.so");
+    let so = e.scratch.path().join(format!("lib{name}.so"));
     let o = Command::new("cc")
         .args(["-shared", "-fPIC", "-Wall", "-Werror"])
         .args(include_dirs())
-        .arg(e.root.join("examples/filter-plugin/int_filters.c"))
+        .arg(e.root.join(format!("examples/filter-plugin/{name}.c")))
         .arg("-o")
-        .arg(&plugin)
+        .arg(&so)
         .output()
         .expect("running cc");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    so
+}
+
+fn int_filters() -> &'static PathBuf {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| plugin("int_filters"))
+}
+
+/// Shared-library link flags plus the threads library.
+fn threaded_libs() -> Vec<String> {
+    let mut v = shared_libs();
+    v.push("-pthread".into());
+    v
+}
+
+#[test]
+fn c_mrnet_api_test_passes() {
+    let compile_c = |name: &str| {
+        compile(
+            "cc",
+            "-std=c99",
+            &[&format!("crates/vargr-capi/tests/c/{name}.c")],
+            &threaded_libs(),
+            name,
+        )
+    };
+    let (fe, be) = (compile_c("mrnet_fe"), compile_c("mrnet_be"));
+    let mut cmd = Command::new(fe);
+    cmd.arg("1x2x4").arg(be).arg(int_filters());
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "mrnet_fe");
+    assert!(
+        r.stdout.starts_with("mrnet_test: ") && r.stdout.trim_end().ends_with("checks OK"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
+    let e = env();
+    let plugin = int_filters();
     // Node 1 is a commnode with two back-ends; node 2 is a back-end under the root.
     let topo = e.scratch.path().join("three.top");
     std::fs::write(
@@ -337,7 +378,7 @@ fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
     )
     .unwrap();
     let mut cmd = Command::new(fe());
-    cmd.arg(&topo).arg(be()).arg(&plugin);
+    cmd.arg(&topo).arg(be()).arg(plugin);
     let r = run(cmd, Duration::from_secs(120));
     check_integer_addition(&r, 3, "plugin_sum");
 }
@@ -501,4 +542,110 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     } else {
         eprintln!("pkg-config not found: skipping the pkg-config check");
     }
+}
+
+// ---- ports of MRNet's Examples (examples/c) ----------------------------------------
+
+/// Compiles `examples/c/NAME.c` (with threads) once per test binary.
+fn example(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
+    let p = compile(
+        "cc",
+        "-std=c99",
+        &[&format!("examples/c/{name}.c")],
+        &threaded_libs(),
+        name,
+    );
+    built.push((name.to_string(), p.clone()));
+    p
+}
+
+/// Runs an example and checks that it ends with "NAME: OK" and prints `lines` lines
+/// containing `marker`.
+fn check_example(r: &Run, name: &str, marker: &str, lines: usize) {
+    assert_ok(r, name);
+    assert_eq!(
+        r.stdout.lines().last(),
+        Some(format!("{name}: OK").as_str()),
+        "{r:?}"
+    );
+    let n = r.stdout.lines().filter(|l| l.contains(marker)).count();
+    assert_eq!(n, lines, "lines with {marker:?}:\n{}", r.stdout);
+}
+
+#[test]
+fn integer_addition_async_waits_on_the_notification_descriptor() {
+    let mut cmd = Command::new(example("integer_addition_async_fe"));
+    cmd.arg("kary:2@4").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_async", "Success!", 5);
+}
+
+#[test]
+fn integer_addition_async_streams_selects_on_two_streams() {
+    let mut cmd = Command::new(example("integer_addition_async_streams_fe"));
+    cmd.arg("1x2x4").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_async_streams", "Success!", 10);
+}
+
+#[test]
+fn integer_addition_timeout_sets_the_sync_filter_parameter() {
+    let mut cmd = Command::new(example("integer_addition_timeout_fe"));
+    cmd.arg("kary:2@4").arg(be()).arg("2");
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_timeout", "FE: Success", 2);
+}
+
+#[test]
+fn integer_addition_concurrent_runs_two_networks_at_once() {
+    let mut cmd = Command::new(example("integer_addition_concurrent_fe"));
+    cmd.arg("kary:2@3").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_concurrent", "Success!", 10);
+}
+
+#[test]
+fn attach_mode_back_ends_started_by_a_launcher() {
+    // A shell loop stands in for mpirun; each back-end's rank comes from PMI_RANK.
+    let script = format!(
+        "i=0; while [ $i -lt {{n}} ]; do PMI_RANK=$i '{}' & i=$((i+1)); done; wait",
+        be().display()
+    );
+    let mut cmd = Command::new(example("attach_fe"));
+    cmd.args(["1x2x4", "sh", "-c", &script]);
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "attach", "Success!", 5);
+    assert!(
+        r.stdout.starts_with("network: 4 back-ends attached"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn per_thread_streams_a_thread_per_stream_on_both_sides() {
+    let mut cmd = Command::new(example("per_thread_streams_fe"));
+    cmd.arg("kary:2@4").arg(example("per_thread_streams_be"));
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "per_thread_streams", "successful", 6);
+    assert!(
+        r.stdout.contains("callbacks: 0 node lost, 0 reparented"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn fault_recovery_goes_on_after_a_commnode_is_killed() {
+    let mut cmd = Command::new(example("fault_recovery_fe"));
+    cmd.arg("1x2x4")
+        .arg(example("fault_recovery_be"))
+        .arg("kill");
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "fault_recovery", "FE: check of", 2);
+    assert!(r.stdout.contains("FE: events: 1 node lost"), "{r:?}");
+    assert!(!r.stdout.contains("failed"), "{r:?}");
 }

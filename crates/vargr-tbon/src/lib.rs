@@ -44,8 +44,8 @@ pub mod trace;
 pub use backend::Backend;
 pub use error::{fmt_ranks, Result, TbonError};
 pub use network::{
-    sockdir_prefix, AttachSpec, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
-    Stream, StreamOptions, TreeEvents, FIRST_USER_STREAM,
+    sockdir_prefix, AnyStream, AttachSpec, BackendSpec, Communicator, FilterRole, Network,
+    NetworkOptions, Stream, StreamOptions, TreeEvents, FIRST_USER_STREAM,
 };
 pub use recovery::{Recovery, TreeEvent};
 pub use spawn::Bootstrap;

@@ -215,8 +215,8 @@ pub struct Network {
     topology: Topology,
     handles: Mutex<Vec<ChildHandle>>,
     next_stream: AtomicU32,
-    /// The stream `recv_any` served last: the next search starts after it.
-    last_any: AtomicU32,
+    /// Receives from any stream.
+    any: AnyStream,
     sockdir: Option<PathBuf>,
     startup: Duration,
     down: bool,
@@ -414,11 +414,14 @@ impl Network {
             .map(|p| StatusThread::start(&engine, p, opts.monitor_period));
         Ok(Network {
             status,
+            any: AnyStream {
+                engine: engine.clone(),
+                last: Arc::new(AtomicU32::new(0)),
+            },
             engine,
             topology,
             handles: Mutex::new(handles),
             next_stream: AtomicU32::new(FIRST_USER_STREAM),
-            last_any: AtomicU32::new(0),
             sockdir: Some(sockdir),
             startup: t0.elapsed(),
             down: false,
@@ -504,32 +507,15 @@ impl Network {
         })
     }
 
-    /// The next result on any stream (MRNet's `Network::recv`): `Ok(Some((stream,
-    /// result)))`, where the result is a filtered wave or that stream's error;
-    /// `Ok(None)` after `timeout` (None: wait for ever); `Err` once the network is
-    /// shut down. Streams with results are served in turn (round robin by id), so a
-    /// busy stream cannot starve a quiet one.
+    /// The next result on any stream (MRNet's `Network::recv`); see [`AnyStream::recv`].
     pub fn recv_any(&self, timeout: Option<Duration>) -> Result<Option<(u32, Result<Packet>)>> {
-        let deadline = timeout.map(|t| Instant::now() + t);
-        let got = self.engine.wait_for(deadline, |st| {
-            let d = st.router.deliveries_mut();
-            let last = self.last_any.load(Ordering::Relaxed);
-            let ready = d
-                .streams
-                .iter()
-                .filter(|(_, q)| !q.is_empty())
-                .map(|(&id, _)| id);
-            // The smallest id after the last one served, else the smallest of all.
-            let pick = ready
-                .min_by_key(|&id| (id <= last, id))
-                .and_then(|id| Some((id, d.streams.get_mut(&id)?.pop_front()?)));
-            if let Some((id, r)) = pick {
-                self.last_any.store(id, Ordering::Relaxed);
-                return Some(Ok((id, r)));
-            }
-            d.closed.clone().map(Err)
-        });
-        got.transpose()
+        self.any.recv(timeout)
+    }
+
+    /// A handle that receives from any stream without borrowing the network, so that
+    /// one thread may wait in it while others use the network (or shut it down).
+    pub fn any_stream(&self) -> AnyStream {
+        self.any.clone()
     }
 
     /// A descriptor that is readable while [`Network::recv_any`] (`stream` None) or
@@ -751,6 +737,43 @@ fn make_sockdir(runtime_dir: &std::path::Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The front-end's results on every stream ([`Network::any_stream`]). Cheap to clone.
+#[derive(Clone)]
+pub struct AnyStream {
+    engine: Arc<Engine>,
+    /// The stream served last: the next search starts after it.
+    last: Arc<AtomicU32>,
+}
+
+impl AnyStream {
+    /// The next result on any stream: `Ok(Some((stream, result)))`, where the result is
+    /// a filtered wave or that stream's error; `Ok(None)` after `timeout` (None: wait
+    /// for ever); `Err` once the network is shut down. Streams with results are served
+    /// in turn (round robin by id), so a busy stream cannot starve a quiet one.
+    pub fn recv(&self, timeout: Option<Duration>) -> Result<Option<(u32, Result<Packet>)>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let got = self.engine.wait_for(deadline, |st| {
+            let d = st.router.deliveries_mut();
+            let last = self.last.load(Ordering::Relaxed);
+            let ready = d
+                .streams
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(&id, _)| id);
+            // The smallest id after the last one served, else the smallest of all.
+            let pick = ready
+                .min_by_key(|&id| (id <= last, id))
+                .and_then(|id| Some((id, d.streams.get_mut(&id)?.pop_front()?)));
+            if let Some((id, r)) = pick {
+                self.last.store(id, Ordering::Relaxed);
+                return Some(Ok((id, r)));
+            }
+            d.closed.clone().map(Err)
+        });
+        got.transpose()
+    }
+}
+
 /// Changes of the tree as they happen ([`Network::tree_events`]). It does not keep the
 /// network alive, and may be moved to a thread of its own: waiting in
 /// [`TreeEvents::next_timeout`] also makes progress, so faults are noticed while the
@@ -869,6 +892,14 @@ impl Stream {
             msg.update = true;
             r.open_stream(msg, out)
         })
+    }
+
+    /// A descriptor readable while this stream's receive would return at once (MRNet's
+    /// `Stream::get_DataNotificationFd`); see [`Network::notification_fd`].
+    pub fn notification_fd(&self) -> Result<std::os::fd::RawFd> {
+        self.engine
+            .notification_fd(Watch::Stream(self.id))
+            .map_err(|e| TbonError::Net(format!("making a notification descriptor: {e}")))
     }
 
     /// The stream's current filter spec of `role` (`""`: no down filter).
