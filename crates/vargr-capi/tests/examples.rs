@@ -160,11 +160,14 @@ struct Run {
 /// Runs `cmd` in its own process group; after `guard`, kills the group and panics.
 /// Stragglers of the group are killed once the main process has exited.
 fn run(mut cmd: Command, guard: Duration) -> Run {
+    // The freshly built commnode, unless the test chose one.
+    if !cmd.get_envs().any(|(k, _)| k == "VARGR_COMMNODE") {
+        cmd.env("VARGR_COMMNODE", &env().vargr);
+    }
     cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("VARGR_COMMNODE", &env().vargr);
+        .stderr(Stdio::piped());
     let shown = format!("{cmd:?}");
     let mut child = cmd
         .spawn()
@@ -475,9 +478,12 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     assert_ok(&r, "scripts/install-capi.sh");
     for f in [
         "include/vargr.h",
+        "include/vargr_filter.h",
+        "bin/vargr",
         "lib/libvargr.so",
         "lib/libvargr.a",
         "lib/pkgconfig/vargr.pc",
+        "lib/pkgconfig/vargr-static.pc",
         "lib/cmake/vargr/vargrConfig.cmake",
         "lib/cmake/vargr/vargrConfigVersion.cmake",
     ] {
@@ -507,38 +513,65 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     }
 
     if have("pkg-config") {
-        let pc = |args: &[&str]| {
+        let pc = |args: &[&str], pkg: &str| {
             let o = Command::new("pkg-config")
                 .args(args)
-                .arg("vargr")
+                .arg(pkg)
                 .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
                 .output()
                 .expect("running pkg-config");
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             String::from_utf8(o.stdout).unwrap()
         };
-        assert_eq!(pc(&["--modversion"]).trim(), env!("CARGO_PKG_VERSION"));
-        let mut flags: Vec<String> = pc(&["--cflags", "--libs"])
-            .split_whitespace()
-            .map(String::from)
-            .collect();
-        flags.push(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
-        let exe = e.scratch.path().join("integer_addition_fe_pc");
-        let mut cc = Command::new("cc");
-        cc.arg("-std=c99")
-            .arg(format!("-I{}", e.root.join("examples/c").display()))
-            .arg(e.root.join("examples/c/integer_addition_fe.c"))
-            .args(&flags)
-            .arg("-o")
-            .arg(&exe);
-        assert_ok(
-            &run(cc, Duration::from_secs(120)),
-            "cc with pkg-config flags",
+        assert_eq!(
+            pc(&["--modversion"], "vargr").trim(),
+            env!("CARGO_PKG_VERSION")
         );
-        let mut cmd = Command::new(exe);
-        cmd.arg("kary:2@3").arg(be());
-        let r = run(cmd, Duration::from_secs(120));
-        check_integer_addition(&r, 3, "sum");
+        let commnode = pc(&["--variable=commnode"], "vargr");
+        assert_eq!(Path::new(commnode.trim()), prefix.join("bin/vargr"));
+        // Shared (found at run time through the rpath vargr.pc adds) and static.
+        for (pkg, exe) in [
+            ("vargr", "integer_addition_fe_pc"),
+            ("vargr-static", "integer_addition_fe_pc_static"),
+        ] {
+            let flags: Vec<String> = pc(&["--cflags", "--libs"], pkg)
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            let exe = e.scratch.path().join(exe);
+            let mut cc = Command::new("cc");
+            cc.arg("-std=c99")
+                .arg(format!("-I{}", e.root.join("examples/c").display()))
+                .arg(e.root.join("examples/c/integer_addition_fe.c"))
+                .args(&flags)
+                .arg("-o")
+                .arg(&exe);
+            assert_ok(
+                &run(cc, Duration::from_secs(120)),
+                "cc with pkg-config flags",
+            );
+            // Without cargo's LD_LIBRARY_PATH, which points at the build's own library.
+            let ldd = Command::new("ldd")
+                .arg(&exe)
+                .env_remove("LD_LIBRARY_PATH")
+                .output()
+                .expect("running ldd");
+            let deps = String::from_utf8_lossy(&ldd.stdout);
+            if pkg == "vargr-static" {
+                assert!(!deps.contains("libvargr"), "{pkg}: {deps}");
+            } else {
+                let lib = prefix.join("lib/libvargr.so").display().to_string();
+                assert!(deps.contains(&lib), "{pkg}: {deps}");
+            }
+            // The installed commnode runs the tree's internal nodes.
+            let mut cmd = Command::new(exe);
+            cmd.arg("kary:2@3")
+                .arg(be())
+                .env_remove("LD_LIBRARY_PATH")
+                .env("VARGR_COMMNODE", commnode.trim());
+            let r = run(cmd, Duration::from_secs(120));
+            check_integer_addition(&r, 3, "sum");
+        }
     } else {
         eprintln!("pkg-config not found: skipping the pkg-config check");
     }
