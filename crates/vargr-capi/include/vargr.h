@@ -682,6 +682,29 @@ int vargr_network_open_stream_filters(const vargr_network *net,
                                       const char *down_filter,
                                       vargr_stream **out);
 
+// Like `vargr_network_open_stream_filters`, with up filters per kind of node (MRNet's
+// per-node filter assignment, as in its HeterogeneousFilters example): the back-ends
+// run `backend_filter` on each packet they send before it goes up (it should give one
+// packet per packet: a wave waits for one from each back-end; NULL or `""`: none),
+// the commnodes run `internal_filter` on their waves (NULL: `"null"`), and the
+// front-end runs `frontend_filter` last (NULL or `""`: `internal_filter`). The
+// nodes' filters are independent instances; parameters come with the specs
+// (`name:params`). `vargr_stream_set_filter` with `VARGR_FILTER_UP` later changes
+// `internal_filter` (and the front-end's when it had none of its own).
+//
+// # Safety
+// As `vargr_network_open_stream_filters`; the filter strings are NULL or
+// NUL-terminated.
+int vargr_network_open_stream_per_role(const vargr_network *net,
+                                       const vargr_communicator *comm,
+                                       const char *backend_filter,
+                                       const char *internal_filter,
+                                       const char *frontend_filter,
+                                       int sync,
+                                       uint32_t timeout_ms,
+                                       const char *down_filter,
+                                       vargr_stream **out);
+
 // Shuts the tree down: every node stops and every process exits (stragglers are
 // killed after a grace period). Later calls on the network fail with
 // `VARGR_ERR_CLOSED`; streams receive `VARGR_ERR_CLOSED`. The handle must still be

@@ -714,6 +714,60 @@ pub unsafe extern "C" fn vargr_network_open_stream_filters(
     })
 }
 
+/// Like `vargr_network_open_stream_filters`, with up filters per kind of node (MRNet's
+/// per-node filter assignment, as in its HeterogeneousFilters example): the back-ends
+/// run `backend_filter` on each packet they send before it goes up (it should give one
+/// packet per packet: a wave waits for one from each back-end; NULL or `""`: none),
+/// the commnodes run `internal_filter` on their waves (NULL: `"null"`), and the
+/// front-end runs `frontend_filter` last (NULL or `""`: `internal_filter`). The
+/// nodes' filters are independent instances; parameters come with the specs
+/// (`name:params`). `vargr_stream_set_filter` with `VARGR_FILTER_UP` later changes
+/// `internal_filter` (and the front-end's when it had none of its own).
+///
+/// # Safety
+/// As `vargr_network_open_stream_filters`; the filter strings are NULL or
+/// NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_open_stream_per_role(
+    net: *const vargr_network,
+    comm: *const vargr_communicator,
+    backend_filter: *const c_char,
+    internal_filter: *const c_char,
+    frontend_filter: *const c_char,
+    sync: c_int,
+    timeout_ms: u32,
+    down_filter: *const c_char,
+    out: *mut *mut vargr_stream,
+) -> c_int {
+    guard("vargr_network_open_stream_per_role", || {
+        // SAFETY: the caller's contract.
+        let (be, fe) = unsafe {
+            (
+                ptr::opt_string(backend_filter, "backend_filter")?,
+                ptr::opt_string(frontend_filter, "frontend_filter")?,
+            )
+        };
+        let given = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(String::from);
+        let (be, fe) = (given(be), given(fe));
+        // SAFETY: forwarded contract.
+        unsafe {
+            open_stream_with(
+                net,
+                comm,
+                internal_filter,
+                sync,
+                timeout_ms,
+                down_filter,
+                out,
+                |o| {
+                    o.up_backend = be;
+                    o.up_frontend = fe;
+                },
+            )
+        }
+    })
+}
+
 fn sync_mode(sync: c_int, timeout_ms: u32) -> Result<SyncMode> {
     Ok(match sync {
         0 => SyncMode::WaitForAll,
@@ -738,6 +792,36 @@ unsafe fn open_stream(
     down_filter: *const c_char,
     out: *mut *mut vargr_stream,
 ) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        open_stream_with(
+            net,
+            comm,
+            up_filter,
+            sync,
+            timeout_ms,
+            down_filter,
+            out,
+            |_| (),
+        )
+    }
+}
+
+/// [`open_stream`], with `more` setting further options.
+///
+/// # Safety
+/// As `vargr_network_open_stream_filters`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn open_stream_with(
+    net: *const vargr_network,
+    comm: *const vargr_communicator,
+    up_filter: *const c_char,
+    sync: c_int,
+    timeout_ms: u32,
+    down_filter: *const c_char,
+    out: *mut *mut vargr_stream,
+    more: impl FnOnce(&mut StreamOptions),
+) -> Result<()> {
     // SAFETY: the caller's contract.
     let (net, comm, up, down, out) = unsafe {
         (
@@ -751,6 +835,7 @@ unsafe fn open_stream(
     *out = std::ptr::null_mut();
     let mut opts = StreamOptions::new(up.unwrap_or("null")).sync(sync_mode(sync, timeout_ms)?);
     opts.down = down.filter(|d| !d.is_empty()).map(String::from);
+    more(&mut opts);
     let stream = with_network(net, |net| Ok(net.open_stream(&comm.comm, opts)?))?;
     *out = into_handle(vargr_stream { stream });
     Ok(())

@@ -682,3 +682,45 @@ fn fault_recovery_goes_on_after_a_commnode_is_killed() {
     assert!(r.stdout.contains("FE: events: 1 node lost"), "{r:?}");
     assert!(!r.stdout.contains("failed"), "{r:?}");
 }
+
+#[test]
+fn hetero_filters_run_a_different_filter_at_each_kind_of_node() {
+    let e = env();
+    // Lines with the word, some of them twice (on different back-ends' shares), and
+    // enough text for several blocks per back-end.
+    let mut text = String::new();
+    let mut want = std::collections::BTreeSet::new();
+    for i in 0..600 {
+        if i % 7 == 0 {
+            let line = format!("line {} has the needle", i % 140);
+            want.insert(line.clone());
+            text.push_str(&line);
+        } else {
+            text.push_str(&format!(
+                "line {i} is hay, hay and more hay to fill a block"
+            ));
+        }
+        text.push('\n');
+    }
+    let file = e.scratch.path().join("haystack.txt");
+    std::fs::write(&file, text).unwrap();
+    let mut cmd = Command::new(example("hetero_filters_fe"));
+    cmd.arg("needle")
+        .arg(&file)
+        .arg("1x2x4")
+        .arg(example("hetero_filters_be"))
+        .arg(plugin("hetero_filters"));
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "hetero_filters_fe");
+    assert_eq!(r.stdout.lines().last(), Some("hetero_filters: OK"), "{r:?}");
+    let got: Vec<&str> = r.stdout.lines().filter(|l| l.contains("needle")).collect();
+    let unique: std::collections::BTreeSet<String> = got.iter().map(|s| s.to_string()).collect();
+    assert_eq!(got.len(), unique.len(), "a line came twice:\n{}", r.stdout);
+    assert_eq!(unique, want, "stderr:\n{}", r.stderr);
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("blocks: ") && l != "blocks: 1"),
+        "{r:?}"
+    );
+}

@@ -188,6 +188,12 @@ pub struct StreamOptions {
     pub down: Option<String>,
     /// Latest mode: slow receivers see only the newest packet (PATHS last-observe).
     pub latest: bool,
+    /// Heterogeneous filters (MRNet's per-node filter assignment): the back-ends run
+    /// this on each packet they send, before it goes up. It should give one packet per
+    /// packet (a wave waits for one from each back-end). None: no back-end filter.
+    pub up_backend: Option<String>,
+    /// The front-end runs this instead of `up`, last, on the waves of its children.
+    pub up_frontend: Option<String>,
 }
 
 impl StreamOptions {
@@ -197,6 +203,8 @@ impl StreamOptions {
             sync: SyncMode::WaitForAll,
             down: None,
             latest: false,
+            up_backend: None,
+            up_frontend: None,
         }
     }
     pub fn sync(mut self, s: SyncMode) -> Self {
@@ -205,6 +213,13 @@ impl StreamOptions {
     }
     pub fn latest(mut self) -> Self {
         self.latest = true;
+        self
+    }
+    /// Filters of their own for the back-ends and the front-end; `up` stays the
+    /// commnodes' (see [`StreamOptions::up_backend`]).
+    pub fn per_role(mut self, backend: Option<&str>, frontend: Option<&str>) -> Self {
+        self.up_backend = backend.map(String::from);
+        self.up_frontend = frontend.map(String::from);
         self
     }
 }
@@ -481,6 +496,8 @@ impl Network {
             down: opts.down.clone(),
             latest: opts.latest,
             update: false,
+            up_backend: opts.up_backend.clone(),
+            up_frontend: opts.up_frontend.clone(),
         };
         self.engine.with_router(|r, out| r.open_stream(msg, out))?;
         Ok(Stream {

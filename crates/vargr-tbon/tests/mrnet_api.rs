@@ -251,3 +251,31 @@ fn tree_events_come_one_at_a_time_and_end_at_shutdown() {
     net.shutdown().unwrap();
     assert_eq!(waiter.join().unwrap(), Ok(()));
 }
+
+#[test]
+fn back_ends_and_front_end_run_filters_of_their_own() {
+    let net = start("1x2x4");
+    let all = net.broadcast_communicator();
+    // Commnodes sum; the front-end takes the larger of their two sums.
+    let s = net
+        .open_stream(&all, StreamOptions::new("sum").per_role(None, Some("max")))
+        .unwrap();
+    s.send(TAG_ADD, "%d", vec![Value::Int(0)]).unwrap();
+    assert_eq!(s.recv().unwrap().values, vec![Value::Int(2 + 3)]);
+    // Back-ends turn their "%d" into a one-element "%ad" before it goes up (concat of
+    // one packet), which the commnodes and the front-end then add element-wise.
+    let s = net
+        .open_stream(
+            &all,
+            StreamOptions::new("sum").per_role(Some("concat"), None),
+        )
+        .unwrap();
+    s.send(TAG_ADD, "%d", vec![Value::Int(10)]).unwrap();
+    let got = s.recv().unwrap();
+    assert_eq!(got.values, vec![Value::IntArray(vec![6 + 40])], "{got:?}");
+    // Changing `up` (here the commnodes' and the front-end's) leaves the back-ends' own.
+    s.set_filter(FilterRole::Up, "max").unwrap();
+    s.send(TAG_ADD, "%d", vec![Value::Int(10)]).unwrap();
+    assert_eq!(s.recv().unwrap().values, vec![Value::IntArray(vec![13])]);
+    net.shutdown().unwrap();
+}

@@ -666,6 +666,8 @@ impl Sim {
             down: None,
             latest: false,
             update: false,
+            up_backend: None,
+            up_frontend: None,
         })
     }
 
