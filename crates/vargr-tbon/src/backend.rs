@@ -20,6 +20,8 @@ pub struct Backend {
     rank: u32,
     num_backends: u32,
     node: u32,
+    /// Recovery may adopt this back-end when its parent dies (see [`Backend::untie`]).
+    adoptable: bool,
 }
 
 impl Backend {
@@ -32,7 +34,7 @@ impl Backend {
     /// Joins the network as described by `boot`.
     pub fn join(boot: Bootstrap) -> Result<Backend> {
         let (conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
-        spawn::untie_if_adoptable(&msg);
+        let adoptable = spawn::untie_if_adoptable(&msg);
         let root = msg.topology.root();
         let parent_node = root.parent.unwrap_or(0);
         let rank = root.backend_rank.ok_or_else(|| {
@@ -95,7 +97,19 @@ impl Backend {
             rank,
             num_backends: msg.config.num_backends,
             node: boot.node,
+            adoptable,
         })
+    }
+
+    /// Keeps this process alive when its parent node dies, so that recovery can have
+    /// it adopted; [`Backend::join`] does it for the thread it runs on. The parent-death
+    /// signal that would kill it is an attribute of the process's first thread, so a
+    /// program that joined on another thread (Python's binding joins on a thread of
+    /// its own, so that Ctrl-C works) calls this from its main thread.
+    pub fn untie(&self) {
+        if self.adoptable {
+            spawn::untie_this_thread();
+        }
     }
 
     /// This back-end's rank, 0..[`Backend::num_backends`].
