@@ -123,8 +123,13 @@ static int scan_create(const char *params, void **state, char *err, size_t err_l
         snprintf(err, err_len, "hf_scan needs the word to search for (hf_scan:WORD)");
         return 1;
     }
-    *state = strdup(params);
-    return *state ? VARGR_OK : VARGR_ERR_INVALID;
+    size_t len = strlen(params) + 1;
+    char *word = malloc(len);
+    if (!word)
+        return VARGR_ERR_INVALID;
+    memcpy(word, params, len);
+    *state = word;
+    return VARGR_OK;
 }
 
 static int scan_apply(void *state, const vargr_filter_ctx *ctx, const vargr_packet_view *wave,
