@@ -5,13 +5,16 @@
  * vargr_backend_join. Then the IntegerAddition waves. Uses integer_addition_be.
  *
  *   attach_fe TOPOLOGY LAUNCH...
+ *   attach_fe TOPOLOGY --file PATH
  *
  * e.g. attach_fe kary:2@4 mpirun -n {n} -x VARGR_RENDEZVOUS -x VARGR_SECRET ./integer_addition_be
  * ({n} becomes the number of back-ends; each takes its rank from PMI_RANK,
- * OMPI_COMM_WORLD_RANK, SLURM_PROCID or VARGR_RANK). Prints one line per wave and
- * "attach: OK".
+ * OMPI_COMM_WORLD_RANK, SLURM_PROCID or VARGR_RANK). With --file, nothing is launched:
+ * the rendezvous is written to PATH (mode 0600), and back-ends started some other way
+ * find it with VARGR_RENDEZVOUS=file:PATH. Prints one line per wave and "attach: OK".
  */
 #include <stdint.h>
+#include <string.h>
 
 #include "integer_addition.h"
 
@@ -29,9 +32,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: %s TOPOLOGY LAUNCH...\n", argv[0]);
         return 2;
     }
-    /* argv is NULL-terminated: the launch command is the rest of it. */
-    CHECK(vargr_network_create_attached(argv[1], (const char *const *)&argv[2], NULL, NULL,
-                                        &net));
+    if (argc == 4 && strcmp(argv[2], "--file") == 0) {
+        CHECK(vargr_network_create_attached(argv[1], NULL, argv[3], NULL, &net));
+    } else {
+        /* argv is NULL-terminated: the launch command is the rest of it. */
+        CHECK(vargr_network_create_attached(argv[1], (const char *const *)&argv[2], NULL,
+                                            NULL, &net));
+    }
     CHECK(vargr_network_broadcast_communicator(net, &comm_bc));
     CHECK(vargr_network_num_backends(net, &num_backends));
     printf("network: %u back-ends attached\n", num_backends);

@@ -660,6 +660,54 @@ fn attach_mode_back_ends_started_by_a_launcher() {
 }
 
 #[test]
+fn attach_mode_back_ends_started_by_hand_through_a_rendezvous_file() {
+    let e = env();
+    let file = e.scratch.path().join("rendezvous");
+    let _ = std::fs::remove_file(&file);
+    let mut cmd = Command::new(example("attach_fe"));
+    cmd.args(["kary:2@4", "--file"]).arg(&file);
+    let fe = std::thread::spawn(move || run(cmd, Duration::from_secs(120)));
+    let started = Instant::now();
+    while !file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no rendezvous file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Ranks in a scrambled order, as a job launcher may start them.
+    let backends: Vec<_> = [2, 0, 3, 1]
+        .iter()
+        .map(|rank| {
+            Command::new(be())
+                .env("VARGR_RENDEZVOUS", format!("file:{}", file.display()))
+                .env("PMI_RANK", rank.to_string())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("starting a back-end")
+        })
+        .collect();
+    let r = fe.join().expect("front-end thread");
+    check_example(&r, "attach", "Success!", 5);
+    // The shutdown ends each back-end's receive loop: they exit, successfully.
+    for mut b in backends {
+        let waited = Instant::now();
+        let status = loop {
+            if let Some(st) = b.try_wait().expect("waiting for a back-end") {
+                break Some(st);
+            }
+            if waited.elapsed() > Duration::from_secs(10) {
+                let _ = b.kill();
+                let _ = b.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.is_some_and(|s| s.success()), "back-end: {status:?}");
+    }
+}
+
+#[test]
 fn per_thread_streams_a_thread_per_stream_on_both_sides() {
     let mut cmd = Command::new(example("per_thread_streams_fe"));
     cmd.arg("kary:2@4").arg(example("per_thread_streams_be"));
