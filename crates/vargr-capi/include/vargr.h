@@ -6,7 +6,12 @@
  *    a back-end command, opens vargr_streams on vargr_communicators with an up-filter,
  *    multicasts with vargr_stream_send(s, tag, "%d %alf", ...) and receives reduced
  *    waves as vargr_packets; back-ends join with vargr_backend_join, receive, and send
- *    up a stream;
+ *    up a stream. The rest of MRNet's API: back-ends started by another launcher
+ *    (vargr_network_create_attached), down and per-node filters, set_FilterParameters
+ *    (vargr_stream_set_filter_parameters), receiving from any stream
+ *    (vargr_network_recv) or, on a back-end, from one (vargr_backend_recv_stream),
+ *    notification descriptors for select/poll (*_notification_fd) and topology-change
+ *    callbacks (vargr_network_add_event_callback);
  *  - ranks and collectives (MPI's model): vargr_world_join under `vargr run`, mpirun
  *    or srun, then vargr_comm_* collectives and vargr_cond_allreduce.
  *
@@ -24,7 +29,8 @@
  *  - Strings and buffers passed in are only read during the call (copied if kept).
  *    Memory vargr hands out is either owned by a handle (documented per function) or
  *    owned by the caller and released with vargr_free (unpacked arrays and strings).
- *  - Tree handles may be used from several threads. A vargr_comm is used by one
+ *  - Tree handles may be used from several threads. Event callbacks run on a thread
+ *    of the network's own. A vargr_comm is used by one
  *    thread at a time (another thread gets VARGR_ERR_BUSY), like an MPI communicator.
  *
  * Format strings (MRNet's): whitespace-separated fields, see vargr_stream_send.
