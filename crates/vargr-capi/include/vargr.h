@@ -29,9 +29,9 @@
  *  - Strings and buffers passed in are only read during the call (copied if kept).
  *    Memory vargr hands out is either owned by a handle (documented per function) or
  *    owned by the caller and released with vargr_free (unpacked arrays and strings).
- *  - Tree handles may be used from several threads. Event callbacks run on a thread
- *    of the network's own. A vargr_comm is used by one
- *    thread at a time (another thread gets VARGR_ERR_BUSY), like an MPI communicator.
+ *  - Tree handles may be used from several threads; event callbacks run on a thread
+ *    of the network's own. A vargr_comm is used by one thread at a time (another
+ *    thread gets VARGR_ERR_BUSY), like an MPI communicator.
  *
  * Format strings (MRNet's): whitespace-separated fields, see vargr_stream_send.
  */
