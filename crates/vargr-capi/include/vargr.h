@@ -57,6 +57,12 @@
 // any format).
 #define VARGR_MAX_FIELDS 256
 
+// `src` of a receive or probe that takes a message from any rank.
+#define VARGR_ANY_SOURCE -1
+
+// `tag` of a receive or probe that takes a message with any tag.
+#define VARGR_ANY_TAG UINT64_MAX
+
 // What went wrong, as returned by every function of the C API (as an `int`).
 // `vargr_last_error()` gives the message.
 typedef enum {
@@ -220,6 +226,10 @@ typedef struct vargr_options vargr_options;
 // A received (or built) packet: stream, tag, source and typed values (opaque).
 typedef struct vargr_packet vargr_packet;
 
+// A non-blocking send or receive (opaque), from `vargr_comm_isend` or
+// `vargr_comm_irecv`; completing it frees it and sets the caller's pointer to NULL.
+typedef struct vargr_request vargr_request;
+
 // A front-end's stream: multicast down, filtered waves up (opaque).
 typedef struct vargr_stream vargr_stream;
 
@@ -235,6 +245,18 @@ typedef struct {
   // was used, otherwise a partial one (use it only for the test, and for logging).
   double value;
 } vargr_cond_outcome;
+
+// What a completed receive or a probe reports (MPI's `MPI_Status`).
+typedef struct {
+  // The sender's rank in the communicator.
+  int source;
+  uint64_t tag;
+  // Whole elements of the receive's datatype in the message (`MPI_Get_count`); for
+  // a probe, of the probe's datatype.
+  size_t count;
+  // The message's length in bytes.
+  size_t bytes;
+} vargr_recv_status;
 
 // A change of the tree, as passed to a `vargr_event_callback`. Fields that do not
 // apply to the kind are 0 (`host`: NULL).
@@ -471,6 +493,121 @@ int vargr_cond_allreduce(const vargr_cond *cond, double value, vargr_cond_outcom
 // # Safety
 // `cond` is NULL or live, not used afterwards.
 int vargr_cond_free(vargr_cond *cond);
+
+// Receives into `buf` (room for `count` elements of `datatype`) the next message from
+// `src` (or `VARGR_ANY_SOURCE`) with `tag` (or `VARGR_ANY_TAG`); `*status` (if not
+// NULL) gets its source, tag and size. A longer message is an error
+// (`VARGR_ERR_PRECONDITION`, as `MPI_ERR_TRUNCATE`) and is consumed.
+//
+// # Safety
+// `comm` is live; `buf` is valid for `count` elements of `datatype`; `status` is NULL
+// or writable.
+int vargr_comm_recv_any(const vargr_comm *comm,
+                        int src,
+                        uint64_t tag,
+                        void *buf,
+                        size_t count,
+                        int datatype,
+                        vargr_recv_status *status);
+
+// Sends `count` elements of `buf` to `dest` with `tag` as a request. Sends are eager:
+// the request is complete at once and `buf` may be reused when this returns.
+//
+// Ownership: `*out` belongs to the caller until a wait or successful test frees it.
+//
+// # Safety
+// `comm` is live and outlives the request; `buf` is valid for `count` elements of
+// `datatype`, aligned; `out` is writable.
+int vargr_comm_isend(const vargr_comm *comm,
+                     int dest,
+                     uint64_t tag,
+                     const void *buf,
+                     size_t count,
+                     int datatype,
+                     vargr_request **out);
+
+// Posts a receive into `buf` (room for `count` elements of `datatype`) from `src` (or
+// `VARGR_ANY_SOURCE`) with `tag` (or `VARGR_ANY_TAG`). `buf` is filled when the
+// request completes; until then it must stay valid and untouched.
+//
+// Ownership: `*out` belongs to the caller until a wait or successful test frees it
+// (or `vargr_request_cancel`).
+//
+// # Safety
+// `comm` is live and outlives the request; `buf` is valid for `count` elements of
+// `datatype` until the request completes; `out` is writable.
+int vargr_comm_irecv(const vargr_comm *comm,
+                     int src,
+                     uint64_t tag,
+                     void *buf,
+                     size_t count,
+                     int datatype,
+                     vargr_request **out);
+
+// Waits for `*req` to complete, fills the receive's buffer and `*status` (if not NULL),
+// frees the request and sets `*req` to NULL. A NULL `*req` completes at once (as
+// `MPI_REQUEST_NULL`).
+//
+// # Safety
+// `req` is writable and holds NULL or a live request; `status` is NULL or writable.
+int vargr_request_wait(vargr_request **req, vargr_recv_status *status);
+
+// Completes `*req` if it can without waiting: `*flag` is 1 and the request is finished
+// as by `vargr_request_wait`, or 0 and the request stays live.
+//
+// # Safety
+// `req` is writable and holds NULL or a live request; `flag` is writable; `status` is
+// NULL or writable.
+int vargr_request_test(vargr_request **req, int *flag, vargr_recv_status *status);
+
+// Waits until one of the `n` requests completes; `*index` gets its position, which is
+// finished as by `vargr_request_wait` (and set to NULL). NULL entries are skipped; if
+// all are NULL, `*index` is `n`.
+//
+// # Safety
+// `reqs` holds `n` entries, each NULL or a live request, all of one communicator;
+// `index` is writable; `status` is NULL or writable.
+int vargr_request_waitany(vargr_request **reqs, size_t n, size_t *index, vargr_recv_status *status);
+
+// Waits for every one of the `n` requests, in order; `statuses` (if not NULL) holds
+// `n` entries that get each one's status. NULL entries complete at once.
+//
+// # Safety
+// `reqs` holds `n` entries, each NULL or a live request; `statuses` is NULL or
+// writable for `n` entries.
+int vargr_request_waitall(vargr_request **reqs, size_t n, vargr_recv_status *statuses);
+
+// Withdraws a receive that has not matched a message and frees the request (sets
+// `*req` to NULL); `*cancelled` (if not NULL) is 1 if it was withdrawn, 0 if it had
+// already matched one (that message is then dropped). NULL `*req` is a no-op.
+//
+// # Safety
+// `req` is writable and holds NULL or a live request; `cancelled` is NULL or writable.
+int vargr_request_cancel(vargr_request **req, int *cancelled);
+
+// Waits for a message from `src` (or `VARGR_ANY_SOURCE`) with `tag` (or
+// `VARGR_ANY_TAG`) and reports it in `*status` (`count` in elements of `datatype`)
+// without receiving it: the next matching receive gets it.
+//
+// # Safety
+// `comm` is live; `status` is writable.
+int vargr_comm_probe(const vargr_comm *comm,
+                     int src,
+                     uint64_t tag,
+                     int datatype,
+                     vargr_recv_status *status);
+
+// Like `vargr_comm_probe` without waiting: `*flag` is 1 and `*status` filled if such a
+// message is here, else 0.
+//
+// # Safety
+// `comm` is live; `flag` and `status` are writable.
+int vargr_comm_iprobe(const vargr_comm *comm,
+                      int src,
+                      uint64_t tag,
+                      int datatype,
+                      int *flag,
+                      vargr_recv_status *status);
 
 // The message of the last failed vargr call on this thread (`""` if none failed yet).
 //

@@ -430,6 +430,25 @@ fn cpp_ranks_allreduce_under_vargr_run() {
 }
 
 #[test]
+fn c_point_to_point_with_wildcards_requests_and_probes_under_vargr_run() {
+    let exe = compile(
+        "cc",
+        "-std=c99",
+        &["crates/vargr-capi/tests/c/p2p_test.c"],
+        &shared_libs(),
+        "p2p_test",
+    );
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["run", "-n", "4", "--"]).arg(exe);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run -n 4 p2p_test");
+    let mut got: Vec<&str> = r.stdout.lines().collect();
+    got.sort();
+    let want: Vec<String> = (0..4).map(|rank| format!("rank {rank} p2p OK")).collect();
+    assert_eq!(got, want, "stderr:\n{}", r.stderr);
+}
+
+#[test]
 fn boundary_benchmark_builds_and_reports_json() {
     let e = env();
     let exe = compile(
