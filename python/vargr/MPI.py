@@ -208,6 +208,11 @@ def Get_version() -> tuple[int, int]:
     return (VERSION, SUBVERSION)
 
 
+def get_vendor() -> tuple[str, tuple[int, int, int]]:
+    """The MPI implementation underneath, as mpi4py names it."""
+    return ("vargr", (0, 1, 0))
+
+
 def Get_library_version() -> str:
     from . import __name__ as pkg
 
@@ -240,6 +245,59 @@ def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
     for i, s in zip(free, sorted(sizes, reverse=True)):
         out[i] = s
     return out
+
+
+# ---- info and memory -------------------------------------------------------------------
+
+
+class Info(dict[str, str]):
+    """Hints (``MPI_Info``): vargr takes none, but programs may pass them."""
+
+    @staticmethod
+    def Create(items: Any = None) -> Info:
+        return Info(items or {})
+
+    def Dup(self) -> Info:
+        return Info(self)
+
+    def Free(self) -> None:
+        self.clear()
+
+    def Get(self, key: str) -> str | None:
+        return self.get(key)
+
+    def Set(self, key: str, value: str) -> None:
+        self[key] = value
+
+    def Delete(self, key: str) -> None:
+        del self[key]
+
+    def Get_nkeys(self) -> int:
+        return len(self)
+
+    def Get_nthkey(self, n: int) -> str:
+        return list(self)[n]
+
+
+INFO_NULL = Info()
+INFO_ENV = Info()
+BSEND_OVERHEAD = 0
+
+
+def Alloc_mem(size: int, info: Info | None = None) -> memoryview:
+    return memoryview(bytearray(size))
+
+
+def Free_mem(mem: memoryview) -> None:
+    pass
+
+
+def Attach_buffer(buf: Any) -> None:
+    """Sends are eager, so a buffer for buffered sends is never needed."""
+
+
+def Detach_buffer() -> Any:
+    return None
 
 
 # ---- datatypes -------------------------------------------------------------------------
@@ -516,12 +574,21 @@ def _fill(m: _Msg, data: bytes, source: int = -1, tag: int = -1) -> int:
 class Status:
     """What a receive or probe found (``source``, ``tag``, size in bytes)."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: Status | None = None) -> None:
         self.source = ANY_SOURCE
         self.tag = ANY_TAG
         self.error = SUCCESS
         self.nbytes = 0
         self.cancelled = False
+        if status is not None:
+            self.source, self.tag, self.error = status.source, status.tag, status.error
+            self.nbytes, self.cancelled = status.nbytes, status.cancelled
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Status) and vars(self) == vars(other)
+
+    def __hash__(self) -> int:
+        return hash((self.source, self.tag, self.nbytes))
 
     def _set(self, source: int, tag: int, nbytes: int) -> None:
         self.source, self.tag, self.nbytes = source, tag, nbytes
@@ -553,12 +620,22 @@ class Status:
     def Get_elements(self, datatype: Datatype) -> int:
         return self.Get_count(datatype)
 
+    def Set_elements(self, datatype: Datatype, count: int) -> None:
+        self.nbytes = count * datatype.Get_size()
+
     def Is_cancelled(self) -> bool:
         return self.cancelled
+
+    def Set_cancelled(self, flag: bool) -> None:
+        self.cancelled = bool(flag)
 
     @property
     def count(self) -> int:
         return self.nbytes
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self.nbytes = value
 
     def __repr__(self) -> str:
         return f"<Status source={self.source} tag={self.tag} bytes={self.nbytes}>"
@@ -729,8 +806,75 @@ class Request:
     ) -> list[int] | None:
         return Request.waitsome(requests, statuses)[0]
 
+    @staticmethod
+    def testsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> tuple[list[int] | None, list[Any] | None]:
+        if all(r._impl is None for r in requests):
+            return None, None
+        idx, out = [], []
+        for i, r in enumerate(requests):
+            if r._impl is not None:
+                done, value = r.test()
+                if done:
+                    idx.append(i)
+                    out.append(value)
+        return idx, out
+
+    @staticmethod
+    def Testsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> list[int] | None:
+        return Request.testsome(requests, statuses)[0]
+
+    @staticmethod
+    def get_status_any(
+        requests: Sequence[Request], status: Status | None = None
+    ) -> tuple[int, bool]:
+        done = [i for i, r in enumerate(requests) if r._impl is None]
+        return (done[0], True) if done else (UNDEFINED, False)
+
+    Get_status_any = get_status_any
+
+    @staticmethod
+    def get_status_all(requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
+        return all(r._impl is None for r in requests)
+
+    Get_status_all = get_status_all
+
+    @staticmethod
+    def get_status_some(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> list[int] | None:
+        if all(r._impl is None for r in requests):
+            return None
+        return [i for i, r in enumerate(requests) if r._impl is None]
+
+    Get_status_some = get_status_some
+
 
 REQUEST_NULL = Request()
+
+
+class Prequest(Request):
+    """A persistent request (``Send_init``/``Recv_init``): each ``Start`` runs it once."""
+
+    def __init__(self, start: Callable[[], Request]) -> None:
+        super().__init__()
+        self._start = start
+        self._active: Request | None = None
+
+    def Start(self) -> None:
+        r = self._start()
+        self._impl, self._recv, self._value = r._impl, r._recv, r._value
+
+    @staticmethod
+    def Startall(requests: Sequence[Prequest]) -> None:
+        for r in requests:
+            r.Start()
+
+    start = Start
+    startall = Startall
 
 
 def _done(value: Any = None) -> Request:
@@ -939,6 +1083,14 @@ class Comm:
     def name(self) -> str:
         return self._name
 
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+
+    @property
+    def info(self) -> Info:
+        return Info()
+
     def Is_inter(self) -> bool:
         return False
 
@@ -983,8 +1135,11 @@ class Comm:
 
     # -- communicator management
 
-    def Dup(self) -> Comm:
+    def Dup(self, info: Info | None = None) -> Comm:
         return type(self)(_call(self._c.Dup))
+
+    def Dup_with_info(self, info: Info) -> Comm:
+        return self.Dup()
 
     def Clone(self) -> Comm:
         return self.Dup()
@@ -1147,6 +1302,42 @@ class Comm:
     ) -> None:
         self.Send(sendbuf, dest, sendtag)
         self.Recv(recvbuf, source, recvtag, status)
+
+    def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return Prequest(lambda: self.Isend(buf, dest, tag))
+
+    Ssend_init = Bsend_init = Rsend_init = Send_init
+
+    def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        return Prequest(lambda: self.Irecv(buf, source, tag))
+
+    def Isendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+    ) -> Request:
+        r = self.Irecv(recvbuf, source, recvtag) if recvbuf is not None else _done()
+        self.Send(sendbuf, dest, sendtag)
+        return r
+
+    def Isendrecv_replace(
+        self,
+        buf: Any,
+        dest: int,
+        sendtag: int = 0,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+    ) -> Request:
+        m = _msg(buf)
+        data = _bytes_of(m.arr)
+        r = self.Irecv(buf, source, recvtag)
+        if dest != PROC_NULL:
+            _call(self._c._send_bytes, data, dest, _check_tag(sendtag, False))
+        return r
 
     def Sendrecv_replace(
         self,
@@ -1540,7 +1731,7 @@ class Cartcomm(Comm):
         keep = [i for i, r in enumerate(remain_dims) if r]
         return Cartcomm._grid(sub._c, [self.dims[i] for i in keep], [self.periods[i] for i in keep])
 
-    def Dup(self) -> Cartcomm:
+    def Dup(self, info: Info | None = None) -> Cartcomm:
         return Cartcomm._grid(_call(self._c.Dup), self.dims, self.periods)
 
 
