@@ -114,7 +114,7 @@ def test_back_ends_message_each_other_through_the_tree(net: vargr.Network) -> No
 def test_recv_times_out_with_vargr_timeout_error(net: vargr.Network) -> None:
     s = net.open_stream(up="sum")
     s.send(TAG_SILENT, "%d", 0)
-    with pytest.raises(vargr.TimeoutError) as e:
+    with pytest.raises(vargr.VargrTimeoutError) as e:
         s.recv(timeout=0.2)
     assert isinstance(e.value, TimeoutError) and isinstance(e.value, vargr.VargrError)
 

@@ -18,12 +18,17 @@ entry points. Everything calls the Rust libraries directly (the extension module
 Blocking calls release the GIL and can be interrupted with Ctrl-C: the tree's calls
 (``Stream.recv``, ``Backend.recv``, start-up), joining a job, and collectives (a
 collective interrupted on one rank does not complete there).
+
+Nothing in ``__all__`` is named like a builtin, so ``from vargr import *`` shadows none:
+the timeout error is :class:`VargrTimeoutError` (still a builtin ``TimeoutError``); its
+old name ``vargr.TimeoutError`` remains as an alias outside ``__all__``.
 """
 
 from __future__ import annotations
 
 import atexit
 import os
+from importlib import metadata as _metadata
 
 from . import _vargr, codec, dedup
 from ._vargr import (
@@ -57,11 +62,22 @@ from ._vargr import (
     ShutdownError,
     StartupError,
     Stream,
-    TimeoutError,
     Topology,
     TopologyError,
     VargrError,
+    VargrTimeoutError,
 )
+
+try:
+    # The installed distribution's version (PEP 440), which maturin takes from the crate.
+    __version__: str = _metadata.version("vargr")
+except _metadata.PackageNotFoundError:
+    # Imported from a source tree with the extension built in place: the crate's version.
+    __version__ = _vargr.__version__
+
+# The timeout error's former name, kept for code that uses it (out of __all__: it would
+# shadow the builtin under `from vargr import *`).
+TimeoutError = VargrTimeoutError
 
 __all__ = [
     "BAND",
@@ -94,10 +110,10 @@ __all__ = [
     "ShutdownError",
     "StartupError",
     "Stream",
-    "TimeoutError",
     "Topology",
     "TopologyError",
     "VargrError",
+    "VargrTimeoutError",
     "World",
     "codec",
     "dedup",

@@ -36,6 +36,9 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     if let Ok(config) = vargr_config::from_process() {
         config.apply_to_process();
     }
+    // The crate's version, for `vargr.__version__` when the package has no installed
+    // metadata (imported from a source tree with the extension built in place).
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<packet::PyPacket>()?;
     m.add_class::<tbon::PyTopology>()?;

@@ -960,7 +960,7 @@ impl PyStream {
     }
 
     /// The next result on this stream: a wave reduced by the stream's filters. Waits at
-    /// most `timeout` seconds (None: until one arrives), raising `vargr.TimeoutError`;
+    /// most `timeout` seconds (None: until one arrives), raising `vargr.VargrTimeoutError`;
     /// raises `NodeLostError` or `FilterError` when the tree reports one for this
     /// stream (later results still come). Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
@@ -1025,7 +1025,7 @@ impl PyBackend {
     }
 
     /// The next packet from the front-end (any stream) or from another back-end.
-    /// Raises `ShutdownError` once the network is shut down, `vargr.TimeoutError` after
+    /// Raises `ShutdownError` once the network is shut down, `vargr.VargrTimeoutError` after
     /// `timeout` seconds. Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyPacket> {
