@@ -4,12 +4,16 @@
 # manylinux with the oldest glibc that the extension's symbols allow, so that pip takes it
 # on any Linux whose glibc is that new or newer.
 #
-# Usage: scripts/build-wheels.sh [--profile release|dev] [--compatibility TAG] [--out DIR]
+# Usage: scripts/build-wheels.sh [--profile release|dev] [--zig] [--compatibility TAG]
+#                                [--out DIR]
 #   --profile release  (default) what users install: fat LTO, stripped. Slow to build.
 #   --profile dev      what scripts/test.sh tests: the same code unoptimised but for the
 #                      codecs (see Cargo.toml), with symbols, reusing the test build's
 #                      artifacts. Into DIR/dev, so that it never stands where a release
 #                      wheel is expected (both have the same file name).
+#   --zig              link with zig (`pip install 'maturin[zig]'`: PyPI's ziglang) against
+#                      glibc 2.17's symbols: a manylinux2014 (manylinux_2_17) wheel, which
+#                      pip takes on any glibc from 2.17 on (RHEL 8 has 2.28).
 #   --compatibility T  require platform tag T (e.g. manylinux_2_28); the build fails when
 #                      the extension needs a newer glibc. Default: the oldest tag that
 #                      maturin's auditwheel check finds the extension satisfies.
@@ -17,11 +21,11 @@
 # Needs maturin on PATH (or $MATURIN) and a CPython 3.9+ ($PYTHON, default python3).
 # Prints the wheel's path as the last line of its standard output.
 #
-# The tag is only as old as the glibc this machine links against: maturin builds natively
-# (no zig, no manylinux container), and Rust's std takes the newest symbol versions of the
-# glibc it links with. On Debian 12 (glibc 2.36) that is manylinux_2_34: glibc 2.34 moved
-# pthread_* and dl* into libc under new versions. An older tag needs an older build host
-# (e.g. a manylinux_2_28 container) or `maturin build --zig`.
+# Without --zig the tag is only as old as the glibc this machine links against: Rust's
+# std takes the newest symbol versions of the glibc it links with. On Debian 12 (glibc
+# 2.36) that is manylinux_2_34 (glibc 2.34 moved pthread_* and dl* into libc under new
+# versions), which excludes e.g. RHEL 8 (2.28) and Ubuntu 20.04 (2.31); --zig or an older
+# build host (a manylinux container) gives an older tag.
 set -euo pipefail
 caller="$PWD"
 self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
@@ -29,14 +33,16 @@ cd "$(dirname "$self")/.."
 
 profile=release
 compatibility=
+zig=
 out="$PWD/target/wheels"
 while [ $# -gt 0 ]; do
   case "$1" in
     --profile) profile="${2:?--profile needs release or dev}"; shift 2 ;;
+    --zig) zig=1; shift ;;
     --compatibility) compatibility="${2:?--compatibility needs a tag}"; shift 2 ;;
     --out) out="${2:?--out needs a directory}"; shift 2
            case "$out" in /*) ;; *) out="$caller/$out" ;; esac ;;
-    -h|--help) sed -n '2,18p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build-wheels.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,6 +56,7 @@ case "$profile" in
   dev) args+=(--profile dev); out="$out/dev" ;;
   *) echo "build-wheels.sh: --profile is release or dev, not $profile" >&2; exit 2 ;;
 esac
+[ -n "$zig" ] && args+=(--zig)
 [ -n "$compatibility" ] && args+=(--compatibility "$compatibility")
 command -v "$MATURIN" >/dev/null || {
   echo "build-wheels.sh: maturin not found: pip install 'maturin>=1.9.4,<2' (or set MATURIN)" >&2
