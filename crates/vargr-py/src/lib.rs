@@ -36,8 +36,8 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     if let Ok(config) = vargr_config::from_process() {
         config.apply_to_process();
     }
-    // The crate's version, for `vargr.__version__` when the package has no installed
-    // metadata (imported from a source tree with the extension built in place).
+    // `vargr.__version__`: the version of the code loaded, which is also the wheel's
+    // (maturin takes the crate's), without reading the installed metadata at import.
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<packet::PyPacket>()?;
