@@ -105,6 +105,9 @@ enum Cmd {
     /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
     #[command(hide = true)]
     CollCheck,
+    /// Checks wildcard, non-blocking and probed point-to-point messages (tests of `vargr run`).
+    #[command(hide = true)]
+    P2pCheck,
     /// Red-black SOR with plain and conditional allreduce; fails if they disagree.
     #[command(hide = true)]
     SorCheck {
@@ -165,6 +168,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::RankInfo => job_check::rank_info(),
         Cmd::MeshCheck => job_check::mesh_check(),
         Cmd::CollCheck => coll_check::run(),
+        Cmd::P2pCheck => job_check::p2p_check(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
         Cmd::CollBenchRank(a) => coll_rank::run(a),
         Cmd::CollWanRank(a) => wan::rank(a),

@@ -186,6 +186,21 @@ fn the_mesh_mixes_ranks_as_threads_and_processes() {
 }
 
 #[test]
+fn wildcard_and_nonblocking_receives_keep_mpis_order_across_processes_and_threads() {
+    for extra in [&[][..], &["--ranks-per-process", "3"][..]] {
+        let mut args = vec!["run", "-n", "7"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", vargr_bench(), "p2p-check"]);
+        let r = run_cli(&args, Duration::from_secs(60));
+        assert!(r.status.success(), "{extra:?}: {r:?}");
+        let got = lines_sorted(&r.stdout);
+        let mut want: Vec<String> = (0..7).map(|r| format!("rank {r} p2p ok")).collect();
+        want.sort();
+        assert_eq!(got, want, "{extra:?}");
+    }
+}
+
+#[test]
 fn the_mesh_works_under_open_mpi() {
     let out = Command::new("mpirun")
         .args([

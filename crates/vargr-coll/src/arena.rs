@@ -202,7 +202,7 @@ impl Group {
                         *parked -= 1;
                         return Err(CollError::Timeout {
                             rank: me,
-                            src: usize::MAX,
+                            src: None,
                             tag: 0,
                             waited_ms: limit.as_millis() as u64,
                         });

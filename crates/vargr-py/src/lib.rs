@@ -20,6 +20,7 @@ mod codec;
 mod coll;
 mod dedup;
 mod errors;
+mod p2p;
 mod packet;
 mod tbon;
 
@@ -49,10 +50,13 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tbon::run_commnode, m)?)?;
     m.add_class::<coll::PyComm>()?;
     m.add_class::<coll::PyOp>()?;
+    m.add_class::<p2p::PyRequest>()?;
     m.add_class::<coll::PyInPlace>()?;
     m.add_class::<coll::PyCondOutcome>()?;
     m.add_class::<coll::PyCondAllreduce>()?;
     m.add_function(wrap_pyfunction!(coll::world, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::solo, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::in_job, m)?)?;
     m.add_function(wrap_pyfunction!(coll::finish, m)?)?;
     m.add_function(wrap_pyfunction!(coll::write_trace, m)?)?;
     use vargr_coll::Op;
