@@ -138,7 +138,10 @@ def test_the_package_commnode_runs_internal_nodes(monkeypatch: pytest.MonkeyPatc
 
     commnode = shutil.which("vargr-commnode") or str(Path(PYTHON).parent / "vargr-commnode")
     if not Path(commnode).is_file():
-        pytest.fail("vargr-commnode is not installed beside this Python: pip install . first")
+        pytest.fail(
+            "vargr-commnode is not installed beside this Python: install the package first "
+            "(pip install the wheel of scripts/build-wheels.sh, or pip install .)"
+        )
     monkeypatch.delenv("VARGR_COMMNODE")
     with vargr.Network("kary:2@4", backend=ECHO, commnode=commnode) as n:
         # The front-end's children are the two commnodes: Python processes running
