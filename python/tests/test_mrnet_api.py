@@ -52,7 +52,7 @@ def test_recv_any_and_select_on_the_network_and_its_streams(net: vargr.Network) 
     got = dict(net.recv_any(timeout=30) for _ in range(2))
     assert got[a.id].values == (40 + 6,) and got[b.id].values == (103,)
     assert not readable(net, 0)
-    with pytest.raises(vargr.TimeoutError):
+    with pytest.raises(vargr.VargrTimeoutError):
         net.recv_any(timeout=0.05)
     again = net.stream(b.id)
     again.send(TAG_RANK, "%d", 1)

@@ -37,6 +37,9 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     if let Ok(config) = vargr_config::from_process() {
         config.apply_to_process();
     }
+    // `vargr.__version__`: the version of the code loaded, which is also the wheel's
+    // (maturin takes the crate's), without reading the installed metadata at import.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<packet::PyPacket>()?;
     m.add_class::<tbon::PyTopology>()?;

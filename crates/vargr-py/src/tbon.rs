@@ -600,7 +600,7 @@ impl PyNetwork {
 
     /// The next result on any stream (MRNet's `Network::recv`), as `(stream_id,
     /// packet)`. Waits at most `timeout` seconds (None: until one arrives), raising
-    /// `vargr.TimeoutError`; a stream's error is raised as for `Stream.recv`. Streams
+    /// `vargr.VargrTimeoutError`; a stream's error is raised as for `Stream.recv`. Streams
     /// with results waiting are served in turn.
     #[pyo3(signature = (timeout = None))]
     fn recv_any(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(u32, PyPacket)> {
@@ -1083,7 +1083,7 @@ impl PyStream {
     }
 
     /// The next result on this stream: a wave reduced by the stream's filters. Waits at
-    /// most `timeout` seconds (None: until one arrives), raising `vargr.TimeoutError`;
+    /// most `timeout` seconds (None: until one arrives), raising `vargr.VargrTimeoutError`;
     /// raises `NodeLostError` or `FilterError` when the tree reports one for this
     /// stream (later results still come). Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
@@ -1187,7 +1187,7 @@ impl PyBackend {
     }
 
     /// The next packet from the front-end (any stream) or from another back-end.
-    /// Raises `ShutdownError` once the network is shut down, `vargr.TimeoutError` after
+    /// Raises `ShutdownError` once the network is shut down, `vargr.VargrTimeoutError` after
     /// `timeout` seconds. Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyPacket> {
