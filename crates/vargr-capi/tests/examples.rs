@@ -449,6 +449,70 @@ fn c_point_to_point_with_wildcards_requests_and_probes_under_vargr_run() {
 }
 
 #[test]
+fn traces_monitors_and_top_name_c_ranks() {
+    let exe = compile(
+        "cc",
+        "-std=c99",
+        &["crates/vargr-capi/tests/c/slow_rank.c"],
+        &shared_libs(),
+        "slow_rank",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["run", "-n", "3", "--trace"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .args(["1", "300"]);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run --trace slow_rank");
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["trace", "report"]).arg(&trace);
+    let r = run(cmd, Duration::from_secs(60));
+    assert_ok(&r, "vargr trace report");
+    assert!(
+        r.stdout.contains("collective instances on 3 ranks")
+            && r.stdout.contains("culprit: rank 1 (last in "),
+        "{}",
+        r.stdout
+    );
+
+    let status = tmp.path().join("status.json");
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args([
+        "run",
+        "-n",
+        "3",
+        "--monitor",
+        "load-balance,stats",
+        "--status",
+    ])
+    .arg(&status)
+    .arg("--")
+    .arg(&exe)
+    .args(["1", "300"]);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run --monitor slow_rank");
+    assert!(
+        r.stderr
+            .contains("vargr monitor (final): allreduce: rank 1 arrived last"),
+        "{}",
+        r.stderr
+    );
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["top", "--once"]).arg(&status);
+    let r = run(cmd, Duration::from_secs(60));
+    assert_ok(&r, "vargr top --once");
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("allreduce"))
+        .unwrap_or_default();
+    assert!(row.contains("rank 1 ("), "{}", r.stdout);
+}
+
+#[test]
 fn boundary_benchmark_builds_and_reports_json() {
     let e = env();
     let exe = compile(

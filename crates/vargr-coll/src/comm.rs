@@ -326,6 +326,11 @@ impl Comm {
         id
     }
 
+    /// Labels the calling thread with this rank's world rank for traces and monitors.
+    fn label_thread(&self) {
+        vargr_trace::ensure_rank_label(self.ranks[self.me] as u32);
+    }
+
     /// Records one whole call (arrival to departure) of this rank.
     fn trace_call(&self, coll: CollKind, seq: u32, start: u64, bytes: usize, ok: bool) {
         vargr_trace::record(&vargr_trace::Record {
@@ -348,6 +353,7 @@ impl Comm {
         kind: ElemKind,
         op: Option<&Op>,
     ) -> Result<()> {
+        self.label_thread();
         let start = vargr_trace::now();
         let seq = self.seq.get();
         let group = match self.group.get() {
@@ -381,6 +387,7 @@ impl Comm {
         kind: ElemKind,
         op: Option<&Op>,
     ) -> Result<()> {
+        self.label_thread();
         let start = vargr_trace::now();
         let seq = self.seq.get();
         let ctx = ExecCtx {
