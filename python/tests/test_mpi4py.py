@@ -134,3 +134,25 @@ def test_osu_benchmarks_of_the_demos(demo: Path, bench: str) -> None:
     out = run_ranks(demo / bench, n=n)
     # A table of measurements: lines of numbers under the "#" header.
     assert re.search(r"^\s*\d[\d.]*(\s+\d[\d.]*)*\s*$", out, re.MULTILINE), out
+
+
+# Files of mpi4py's own test suite (test/) that pass whole on vargr.MPI. The suite
+# imports `mpi4py.MPI`, so a stand-in `mpi4py` package whose MPI is vargr's is put first
+# on the path; the tests themselves are mpi4py's, unchanged.
+CONFORMING = ["test_cco_obj.py", "test_msgzero.py", "test_mpimem.py", "test_mpiapi.py"]
+
+
+@pytest.mark.parametrize("n", [2, 4])
+def test_files_of_mpi4pys_own_suite_pass(tmp_path: Path, n: int) -> None:
+    shim = tmp_path / "shim" / "mpi4py"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text(
+        "import sys\nfrom vargr import MPI\nsys.modules['mpi4py.MPI'] = MPI\n"
+        f"__version__ = {VERSION!r}\n"
+    )
+    suite = source() / "test"
+    for name in CONFORMING:
+        env = clean_env({"PYTHONPATH": f"{shim.parent}:{suite}"})
+        r = run([vargr_binary(), "run", "-np", str(n), PYTHON, str(suite / name)], env=env)
+        assert r.returncode == 0, f"{name} on {n} ranks:\n{r.stdout}\n{r.stderr}"
+        assert re.search(r"^OK\b", r.stderr, re.MULTILINE), f"{name}:\n{r.stderr}"

@@ -1495,8 +1495,10 @@ class Comm:
             send = r.arr[root * n : (root + 1) * n].copy()
         else:
             send = _msg(sendbuf).arr
-        out = r.arr.view(np.uint8) if r is not None else None
-        _call(self._c.Gather, np.ascontiguousarray(send).view(np.uint8), out, root)
+        sb = np.ascontiguousarray(send).view(np.uint8)
+        # MPI lets the receive buffer be larger than what arrives.
+        out = r.arr.view(np.uint8)[: sb.size * self.size] if r is not None else None
+        _call(self._c.Gather, sb, out, root)
         if r is not None:
             r.done()
 
@@ -1512,8 +1514,9 @@ class Comm:
             _call(self._c.Scatter, send.view(np.uint8), scratch.view(np.uint8), root)
             return
         r = _msg(recvbuf, writable=True)
-        sb = send.view(np.uint8) if send is not None else None
-        _call(self._c.Scatter, sb, r.arr.view(np.uint8), root)
+        rb = r.arr.view(np.uint8)
+        sb = send.view(np.uint8)[: rb.size * self.size] if send is not None else None
+        _call(self._c.Scatter, sb, rb, root)
         r.done()
 
     def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
@@ -1523,7 +1526,8 @@ class Comm:
             send = r.arr[self.rank * n : (self.rank + 1) * n].copy()
         else:
             send = _msg(sendbuf).arr
-        _call(self._c.Allgather, np.ascontiguousarray(send).view(np.uint8), r.arr.view(np.uint8))
+        sb = np.ascontiguousarray(send).view(np.uint8)
+        _call(self._c.Allgather, sb, r.arr.view(np.uint8)[: sb.size * self.size])
         r.done()
 
     def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
