@@ -550,6 +550,27 @@ fn vargr_run_takes_mpiruns_spelling_and_gives_rank_0_the_input() {
         ),
         ["0", "1", "2"]
     );
+    // Through a remote launcher too, the input goes to rank 0, after the secret line
+    // that the launcher writes first (which a joining rank reads, as `read` does here).
+    let echo_remote = r#"read secret; printf "%s:%s\n" "$VARGR_RANK" "$(cat)""#;
+    assert_eq!(
+        run(
+            &[
+                "run",
+                "-np",
+                "3",
+                "--host",
+                "localhost,localhost:2",
+                "--launcher",
+                "sh -c {cmd}",
+                "sh",
+                "-c",
+                echo_remote
+            ],
+            "typed far away"
+        ),
+        ["0:typed far away", "1:", "2:"]
+    );
     for bad in ["localhost:x", "-oProxyCommand=x"] {
         let r = run_cli(
             &["run", "-n", "1", "--host", bad, "true"],
