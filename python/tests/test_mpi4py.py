@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import PYTHON, REPO, clean_env, run, vargr_binary
+from conftest import PYTHON, REPO, clean_env, run, script, vargr_binary
 
 VERSION = "4.1.2"
 CACHE = REPO / "target" / "mpi4py"
@@ -79,6 +79,14 @@ def run_ranks(prog: Path, n: int = 4, stdin: str | None = None) -> str:
         )
     assert r.returncode == 0, f"{prog.name}:\n{r.stdout}\n{r.stderr}"
     return r.stdout
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_vargr_mpi_semantics_on_every_rank(n: int) -> None:
+    # Wildcards, requests, buffer specs, the collectives built in Python, MINLOC,
+    # user operators, grids and error classes, checked against closed forms.
+    out = run_ranks(Path(script("mpi_check.py")), n=n)
+    assert sorted(out.splitlines()) == sorted(f"rank {r} ok" for r in range(n)), out
 
 
 def test_the_tutorials_examples_run_with_one_changed_import(tmp_path: Path) -> None:

@@ -575,20 +575,68 @@ class Status:
     """What a receive or probe found (``source``, ``tag``, size in bytes)."""
 
     def __init__(self, status: Status | None = None) -> None:
-        self.source = ANY_SOURCE
-        self.tag = ANY_TAG
-        self.error = SUCCESS
-        self.nbytes = 0
-        self.cancelled = False
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"Status() takes a Status, not {type(status).__name__}")
+        # source, tag, error, bytes, cancelled: one array, so that tomemory() aliases it.
+        self._mem = np.array([ANY_SOURCE, ANY_TAG, SUCCESS, 0, 0], dtype=np.int64)
         if status is not None:
-            self.source, self.tag, self.error = status.source, status.tag, status.error
-            self.nbytes, self.cancelled = status.nbytes, status.cancelled
+            self._mem[:] = status._mem
+
+    @property
+    def source(self) -> int:
+        return int(self._mem[0])
+
+    @source.setter
+    def source(self, value: int) -> None:
+        self._mem[0] = value
+
+    @property
+    def tag(self) -> int:
+        return int(self._mem[1])
+
+    @tag.setter
+    def tag(self, value: int) -> None:
+        self._mem[1] = value
+
+    @property
+    def error(self) -> int:
+        return int(self._mem[2])
+
+    @error.setter
+    def error(self, value: int) -> None:
+        self._mem[2] = value
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._mem[3])
+
+    @nbytes.setter
+    def nbytes(self, value: int) -> None:
+        self._mem[3] = value
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self._mem[4])
+
+    @cancelled.setter
+    def cancelled(self, flag: bool) -> None:
+        self._mem[4] = int(bool(flag))
+
+    def tomemory(self) -> memoryview:
+        """The status's fields as writable memory (source, tag, error, …)."""
+        return memoryview(self._mem.data)
+
+    def __getstate__(self) -> list[int]:
+        return [int(v) for v in self._mem]
+
+    def __setstate__(self, state: list[int]) -> None:
+        self._mem = np.array(state, dtype=np.int64)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Status) and vars(self) == vars(other)
+        return isinstance(other, Status) and bool((self._mem == other._mem).all())
 
     def __hash__(self) -> int:
-        return hash((self.source, self.tag, self.nbytes))
+        return hash(tuple(int(v) for v in self._mem))
 
     def _set(self, source: int, tag: int, nbytes: int) -> None:
         self.source, self.tag, self.nbytes = source, tag, nbytes
@@ -648,7 +696,12 @@ def _fill_status(status: Status | None, source: int, tag: int, nbytes: int) -> N
 
 class Request:
     """A non-blocking operation: ``wait``/``test`` for objects (lower-case calls),
-    ``Wait``/``Test`` for buffers (upper-case calls)."""
+    ``Wait``/``Test`` for buffers (upper-case calls).
+
+    A request is active from the call that makes it until a wait or a successful test
+    completes it; ``REQUEST_NULL`` and completed requests are inactive, and the calls on
+    many requests skip them, as MPI's do. Sends (eager) and collectives (done when
+    called) are active requests with nothing left to wait for."""
 
     def __init__(
         self,
@@ -656,18 +709,22 @@ class Request:
         recv: _Msg | None = None,
         pickled: bool = False,
         value: Any = None,
+        active: bool = True,
     ) -> None:
         self._impl = impl
         self._recv = recv
         self._pickled = pickled
         self._value = value
+        self._active = active
         self._status: tuple[int, int, int] | None = None
 
     def _complete(self, got: tuple[int, int, bytes] | None, status: Status | None) -> Any:
         self._impl = None
+        self._active = False
         if got is None:
-            # A send, a receive from PROC_NULL, or a collective done when made.
-            _fill_status(status, *(self._status or (PROC_NULL, ANY_TAG, 0)))
+            # A send, an inactive request, a receive from PROC_NULL, or a collective:
+            # an empty status unless the request set one.
+            _fill_status(status, *(self._status or (ANY_SOURCE, ANY_TAG, 0)))
             value, self._value = self._value, None
             return value
         source, tag, data = got
@@ -678,7 +735,11 @@ class Request:
         return pickle.loads(data) if self._pickled else data
 
     def __bool__(self) -> bool:
-        return self._impl is not None
+        return self._active
+
+    def _ready(self) -> bool:
+        """Whether a wait would return at once without asking vargr."""
+        return self._impl is None
 
     def wait(self, status: Status | None = None) -> Any:
         if self._impl is None:
@@ -702,7 +763,11 @@ class Request:
         return self.test(status)[0]
 
     def Get_status(self, status: Status | None = None) -> bool:
+        if self._impl is None:
+            _fill_status(status, *(self._status or (ANY_SOURCE, ANY_TAG, 0)))
         return self._impl is None
+
+    get_status = Get_status
 
     def Cancel(self) -> None:
         if self._impl is not None and _call(self._impl.cancel):
@@ -713,6 +778,7 @@ class Request:
 
     def Free(self) -> None:
         self._impl = None
+        self._active = False
 
     free = Free
 
@@ -720,24 +786,22 @@ class Request:
 
     @staticmethod
     def waitany(requests: Sequence[Request], status: Status | None = None) -> tuple[int, Any]:
-        live = [i for i, r in enumerate(requests) if r._impl is not None]
+        live = [i for i, r in enumerate(requests) if r._active]
         if not live:
-            if requests:
-                return 0, requests[0]._complete(None, status)
+            _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
             return UNDEFINED, None
-        for i in range(len(requests)):
-            if i not in live:
+        for i in live:
+            if requests[i]._ready():
                 return i, requests[i]._complete(None, status)
         impls = [requests[i]._impl for i in live]
-        if all(r is not None for r in impls):
-            try:
-                k, got = _vargr.Request.wait_any([r for r in impls if r is not None])
-            except _vargr.VargrError as e:
-                if "different communicators" not in str(e):
-                    raise _error(e) from e
-            else:
-                i = live[k]
-                return i, requests[i]._complete(got, status)
+        try:
+            k, got = _vargr.Request.wait_any([r for r in impls if r is not None])
+        except _vargr.VargrError as e:
+            if "different communicators" not in str(e):
+                raise _error(e) from e
+        else:
+            i = live[k]
+            return i, requests[i]._complete(got, status)
         while True:  # requests of several communicators: poll them in turn
             for i in live:
                 done, value = requests[i].test(status)
@@ -751,6 +815,8 @@ class Request:
 
     @staticmethod
     def waitall(requests: Sequence[Request], statuses: list[Status] | None = None) -> list[Any]:
+        if isinstance(statuses, list):
+            statuses.extend(Status() for _ in range(len(requests) - len(statuses)))
         out = []
         for i, r in enumerate(requests):
             st = statuses[i] if statuses is not None and i < len(statuses) else None
@@ -764,13 +830,14 @@ class Request:
 
     @staticmethod
     def testany(requests: Sequence[Request], status: Status | None = None) -> tuple[int, bool, Any]:
-        if all(r._impl is None for r in requests):
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
+            _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
             return UNDEFINED, True, None
-        for i, r in enumerate(requests):
-            if r._impl is not None:
-                done, value = r.test(status)
-                if done:
-                    return i, True, value
+        for i in live:
+            done, value = requests[i].test(status)
+            if done:
+                return i, True, value
         return UNDEFINED, False, None
 
     @staticmethod
@@ -782,43 +849,44 @@ class Request:
     def testall(
         requests: Sequence[Request], statuses: list[Status] | None = None
     ) -> tuple[bool, list[Any] | None]:
-        flags = [r.test()[0] if r._impl is not None else True for r in requests]
-        if not all(flags):
-            return False, None
-        return True, [r._complete(None, None) for r in requests]
+        # Only complete them all once all can complete (MPI's testall).
+        for r in requests:
+            if r._impl is not None:
+                done, got = _call(r._impl.test)
+                if not done:
+                    return False, None
+                r._impl = None
+                r._value = r._complete_later(got)
+        return True, Request.waitall(requests, statuses)
+
+    def _complete_later(self, got: tuple[int, int, bytes] | None) -> Any:
+        """Keeps what a test took, for the wait that completes the request."""
+        if got is None:
+            return self._value
+        source, tag, data = got
+        self._status = (source, tag, len(data))
+        if self._recv is not None:
+            _fill(self._recv, data, source, tag)
+            return None
+        return pickle.loads(data) if self._pickled else data
 
     @staticmethod
     def Testall(requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
         return Request.testall(requests, statuses)[0]
 
     @staticmethod
-    def waitsome(
-        requests: Sequence[Request], statuses: list[Status] | None = None
-    ) -> tuple[list[int] | None, list[Any] | None]:
-        if all(r._impl is None for r in requests):
-            return None, None
-        i, value = Request.waitany(requests)
-        return [i], [value]
-
-    @staticmethod
-    def Waitsome(
-        requests: Sequence[Request], statuses: list[Status] | None = None
-    ) -> list[int] | None:
-        return Request.waitsome(requests, statuses)[0]
-
-    @staticmethod
     def testsome(
         requests: Sequence[Request], statuses: list[Status] | None = None
     ) -> tuple[list[int] | None, list[Any] | None]:
-        if all(r._impl is None for r in requests):
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
             return None, None
         idx, out = [], []
-        for i, r in enumerate(requests):
-            if r._impl is not None:
-                done, value = r.test()
-                if done:
-                    idx.append(i)
-                    out.append(value)
+        for i in live:
+            done, value = requests[i].test()
+            if done:
+                idx.append(i)
+                out.append(value)
         return idx, out
 
     @staticmethod
@@ -828,17 +896,38 @@ class Request:
         return Request.testsome(requests, statuses)[0]
 
     @staticmethod
+    def waitsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> tuple[list[int] | None, list[Any] | None]:
+        if not any(r._active for r in requests):
+            return None, None
+        i, value = Request.waitany(requests)
+        idx, out = [i], [value]
+        more, values = Request.testsome(requests)
+        return idx + (more or []), out + (values or [])
+
+    @staticmethod
+    def Waitsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> list[int] | None:
+        return Request.waitsome(requests, statuses)[0]
+
+    @staticmethod
     def get_status_any(
         requests: Sequence[Request], status: Status | None = None
     ) -> tuple[int, bool]:
-        done = [i for i, r in enumerate(requests) if r._impl is None]
-        return (done[0], True) if done else (UNDEFINED, False)
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
+            _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
+            return UNDEFINED, True
+        ready = [i for i in live if requests[i]._ready()]
+        return (ready[0], True) if ready else (UNDEFINED, False)
 
     Get_status_any = get_status_any
 
     @staticmethod
     def get_status_all(requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
-        return all(r._impl is None for r in requests)
+        return all(r._ready() for r in requests)
 
     Get_status_all = get_status_all
 
@@ -846,27 +935,28 @@ class Request:
     def get_status_some(
         requests: Sequence[Request], statuses: list[Status] | None = None
     ) -> list[int] | None:
-        if all(r._impl is None for r in requests):
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
             return None
-        return [i for i, r in enumerate(requests) if r._impl is None]
+        return [i for i in live if requests[i]._ready()]
 
     Get_status_some = get_status_some
 
 
-REQUEST_NULL = Request()
+REQUEST_NULL = Request(active=False)
 
 
 class Prequest(Request):
     """A persistent request (``Send_init``/``Recv_init``): each ``Start`` runs it once."""
 
     def __init__(self, start: Callable[[], Request]) -> None:
-        super().__init__()
+        super().__init__(active=False)
         self._start = start
-        self._active: Request | None = None
 
     def Start(self) -> None:
         r = self._start()
         self._impl, self._recv, self._value = r._impl, r._recv, r._value
+        self._status, self._active = r._status, True
 
     @staticmethod
     def Startall(requests: Sequence[Prequest]) -> None:
@@ -879,6 +969,12 @@ class Prequest(Request):
 
 def _done(value: Any = None) -> Request:
     return Request(None, value=value)
+
+
+def _from_proc_null() -> Request:
+    r = Request()
+    r._status = (PROC_NULL, ANY_TAG, 0)
+    return r
 
 
 # ---- operators -------------------------------------------------------------------------
@@ -1165,7 +1261,7 @@ class Comm:
         dims: Sequence[int],
         periods: Sequence[bool] | None = None,
         reorder: bool = False,
-    ) -> Comm:
+    ) -> Cartcomm:
         dims = list(dims)
         n = int(np.prod(dims)) if dims else 1
         if n > self.size:
@@ -1173,7 +1269,7 @@ class Comm:
         periods = list(periods) if periods is not None else [False] * len(dims)
         sub = self.Split(0 if self.rank < n else UNDEFINED, self.rank)
         if not sub:
-            return COMM_NULL
+            return Cartcomm(None)
         return Cartcomm._grid(sub._c, dims, periods)
 
     # -- point to point, objects
@@ -1209,7 +1305,7 @@ class Comm:
 
     def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         if source == PROC_NULL:
-            return _done()
+            return _from_proc_null()
         src = None if source == ANY_SOURCE else source
         impl = _call(self._c._irecv, src, _check_tag(tag, True))
         return Request(impl, pickled=True)
@@ -1285,7 +1381,7 @@ class Comm:
 
     def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
         if source == PROC_NULL:
-            return _done()
+            return _from_proc_null()
         m = _msg(buf, writable=True)
         src = None if source == ANY_SOURCE else source
         return Request(_call(self._c._irecv, src, _check_tag(tag, True)), recv=m)
