@@ -737,6 +737,19 @@ class Request:
     def __bool__(self) -> bool:
         return self._active
 
+    def _is_null(self) -> bool:
+        # A completed request's handle is MPI_REQUEST_NULL; a persistent one's only
+        # once freed.
+        return not self._active
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        return self is other or (self._is_null() and other._is_null())
+
+    def __hash__(self) -> int:
+        return id(self)
+
     def _ready(self) -> bool:
         """Whether a wait would return at once without asking vargr."""
         return self._impl is None
@@ -952,6 +965,16 @@ class Prequest(Request):
     def __init__(self, start: Callable[[], Request]) -> None:
         super().__init__(active=False)
         self._start = start
+        self._freed = False
+
+    def _is_null(self) -> bool:
+        return self._freed
+
+    def Free(self) -> None:
+        super().Free()
+        self._freed = True
+
+    free = Free
 
     def Start(self) -> None:
         r = self._start()
