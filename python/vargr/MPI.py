@@ -1134,6 +1134,107 @@ def _native(op: Op, arr: Array) -> bool:
     return op._native is not None and arr.dtype in _NATIVE_KINDS
 
 
+# ---- groups ---------------------------------------------------------------------------
+
+
+class Group:
+    """An ordered set of processes, named by their ranks in ``COMM_WORLD``."""
+
+    def __init__(self, members: Sequence[int] | Group | None = None) -> None:
+        self._members: list[int] = list(
+            members._members if isinstance(members, Group) else members or []
+        )
+
+    @property
+    def size(self) -> int:
+        return len(self._members)
+
+    @property
+    def rank(self) -> int:
+        me = COMM_WORLD.rank
+        return self._members.index(me) if me in self._members else UNDEFINED
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Dup(self) -> Group:
+        return Group(self)
+
+    def Free(self) -> None:
+        self._members = []
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and self._members == other._members
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._members))
+
+    def Compare(self, other: Group) -> int:
+        if self._members == other._members:
+            return IDENT
+        return SIMILAR if set(self._members) == set(other._members) else UNEQUAL
+
+    def Translate_ranks(
+        self, ranks: Sequence[int] | None = None, group: Group | None = None
+    ) -> list[int]:
+        ranks = list(range(self.size)) if ranks is None else list(ranks)
+        out = []
+        for r in ranks:
+            if r == PROC_NULL:
+                out.append(PROC_NULL)
+                continue
+            if not 0 <= r < self.size:
+                raise Exception(ERR_RANK, f"rank {r} is not in a group of {self.size}")
+            w = self._members[r]
+            if group is None:
+                out.append(w)
+            else:
+                out.append(group._members.index(w) if w in group._members else UNDEFINED)
+        return out
+
+    def Incl(self, ranks: Sequence[int]) -> Group:
+        return Group([self._members[r] for r in ranks])
+
+    def Excl(self, ranks: Sequence[int]) -> Group:
+        drop = set(ranks)
+        return Group([m for i, m in enumerate(self._members) if i not in drop])
+
+    @staticmethod
+    def _ranges(ranks: Sequence[tuple[int, int, int]]) -> list[int]:
+        out: list[int] = []
+        for first, last, stride in ranks:
+            out.extend(range(first, last + (1 if stride > 0 else -1), stride))
+        return out
+
+    def Range_incl(self, ranks: Sequence[tuple[int, int, int]]) -> Group:
+        return self.Incl(Group._ranges(ranks))
+
+    def Range_excl(self, ranks: Sequence[tuple[int, int, int]]) -> Group:
+        return self.Excl(Group._ranges(ranks))
+
+    @staticmethod
+    def Union(group1: Group, group2: Group) -> Group:
+        return Group(group1._members + [m for m in group2._members if m not in group1._members])
+
+    @staticmethod
+    def Intersection(group1: Group, group2: Group) -> Group:
+        return Group([m for m in group1._members if m in group2._members])
+
+    @staticmethod
+    def Difference(group1: Group, group2: Group) -> Group:
+        return Group([m for m in group1._members if m not in group2._members])
+
+    def __repr__(self) -> str:
+        return f"<mpi4py-compatible Group {self._members}>"
+
+
+GROUP_EMPTY = Group()
+GROUP_NULL = Group()
+
+
 # ---- communicators ---------------------------------------------------------------------
 
 
@@ -1149,12 +1250,17 @@ class Comm:
     """A communicator (mpi4py's ``Intracomm``)."""
 
     _impl: _vargr.Comm | None
+    _world: list[int] | None
+    _name: str
 
     def __new__(cls, comm: _vargr.Comm | Comm | None = None, *args: Any) -> Comm:  # noqa: PYI034
         # `Comm(other)` (what mpi4py's subclasses pass to __new__) shares other's handle.
         self = object.__new__(cls)
         self._impl = comm._impl if isinstance(comm, Comm) else comm
         self._name = ""
+        # Members' ranks in COMM_WORLD (groups are named by them); learnt when the
+        # communicator is made, which is collective.
+        self._world = comm._world if isinstance(comm, Comm) else None
         if isinstance(self, Cartcomm):
             grid = comm if isinstance(comm, Cartcomm) else None
             self.dims = list(grid.dims) if grid else []
@@ -1210,6 +1316,21 @@ class Comm:
     def info(self) -> Info:
         return Info()
 
+    @info.setter
+    def info(self, info: Info) -> None:
+        pass
+
+    def Get_info(self) -> Info:
+        return Info()
+
+    def Set_info(self, info: Info) -> None:
+        """vargr takes no hints."""
+
+    @staticmethod
+    def Get_parent() -> Comm:
+        """No process here was spawned: ``COMM_NULL``."""
+        return COMM_NULL
+
     def Is_inter(self) -> bool:
         return False
 
@@ -1254,11 +1375,40 @@ class Comm:
 
     # -- communicator management
 
+    def Get_group(self) -> Group:
+        if self._world is None:
+            raise Exception(ERR_COMM, "this communicator's group is unknown")
+        return Group(self._world)
+
+    @property
+    def group(self) -> Group:
+        return self.Get_group()
+
+    def _made(self, impl: _vargr.Comm | None) -> Comm:
+        """A communicator made collectively from this one, knowing its members."""
+        c = type(self)(impl) if impl is not None else COMM_NULL
+        if impl is not None:
+            c._world = c.allgather(COMM_WORLD.rank)
+        return c
+
+    def Create(self, group: Group) -> Comm:
+        """Collective: the members of `group` get a communicator in its order."""
+        me = COMM_WORLD.rank
+        inside = me in group._members
+        got = _call(self._c.Split, 0 if inside else None, group._members.index(me) if inside else 0)
+        return self._made(got)
+
     def Dup(self, info: Info | None = None) -> Comm:
-        return type(self)(_call(self._c.Dup))
+        return self._made(_call(self._c.Dup))
 
     def Dup_with_info(self, info: Info) -> Comm:
         return self.Dup()
+
+    def Idup(self, info: Info | None = None) -> tuple[Comm, Request]:
+        return self.Dup(), _done()
+
+    def Idup_with_info(self, info: Info) -> tuple[Comm, Request]:
+        return self.Idup()
 
     def Clone(self) -> Comm:
         return self.Dup()
@@ -1271,7 +1421,7 @@ class Comm:
         if c is not None and c < 0:
             raise Exception(ERR_ARG, f"color {color} is negative")
         got = _call(self._c.Split, c, key)
-        return Comm(got) if got is not None else COMM_NULL
+        return Comm(None)._made(got)
 
     def Split_type(self, split_type: int, key: int = 0) -> Comm:
         if split_type == UNDEFINED:
@@ -1293,7 +1443,7 @@ class Comm:
         sub = self.Split(0 if self.rank < n else UNDEFINED, self.rank)
         if not sub:
             return Cartcomm(None)
-        return Cartcomm._grid(sub._c, dims, periods)
+        return Cartcomm._grid(sub, dims, periods)
 
     # -- point to point, objects
 
@@ -1780,8 +1930,8 @@ class Cartcomm(Comm):
     periods: list[bool]
 
     @staticmethod
-    def _grid(impl: _vargr.Comm, dims: Sequence[int], periods: Sequence[bool]) -> Cartcomm:
-        c = Cartcomm(impl)
+    def _grid(base: Comm, dims: Sequence[int], periods: Sequence[bool]) -> Cartcomm:
+        c = Cartcomm(base)
         c.dims, c.periods = list(dims), [bool(p) for p in periods]
         return c
 
@@ -1852,14 +2002,16 @@ class Cartcomm(Comm):
         )
         sub = self.Split(color, self.rank)
         keep = [i for i, r in enumerate(remain_dims) if r]
-        return Cartcomm._grid(sub._c, [self.dims[i] for i in keep], [self.periods[i] for i in keep])
+        return Cartcomm._grid(sub, [self.dims[i] for i in keep], [self.periods[i] for i in keep])
 
     def Dup(self, info: Info | None = None) -> Cartcomm:
-        return Cartcomm._grid(_call(self._c.Dup), self.dims, self.periods)
+        return Cartcomm._grid(Comm(None)._made(_call(self._c.Dup)), self.dims, self.periods)
 
 
 # ---- the world -------------------------------------------------------------------------
 
 COMM_NULL = Comm(None)
-COMM_SELF = Comm(_vargr.solo())
 COMM_WORLD = Comm(_join() if _vargr.in_job() else _vargr.solo())
+COMM_WORLD._world = list(range(COMM_WORLD.size))
+COMM_SELF = Comm(_vargr.solo())
+COMM_SELF._world = [COMM_WORLD.rank]
