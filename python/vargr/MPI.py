@@ -1885,6 +1885,40 @@ class Comm:
         self.Alltoall(sendbuf, recvbuf)
         return _done()
 
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        self.Scan(sendbuf, recvbuf, op)
+        return _done()
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        self.Exscan(sendbuf, recvbuf, op)
+        return _done()
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        self.Reduce_scatter_block(sendbuf, recvbuf, op)
+        return _done()
+
+    def Ireduce_scatter(
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None, op: Op = SUM
+    ) -> Request:
+        self.Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+        return _done()
+
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        self.Gatherv(sendbuf, recvbuf, root)
+        return _done()
+
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        self.Scatterv(sendbuf, recvbuf, root)
+        return _done()
+
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        self.Allgatherv(sendbuf, recvbuf)
+        return _done()
+
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        self.Alltoallv(sendbuf, recvbuf)
+        return _done()
+
     def ibarrier(self) -> Request:
         return self.Ibarrier()
 
