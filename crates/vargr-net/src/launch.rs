@@ -171,9 +171,15 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
             die_with_parent(&mut cmd);
             let mut child = spawn_from_lasting_thread(cmd).map_err(spawn_err)?;
             if let (Some(s), Some(mut stdin)) = (secret, child.stdin.take()) {
-                stdin
-                    .write_all(format!("{s}\n").as_bytes())
-                    .map_err(spawn_err)?;
+                match stdin.write_all(format!("{s}\n").as_bytes()) {
+                    // A program that ends without reading its input (it does not join,
+                    // or failed at once) closed the pipe: its exit status tells the rest.
+                    Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                        tracing::debug!("node {}: its input closed before the secret", spec.node);
+                        return Ok(child);
+                    }
+                    r => r.map_err(spawn_err)?,
+                }
                 if spec.stdin {
                     // After the secret, what is typed goes to the program (mpirun gives
                     // it to rank 0 wherever that runs).
