@@ -1162,10 +1162,12 @@ impl PyBackend {
     /// Joins the network that started this process.
     #[staticmethod]
     fn attach(py: Python<'_>) -> PyResult<PyBackend> {
+        // Joined on another thread: this one (the main thread, which carries the
+        // parent-death signal) is untied before the join, or the death of the parent
+        // commnode just after it would kill the process before it could be adopted.
+        let tie = Backend::loosen_for_join();
         let be = interruptible(py, Backend::from_env)?.map_err(errors::tbon)?;
-        // Joined on another thread: this one (the main thread) must be untied too, or
-        // the death of the parent commnode kills the process before it is adopted.
-        be.untie();
+        tie.settle(&be).map_err(errors::tbon)?;
         Ok(PyBackend { inner: be })
     }
 

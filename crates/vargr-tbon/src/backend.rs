@@ -112,6 +112,18 @@ impl Backend {
         }
     }
 
+    /// For a program that joins on another thread (Python's binding): loosens the
+    /// calling thread's tie to the parent *before* the join starts, so that no moment
+    /// passes between the tree seeing this back-end joined and the process surviving
+    /// its parent's death. [`StartupTie::settle`] ties it again if the back-end turns
+    /// out not to be adoptable.
+    pub fn loosen_for_join() -> StartupTie {
+        // SAFETY: getppid cannot fail.
+        let parent = unsafe { libc::getppid() };
+        spawn::untie_this_thread();
+        StartupTie { parent }
+    }
+
     /// This back-end's rank, 0..[`Backend::num_backends`].
     pub fn rank(&self) -> u32 {
         self.rank
@@ -227,5 +239,32 @@ impl Backend {
                 .up_backed_up(|l| Engine::backlog(st, l), st.queue_limit);
             (!over || st.router.is_closed()).then_some(())
         });
+    }
+}
+
+/// The calling thread's tie to its parent, loosened for the join (see
+/// [`Backend::loosen_for_join`]).
+#[must_use = "settle it once the join is done"]
+pub struct StartupTie {
+    parent: libc::pid_t,
+}
+
+impl StartupTie {
+    /// Keeps the thread untied if `be` can be adopted; otherwise ties it to its parent
+    /// again, failing if the parent already died in between (the process would
+    /// otherwise live on with nowhere to go).
+    pub fn settle(self, be: &Backend) -> Result<(), TbonError> {
+        if be.adoptable {
+            return Ok(());
+        }
+        // SAFETY: prctl(PR_SET_PDEATHSIG) changes only this thread's death signal.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+        }
+        // SAFETY: getppid cannot fail.
+        if unsafe { libc::getppid() } != self.parent {
+            return Err(TbonError::Shutdown);
+        }
+        Ok(())
     }
 }

@@ -50,7 +50,7 @@ pub mod spawn;
 pub mod stages;
 pub mod trace;
 
-pub use backend::Backend;
+pub use backend::{Backend, StartupTie};
 pub use error::{fmt_ranks, Result, TbonError};
 pub use network::{
     sockdir_prefix, AnyStream, AttachSpec, BackendSpec, Communicator, FilterRole, Network,
