@@ -1,0 +1,322 @@
+//! The ring and the endpoint: messages arrive whole and in order however the pushes and
+//! drains interleave, between threads and between processes; a peer writing garbage
+//! gets a typed error, never a crash or a hang.
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use proptest::prelude::*;
+use vargr_shm::{Endpoint, Incoming, Layout, MsgHead, Outgoing, PeerFiles, Segment, ShmError};
+
+fn msg(i: usize, len: usize) -> Bytes {
+    (0..len)
+        .map(|j| (i * 31 + j * 7) as u8)
+        .collect::<Vec<_>>()
+        .into()
+}
+
+fn head(i: usize) -> MsgHead {
+    MsgHead {
+        dest: i as u32 % 5,
+        src: 7,
+        tag: i as u64 * 1_000_003,
+    }
+}
+
+fn endpoints(dir: &std::path::Path, slots: usize, ring: usize) -> Vec<Endpoint> {
+    let files: Vec<_> = (0..slots)
+        .map(|i| PeerFiles::beside(&dir.join(format!("p{i}"))))
+        .collect();
+    (0..slots)
+        .map(|i| {
+            let mut e = Endpoint::create(
+                i,
+                Layout::new(slots, ring).unwrap(),
+                files[i].clone(),
+                1 << 26,
+            )
+            .unwrap();
+            for (j, f) in files.iter().enumerate() {
+                e.locate(j, f.clone());
+            }
+            e
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Any sizes (empty, tiny, several times the ring) and any interleaving of pushes
+    /// and drains deliver every message once, whole, in order.
+    #[test]
+    fn messages_arrive_whole_and_in_order(
+        sizes in prop::collection::vec(
+            prop_oneof![0usize..40, 4000usize..5000, 9000usize..20000], 1..30),
+        steps in prop::collection::vec(0u8..3, 1..200),
+    ) {
+        let seg = Segment::create("t", Layout::new(1, 8192).unwrap()).unwrap();
+        let ring = seg.ring(0);
+        let mut tx = Outgoing::default();
+        let mut rx = Incoming::default();
+        let mut got = Vec::new();
+        let mut queued = 0;
+        // Each pass over the steps ends with a push and a drain, so every run finishes.
+        let pass = steps.into_iter().chain([0, 1, 2]).collect::<Vec<_>>();
+        let mut steps = pass.iter().copied().cycle();
+        while got.len() < sizes.len() {
+            match steps.next().unwrap() {
+                0 if queued < sizes.len() => {
+                    tx.enqueue(head(queued), msg(queued, sizes[queued]));
+                    queued += 1;
+                }
+                1 => { tx.push(&ring).unwrap(); }
+                _ => {
+                    if queued == sizes.len() {
+                        tx.push(&ring).unwrap();
+                    }
+                    rx.drain(&ring, 1 << 20, |h, b| got.push((h, b))).unwrap();
+                }
+            }
+        }
+        for (i, (h, b)) in got.iter().enumerate() {
+            prop_assert_eq!(*h, head(i));
+            prop_assert_eq!(b, &msg(i, sizes[i]));
+        }
+        prop_assert!(tx.is_empty());
+        prop_assert!(!rx.in_message());
+    }
+
+    /// Garbage in the ring's data and positions gives a typed error or nothing, never a
+    /// panic, and never more than the limit's worth of memory.
+    #[test]
+    fn garbage_from_a_peer_is_an_error_not_a_crash(
+        data in prop::collection::vec(any::<u8>(), 0..8192),
+        tail in prop_oneof![0u64..9000, any::<u64>()],
+        head_pos in prop_oneof![Just(0u64), any::<u64>()],
+    ) {
+        let seg = Segment::create("t", Layout::new(1, 4096).unwrap()).unwrap();
+        let base = 128 + 192;
+        rustix::io::pwrite(seg.fd(), &data[..data.len().min(4096)], base as u64).unwrap();
+        rustix::io::pwrite(seg.fd(), &tail.to_le_bytes(), 128).unwrap();
+        rustix::io::pwrite(seg.fd(), &head_pos.to_le_bytes(), 128 + 64).unwrap();
+        let ring = seg.ring(0);
+        let mut rx = Incoming::default();
+        let mut n = 0;
+        let _ = rx.drain(&ring, 1 << 16, |_, b| { n += 1; assert!(b.len() <= 1 << 16); });
+        // The producer side checks the consumer's position too.
+        let mut tx = Outgoing::default();
+        tx.enqueue(head(0), msg(0, 100));
+        let _ = tx.push(&ring);
+    }
+}
+
+#[test]
+fn corrupt_records_are_named_errors() {
+    let seg = Segment::create("t", Layout::new(1, 4096).unwrap()).unwrap();
+    let ring = seg.ring(0);
+    // A record claiming more than was published.
+    let mut rec = [0u8; 32];
+    rec[0..4].copy_from_slice(&1000u32.to_le_bytes());
+    rec[4..8].copy_from_slice(&1u32.to_le_bytes());
+    rec[24..32].copy_from_slice(&1000u64.to_le_bytes());
+    rustix::io::pwrite(seg.fd(), &rec, 128 + 192).unwrap();
+    rustix::io::pwrite(seg.fd(), &64u64.to_le_bytes(), 128).unwrap();
+    let e = Incoming::default()
+        .drain(&ring, 1 << 20, |_, _| panic!("nothing is whole"))
+        .unwrap_err();
+    assert!(e.0.contains("overruns"), "{e}");
+    // A message over the limit.
+    rustix::io::pwrite(seg.fd(), &1032u64.to_le_bytes(), 128).unwrap();
+    let e = Incoming::default()
+        .drain(&ring, 100, |_, _| panic!("refused"))
+        .unwrap_err();
+    assert!(e.0.contains("limit"), "{e}");
+    // A producer position far ahead.
+    rustix::io::pwrite(seg.fd(), &(1u64 << 40).to_le_bytes(), 128).unwrap();
+    let e = Incoming::default()
+        .drain(&ring, 1 << 20, |_, _| ())
+        .unwrap_err();
+    assert!(e.0.contains("producer position"), "{e}");
+}
+
+#[test]
+fn endpoints_report_a_corrupt_ring_with_the_peer_and_stop_reading_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut eps = endpoints(dir.path(), 3, 4096);
+    eps[2].send(0, head(1), msg(1, 10)).unwrap();
+    eps[1].send(0, head(2), msg(2, 10)).unwrap();
+    // Process 1 then scribbles over what it published in process 0's inbox.
+    let seg_of_0 = {
+        let s = std::fs::read_to_string(&eps[0].files().pointer).unwrap();
+        let mut it = s.split_whitespace();
+        let (pid, fd) = (it.next().unwrap(), it.next().unwrap());
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(format!("/proc/{pid}/fd/{fd}"))
+            .unwrap()
+    };
+    let ring1 = 128 + (192 + 4096) as u64;
+    rustix::io::pwrite(&seg_of_0, &[0xff; 48], ring1 + 192).unwrap();
+    let mut got = Vec::new();
+    let e = eps[0].progress(|s, h, b| got.push((s, h, b))).unwrap_err();
+    assert!(
+        matches!(&e, ShmError::Corrupt { slot: 1, .. }),
+        "{e}: the error names process 1"
+    );
+    // Process 2's message still arrives, and the corrupt ring is not read again.
+    assert_eq!(got, vec![(2, head(1), msg(1, 10))]);
+    eps[2].send(0, head(3), msg(3, 5)).unwrap();
+    got.clear();
+    eps[0].progress(|s, h, b| got.push((s, h, b))).unwrap();
+    assert_eq!(got, vec![(2, head(3), msg(3, 5))]);
+}
+
+#[test]
+fn segments_that_are_not_sealed_or_not_ours_are_refused() {
+    let seg = Segment::create("t", Layout::new(2, 4096).unwrap()).unwrap();
+    let dup = || seg.fd().try_clone_to_owned().unwrap();
+    let me = std::process::id();
+    assert!(Segment::open(dup(), me, 2, "x").is_ok());
+    let e = Segment::open(dup(), me + 1, 2, "x").err().unwrap();
+    assert!(e.to_string().contains("made by process"), "{e}");
+    let e = Segment::open(dup(), me, 3, "x").err().unwrap();
+    assert!(e.to_string().contains("expected 3"), "{e}");
+    // A plain file could be truncated under the mapping.
+    let f = tempfile::tempfile().unwrap();
+    let e = Segment::open(f.into(), me, 2, "x").err().unwrap();
+    assert!(e.to_string().contains("seal"), "{e}");
+    // An unsealed memfd with a copied header.
+    let m = rustix::fs::memfd_create("u", rustix::fs::MemfdFlags::empty()).unwrap();
+    let mut h = vec![0u8; Layout::new(2, 4096).unwrap().len()];
+    rustix::io::pread(seg.fd(), &mut h, 0).unwrap();
+    rustix::io::pwrite(&m, &h, 0).unwrap();
+    let e = Segment::open(m, me, 2, "x").err().unwrap();
+    assert!(e.to_string().contains("seal"), "{e}");
+    assert!(Layout::new(2, 5000).is_err());
+    assert!(Layout::new(0, 4096).is_err());
+}
+
+#[test]
+fn files_planted_in_advance_are_never_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = PeerFiles::beside(&dir.path().join("p"));
+    std::fs::write(&files.bell, b"").unwrap();
+    let e = Endpoint::create(0, Layout::new(2, 4096).unwrap(), files.clone(), 1 << 20)
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains("creating"), "{e}");
+    std::fs::remove_file(&files.bell).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", &files.pointer).unwrap();
+    assert!(Endpoint::create(0, Layout::new(2, 4096).unwrap(), files, 1 << 20).is_err());
+}
+
+/// Drains `ep` until `n` messages came, blocking on the bell between tries.
+fn receive(ep: &mut Endpoint, n: usize, got: &mut Vec<(usize, MsgHead, Bytes)>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while got.len() < n {
+        assert!(Instant::now() < deadline, "{} of {n} messages", got.len());
+        if !ep.progress(|s, h, b| got.push((s, h, b))).unwrap() && ep.prepare_sleep().unwrap() {
+            ep.bell().wait(Duration::from_millis(200));
+            ep.woke();
+        }
+    }
+}
+
+/// Keeps pushing `ep`'s backlog, blocking on the bell while the receiver has no room;
+/// what arrives meanwhile goes to `got`.
+fn flush(ep: &mut Endpoint, got: &mut Vec<(usize, MsgHead, Bytes)>) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ep.backlog() {
+        assert!(Instant::now() < deadline, "backlog never drained");
+        if !ep.progress(|s, h, b| got.push((s, h, b))).unwrap() && ep.prepare_sleep().unwrap() {
+            ep.bell().wait(Duration::from_millis(200));
+            ep.woke();
+        }
+    }
+}
+
+#[test]
+fn two_threads_stream_through_a_small_ring() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut eps = endpoints(dir.path(), 2, 4096);
+    let mut b = eps.pop().unwrap();
+    let mut a = eps.pop().unwrap();
+    let sizes: Vec<usize> = (0..300).map(|i| (i * 977) % 20000).collect();
+    let want = sizes.clone();
+    let t = std::thread::spawn(move || {
+        for (i, &s) in sizes.iter().enumerate() {
+            a.send(1, head(i), msg(i, s)).unwrap();
+        }
+        flush(&mut a, &mut Vec::new());
+        a
+    });
+    let mut got = Vec::new();
+    receive(&mut b, want.len(), &mut got);
+    let a = t.join().unwrap();
+    for (i, (s, h, m)) in got.iter().enumerate() {
+        assert_eq!((*s, *h), (0, head(i)));
+        assert_eq!(m, &msg(i, want[i]));
+    }
+    assert_eq!(a.stats().sent, 300);
+    assert_eq!(b.stats().received, 300);
+}
+
+const CHILD: &str = "VARGR_SHM_TEST_CHILD";
+
+/// The child half of `two_processes_exchange_both_ways`: runs only when started by it.
+#[test]
+fn child_process_half() {
+    let Ok(dir) = std::env::var(CHILD) else {
+        return;
+    };
+    let dir = std::path::Path::new(&dir);
+    let mine = PeerFiles::beside(&dir.join("p1"));
+    let mut ep = Endpoint::create(1, Layout::new(2, 8192).unwrap(), mine, 1 << 26).unwrap();
+    ep.locate(0, PeerFiles::beside(&dir.join("p0")));
+    std::fs::write(dir.join("ready"), b"").unwrap();
+    // Echo every message back, one larger than the ring included.
+    let mut got = Vec::new();
+    receive(&mut ep, 50, &mut got);
+    for (_, h, b) in got {
+        ep.send(0, h, b).unwrap();
+    }
+    flush(&mut ep, &mut Vec::new());
+}
+
+#[test]
+fn two_processes_exchange_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_process_half",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, dir.path())
+        .spawn()
+        .unwrap();
+    let mine = PeerFiles::beside(&dir.path().join("p0"));
+    let mut ep = Endpoint::create(0, Layout::new(2, 8192).unwrap(), mine, 1 << 26).unwrap();
+    ep.locate(1, PeerFiles::beside(&dir.path().join("p1")));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !dir.path().join("ready").exists() {
+        assert!(Instant::now() < deadline, "the child never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let sizes: Vec<usize> = (0..50).map(|i| (i * 7919) % 50000).collect();
+    for (i, &s) in sizes.iter().enumerate() {
+        ep.send(1, head(i), msg(i, s)).unwrap();
+    }
+    let mut got = Vec::new();
+    flush(&mut ep, &mut got);
+    receive(&mut ep, sizes.len(), &mut got);
+    for (i, (s, h, m)) in got.iter().enumerate() {
+        assert_eq!((*s, *h), (1, head(i)));
+        assert_eq!(m, &msg(i, sizes[i]));
+    }
+    assert!(child.wait().unwrap().success());
+    let _ = ep.bell().fd().as_fd();
+}
