@@ -166,6 +166,76 @@ fn the_mesh_carries_all_pairs_and_a_large_ring_between_processes() {
     all_ok(&r.stdout, 6);
 }
 
+/// `process R shm sent S received M` lines of `mesh-check --shm-stats`, by R.
+fn shm_counts(stdout: &str) -> std::collections::BTreeMap<u32, (u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w[..] {
+                ["process", r, "shm", "sent", s, "received", m] => {
+                    Some((r.parse().ok()?, (s.parse().ok()?, m.parse().ok()?)))
+                }
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn processes_of_one_host_exchange_messages_through_shared_memory() {
+    // One rank per process: every message of the check (3 small ones each and the 1 MiB
+    // ring) crosses processes, and the counters show each went through shared memory.
+    let args = [
+        "run",
+        "-n",
+        "4",
+        "--ranks-per-process",
+        "1",
+        "--",
+        vargr_bench(),
+        "mesh-check",
+        "--shm-stats",
+    ];
+    let r = run_cli(&args, Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    let counts = shm_counts(&r.stdout);
+    assert_eq!(counts.len(), 4, "{}", r.stdout);
+    for (p, (sent, received)) in &counts {
+        assert_eq!((*sent, *received), (4, 4), "process {p}: {}", r.stdout);
+    }
+    let ok: Vec<_> = r.stdout.lines().filter(|l| l.ends_with(" ok")).collect();
+    assert_eq!(ok.len(), 4, "{}", r.stdout);
+    // Threads and processes mixed: only messages between processes take the rings.
+    let mixed = [
+        "run",
+        "-n",
+        "7",
+        "--ranks-per-process",
+        "3",
+        "--",
+        vargr_bench(),
+        "mesh-check",
+        "--shm-stats",
+    ];
+    let r = run_cli(&mixed, Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    let counts = shm_counts(&r.stdout);
+    // Process 0 (ranks 0-2) sends each of its 3 ranks' values to the 4 ranks elsewhere,
+    // and the ring's message from rank 2 to rank 3.
+    assert_eq!(counts.get(&0), Some(&(13, 13)), "{}", r.stdout);
+    // Switched off, the same job runs over the sockets.
+    let off = [("VARGR_SHM", Some(std::ffi::OsStr::new("false")))];
+    let r = run_cli_env(&args, &off, Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    assert_eq!(
+        r.stdout.lines().filter(|l| l.ends_with("shm off")).count(),
+        4,
+        "{}",
+        r.stdout
+    );
+}
+
 #[test]
 fn the_mesh_mixes_ranks_as_threads_and_processes() {
     let r = run_cli(

@@ -170,6 +170,8 @@ pub struct JoinOptions {
     /// The user's private directory for Unix sockets and the rendezvous file (default
     /// [`vargr_net::runtime_dir::default_path`]).
     pub runtime_dir: std::path::PathBuf,
+    /// Processes of a job all on one host exchange messages through shared memory.
+    pub shm: bool,
 }
 
 impl Default for JoinOptions {
@@ -189,6 +191,7 @@ impl Default for JoinOptions {
             clock_sync: false,
             liveness: vargr_net::wireup::Liveness::default(),
             runtime_dir: vargr_net::runtime_dir::default_path(),
+            shm: true,
         }
     }
 }
@@ -258,6 +261,7 @@ impl Job {
             timeout: opts.timeout,
             liveness: opts.liveness,
             runtime_dir: opts.runtime_dir.clone(),
+            shm: opts.shm,
         };
         let mesh = mesh::join(picker, &settings).map_err(job_error)?;
         let env = mesh.env();

@@ -15,6 +15,10 @@
 //! from the job's rendezvous, not from the mesh's links (whose sockets only a waiting
 //! rank drives): a thread answers its heartbeats, and when the job ends because a
 //! process went silent, [`Mesh::abort`] makes every receive fail with the reason.
+//!
+//! When the whole job is on one host, messages between processes go through shared
+//! memory instead of the sockets (`shm_link.rs`): the same mailboxes, filled by the
+//! thread that polls, which also watches the shared-memory bell.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +31,7 @@ use vargr_wire::{encode_header, FrameKind, HEADER_LEN};
 use crate::auth::{self, Secret};
 use crate::gate::{Gate, GateConfig};
 use crate::runtime_dir::{RemoveOnDrop, RuntimeDir};
+use crate::shm_link::{self, ShmLink};
 use crate::wireup::{JobEnv, JobSettings, JobWatch, PeerInfo, WatchGuard};
 use crate::{
     Addr, Link, LinkId, LinkSecurity, Listener, NetError, Reactor, ReactorEvent, SecureConn,
@@ -61,6 +66,8 @@ struct State {
     pending: Vec<(u32, Link)>,
     /// Whether the link to a process has stages (which must see whole frames).
     staged: HashMap<u32, bool>,
+    /// Shared memory with the other processes of this host, when the job is all here.
+    shm: Option<ShmLink>,
 }
 
 impl State {
@@ -125,6 +132,8 @@ pub struct Bound {
     pub socket: Option<RemoveOnDrop>,
     /// The runtime directory it was given (for the job's later listeners).
     pub runtime_dir: std::path::PathBuf,
+    /// The shared-memory inbox made beside the socket, if the job uses one.
+    pub(crate) shm: Option<ShmLink>,
 }
 
 impl Mesh {
@@ -156,6 +165,7 @@ impl Mesh {
             addr: advertised,
             socket,
             runtime_dir: dir.to_path_buf(),
+            shm: None,
         })
     }
 
@@ -171,10 +181,12 @@ impl Mesh {
             listener,
             socket,
             runtime_dir,
+            shm,
             ..
         } = bound;
         let local = env.local.max(1) as usize;
-        let reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
+        let mut reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
+        let shm = shm.and_then(|s| shm_link::start(s, &table, &mut reactor));
         let waker = reactor.waker();
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
@@ -204,6 +216,7 @@ impl Mesh {
                 outbox: Vec::new(),
                 pending: Vec::new(),
                 staged: HashMap::new(),
+                shm,
             }),
             cvs: (0..local).map(|_| Condvar::new()).collect(),
             waker,
@@ -358,6 +371,9 @@ impl Mesh {
             return Ok(());
         }
         let proc_ = self.process_of(dest);
+        let Some(data) = self.send_shm(proc_, src, dest, tag, data)? else {
+            return Ok(());
+        };
         let mut head = BytesMut::with_capacity(HEADER_LEN + 12);
         encode_header(
             FrameKind::PointToPoint,
@@ -412,6 +428,66 @@ impl Mesh {
             }
         }
         Ok(())
+    }
+
+    /// Sends through shared memory if the process of `dest` (first rank `proc_`) is
+    /// reached that way; gives `data` back if it is reached over its socket.
+    fn send_shm(
+        &self,
+        proc_: u32,
+        src: u32,
+        dest: u32,
+        tag: u64,
+        data: Bytes,
+    ) -> Result<Option<Bytes>, NetError> {
+        let mut g = self.lock();
+        if g.shm.is_none() {
+            return Ok(Some(data));
+        }
+        if let Some(why) = g.lost.get(&proc_) {
+            return Err(NetError::Job {
+                reason: format!("rank {dest} is unreachable: {why}"),
+            });
+        }
+        let shm = g.shm.as_mut().expect("checked");
+        match shm.send(proc_, vargr_shm::MsgHead { dest, src, tag }, data) {
+            Ok(r) => r.map(|()| None),
+            Err(data) => Ok(Some(data)),
+        }
+    }
+
+    /// What went through shared memory so far (`None` if this mesh does not use it).
+    pub fn shm_stats(&self) -> Option<vargr_shm::Stats> {
+        self.lock().shm.as_ref().map(ShmLink::stats)
+    }
+
+    /// Moves shared-memory traffic: pushes queued messages, delivers arrivals into the
+    /// mailboxes. A peer that broke the protocol counts as lost.
+    fn progress_shm(&self, g: &mut State) {
+        let Some(shm) = g.shm.as_mut() else { return };
+        let mail = &mut g.mail;
+        let mut woken = Vec::new();
+        let r = shm.progress(
+            |r| self.is_local(r),
+            |dest, src, tag, data| {
+                mail.entry((dest, src, tag)).or_default().push_back(data);
+                woken.push(dest);
+            },
+        );
+        for d in woken {
+            self.notify_rank(g, d);
+        }
+        if let Err(e) = r {
+            self.shm_failed(g, e);
+        }
+    }
+
+    fn shm_failed(&self, g: &mut State, (proc_, why): (u32, String)) {
+        tracing::warn!("rank {proc_}'s process: {why}");
+        g.lost.insert(proc_, why);
+        for cv in self.cvs.iter() {
+            cv.notify_all();
+        }
     }
 
     /// Connects and authenticates to the process whose first rank is `proc_`.
@@ -533,6 +609,24 @@ impl Mesh {
         mut reactor: Reactor,
     ) -> MutexGuard<'a, State> {
         g.apply(&mut reactor);
+        self.progress_shm(&mut g);
+        // Whether to block in the poll: not if shared memory has news.
+        let mut idle = true;
+        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch) {
+            drop(g);
+            idle = shm_link::yield_for(&watch);
+            g = self.lock();
+            if idle {
+                match g.shm.as_mut().map(ShmLink::prepare_sleep) {
+                    Some(Ok(sleep)) => idle = sleep,
+                    Some(Err(e)) => {
+                        self.shm_failed(&mut g, e);
+                        idle = false;
+                    }
+                    None => {}
+                }
+            }
+        }
         let mut events = std::mem::take(&mut g.events);
         drop(g);
         // New incoming connections from the acceptor thread.
@@ -558,13 +652,19 @@ impl Mesh {
                 }
             }
         }
-        let wait = if INTERRUPT_CHECK.get().is_some() {
+        let wait = if !idle {
+            Duration::ZERO
+        } else if INTERRUPT_CHECK.get().is_some() {
             INTERRUPT_SLICE
         } else {
             Duration::from_millis(500)
         };
         let r = reactor.poll(Some(wait), &mut events);
         let mut g = self.lock();
+        if let Some(s) = g.shm.as_ref().filter(|_| idle) {
+            s.woke();
+        }
+        self.progress_shm(&mut g);
         for (id, rank) in added {
             g.inbound.insert(id, rank);
         }
@@ -629,7 +729,8 @@ impl Mesh {
                     g.apply(&mut r);
                     let backlog: usize =
                         r.ids().filter_map(|i| r.link(i)).map(|l| l.backlog()).sum();
-                    if backlog == 0 || Instant::now() >= deadline {
+                    let shm_backlog = g.shm.as_ref().is_some_and(ShmLink::backlog);
+                    if (backlog == 0 && !shm_backlog) || Instant::now() >= deadline {
                         g.reactor = Some(r);
                         self.hand_off(&g);
                         return;
@@ -709,7 +810,10 @@ fn spawn_acceptor(
 /// heartbeats.
 pub fn join(stages: Box<StagePicker>, settings: &JobSettings) -> Result<Arc<Mesh>, NetError> {
     let env = JobEnv::from_env()?;
-    let bound = Mesh::bind(env.single_host(), &settings.runtime_dir)?;
+    let mut bound = Mesh::bind(env.single_host(), &settings.runtime_dir)?;
+    if settings.shm {
+        bound.shm = shm_link::bind(&bound.addr, &env);
+    }
     let joined = crate::wireup::join_job(&env, &bound.addr, settings)?;
     let mesh = Mesh::start(env, joined.table, bound, joined.secret, stages)?;
     mesh.watch(joined.watch);
