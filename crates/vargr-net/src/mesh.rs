@@ -462,9 +462,12 @@ impl Mesh {
     }
 
     /// Moves shared-memory traffic: pushes queued messages, delivers arrivals into the
-    /// mailboxes. A peer that broke the protocol counts as lost.
-    fn progress_shm(&self, g: &mut State) {
-        let Some(shm) = g.shm.as_mut() else { return };
+    /// mailboxes; returns whether anything moved. A peer that broke the protocol counts
+    /// as lost.
+    fn progress_shm(&self, g: &mut State) -> bool {
+        let Some(shm) = g.shm.as_mut() else {
+            return false;
+        };
         let mail = &mut g.mail;
         let mut woken = Vec::new();
         let r = shm.progress(
@@ -474,11 +477,15 @@ impl Mesh {
                 woken.push(dest);
             },
         );
-        for d in woken {
-            self.notify_rank(g, d);
+        for d in &woken {
+            self.notify_rank(g, *d);
         }
-        if let Err(e) = r {
-            self.shm_failed(g, e);
+        match r {
+            Ok(moved) => moved || !woken.is_empty(),
+            Err(e) => {
+                self.shm_failed(g, e);
+                true
+            }
         }
     }
 
@@ -609,10 +616,10 @@ impl Mesh {
         mut reactor: Reactor,
     ) -> MutexGuard<'a, State> {
         g.apply(&mut reactor);
-        self.progress_shm(&mut g);
-        // Whether to block in the poll: not if shared memory has news.
-        let mut idle = true;
-        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch) {
+        // Whether to block in the poll: not if shared memory brought or took something
+        // (the mail may be what this thread waits for), or has news.
+        let mut idle = !self.progress_shm(&mut g);
+        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch).filter(|_| idle) {
             drop(g);
             idle = shm_link::yield_for(&watch);
             g = self.lock();
@@ -664,7 +671,7 @@ impl Mesh {
         if let Some(s) = g.shm.as_ref().filter(|_| idle) {
             s.woke();
         }
-        self.progress_shm(&mut g);
+        let _ = self.progress_shm(&mut g);
         for (id, rank) in added {
             g.inbound.insert(id, rank);
         }

@@ -413,7 +413,18 @@ impl Incoming {
 }
 
 fn copy_out(ring: &Ring<'_>, off: usize, len: usize, buf: &mut BytesMut) {
+    assert!(off + len <= ring.cap);
+    buf.reserve(len);
     let at = buf.len();
-    buf.resize(at + len, 0);
-    ring.read(off, &mut buf[at..]);
+    // SAFETY: `reserve` made room for `len` more bytes after `at`; the copy fills them
+    // from the ring (in bounds by the assertion) before `set_len` exposes them. Copying
+    // straight into the spare capacity skips zeroing a megabyte per large message.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            ring.base.add(crate::segment::RING_HEADER + off),
+            buf.as_mut_ptr().add(at),
+            len,
+        );
+        buf.set_len(at + len);
+    }
 }
