@@ -33,8 +33,9 @@ pub fn rank_info() -> Result<()> {
 /// Joins the job's mesh and checks it: every rank sends its rank to every other rank, a
 /// 1 MiB buffer goes once round the ring, and each rank prints `rank R ok` (tests of
 /// `vargr run`, ranks as threads, and mpirun). With `shm_stats`, each process then prints
-/// `process R shm sent S received M` (R its first rank; S and M messages; `shm off`
-/// when its mesh does not use shared memory).
+/// `process R shm sent S received M single-copy K` (R its first rank; S and M messages,
+/// K of the sent ones read by the receiver from our memory; `shm off` when its mesh does
+/// not use shared memory).
 pub fn mesh_check(shm_stats: bool) -> Result<()> {
     use std::sync::Arc;
     // Shared memory on or off as the configuration says (VARGR_SHM).
@@ -94,8 +95,8 @@ pub fn mesh_check(shm_stats: bool) -> Result<()> {
     if shm_stats {
         match mesh.shm_stats() {
             Some(s) => println!(
-                "process {} shm sent {} received {}",
-                env.rank, s.sent, s.received
+                "process {} shm sent {} received {} single-copy {}",
+                env.rank, s.sent, s.received, s.single_copy
             ),
             None => println!("process {} shm off", env.rank),
         }

@@ -616,10 +616,15 @@ impl Mesh {
         mut reactor: Reactor,
     ) -> MutexGuard<'a, State> {
         g.apply(&mut reactor);
-        // Whether to block in the poll: not if shared memory brought or took something
-        // (the mail may be what this thread waits for), or has news.
-        let mut idle = !self.progress_shm(&mut g);
-        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch).filter(|_| idle) {
+        if self.progress_shm(&mut g) {
+            // Shared memory brought or took something: the mail may be what this thread
+            // waits for, so look before polling the sockets (which the next round does).
+            g.reactor = Some(reactor);
+            return g;
+        }
+        // Whether to block in the poll: not if shared memory has news.
+        let mut idle = true;
+        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch) {
             drop(g);
             idle = shm_link::yield_for(&watch);
             g = self.lock();

@@ -69,6 +69,8 @@ pub struct Stats {
     pub bytes_received: u64,
     /// Bells this process rang (wake-ups it caused).
     pub rings: u64,
+    /// Messages sent by single copy (the receiver read them from our memory).
+    pub single_copy: u64,
 }
 
 struct Peer {
@@ -256,11 +258,13 @@ impl Endpoint {
             *state = match open_pointer(&files.pointer, slots)
                 .and_then(|seg| Ok((seg, Ringer::open(&files.bell)?)))
             {
-                Ok((seg, ringer)) => PeerState::Attached(Box::new(Peer {
-                    seg,
-                    ringer,
-                    tx: Outgoing::default(),
-                })),
+                Ok((seg, ringer)) => {
+                    let mut tx = Outgoing::default();
+                    if seg.single_copy_works() {
+                        tx.enable_single_copy();
+                    }
+                    PeerState::Attached(Box::new(Peer { seg, ringer, tx }))
+                }
                 Err(e) => PeerState::Failed(e.to_string()),
             };
         }
@@ -292,18 +296,20 @@ impl Endpoint {
         let me = self.me;
         let p = self.peer(slot)?;
         p.tx.enqueue(head, data);
-        let r = push(p, me, slot)?;
+        let (rang, single) = push(p, me, slot)?;
         self.stats.sent += 1;
         self.stats.bytes_sent += len;
-        self.stats.rings += u64::from(r);
+        self.stats.rings += u64::from(rang);
+        self.stats.single_copy += single as u64;
         Ok(())
     }
 
-    /// Whether messages wait in queues for space in a peer's ring.
+    /// Whether messages wait in queues for space in a peer's ring, or for a peer to
+    /// read them by single copy (the process must not exit before).
     pub fn backlog(&self) -> bool {
         self.peers
             .iter()
-            .any(|p| matches!(p, PeerState::Attached(p) if !p.tx.is_empty()))
+            .any(|p| matches!(p, PeerState::Attached(p) if p.busy()))
     }
 
     /// Pushes queued messages and drains the inbox, handing each message to `deliver`
@@ -317,10 +323,12 @@ impl Endpoint {
         let me = self.me;
         for slot in 0..self.peers.len() {
             if let PeerState::Attached(p) = &mut self.peers[slot] {
-                if !p.tx.is_empty() {
-                    let before = p.tx.backlog();
-                    self.stats.rings += u64::from(push(p, me, slot)?);
-                    moved |= p.tx.backlog() != before;
+                if p.busy() {
+                    let before = (p.tx.backlog(), p.tx.pinned());
+                    let (rang, single) = push(p, me, slot)?;
+                    self.stats.rings += u64::from(rang);
+                    self.stats.single_copy += single as u64;
+                    moved |= (p.tx.backlog(), p.tx.pinned()) != before;
                 }
             }
         }
@@ -375,11 +383,12 @@ impl Endpoint {
         let me = self.me;
         for slot in 0..self.peers.len() {
             if let PeerState::Attached(p) = &mut self.peers[slot] {
-                if !p.tx.is_empty() {
+                if p.busy() {
                     let ring = p.seg.ring(me);
                     let r =
                         p.tx.ask_for_space(&ring)
                             .map_err(|e| ShmError::Corrupt { slot, why: e.0 })?;
+                    self.stats.single_copy += r.single as u64;
                     if r.records > 0 {
                         pushed = true;
                         p.seg.doorbell().fetch_add(1, Ordering::SeqCst);
@@ -407,21 +416,30 @@ impl Endpoint {
     }
 }
 
+impl Peer {
+    /// Whether messages wait for room in its ring or for it to read them.
+    fn busy(&self) -> bool {
+        !self.tx.is_empty() || self.tx.pinned() > 0
+    }
+}
+
 /// Pushes `p`'s queue into its ring for us and wakes it if it sleeps; asks to be woken
-/// for space if some is left. Returns whether it rang the bell.
-fn push(p: &mut Peer, me: usize, slot: usize) -> Result<bool, ShmError> {
+/// for space if some is left. Returns whether it rang the bell, and how many messages
+/// went by single copy.
+fn push(p: &mut Peer, me: usize, slot: usize) -> Result<(bool, usize), ShmError> {
     let ring = p.seg.ring(me);
     let corrupt = |e: RingError| ShmError::Corrupt { slot, why: e.0 };
     let mut r = p.tx.push(&ring).map_err(corrupt)?;
     if !p.tx.is_empty() {
         let again = p.tx.ask_for_space(&ring).map_err(corrupt)?;
         r.records += again.records;
+        r.single += again.single;
     }
     if r.records == 0 {
-        return Ok(false);
+        return Ok((false, r.single));
     }
     p.seg.doorbell().fetch_add(1, Ordering::SeqCst);
-    Ok(ring_if_sleeping(p))
+    Ok((ring_if_sleeping(p), r.single))
 }
 
 /// Rings `p`'s bell if it said it is about to sleep (clearing that, so only one of

@@ -18,6 +18,12 @@
 //! The producer side ([`Outgoing`]) keeps what does not fit in a queue: a send never
 //! waits for the receiver (the collective algorithms send before they receive, so a
 //! blocking send would deadlock two processes sending to each other).
+//!
+//! Single copy: where the kernel lets the receiver read the sender's memory
+//! (`process_vm_readv`), a message of [`SINGLE_COPY_MIN`] bytes or more goes as one
+//! record naming the sender's buffer; the receiver copies it straight from there and
+//! counts the reads it finished, and the sender keeps each buffer until that count
+//! passes it. A peer naming memory it does not have gets a failed read, an error.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
@@ -31,6 +37,45 @@ pub const RECORD_HEADER: usize = 32;
 const FIRST: u32 = 1;
 const MORE: u32 = 2;
 const PAD: u32 = 3;
+const SINGLE: u32 = 4;
+/// Bytes of a single-copy record's payload: pid, pad, address, length, sequence.
+const SINGLE_BODY: usize = 32;
+/// Messages this large go by single copy where it works: below, two copies through the
+/// ring cost less than the system call.
+pub const SINGLE_COPY_MIN: usize = 64 << 10;
+
+/// Copies `dst.len()` bytes at `addr` in process `pid` into `dst`.
+pub(crate) fn read_remote(pid: u32, addr: u64, dst: &mut [u8]) -> std::io::Result<()> {
+    // SAFETY: a slice is valid for writes of its length.
+    unsafe { read_remote_raw(pid, addr, dst.as_mut_ptr(), dst.len()) }
+}
+
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes (it need not be initialised).
+unsafe fn read_remote_raw(pid: u32, addr: u64, dst: *mut u8, len: usize) -> std::io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        let local = libc::iovec {
+            // SAFETY: within the caller's buffer.
+            iov_base: unsafe { dst.add(done) }.cast(),
+            iov_len: len - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr as usize).wrapping_add(done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        // SAFETY: `local` is writable memory of the stated length (the caller's
+        // promise); the kernel checks `remote` against the other process's mappings
+        // (EFAULT if it lies).
+        let n = unsafe { libc::process_vm_readv(pid as libc::pid_t, &local, 1, &remote, 1, 0) };
+        match n {
+            n if n > 0 => done += n as usize,
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            _ => return Err(std::io::Error::last_os_error()),
+        }
+    }
+    Ok(())
+}
 
 /// Who a message is for and from, and its tag (the mesh's addressing; opaque here).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,6 +135,12 @@ impl<'a> Ring<'a> {
         unsafe { &*(self.base.add(128) as *const AtomicU32) }
     }
 
+    /// Single-copy reads the consumer finished (the producer frees buffers below it).
+    fn single_done(&self) -> &AtomicU64 {
+        // SAFETY: as `tail`.
+        unsafe { &*(self.base.add(136) as *const AtomicU64) }
+    }
+
     /// Copies `src` to ring offset `off` (which the caller keeps inside the data area).
     fn write(&self, off: usize, src: &[u8]) {
         assert!(off + src.len() <= self.cap);
@@ -132,6 +183,11 @@ pub struct Outgoing {
     sent: usize,
     /// The producer's position (authoritative; the ring's copy is for the consumer).
     tail: u64,
+    /// Whether the consumer can read our memory (large messages go by single copy).
+    single_copy: bool,
+    /// Buffers the consumer reads by single copy, by sequence number, kept until read.
+    pinned: VecDeque<(u64, Bytes)>,
+    single_sent: u64,
 }
 
 /// What a push did.
@@ -141,6 +197,8 @@ pub struct Pushed {
     pub records: usize,
     /// Whole messages that left the queue.
     pub messages: usize,
+    /// Of those, messages sent by single copy.
+    pub single: usize,
 }
 
 impl Outgoing {
@@ -152,6 +210,17 @@ impl Outgoing {
     /// Whether everything queued is in the ring.
     pub fn is_empty(&self) -> bool {
         self.queue.is_empty()
+    }
+
+    /// Sends large messages by single copy from now on (the consumer can read our
+    /// memory: see `Segment::single_copy_works`).
+    pub fn enable_single_copy(&mut self) {
+        self.single_copy = true;
+    }
+
+    /// Buffers still waiting for the consumer to read them by single copy.
+    pub fn pinned(&self) -> usize {
+        self.pinned.len()
     }
 
     /// Bytes still queued.
@@ -173,6 +242,11 @@ impl Outgoing {
         let mut free = (cap - used) as usize;
         let mut done = Pushed::default();
         let mut tail = self.tail;
+        // Buffers the consumer has read may go.
+        let read = ring.single_done().load(Ordering::Acquire);
+        while self.pinned.front().is_some_and(|(seq, _)| *seq < read) {
+            self.pinned.pop_front();
+        }
         while let Some((h, data)) = self.queue.front() {
             let off = (tail % cap) as usize;
             let contiguous = ring.cap - off;
@@ -188,6 +262,35 @@ impl Outgoing {
             let room = contiguous.min(free);
             if room < RECORD_HEADER {
                 break;
+            }
+            if self.single_copy && self.sent == 0 && data.len() >= SINGLE_COPY_MIN {
+                if room < RECORD_HEADER + SINGLE_BODY {
+                    if room == contiguous {
+                        self.write_header(ring, off, PAD, contiguous - RECORD_HEADER, h, 0);
+                        tail += contiguous as u64;
+                        free -= contiguous;
+                        done.records += 1;
+                        continue;
+                    }
+                    break;
+                }
+                let seq = self.single_sent;
+                let mut body = [0u8; SINGLE_BODY];
+                body[0..4].copy_from_slice(&std::process::id().to_le_bytes());
+                body[8..16].copy_from_slice(&(data.as_ptr() as u64).to_le_bytes());
+                body[16..24].copy_from_slice(&(data.len() as u64).to_le_bytes());
+                body[24..32].copy_from_slice(&seq.to_le_bytes());
+                self.write_header(ring, off, SINGLE, SINGLE_BODY, h, data.len());
+                ring.write(off + RECORD_HEADER, &body);
+                tail += (RECORD_HEADER + SINGLE_BODY) as u64;
+                free -= RECORD_HEADER + SINGLE_BODY;
+                done.records += 1;
+                done.messages += 1;
+                done.single += 1;
+                self.single_sent += 1;
+                let (_, data) = self.queue.pop_front().expect("front");
+                self.pinned.push_back((seq, data));
+                continue;
             }
             let left = data.len() - self.sent;
             let fits = (room - RECORD_HEADER) & !7;
@@ -259,6 +362,8 @@ impl Outgoing {
 pub struct Incoming {
     head: u64,
     partial: Option<Partial>,
+    /// Single-copy reads done (published for the producer to free its buffers).
+    single_read: u64,
 }
 
 struct Partial {
@@ -338,6 +443,48 @@ impl Incoming {
                     if step != contiguous {
                         return Err(corrupt("a pad record that does not reach the ring's end"));
                     }
+                }
+                SINGLE => {
+                    if self.partial.is_some() || len != SINGLE_BODY {
+                        return Err(corrupt("a misplaced or malformed single-copy record"));
+                    }
+                    let mut body = [0u8; SINGLE_BODY];
+                    ring.read(off + RECORD_HEADER, &mut body);
+                    let word = |o: usize| u64::from_le_bytes(body[o..o + 8].try_into().expect("8"));
+                    let pid = u32::from_le_bytes(body[0..4].try_into().expect("4"));
+                    let (addr, n, seq) = (word(8), word(16), word(24));
+                    if n != total || seq != self.single_read {
+                        return Err(corrupt(format!(
+                            "single-copy record {seq} of {n} bytes (expected record {} of {total})",
+                            self.single_read
+                        )));
+                    }
+                    let n = usize::try_from(n)
+                        .ok()
+                        .filter(|&t| t <= max_message)
+                        .ok_or_else(|| {
+                            corrupt(format!(
+                                "a message of {total} bytes (more than the {max_message}-byte limit)"
+                            ))
+                        })?;
+                    let mut buf = BytesMut::with_capacity(n);
+                    // SAFETY: the buffer has capacity for `n` bytes; they are exposed by
+                    // `set_len` only once the read filled all of them.
+                    unsafe { read_remote_raw(pid, addr, buf.as_mut_ptr(), n) }.map_err(|e| {
+                        corrupt(format!(
+                            "a single-copy read of {n} bytes from process {pid}: {e}"
+                        ))
+                    })?;
+                    // SAFETY: just filled.
+                    unsafe { buf.set_len(n) };
+                    self.single_read += 1;
+                    ring.single_done()
+                        .store(self.single_read, Ordering::Release);
+                    self.partial = Some(Partial {
+                        head: h,
+                        total: n,
+                        buf,
+                    });
                 }
                 FIRST => {
                     if self.partial.is_some() {

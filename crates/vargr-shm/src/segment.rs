@@ -11,9 +11,10 @@
 //! Layout (all offsets multiples of 64, so each written field has its own cache line):
 //!
 //! ```text
-//! 0     header: magic, version, slots, ring_bytes, owner pid
+//! 0     header: magic, version, slots, ring_bytes, owner pid, probe address
 //! 64    sleeping (u32: the owner is about to block), doorbell (u64: pushes so far)
-//! 128   ring 0: tail (64 B line), head (64 B line), producer waiting (64 B line), data
+//! 128   ring 0: tail (64 B line), head (64 B line), producer waiting and single-copy
+//!       reads done (64 B line), data
 //! ...   ring 1, …
 //! ```
 //!
@@ -103,6 +104,10 @@ pub struct Segment {
     ptr: NonNull<u8>,
     layout: Layout,
     fd: OwnedFd,
+    /// The owner's pid, and where the segment's magic lies in the owner's memory (a
+    /// peer reads it with `process_vm_readv` to learn whether single copies work).
+    owner: u32,
+    probe: u64,
 }
 
 // SAFETY: the mapping is shared memory that other processes write concurrently anyway;
@@ -122,14 +127,16 @@ impl Segment {
         // No one may shrink it (our mapping would fault) or change the seals.
         rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::SEAL)
             .map_err(io("sealing the memfd"))?;
-        let seg = Segment::map(fd, layout, name)?;
+        let mut seg = Segment::map(fd, layout, name)?;
         let h = seg.ptr.as_ptr();
+        seg.probe = h as u64;
         // SAFETY: the header lies inside the mapping just made, which nobody else has yet.
         unsafe {
             (h.add(8) as *mut u32).write(VERSION);
             (h.add(12) as *mut u32).write(layout.slots as u32);
             (h.add(16) as *mut u64).write(layout.ring_bytes as u64);
             (h.add(24) as *mut u32).write(std::process::id());
+            (h.add(32) as *mut u64).write(h as u64);
         }
         seg.header_word(0).store(MAGIC, Ordering::Release);
         Ok(seg)
@@ -161,7 +168,7 @@ impl Segment {
         }
         let size = usize::try_from(st.st_size).map_err(|_| bad("negative size".into()))?;
         // Read the header through a pread, not the mapping: its size is not known yet.
-        let mut h = [0u8; 32];
+        let mut h = [0u8; 40];
         let n = rustix::io::pread(&fd, &mut h, 0).map_err(|e| ShmError::io("reading", who, e))?;
         if n != h.len() {
             return Err(bad("shorter than a header".into()));
@@ -187,7 +194,20 @@ impl Segment {
                 layout.len()
             )));
         }
-        Segment::map(fd, layout, who)
+        let mut seg = Segment::map(fd, layout, who)?;
+        seg.owner = owner;
+        seg.probe = u64::from_le_bytes(h[32..40].try_into().expect("8 bytes"));
+        Ok(seg)
+    }
+
+    /// Whether this process can read the owner's memory directly (`process_vm_readv`,
+    /// which the kernel allows to processes that may ptrace it): then large messages go
+    /// by one copy, the receiver reading the sender's buffer. Probed by reading the
+    /// segment's magic where the owner says it lies.
+    pub fn single_copy_works(&self) -> bool {
+        let mut word = [0u8; 8];
+        crate::ring::read_remote(self.owner, self.probe, &mut word).is_ok()
+            && u64::from_le_bytes(word) == MAGIC
     }
 
     fn map(fd: OwnedFd, layout: Layout, who: &str) -> Result<Segment, ShmError> {
@@ -207,7 +227,13 @@ impl Segment {
         .map_err(|e| ShmError::io("mapping", who, e))?;
         let ptr =
             NonNull::new(p.cast::<u8>()).ok_or_else(|| ShmError::Layout("null map".into()))?;
-        Ok(Segment { ptr, layout, fd })
+        Ok(Segment {
+            ptr,
+            layout,
+            fd,
+            owner: std::process::id(),
+            probe: 0,
+        })
     }
 
     pub fn layout(&self) -> Layout {

@@ -53,12 +53,19 @@ proptest! {
     #[test]
     fn messages_arrive_whole_and_in_order(
         sizes in prop::collection::vec(
-            prop_oneof![0usize..40, 4000usize..5000, 9000usize..20000], 1..30),
+            prop_oneof![0usize..40, 4000usize..5000, 9000usize..20000, 65536usize..70000],
+            1..30),
         steps in prop::collection::vec(0u8..3, 1..200),
+        single_copy in any::<bool>(),
     ) {
         let seg = Segment::create("t", Layout::new(1, 8192).unwrap()).unwrap();
         let ring = seg.ring(0);
         let mut tx = Outgoing::default();
+        if single_copy {
+            // This process reading its own memory, as a peer would read ours.
+            prop_assert!(seg.single_copy_works());
+            tx.enable_single_copy();
+        }
         let mut rx = Incoming::default();
         let mut got = Vec::new();
         let mut queued = 0;
@@ -133,6 +140,20 @@ fn corrupt_records_are_named_errors() {
         .drain(&ring, 100, |_, _| panic!("refused"))
         .unwrap_err();
     assert!(e.0.contains("limit"), "{e}");
+    // A single-copy record naming memory the peer does not have.
+    let mut rec = [0u8; 64];
+    rec[0..4].copy_from_slice(&32u32.to_le_bytes());
+    rec[4..8].copy_from_slice(&4u32.to_le_bytes());
+    rec[24..32].copy_from_slice(&100_000u64.to_le_bytes());
+    rec[32..36].copy_from_slice(&std::process::id().to_le_bytes());
+    rec[40..48].copy_from_slice(&8u64.to_le_bytes()); // address 8: never mapped
+    rec[48..56].copy_from_slice(&100_000u64.to_le_bytes());
+    rustix::io::pwrite(seg.fd(), &rec, 128 + 192).unwrap();
+    rustix::io::pwrite(seg.fd(), &64u64.to_le_bytes(), 128).unwrap();
+    let e = Incoming::default()
+        .drain(&ring, 1 << 20, |_, _| panic!("refused"))
+        .unwrap_err();
+    assert!(e.0.contains("single-copy read"), "{e}");
     // A producer position far ahead.
     rustix::io::pwrite(seg.fd(), &(1u64 << 40).to_le_bytes(), 128).unwrap();
     let e = Incoming::default()
@@ -306,7 +327,10 @@ fn two_processes_exchange_both_ways() {
         assert!(Instant::now() < deadline, "the child never started");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let sizes: Vec<usize> = (0..50).map(|i| (i * 7919) % 50000).collect();
+    // Some messages larger than the ring, some large enough for single copy.
+    let sizes: Vec<usize> = (0..50)
+        .map(|i| (i * 7919) % 50000 + (i % 3) * 100_000)
+        .collect();
     for (i, &s) in sizes.iter().enumerate() {
         ep.send(1, head(i), msg(i, s)).unwrap();
     }
@@ -318,5 +342,6 @@ fn two_processes_exchange_both_ways() {
         assert_eq!(m, &msg(i, sizes[i]));
     }
     assert!(child.wait().unwrap().success());
+    assert!(ep.stats().single_copy > 0, "{:?}", ep.stats());
     let _ = ep.bell().fd().as_fd();
 }
