@@ -106,6 +106,9 @@ impl State {
 pub struct Mesh {
     env: JobEnv,
     table: Vec<PeerInfo>,
+    /// The first rank of each rank's process, worked out once: comparing addresses (paths)
+    /// on every message showed in profiles.
+    firsts: Box<[u32]>,
     secret: Secret,
     state: Mutex<State>,
     /// One condition variable per local rank, so a message wakes only the threads
@@ -201,6 +204,7 @@ impl Mesh {
         );
         Ok(Arc::new(Mesh {
             env,
+            firsts: first_ranks(&table),
             table,
             secret,
             state: Mutex::new(State {
@@ -290,12 +294,7 @@ impl Mesh {
 
     /// The first rank of the process hosting `rank` (processes share one address).
     fn process_of(&self, rank: u32) -> u32 {
-        let addr = &self.table[rank as usize].addr;
-        let mut r = rank;
-        while r > 0 && self.table[r as usize - 1].addr == *addr {
-            r -= 1;
-        }
-        r
+        self.firsts[rank as usize]
     }
 
     /// Index of local rank `rank` into the per-rank waiting state.
@@ -616,18 +615,24 @@ impl Mesh {
         mut reactor: Reactor,
     ) -> MutexGuard<'a, State> {
         g.apply(&mut reactor);
-        if self.progress_shm(&mut g) {
-            // Shared memory brought or took something: the mail may be what this thread
-            // waits for, so look before polling the sockets (which the next round does).
+        // Shared memory brought or took something: the mail may be what this thread
+        // waits for, so look before polling the sockets (a later round does).
+        let moved = self.progress_shm(&mut g);
+        if moved && g.shm.as_mut().is_some_and(ShmLink::may_skip_sockets) {
             g.reactor = Some(reactor);
             return g;
         }
         // Whether to block in the poll: not if shared memory has news.
-        let mut idle = true;
-        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch) {
+        let mut idle = !moved;
+        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch).filter(|_| idle) {
             drop(g);
             idle = shm_link::yield_for(&watch);
             g = self.lock();
+            if !idle && g.shm.as_mut().is_some_and(ShmLink::may_skip_sockets) {
+                let _ = self.progress_shm(&mut g);
+                g.reactor = Some(reactor);
+                return g;
+            }
             if idle {
                 match g.shm.as_mut().map(ShmLink::prepare_sleep) {
                     Some(Ok(sleep)) => idle = sleep,
@@ -760,6 +765,20 @@ impl Mesh {
             }
         }
     }
+}
+
+/// The first rank of the process hosting each rank (processes share one address).
+fn first_ranks(table: &[PeerInfo]) -> Box<[u32]> {
+    let mut firsts: Vec<u32> = Vec::with_capacity(table.len());
+    for (r, p) in table.iter().enumerate() {
+        let first = match r {
+            0 => 0,
+            _ if table[r - 1].addr == p.addr => firsts[r - 1],
+            _ => r as u32,
+        };
+        firsts.push(first);
+    }
+    firsts.into_boxed_slice()
 }
 
 /// How often a blocking receive asks the interrupt check, once one is installed.

@@ -38,6 +38,10 @@ const SEGMENT_BUDGET: usize = 32 << 20;
 /// answers within a few, and a wake-up through the bell costs two system calls more.
 const YIELDS: u32 = 32;
 
+/// Socket polls a poller skips in a row while shared memory is busy (each costs a system
+/// call that on one host almost never finds anything).
+const MAX_SKIPS: u32 = 16;
+
 pub(crate) struct ShmLink {
     ep: Endpoint,
     /// Ranks of each process on shared memory, by its first rank (its slot).
@@ -45,6 +49,8 @@ pub(crate) struct ShmLink {
     /// Whether sends to a process (by first rank) go through shared memory; decided at
     /// the first send.
     path: HashMap<u32, bool>,
+    /// Socket polls skipped in a row because shared memory had traffic.
+    skipped: u32,
     _files: [RemoveOnDrop; 2],
 }
 
@@ -75,6 +81,7 @@ impl ShmLink {
             ep,
             ranks: HashMap::new(),
             path: HashMap::new(),
+            skipped: 0,
             _files: [
                 RemoveOnDrop::new(files.pointer),
                 RemoveOnDrop::new(files.bell),
@@ -177,6 +184,18 @@ impl ShmLink {
             ),
             e => (self.ep.slot() as u32, e.to_string()),
         })
+    }
+
+    /// Whether the poller may skip the sockets this round because shared memory has
+    /// traffic: yes, but not [`MAX_SKIPS`] times in a row, so a message on a socket (a
+    /// peer that fell back to it) is never starved by a busy ring.
+    pub(crate) fn may_skip_sockets(&mut self) -> bool {
+        self.skipped += 1;
+        if self.skipped > MAX_SKIPS {
+            self.skipped = 0;
+            return false;
+        }
+        true
     }
 
     pub(crate) fn woke(&self) {
