@@ -339,8 +339,15 @@ impl Endpoint {
         self.seen = bell;
         let mut wake = Vec::new();
         let mut first_err = None;
-        for slot in 0..self.rx.len() {
-            if slot == me || self.rx_failed[slot] {
+        let news = (0..self.inbox.news_words()).flat_map(|w| {
+            let bits = self.inbox.take_news(w);
+            (0..64)
+                .filter(move |b| bits & (1 << b) != 0)
+                .map(move |b| w * 64 + b)
+        });
+        let news: Vec<usize> = news.collect();
+        for slot in news {
+            if slot == me || slot >= self.rx.len() || self.rx_failed[slot] {
                 continue;
             }
             let ring = self.inbox.ring(slot);
@@ -391,6 +398,7 @@ impl Endpoint {
                     self.stats.single_copy += r.single as u64;
                     if r.records > 0 {
                         pushed = true;
+                        p.seg.mark(me);
                         p.seg.doorbell().fetch_add(1, Ordering::SeqCst);
                         if ring_if_sleeping(p) {
                             self.stats.rings += 1;
@@ -438,6 +446,7 @@ fn push(p: &mut Peer, me: usize, slot: usize) -> Result<(bool, usize), ShmError>
     if r.records == 0 {
         return Ok((false, r.single));
     }
+    p.seg.mark(me);
     p.seg.doorbell().fetch_add(1, Ordering::SeqCst);
     Ok((ring_if_sleeping(p), r.single))
 }

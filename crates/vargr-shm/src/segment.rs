@@ -13,7 +13,8 @@
 //! ```text
 //! 0     header: magic, version, slots, ring_bytes, owner pid, probe address
 //! 64    sleeping (u32: the owner is about to block), doorbell (u64: pushes so far)
-//! 128   ring 0: tail (64 B line), head (64 B line), producer waiting and single-copy
+//! 128   one bit per ring that has news (u64 words), rounded up to 64 bytes
+//! R     ring 0: tail (64 B line), head (64 B line), producer waiting and single-copy
 //!       reads done (64 B line), data
 //! ...   ring 1, …
 //! ```
@@ -44,6 +45,11 @@ pub const MAX_RING: usize = 1 << 30;
 /// Most processes a segment has rings for.
 pub const MAX_SLOTS: usize = 1 << 16;
 
+/// Bytes of the news bitmap for `slots` rings, whole cache lines.
+fn bitmap_bytes(slots: usize) -> usize {
+    (slots.div_ceil(64) * 8).div_ceil(64) * 64
+}
+
 /// The shape of a segment: how many rings and how large each is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
@@ -67,7 +73,7 @@ impl Layout {
         }
         let len = (RING_HEADER + ring_bytes)
             .checked_mul(slots)
-            .and_then(|r| r.checked_add(HEADER));
+            .and_then(|r| r.checked_add(HEADER + bitmap_bytes(slots)));
         if len.is_none() || len > Some(isize::MAX as usize) {
             return Err(ShmError::Layout(format!(
                 "{slots} rings of {ring_bytes} bytes do not fit in memory"
@@ -86,7 +92,7 @@ impl Layout {
 
     /// Bytes of the whole segment.
     pub fn len(&self) -> usize {
-        HEADER + self.slots * (RING_HEADER + self.ring_bytes)
+        self.rings_start() + self.slots * (RING_HEADER + self.ring_bytes)
     }
 
     /// Whether the layout has no rings (never true for a validated layout).
@@ -94,8 +100,12 @@ impl Layout {
         self.slots == 0
     }
 
+    fn rings_start(&self) -> usize {
+        HEADER + bitmap_bytes(self.slots)
+    }
+
     fn ring_offset(&self, i: usize) -> usize {
-        HEADER + i * (RING_HEADER + self.ring_bytes)
+        self.rings_start() + i * (RING_HEADER + self.ring_bytes)
     }
 }
 
@@ -270,6 +280,30 @@ impl Segment {
     /// ring, to know whether anything arrived.
     pub fn doorbell(&self) -> &AtomicU64 {
         self.header_word(72)
+    }
+
+    /// Marks ring `i` as having news (by its producer, before the doorbell), so the
+    /// owner reads only rings that have some: scanning every ring of a large job costs
+    /// a cache miss each, and touching untouched rings would make their pages.
+    pub fn mark(&self, i: usize) {
+        self.news_word(i / 64)
+            .fetch_or(1 << (i % 64), Ordering::SeqCst);
+    }
+
+    /// Takes the news bits of rings `64 w .. 64 w + 63`.
+    pub fn take_news(&self, w: usize) -> u64 {
+        self.news_word(w).swap(0, Ordering::AcqRel)
+    }
+
+    /// Words of news bits.
+    pub fn news_words(&self) -> usize {
+        self.layout.slots.div_ceil(64)
+    }
+
+    fn news_word(&self, w: usize) -> &AtomicU64 {
+        assert!(w < self.news_words());
+        // SAFETY: an aligned word of the bitmap, inside the mapping for as long as self.
+        unsafe { &*(self.ptr.as_ptr().add(HEADER + 8 * w) as *const AtomicU64) }
     }
 }
 

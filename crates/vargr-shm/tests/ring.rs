@@ -9,6 +9,10 @@ use bytes::Bytes;
 use proptest::prelude::*;
 use vargr_shm::{Endpoint, Incoming, Layout, MsgHead, Outgoing, PeerFiles, Segment, ShmError};
 
+/// Where ring 0 starts in a segment of up to 512 rings: the header, then a cache line of
+/// news bits.
+const RINGS: u64 = 128 + 64;
+
 fn msg(i: usize, len: usize) -> Bytes {
     (0..len)
         .map(|j| (i * 31 + j * 7) as u8)
@@ -104,10 +108,10 @@ proptest! {
         head_pos in prop_oneof![Just(0u64), any::<u64>()],
     ) {
         let seg = Segment::create("t", Layout::new(1, 4096).unwrap()).unwrap();
-        let base = 128 + 192;
-        rustix::io::pwrite(seg.fd(), &data[..data.len().min(4096)], base as u64).unwrap();
-        rustix::io::pwrite(seg.fd(), &tail.to_le_bytes(), 128).unwrap();
-        rustix::io::pwrite(seg.fd(), &head_pos.to_le_bytes(), 128 + 64).unwrap();
+        let base = RINGS + 192;
+        rustix::io::pwrite(seg.fd(), &data[..data.len().min(4096)], base).unwrap();
+        rustix::io::pwrite(seg.fd(), &tail.to_le_bytes(), RINGS).unwrap();
+        rustix::io::pwrite(seg.fd(), &head_pos.to_le_bytes(), RINGS + 64).unwrap();
         let ring = seg.ring(0);
         let mut rx = Incoming::default();
         let mut n = 0;
@@ -128,14 +132,14 @@ fn corrupt_records_are_named_errors() {
     rec[0..4].copy_from_slice(&1000u32.to_le_bytes());
     rec[4..8].copy_from_slice(&1u32.to_le_bytes());
     rec[24..32].copy_from_slice(&1000u64.to_le_bytes());
-    rustix::io::pwrite(seg.fd(), &rec, 128 + 192).unwrap();
-    rustix::io::pwrite(seg.fd(), &64u64.to_le_bytes(), 128).unwrap();
+    rustix::io::pwrite(seg.fd(), &rec, RINGS + 192).unwrap();
+    rustix::io::pwrite(seg.fd(), &64u64.to_le_bytes(), RINGS).unwrap();
     let e = Incoming::default()
         .drain(&ring, 1 << 20, |_, _| panic!("nothing is whole"))
         .unwrap_err();
     assert!(e.0.contains("overruns"), "{e}");
     // A message over the limit.
-    rustix::io::pwrite(seg.fd(), &1032u64.to_le_bytes(), 128).unwrap();
+    rustix::io::pwrite(seg.fd(), &1032u64.to_le_bytes(), RINGS).unwrap();
     let e = Incoming::default()
         .drain(&ring, 100, |_, _| panic!("refused"))
         .unwrap_err();
@@ -148,14 +152,14 @@ fn corrupt_records_are_named_errors() {
     rec[32..36].copy_from_slice(&std::process::id().to_le_bytes());
     rec[40..48].copy_from_slice(&8u64.to_le_bytes()); // address 8: never mapped
     rec[48..56].copy_from_slice(&100_000u64.to_le_bytes());
-    rustix::io::pwrite(seg.fd(), &rec, 128 + 192).unwrap();
-    rustix::io::pwrite(seg.fd(), &64u64.to_le_bytes(), 128).unwrap();
+    rustix::io::pwrite(seg.fd(), &rec, RINGS + 192).unwrap();
+    rustix::io::pwrite(seg.fd(), &64u64.to_le_bytes(), RINGS).unwrap();
     let e = Incoming::default()
         .drain(&ring, 1 << 20, |_, _| panic!("refused"))
         .unwrap_err();
     assert!(e.0.contains("single-copy read"), "{e}");
     // A producer position far ahead.
-    rustix::io::pwrite(seg.fd(), &(1u64 << 40).to_le_bytes(), 128).unwrap();
+    rustix::io::pwrite(seg.fd(), &(1u64 << 40).to_le_bytes(), RINGS).unwrap();
     let e = Incoming::default()
         .drain(&ring, 1 << 20, |_, _| ())
         .unwrap_err();
@@ -178,7 +182,7 @@ fn endpoints_report_a_corrupt_ring_with_the_peer_and_stop_reading_it() {
             .open(format!("/proc/{pid}/fd/{fd}"))
             .unwrap()
     };
-    let ring1 = 128 + (192 + 4096) as u64;
+    let ring1 = RINGS + (192 + 4096) as u64;
     rustix::io::pwrite(&seg_of_0, &[0xff; 48], ring1 + 192).unwrap();
     let mut got = Vec::new();
     let e = eps[0].progress(|s, h, b| got.push((s, h, b))).unwrap_err();
