@@ -20,7 +20,7 @@ use vargr_emu::WanMap;
 use vargr_links::{LinkEnds, LinkPolicy, LinkSettings};
 use vargr_net::mesh::{self, Mesh};
 
-use crate::arena::Arena;
+use crate::arena::{Arena, CrossProcess};
 use crate::comm::{Comm, World};
 use crate::elem::ElemKind;
 use crate::error::{CollError, Result};
@@ -273,12 +273,31 @@ impl Job {
             None
         };
         // Shared-memory waits happen outside `recv`, where the scheduler cannot see them.
-        let arena = (local > 1 && sched.is_none()).then(|| {
-            Arc::new(Arena::new(
+        // Processes of one host meet in the job's collective area too.
+        // Decided by the policy, not by this process's rank count: every process must
+        // agree on whether collectives meet there.
+        let area = match policy {
+            SchedPolicy::None => mesh.shm_area().map_err(job_error)?,
+            _ => None,
+        };
+        let cross = area.map(|area| {
+            let (m, p) = (Arc::downgrade(&mesh), Arc::downgrade(&mesh));
+            CrossProcess {
+                area,
+                failure: Box::new(move || m.upgrade().and_then(|m| m.failure())),
+                progress: Box::new(move || p.upgrade().is_some_and(|m| m.progress())),
+            }
+        });
+        let arena = ((local > 1 && sched.is_none()) || cross.is_some()).then(|| {
+            let a = Arena::new(
                 env.size as usize,
                 first..first + local,
                 WaitPolicy::default(),
-            ))
+            );
+            Arc::new(match cross {
+                Some(c) => a.with_processes(c),
+                None => a,
+            })
         });
         let fabric = (local > 1).then(|| Fabric::new(local));
         let ranks_per_core = ranks_per_core(mesh.table());

@@ -455,6 +455,38 @@ impl Mesh {
         }
     }
 
+    /// The job's collective area in shared memory, when the whole job is on this host
+    /// and uses it (see `vargr_shm::Area`); an error if it exists but cannot be opened.
+    pub fn shm_area(&self) -> Result<Option<Arc<vargr_shm::Area>>, NetError> {
+        match self.lock().shm.as_mut() {
+            Some(s) => s.area(),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves what this process has queued for others (shared-memory backlogs, socket
+    /// writes) and delivers shared-memory arrivals, without waiting; returns whether
+    /// anything is still queued. For waits outside `recv` (the collective area's): a rank
+    /// blocked there must not hold back a message another rank waits for.
+    pub fn progress(&self) -> bool {
+        let mut g = self.lock();
+        let _ = self.progress_shm(&mut g);
+        let st = &mut *g;
+        let mut backlog = st.shm.as_ref().is_some_and(ShmLink::backlog);
+        if let Some(mut r) = st.reactor.take() {
+            st.apply(&mut r);
+            backlog |= r.ids().filter_map(|i| r.link(i)).any(|l| l.backlog() > 0);
+            st.reactor = Some(r);
+        }
+        backlog
+    }
+
+    /// Why the job cannot go on, if a process of it was lost (for waits outside
+    /// `recv`, such as the collective area's, which must not outlive the job).
+    pub fn failure(&self) -> Option<String> {
+        self.lock().lost.values().next().cloned()
+    }
+
     /// What went through shared memory so far (`None` if this mesh does not use it).
     pub fn shm_stats(&self) -> Option<vargr_shm::Stats> {
         self.lock().shm.as_ref().map(ShmLink::stats)
@@ -523,6 +555,9 @@ impl Mesh {
         self.check_rank("source", src)?;
         let key = (dest, src, tag);
         let mut g = self.lock();
+        // Shared memory costs no system call to look at: ranks busy in the collective area
+        // may never come to poll it.
+        let _ = self.progress_shm(&mut g);
         if let Some(b) = g.take_mail(&key) {
             return Ok(Some(b));
         }

@@ -254,7 +254,7 @@ pub fn remove_mesh_sockets(dir: &RuntimeDir, pid: u32) -> usize {
         let name = e.file_name();
         let name = name.to_string_lossy();
         // The socket, and the shared-memory pointer file and bell made beside it.
-        let ours = [".sock", ".sock.shm", ".sock.bell"]
+        let ours = [".sock", ".sock.shm", ".sock.bell", ".sock.coll"]
             .iter()
             .any(|s| name.ends_with(s));
         if name.starts_with(&prefix) && ours && std::fs::remove_file(e.path()).is_ok() {

@@ -23,7 +23,7 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 
 use bytes::Bytes;
-use vargr_shm::{Endpoint, Layout, MsgHead, PeerFiles, ShmError, Stats, Watch};
+use vargr_shm::{Area, Endpoint, Layout, MsgHead, PeerFiles, ShmError, Stats, Watch};
 
 use crate::runtime_dir::RemoveOnDrop;
 use crate::wireup::{JobEnv, PeerInfo};
@@ -42,6 +42,21 @@ const YIELDS: u32 = 32;
 /// call that on one host almost never finds anything).
 const MAX_SKIPS: u32 = 16;
 
+/// Largest job whose ranks get a collective area, and the buffers it takes: an area
+/// holds a slot per rank (untouched slots cost nothing), and the `shm` algorithm is
+/// chosen for buffers up to 256 KiB.
+const AREA_MAX_RANKS: u32 = 1024;
+const AREA_SLOT: usize = 256 << 10;
+
+/// The job's collective area, as this process knows it.
+enum AreaState {
+    /// Made here (rank 0's process) or opened.
+    Open(std::sync::Arc<Area>),
+    /// Rank 0's process made it: its pointer file, opened at first use.
+    There(std::path::PathBuf),
+    None,
+}
+
 pub(crate) struct ShmLink {
     ep: Endpoint,
     /// Ranks of each process on shared memory, by its first rank (its slot).
@@ -51,7 +66,10 @@ pub(crate) struct ShmLink {
     path: HashMap<u32, bool>,
     /// Socket polls skipped in a row because shared memory had traffic.
     skipped: u32,
+    area: AreaState,
+    size: u32,
     _files: [RemoveOnDrop; 2],
+    _area_file: Option<RemoveOnDrop>,
 }
 
 /// Ring size for a job of `size` ranks.
@@ -77,7 +95,21 @@ impl ShmLink {
         let files = PeerFiles::beside(socket);
         let layout = Layout::new(size as usize, ring_bytes(size))?;
         let ep = Endpoint::create(me as usize, layout, files.clone(), max_message)?;
+        // Rank 0's process makes the job's collective area; the others open it later.
+        let (area, area_file) = if me == 0 && size <= AREA_MAX_RANKS {
+            let a = Area::create("vargr-coll", size as usize, AREA_SLOT)?;
+            vargr_shm::write_pointer(&files.area, a.fd())?;
+            (
+                AreaState::Open(std::sync::Arc::new(a)),
+                Some(RemoveOnDrop::new(files.area.clone())),
+            )
+        } else {
+            (AreaState::None, None)
+        };
         Ok(ShmLink {
+            area,
+            size,
+            _area_file: area_file,
             ep,
             ranks: HashMap::new(),
             path: HashMap::new(),
@@ -105,6 +137,9 @@ impl ShmLink {
             };
             if first != self.ep.slot() {
                 self.ep.locate(first, PeerFiles::beside(path));
+            }
+            if first == 0 && self.ep.slot() != 0 && self.size <= AREA_MAX_RANKS {
+                self.area = AreaState::There(PeerFiles::beside(path).area);
             }
             self.ranks.insert(first as u32, first as u32..end as u32);
             first = end;
@@ -196,6 +231,34 @@ impl ShmLink {
             return false;
         }
         true
+    }
+
+    /// The job's collective area, opened at first use; `None` if rank 0's process made
+    /// none (then no process has one). Every process must agree, or their collectives
+    /// would take different algorithms and wait for each other for ever: an area that
+    /// exists but cannot be opened is an error.
+    pub(crate) fn area(&mut self) -> Result<Option<std::sync::Arc<Area>>, NetError> {
+        if let AreaState::There(path) = &self.area {
+            if !path.exists() {
+                self.area = AreaState::None;
+            } else {
+                let a = vargr_shm::open_pointer(path)
+                    .and_then(|(pid, fd, who)| {
+                        Area::open(fd, pid, self.size as usize, AREA_SLOT, &who)
+                    })
+                    .map_err(|e| NetError::Job {
+                        reason: format!(
+                            "the job's collective area cannot be opened ({e}); VARGR_SHM=false \
+                             runs the job without shared memory"
+                        ),
+                    })?;
+                self.area = AreaState::Open(std::sync::Arc::new(a));
+            }
+        }
+        Ok(match &self.area {
+            AreaState::Open(a) => Some(a.clone()),
+            _ => None,
+        })
     }
 
     pub(crate) fn woke(&self) {

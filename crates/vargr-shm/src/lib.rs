@@ -17,6 +17,7 @@
 //! position, length and header read from shared memory is checked, and a violation is an
 //! [`ShmError::Corrupt`] naming the peer.
 
+mod area;
 mod bell;
 mod error;
 pub mod ring;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+pub use area::{Area, Outcome};
 pub use bell::{Bell, Ringer};
 pub use error::ShmError;
 pub use ring::{Incoming, MsgHead, Outgoing, Ring, RingError};
@@ -42,6 +44,8 @@ pub use segment::{Layout, Segment, MAX_RING, MIN_RING};
 pub struct PeerFiles {
     pub pointer: PathBuf,
     pub bell: PathBuf,
+    /// The pointer file of the job's collective [`Area`] (made by rank 0's process).
+    pub area: PathBuf,
 }
 
 impl PeerFiles {
@@ -56,6 +60,7 @@ impl PeerFiles {
         PeerFiles {
             pointer: with(".shm"),
             bell: with(".bell"),
+            area: with(".coll"),
         }
     }
 }
@@ -115,7 +120,8 @@ impl Watch {
     }
 }
 
-fn write_pointer(path: &Path, seg: &Segment) -> Result<(), ShmError> {
+/// Writes a pointer file naming memfd `fd` of this process (`<pid> <fd>`), new, 0600.
+pub fn write_pointer(path: &Path, fd: std::os::fd::BorrowedFd<'_>) -> Result<(), ShmError> {
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -123,12 +129,19 @@ fn write_pointer(path: &Path, seg: &Segment) -> Result<(), ShmError> {
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(path)
         .map_err(|e| ShmError::io("creating", path, e))?;
-    writeln!(f, "{} {}", std::process::id(), seg.fd().as_raw_fd())
+    writeln!(f, "{} {}", std::process::id(), fd.as_raw_fd())
         .map_err(|e| ShmError::io("writing", path, e))
 }
 
 /// Opens the segment a pointer file names, for `slots` processes.
-fn open_pointer(path: &Path, slots: usize) -> Result<Segment, ShmError> {
+fn open_segment(path: &Path, slots: usize) -> Result<Segment, ShmError> {
+    let (pid, fd, who) = open_pointer(path)?;
+    Segment::open(fd, pid, slots, &who)
+}
+
+/// Opens the memfd a pointer file names: its owner's pid, the descriptor, and its
+/// `/proc` path (for messages).
+pub fn open_pointer(path: &Path) -> Result<(u32, OwnedFd, String), ShmError> {
     use std::os::unix::fs::MetadataExt;
     let refuse = |why: String| ShmError::Refused {
         who: path.display().to_string(),
@@ -164,7 +177,7 @@ fn open_pointer(path: &Path, slots: usize) -> Result<Segment, ShmError> {
         .open(&proc_path)
         .map_err(|e| ShmError::io("opening", &proc_path, e))?
         .into();
-    Segment::open(fd, pid, slots, &proc_path.display().to_string())
+    Ok((pid, fd, proc_path.display().to_string()))
 }
 
 impl Endpoint {
@@ -184,7 +197,7 @@ impl Endpoint {
             )));
         }
         let seg = Segment::create(&format!("vargr-shm-{me}"), layout)?;
-        write_pointer(&files.pointer, &seg)?;
+        write_pointer(&files.pointer, seg.fd())?;
         let bell = match Bell::create(&files.bell) {
             Ok(b) => b,
             Err(e) => {
@@ -255,7 +268,7 @@ impl Endpoint {
                 who: format!("process {slot} of this host"),
                 why: "its files are unknown".into(),
             })?;
-            *state = match open_pointer(&files.pointer, slots)
+            *state = match open_segment(&files.pointer, slots)
                 .and_then(|seg| Ok((seg, Ringer::open(&files.bell)?)))
             {
                 Ok((seg, ringer)) => {

@@ -45,6 +45,60 @@ pub const MAX_RING: usize = 1 << 30;
 /// Most processes a segment has rings for.
 pub const MAX_SLOTS: usize = 1 << 16;
 
+/// A new memfd of `len` bytes, sealed so that no one may shrink it (a mapping of it
+/// would fault) or change its seals.
+pub(crate) fn sealed_memfd(name: &str, len: usize) -> Result<OwnedFd, ShmError> {
+    let io = |what: &'static str| move |e| ShmError::io(what, name, e);
+    let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(io("creating the memfd"))?;
+    rustix::fs::ftruncate(&fd, len as u64).map_err(io("sizing the memfd"))?;
+    rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::SEAL)
+        .map_err(io("sealing the memfd"))?;
+    Ok(fd)
+}
+
+/// Checks that `fd` is a memfd of this user sealed against shrinking; returns its size.
+pub(crate) fn check_sealed(fd: &OwnedFd, who: &str) -> Result<usize, ShmError> {
+    let bad = |why: String| ShmError::Refused {
+        who: who.to_string(),
+        why,
+    };
+    let st = rustix::fs::fstat(fd).map_err(|e| ShmError::io("inspecting", who, e))?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
+        return Err(bad("not a regular file".into()));
+    }
+    if st.st_uid != rustix::process::getuid().as_raw() {
+        return Err(bad(format!("owned by uid {}", st.st_uid)));
+    }
+    let seals = rustix::fs::fcntl_get_seals(fd).map_err(|e| {
+        bad(format!(
+            "not a sealable memfd ({e}): a peer could shrink it under the mapping"
+        ))
+    })?;
+    if !seals.contains(SealFlags::SHRINK | SealFlags::SEAL) {
+        return Err(bad("not sealed against shrinking".into()));
+    }
+    usize::try_from(st.st_size).map_err(|_| bad("negative size".into()))
+}
+
+/// Maps `len` bytes of `fd` shared, read and write. The caller unmaps it.
+pub(crate) fn map_shared(fd: &OwnedFd, len: usize, who: &str) -> Result<NonNull<u8>, ShmError> {
+    // SAFETY: a fresh shared mapping of `len` bytes of a file at least that long (checked
+    // or just sized, and sealed against shrinking); the caller unmaps it in its Drop.
+    let p = unsafe {
+        rustix::mm::mmap(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::SHARED,
+            fd,
+            0,
+        )
+    }
+    .map_err(|e| ShmError::io("mapping", who, e))?;
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| ShmError::Layout("null map".into()))
+}
+
 /// Bytes of the news bitmap for `slots` rings, whole cache lines.
 fn bitmap_bytes(slots: usize) -> usize {
     (slots.div_ceil(64) * 8).div_ceil(64) * 64
@@ -130,13 +184,7 @@ impl Segment {
     /// Creates a new segment as a sealed memfd named `name` (the name shows in
     /// `/proc/<pid>/fd`, for whoever debugs), owned by process `pid`.
     pub fn create(name: &str, layout: Layout) -> Result<Segment, ShmError> {
-        let io = |what: &'static str| move |e| ShmError::io(what, name, e);
-        let fd = rustix::fs::memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-            .map_err(io("creating the memfd"))?;
-        rustix::fs::ftruncate(&fd, layout.len() as u64).map_err(io("sizing the memfd"))?;
-        // No one may shrink it (our mapping would fault) or change the seals.
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::SEAL)
-            .map_err(io("sealing the memfd"))?;
+        let fd = sealed_memfd(name, layout.len())?;
         let mut seg = Segment::map(fd, layout, name)?;
         let h = seg.ptr.as_ptr();
         seg.probe = h as u64;
@@ -161,22 +209,7 @@ impl Segment {
             who: who.to_string(),
             why,
         };
-        let st = rustix::fs::fstat(&fd).map_err(|e| ShmError::io("inspecting", who, e))?;
-        if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::RegularFile {
-            return Err(bad("not a regular file".into()));
-        }
-        if st.st_uid != rustix::process::getuid().as_raw() {
-            return Err(bad(format!("owned by uid {}", st.st_uid)));
-        }
-        let seals = rustix::fs::fcntl_get_seals(&fd).map_err(|e| {
-            bad(format!(
-                "not a sealable memfd ({e}): a peer could shrink it under the mapping"
-            ))
-        })?;
-        if !seals.contains(SealFlags::SHRINK | SealFlags::SEAL) {
-            return Err(bad("not sealed against shrinking".into()));
-        }
-        let size = usize::try_from(st.st_size).map_err(|_| bad("negative size".into()))?;
+        let size = check_sealed(&fd, who)?;
         // Read the header through a pread, not the mapping: its size is not known yet.
         let mut h = [0u8; 40];
         let n = rustix::io::pread(&fd, &mut h, 0).map_err(|e| ShmError::io("reading", who, e))?;
@@ -221,22 +254,7 @@ impl Segment {
     }
 
     fn map(fd: OwnedFd, layout: Layout, who: &str) -> Result<Segment, ShmError> {
-        // SAFETY: a fresh shared mapping of `layout.len()` bytes of a file at least that
-        // long (checked or just sized, and sealed against shrinking); it is unmapped
-        // only in Drop.
-        let p = unsafe {
-            rustix::mm::mmap(
-                std::ptr::null_mut(),
-                layout.len(),
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::SHARED,
-                &fd,
-                0,
-            )
-        }
-        .map_err(|e| ShmError::io("mapping", who, e))?;
-        let ptr =
-            NonNull::new(p.cast::<u8>()).ok_or_else(|| ShmError::Layout("null map".into()))?;
+        let ptr = map_shared(&fd, layout.len(), who)?;
         Ok(Segment {
             ptr,
             layout,
