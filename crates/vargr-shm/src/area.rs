@@ -225,7 +225,8 @@ impl Area {
         self.word32(128)
             .store(gen.wrapping_add(1), Ordering::SeqCst);
         if self.word32(192).load(Ordering::SeqCst) > 0 {
-            let _ = futex::wake(self.word32(128), futex::Flags::empty(), u32::MAX);
+            // The count is an int to the kernel: u32::MAX would read as -1 and wake one.
+            let _ = futex::wake(self.word32(128), futex::Flags::empty(), i32::MAX as u32);
         }
     }
 

@@ -349,3 +349,69 @@ fn two_processes_exchange_both_ways() {
     assert!(ep.stats().single_copy > 0, "{:?}", ep.stats());
     let _ = ep.bell().fd().as_fd();
 }
+
+/// Ranks meet in an area: every waiter wakes when the last one publishes (a futex wake
+/// of one waiter would leave the others blocked), results are whole, and deposits that
+/// do not fit are refused.
+#[test]
+fn ranks_meet_in_an_area_and_all_wake() {
+    use std::sync::Arc;
+    use vargr_shm::{Area, Outcome};
+    let n = 6;
+    let area = Arc::new(Area::create("t", n, 64).unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    for round in 0..20u8 {
+        for r in 0..n {
+            let (area, tx) = (area.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let gen = area.generation();
+                area.deposit(r, &[round, r as u8]).unwrap();
+                if area.arrive() {
+                    // The last sums the second bytes in rank order.
+                    let mut sum = 0u8;
+                    let mut slot = Vec::new();
+                    for q in 0..area.ranks() {
+                        area.read_slot(q, &mut slot).unwrap();
+                        assert_eq!(slot[0], round);
+                        sum += slot[1];
+                    }
+                    area.publish(gen, Ok(&[round, sum]));
+                } else {
+                    // A slice far longer than the test's deadline: only a wake ends it.
+                    while !area.wait(gen, 0, Duration::from_secs(3600)) {}
+                }
+                let mut out = [0u8; 2];
+                assert!(matches!(area.result(&mut out).unwrap(), Outcome::Done));
+                tx.send(out).unwrap();
+            });
+        }
+        for _ in 0..n {
+            let out = rx
+                .recv_timeout(Duration::from_secs(60))
+                .expect("a waiter never woke");
+            assert_eq!(out, [round, (0..n as u8).sum::<u8>()]);
+        }
+    }
+    assert!(area.deposit(0, &[0u8; 65]).is_err());
+    assert!(area.deposit(n, &[0u8; 8]).is_err());
+    // A peer's length beyond the slot is refused when read.
+    let lens = 320 + 8 * 2;
+    rustix::io::pwrite(area.fd(), &1000u64.to_le_bytes(), lens).unwrap();
+    assert!(area.read_slot(2, &mut Vec::new()).is_err());
+    let other = Area::open(
+        area.fd().try_clone_to_owned().unwrap(),
+        std::process::id(),
+        n,
+        64,
+        "x",
+    );
+    assert!(other.is_ok());
+    let wrong = Area::open(
+        area.fd().try_clone_to_owned().unwrap(),
+        std::process::id(),
+        n + 1,
+        64,
+        "x",
+    );
+    assert!(wrong.is_err());
+}
