@@ -12,6 +12,10 @@
 //! so the segment can be made before wire-up, when only the job's size is known, and
 //! exists before any peer can learn where it is.
 //!
+//! Rank 0's process also makes the job's collective area (`vargr_shm::Area`), which
+//! `vargr-coll`'s arena uses for small collectives between processes; the others open it
+//! through its pointer file at first use.
+//!
 //! Shared memory is used only when the whole job is on this host (every address a Unix
 //! socket, whose path names the peer's files). A peer whose inbox cannot be opened is
 //! reached over its socket for good; the choice is made once per peer, at the first

@@ -8,6 +8,9 @@
 //! said it is about to block. Waiting never spins: the waiter polls the bell's file
 //! descriptor (with its sockets) until woken.
 //!
+//! Small collectives need no messages at all: in the job's collective [`Area`] every rank
+//! deposits its buffer, the last to arrive combines them, the others wait on a futex.
+//!
 //! The crate is sans-I/O where it can be: [`ring`] is pure data-structure code over a
 //! mapping, tested within and between processes, and [`Endpoint`] decides what to push,
 //! drain and wake but leaves waiting to the caller's poller.
