@@ -306,6 +306,10 @@ fn cross_allreduce(
             if let Some(reason) = (c.failure)() {
                 return Err(CollError::Job { reason });
             }
+            // Like a receive: a binding's check (Python's signals) may end the wait.
+            if vargr_net::mesh::interrupted() {
+                return Err(CollError::Interrupted { rank: me });
+            }
             if let Some(limit) = policy.timeout.filter(|l| started.elapsed() >= *l) {
                 return Err(CollError::Timeout {
                     rank: me,

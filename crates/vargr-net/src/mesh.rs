@@ -830,6 +830,12 @@ pub fn set_interrupt_check(check: fn() -> bool) -> bool {
     INTERRUPT_CHECK.set(check).is_ok()
 }
 
+/// Asks the installed interrupt check (false without one), for blocking waits outside
+/// [`Mesh::recv`] that must end the same way.
+pub fn interrupted() -> bool {
+    INTERRUPT_CHECK.get().is_some_and(|check| check())
+}
+
 impl Drop for Mesh {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
