@@ -8,7 +8,7 @@ from conftest import PYTHON, clean_env, run
 
 
 def test_the_hierarchy_also_subclasses_the_builtin_classes() -> None:
-    assert issubclass(vargr.TimeoutError, TimeoutError)
+    assert issubclass(vargr.VargrTimeoutError, TimeoutError)
     assert issubclass(vargr.TopologyError, ValueError)
     assert issubclass(vargr.CodecError, ValueError)
     for cls in (vargr.NodeLostError, vargr.ShutdownError, vargr.StartupError, vargr.FilterError):

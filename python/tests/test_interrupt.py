@@ -70,7 +70,7 @@ def test_short_timeouts_end_waits_without_a_signal(timeout: float) -> None:
     with vargr.Network("flat:1", backend=lambda be: be.recv(), launcher="threads") as n:
         s = n.open_stream(up="sum")
         t0 = time.monotonic()
-        with pytest.raises(vargr.TimeoutError):
+        with pytest.raises(vargr.VargrTimeoutError):
             s.recv(timeout=timeout)
         assert time.monotonic() - t0 < 30
 

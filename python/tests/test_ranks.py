@@ -48,6 +48,28 @@ def test_python_ranks_write_their_trace_at_exit(tmp_path: Path) -> None:
     assert len(list(out.glob("*.vtr"))) == 2, sorted(p.name for p in out.iterdir())
 
 
+def test_traces_monitors_and_top_name_python_ranks(tmp_path: Path) -> None:
+    # Rank 1 sleeps before each allreduce: every view of the job must name it.
+    slow = [PYTHON, script("slow_rank.py"), "1", "300"]
+    trace = tmp_path / "trace"
+    r = run([vargr_binary(), "run", "-n", "3", "--trace", str(trace), "--", *slow], timeout=180)
+    assert r.returncode == 0, r.stderr
+    report = run([vargr_binary(), "trace", "report", str(trace)])
+    assert report.returncode == 0, report.stderr
+    assert "collective instances on 3 ranks" in report.stdout, report.stdout
+    assert "culprit: rank 1 (last in " in report.stdout, report.stdout
+
+    status = tmp_path / "status.json"
+    monitor = ["--monitor", "load-balance,stats", "--status", str(status)]
+    r = run([vargr_binary(), "run", "-n", "3", *monitor, "--", *slow], timeout=180)
+    assert r.returncode == 0, r.stderr
+    assert "vargr monitor (final): allreduce: rank 1 arrived last" in r.stderr, r.stderr
+    top = run([vargr_binary(), "top", "--once", str(status)])
+    assert top.returncode == 0, top.stderr
+    row = next(line for line in top.stdout.splitlines() if line.startswith("allreduce"))
+    assert "rank 1 (" in row, top.stdout
+
+
 def test_collectives_under_mpirun() -> None:
     mpirun = shutil.which("mpirun")
     if mpirun is None:

@@ -114,7 +114,7 @@ def test_back_ends_message_each_other_through_the_tree(net: vargr.Network) -> No
 def test_recv_times_out_with_vargr_timeout_error(net: vargr.Network) -> None:
     s = net.open_stream(up="sum")
     s.send(TAG_SILENT, "%d", 0)
-    with pytest.raises(vargr.TimeoutError) as e:
+    with pytest.raises(vargr.VargrTimeoutError) as e:
         s.recv(timeout=0.2)
     assert isinstance(e.value, TimeoutError) and isinstance(e.value, vargr.VargrError)
 
@@ -138,7 +138,10 @@ def test_the_package_commnode_runs_internal_nodes(monkeypatch: pytest.MonkeyPatc
 
     commnode = shutil.which("vargr-commnode") or str(Path(PYTHON).parent / "vargr-commnode")
     if not Path(commnode).is_file():
-        pytest.fail("vargr-commnode is not installed beside this Python: pip install . first")
+        pytest.fail(
+            "vargr-commnode is not installed beside this Python: install the package first "
+            "(pip install the wheel of scripts/build-wheels.sh, or pip install .)"
+        )
     monkeypatch.delenv("VARGR_COMMNODE")
     with vargr.Network("kary:2@4", backend=ECHO, commnode=commnode) as n:
         # The front-end's children are the two commnodes: Python processes running

@@ -18,6 +18,10 @@ entry points. Everything calls the Rust libraries directly (the extension module
 Blocking calls release the GIL and can be interrupted with Ctrl-C: the tree's calls
 (``Stream.recv``, ``Backend.recv``, start-up), joining a job, and collectives (a
 collective interrupted on one rank does not complete there).
+
+Nothing in ``__all__`` is named like a builtin, so ``from vargr import *`` shadows none:
+the timeout error is :class:`VargrTimeoutError` (still a builtin ``TimeoutError``); its
+old name ``vargr.TimeoutError`` remains as an alias outside ``__all__``.
 """
 
 from __future__ import annotations
@@ -57,11 +61,20 @@ from ._vargr import (
     ShutdownError,
     StartupError,
     Stream,
-    TimeoutError,
     Topology,
     TopologyError,
     VargrError,
+    VargrTimeoutError,
 )
+
+# The crate's version, compiled into the extension: the wheel's too (maturin takes it from
+# the crate), read without importlib.metadata, whose import alone made `import vargr` take
+# 31 ms instead of 11 (every rank of a job pays it).
+__version__: str = _vargr.__version__
+
+# The timeout error's former name, kept for code that uses it (out of __all__: it would
+# shadow the builtin under `from vargr import *`).
+TimeoutError = VargrTimeoutError
 
 __all__ = [
     "BAND",
@@ -94,10 +107,10 @@ __all__ = [
     "ShutdownError",
     "StartupError",
     "Stream",
-    "TimeoutError",
     "Topology",
     "TopologyError",
     "VargrError",
+    "VargrTimeoutError",
     "World",
     "codec",
     "dedup",

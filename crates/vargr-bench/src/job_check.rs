@@ -2,7 +2,7 @@
 //! mesh carries messages between every pair (tests of `vargr run`, of ranks as
 //! threads, and of mpirun).
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 /// Joins the job (rank and size from `vargr run`, `mpirun` or `srun`) and prints one line
 /// per local rank: `rank R of N host H site S peers P`, where P counts the table entries.
@@ -102,4 +102,75 @@ pub fn mesh_check(shm_stats: bool) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Point-to-point semantics across processes and threads: every rank sends three
+/// messages to every other with falling tags and takes them with wildcard receives
+/// (posted and blocking), checking each sender's order; then a probed ring. Each rank
+/// prints `rank R p2p ok` (tests of `vargr run`).
+pub fn p2p_check() -> Result<()> {
+    let job = vargr_config::join_job()?;
+    let outs = job.run(|c| {
+        p2p(&c).map_err(|e| vargr_coll::CollError::Job {
+            reason: format!("{e:#}"),
+        })
+    })?;
+    for o in outs {
+        println!("{o}");
+    }
+    job.finish();
+    Ok(())
+}
+
+fn p2p(c: &vargr_coll::Comm) -> Result<String> {
+    use bytes::Bytes;
+    let (me, p) = (c.rank(), c.size());
+    for dest in (0..p).filter(|&d| d != me) {
+        for i in 0..3u64 {
+            c.send_bytes(dest, 10 - i, Bytes::from(format!("{me}:{i}")))?;
+        }
+    }
+    let mut got = Vec::new();
+    let mut posted = (1..p)
+        .map(|_| c.irecv(None, None))
+        .collect::<Result<Vec<_>, _>>()?;
+    while !posted.is_empty() {
+        let (i, m) = c.wait_any(&posted)?;
+        let _spent = posted.remove(i);
+        got.push(m.context("a receive completes with a message")?);
+    }
+    for _ in 0..2 * (p - 1) {
+        got.push(c.recv_any(None, None)?);
+    }
+    let mut next = vec![0u64; p];
+    for m in got {
+        let i = next[m.source];
+        let want = format!("{}:{i}", m.source);
+        anyhow::ensure!(
+            m.tag == 10 - i && m.data == want.as_bytes(),
+            "rank {me}: from rank {} got tag {} {:?}, expected tag {} {want:?}",
+            m.source,
+            m.tag,
+            String::from_utf8_lossy(&m.data),
+            10 - i
+        );
+        next[m.source] += 1;
+    }
+    // Otherwise a fast neighbour's ring message could meet a wildcard above.
+    c.barrier()?;
+    let (left, right) = ((me + p - 1) % p, (me + 1) % p);
+    c.send_bytes(right, 20, Bytes::from(vec![me as u8; 100 + me]))?;
+    let st = c.probe(None, Some(20))?;
+    anyhow::ensure!(
+        st.source == left && st.len == 100 + left,
+        "rank {me}: probe saw {st:?}, expected {} bytes from rank {left}",
+        100 + left
+    );
+    let data = c.recv_bytes(st.source, 20)?;
+    anyhow::ensure!(
+        data.len() == st.len,
+        "rank {me}: probe and receive disagree"
+    );
+    c.barrier()?;
+    Ok(format!("rank {me} p2p ok"))
 }

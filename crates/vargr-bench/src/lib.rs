@@ -109,6 +109,9 @@ enum Cmd {
     /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
     #[command(hide = true)]
     CollCheck,
+    /// Checks wildcard, non-blocking and probed point-to-point messages (tests of `vargr run`).
+    #[command(hide = true)]
+    P2pCheck,
     /// Red-black SOR with plain and conditional allreduce; fails if they disagree.
     #[command(hide = true)]
     SorCheck {
@@ -169,6 +172,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::RankInfo => job_check::rank_info(),
         Cmd::MeshCheck { shm_stats } => job_check::mesh_check(shm_stats),
         Cmd::CollCheck => coll_check::run(),
+        Cmd::P2pCheck => job_check::p2p_check(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
         Cmd::CollBenchRank(a) => coll_rank::run(a),
         Cmd::CollWanRank(a) => wan::rank(a),

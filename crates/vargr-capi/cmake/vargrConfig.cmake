@@ -1,13 +1,17 @@
 # vargr's CMake package. find_package(vargr CONFIG REQUIRED) defines:
 #   vargr::vargr         libvargr.so, the shared library
 #   vargr::vargr_static  libvargr.a, with the system libraries it needs
-# and vargr_INCLUDE_DIRS. Relocatable: paths are found from this file's location
+# and vargr_INCLUDE_DIRS (vargr.h, vargr_filter.h), and vargr_COMMNODE (the commnode
+# binary, when installed: give it to front-ends as VARGR_COMMNODE). Relocatable: paths are found from this file's location
 # (PREFIX/lib/cmake/vargr).
 include(CMakeFindDependencyMacro)
 find_dependency(Threads)
 
 get_filename_component(_vargr_prefix "${CMAKE_CURRENT_LIST_DIR}/../../.." ABSOLUTE)
 set(vargr_INCLUDE_DIRS "${_vargr_prefix}/include")
+if(EXISTS "${_vargr_prefix}/bin/vargr")
+  set(vargr_COMMNODE "${_vargr_prefix}/bin/vargr")
+endif()
 
 if(NOT TARGET vargr::vargr)
   add_library(vargr::vargr SHARED IMPORTED)

@@ -6,7 +6,12 @@
  *    a back-end command, opens vargr_streams on vargr_communicators with an up-filter,
  *    multicasts with vargr_stream_send(s, tag, "%d %alf", ...) and receives reduced
  *    waves as vargr_packets; back-ends join with vargr_backend_join, receive, and send
- *    up a stream;
+ *    up a stream. The rest of MRNet's API: back-ends started by another launcher
+ *    (vargr_network_create_attached), down and per-node filters, set_FilterParameters
+ *    (vargr_stream_set_filter_parameters), receiving from any stream
+ *    (vargr_network_recv) or, on a back-end, from one (vargr_backend_recv_stream),
+ *    notification descriptors for select/poll (*_notification_fd) and topology-change
+ *    callbacks (vargr_network_add_event_callback);
  *  - ranks and collectives (MPI's model): vargr_world_join under `vargr run`, mpirun
  *    or srun, then vargr_comm_* collectives and vargr_cond_allreduce.
  *
@@ -24,8 +29,9 @@
  *  - Strings and buffers passed in are only read during the call (copied if kept).
  *    Memory vargr hands out is either owned by a handle (documented per function) or
  *    owned by the caller and released with vargr_free (unpacked arrays and strings).
- *  - Tree handles may be used from several threads. A vargr_comm is used by one
- *    thread at a time (another thread gets VARGR_ERR_BUSY), like an MPI communicator.
+ *  - Tree handles may be used from several threads; event callbacks run on a thread
+ *    of the network's own. A vargr_comm is used by one thread at a time (another
+ *    thread gets VARGR_ERR_BUSY), like an MPI communicator.
  *
  * Format strings (MRNet's): whitespace-separated fields, see vargr_stream_send.
  */
@@ -50,6 +56,12 @@
 // Most fields a format string may have (and the size of an argument array that fits
 // any format).
 #define VARGR_MAX_FIELDS 256
+
+// `src` of a receive or probe that takes a message from any rank.
+#define VARGR_ANY_SOURCE -1
+
+// `tag` of a receive or probe that takes a message with any tag.
+#define VARGR_ANY_TAG UINT64_MAX
 
 // What went wrong, as returned by every function of the C API (as an `int`).
 // `vargr_last_error()` gives the message.
@@ -124,6 +136,32 @@ typedef enum {
   VARGR_SYNC_DONT_WAIT = 2,
 } vargr_sync;
 
+// Which filter of a stream `vargr_stream_set_filter` changes (MRNet's
+// `FILTER_UPSTREAM_TRANS`, `FILTER_UPSTREAM_SYNC`, `FILTER_DOWNSTREAM_TRANS`).
+typedef enum {
+  // The transformation filter of the waves going up.
+  VARGR_FILTER_UP = 0,
+  // The synchronization of the waves going up.
+  VARGR_FILTER_SYNC = 1,
+  // The transformation filter of the multicasts going down.
+  VARGR_FILTER_DOWN = 2,
+} vargr_filter_role;
+
+// Kinds of tree events (`vargr_event.kind`), and what a callback asks for.
+typedef enum {
+  // Register for every kind (never an event's kind).
+  VARGR_EVENT_ANY = 0,
+  // A node died (MRNet's `TOPOL_REMOVE_NODE`): `node`, `host`, and the back-ends
+  // that were below it (some may be adopted later).
+  VARGR_EVENT_NODE_LOST = 1,
+  // Node `node` lost its parent `lost_parent` and was adopted by `new_parent`
+  // (MRNet's `TOPOL_CHANGE_PARENT`); `backends` are reachable again through it.
+  VARGR_EVENT_REPARENTED = 2,
+  // Waves `first_wave .. end_wave` of `stream` went without `backends`, whose path up
+  // died with node `node`.
+  VARGR_EVENT_WAVES_LOST = 3,
+} vargr_event_kind;
+
 // Element types of collective buffers.
 typedef enum {
   VARGR_INT8 = 1,
@@ -188,6 +226,10 @@ typedef struct vargr_options vargr_options;
 // A received (or built) packet: stream, tag, source and typed values (opaque).
 typedef struct vargr_packet vargr_packet;
 
+// A non-blocking send or receive (opaque), from `vargr_comm_isend` or
+// `vargr_comm_irecv`; completing it frees it and sets the caller's pointer to NULL.
+typedef struct vargr_request vargr_request;
+
 // A front-end's stream: multicast down, filtered waves up (opaque).
 typedef struct vargr_stream vargr_stream;
 
@@ -203,6 +245,45 @@ typedef struct {
   // was used, otherwise a partial one (use it only for the test, and for logging).
   double value;
 } vargr_cond_outcome;
+
+// What a completed receive or a probe reports (MPI's `MPI_Status`).
+typedef struct {
+  // The sender's rank in the communicator.
+  int source;
+  uint64_t tag;
+  // Whole elements of the receive's datatype in the message (`MPI_Get_count`); for
+  // a probe, of the probe's datatype.
+  size_t count;
+  // The message's length in bytes.
+  size_t bytes;
+} vargr_recv_status;
+
+// A change of the tree, as passed to a `vargr_event_callback`. Fields that do not
+// apply to the kind are 0 (`host`: NULL).
+//
+// Ownership: the event and everything it points to belong to vargr and are valid
+// during the callback only; copy what you keep.
+typedef struct {
+  // A `vargr_event_kind`.
+  int kind;
+  // The lost node, the adopted node, or (waves lost) the node that died.
+  uint32_t node;
+  // `VARGR_EVENT_NODE_LOST`: the lost node's host.
+  const char *host;
+  // `VARGR_EVENT_REPARENTED`: the dead parent and the adopter.
+  uint32_t lost_parent;
+  uint32_t new_parent;
+  // `VARGR_EVENT_WAVES_LOST`: the stream and its waves `first_wave .. end_wave`.
+  uint32_t stream;
+  uint64_t first_wave;
+  uint64_t end_wave;
+  // The back-ends concerned, `num_backends` of them.
+  const uint32_t *backends;
+  size_t num_backends;
+} vargr_event;
+
+// Called with each tree event of a registered kind, on the network's event thread.
+typedef void (*vargr_event_callback)(const vargr_event *event, void *user_data);
 
 // One field's value for the `*_args` functions (send: filled by the caller; unpack:
 // filled by vargr).
@@ -413,6 +494,121 @@ int vargr_cond_allreduce(const vargr_cond *cond, double value, vargr_cond_outcom
 // `cond` is NULL or live, not used afterwards.
 int vargr_cond_free(vargr_cond *cond);
 
+// Receives into `buf` (room for `count` elements of `datatype`) the next message from
+// `src` (or `VARGR_ANY_SOURCE`) with `tag` (or `VARGR_ANY_TAG`); `*status` (if not
+// NULL) gets its source, tag and size. A longer message is an error
+// (`VARGR_ERR_PRECONDITION`, as `MPI_ERR_TRUNCATE`) and is consumed.
+//
+// # Safety
+// `comm` is live; `buf` is valid for `count` elements of `datatype`; `status` is NULL
+// or writable.
+int vargr_comm_recv_any(const vargr_comm *comm,
+                        int src,
+                        uint64_t tag,
+                        void *buf,
+                        size_t count,
+                        int datatype,
+                        vargr_recv_status *status);
+
+// Sends `count` elements of `buf` to `dest` with `tag` as a request. Sends are eager:
+// the request is complete at once and `buf` may be reused when this returns.
+//
+// Ownership: `*out` belongs to the caller until a wait or successful test frees it.
+//
+// # Safety
+// `comm` is live and outlives the request; `buf` is valid for `count` elements of
+// `datatype`, aligned; `out` is writable.
+int vargr_comm_isend(const vargr_comm *comm,
+                     int dest,
+                     uint64_t tag,
+                     const void *buf,
+                     size_t count,
+                     int datatype,
+                     vargr_request **out);
+
+// Posts a receive into `buf` (room for `count` elements of `datatype`) from `src` (or
+// `VARGR_ANY_SOURCE`) with `tag` (or `VARGR_ANY_TAG`). `buf` is filled when the
+// request completes; until then it must stay valid and untouched.
+//
+// Ownership: `*out` belongs to the caller until a wait or successful test frees it
+// (or `vargr_request_cancel`).
+//
+// # Safety
+// `comm` is live and outlives the request; `buf` is valid for `count` elements of
+// `datatype` until the request completes; `out` is writable.
+int vargr_comm_irecv(const vargr_comm *comm,
+                     int src,
+                     uint64_t tag,
+                     void *buf,
+                     size_t count,
+                     int datatype,
+                     vargr_request **out);
+
+// Waits for `*req` to complete, fills the receive's buffer and `*status` (if not NULL),
+// frees the request and sets `*req` to NULL. A NULL `*req` completes at once (as
+// `MPI_REQUEST_NULL`).
+//
+// # Safety
+// `req` is writable and holds NULL or a live request; `status` is NULL or writable.
+int vargr_request_wait(vargr_request **req, vargr_recv_status *status);
+
+// Completes `*req` if it can without waiting: `*flag` is 1 and the request is finished
+// as by `vargr_request_wait`, or 0 and the request stays live.
+//
+// # Safety
+// `req` is writable and holds NULL or a live request; `flag` is writable; `status` is
+// NULL or writable.
+int vargr_request_test(vargr_request **req, int *flag, vargr_recv_status *status);
+
+// Waits until one of the `n` requests completes; `*index` gets its position, which is
+// finished as by `vargr_request_wait` (and set to NULL). NULL entries are skipped; if
+// all are NULL, `*index` is `n`.
+//
+// # Safety
+// `reqs` holds `n` entries, each NULL or a live request, all of one communicator;
+// `index` is writable; `status` is NULL or writable.
+int vargr_request_waitany(vargr_request **reqs, size_t n, size_t *index, vargr_recv_status *status);
+
+// Waits for every one of the `n` requests, in order; `statuses` (if not NULL) holds
+// `n` entries that get each one's status. NULL entries complete at once.
+//
+// # Safety
+// `reqs` holds `n` entries, each NULL or a live request; `statuses` is NULL or
+// writable for `n` entries.
+int vargr_request_waitall(vargr_request **reqs, size_t n, vargr_recv_status *statuses);
+
+// Withdraws a receive that has not matched a message and frees the request (sets
+// `*req` to NULL); `*cancelled` (if not NULL) is 1 if it was withdrawn, 0 if it had
+// already matched one (that message is then dropped). NULL `*req` is a no-op.
+//
+// # Safety
+// `req` is writable and holds NULL or a live request; `cancelled` is NULL or writable.
+int vargr_request_cancel(vargr_request **req, int *cancelled);
+
+// Waits for a message from `src` (or `VARGR_ANY_SOURCE`) with `tag` (or
+// `VARGR_ANY_TAG`) and reports it in `*status` (`count` in elements of `datatype`)
+// without receiving it: the next matching receive gets it.
+//
+// # Safety
+// `comm` is live; `status` is writable.
+int vargr_comm_probe(const vargr_comm *comm,
+                     int src,
+                     uint64_t tag,
+                     int datatype,
+                     vargr_recv_status *status);
+
+// Like `vargr_comm_probe` without waiting: `*flag` is 1 and `*status` filled if such a
+// message is here, else 0.
+//
+// # Safety
+// `comm` is live; `flag` and `status` are writable.
+int vargr_comm_iprobe(const vargr_comm *comm,
+                      int src,
+                      uint64_t tag,
+                      int datatype,
+                      int *flag,
+                      vargr_recv_status *status);
+
 // The message of the last failed vargr call on this thread (`""` if none failed yet).
 //
 // Ownership: the string belongs to vargr and stays valid until the next failing vargr
@@ -505,6 +701,32 @@ int vargr_options_set_startup_timeout(vargr_options *opts, uint32_t timeout_ms);
 // `opts` is a live options handle; `dir` is NULL or NUL-terminated.
 int vargr_options_set_trace_dir(vargr_options *opts, const char *dir);
 
+// Starts a tree whose back-ends are started by another launcher and attach to it
+// (MRNet's back-end attach mode): the front-end starts the commnodes and a rendezvous;
+// each back-end calls `vargr_backend_join` with `VARGR_RENDEZVOUS` (and
+// `VARGR_SECRET`) in its environment, taking its rank from `PMI_RANK`,
+// `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID` or `VARGR_RANK`. Returns when every back-end
+// of the topology has attached (or the start-up time-out passed).
+//
+// `launch_argv` (NULL-terminated; may be NULL) is run once with the rendezvous in its
+// environment to start the back-ends, e.g. `{"mpirun", "-n", "{n}", "my_daemon",
+// NULL}`: `{n}` in any word becomes the number of back-ends (Open MPI across hosts
+// needs `-x VARGR_RENDEZVOUS -x VARGR_SECRET`). `rendezvous_file` (may be NULL) also
+// gets the rendezvous (mode 0600), for back-ends started by hand with
+// `VARGR_RENDEZVOUS=file:PATH`. At least one of the two must be given.
+//
+// Ownership: as `vargr_network_create`.
+//
+// # Safety
+// `topology` is NUL-terminated; `launch_argv` is NULL or NULL-terminated;
+// `rendezvous_file` is NULL or NUL-terminated; `options` is NULL or live; `out` is
+// writable.
+int vargr_network_create_attached(const char *topology,
+                                  const char *const *launch_argv,
+                                  const char *rendezvous_file,
+                                  const vargr_options *options,
+                                  vargr_network **out);
+
 // Starts a tree: `topology` is a topology file (MRNet format, or TOML when it ends in
 // `.toml`) or a spec such as `"kary:2@8"`, `"flat:4"`, `"1x4x16"`; every back-end runs
 // `backend_argv` (program and arguments, NULL-terminated) with `VARGR_*` variables set
@@ -588,6 +810,44 @@ int vargr_network_open_stream(const vargr_network *net,
                               uint32_t timeout_ms,
                               vargr_stream **out);
 
+// Like `vargr_network_open_stream`, with a down-filter too (MRNet's `new_Stream` with
+// a downstream transformation filter): `down_filter` transforms every multicast at
+// each node on its way down (the front-end's included), a built-in or a loaded
+// filter, with `filter:params` as for `up_filter`; NULL or `""` means none.
+//
+// # Safety
+// As `vargr_network_open_stream`; `down_filter` is NULL or NUL-terminated.
+int vargr_network_open_stream_filters(const vargr_network *net,
+                                      const vargr_communicator *comm,
+                                      const char *up_filter,
+                                      int sync,
+                                      uint32_t timeout_ms,
+                                      const char *down_filter,
+                                      vargr_stream **out);
+
+// Like `vargr_network_open_stream_filters`, with up filters per kind of node (MRNet's
+// per-node filter assignment, as in its HeterogeneousFilters example): the back-ends
+// run `backend_filter` on each packet they send before it goes up (it should give one
+// packet per packet: a wave waits for one from each back-end; NULL or `""`: none),
+// the commnodes run `internal_filter` on their waves (NULL: `"null"`), and the
+// front-end runs `frontend_filter` last (NULL or `""`: `internal_filter`). The
+// nodes' filters are independent instances; parameters come with the specs
+// (`name:params`). `vargr_stream_set_filter` with `VARGR_FILTER_UP` later changes
+// `internal_filter` (and the front-end's when it had none of its own).
+//
+// # Safety
+// As `vargr_network_open_stream_filters`; the filter strings are NULL or
+// NUL-terminated.
+int vargr_network_open_stream_per_role(const vargr_network *net,
+                                       const vargr_communicator *comm,
+                                       const char *backend_filter,
+                                       const char *internal_filter,
+                                       const char *frontend_filter,
+                                       int sync,
+                                       uint32_t timeout_ms,
+                                       const char *down_filter,
+                                       vargr_stream **out);
+
 // Shuts the tree down: every node stops and every process exits (stragglers are
 // killed after a grace period). Later calls on the network fail with
 // `VARGR_ERR_CLOSED`; streams receive `VARGR_ERR_CLOSED`. The handle must still be
@@ -596,6 +856,78 @@ int vargr_network_open_stream(const vargr_network *net,
 // # Safety
 // `net` is a live network handle.
 int vargr_network_shutdown(vargr_network *net);
+
+// Registers `callback` for the tree events of `kind` (a `vargr_event_kind`;
+// `VARGR_EVENT_ANY` for all), MRNet's `register_EventCallback`. Callbacks run on a
+// thread of the network's own, one event at a time in the order they happened, from
+// the first registration on; they may call vargr (even shut the network down). After
+// `vargr_network_shutdown` or `vargr_network_free` returns, none runs any more.
+//
+// Ownership: `user_data` is passed back as is; it must stay valid (and usable from
+// another thread) until the network is shut down.
+//
+// # Safety
+// `net` is a live network handle; `callback` is a valid function or NULL.
+int vargr_network_add_event_callback(const vargr_network *net,
+                                     int kind,
+                                     vargr_event_callback callback,
+                                     void *user_data);
+
+// The process ids of the front-end's children (commnodes, or back-ends directly below
+// the front-end): `*n` is set to their number, and the first `cap` are stored in
+// `pids`. For tools that watch, signal or (in tests of fault recovery) kill them.
+//
+// # Safety
+// `net` is live; `pids` is valid for `cap` writes (NULL when `cap` is 0); `n` is
+// writable.
+int vargr_network_child_pids(const vargr_network *net, uint32_t *pids, size_t cap, size_t *n);
+
+// Another handle on the open stream `id` (MRNet's `Network::get_Stream`), e.g. the
+// stream a `vargr_network_recv` result came from.
+//
+// Ownership: `*out` belongs to the caller (NULL on error); free it with
+// `vargr_stream_free`.
+//
+// # Safety
+// `net` is live; `out` is writable.
+int vargr_network_get_stream(const vargr_network *net, uint32_t id, vargr_stream **out);
+
+// Waits for the next result on any stream (MRNet's `Network::recv`): `*stream` is
+// set to its stream's id (`UINT32_MAX` when the error is not a stream's, such as
+// `VARGR_ERR_CLOSED` after shutdown), `*out` to the packet. A stream's error (a lost
+// node, a failed filter) is returned with its status, `*stream` naming the stream.
+// Streams with results waiting are served in turn.
+//
+// Ownership: `*out` belongs to the caller (NULL on error); free it with
+// `vargr_packet_free`.
+//
+// # Safety
+// `net` is live; `stream` and `out` are writable.
+int vargr_network_recv(const vargr_network *net, uint32_t *stream, vargr_packet **out);
+
+// Like `vargr_network_recv`, giving up with `VARGR_ERR_TIMEOUT` after `timeout_ms`
+// (0: only what is there already).
+//
+// # Safety
+// As `vargr_network_recv`.
+int vargr_network_recv_timeout(const vargr_network *net,
+                               uint32_t timeout_ms,
+                               uint32_t *stream,
+                               vargr_packet **out);
+
+// A file descriptor that is readable while `vargr_network_recv` would return at once
+// (MRNet's `get_DataNotificationFd`), for programs that wait in `select`, `poll` or an
+// event loop. It stays readable until the results are received (there is no clearing
+// step: receive until `vargr_network_recv_timeout(net, 0, ...)` times out), and
+// becomes readable at shutdown. The first call starts a thread that reads the network
+// while the program waits outside vargr.
+//
+// Ownership: the descriptor belongs to the network: only wait on it (do not read,
+// write or close it); it is closed when the network is freed.
+//
+// # Safety
+// `net` is live; `fd` is writable.
+int vargr_network_notification_fd(const vargr_network *net, int *fd);
 
 // Frees a network, shutting it down first if `vargr_network_shutdown` was not called
 // (NULL is a no-op). Free its streams and communicators too (before or after).
@@ -639,6 +971,39 @@ int vargr_stream_recv(const vargr_stream *s, vargr_packet **out);
 // # Safety
 // As `vargr_stream_recv`.
 int vargr_stream_recv_timeout(const vargr_stream *s, uint32_t timeout_ms, vargr_packet **out);
+
+// A file descriptor readable while `vargr_stream_recv` would return at once (MRNet's
+// `Stream::get_DataNotificationFd`); see `vargr_network_notification_fd`, whose rules
+// it follows.
+//
+// Ownership: the descriptor belongs to the network (do not read or close it).
+//
+// # Safety
+// `s` is live; `fd` is writable.
+int vargr_stream_notification_fd(const vargr_stream *s, int *fd);
+
+// Replaces one of a running stream's filters at every node: `role` is a
+// `vargr_filter_role`; `spec` a filter spec as for `vargr_network_open_stream`
+// (`"max"`, `"histogram:0,100,10"`, a loaded filter), or for `VARGR_FILTER_SYNC` a
+// mode (`"all"`, `"dontwait"`, `"timeout:250ms"`), or for `VARGR_FILTER_DOWN` `""` to
+// remove the down filter. A bad spec fails here and changes nothing. The change
+// travels down with the multicasts, so it applies from the next one on; a replaced
+// filter starts with fresh state.
+//
+// # Safety
+// `s` is live; `spec` is NUL-terminated.
+int vargr_stream_set_filter(const vargr_stream *s, int role, const char *spec);
+
+// Gives a running stream's filter new parameters (MRNet's `set_FilterParameters`):
+// for `VARGR_FILTER_UP` and `VARGR_FILTER_DOWN` the filter stays and is made anew
+// with `params` (its spec becomes `name:params`; `""`: none); for
+// `VARGR_FILTER_SYNC`, `params` is a time-out in milliseconds (MRNet's
+// `FILTER_UPSTREAM_SYNC` with `"%ud"`, making the stream wait for at most that long)
+// or a mode as for `vargr_stream_set_filter`. Otherwise as `vargr_stream_set_filter`.
+//
+// # Safety
+// `s` is live; `params` is NUL-terminated.
+int vargr_stream_set_filter_parameters(const vargr_stream *s, int role, const char *params);
 
 // Frees a stream handle (NULL is a no-op).
 //
@@ -743,6 +1108,44 @@ int vargr_backend_recv(const vargr_backend *be, vargr_packet **out);
 // # Safety
 // As `vargr_backend_recv`.
 int vargr_backend_recv_timeout(const vargr_backend *be, uint32_t timeout_ms, vargr_packet **out);
+
+// Waits for the next packet multicast on stream `stream` (MRNet's back-end
+// `Stream::recv`), leaving other streams' packets and messages from other back-ends
+// for `vargr_backend_recv` or other threads: a thread per stream works.
+// `VARGR_ERR_CLOSED` once the network is shut down.
+//
+// Ownership: `*out` belongs to the caller (NULL on error); free it with
+// `vargr_packet_free`.
+//
+// # Safety
+// `be` is a live back-end handle; `out` is writable.
+int vargr_backend_recv_stream(const vargr_backend *be, uint32_t stream, vargr_packet **out);
+
+// Like `vargr_backend_recv_stream`, giving up with `VARGR_ERR_TIMEOUT` after
+// `timeout_ms` (0: only what is there already).
+//
+// # Safety
+// As `vargr_backend_recv_stream`.
+int vargr_backend_recv_stream_timeout(const vargr_backend *be,
+                                      uint32_t stream,
+                                      uint32_t timeout_ms,
+                                      vargr_packet **out);
+
+// A file descriptor readable while `vargr_backend_recv` would return at once (MRNet's
+// `get_DataNotificationFd` on a back-end); see `vargr_network_notification_fd`.
+//
+// Ownership: the descriptor belongs to the back-end (do not read or close it).
+//
+// # Safety
+// `be` is live; `fd` is writable.
+int vargr_backend_notification_fd(const vargr_backend *be, int *fd);
+
+// A file descriptor readable while `vargr_backend_recv_stream` on `stream` would
+// return at once; see `vargr_backend_notification_fd`.
+//
+// # Safety
+// `be` is live; `fd` is writable.
+int vargr_backend_stream_notification_fd(const vargr_backend *be, uint32_t stream, int *fd);
 
 // Sends a packet up stream `stream` (towards the front-end, through the stream's
 // filters); the non-variadic form of `vargr_backend_send`.

@@ -282,6 +282,9 @@ macro_rules! by_type {
     };
 }
 
+mod p2p;
+pub use p2p::{vargr_recv_status, vargr_request, VARGR_ANY_SOURCE, VARGR_ANY_TAG};
+
 /// Whether two byte ranges share memory (`&` and `&mut` to the same bytes would be
 /// undefined behaviour in Rust, so overlapping buffers are checked before slicing).
 fn overlap(a: *const c_void, a_len: usize, b: *const c_void, b_len: usize) -> bool {
@@ -617,25 +620,41 @@ pub unsafe extern "C" fn vargr_comm_send(
     count: usize,
     datatype: c_int,
 ) -> c_int {
-    guard("vargr_comm_send", || {
-        // SAFETY: the caller's contract.
-        let c = unsafe { ptr::handle(comm, "comm")? };
-        let dest = rank_arg(dest, "dest", c.size)?;
-        /// # Safety: as the function.
-        unsafe fn run<T: Pod>(
-            c: &vargr_comm,
-            dest: usize,
-            tag: u64,
-            buf: *const c_void,
-            n: usize,
-        ) -> Result<()> {
-            // SAFETY: forwarded contract.
-            let buf = unsafe { ptr::slice(buf.cast::<T>(), n, "buf")? };
-            Ok(lock(c)?.send(dest, tag, buf)?)
-        }
-        // SAFETY: forwarded contract.
-        unsafe { by_type!(datatype, run(c, dest, tag, buf, count)) }
+    // SAFETY: the caller's contract.
+    guard("vargr_comm_send", || unsafe {
+        send(comm, dest, tag, buf, count, datatype)
     })
+}
+
+/// `vargr_comm_send`'s work, for it and `vargr_comm_isend`.
+///
+/// # Safety
+/// As `vargr_comm_send`.
+unsafe fn send(
+    comm: *const vargr_comm,
+    dest: c_int,
+    tag: u64,
+    buf: *const c_void,
+    count: usize,
+    datatype: c_int,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let c = unsafe { ptr::handle(comm, "comm")? };
+    let dest = rank_arg(dest, "dest", c.size)?;
+    /// # Safety: as the function.
+    unsafe fn run<T: Pod>(
+        c: &vargr_comm,
+        dest: usize,
+        tag: u64,
+        buf: *const c_void,
+        n: usize,
+    ) -> Result<()> {
+        // SAFETY: forwarded contract.
+        let buf = unsafe { ptr::slice(buf.cast::<T>(), n, "buf")? };
+        Ok(lock(c)?.send(dest, tag, buf)?)
+    }
+    // SAFETY: forwarded contract.
+    unsafe { by_type!(datatype, run(c, dest, tag, buf, count)) }
 }
 
 /// Receives the next message from rank `src` with `tag` into `buf` (room for `count`

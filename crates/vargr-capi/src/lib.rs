@@ -4,8 +4,11 @@
 //! are offered to them as opaque handles and `int` status codes:
 //!
 //! - [`tbon`]: network options (plugins: MRNet's `load_FilterFunc`), the front-end's
-//!   network, communicators, streams with MRNet-style format strings, packets, and the
+//!   network (started, or attached to by back-ends another launcher started),
+//!   communicators, streams with MRNet-style format strings and up and down filters,
+//!   receives from one stream or any, notification descriptors, packets, and the
 //!   back-end;
+//! - [`events`]: topology-change callbacks;
 //! - [`coll`]: joining a job (`vargr run`, `mpirun`, `srun`), typed collectives over C
 //!   buffers, the conditional allreduce;
 //! - [`args`]: the tagged-value array between the C shim's variadic functions
@@ -23,6 +26,7 @@
 
 pub mod args;
 pub mod coll;
+pub mod events;
 pub mod ptr;
 pub mod status;
 pub mod tbon;

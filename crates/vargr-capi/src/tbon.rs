@@ -12,12 +12,14 @@ use std::time::Duration;
 
 use vargr_filter::{Registry, SyncMode};
 use vargr_tbon::{
-    Backend, BackendSpec, Communicator, Network, NetworkOptions, Stream, StreamOptions,
+    AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
+    Stream, StreamOptions,
 };
 use vargr_topo::{Spec, Topology};
 use vargr_wire::{Format, Packet};
 
 use crate::args::{args_from_packet, values_from_args, vargr_arg};
+use crate::events::{vargr_event_callback, Dispatcher};
 use crate::ptr::{self, free_handle, into_handle};
 use crate::status::{guard, vargr_status, Error, Result};
 
@@ -31,6 +33,19 @@ pub struct vargr_options {
 pub struct vargr_network {
     /// None once shut down.
     net: Mutex<Option<Network>>,
+    /// Receives from any stream without holding `net` (which shutdown takes).
+    any: AnyStream,
+    /// Topology-change callbacks and their thread.
+    events: Dispatcher,
+}
+
+impl Drop for vargr_network {
+    fn drop(&mut self) {
+        // The network first: its shutdown ends the event thread, which is then joined,
+        // so no callback runs once vargr_network_free has returned.
+        drop(lock(self).take());
+        self.events.join();
+    }
 }
 
 /// A set of back-ends a stream talks to (opaque).
@@ -53,6 +68,20 @@ pub struct vargr_packet {
 /// A back-end's handle on the tree (opaque).
 pub struct vargr_backend {
     backend: Backend,
+}
+
+/// Which filter of a stream `vargr_stream_set_filter` changes (MRNet's
+/// `FILTER_UPSTREAM_TRANS`, `FILTER_UPSTREAM_SYNC`, `FILTER_DOWNSTREAM_TRANS`).
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum vargr_filter_role {
+    /// The transformation filter of the waves going up.
+    VARGR_FILTER_UP = 0,
+    /// The synchronization of the waves going up.
+    VARGR_FILTER_SYNC = 1,
+    /// The transformation filter of the multicasts going down.
+    VARGR_FILTER_DOWN = 2,
 }
 
 /// Synchronization of a stream's upward waves (MRNet's sync filters).
@@ -377,17 +406,104 @@ unsafe fn create(
     // SAFETY: the caller's contract.
     let (program, args) = unsafe { argv_of(backend_argv)? };
     // SAFETY: NULL or a live options handle.
+    // What the options leave open comes from the configuration (VARGR_COMMNODE, ...).
+    let opts = unsafe { effective_options(options)? };
+    let net = Network::new(topology, BackendSpec::Command { program, args }, opts)?;
+    *out = network_handle(net);
+    Ok(())
+}
+
+fn network_handle(net: Network) -> *mut vargr_network {
+    into_handle(vargr_network {
+        any: net.any_stream(),
+        net: Mutex::new(Some(net)),
+        events: Dispatcher::default(),
+    })
+}
+
+/// The network's options, with what they leave open taken from the configuration.
+///
+/// # Safety
+/// `options` is NULL or a live options handle.
+unsafe fn effective_options(options: *const vargr_options) -> Result<NetworkOptions> {
+    // SAFETY: the caller's contract.
     let mut opts =
         unsafe { options.as_ref() }.map_or_else(NetworkOptions::default, |o| o.opts.clone());
-    // What the options leave open comes from the configuration (VARGR_COMMNODE, ...).
     vargr_config::from_process()
         .map_err(|e| Error::invalid(e.to_string()))?
         .tree_defaults(&mut opts);
-    let net = Network::new(topology, BackendSpec::Command { program, args }, opts)?;
-    *out = into_handle(vargr_network {
-        net: Mutex::new(Some(net)),
-    });
-    Ok(())
+    Ok(opts)
+}
+
+/// Reads a NULL-terminated argv array; NULL is an empty one.
+///
+/// # Safety
+/// As [`argv_of`], NULL allowed.
+unsafe fn opt_words(argv: *const *const c_char) -> Result<Vec<String>> {
+    if argv.is_null() {
+        return Ok(Vec::new());
+    }
+    // SAFETY: forwarded contract.
+    let (program, mut args) = unsafe { argv_of(argv)? };
+    args.insert(0, program);
+    Ok(args)
+}
+
+/// Starts a tree whose back-ends are started by another launcher and attach to it
+/// (MRNet's back-end attach mode): the front-end starts the commnodes and a rendezvous;
+/// each back-end calls `vargr_backend_join` with `VARGR_RENDEZVOUS` (and
+/// `VARGR_SECRET`) in its environment, taking its rank from `PMI_RANK`,
+/// `OMPI_COMM_WORLD_RANK`, `SLURM_PROCID` or `VARGR_RANK`. Returns when every back-end
+/// of the topology has attached (or the start-up time-out passed).
+///
+/// `launch_argv` (NULL-terminated; may be NULL) is run once with the rendezvous in its
+/// environment to start the back-ends, e.g. `{"mpirun", "-n", "{n}", "my_daemon",
+/// NULL}`: `{n}` in any word becomes the number of back-ends (Open MPI across hosts
+/// needs `-x VARGR_RENDEZVOUS -x VARGR_SECRET`). `rendezvous_file` (may be NULL) also
+/// gets the rendezvous (mode 0600), for back-ends started by hand with
+/// `VARGR_RENDEZVOUS=file:PATH`. At least one of the two must be given.
+///
+/// Ownership: as `vargr_network_create`.
+///
+/// # Safety
+/// `topology` is NUL-terminated; `launch_argv` is NULL or NULL-terminated;
+/// `rendezvous_file` is NULL or NUL-terminated; `options` is NULL or live; `out` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_create_attached(
+    topology: *const c_char,
+    launch_argv: *const *const c_char,
+    rendezvous_file: *const c_char,
+    options: *const vargr_options,
+    out: *mut *mut vargr_network,
+) -> c_int {
+    guard("vargr_network_create_attached", || {
+        // SAFETY: the caller's contract.
+        let out = unsafe { ptr::out(out, "out")? };
+        *out = std::ptr::null_mut();
+        // SAFETY: the caller's contract.
+        let (spec, launch, file, opts) = unsafe {
+            (
+                ptr::string(topology, "topology")?,
+                opt_words(launch_argv)?,
+                ptr::opt_string(rendezvous_file, "rendezvous_file")?,
+                effective_options(options)?,
+            )
+        };
+        if launch.is_empty() && file.is_none() {
+            return Err(Error::invalid(
+                "neither launch_argv nor rendezvous_file is given: the back-ends could not \
+                 find the tree",
+            ));
+        }
+        let topo = Topology::load(Path::new(spec))?;
+        let attach = AttachSpec {
+            launch: (!launch.is_empty()).then_some(launch),
+            file: file.map(Into::into),
+        };
+        *out = network_handle(Network::new(topo, BackendSpec::Attach(attach), opts)?);
+        Ok(())
+    })
 }
 
 /// Starts a tree: `topology` is a topology file (MRNet format, or TOML when it ends in
@@ -560,30 +676,169 @@ pub unsafe extern "C" fn vargr_network_open_stream(
     out: *mut *mut vargr_stream,
 ) -> c_int {
     guard("vargr_network_open_stream", || {
+        // SAFETY: forwarded contract.
+        unsafe {
+            open_stream(
+                net,
+                comm,
+                up_filter,
+                sync,
+                timeout_ms,
+                std::ptr::null(),
+                out,
+            )
+        }
+    })
+}
+
+/// Like `vargr_network_open_stream`, with a down-filter too (MRNet's `new_Stream` with
+/// a downstream transformation filter): `down_filter` transforms every multicast at
+/// each node on its way down (the front-end's included), a built-in or a loaded
+/// filter, with `filter:params` as for `up_filter`; NULL or `""` means none.
+///
+/// # Safety
+/// As `vargr_network_open_stream`; `down_filter` is NULL or NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_open_stream_filters(
+    net: *const vargr_network,
+    comm: *const vargr_communicator,
+    up_filter: *const c_char,
+    sync: c_int,
+    timeout_ms: u32,
+    down_filter: *const c_char,
+    out: *mut *mut vargr_stream,
+) -> c_int {
+    guard("vargr_network_open_stream_filters", || {
+        // SAFETY: forwarded contract.
+        unsafe { open_stream(net, comm, up_filter, sync, timeout_ms, down_filter, out) }
+    })
+}
+
+/// Like `vargr_network_open_stream_filters`, with up filters per kind of node (MRNet's
+/// per-node filter assignment, as in its HeterogeneousFilters example): the back-ends
+/// run `backend_filter` on each packet they send before it goes up (it should give one
+/// packet per packet: a wave waits for one from each back-end; NULL or `""`: none),
+/// the commnodes run `internal_filter` on their waves (NULL: `"null"`), and the
+/// front-end runs `frontend_filter` last (NULL or `""`: `internal_filter`). The
+/// nodes' filters are independent instances; parameters come with the specs
+/// (`name:params`). `vargr_stream_set_filter` with `VARGR_FILTER_UP` later changes
+/// `internal_filter` (and the front-end's when it had none of its own).
+///
+/// # Safety
+/// As `vargr_network_open_stream_filters`; the filter strings are NULL or
+/// NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_open_stream_per_role(
+    net: *const vargr_network,
+    comm: *const vargr_communicator,
+    backend_filter: *const c_char,
+    internal_filter: *const c_char,
+    frontend_filter: *const c_char,
+    sync: c_int,
+    timeout_ms: u32,
+    down_filter: *const c_char,
+    out: *mut *mut vargr_stream,
+) -> c_int {
+    guard("vargr_network_open_stream_per_role", || {
         // SAFETY: the caller's contract.
-        let (net, comm, up, out) = unsafe {
+        let (be, fe) = unsafe {
             (
-                ptr::handle(net, "net")?,
-                ptr::handle(comm, "comm")?,
-                ptr::opt_string(up_filter, "up_filter")?,
-                ptr::out(out, "out")?,
+                ptr::opt_string(backend_filter, "backend_filter")?,
+                ptr::opt_string(frontend_filter, "frontend_filter")?,
             )
         };
-        let sync = match sync {
-            0 => SyncMode::WaitForAll,
-            1 => SyncMode::TimeOut(Duration::from_millis(timeout_ms.into())),
-            2 => SyncMode::DontWait,
-            s => {
-                return Err(Error::invalid(format!(
-                    "sync {s} is not a vargr_sync (0 wait-for-all, 1 timeout, 2 dont-wait)"
-                )))
-            }
-        };
-        let opts = StreamOptions::new(up.unwrap_or("null")).sync(sync);
-        let stream = with_network(net, |net| Ok(net.open_stream(&comm.comm, opts)?))?;
-        *out = into_handle(vargr_stream { stream });
-        Ok(())
+        let given = |s: Option<&str>| s.filter(|s| !s.is_empty()).map(String::from);
+        let (be, fe) = (given(be), given(fe));
+        // SAFETY: forwarded contract.
+        unsafe {
+            open_stream_with(
+                net,
+                comm,
+                internal_filter,
+                sync,
+                timeout_ms,
+                down_filter,
+                out,
+                |o| {
+                    o.up_backend = be;
+                    o.up_frontend = fe;
+                },
+            )
+        }
     })
+}
+
+fn sync_mode(sync: c_int, timeout_ms: u32) -> Result<SyncMode> {
+    Ok(match sync {
+        0 => SyncMode::WaitForAll,
+        1 => SyncMode::TimeOut(Duration::from_millis(timeout_ms.into())),
+        2 => SyncMode::DontWait,
+        s => {
+            return Err(Error::invalid(format!(
+                "sync {s} is not a vargr_sync (0 wait-for-all, 1 timeout, 2 dont-wait)"
+            )))
+        }
+    })
+}
+
+/// # Safety
+/// As `vargr_network_open_stream_filters`.
+unsafe fn open_stream(
+    net: *const vargr_network,
+    comm: *const vargr_communicator,
+    up_filter: *const c_char,
+    sync: c_int,
+    timeout_ms: u32,
+    down_filter: *const c_char,
+    out: *mut *mut vargr_stream,
+) -> Result<()> {
+    // SAFETY: forwarded contract.
+    unsafe {
+        open_stream_with(
+            net,
+            comm,
+            up_filter,
+            sync,
+            timeout_ms,
+            down_filter,
+            out,
+            |_| (),
+        )
+    }
+}
+
+/// [`open_stream`], with `more` setting further options.
+///
+/// # Safety
+/// As `vargr_network_open_stream_filters`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn open_stream_with(
+    net: *const vargr_network,
+    comm: *const vargr_communicator,
+    up_filter: *const c_char,
+    sync: c_int,
+    timeout_ms: u32,
+    down_filter: *const c_char,
+    out: *mut *mut vargr_stream,
+    more: impl FnOnce(&mut StreamOptions),
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let (net, comm, up, down, out) = unsafe {
+        (
+            ptr::handle(net, "net")?,
+            ptr::handle(comm, "comm")?,
+            ptr::opt_string(up_filter, "up_filter")?,
+            ptr::opt_string(down_filter, "down_filter")?,
+            ptr::out(out, "out")?,
+        )
+    };
+    *out = std::ptr::null_mut();
+    let mut opts = StreamOptions::new(up.unwrap_or("null")).sync(sync_mode(sync, timeout_ms)?);
+    opts.down = down.filter(|d| !d.is_empty()).map(String::from);
+    more(&mut opts);
+    let stream = with_network(net, |net| Ok(net.open_stream(&comm.comm, opts)?))?;
+    *out = into_handle(vargr_stream { stream });
+    Ok(())
 }
 
 /// Shuts the tree down: every node stops and every process exits (stragglers are
@@ -599,10 +854,200 @@ pub unsafe extern "C" fn vargr_network_shutdown(net: *mut vargr_network) -> c_in
         // SAFETY: the caller's contract.
         let net = unsafe { ptr::handle(net.cast_const(), "net")? };
         let taken = lock(net).take();
-        match taken {
-            Some(n) => Ok(n.shutdown()?),
+        let r = match taken {
+            Some(n) => n.shutdown(),
             None => Ok(()),
+        };
+        // No callback runs once this returns (unless called from one).
+        net.events.join();
+        Ok(r?)
+    })
+}
+
+/// Registers `callback` for the tree events of `kind` (a `vargr_event_kind`;
+/// `VARGR_EVENT_ANY` for all), MRNet's `register_EventCallback`. Callbacks run on a
+/// thread of the network's own, one event at a time in the order they happened, from
+/// the first registration on; they may call vargr (even shut the network down). After
+/// `vargr_network_shutdown` or `vargr_network_free` returns, none runs any more.
+///
+/// Ownership: `user_data` is passed back as is; it must stay valid (and usable from
+/// another thread) until the network is shut down.
+///
+/// # Safety
+/// `net` is a live network handle; `callback` is a valid function or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_add_event_callback(
+    net: *const vargr_network,
+    kind: c_int,
+    callback: vargr_event_callback,
+    user_data: *mut std::ffi::c_void,
+) -> c_int {
+    guard("vargr_network_add_event_callback", || {
+        // SAFETY: the caller's contract.
+        let net = unsafe { ptr::handle(net, "net")? };
+        net.events.add(kind, callback, user_data, || {
+            with_network(net, |n| Ok(n.tree_events()))
+        })
+    })
+}
+
+/// The process ids of the front-end's children (commnodes, or back-ends directly below
+/// the front-end): `*n` is set to their number, and the first `cap` are stored in
+/// `pids`. For tools that watch, signal or (in tests of fault recovery) kill them.
+///
+/// # Safety
+/// `net` is live; `pids` is valid for `cap` writes (NULL when `cap` is 0); `n` is
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_child_pids(
+    net: *const vargr_network,
+    pids: *mut u32,
+    cap: usize,
+    n: *mut usize,
+) -> c_int {
+    guard("vargr_network_child_pids", || {
+        // SAFETY: the caller's contract.
+        let (net, pids, n) = unsafe {
+            (
+                ptr::handle(net, "net")?,
+                ptr::slice_mut(pids, cap, "pids")?,
+                ptr::out(n, "n")?,
+            )
+        };
+        let got = with_network(net, |net| Ok(net.child_pids()))?;
+        for (d, s) in pids.iter_mut().zip(&got) {
+            *d = *s;
         }
+        *n = got.len();
+        Ok(())
+    })
+}
+
+/// Another handle on the open stream `id` (MRNet's `Network::get_Stream`), e.g. the
+/// stream a `vargr_network_recv` result came from.
+///
+/// Ownership: `*out` belongs to the caller (NULL on error); free it with
+/// `vargr_stream_free`.
+///
+/// # Safety
+/// `net` is live; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_get_stream(
+    net: *const vargr_network,
+    id: u32,
+    out: *mut *mut vargr_stream,
+) -> c_int {
+    guard("vargr_network_get_stream", || {
+        // SAFETY: the caller's contract.
+        let (net, out) = unsafe { (ptr::handle(net, "net")?, ptr::out(out, "out")?) };
+        *out = std::ptr::null_mut();
+        let stream = with_network(net, |n| Ok(n.stream(id)?))?;
+        *out = into_handle(vargr_stream { stream });
+        Ok(())
+    })
+}
+
+/// Waits for the next result on any stream (MRNet's `Network::recv`): `*stream` is
+/// set to its stream's id (`UINT32_MAX` when the error is not a stream's, such as
+/// `VARGR_ERR_CLOSED` after shutdown), `*out` to the packet. A stream's error (a lost
+/// node, a failed filter) is returned with its status, `*stream` naming the stream.
+/// Streams with results waiting are served in turn.
+///
+/// Ownership: `*out` belongs to the caller (NULL on error); free it with
+/// `vargr_packet_free`.
+///
+/// # Safety
+/// `net` is live; `stream` and `out` are writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_recv(
+    net: *const vargr_network,
+    stream: *mut u32,
+    out: *mut *mut vargr_packet,
+) -> c_int {
+    guard("vargr_network_recv", || {
+        // SAFETY: forwarded contract.
+        unsafe { recv_any(net, None, stream, out) }
+    })
+}
+
+/// Like `vargr_network_recv`, giving up with `VARGR_ERR_TIMEOUT` after `timeout_ms`
+/// (0: only what is there already).
+///
+/// # Safety
+/// As `vargr_network_recv`.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_recv_timeout(
+    net: *const vargr_network,
+    timeout_ms: u32,
+    stream: *mut u32,
+    out: *mut *mut vargr_packet,
+) -> c_int {
+    guard("vargr_network_recv_timeout", || {
+        // SAFETY: forwarded contract.
+        unsafe { recv_any(net, Some(timeout_ms), stream, out) }
+    })
+}
+
+/// # Safety
+/// As `vargr_network_recv`.
+unsafe fn recv_any(
+    net: *const vargr_network,
+    timeout_ms: Option<u32>,
+    stream: *mut u32,
+    out: *mut *mut vargr_packet,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let (net, stream, out) = unsafe {
+        (
+            ptr::handle(net, "net")?,
+            ptr::out(stream, "stream")?,
+            ptr::out(out, "out")?,
+        )
+    };
+    *out = std::ptr::null_mut();
+    *stream = u32::MAX;
+    // Not through `with_network`: waiting must not hold the lock that shutdown takes.
+    let timeout = timeout_ms.map(|t| Duration::from_millis(t.into()));
+    with_network(net, |_| Ok(()))?;
+    let got = net.any.recv(timeout)?;
+    match got {
+        None => Err(Error::new(
+            vargr_status::VARGR_ERR_TIMEOUT,
+            format!(
+                "no result on any stream within {} ms",
+                timeout_ms.unwrap_or(0)
+            ),
+        )),
+        Some((id, r)) => {
+            *stream = id;
+            *out = into_handle(vargr_packet::new(r?));
+            Ok(())
+        }
+    }
+}
+
+/// A file descriptor that is readable while `vargr_network_recv` would return at once
+/// (MRNet's `get_DataNotificationFd`), for programs that wait in `select`, `poll` or an
+/// event loop. It stays readable until the results are received (there is no clearing
+/// step: receive until `vargr_network_recv_timeout(net, 0, ...)` times out), and
+/// becomes readable at shutdown. The first call starts a thread that reads the network
+/// while the program waits outside vargr.
+///
+/// Ownership: the descriptor belongs to the network: only wait on it (do not read,
+/// write or close it); it is closed when the network is freed.
+///
+/// # Safety
+/// `net` is live; `fd` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_notification_fd(
+    net: *const vargr_network,
+    fd: *mut c_int,
+) -> c_int {
+    guard("vargr_network_notification_fd", || {
+        // SAFETY: the caller's contract.
+        let (net, fd) = unsafe { (ptr::handle(net, "net")?, ptr::out(fd, "fd")?) };
+        *fd = with_network(net, |n| Ok(n.notification_fd(None)?))?;
+        Ok(())
     })
 }
 
@@ -733,6 +1178,105 @@ pub unsafe extern "C" fn vargr_stream_recv_timeout(
             s.stream.recv_timeout(timeout).map_err(Error::from),
             &what,
         )
+    })
+}
+
+/// A file descriptor readable while `vargr_stream_recv` would return at once (MRNet's
+/// `Stream::get_DataNotificationFd`); see `vargr_network_notification_fd`, whose rules
+/// it follows.
+///
+/// Ownership: the descriptor belongs to the network (do not read or close it).
+///
+/// # Safety
+/// `s` is live; `fd` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_stream_notification_fd(
+    s: *const vargr_stream,
+    fd: *mut c_int,
+) -> c_int {
+    guard("vargr_stream_notification_fd", || {
+        // SAFETY: the caller's contract.
+        let (s, fd) = unsafe { (ptr::handle(s, "s")?, ptr::out(fd, "fd")?) };
+        *fd = s.stream.notification_fd()?;
+        Ok(())
+    })
+}
+
+fn role_of(role: c_int) -> Result<FilterRole> {
+    match role {
+        0 => Ok(FilterRole::Up),
+        1 => Ok(FilterRole::Sync),
+        2 => Ok(FilterRole::Down),
+        r => Err(Error::invalid(format!(
+            "role {r} is not a vargr_filter_role (0 up, 1 sync, 2 down)"
+        ))),
+    }
+}
+
+/// Replaces one of a running stream's filters at every node: `role` is a
+/// `vargr_filter_role`; `spec` a filter spec as for `vargr_network_open_stream`
+/// (`"max"`, `"histogram:0,100,10"`, a loaded filter), or for `VARGR_FILTER_SYNC` a
+/// mode (`"all"`, `"dontwait"`, `"timeout:250ms"`), or for `VARGR_FILTER_DOWN` `""` to
+/// remove the down filter. A bad spec fails here and changes nothing. The change
+/// travels down with the multicasts, so it applies from the next one on; a replaced
+/// filter starts with fresh state.
+///
+/// # Safety
+/// `s` is live; `spec` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_stream_set_filter(
+    s: *const vargr_stream,
+    role: c_int,
+    spec: *const c_char,
+) -> c_int {
+    guard("vargr_stream_set_filter", || {
+        // SAFETY: the caller's contract.
+        let (s, spec) = unsafe { (ptr::handle(s, "s")?, ptr::string(spec, "spec")?) };
+        Ok(s.stream.set_filter(role_of(role)?, spec)?)
+    })
+}
+
+/// Gives a running stream's filter new parameters (MRNet's `set_FilterParameters`):
+/// for `VARGR_FILTER_UP` and `VARGR_FILTER_DOWN` the filter stays and is made anew
+/// with `params` (its spec becomes `name:params`; `""`: none); for
+/// `VARGR_FILTER_SYNC`, `params` is a time-out in milliseconds (MRNet's
+/// `FILTER_UPSTREAM_SYNC` with `"%ud"`, making the stream wait for at most that long)
+/// or a mode as for `vargr_stream_set_filter`. Otherwise as `vargr_stream_set_filter`.
+///
+/// # Safety
+/// `s` is live; `params` is NUL-terminated.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_stream_set_filter_parameters(
+    s: *const vargr_stream,
+    role: c_int,
+    params: *const c_char,
+) -> c_int {
+    guard("vargr_stream_set_filter_parameters", || {
+        // SAFETY: the caller's contract.
+        let (s, params) = unsafe { (ptr::handle(s, "s")?, ptr::string(params, "params")?) };
+        let role = role_of(role)?;
+        let spec = match role {
+            FilterRole::Sync
+                if !params.is_empty() && params.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                format!("timeout:{params}ms")
+            }
+            FilterRole::Sync => params.to_string(),
+            FilterRole::Up | FilterRole::Down => {
+                let now = s.stream.filter(role)?;
+                if now.is_empty() {
+                    return Err(Error::invalid(
+                        "the stream has no down filter to give parameters to",
+                    ));
+                }
+                let name = now.split(':').next().unwrap_or_default();
+                match params {
+                    "" => name.to_string(),
+                    p => format!("{name}:{p}"),
+                }
+            }
+        };
+        Ok(s.stream.set_filter(role, &spec)?)
     })
 }
 
@@ -981,6 +1525,108 @@ pub unsafe extern "C" fn vargr_backend_recv_timeout(
             .recv_timeout(Duration::from_millis(timeout_ms.into()))
             .map_err(Into::into);
         give_packet(out, r, &format!("no packet within {timeout_ms} ms"))
+    })
+}
+
+/// Waits for the next packet multicast on stream `stream` (MRNet's back-end
+/// `Stream::recv`), leaving other streams' packets and messages from other back-ends
+/// for `vargr_backend_recv` or other threads: a thread per stream works.
+/// `VARGR_ERR_CLOSED` once the network is shut down.
+///
+/// Ownership: `*out` belongs to the caller (NULL on error); free it with
+/// `vargr_packet_free`.
+///
+/// # Safety
+/// `be` is a live back-end handle; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_backend_recv_stream(
+    be: *const vargr_backend,
+    stream: u32,
+    out: *mut *mut vargr_packet,
+) -> c_int {
+    guard("vargr_backend_recv_stream", || {
+        // SAFETY: forwarded contract.
+        unsafe { recv_stream(be, stream, None, out) }
+    })
+}
+
+/// Like `vargr_backend_recv_stream`, giving up with `VARGR_ERR_TIMEOUT` after
+/// `timeout_ms` (0: only what is there already).
+///
+/// # Safety
+/// As `vargr_backend_recv_stream`.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_backend_recv_stream_timeout(
+    be: *const vargr_backend,
+    stream: u32,
+    timeout_ms: u32,
+    out: *mut *mut vargr_packet,
+) -> c_int {
+    guard("vargr_backend_recv_stream_timeout", || {
+        // SAFETY: forwarded contract.
+        unsafe { recv_stream(be, stream, Some(timeout_ms), out) }
+    })
+}
+
+/// # Safety
+/// As `vargr_backend_recv_stream`.
+unsafe fn recv_stream(
+    be: *const vargr_backend,
+    stream: u32,
+    timeout_ms: Option<u32>,
+    out: *mut *mut vargr_packet,
+) -> Result<()> {
+    // SAFETY: the caller's contract.
+    let (be, out) = unsafe { (ptr::handle(be, "be")?, ptr::out(out, "out")?) };
+    *out = std::ptr::null_mut();
+    let timeout = timeout_ms.map(|t| Duration::from_millis(t.into()));
+    let what = format!(
+        "no packet on stream {stream} within {} ms",
+        timeout_ms.unwrap_or(0)
+    );
+    give_packet(
+        out,
+        be.backend.recv_stream(stream, timeout).map_err(Into::into),
+        &what,
+    )
+}
+
+/// A file descriptor readable while `vargr_backend_recv` would return at once (MRNet's
+/// `get_DataNotificationFd` on a back-end); see `vargr_network_notification_fd`.
+///
+/// Ownership: the descriptor belongs to the back-end (do not read or close it).
+///
+/// # Safety
+/// `be` is live; `fd` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_backend_notification_fd(
+    be: *const vargr_backend,
+    fd: *mut c_int,
+) -> c_int {
+    guard("vargr_backend_notification_fd", || {
+        // SAFETY: the caller's contract.
+        let (be, fd) = unsafe { (ptr::handle(be, "be")?, ptr::out(fd, "fd")?) };
+        *fd = be.backend.notification_fd(None)?;
+        Ok(())
+    })
+}
+
+/// A file descriptor readable while `vargr_backend_recv_stream` on `stream` would
+/// return at once; see `vargr_backend_notification_fd`.
+///
+/// # Safety
+/// `be` is live; `fd` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_backend_stream_notification_fd(
+    be: *const vargr_backend,
+    stream: u32,
+    fd: *mut c_int,
+) -> c_int {
+    guard("vargr_backend_stream_notification_fd", || {
+        // SAFETY: the caller's contract.
+        let (be, fd) = unsafe { (ptr::handle(be, "be")?, ptr::out(fd, "fd")?) };
+        *fd = be.backend.notification_fd(Some(stream))?;
+        Ok(())
     })
 }
 

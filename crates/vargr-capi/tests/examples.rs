@@ -160,11 +160,14 @@ struct Run {
 /// Runs `cmd` in its own process group; after `guard`, kills the group and panics.
 /// Stragglers of the group are killed once the main process has exited.
 fn run(mut cmd: Command, guard: Duration) -> Run {
+    // The freshly built commnode, unless the test chose one.
+    if !cmd.get_envs().any(|(k, _)| k == "VARGR_COMMNODE") {
+        cmd.env("VARGR_COMMNODE", &env().vargr);
+    }
     cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .env("VARGR_COMMNODE", &env().vargr);
+        .stderr(Stdio::piped());
     let shown = format!("{cmd:?}");
     let mut child = cmd
         .spawn()
@@ -316,19 +319,60 @@ fn integer_addition_over_a_tree_of_processes() {
     check_integer_addition(&r, 4, "sum");
 }
 
-#[test]
-fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
+/// Compiles the filter plugin `examples/filter-plugin/NAME.c` into scratch/libNAME.so.
+fn plugin(name: &str) -> PathBuf {
     let e = env();
-    let plugin = e.scratch.path().join("libint_filters.so");
+    let so = e.scratch.path().join(format!("lib{name}.so"));
     let o = Command::new("cc")
         .args(["-shared", "-fPIC", "-Wall", "-Werror"])
         .args(include_dirs())
-        .arg(e.root.join("examples/filter-plugin/int_filters.c"))
+        .arg(e.root.join(format!("examples/filter-plugin/{name}.c")))
         .arg("-o")
-        .arg(&plugin)
+        .arg(&so)
         .output()
         .expect("running cc");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    so
+}
+
+fn int_filters() -> &'static PathBuf {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| plugin("int_filters"))
+}
+
+/// Shared-library link flags plus the threads library.
+fn threaded_libs() -> Vec<String> {
+    let mut v = shared_libs();
+    v.push("-pthread".into());
+    v
+}
+
+#[test]
+fn c_mrnet_api_test_passes() {
+    let compile_c = |name: &str| {
+        compile(
+            "cc",
+            "-std=c99",
+            &[&format!("crates/vargr-capi/tests/c/{name}.c")],
+            &threaded_libs(),
+            name,
+        )
+    };
+    let (fe, be) = (compile_c("mrnet_fe"), compile_c("mrnet_be"));
+    let mut cmd = Command::new(fe);
+    cmd.arg("1x2x4").arg(be).arg(int_filters());
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "mrnet_fe");
+    assert!(
+        r.stdout.starts_with("mrnet_test: ") && r.stdout.trim_end().ends_with("checks OK"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
+    let e = env();
+    let plugin = int_filters();
     // Node 1 is a commnode with two back-ends; node 2 is a back-end under the root.
     let topo = e.scratch.path().join("three.top");
     std::fs::write(
@@ -337,7 +381,7 @@ fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
     )
     .unwrap();
     let mut cmd = Command::new(fe());
-    cmd.arg(&topo).arg(be()).arg(&plugin);
+    cmd.arg(&topo).arg(be()).arg(plugin);
     let r = run(cmd, Duration::from_secs(120));
     check_integer_addition(&r, 3, "plugin_sum");
 }
@@ -383,6 +427,89 @@ fn cpp_ranks_allreduce_under_vargr_run() {
         })
         .collect();
     assert_eq!(got, want, "stderr:\n{}", r.stderr);
+}
+
+#[test]
+fn c_point_to_point_with_wildcards_requests_and_probes_under_vargr_run() {
+    let exe = compile(
+        "cc",
+        "-std=c99",
+        &["crates/vargr-capi/tests/c/p2p_test.c"],
+        &shared_libs(),
+        "p2p_test",
+    );
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["run", "-n", "4", "--"]).arg(exe);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run -n 4 p2p_test");
+    let mut got: Vec<&str> = r.stdout.lines().collect();
+    got.sort();
+    let want: Vec<String> = (0..4).map(|rank| format!("rank {rank} p2p OK")).collect();
+    assert_eq!(got, want, "stderr:\n{}", r.stderr);
+}
+
+#[test]
+fn traces_monitors_and_top_name_c_ranks() {
+    let exe = compile(
+        "cc",
+        "-std=c99",
+        &["crates/vargr-capi/tests/c/slow_rank.c"],
+        &shared_libs(),
+        "slow_rank",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let trace = tmp.path().join("trace");
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["run", "-n", "3", "--trace"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&exe)
+        .args(["1", "300"]);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run --trace slow_rank");
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["trace", "report"]).arg(&trace);
+    let r = run(cmd, Duration::from_secs(60));
+    assert_ok(&r, "vargr trace report");
+    assert!(
+        r.stdout.contains("collective instances on 3 ranks")
+            && r.stdout.contains("culprit: rank 1 (last in "),
+        "{}",
+        r.stdout
+    );
+
+    let status = tmp.path().join("status.json");
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args([
+        "run",
+        "-n",
+        "3",
+        "--monitor",
+        "load-balance,stats",
+        "--status",
+    ])
+    .arg(&status)
+    .arg("--")
+    .arg(&exe)
+    .args(["1", "300"]);
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run --monitor slow_rank");
+    assert!(
+        r.stderr
+            .contains("vargr monitor (final): allreduce: rank 1 arrived last"),
+        "{}",
+        r.stderr
+    );
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["top", "--once"]).arg(&status);
+    let r = run(cmd, Duration::from_secs(60));
+    assert_ok(&r, "vargr top --once");
+    let row = r
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("allreduce"))
+        .unwrap_or_default();
+    assert!(row.contains("rank 1 ("), "{}", r.stdout);
 }
 
 #[test]
@@ -434,9 +561,12 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     assert_ok(&r, "scripts/install-capi.sh");
     for f in [
         "include/vargr.h",
+        "include/vargr_filter.h",
+        "bin/vargr",
         "lib/libvargr.so",
         "lib/libvargr.a",
         "lib/pkgconfig/vargr.pc",
+        "lib/pkgconfig/vargr-static.pc",
         "lib/cmake/vargr/vargrConfig.cmake",
         "lib/cmake/vargr/vargrConfigVersion.cmake",
     ] {
@@ -466,39 +596,262 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     }
 
     if have("pkg-config") {
-        let pc = |args: &[&str]| {
+        let pc = |args: &[&str], pkg: &str| {
             let o = Command::new("pkg-config")
                 .args(args)
-                .arg("vargr")
+                .arg(pkg)
                 .env("PKG_CONFIG_PATH", prefix.join("lib/pkgconfig"))
                 .output()
                 .expect("running pkg-config");
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             String::from_utf8(o.stdout).unwrap()
         };
-        assert_eq!(pc(&["--modversion"]).trim(), env!("CARGO_PKG_VERSION"));
-        let mut flags: Vec<String> = pc(&["--cflags", "--libs"])
-            .split_whitespace()
-            .map(String::from)
-            .collect();
-        flags.push(format!("-Wl,-rpath,{}", prefix.join("lib").display()));
-        let exe = e.scratch.path().join("integer_addition_fe_pc");
-        let mut cc = Command::new("cc");
-        cc.arg("-std=c99")
-            .arg(format!("-I{}", e.root.join("examples/c").display()))
-            .arg(e.root.join("examples/c/integer_addition_fe.c"))
-            .args(&flags)
-            .arg("-o")
-            .arg(&exe);
-        assert_ok(
-            &run(cc, Duration::from_secs(120)),
-            "cc with pkg-config flags",
+        assert_eq!(
+            pc(&["--modversion"], "vargr").trim(),
+            env!("CARGO_PKG_VERSION")
         );
-        let mut cmd = Command::new(exe);
-        cmd.arg("kary:2@3").arg(be());
-        let r = run(cmd, Duration::from_secs(120));
-        check_integer_addition(&r, 3, "sum");
+        let commnode = pc(&["--variable=commnode"], "vargr");
+        assert_eq!(Path::new(commnode.trim()), prefix.join("bin/vargr"));
+        // Shared (found at run time through the rpath vargr.pc adds) and static.
+        for (pkg, exe) in [
+            ("vargr", "integer_addition_fe_pc"),
+            ("vargr-static", "integer_addition_fe_pc_static"),
+        ] {
+            let flags: Vec<String> = pc(&["--cflags", "--libs"], pkg)
+                .split_whitespace()
+                .map(String::from)
+                .collect();
+            let exe = e.scratch.path().join(exe);
+            let mut cc = Command::new("cc");
+            cc.arg("-std=c99")
+                .arg(format!("-I{}", e.root.join("examples/c").display()))
+                .arg(e.root.join("examples/c/integer_addition_fe.c"))
+                .args(&flags)
+                .arg("-o")
+                .arg(&exe);
+            assert_ok(
+                &run(cc, Duration::from_secs(120)),
+                "cc with pkg-config flags",
+            );
+            // Without cargo's LD_LIBRARY_PATH, which points at the build's own library.
+            let ldd = Command::new("ldd")
+                .arg(&exe)
+                .env_remove("LD_LIBRARY_PATH")
+                .output()
+                .expect("running ldd");
+            let deps = String::from_utf8_lossy(&ldd.stdout);
+            if pkg == "vargr-static" {
+                assert!(!deps.contains("libvargr"), "{pkg}: {deps}");
+            } else {
+                let lib = prefix.join("lib/libvargr.so").display().to_string();
+                assert!(deps.contains(&lib), "{pkg}: {deps}");
+            }
+            // The installed commnode runs the tree's internal nodes.
+            let mut cmd = Command::new(exe);
+            cmd.arg("kary:2@3")
+                .arg(be())
+                .env_remove("LD_LIBRARY_PATH")
+                .env("VARGR_COMMNODE", commnode.trim());
+            let r = run(cmd, Duration::from_secs(120));
+            check_integer_addition(&r, 3, "sum");
+        }
     } else {
         eprintln!("pkg-config not found: skipping the pkg-config check");
     }
+}
+
+// ---- ports of MRNet's Examples (examples/c) ----------------------------------------
+
+/// Compiles `examples/c/NAME.c` (with threads) once per test binary.
+fn example(name: &str) -> PathBuf {
+    static BUILT: std::sync::Mutex<Vec<(String, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, p)) = built.iter().find(|(n, _)| n == name) {
+        return p.clone();
+    }
+    let p = compile(
+        "cc",
+        "-std=c99",
+        &[&format!("examples/c/{name}.c")],
+        &threaded_libs(),
+        name,
+    );
+    built.push((name.to_string(), p.clone()));
+    p
+}
+
+/// Runs an example and checks that it ends with "NAME: OK" and prints `lines` lines
+/// containing `marker`.
+fn check_example(r: &Run, name: &str, marker: &str, lines: usize) {
+    assert_ok(r, name);
+    assert_eq!(
+        r.stdout.lines().last(),
+        Some(format!("{name}: OK").as_str()),
+        "{r:?}"
+    );
+    let n = r.stdout.lines().filter(|l| l.contains(marker)).count();
+    assert_eq!(n, lines, "lines with {marker:?}:\n{}", r.stdout);
+}
+
+#[test]
+fn integer_addition_async_waits_on_the_notification_descriptor() {
+    let mut cmd = Command::new(example("integer_addition_async_fe"));
+    cmd.arg("kary:2@4").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_async", "Success!", 5);
+}
+
+#[test]
+fn integer_addition_async_streams_selects_on_two_streams() {
+    let mut cmd = Command::new(example("integer_addition_async_streams_fe"));
+    cmd.arg("1x2x4").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_async_streams", "Success!", 10);
+}
+
+#[test]
+fn integer_addition_timeout_sets_the_sync_filter_parameter() {
+    let mut cmd = Command::new(example("integer_addition_timeout_fe"));
+    cmd.arg("kary:2@4").arg(be()).arg("2");
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_timeout", "FE: Success", 2);
+}
+
+#[test]
+fn integer_addition_concurrent_runs_two_networks_at_once() {
+    let mut cmd = Command::new(example("integer_addition_concurrent_fe"));
+    cmd.arg("kary:2@3").arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "integer_addition_concurrent", "Success!", 10);
+}
+
+#[test]
+fn attach_mode_back_ends_started_by_a_launcher() {
+    // A shell loop stands in for mpirun; each back-end's rank comes from PMI_RANK.
+    let script = format!(
+        "i=0; while [ $i -lt {{n}} ]; do PMI_RANK=$i '{}' & i=$((i+1)); done; wait",
+        be().display()
+    );
+    let mut cmd = Command::new(example("attach_fe"));
+    cmd.args(["1x2x4", "sh", "-c", &script]);
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "attach", "Success!", 5);
+    assert!(
+        r.stdout.starts_with("network: 4 back-ends attached"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn attach_mode_back_ends_started_by_hand_through_a_rendezvous_file() {
+    let e = env();
+    let file = e.scratch.path().join("rendezvous");
+    let _ = std::fs::remove_file(&file);
+    let mut cmd = Command::new(example("attach_fe"));
+    cmd.args(["kary:2@4", "--file"]).arg(&file);
+    let fe = std::thread::spawn(move || run(cmd, Duration::from_secs(120)));
+    let started = Instant::now();
+    while !file.exists() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no rendezvous file"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Ranks in a scrambled order, as a job launcher may start them.
+    let backends: Vec<_> = [2, 0, 3, 1]
+        .iter()
+        .map(|rank| {
+            Command::new(be())
+                .env("VARGR_RENDEZVOUS", format!("file:{}", file.display()))
+                .env("PMI_RANK", rank.to_string())
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("starting a back-end")
+        })
+        .collect();
+    let r = fe.join().expect("front-end thread");
+    check_example(&r, "attach", "Success!", 5);
+    // The shutdown ends each back-end's receive loop: they exit, successfully.
+    for mut b in backends {
+        let waited = Instant::now();
+        let status = loop {
+            if let Some(st) = b.try_wait().expect("waiting for a back-end") {
+                break Some(st);
+            }
+            if waited.elapsed() > Duration::from_secs(10) {
+                let _ = b.kill();
+                let _ = b.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert!(status.is_some_and(|s| s.success()), "back-end: {status:?}");
+    }
+}
+
+#[test]
+fn per_thread_streams_a_thread_per_stream_on_both_sides() {
+    let mut cmd = Command::new(example("per_thread_streams_fe"));
+    cmd.arg("kary:2@4").arg(example("per_thread_streams_be"));
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "per_thread_streams", "successful", 6);
+    assert!(
+        r.stdout.contains("callbacks: 0 node lost, 0 reparented"),
+        "{r:?}"
+    );
+}
+
+#[test]
+fn fault_recovery_goes_on_after_a_commnode_is_killed() {
+    let mut cmd = Command::new(example("fault_recovery_fe"));
+    cmd.arg("1x2x4")
+        .arg(example("fault_recovery_be"))
+        .arg("kill");
+    let r = run(cmd, Duration::from_secs(120));
+    check_example(&r, "fault_recovery", "FE: check of", 2);
+    assert!(r.stdout.contains("FE: events: 1 node lost"), "{r:?}");
+    assert!(!r.stdout.contains("failed"), "{r:?}");
+}
+
+#[test]
+fn hetero_filters_run_a_different_filter_at_each_kind_of_node() {
+    let e = env();
+    // Lines with the word, some of them twice (on different back-ends' shares), and
+    // enough text for several blocks per back-end.
+    let mut text = String::new();
+    let mut want = std::collections::BTreeSet::new();
+    for i in 0..600 {
+        if i % 7 == 0 {
+            let line = format!("line {} has the needle", i % 140);
+            want.insert(line.clone());
+            text.push_str(&line);
+        } else {
+            text.push_str(&format!(
+                "line {i} is hay, hay and more hay to fill a block"
+            ));
+        }
+        text.push('\n');
+    }
+    let file = e.scratch.path().join("haystack.txt");
+    std::fs::write(&file, text).unwrap();
+    let mut cmd = Command::new(example("hetero_filters_fe"));
+    cmd.arg("needle")
+        .arg(&file)
+        .arg("1x2x4")
+        .arg(example("hetero_filters_be"))
+        .arg(plugin("hetero_filters"));
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "hetero_filters_fe");
+    assert_eq!(r.stdout.lines().last(), Some("hetero_filters: OK"), "{r:?}");
+    let got: Vec<&str> = r.stdout.lines().filter(|l| l.contains("needle")).collect();
+    let unique: std::collections::BTreeSet<String> = got.iter().map(|s| s.to_string()).collect();
+    assert_eq!(got.len(), unique.len(), "a line came twice:\n{}", r.stdout);
+    assert_eq!(unique, want, "stderr:\n{}", r.stderr);
+    assert!(
+        r.stdout
+            .lines()
+            .any(|l| l.starts_with("blocks: ") && l != "blocks: 1"),
+        "{r:?}"
+    );
 }

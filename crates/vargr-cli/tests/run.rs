@@ -260,6 +260,21 @@ fn the_mesh_mixes_ranks_as_threads_and_processes() {
 }
 
 #[test]
+fn wildcard_and_nonblocking_receives_keep_mpis_order_across_processes_and_threads() {
+    for extra in [&[][..], &["--ranks-per-process", "3"][..]] {
+        let mut args = vec!["run", "-n", "7"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", vargr_bench(), "p2p-check"]);
+        let r = run_cli(&args, Duration::from_secs(60));
+        assert!(r.status.success(), "{extra:?}: {r:?}");
+        let got = lines_sorted(&r.stdout);
+        let mut want: Vec<String> = (0..7).map(|r| format!("rank {r} p2p ok")).collect();
+        want.sort();
+        assert_eq!(got, want, "{extra:?}");
+    }
+}
+
+#[test]
 fn the_mesh_works_under_open_mpi() {
     let out = Command::new("mpirun")
         .args([
@@ -608,6 +623,27 @@ fn vargr_run_takes_mpiruns_spelling_and_gives_rank_0_the_input() {
             ""
         ),
         ["0", "1", "2"]
+    );
+    // Through a remote launcher too, the input goes to rank 0, after the secret line
+    // that the launcher writes first (which a joining rank reads, as `read` does here).
+    let echo_remote = r#"read secret; printf "%s:%s\n" "$VARGR_RANK" "$(cat)""#;
+    assert_eq!(
+        run(
+            &[
+                "run",
+                "-np",
+                "3",
+                "--host",
+                "localhost,localhost:2",
+                "--launcher",
+                "sh -c {cmd}",
+                "sh",
+                "-c",
+                echo_remote
+            ],
+            "typed far away"
+        ),
+        ["0:typed far away", "1:", "2:"]
     );
     for bad in ["localhost:x", "-oProxyCommand=x"] {
         let r = run_cli(

@@ -252,7 +252,7 @@ impl Group {
                         *parked -= 1;
                         return Err(CollError::Timeout {
                             rank: me,
-                            src: usize::MAX,
+                            src: None,
                             tag: 0,
                             waited_ms: limit.as_millis() as u64,
                         });
@@ -313,7 +313,7 @@ fn cross_allreduce(
             if let Some(limit) = policy.timeout.filter(|l| started.elapsed() >= *l) {
                 return Err(CollError::Timeout {
                     rank: me,
-                    src: usize::MAX,
+                    src: None,
                     tag: 0,
                     waited_ms: limit.as_millis() as u64,
                 });

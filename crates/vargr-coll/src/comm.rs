@@ -14,7 +14,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use bytemuck::Pod;
-use bytes::Bytes;
 
 use crate::algo::gather::{self as g, Blocks};
 use crate::algo::{allreduce as ar, tree};
@@ -26,6 +25,10 @@ use crate::op::Op;
 use crate::schedule::{execute, ExecCtx, Schedule};
 use crate::select::{Algorithm, CallShape, CollKind, Selector};
 use crate::transport::{Tag, Transport};
+
+mod p2p;
+use p2p::P2p;
+pub use p2p::{Received, Request, Status};
 
 /// State shared by all communicators of one rank.
 struct RankShared {
@@ -128,6 +131,8 @@ pub struct Comm {
     group: OnceCell<Arc<Group>>,
     /// Trace collector ids per collective, registered on first use.
     collectors: [Cell<Option<u16>>; CollKind::ALL.len()],
+    /// Posted receives and probed messages of point-to-point traffic.
+    p2p: std::cell::RefCell<P2p>,
 }
 
 fn bytes_of<T: Pod>(v: &[T]) -> &[u8] {
@@ -165,6 +170,7 @@ impl Comm {
             shm,
             group: OnceCell::new(),
             collectors: Default::default(),
+            p2p: Default::default(),
         }
     }
 
@@ -325,6 +331,11 @@ impl Comm {
         id
     }
 
+    /// Labels the calling thread with this rank's world rank for traces and monitors.
+    fn label_thread(&self) {
+        vargr_trace::ensure_rank_label(self.ranks[self.me] as u32);
+    }
+
     /// Records one whole call (arrival to departure) of this rank.
     fn trace_call(&self, coll: CollKind, seq: u32, start: u64, bytes: usize, ok: bool) {
         vargr_trace::record(&vargr_trace::Record {
@@ -347,6 +358,7 @@ impl Comm {
         kind: ElemKind,
         op: Option<&Op>,
     ) -> Result<()> {
+        self.label_thread();
         let start = vargr_trace::now();
         let seq = self.seq.get();
         let group = match self.group.get() {
@@ -380,6 +392,7 @@ impl Comm {
         kind: ElemKind,
         op: Option<&Op>,
     ) -> Result<()> {
+        self.label_thread();
         let start = vargr_trace::now();
         let seq = self.seq.get();
         let ctx = ExecCtx {
@@ -858,95 +871,6 @@ impl Comm {
             displs: displs.iter().map(|d| d * sz).collect(),
             counts: counts.iter().map(|c| c * sz).collect(),
         })
-    }
-
-    // ---- point to point ----------------------------------------------------------------
-
-    fn p2p_check(&self, what: &'static str, peer: usize, tag: u64) -> Result<u64> {
-        if peer >= self.size() {
-            return Err(CollError::BadRank {
-                what,
-                rank: peer,
-                size: self.size(),
-                ctx: self.ctx,
-            });
-        }
-        if tag > Tag::USER_MAX {
-            return Err(CollError::BadTag {
-                tag,
-                max: Tag::USER_MAX,
-            });
-        }
-        Ok(Tag::user(self.ctx, tag))
-    }
-
-    /// Sends `data` to communicator rank `dest` with a user tag (eager: returns at once).
-    pub fn send<T: Pod>(&self, dest: usize, tag: u64, data: &[T]) -> Result<()> {
-        let bytes = Bytes::copy_from_slice(bytes_of(data));
-        match crate::elem::kind_of::<T>() {
-            Some(kind) => {
-                let t = self.p2p_check("destination", dest, tag)?;
-                self.transport.send_typed(self.ranks[dest], t, bytes, kind)
-            }
-            None => self.send_bytes(dest, tag, bytes),
-        }
-    }
-
-    /// Like [`Comm::send`], but a link that compresses sends `data` as it is: for data
-    /// known not to shrink, or whose latency matters more than its size.
-    pub fn send_uncompressed<T: Pod>(&self, dest: usize, tag: u64, data: &[T]) -> Result<()> {
-        let t = self.p2p_check("destination", dest, tag)?;
-        let bytes = Bytes::copy_from_slice(bytes_of(data));
-        self.transport.send_uncompressed(self.ranks[dest], t, bytes)
-    }
-
-    /// Sends an owned buffer without copying it.
-    pub fn send_bytes(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
-        let t = self.p2p_check("destination", dest, tag)?;
-        self.transport.send(self.ranks[dest], t, data)
-    }
-
-    /// Receives the next message from `src` with `tag`.
-    pub fn recv_bytes(&self, src: usize, tag: u64) -> Result<Bytes> {
-        let t = self.p2p_check("source", src, tag)?;
-        self.transport.recv(self.ranks[src], t)
-    }
-
-    /// Receives into `buf`; returns the number of elements received, which may be fewer
-    /// than `buf.len()` (a longer message is an error, like `MPI_ERR_TRUNCATE`).
-    pub fn recv<T: Pod>(&self, src: usize, tag: u64, buf: &mut [T]) -> Result<usize> {
-        let data = self.recv_bytes(src, tag)?;
-        let dst = bytes_of_mut(buf);
-        let sz = std::mem::size_of::<T>().max(1);
-        if data.len() > dst.len() || data.len() % sz != 0 {
-            return Err(CollError::MessageLength {
-                rank: self.me,
-                src,
-                tag,
-                expected: dst.len(),
-                got: data.len(),
-            });
-        }
-        dst[..data.len()].copy_from_slice(&data);
-        Ok(data.len() / sz)
-    }
-
-    /// Receives a whole message as a vector.
-    pub fn recv_vec<T: Pod>(&self, src: usize, tag: u64) -> Result<Vec<T>> {
-        let data = self.recv_bytes(src, tag)?;
-        let sz = std::mem::size_of::<T>().max(1);
-        if data.len() % sz != 0 {
-            return Err(CollError::MessageLength {
-                rank: self.me,
-                src,
-                tag,
-                expected: data.len() - data.len() % sz,
-                got: data.len(),
-            });
-        }
-        let mut v = vec![T::zeroed(); data.len() / sz];
-        bytes_of_mut(&mut v).copy_from_slice(&data);
-        Ok(v)
     }
 
     // ---- communicator management -------------------------------------------------------

@@ -48,10 +48,12 @@ pub enum CollError {
         got: usize,
     },
     /// A receive waited longer than the transport's configured limit.
-    #[error("transport rank {rank}: no message from rank {src} with tag {tag:#018x} after {waited_ms} ms")]
+    #[error("transport rank {rank}: no message from {} with tag {tag:#018x} after {waited_ms} ms",
+        .src.map_or_else(|| "any rank".to_string(), |s| format!("rank {s}")))]
     Timeout {
         rank: usize,
-        src: usize,
+        /// `None` for a receive from any source.
+        src: Option<usize>,
         tag: u64,
         waited_ms: u64,
     },
@@ -70,6 +72,13 @@ pub enum CollError {
     /// and logical operators only on integers).
     #[error("operator {op} is not defined for {kind} elements")]
     OpType { op: String, kind: ElemKind },
+    /// A request used on a communicator it does not belong to, or after it completed.
+    #[error("rank {rank}, context {ctx}: bad request: {reason}")]
+    BadRequest {
+        rank: usize,
+        ctx: u32,
+        reason: String,
+    },
     /// A user tag outside the range that fits the tag layout.
     #[error("user tag {tag} is too large (maximum {max})")]
     BadTag { tag: u64, max: u64 },

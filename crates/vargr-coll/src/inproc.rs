@@ -20,7 +20,7 @@ use bytes::Bytes;
 
 use crate::arena::Arena;
 use crate::error::{CollError, Result};
-use crate::transport::Transport;
+use crate::transport::{Match, Matched, Transport};
 
 /// How a receive waits. The default suits heavily oversubscribed cores; measure with
 /// `bench_allreduce` before changing it.
@@ -67,6 +67,23 @@ impl Inbox {
             .iter()
             .position(|e| e.tag == tag && e.src as usize == src)?;
         self.queue.remove(pos).map(|e| e.data)
+    }
+
+    /// The oldest envelope the first pattern able to take one accepts.
+    fn take_match(&mut self, pats: &[Match]) -> Option<Matched> {
+        pats.iter().enumerate().find_map(|(pattern, p)| {
+            let pos = self
+                .queue
+                .iter()
+                .position(|e| p.accepts(e.src as usize, e.tag))?;
+            let e = self.queue.remove(pos)?;
+            Some(Matched {
+                pattern,
+                src: e.src as usize,
+                tag: e.tag,
+                data: e.data,
+            })
+        })
     }
 }
 
@@ -171,6 +188,13 @@ impl InProcess {
         self.check_peer(src)?;
         Ok(self.lock(self.rank).take(src, tag))
     }
+
+    /// Whether a message that one of `pats` accepts is waiting (never blocks).
+    pub(crate) fn has_match(&self, pats: &[Match]) -> bool {
+        let inbox = self.lock(self.rank);
+        pats.iter()
+            .any(|p| inbox.queue.iter().any(|e| p.accepts(e.src as usize, e.tag)))
+    }
 }
 
 impl Transport for InProcess {
@@ -210,6 +234,16 @@ impl Transport for InProcess {
 
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes> {
         self.check_peer(src)?;
+        let got = self.recv_match(&[Match::exact(src, tag)], true)?;
+        Ok(got.expect("a blocking receive returns a message").data)
+    }
+
+    fn recv_match(&self, pats: &[Match], wait: bool) -> Result<Option<Matched>> {
+        for p in pats {
+            if let Some(src) = p.src {
+                self.check_peer(src)?;
+            }
+        }
         let mb = &self.shared.boxes[self.rank];
         let policy = self.shared.policy;
         let started = policy.timeout.map(|_| Instant::now());
@@ -217,8 +251,11 @@ impl Transport for InProcess {
         let mut yields = 0u32;
         loop {
             let mut inbox = self.lock(self.rank);
-            if let Some(data) = inbox.take(src, tag) {
-                return Ok(data);
+            if let Some(m) = inbox.take_match(pats) {
+                return Ok(Some(m));
+            }
+            if !wait {
+                return Ok(None);
             }
             if spins < policy.spins || yields < policy.yields {
                 let seen = mb.arrivals.load(Ordering::Acquire);
@@ -244,10 +281,11 @@ impl Transport for InProcess {
                     if left.is_zero() {
                         let mut inbox = inbox;
                         inbox.parked -= 1;
+                        let first = pats.first();
                         return Err(CollError::Timeout {
                             rank: self.rank,
-                            src,
-                            tag,
+                            src: first.and_then(|p| p.src),
+                            tag: first.map_or(0, |p| p.tag),
                             waited_ms: limit.as_millis() as u64,
                         });
                     }
@@ -260,8 +298,8 @@ impl Transport for InProcess {
             };
             let mut inbox = inbox;
             inbox.parked -= 1;
-            if let Some(data) = inbox.take(src, tag) {
-                return Ok(data);
+            if let Some(m) = inbox.take_match(pats) {
+                return Ok(Some(m));
             }
         }
     }
@@ -317,7 +355,7 @@ mod tests {
         let e = f.endpoint(0).unwrap();
         assert!(matches!(
             e.recv(1, 3),
-            Err(CollError::Timeout { src: 1, .. })
+            Err(CollError::Timeout { src: Some(1), .. })
         ));
         assert!(matches!(
             e.send(5, 0, Bytes::new()),

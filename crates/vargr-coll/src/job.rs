@@ -10,7 +10,7 @@
 
 use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,7 +18,7 @@ use bytes::Bytes;
 use vargr_codec::stage::{CodecMode, SampleDir};
 use vargr_emu::WanMap;
 use vargr_links::{LinkEnds, LinkPolicy, LinkSettings};
-use vargr_net::mesh::{self, Mesh};
+use vargr_net::mesh::{self, MailMatch, Mesh};
 
 use crate::arena::{Arena, CrossProcess};
 use crate::comm::{Comm, World};
@@ -29,7 +29,7 @@ use crate::inproc::{Fabric, InProcess, WaitPolicy};
 use crate::monitor::{self, MonitorConfig, MonitorHandle};
 use crate::rank_scheduler::{SchedPolicy, Scheduler, HIGH, LOW};
 use crate::select::Selector;
-use crate::transport::Transport;
+use crate::transport::{Match, Matched, Transport};
 
 /// One rank's endpoint on a process's mesh.
 pub struct MeshTransport {
@@ -44,6 +44,9 @@ pub struct MeshTransport {
     /// This rank's mailbox among the ranks of its process (indexed from the first local
     /// rank): messages between threads skip the mesh's shared lock.
     here: Option<InProcess>,
+    /// Per local rank, receives waiting in the mesh that also take mail from this
+    /// process's ranks: a send to such a rank nudges the mesh so that it looks.
+    wild: Arc<[AtomicU32]>,
 }
 
 impl MeshTransport {
@@ -51,7 +54,14 @@ impl MeshTransport {
         let remote = !self.local.contains(&dest);
         self.sent_remote.store(remote, Ordering::Relaxed);
         if let (false, Some(ep)) = (remote, &self.here) {
-            return ep.send(dest - self.local.start, tag, data);
+            let i = dest - self.local.start;
+            ep.send(i, tag, data)?;
+            // Pairs with the waiter's increment: one of us sees the other.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            if self.wild[i].load(Ordering::SeqCst) > 0 {
+                self.mesh.nudge(dest as u32);
+            }
+            return Ok(());
         }
         self.mesh
             .send_flags(self.rank as u32, dest as u32, tag, data, flags)
@@ -106,8 +116,100 @@ impl Transport for MeshTransport {
     }
 
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes> {
-        // A waiting rank gives its core to a rank with work. Only rank threads hold
-        // slots; helper threads (conditional allreduce's prefetchers) pass through.
+        self.waiting(|| match &self.here {
+            Some(ep) if self.local.contains(&src) => ep.recv(src - self.local.start, tag),
+            _ => self
+                .mesh
+                .recv(self.rank as u32, src as u32, tag)
+                .map_err(|e| self.lost(src, e)),
+        })
+    }
+
+    fn recv_match(&self, pats: &[Match], wait: bool) -> Result<Option<Matched>> {
+        if let Some(m) = self.take_match(pats)? {
+            return Ok(Some(m));
+        }
+        if !wait {
+            return Ok(None);
+        }
+        let here = self.here.as_ref();
+        let local = |p: &Match| p.src.is_some_and(|s| self.local.contains(&s));
+        let to_here = |pats: &[Match]| -> Vec<Match> {
+            pats.iter()
+                .map(|p| Match {
+                    src: p.src.map(|s| s.wrapping_sub(self.local.start)),
+                    ..*p
+                })
+                .collect()
+        };
+        self.waiting(|| loop {
+            match here {
+                // Only this process's ranks can send: its mailbox alone decides.
+                Some(ep) if pats.iter().all(local) => {
+                    let m = ep.recv_match(&to_here(pats), true)?;
+                    return Ok(m.map(|m| Matched {
+                        src: m.src + self.local.start,
+                        ..m
+                    }));
+                }
+                _ => {
+                    let (idx, mesh_pats): (Vec<usize>, Vec<MailMatch>) = pats
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, p)| here.is_none() || !local(p))
+                        .map(|(i, p)| {
+                            let q = MailMatch {
+                                src: p.src.map(|s| s as u32),
+                                tag: p.tag,
+                                mask: p.mask,
+                            };
+                            (i, q)
+                        })
+                        .unzip();
+                    let mixed = here.is_some() && pats.iter().any(|p| p.src.is_none() || local(p));
+                    let mine = &self.wild[self.rank - self.local.start];
+                    if mixed {
+                        mine.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let local_pats = to_here(pats);
+                    let elsewhere = || here.is_some_and(|ep| ep.has_match(&local_pats));
+                    let r = self.mesh.recv_match(
+                        self.rank as u32,
+                        &mesh_pats,
+                        true,
+                        mixed.then_some(&elsewhere as &dyn Fn() -> bool),
+                    );
+                    if mixed {
+                        mine.fetch_sub(1, Ordering::SeqCst);
+                    }
+                    let src = pats.first().and_then(|p| p.src).unwrap_or(usize::MAX);
+                    if let Some(m) = r.map_err(|e| self.lost(src, e))? {
+                        return Ok(Some(Matched {
+                            pattern: idx[m.pattern],
+                            src: m.src as usize,
+                            tag: m.tag,
+                            data: m.data,
+                        }));
+                    }
+                    // Whatever arrived, take it in the patterns' order.
+                    if let Some(m) = self.take_match(pats)? {
+                        return Ok(Some(m));
+                    }
+                }
+            }
+        })
+    }
+
+    fn arena(&self) -> Option<&Arena> {
+        self.arena.as_deref()
+    }
+}
+
+impl MeshTransport {
+    /// Runs a wait for mail: a waiting rank gives its core to a rank with work (only
+    /// rank threads hold slots; helper threads, such as the conditional allreduce's
+    /// prefetchers, pass through) and counts as blocked for the monitors.
+    fn waiting<R>(&self, wait: impl FnOnce() -> R) -> R {
         let sched = self
             .sched
             .as_deref()
@@ -115,14 +217,9 @@ impl Transport for MeshTransport {
         if let Some(s) = sched {
             s.release();
         }
-        let _blocked = monitor::Blocked::enter();
-        let r = match &self.here {
-            Some(ep) if self.local.contains(&src) => ep.recv(src - self.local.start, tag),
-            _ => self
-                .mesh
-                .recv(self.rank as u32, src as u32, tag)
-                .map_err(|e| self.lost(src, e)),
-        };
+        let blocked = monitor::Blocked::enter();
+        let r = wait();
+        drop(blocked);
         if let Some(s) = sched {
             let remote = self.sent_remote.load(Ordering::Relaxed);
             s.acquire(if remote { HIGH } else { LOW });
@@ -131,8 +228,51 @@ impl Transport for MeshTransport {
         r
     }
 
-    fn arena(&self) -> Option<&Arena> {
-        self.arena.as_deref()
+    /// The message the first pattern able to take one accepts, from this process's
+    /// ranks or another's, without waiting.
+    fn take_match(&self, pats: &[Match]) -> Result<Option<Matched>> {
+        for (i, p) in pats.iter().enumerate() {
+            let local = p.src.map(|s| self.local.contains(&s));
+            if let Some(ep) = self.here.as_ref().filter(|_| local != Some(false)) {
+                let q = Match {
+                    src: p.src.map(|s| s - self.local.start),
+                    ..*p
+                };
+                if let Some(m) = ep.recv_match(&[q], false)? {
+                    return Ok(Some(Matched {
+                        pattern: i,
+                        src: m.src + self.local.start,
+                        ..m
+                    }));
+                }
+                if local == Some(true) {
+                    continue;
+                }
+            }
+            let q = [MailMatch {
+                src: p.src.map(|s| s as u32),
+                tag: p.tag,
+                mask: p.mask,
+            }];
+            let got = self
+                .mesh
+                .recv_match(self.rank as u32, &q, false, None)
+                .or_else(|e| match e {
+                    // A lost peer matters only to a receive that waits for it.
+                    vargr_net::NetError::Job { .. } => Ok(None),
+                    e => Err(e),
+                })
+                .map_err(|e| self.lost(p.src.unwrap_or(usize::MAX), e))?;
+            if let Some(m) = got {
+                return Ok(Some(Matched {
+                    pattern: i,
+                    src: m.src as usize,
+                    tag: m.tag,
+                    data: m.data,
+                }));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -206,6 +346,8 @@ pub struct Job {
     ranks_per_core: usize,
     /// Mailboxes of this process's ranks, when it has several.
     fabric: Option<Fabric>,
+    /// Shared by the ranks' transports (see [`MeshTransport`]'s field).
+    wild: Arc<[AtomicU32]>,
     /// The load-balance monitor, in rank 0's process when monitors run.
     monitor: std::sync::Mutex<Option<MonitorHandle>>,
     /// This process's monitor agent, when monitors run.
@@ -308,6 +450,7 @@ impl Job {
             ranks_per_core,
             mesh,
             fabric,
+            wild: (0..local).map(|_| AtomicU32::new(0)).collect(),
             arena,
             hierarchy,
             selector,
@@ -420,6 +563,7 @@ impl Job {
                 .fabric
                 .as_ref()
                 .and_then(|f| f.endpoint(rank - self.local_ranks().start)),
+            wild: self.wild.clone(),
         }
     }
 

@@ -58,7 +58,7 @@ mod transport;
 
 pub use arena::{Arena, Group};
 pub use bench::{bench_allreduce, bench_allreduce_with};
-pub use comm::{Comm, World};
+pub use comm::{Comm, Received, Request, Status, World};
 pub use cond::{CondAllreduce, CondOp, CondOutcome, Predicate};
 pub use elem::{Elem, ElemKind};
 pub use error::{CollError, Result};
@@ -69,4 +69,4 @@ pub use op::{Op, UserFn, UserOp};
 pub use rank_scheduler::{SchedPolicy, Scheduler};
 pub use schedule::{execute, Buf, ExecCtx, Mode, Schedule, Step};
 pub use select::{Across, Algorithm, CallShape, CollKind, Rule, SelectionTable, Selector};
-pub use transport::{Tag, Transport};
+pub use transport::{Match, Matched, Tag, Transport};

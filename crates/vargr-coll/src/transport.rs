@@ -43,6 +43,11 @@ pub trait Transport: Send + Sync {
     }
     /// Blocks until a message from `src` with `tag` arrives and returns it.
     fn recv(&self, src: usize, tag: u64) -> Result<Bytes>;
+    /// A message that one of `pats` accepts: the oldest one that the first pattern able
+    /// to take a message accepts, so patterns in the order their receives were posted
+    /// match as MPI matches posted receives. With `wait`, blocks until there is one;
+    /// without, returns `None` at once.
+    fn recv_match(&self, pats: &[Match], wait: bool) -> Result<Option<Matched>>;
     /// Sends to `dest`, then receives from `src`. Transports with a progress engine can
     /// override this to overlap the two.
     fn sendrecv(
@@ -61,6 +66,40 @@ pub trait Transport: Send + Sync {
     fn arena(&self) -> Option<&Arena> {
         None
     }
+}
+
+/// Which messages a receive takes: from `src` (any source if `None`) with a tag whose
+/// bits under `mask` equal those of `tag`. MPI's `ANY_SOURCE` and `ANY_TAG` are patterns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Match {
+    pub src: Option<usize>,
+    pub tag: u64,
+    pub mask: u64,
+}
+
+impl Match {
+    /// Exactly `src` and `tag`.
+    pub fn exact(src: usize, tag: u64) -> Match {
+        Match {
+            src: Some(src),
+            tag,
+            mask: u64::MAX,
+        }
+    }
+
+    pub fn accepts(&self, src: usize, tag: u64) -> bool {
+        self.src.is_none_or(|s| s == src) && (tag ^ self.tag) & self.mask == 0
+    }
+}
+
+/// A message taken by [`Transport::recv_match`]: the index of the pattern that took it,
+/// its transport source and full tag.
+#[derive(Debug, Clone)]
+pub struct Matched {
+    pub pattern: usize,
+    pub src: usize,
+    pub tag: u64,
+    pub data: Bytes,
 }
 
 /// Tag layout, 64 bits:
@@ -89,6 +128,17 @@ impl Tag {
     pub fn user(ctx: u32, tag: u64) -> u64 {
         debug_assert!(tag <= Self::USER_MAX);
         ((ctx as u64) << 32) | tag
+    }
+
+    /// The point-to-point messages of context `ctx` with user tag `tag`, or with any
+    /// user tag if `None`.
+    pub fn user_match(ctx: u32, src: Option<usize>, tag: Option<u64>) -> Match {
+        let any_user = !(Self::USER_MAX);
+        Match {
+            src,
+            tag: Self::user(ctx, tag.unwrap_or(0)),
+            mask: if tag.is_some() { u64::MAX } else { any_user },
+        }
     }
 
     /// Base tag of one collective call; schedules add their phase to it.

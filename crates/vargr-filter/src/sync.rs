@@ -137,6 +137,14 @@ impl SyncFilter {
         self.mode
     }
 
+    /// Changes the mode of a running stream (MRNet's `set_FilterParameters` on the sync
+    /// filter). Packets already queued stay; [`take_ready`](Self::take_ready) then
+    /// releases the waves the new mode makes due. Leaving don't-wait starts from empty
+    /// queues, since that mode queues nothing.
+    pub fn set_mode(&mut self, mode: SyncMode) {
+        self.mode = mode;
+    }
+
     /// Adds a child that joined late; returns its index. Waves from now on wait for it.
     pub fn add_child(&mut self) -> usize {
         self.queues.push(VecDeque::new());

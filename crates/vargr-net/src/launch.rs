@@ -174,10 +174,25 @@ pub fn spawn(launcher: &Launcher, spec: &ChildSpec) -> Result<Child, NetError> {
                 stdin
                     .write_all(format!("{s}\n").as_bytes())
                     .map_err(spawn_err)?;
+                if spec.stdin {
+                    // After the secret, what is typed goes to the program (mpirun gives
+                    // it to rank 0 wherever that runs).
+                    forward_stdin(stdin);
+                }
             }
             Ok(child)
         }
     }
+}
+
+/// Copies this process's standard input to `to` on a thread of its own, until either
+/// end closes.
+fn forward_stdin(mut to: std::process::ChildStdin) {
+    let _ = std::thread::Builder::new()
+        .name("vargr-stdin".into())
+        .spawn(move || {
+            let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to);
+        });
 }
 
 /// Pipes `cmd`'s stdout and stderr when `on`.
@@ -241,14 +256,42 @@ pub fn secret_from_env() -> Result<crate::auth::Secret, NetError> {
         reason: "VARGR_SECRET is not set: was this process started by a vargr parent?".into(),
     })?;
     if v == "-" {
-        let mut line = String::new();
-        std::io::stdin()
-            .read_line(&mut line)
+        let line = read_line_unbuffered()
             .map_err(|e| NetError::io("reading the secret from", "stdin", e))?;
         crate::auth::Secret::from_hex(&line)
     } else {
         crate::auth::Secret::from_hex(&v)
     }
+}
+
+/// The first line of standard input, read a byte at a time: what follows it is the
+/// program's input (rank 0 of a remote job gets the user's), and a buffered read would
+/// keep some of it where the program (a Python rank reading `sys.stdin`) cannot see it.
+fn read_line_unbuffered() -> std::io::Result<String> {
+    let mut line = Vec::new();
+    loop {
+        let mut b = 0u8;
+        // SAFETY: reads at most one byte into `b`, which lives across the call.
+        let n = unsafe { libc::read(0, (&mut b as *mut u8).cast(), 1) };
+        match n {
+            1 if b == b'\n' => break,
+            1 if line.len() < 4096 => line.push(b),
+            1 => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "the first line is longer than 4096 bytes",
+                ))
+            }
+            0 => break,
+            _ => {
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    String::from_utf8(line).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// This machine's host name, as ranks and tree nodes advertise it.

@@ -44,14 +44,56 @@ pub type StagePicker = dyn Fn(&PeerInfo) -> StageChain + Send + Sync;
 /// Largest message, in bytes.
 pub const MAX_MESSAGE: usize = 1 << 30;
 
+/// Which messages a receive takes: from `src` (any source if `None`) with a tag whose
+/// bits under `mask` equal `tag`'s (MPI's `ANY_SOURCE` and `ANY_TAG` as patterns).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MailMatch {
+    pub src: Option<u32>,
+    pub tag: u64,
+    pub mask: u64,
+}
+
+impl MailMatch {
+    /// Exactly `src` and `tag`.
+    pub fn exact(src: u32, tag: u64) -> MailMatch {
+        MailMatch {
+            src: Some(src),
+            tag,
+            mask: u64::MAX,
+        }
+    }
+
+    pub fn accepts(&self, src: u32, tag: u64) -> bool {
+        self.src.is_none_or(|s| s == src) && (tag ^ self.tag) & self.mask == 0
+    }
+
+    /// The one (source, tag) this pattern takes, if it takes only one.
+    fn single(&self) -> Option<(u32, u64)> {
+        (self.mask == u64::MAX).then_some(())?;
+        Some((self.src?, self.tag))
+    }
+}
+
+/// A message a [`Mesh::recv_match`] took, and which of its patterns took it.
+#[derive(Debug, Clone)]
+pub struct Mail {
+    pub pattern: usize,
+    pub src: u32,
+    pub tag: u64,
+    pub data: Bytes,
+}
+
 struct State {
     reactor: Option<Reactor>,
     /// Outgoing link per destination process (by its first rank).
     out: HashMap<u32, LinkId>,
     /// Incoming links and the first rank of the process at the other end.
     inbound: HashMap<LinkId, u32>,
-    /// Messages waiting for a `recv`, by (destination rank, source rank, tag).
-    mail: HashMap<(u32, u32, u64), VecDeque<Bytes>>,
+    /// Messages waiting for a `recv`, by (destination rank, source rank, tag), each with
+    /// its arrival number (wildcard receives take the oldest of several queues).
+    mail: HashMap<(u32, u32, u64), VecDeque<(u64, Bytes)>>,
+    /// Messages that ever arrived: the next arrival number.
+    arrivals: u64,
     /// Processes whose links failed, with the reason (a `recv` from them fails).
     lost: HashMap<u32, String>,
     events: Vec<ReactorEvent>,
@@ -78,7 +120,38 @@ impl State {
         if q.is_empty() {
             self.mail.remove(key);
         }
-        b
+        b.map(|(_, b)| b)
+    }
+
+    fn put_mail(&mut self, key: (u32, u32, u64), data: Bytes) {
+        let n = self.arrivals;
+        self.arrivals += 1;
+        self.mail.entry(key).or_default().push_back((n, data));
+    }
+
+    /// The oldest message for `dest` that the first pattern able to take one accepts:
+    /// (pattern index, source, tag, data).
+    fn take_match(&mut self, dest: u32, pats: &[MailMatch]) -> Option<(usize, u32, u64, Bytes)> {
+        for (i, p) in pats.iter().enumerate() {
+            let key = match p.single() {
+                Some((src, tag)) => (dest, src, tag),
+                None => {
+                    let oldest = self
+                        .mail
+                        .iter()
+                        .filter(|((d, s, t), _)| *d == dest && p.accepts(*s, *t))
+                        .min_by_key(|(_, q)| q.front().map_or(u64::MAX, |(n, _)| *n));
+                    match oldest {
+                        Some((key, _)) => *key,
+                        None => continue,
+                    }
+                }
+            };
+            if let Some(b) = self.take_mail(&key) {
+                return Some((i, key.1, key.2, b));
+            }
+        }
+        None
     }
 
     /// Hands queued links and frames to `reactor` and writes what the sockets take.
@@ -212,6 +285,7 @@ impl Mesh {
                 out: HashMap::new(),
                 inbound: HashMap::new(),
                 mail: HashMap::new(),
+                arrivals: 0,
                 lost: HashMap::new(),
                 events: Vec::new(),
                 waiting: vec![0; local],
@@ -251,11 +325,8 @@ impl Mesh {
     /// receives waiting now, and any later, fail with it.
     pub fn abort(&self, why: &str) {
         let mut g = self.lock();
-        for r in 0..self.env.size {
-            let first = r == 0 || self.table[r as usize - 1].addr != self.table[r as usize].addr;
-            if first {
-                g.lost.entry(r).or_insert_with(|| why.to_string());
-            }
+        for r in self.processes() {
+            g.lost.entry(r).or_insert_with(|| why.to_string());
         }
         for cv in self.cvs.iter() {
             cv.notify_all();
@@ -361,7 +432,7 @@ impl Mesh {
         }
         if self.is_local(dest) {
             let mut g = self.lock();
-            g.mail.entry((dest, src, tag)).or_default().push_back(data);
+            g.put_mail((dest, src, tag), data);
             self.notify_rank(&g, dest);
             if g.reactor.is_none() && g.poller == Some(dest) {
                 // The thread polling is the one this message is for.
@@ -499,20 +570,18 @@ impl Mesh {
         let Some(shm) = g.shm.as_mut() else {
             return false;
         };
-        let mail = &mut g.mail;
-        let mut woken = Vec::new();
+        let mut arrived = Vec::new();
         let r = shm.progress(
             |r| self.is_local(r),
-            |dest, src, tag, data| {
-                mail.entry((dest, src, tag)).or_default().push_back(data);
-                woken.push(dest);
-            },
+            |dest, src, tag, data| arrived.push(((dest, src, tag), data)),
         );
-        for d in &woken {
-            self.notify_rank(g, *d);
+        let delivered = !arrived.is_empty();
+        for (key, data) in arrived {
+            g.put_mail(key, data);
+            self.notify_rank(g, key.0);
         }
         match r {
-            Ok(moved) => moved || !woken.is_empty(),
+            Ok(moved) => moved || delivered,
             Err(e) => {
                 self.shm_failed(g, e);
                 true
@@ -576,30 +645,73 @@ impl Mesh {
     /// each, and the receive ends with [`NetError::Interrupted`] when it says so.
     pub fn recv(&self, dest: u32, src: u32, tag: u64) -> Result<Bytes, NetError> {
         self.check_rank("source", src)?;
+        let pats = [MailMatch::exact(src, tag)];
+        let got = self.recv_match(dest, &pats, true, None)?;
+        Ok(got.expect("a blocking receive returns a message").data)
+    }
+
+    /// Receives, for local rank `dest`, a message that one of `pats` accepts: the oldest
+    /// that the first pattern able to take one accepts (so patterns listed in the order
+    /// their receives were posted match as MPI's posted receives do).
+    ///
+    /// Without `wait`, returns `None` at once if nothing matches. With it, blocks until a
+    /// message matches, or until `elsewhere` (checked under the mesh's lock, after a
+    /// [`Mesh::nudge`] for `dest`) says mail waits in another mailbox, then returns `None`.
+    /// A wildcard source fails only when every other process is lost.
+    pub fn recv_match(
+        &self,
+        dest: u32,
+        pats: &[MailMatch],
+        wait: bool,
+        elsewhere: Option<&dyn Fn() -> bool>,
+    ) -> Result<Option<Mail>, NetError> {
         if !self.is_local(dest) {
             return Err(NetError::Job {
                 reason: format!("rank {dest} does not live in this process"),
             });
         }
-        let key = (dest, src, tag);
-        let src_proc = self.process_of(src);
+        for p in pats {
+            if let Some(src) = p.src {
+                self.check_rank("source", src)?;
+            }
+        }
         // Mail from a rank of this process arrives by `send` alone: no need to poll.
-        let from_here = self.is_local(src);
+        let from_here = pats.iter().all(|p| p.src.is_some_and(|s| self.is_local(s)));
         let started = Instant::now();
         let mut g = self.lock();
+        // Without `wait`, still drive the sockets once (if no other thread is), as MPI's
+        // test and probe make progress: a loop of them must see messages arrive.
+        let mut polled = wait || from_here;
         loop {
-            if let Some(b) = g.take_mail(&key) {
+            if let Some((pattern, src, tag, data)) = g.take_match(dest, pats) {
                 if g.reactor.is_some() {
                     self.hand_off(&g);
                 }
-                return Ok(b);
+                return Ok(Some(Mail {
+                    pattern,
+                    src,
+                    tag,
+                    data,
+                }));
             }
-            if let Some(why) = g.lost.get(&src_proc) {
-                let reason = format!("rank {src} was lost before it sent the message: {why}");
+            if !polled {
+                polled = true;
+                if let Some(reactor) = g.reactor.take() {
+                    g.poller = Some(dest);
+                    g = self.poll_once(g, reactor, Some(Duration::ZERO));
+                    g.poller = None;
+                    continue;
+                }
+            }
+            let lost = self.lost_for(&g, pats);
+            if lost.is_some() || !wait || elsewhere.is_some_and(|f| f()) {
                 if g.reactor.is_some() {
                     self.hand_off(&g);
                 }
-                return Err(NetError::Job { reason });
+                return match lost {
+                    Some(reason) => Err(NetError::Job { reason }),
+                    None => Ok(None),
+                };
             }
             // Only waits longer than a slice ask: a quick receive pays nothing for it.
             let check = INTERRUPT_CHECK
@@ -615,13 +727,14 @@ impl Mesh {
                     if g.reactor.is_some() {
                         self.hand_off(&g);
                     }
+                    let src = pats.first().and_then(|p| p.src).unwrap_or(u32::MAX);
                     return Err(NetError::Interrupted { src });
                 }
             }
             match g.reactor.take_if(|_| !from_here) {
                 Some(reactor) => {
                     g.poller = Some(dest);
-                    g = self.poll_once(g, reactor);
+                    g = self.poll_once(g, reactor, None);
                     g.poller = None;
                 }
                 None => {
@@ -644,10 +757,62 @@ impl Mesh {
         }
     }
 
+    /// Why no message can come for any of `pats` any more, if none can: a named source's
+    /// process is lost, or for a wildcard every other process is.
+    fn lost_for(&self, g: &State, pats: &[MailMatch]) -> Option<String> {
+        let mut why = None;
+        for p in pats {
+            match p.src {
+                Some(src) => match g.lost.get(&self.process_of(src)) {
+                    Some(w) => {
+                        why = Some(format!(
+                            "rank {src} was lost before it sent the message: {w}"
+                        ))
+                    }
+                    None => return None,
+                },
+                None => {
+                    if self.env.local > 1 {
+                        // Ranks of this process can still send.
+                        return None;
+                    }
+                    why = Some("no other rank can send to this one".into());
+                    for p in self.processes().filter(|&p| !self.is_local(p)) {
+                        match g.lost.get(&p) {
+                            Some(w) => why = Some(format!("every other process was lost ({w})")),
+                            None => return None,
+                        }
+                    }
+                }
+            }
+        }
+        why
+    }
+
+    /// The first rank of every process.
+    fn processes(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..self.env.size)
+            .filter(|&r| r == 0 || self.table[r as usize - 1].addr != self.table[r as usize].addr)
+    }
+
+    /// Wakes local rank `dest` if it waits in [`Mesh::recv_match`], so that it checks its
+    /// `elsewhere` again (mail for it arrived in a mailbox the mesh does not keep).
+    pub fn nudge(&self, dest: u32) {
+        let g = self.lock();
+        if self.is_local(dest) {
+            self.notify_rank(&g, dest);
+            if g.poller == Some(dest) {
+                let _ = self.waker.wake();
+            }
+        }
+    }
+
+    /// Drives the sockets once, waiting up to `wait` (default: a slice) for events.
     fn poll_once<'a>(
         &'a self,
         mut g: MutexGuard<'a, State>,
         mut reactor: Reactor,
+        wait: Option<Duration>,
     ) -> MutexGuard<'a, State> {
         g.apply(&mut reactor);
         // Shared memory brought or took something: the mail may be what this thread
@@ -657,8 +822,9 @@ impl Mesh {
             g.reactor = Some(reactor);
             return g;
         }
-        // Whether to block in the poll: not if shared memory has news.
-        let mut idle = !moved;
+        // Whether to block in the poll: not if shared memory has news, nor when the
+        // caller asked not to wait.
+        let mut idle = !moved && wait != Some(Duration::ZERO);
         if let Some(watch) = g.shm.as_ref().map(ShmLink::watch).filter(|_| idle) {
             drop(g);
             idle = shm_link::yield_for(&watch);
@@ -706,10 +872,12 @@ impl Mesh {
         }
         let wait = if !idle {
             Duration::ZERO
-        } else if INTERRUPT_CHECK.get().is_some() {
-            INTERRUPT_SLICE
         } else {
-            Duration::from_millis(500)
+            wait.unwrap_or(if INTERRUPT_CHECK.get().is_some() {
+                INTERRUPT_SLICE
+            } else {
+                Duration::from_millis(500)
+            })
         };
         let r = reactor.poll(Some(wait), &mut events);
         let mut g = self.lock();
@@ -734,10 +902,7 @@ impl Mesh {
                         continue;
                     }
                     let key = (f.stream, f.tag as u32, tag);
-                    g.mail
-                        .entry(key)
-                        .or_default()
-                        .push_back(f.payload.slice(8..));
+                    g.put_mail(key, f.payload.slice(8..));
                     self.notify_rank(&g, f.stream);
                 }
                 ReactorEvent::Frame(..) | ReactorEvent::Woken => {}
@@ -787,7 +952,7 @@ impl Mesh {
                         self.hand_off(&g);
                         return;
                     }
-                    g = self.poll_once(g, r);
+                    g = self.poll_once(g, r, None);
                 }
                 None => {
                     g.waiting[0] += 1;

@@ -100,6 +100,25 @@ pub fn world(py: Python<'_>) -> PyResult<Py<PyComm>> {
     Ok(WORLD.get(py).expect("set above").clone_ref(py))
 }
 
+/// A communicator of this rank alone (MPI's `COMM_SELF`, and the world of a program
+/// started without a launcher, as MPI's singleton init).
+#[pyfunction]
+pub fn solo() -> PyResult<PyComm> {
+    let ep = vargr_coll::Fabric::new(1)
+        .endpoint(0)
+        .expect("a fabric of one has rank 0");
+    let comm = vargr_coll::World::new(std::sync::Arc::new(ep))
+        .comm()
+        .map_err(errors::coll)?;
+    Ok(PyComm::new(comm))
+}
+
+/// Whether a launcher (`vargr run`, `mpirun`, `srun`) started this process as a rank.
+#[pyfunction]
+pub fn in_job() -> bool {
+    vargr_net::wireup::rank_from_env().is_ok()
+}
+
 /// Writes what is still queued for other ranks (and the trace file under
 /// `vargr run --trace`). Registered with `atexit` by `vargr.World()`.
 #[pyfunction]
@@ -483,7 +502,7 @@ impl PyComm {
     }
 
     /// Runs `f` on the communicator with the GIL released.
-    fn run<R: Send>(
+    pub(crate) fn run<R: Send>(
         &self,
         py: Python<'_>,
         f: impl FnOnce(&Comm) -> vargr_coll::Result<R> + Send,
@@ -1086,22 +1105,85 @@ impl PyComm {
         self.run(py, |c| c.send_bytes(dest, tag, data))
     }
 
-    /// Receives the next object from rank `source` with `tag` (vargr matches by source:
-    /// there is no ANY_SOURCE).
-    #[pyo3(signature = (buf = None, source = None, tag = 0))]
+    /// Receives the next object from rank `source` with `tag` (either any if None, as
+    /// mpi4py's `ANY_SOURCE` and `ANY_TAG`).
+    #[pyo3(signature = (buf = None, source = None, tag = None))]
     fn recv<'py>(
         &self,
         py: Python<'py>,
         buf: Option<&Bound<'py, PyAny>>,
         source: Option<usize>,
-        tag: u64,
+        tag: Option<u64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let _ = buf;
-        let source = source.ok_or_else(|| {
-            PyValueError::new_err("recv needs source=RANK (vargr has no ANY_SOURCE)")
+        let m = self.run(py, |c| c.recv_any(source, tag))?;
+        loads(py, &m.data)
+    }
+
+    // ---- raw point to point, for vargr.MPI ---------------------------------------------
+
+    /// Sends `data` (any object with the buffer protocol, sent as its bytes).
+    fn _send_bytes(&self, py: Python<'_>, data: &[u8], dest: usize, tag: u64) -> PyResult<()> {
+        let data = Bytes::copy_from_slice(data);
+        self.run(py, |c| c.send_bytes(dest, tag, data))
+    }
+
+    /// Like `_send_bytes`, as a request (complete at once: sends are eager).
+    fn _isend_bytes(
+        slf: &Bound<'_, Self>,
+        data: &[u8],
+        dest: usize,
+        tag: u64,
+    ) -> PyResult<crate::p2p::PyRequest> {
+        let data = Bytes::copy_from_slice(data);
+        let req = slf
+            .get()
+            .run(slf.py(), |c| c.isend_bytes(dest, tag, data))?;
+        Ok(crate::p2p::PyRequest::new(slf.clone().unbind(), req))
+    }
+
+    /// Receives the next message from `source` with `tag` (either any if None):
+    /// `(source, tag, bytes)`.
+    #[pyo3(signature = (source = None, tag = None))]
+    fn _recv_bytes<'py>(
+        &self,
+        py: Python<'py>,
+        source: Option<usize>,
+        tag: Option<u64>,
+    ) -> PyResult<crate::p2p::Message<'py>> {
+        let m = self.run(py, |c| c.recv_any(source, tag))?;
+        Ok(crate::p2p::message(py, &m))
+    }
+
+    /// Posts a receive from `source` with `tag` (either any if None).
+    #[pyo3(signature = (source = None, tag = None))]
+    fn _irecv(
+        slf: &Bound<'_, Self>,
+        source: Option<usize>,
+        tag: Option<u64>,
+    ) -> PyResult<crate::p2p::PyRequest> {
+        let req = slf.get().run(slf.py(), |c| c.irecv(source, tag))?;
+        Ok(crate::p2p::PyRequest::new(slf.clone().unbind(), req))
+    }
+
+    /// `(source, tag, length)` of the message a receive from `source` with `tag` would
+    /// get, waiting for one if `wait`, else None if there is none yet.
+    #[pyo3(signature = (source = None, tag = None, wait = true))]
+    fn _probe(
+        &self,
+        py: Python<'_>,
+        source: Option<usize>,
+        tag: Option<u64>,
+        wait: bool,
+    ) -> PyResult<Option<(usize, u64, usize)>> {
+        let st = self.run(py, |c| {
+            if wait {
+                c.probe(source, tag).map(Some)
+            } else {
+                c.iprobe(source, tag)
+            }
         })?;
-        let data = self.run(py, |c| c.recv_bytes(source, tag))?;
-        loads(py, &data)
+        Ok(st.map(|s| (s.source, s.tag, s.len)))
     }
 
     // ---- buffers (uppercase) ----------------------------------------------------------

@@ -2,9 +2,11 @@
 //! Rust error's message unchanged.
 //!
 //! The classes are made at import time with Python's own `type()`, not pyo3's
-//! `create_exception!`, because some need two bases: `vargr.TimeoutError` is also a
-//! builtin `TimeoutError` and the input errors are also `ValueError`s, so code that
-//! catches the builtin classes keeps working.
+//! `create_exception!`, because some need two bases: `vargr.VargrTimeoutError` is also
+//! a builtin `TimeoutError` and the input errors are also `ValueError`s, so code that
+//! catches the builtin classes keeps working. No class is named like a builtin (the
+//! timeout class was `TimeoutError`, which `from vargr import *` made shadow the
+//! builtin); python/vargr/__init__.py keeps `vargr.TimeoutError` as an alias.
 
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
@@ -58,7 +60,7 @@ impl Kind {
             Kind::NodeLost => "NodeLostError",
             Kind::Filter => "FilterError",
             Kind::Shutdown => "ShutdownError",
-            Kind::Timeout => "TimeoutError",
+            Kind::Timeout => "VargrTimeoutError",
             Kind::Collective => "CollectiveError",
             Kind::Job => "JobError",
             Kind::PeerLost => "PeerLostError",

@@ -20,6 +20,7 @@ mod codec;
 mod coll;
 mod dedup;
 mod errors;
+mod p2p;
 mod packet;
 mod tbon;
 
@@ -36,6 +37,9 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     if let Ok(config) = vargr_config::from_process() {
         config.apply_to_process();
     }
+    // `vargr.__version__`: the version of the code loaded, which is also the wheel's
+    // (maturin takes the crate's), without reading the installed metadata at import.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     errors::register(m)?;
     m.add_class::<packet::PyPacket>()?;
     m.add_class::<tbon::PyTopology>()?;
@@ -46,10 +50,13 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(tbon::run_commnode, m)?)?;
     m.add_class::<coll::PyComm>()?;
     m.add_class::<coll::PyOp>()?;
+    m.add_class::<p2p::PyRequest>()?;
     m.add_class::<coll::PyInPlace>()?;
     m.add_class::<coll::PyCondOutcome>()?;
     m.add_class::<coll::PyCondAllreduce>()?;
     m.add_function(wrap_pyfunction!(coll::world, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::solo, m)?)?;
+    m.add_function(wrap_pyfunction!(coll::in_job, m)?)?;
     m.add_function(wrap_pyfunction!(coll::finish, m)?)?;
     m.add_function(wrap_pyfunction!(coll::write_trace, m)?)?;
     use vargr_coll::Op;

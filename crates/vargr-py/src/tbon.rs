@@ -20,8 +20,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use vargr_filter::{SyncFilter, SyncMode};
 use vargr_tbon::{
-    AttachSpec, Backend, BackendSpec, Communicator, Network, NetworkOptions, Packet, Stream,
-    StreamOptions, TbonError,
+    AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
+    Packet, Stream, StreamOptions, TbonError, TreeEvent,
 };
 use vargr_topo::{Spec, Topology};
 
@@ -342,6 +342,10 @@ fn backend_spec(
 #[pyclass(frozen, module = "vargr", name = "Network")]
 pub struct PyNetwork {
     inner: Mutex<Option<Network>>,
+    /// Receives from any stream without holding `inner` (which shutdown takes).
+    any: AnyStream,
+    /// Threads calling `on_event` callbacks; joined at shutdown.
+    event_threads: Mutex<Vec<std::thread::JoinHandle<()>>>,
     topology: Topology,
     startup: Duration,
 }
@@ -434,6 +438,8 @@ impl PyNetwork {
         let net = interruptible(py, move || Network::new(t, spec, opts))?.map_err(errors::tbon)?;
         let startup = net.startup_time();
         Ok(PyNetwork {
+            any: net.any_stream(),
+            event_threads: Mutex::new(Vec::new()),
             inner: Mutex::new(Some(net)),
             topology: topo,
             startup,
@@ -486,7 +492,14 @@ impl PyNetwork {
     /// the packets to deliver (a `Packet`, an iterable of them, or None). `sync` is the
     /// synchronization mode (`all`, `dont_wait`, `timeout:250ms`); `down` a downstream
     /// filter; `latest` keeps only the newest packet of each source for slow readers.
-    #[pyo3(signature = (comm = None, up = None, *, sync = "all", down = None, latest = false))]
+    /// `up_backend` and `up_frontend` give the back-ends and the front-end up filters of
+    /// their own (MRNet's per-node filter assignment): the back-ends run theirs on each
+    /// packet they send, the front-end its own last; `up` is then the commnodes'.
+    #[pyo3(signature = (
+        comm = None, up = None, *, sync = "all", down = None, latest = false,
+        up_backend = None, up_frontend = None,
+    ))]
+    #[allow(clippy::too_many_arguments)]
     fn open_stream(
         &self,
         py: Python<'_>,
@@ -495,6 +508,8 @@ impl PyNetwork {
         sync: &str,
         down: Option<String>,
         latest: bool,
+        up_backend: Option<String>,
+        up_frontend: Option<String>,
     ) -> PyResult<PyStream> {
         let mode = parse_sync(sync)?;
         let filter = up.filter(|u| u.is_callable()).map(|u| u.clone().unbind());
@@ -510,7 +525,9 @@ impl PyNetwork {
         } else {
             mode
         };
-        let mut opts = StreamOptions::new(&up_name).sync(tree_mode);
+        let mut opts = StreamOptions::new(&up_name)
+            .sync(tree_mode)
+            .per_role(up_backend.as_deref(), up_frontend.as_deref());
         opts.down = down;
         if latest {
             opts = opts.latest();
@@ -554,51 +571,77 @@ impl PyNetwork {
     /// backends) or `waves_lost` (stream, first, end, backends, lost).
     fn events<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
         let events = self.with(|n| Ok(n.events()))?;
-        events
-            .iter()
-            .map(|e| {
-                let d = PyDict::new(py);
-                match e {
-                    vargr_tbon::TreeEvent::NodeLost {
-                        node,
-                        host,
-                        backends,
-                    } => {
-                        d.set_item("kind", "node_lost")?;
-                        d.set_item("node", node)?;
-                        d.set_item("host", host)?;
-                        d.set_item("backends", backends.clone())?;
-                    }
-                    vargr_tbon::TreeEvent::Reparented {
-                        node,
-                        lost_parent,
-                        new_parent,
-                        backends,
-                    } => {
-                        d.set_item("kind", "reparented")?;
-                        d.set_item("node", node)?;
-                        d.set_item("lost_parent", lost_parent)?;
-                        d.set_item("new_parent", new_parent)?;
-                        d.set_item("backends", backends.clone())?;
-                    }
-                    vargr_tbon::TreeEvent::WavesLost {
-                        stream,
-                        first,
-                        end,
-                        backends,
-                        lost,
-                    } => {
-                        d.set_item("kind", "waves_lost")?;
-                        d.set_item("stream", stream)?;
-                        d.set_item("first", first)?;
-                        d.set_item("end", end)?;
-                        d.set_item("backends", backends.clone())?;
-                        d.set_item("lost", lost)?;
-                    }
+        events.iter().map(|e| event_dict(py, e)).collect()
+    }
+
+    /// Calls `callback(event)` for each change of the tree from now on (MRNet's
+    /// `register_EventCallback`), with a dict as `events()` gives, on a thread of its
+    /// own (so the callback may use the network); it stops at shutdown, which waits for
+    /// it. An exception in the callback is printed and the thread goes on.
+    fn on_event(&self, callback: Py<PyAny>) -> PyResult<()> {
+        let mut events = self.with(|n| Ok(n.tree_events()))?;
+        let t = std::thread::Builder::new()
+            .name("vargr-py-events".into())
+            .spawn(move || {
+                while let Ok(got) = events.next_timeout(Duration::from_millis(500)) {
+                    let Some(e) = got else { continue };
+                    Python::attach(|py| {
+                        let r = event_dict(py, &e).and_then(|d| callback.call1(py, (d,)));
+                        if let Err(err) = r {
+                            err.print(py);
+                        }
+                    });
                 }
-                Ok(d)
             })
-            .collect()
+            .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+        lock(&self.event_threads).push(t);
+        Ok(())
+    }
+
+    /// The next result on any stream (MRNet's `Network::recv`), as `(stream_id,
+    /// packet)`. Waits at most `timeout` seconds (None: until one arrives), raising
+    /// `vargr.VargrTimeoutError`; a stream's error is raised as for `Stream.recv`. Streams
+    /// with results waiting are served in turn.
+    #[pyo3(signature = (timeout = None))]
+    fn recv_any(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<(u32, PyPacket)> {
+        self.with(|_| Ok(()))?;
+        let any = self.any.clone();
+        let got = block::wait(py, timeout, move |slice| match any.recv(Some(slice)) {
+            Ok(None) => None,
+            r => Some(r),
+        })?;
+        match got {
+            Some(Ok(Some((id, Ok(p))))) => Ok((id, PyPacket::from_rust(py, p)?)),
+            Some(Ok(Some((_, Err(e))))) | Some(Err(e)) => Err(errors::tbon(e)),
+            Some(Ok(None)) | None => Err(errors::new_err(
+                Kind::Timeout,
+                "no result on any stream within the timeout".to_string(),
+            )),
+        }
+    }
+
+    /// A file descriptor readable while `recv_any` would return at once (MRNet's
+    /// `get_DataNotificationFd`), for `select`, `selectors` or an event loop. It stays
+    /// readable until the results are received and becomes readable at shutdown. It
+    /// belongs to the network: do not read or close it. `fileno()` is the same, so a
+    /// network can be passed to `select.select` itself.
+    fn notification_fd(&self) -> PyResult<i32> {
+        self.with(|n| n.notification_fd(None).map_err(errors::tbon))
+    }
+
+    fn fileno(&self) -> PyResult<i32> {
+        self.notification_fd()
+    }
+
+    /// Another handle on the open stream `id` (MRNet's `get_Stream`), e.g. the stream a
+    /// `recv_any` result came from. It has no Python filter.
+    fn stream(&self, id: u32) -> PyResult<PyStream> {
+        self.with(|n| {
+            Ok(PyStream {
+                inner: Arc::new(n.stream(id).map_err(errors::tbon)?),
+                filter: None,
+            })
+        })
     }
 
     /// Faults seen so far (lost nodes, failed filters), oldest first, as messages.
@@ -706,10 +749,14 @@ impl PyNetwork {
     /// grace period. Calling it again does nothing.
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
         let net = lock(&self.inner).take();
-        match net {
+        let r = match net {
             Some(n) => py.detach(|| n.shutdown()).map_err(errors::tbon),
             None => Ok(()),
-        }
+        };
+        // No callback runs once this returns (unless called from one).
+        let threads = std::mem::take(&mut *lock(&self.event_threads));
+        py.detach(|| join_others(threads));
+        r
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -743,14 +790,33 @@ impl Drop for PyNetwork {
             .get_mut()
             .unwrap_or_else(|p| p.into_inner())
             .take();
-        if let Some(n) = net {
-            // Without the GIL: back-ends running as threads of this process need it to
-            // see the shutdown and end.
+        let threads = std::mem::take(
+            &mut *self
+                .event_threads
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        if net.is_some() || !threads.is_empty() {
+            // Without the GIL: back-ends running as threads of this process, and event
+            // callbacks, need it to see the shutdown and end.
             Python::attach(|py| {
                 py.detach(move || {
-                    let _ = n.shutdown();
+                    if let Some(n) = net {
+                        let _ = n.shutdown();
+                    }
+                    join_others(threads);
                 })
             });
+        }
+    }
+}
+
+/// Joins the threads, except the calling one (a callback that shut the network down).
+fn join_others(threads: Vec<std::thread::JoinHandle<()>>) {
+    let me = std::thread::current().id();
+    for t in threads {
+        if t.thread().id() != me {
+            let _ = t.join();
         }
     }
 }
@@ -769,6 +835,63 @@ struct FilterState {
     waves: VecDeque<Vec<Packet>>,
     /// The callable's output, not yet delivered.
     ready: VecDeque<Py<PyPacket>>,
+}
+
+/// A tree event as a dict with a `kind`: `node_lost` (node, host, backends),
+/// `reparented` (node, lost_parent, new_parent, backends) or `waves_lost` (stream,
+/// first, end, backends, lost).
+fn event_dict<'py>(py: Python<'py>, e: &TreeEvent) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match e {
+        TreeEvent::NodeLost {
+            node,
+            host,
+            backends,
+        } => {
+            d.set_item("kind", "node_lost")?;
+            d.set_item("node", node)?;
+            d.set_item("host", host)?;
+            d.set_item("backends", backends.clone())?;
+        }
+        TreeEvent::Reparented {
+            node,
+            lost_parent,
+            new_parent,
+            backends,
+        } => {
+            d.set_item("kind", "reparented")?;
+            d.set_item("node", node)?;
+            d.set_item("lost_parent", lost_parent)?;
+            d.set_item("new_parent", new_parent)?;
+            d.set_item("backends", backends.clone())?;
+        }
+        TreeEvent::WavesLost {
+            stream,
+            first,
+            end,
+            backends,
+            lost,
+        } => {
+            d.set_item("kind", "waves_lost")?;
+            d.set_item("stream", stream)?;
+            d.set_item("first", first)?;
+            d.set_item("end", end)?;
+            d.set_item("backends", backends.clone())?;
+            d.set_item("lost", lost)?;
+        }
+    }
+    Ok(d)
+}
+
+fn filter_role(role: &str) -> PyResult<FilterRole> {
+    match role {
+        "up" => Ok(FilterRole::Up),
+        "sync" => Ok(FilterRole::Sync),
+        "down" => Ok(FilterRole::Down),
+        r => Err(PyValueError::new_err(format!(
+            "filter role {r:?}: expected 'up', 'sync' or 'down'"
+        ))),
+    }
 }
 
 /// A logical channel between the front-end and a communicator's back-ends.
@@ -960,7 +1083,7 @@ impl PyStream {
     }
 
     /// The next result on this stream: a wave reduced by the stream's filters. Waits at
-    /// most `timeout` seconds (None: until one arrives), raising `vargr.TimeoutError`;
+    /// most `timeout` seconds (None: until one arrives), raising `vargr.VargrTimeoutError`;
     /// raises `NodeLostError` or `FilterError` when the tree reports one for this
     /// stream (later results still come). Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
@@ -972,6 +1095,42 @@ impl PyStream {
                 Py::new(py, PyPacket::from_rust(py, p)?)
             }
         }
+    }
+
+    /// Replaces one of the stream's filters at every node (MRNet's
+    /// `set_FilterParameters`): `role` is `"up"`, `"sync"` or `"down"`; `spec` a filter
+    /// spec (`"max"`, `"histogram:0,100,10"`), a sync mode (`"timeout:250ms"`), or `""`
+    /// to remove the down filter. It applies from the next multicast on; a bad spec
+    /// raises and changes nothing. Not for streams with a Python filter.
+    fn set_filter(&self, py: Python<'_>, role: &str, spec: &str) -> PyResult<()> {
+        if self.filter.is_some() {
+            return Err(PyValueError::new_err(
+                "this stream's up filter is a Python callable at the front-end",
+            ));
+        }
+        let role = filter_role(role)?;
+        let s = self.inner.clone();
+        let spec = spec.to_string();
+        py.detach(move || s.set_filter(role, &spec))
+            .map_err(errors::tbon)
+    }
+
+    /// The stream's current filter spec of `role` (`""`: no down filter).
+    fn filter(&self, role: &str) -> PyResult<String> {
+        self.inner.filter(filter_role(role)?).map_err(errors::tbon)
+    }
+
+    /// A file descriptor readable while `recv` would return at once (MRNet's
+    /// `Stream::get_DataNotificationFd`); see `Network.notification_fd`. `fileno()` is
+    /// the same, so a stream can be passed to `select.select`. Not for streams with a
+    /// Python filter (their waves are made in `recv`).
+    fn fileno(&self) -> PyResult<i32> {
+        if self.filter.is_some() {
+            return Err(PyValueError::new_err(
+                "a stream with a Python filter has no notification descriptor",
+            ));
+        }
+        self.inner.notification_fd().map_err(errors::tbon)
     }
 
     fn __repr__(&self) -> String {
@@ -1004,6 +1163,9 @@ impl PyBackend {
     #[staticmethod]
     fn attach(py: Python<'_>) -> PyResult<PyBackend> {
         let be = interruptible(py, Backend::from_env)?.map_err(errors::tbon)?;
+        // Joined on another thread: this one (the main thread) must be untied too, or
+        // the death of the parent commnode kills the process before it is adopted.
+        be.untie();
         Ok(PyBackend { inner: be })
     }
 
@@ -1025,7 +1187,7 @@ impl PyBackend {
     }
 
     /// The next packet from the front-end (any stream) or from another back-end.
-    /// Raises `ShutdownError` once the network is shut down, `vargr.TimeoutError` after
+    /// Raises `ShutdownError` once the network is shut down, `vargr.VargrTimeoutError` after
     /// `timeout` seconds. Ctrl-C interrupts the wait.
     #[pyo3(signature = (timeout = None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<PyPacket> {
@@ -1045,6 +1207,43 @@ impl PyBackend {
                 ),
             )),
         }
+    }
+
+    /// The next packet multicast on `stream` (an id), leaving other streams' packets
+    /// and back-end messages for `recv` or other threads (MRNet's back-end
+    /// `Stream::recv`): a thread per stream works. Raises as `recv` does.
+    #[pyo3(signature = (stream, timeout = None))]
+    fn recv_stream(&self, py: Python<'_>, stream: u32, timeout: Option<f64>) -> PyResult<PyPacket> {
+        let be = self.inner.clone();
+        let got = block::wait(py, timeout, move |slice| {
+            match be.recv_stream(stream, Some(slice)) {
+                Ok(None) => None,
+                r => Some(r),
+            }
+        })?;
+        match got {
+            Some(Ok(Some(p))) => PyPacket::from_rust(py, p),
+            Some(Err(e)) => Err(errors::tbon(e)),
+            Some(Ok(None)) | None => Err(errors::new_err(
+                Kind::Timeout,
+                format!(
+                    "back-end {}: no packet on stream {stream} within the timeout",
+                    self.inner.rank()
+                ),
+            )),
+        }
+    }
+
+    /// A file descriptor readable while `recv` (`stream` None) or `recv_stream(stream)`
+    /// would return at once (MRNet's `get_DataNotificationFd`). It belongs to the
+    /// back-end: do not read or close it. `fileno()` is the one for `recv`.
+    #[pyo3(signature = (stream = None))]
+    fn notification_fd(&self, stream: Option<u32>) -> PyResult<i32> {
+        self.inner.notification_fd(stream).map_err(errors::tbon)
+    }
+
+    fn fileno(&self) -> PyResult<i32> {
+        self.notification_fd(None)
     }
 
     /// Sends values up `stream` (an id, or a received packet whose stream to answer

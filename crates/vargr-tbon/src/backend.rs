@@ -7,7 +7,7 @@ use vargr_net::Reactor;
 use vargr_wire::{Packet, Value};
 
 use crate::commnode::registry;
-use crate::engine::Engine;
+use crate::engine::{Engine, Watch};
 use crate::router::Router;
 use crate::spawn::{self, Bootstrap};
 use crate::trace::TraceDump;
@@ -20,6 +20,8 @@ pub struct Backend {
     rank: u32,
     num_backends: u32,
     node: u32,
+    /// Recovery may adopt this back-end when its parent dies (see [`Backend::untie`]).
+    adoptable: bool,
 }
 
 impl Backend {
@@ -32,7 +34,7 @@ impl Backend {
     /// Joins the network as described by `boot`.
     pub fn join(boot: Bootstrap) -> Result<Backend> {
         let (conn, msg) = spawn::join_parent(&boot, Duration::from_secs(30))?;
-        spawn::untie_if_adoptable(&msg);
+        let adoptable = spawn::untie_if_adoptable(&msg);
         let root = msg.topology.root();
         let parent_node = root.parent.unwrap_or(0);
         let rank = root.backend_rank.ok_or_else(|| {
@@ -95,7 +97,19 @@ impl Backend {
             rank,
             num_backends: msg.config.num_backends,
             node: boot.node,
+            adoptable,
         })
+    }
+
+    /// Keeps this process alive when its parent node dies, so that recovery can have
+    /// it adopted; [`Backend::join`] does it for the thread it runs on. The parent-death
+    /// signal that would kill it is an attribute of the process's first thread, so a
+    /// program that joined on another thread (Python's binding joins on a thread of
+    /// its own, so that Ctrl-C works) calls this from its main thread.
+    pub fn untie(&self) {
+        if self.adoptable {
+            spawn::untie_this_thread();
+        }
     }
 
     /// This back-end's rank, 0..[`Backend::num_backends`].
@@ -135,6 +149,37 @@ impl Backend {
             }
             d.closed.clone().map(Err)
         })
+    }
+
+    /// Waits for the next packet multicast on `stream` (MRNet's back-end
+    /// `Stream::recv`), leaving other streams' packets and point-to-point messages for
+    /// [`Backend::recv`] or other threads: one thread per stream works. `Ok(None)` after
+    /// `timeout` (None: wait for ever); `Err(TbonError::Shutdown)` once the network is
+    /// shut down.
+    pub fn recv_stream(&self, stream: u32, timeout: Option<Duration>) -> Result<Option<Packet>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let got = self.engine.wait_for(deadline, |st| {
+            let d = st.router.deliveries_mut();
+            let at = d
+                .inbox
+                .iter()
+                .position(|p| crate::engine::is_multicast_on(p, stream));
+            if let Some(p) = at.and_then(|i| d.inbox.remove(i)) {
+                return Some(Ok(p));
+            }
+            d.closed.clone().map(Err)
+        });
+        got.transpose()
+    }
+
+    /// A descriptor that is readable while [`Backend::recv`] (`stream` None) or
+    /// [`Backend::recv_stream`] on `stream` would return at once (MRNet's
+    /// `get_DataNotificationFd` on a back-end); see [`crate::Network::notification_fd`].
+    pub fn notification_fd(&self, stream: Option<u32>) -> Result<std::os::fd::RawFd> {
+        let watch = stream.map_or(Watch::Inbox, Watch::InboxStream);
+        self.engine
+            .notification_fd(watch)
+            .map_err(|e| TbonError::Net(format!("making a notification descriptor: {e}")))
     }
 
     /// Sends values up `stream` (towards the front-end, through the stream's filters).

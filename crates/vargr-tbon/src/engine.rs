@@ -12,12 +12,20 @@
 //! ShutdownDone still waits in the link queue: the front-end's shutdown returns only
 //! once every file is written.
 //!
+//! Notification descriptors (MRNet's `get_DataNotificationFd`) are here too: a
+//! program that waits in `select`/`poll` is not in the library, so asking for one
+//! starts a progress thread that polls on its behalf, and the descriptor is kept
+//! readable exactly while a receive would return at once (see [`Watch`]).
+//!
 //! Fault recovery's I/O is here too (the protocol is in the router, see
 //! [`crate::recovery`]): an internal node takes orphans from its gate, reads each
 //! request on a thread and adopts it at the next poll; an orphan asks its ancestors on
 //! a thread of its own. Neither side blocks the poller, so both keep serving their
 //! other links (and heartbeats) meanwhile.
 
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
@@ -65,6 +73,93 @@ pub struct State {
     new_parent: Option<(vargr_net::Link, AdoptedMsg)>,
     /// Orphans' requests, read by their threads, waiting for the next poll.
     asked: Arc<Mutex<Vec<(SecureConn, AdoptMsg)>>>,
+    /// Notification descriptors handed out, kept in step with the deliveries.
+    notifiers: Vec<Notifier>,
+}
+
+/// What a notification descriptor reports: it is readable while a receive of this kind
+/// would return at once (a result, a fault, or the end of the network).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// Front-end: a result on any stream.
+    AnyStream,
+    /// Front-end: a result on this stream.
+    Stream(u32),
+    /// Back-end: a packet (or fault) for `Backend::recv`.
+    Inbox,
+    /// Back-end: a packet multicast on this stream.
+    InboxStream(u32),
+}
+
+/// A socket pair whose read end is the user's descriptor. Level-triggered (a byte sits
+/// in it while something is pending, and is taken out when nothing is) so that a
+/// program that receives only part of what is pending is woken again: MRNet's
+/// `clear_DataNotificationFd` becomes unnecessary, and a missed clear cannot lose a
+/// wake-up.
+struct Notifier {
+    watch: Watch,
+    reader: UnixStream,
+    writer: UnixStream,
+    raised: bool,
+}
+
+impl Notifier {
+    fn new(watch: Watch) -> std::io::Result<Notifier> {
+        let (reader, writer) = UnixStream::pair()?;
+        reader.set_nonblocking(true)?;
+        writer.set_nonblocking(true)?;
+        Ok(Notifier {
+            watch,
+            reader,
+            writer,
+            raised: false,
+        })
+    }
+
+    fn set(&mut self, due: bool) {
+        if due == self.raised {
+            return;
+        }
+        self.raised = due;
+        if due {
+            let _ = (&self.writer).write(&[1]);
+        } else {
+            let mut buf = [0u8; 64];
+            while matches!((&self.reader).read(&mut buf), Ok(n) if n > 0) {}
+        }
+    }
+}
+
+/// Whether a receive watched by `w` would return at once.
+pub fn pending(router: &Router, w: Watch) -> bool {
+    let d = router.deliveries();
+    if d.closed.is_some() {
+        return true;
+    }
+    match w {
+        Watch::AnyStream => d.streams.values().any(|q| !q.is_empty()),
+        Watch::Stream(id) => d.streams.get(&id).is_some_and(|q| !q.is_empty()),
+        Watch::Inbox => !d.inbox.is_empty() || !d.faults.is_empty(),
+        Watch::InboxStream(id) => d.inbox.iter().any(|p| is_multicast_on(p, id)),
+    }
+}
+
+/// A packet that came down `stream` (not a point-to-point message, whose stream field
+/// holds its destination rank and whose source is the sending back-end).
+pub fn is_multicast_on(p: &vargr_wire::Packet, stream: u32) -> bool {
+    p.stream == stream && p.source == u32::MAX
+}
+
+/// How long the progress thread polls before checking whether its engine is still wanted.
+const PROGRESS_SLICE: Duration = Duration::from_millis(100);
+
+impl State {
+    /// Brings every notification descriptor in line with the deliveries.
+    fn sync_notifiers(&mut self) {
+        for n in &mut self.notifiers {
+            n.set(pending(&self.router, n.watch));
+        }
+    }
 }
 
 pub struct Engine {
@@ -95,6 +190,7 @@ impl Engine {
                 rejoin: None,
                 new_parent: None,
                 asked: Arc::default(),
+                notifiers: Vec::new(),
             }),
             cv: Condvar::new(),
             waker,
@@ -118,6 +214,7 @@ impl Engine {
                 };
                 let out = f(&mut st.router, &mut traced);
                 r.flush_all();
+                st.sync_notifiers();
                 out
             }
             None => {
@@ -126,6 +223,7 @@ impl Engine {
                     peers: &st.peers,
                 };
                 let out = f(&mut st.router, &mut traced);
+                st.sync_notifiers();
                 drop(g);
                 let _ = self.waker.wake();
                 out
@@ -136,7 +234,11 @@ impl Engine {
     /// Ends deliveries (the network is gone): every thread waiting in a receive, or
     /// receiving later, gets `TbonError::Shutdown` once its queue is empty.
     pub fn close_deliveries(&self) {
-        self.lock().router.close(crate::TbonError::Shutdown);
+        {
+            let mut g = self.lock();
+            g.router.close(crate::TbonError::Shutdown);
+            g.sync_notifiers();
+        }
         self.cv.notify_all();
         let _ = self.waker.wake();
     }
@@ -150,6 +252,8 @@ impl Engine {
         let mut g = self.lock();
         loop {
             if let Some(v) = done(&mut g) {
+                // `done` may have taken a delivery.
+                g.sync_notifiers();
                 return Some(v);
             }
             let now = Instant::now();
@@ -264,6 +368,7 @@ impl Engine {
             reactor.send_on(link, lane, bytes);
         }
         reactor.flush_all();
+        st.sync_notifiers();
         st.events = events;
         st.reactor = Some(reactor);
         if st.waiters > 0 {
@@ -325,6 +430,45 @@ impl Engine {
             self.cv.notify_all();
             let _ = self.waker.wake();
         }
+    }
+
+    /// A descriptor that is readable while a receive watched by `watch` would return at
+    /// once (one per kind of watch: asking again returns the same one). The first call
+    /// starts a progress thread, since nobody may be in the library to read the links
+    /// while the program waits on the descriptor. The descriptor belongs to the engine:
+    /// do not close or read it; it is closed when the engine is dropped.
+    pub fn notification_fd(&self, watch: Watch) -> std::io::Result<RawFd> {
+        let mut g = self.lock();
+        if let Some(n) = g.notifiers.iter().find(|n| n.watch == watch) {
+            return Ok(n.reader.as_raw_fd());
+        }
+        let first = g.notifiers.is_empty();
+        g.notifiers.push(Notifier::new(watch)?);
+        g.sync_notifiers();
+        let fd = g.notifiers.last().map(|n| n.reader.as_raw_fd());
+        drop(g);
+        if first {
+            self.start_progress()?;
+        }
+        fd.ok_or_else(|| std::io::Error::other("notifier vanished"))
+    }
+
+    /// Polls on behalf of a program that waits outside the library, until the router
+    /// closes or the engine is dropped.
+    fn start_progress(&self) -> std::io::Result<()> {
+        let weak = self.me.clone();
+        std::thread::Builder::new()
+            .name("vargr-progress".into())
+            .spawn(move || loop {
+                let Some(e) = weak.upgrade() else { return };
+                let deadline = Instant::now() + PROGRESS_SLICE;
+                if e.wait_for(Some(deadline), |st| st.router.is_closed().then_some(()))
+                    .is_some()
+                {
+                    return;
+                }
+            })
+            .map(drop)
     }
 
     /// Total bytes waiting to be written on the given link (backpressure checks).

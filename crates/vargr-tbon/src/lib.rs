@@ -8,6 +8,15 @@
 //! every node on their way up. Back-ends ([`Backend`]) can also message each other,
 //! routed through their lowest common ancestor.
 //!
+//! The rest of MRNet's API is here too: receiving from any stream
+//! ([`Network::recv_any`]) and, on back-ends, from one ([`Backend::recv_stream`], a
+//! thread per stream); notification descriptors for programs that wait in `select`
+//! ([`Network::notification_fd`]); changing a running stream's filters
+//! ([`Stream::set_filter`], MRNet's `set_FilterParameters`) and giving back-ends and
+//! the front-end filters of their own ([`StreamOptions::per_role`]); the tree's changes
+//! one at a time for callbacks ([`TreeEvents`]); and back-ends started by another
+//! launcher ([`AttachSpec`]).
+//!
 //! Internals: [`router`] is the per-node protocol logic, a sans-IO state machine with
 //! private state (frames, timers and commands in; frames out through [`out`], and
 //! deliveries to the local application), split by concern into streams and waves,
@@ -44,8 +53,8 @@ pub mod trace;
 pub use backend::Backend;
 pub use error::{fmt_ranks, Result, TbonError};
 pub use network::{
-    sockdir_prefix, AttachSpec, BackendSpec, Communicator, Network, NetworkOptions, Stream,
-    StreamOptions, FIRST_USER_STREAM,
+    sockdir_prefix, AnyStream, AttachSpec, BackendSpec, Communicator, FilterRole, Network,
+    NetworkOptions, Stream, StreamOptions, TreeEvents, FIRST_USER_STREAM,
 };
 pub use recovery::{Recovery, TreeEvent};
 pub use spawn::Bootstrap;

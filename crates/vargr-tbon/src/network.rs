@@ -18,7 +18,7 @@ use vargr_topo::Topology;
 use vargr_wire::{Packet, Value};
 
 use crate::commnode::{finish_children, registry};
-use crate::engine::Engine;
+use crate::engine::{Engine, Watch};
 use crate::proto::{RunConfig, StreamOpenMsg};
 use crate::rendezvous::Rendezvous;
 use crate::router::Router;
@@ -188,6 +188,12 @@ pub struct StreamOptions {
     pub down: Option<String>,
     /// Latest mode: slow receivers see only the newest packet (PATHS last-observe).
     pub latest: bool,
+    /// Heterogeneous filters (MRNet's per-node filter assignment): the back-ends run
+    /// this on each packet they send, before it goes up. It should give one packet per
+    /// packet (a wave waits for one from each back-end). None: no back-end filter.
+    pub up_backend: Option<String>,
+    /// The front-end runs this instead of `up`, last, on the waves of its children.
+    pub up_frontend: Option<String>,
 }
 
 impl StreamOptions {
@@ -197,6 +203,8 @@ impl StreamOptions {
             sync: SyncMode::WaitForAll,
             down: None,
             latest: false,
+            up_backend: None,
+            up_frontend: None,
         }
     }
     pub fn sync(mut self, s: SyncMode) -> Self {
@@ -207,6 +215,13 @@ impl StreamOptions {
         self.latest = true;
         self
     }
+    /// Filters of their own for the back-ends and the front-end; `up` stays the
+    /// commnodes' (see [`StreamOptions::up_backend`]).
+    pub fn per_role(mut self, backend: Option<&str>, frontend: Option<&str>) -> Self {
+        self.up_backend = backend.map(String::from);
+        self.up_frontend = frontend.map(String::from);
+        self
+    }
 }
 
 /// The front-end's handle on a running tree.
@@ -215,6 +230,8 @@ pub struct Network {
     topology: Topology,
     handles: Mutex<Vec<ChildHandle>>,
     next_stream: AtomicU32,
+    /// Receives from any stream.
+    any: AnyStream,
     sockdir: Option<PathBuf>,
     startup: Duration,
     down: bool,
@@ -412,6 +429,10 @@ impl Network {
             .map(|p| StatusThread::start(&engine, p, opts.monitor_period));
         Ok(Network {
             status,
+            any: AnyStream {
+                engine: engine.clone(),
+                last: Arc::new(AtomicU32::new(0)),
+            },
             engine,
             topology,
             handles: Mutex::new(handles),
@@ -474,6 +495,9 @@ impl Network {
             sync: opts.sync.to_string(),
             down: opts.down.clone(),
             latest: opts.latest,
+            update: false,
+            up_backend: opts.up_backend.clone(),
+            up_frontend: opts.up_frontend.clone(),
         };
         self.engine.with_router(|r, out| r.open_stream(msg, out))?;
         Ok(Stream {
@@ -481,6 +505,66 @@ impl Network {
             id,
             members: comm.ranks.len(),
         })
+    }
+
+    /// Another handle on the open stream `id` (MRNet's `get_Stream`), e.g. to answer on
+    /// the stream a [`Network::recv_any`] result came from.
+    pub fn stream(&self, id: u32) -> Result<Stream> {
+        let members = self
+            .engine
+            .lock()
+            .router
+            .stream_open(id)
+            .map(|m| m.members.len());
+        let members = members.ok_or(TbonError::NoStream(id))?;
+        Ok(Stream {
+            engine: self.engine.clone(),
+            id,
+            members,
+        })
+    }
+
+    /// The next result on any stream (MRNet's `Network::recv`); see [`AnyStream::recv`].
+    pub fn recv_any(&self, timeout: Option<Duration>) -> Result<Option<(u32, Result<Packet>)>> {
+        self.any.recv(timeout)
+    }
+
+    /// A handle that receives from any stream without borrowing the network, so that
+    /// one thread may wait in it while others use the network (or shut it down).
+    pub fn any_stream(&self) -> AnyStream {
+        self.any.clone()
+    }
+
+    /// A descriptor that is readable while [`Network::recv_any`] (`stream` None) or
+    /// stream `stream`'s receive would return at once (MRNet's
+    /// `get_DataNotificationFd`), for a program that waits in `select`, `poll` or an
+    /// event loop. It stays readable until the results are received (no clearing step),
+    /// and becomes readable at shutdown. Asking starts a thread that makes progress
+    /// while the program is outside vargr. The descriptor belongs to the network: do not
+    /// read or close it; it is closed when the network is dropped.
+    pub fn notification_fd(&self, stream: Option<u32>) -> Result<std::os::fd::RawFd> {
+        let watch = match stream {
+            None => Watch::AnyStream,
+            Some(id) => {
+                if self.engine.lock().router.stream_open(id).is_none() {
+                    return Err(TbonError::NoStream(id));
+                }
+                Watch::Stream(id)
+            }
+        };
+        self.engine
+            .notification_fd(watch)
+            .map_err(|e| TbonError::Net(format!("making a notification descriptor: {e}")))
+    }
+
+    /// Changes of the tree from now on, one at a time (see [`TreeEvents`]): what
+    /// topology-change callbacks are built on.
+    pub fn tree_events(&self) -> TreeEvents {
+        let seen = self.engine.lock().router.deliveries().events.len();
+        TreeEvents {
+            engine: Arc::downgrade(&self.engine),
+            seen,
+        }
     }
 
     /// Process ids of the front-end's direct children (commnodes or back-ends started as
@@ -670,6 +754,89 @@ fn make_sockdir(runtime_dir: &std::path::Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The front-end's results on every stream ([`Network::any_stream`]). Cheap to clone.
+#[derive(Clone)]
+pub struct AnyStream {
+    engine: Arc<Engine>,
+    /// The stream served last: the next search starts after it.
+    last: Arc<AtomicU32>,
+}
+
+impl AnyStream {
+    /// The next result on any stream: `Ok(Some((stream, result)))`, where the result is
+    /// a filtered wave or that stream's error; `Ok(None)` after `timeout` (None: wait
+    /// for ever); `Err` once the network is shut down. Streams with results are served
+    /// in turn (round robin by id), so a busy stream cannot starve a quiet one.
+    pub fn recv(&self, timeout: Option<Duration>) -> Result<Option<(u32, Result<Packet>)>> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let got = self.engine.wait_for(deadline, |st| {
+            let d = st.router.deliveries_mut();
+            let last = self.last.load(Ordering::Relaxed);
+            let ready = d
+                .streams
+                .iter()
+                .filter(|(_, q)| !q.is_empty())
+                .map(|(&id, _)| id);
+            // The smallest id after the last one served, else the smallest of all.
+            let pick = ready
+                .min_by_key(|&id| (id <= last, id))
+                .and_then(|id| Some((id, d.streams.get_mut(&id)?.pop_front()?)));
+            if let Some((id, r)) = pick {
+                self.last.store(id, Ordering::Relaxed);
+                return Some(Ok((id, r)));
+            }
+            d.closed.clone().map(Err)
+        });
+        got.transpose()
+    }
+}
+
+/// Changes of the tree as they happen ([`Network::tree_events`]). It does not keep the
+/// network alive, and may be moved to a thread of its own: waiting in
+/// [`TreeEvents::next_timeout`] also makes progress, so faults are noticed while the
+/// rest of the program is busy elsewhere.
+pub struct TreeEvents {
+    engine: std::sync::Weak<Engine>,
+    seen: usize,
+}
+
+impl TreeEvents {
+    /// The next change of the tree: `Ok(None)` when none came within `timeout`;
+    /// `Err` once the network is shut down (after every event before it) or dropped.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<crate::TreeEvent>> {
+        let Some(engine) = self.engine.upgrade() else {
+            return Err(TbonError::Shutdown);
+        };
+        let seen = self.seen;
+        let got = engine.wait_for(Some(Instant::now() + timeout), |st| {
+            let d = st.router.deliveries();
+            if let Some(e) = d.events.get(seen) {
+                return Some(Ok(e.clone()));
+            }
+            d.closed.clone().map(Err)
+        });
+        match got {
+            Some(Ok(e)) => {
+                self.seen += 1;
+                Ok(Some(e))
+            }
+            Some(Err(e)) => Err(e),
+            None => Ok(None),
+        }
+    }
+}
+
+/// Which of a stream's filters [`Stream::set_filter`] changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterRole {
+    /// The transformation filter of the waves going up.
+    Up,
+    /// The synchronization filter (spec: `all`, `dontwait`, `timeout:250ms`).
+    Sync,
+    /// The transformation filter of the multicasts going down (spec `""`: none).
+    Down,
+}
+
 /// A logical channel between the front-end and a communicator's back-ends.
 pub struct Stream {
     engine: Arc<Engine>,
@@ -719,6 +886,51 @@ impl Stream {
                 None
             })
             .unwrap_or(Ok(()))
+    }
+
+    /// Replaces one of the stream's filters at every node (MRNet's
+    /// `set_FilterParameters`): `spec` is a filter spec such as `histogram:0,100,10`, a
+    /// sync mode, or for [`FilterRole::Down`] `""` to remove the down filter. The
+    /// front-end makes the filter before anything changes, so a bad spec fails here and
+    /// changes nothing (a plugin missing on some host is reported as a fault). The change
+    /// travels down with the multicasts, so it applies from the next one on; a changed
+    /// transformation filter starts with fresh state.
+    pub fn set_filter(&self, role: FilterRole, spec: &str) -> Result<()> {
+        self.engine.with_router(|r, out| {
+            let mut msg = r
+                .stream_open(self.id)
+                .cloned()
+                .ok_or(TbonError::NoStream(self.id))?;
+            match role {
+                FilterRole::Up => msg.up = spec.to_string(),
+                FilterRole::Sync => msg.sync = spec.to_string(),
+                FilterRole::Down => msg.down = (!spec.is_empty()).then(|| spec.to_string()),
+            }
+            msg.update = true;
+            r.open_stream(msg, out)
+        })
+    }
+
+    /// A descriptor readable while this stream's receive would return at once (MRNet's
+    /// `Stream::get_DataNotificationFd`); see [`Network::notification_fd`].
+    pub fn notification_fd(&self) -> Result<std::os::fd::RawFd> {
+        self.engine
+            .notification_fd(Watch::Stream(self.id))
+            .map_err(|e| TbonError::Net(format!("making a notification descriptor: {e}")))
+    }
+
+    /// The stream's current filter spec of `role` (`""`: no down filter).
+    pub fn filter(&self, role: FilterRole) -> Result<String> {
+        let g = self.engine.lock();
+        let msg = g
+            .router
+            .stream_open(self.id)
+            .ok_or(TbonError::NoStream(self.id))?;
+        Ok(match role {
+            FilterRole::Up => msg.up.clone(),
+            FilterRole::Sync => msg.sync.clone(),
+            FilterRole::Down => msg.down.clone().unwrap_or_default(),
+        })
     }
 
     /// Waits for the next result on this stream (a filtered wave, or an error naming a

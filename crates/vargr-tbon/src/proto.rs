@@ -140,7 +140,10 @@ pub struct AttachReplyMsg {
     pub parent: String,
 }
 
-/// Stream creation, sent down to every node with members below it.
+/// Stream creation, sent down to every node with members below it. With `update` set it
+/// changes an open stream's filters instead (MRNet's `set_FilterParameters`): it travels
+/// the same links as the stream's multicasts, so every node switches between the same
+/// two multicasts.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct StreamOpenMsg {
     pub id: u32,
@@ -149,6 +152,28 @@ pub struct StreamOpenMsg {
     pub sync: String,
     pub down: Option<String>,
     pub latest: bool,
+    #[serde(default)]
+    pub update: bool,
+    /// The up filter of the back-ends, run on each packet they send (MRNet's filters
+    /// assigned per node); None: back-ends send their packets as they are.
+    #[serde(default)]
+    pub up_backend: Option<String>,
+    /// The up filter of the front-end, the last to run; None: `up`.
+    #[serde(default)]
+    pub up_frontend: Option<String>,
+}
+
+impl StreamOpenMsg {
+    /// The up filter spec a node runs: the front-end's (`root`), a back-end's (`leaf`:
+    /// its own, else `up`, which it then does not run) or a commnode's.
+    pub fn up_for(&self, root: bool, leaf: bool) -> &str {
+        let own = match (root, leaf) {
+            (true, _) => self.up_frontend.as_deref(),
+            (false, true) => self.up_backend.as_deref(),
+            (false, false) => None,
+        };
+        own.unwrap_or(&self.up)
+    }
 }
 
 /// A failure travelling up to the front-end.

@@ -116,14 +116,21 @@ impl ChildHandle {
 /// process stops dying with its parent ([`launch::spawn`] ties it): it may now be
 /// adopted. Until then (start-up) it dies with it, as it has nowhere to go; the front-
 /// end's own children stay tied, so a killed front-end still takes the tree down.
-pub(crate) fn untie_if_adoptable(msg: &SubtreeMsg) {
+pub(crate) fn untie_if_adoptable(msg: &SubtreeMsg) -> bool {
     if msg.config.recovery != crate::Recovery::Ancestor
         || msg.ancestors.len() < 2
         || crate::trace::in_process()
     {
-        return;
+        return false;
     }
-    // SAFETY: prctl(PR_SET_PDEATHSIG, 0) changes only this process's death signal.
+    untie_this_thread();
+    true
+}
+
+/// Clears the parent-death signal of the calling thread (Linux keeps it per thread:
+/// the process's first thread carries the one the launcher set).
+pub(crate) fn untie_this_thread() {
+    // SAFETY: prctl(PR_SET_PDEATHSIG, 0) changes only this thread's death signal.
     unsafe {
         libc::prctl(libc::PR_SET_PDEATHSIG, 0);
     }

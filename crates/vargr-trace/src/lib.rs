@@ -159,10 +159,26 @@ pub fn thread_records() -> u64 {
 
 /// Names the calling thread's track and the rank it runs.
 pub fn set_thread_label(label: &str, rank: Option<u32>) {
+    LABELED.with(|l| l.set(rank.unwrap_or(u32::MAX)));
     with_ring(|t| {
         *lock(&t.label) = label.to_string();
         *lock(&t.rank) = rank;
     });
+}
+
+thread_local! {
+    /// The rank the calling thread's track is labelled with (`u32::MAX`: none).
+    static LABELED: std::cell::Cell<u32> = const { std::cell::Cell::new(u32::MAX) };
+}
+
+/// Labels the calling thread's track as rank `rank` unless it already is: called by
+/// every collective, so that ranks whose threads no launcher labelled (a Python or C
+/// program's main thread) appear in traces and monitors as what they are. Costs a
+/// thread-local read once labelled.
+pub fn ensure_rank_label(rank: u32) {
+    if LABELED.with(|l| l.get()) != rank {
+        set_thread_label(&format!("rank {rank}"), Some(rank));
+    }
 }
 
 /// Records how this process's clock relates to the root's (see [`clock`]); trace files

@@ -2,10 +2,15 @@
 
 Tags: 1 echo the packet; 2 answer base + rank; 3 an f64 array of rank + 0..3; 4 send a
 point-to-point message to the next back-end, which reports it (tag 6) on the stream
-named in the message; 7 never answer.
+named in the message; 7 never answer; 8 a thread per stream id given ("%aud"), each
+waiting on that stream's notification descriptor and answering two multicasts on it with
+10 * rank + k.
 """
 
 from __future__ import annotations
+
+import select
+import threading
 
 import numpy as np
 import vargr
@@ -19,6 +24,16 @@ TAG_ECHO, TAG_RANK, TAG_ARRAY, TAG_P2P_START, TAG_P2P, TAG_P2P_REPORT, TAG_SILEN
     6,
     7,
 )
+TAG_THREADS = 8
+
+
+def per_stream(be: vargr.Backend, stream: int) -> None:
+    fd = be.notification_fd(stream)
+    for k in range(2):
+        readable, _, _ = select.select([fd], [], [], 30)
+        assert readable, f"nothing on stream {stream}"
+        p = be.recv_stream(stream, timeout=0)
+        be.send(stream, p.tag, "%d", 10 * be.rank + k)
 
 
 def main() -> None:
@@ -37,6 +52,12 @@ def main() -> None:
         elif p.tag == TAG_P2P:
             stream, sender = p.values
             be.send(stream, TAG_P2P_REPORT, "%ud %ud", sender, be.rank)
+        elif p.tag == TAG_THREADS:
+            threads = [threading.Thread(target=per_stream, args=(be, int(s))) for s in p.values[0]]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
 
 
 if __name__ == "__main__":

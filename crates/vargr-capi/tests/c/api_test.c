@@ -236,6 +236,59 @@ static void options(void)
     EXPECT(vargr_options_free(o) == VARGR_OK);
 }
 
+static void on_event(const vargr_event *ev, void *data)
+{
+    (void)ev;
+    (void)data;
+}
+
+/* MRNet's API beyond streams: what a C caller gets for NULL handles and bad arguments,
+ * without a network. */
+static void mrnet_api_errors(void)
+{
+    vargr_network *net = (vargr_network *)&checks;
+    vargr_stream *s = (vargr_stream *)&checks;
+    vargr_packet *p = (vargr_packet *)&checks;
+    uint32_t id = 7;
+    size_t n;
+    int fd = -7;
+    EXPECT_ERR(vargr_network_create_attached("flat:2", NULL, NULL, NULL, &net),
+               VARGR_ERR_INVALID_ARGUMENT, "neither launch_argv nor rendezvous_file");
+    EXPECT(net == NULL);
+    EXPECT_ERR(vargr_network_create_attached(NULL, NULL, "/tmp/x", NULL, &net),
+               VARGR_ERR_INVALID_ARGUMENT, "topology is NULL");
+    EXPECT_ERR(vargr_network_recv(NULL, &id, &p), VARGR_ERR_INVALID_ARGUMENT, "net is NULL");
+    EXPECT_ERR(vargr_network_recv_timeout(NULL, 0, &id, &p), VARGR_ERR_INVALID_ARGUMENT,
+               "net is NULL");
+    EXPECT_ERR(vargr_network_get_stream(NULL, 16, &s), VARGR_ERR_INVALID_ARGUMENT,
+               "net is NULL");
+    EXPECT_ERR(vargr_network_notification_fd(NULL, &fd), VARGR_ERR_INVALID_ARGUMENT,
+               "net is NULL");
+    EXPECT_ERR(vargr_network_child_pids(NULL, NULL, 0, &n), VARGR_ERR_INVALID_ARGUMENT,
+               "net is NULL");
+    EXPECT_ERR(vargr_network_add_event_callback(NULL, VARGR_EVENT_ANY, on_event, NULL),
+               VARGR_ERR_INVALID_ARGUMENT, "net is NULL");
+    EXPECT_ERR(vargr_network_open_stream_filters(NULL, NULL, "sum", 0, 0, NULL, &s),
+               VARGR_ERR_INVALID_ARGUMENT, "net is NULL");
+    EXPECT_ERR(vargr_network_open_stream_per_role(NULL, NULL, "a", "b", "c", 0, 0, NULL, &s),
+               VARGR_ERR_INVALID_ARGUMENT, "net is NULL");
+    EXPECT_ERR(vargr_stream_notification_fd(NULL, &fd), VARGR_ERR_INVALID_ARGUMENT,
+               "s is NULL");
+    EXPECT_ERR(vargr_stream_set_filter(NULL, VARGR_FILTER_UP, "max"),
+               VARGR_ERR_INVALID_ARGUMENT, "s is NULL");
+    EXPECT_ERR(vargr_stream_set_filter_parameters(NULL, VARGR_FILTER_SYNC, "250"),
+               VARGR_ERR_INVALID_ARGUMENT, "s is NULL");
+    EXPECT_ERR(vargr_backend_recv_stream(NULL, 16, &p), VARGR_ERR_INVALID_ARGUMENT,
+               "be is NULL");
+    EXPECT_ERR(vargr_backend_recv_stream_timeout(NULL, 16, 0, &p), VARGR_ERR_INVALID_ARGUMENT,
+               "be is NULL");
+    EXPECT_ERR(vargr_backend_notification_fd(NULL, &fd), VARGR_ERR_INVALID_ARGUMENT,
+               "be is NULL");
+    EXPECT_ERR(vargr_backend_stream_notification_fd(NULL, 16, &fd),
+               VARGR_ERR_INVALID_ARGUMENT, "be is NULL");
+    EXPECT(fd == -7);
+}
+
 int main(void)
 {
     scalars();
@@ -244,6 +297,7 @@ int main(void)
     va_list_forms();
     errors();
     options();
+    mrnet_api_errors();
     if (failed) {
         printf("api_test: %d of %d checks FAILED\n", failed, checks);
         return 1;

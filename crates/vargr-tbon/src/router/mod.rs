@@ -214,6 +214,11 @@ impl Router {
         &self.deliveries
     }
 
+    /// How stream `id` was opened (with its current filters), if it is open here.
+    pub fn stream_open(&self, id: u32) -> Option<&StreamOpenMsg> {
+        self.streams.get(&id).map(|st| &st.open)
+    }
+
     /// The local application takes what was delivered from here.
     pub fn deliveries_mut(&mut self) -> &mut Deliveries {
         &mut self.deliveries

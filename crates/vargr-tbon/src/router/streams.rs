@@ -34,6 +34,8 @@ pub(super) struct StreamState {
     pub(super) child_slots: Vec<(usize, usize)>,
     pub(super) sync: SyncFilter,
     pub(super) up: Option<Box<dyn TransformFilter>>,
+    /// A back-end runs `up` on each packet it sends (a filter of its own was given).
+    pub(super) up_at_leaf: bool,
     pub(super) down: Option<Box<dyn TransformFilter>>,
     /// Fast path: identity filter with don't-wait, forwarded without decoding.
     pub(super) passthrough: bool,
@@ -71,14 +73,21 @@ impl StreamState {
 impl Router {
     /// Creates a stream here and forwards its creation to the children with members.
     pub fn open_stream(&mut self, msg: StreamOpenMsg, out: &mut dyn Out) -> Result<(), TbonError> {
+        if msg.update {
+            return self.update_stream(msg, Instant::now(), out);
+        }
         let sync: SyncMode = msg
             .sync
             .parse()
             .map_err(|e: vargr_filter::FilterError| TbonError::BadStream(e.to_string()))?;
+        let leaf = self.backend_rank.is_some();
+        let up_spec = msg.up_for(self.is_root(), leaf);
         let up = self
             .registry
-            .create(&msg.up)
+            .create(up_spec)
             .map_err(|e| TbonError::BadStream(e.to_string()))?;
+        let up_collector = trace::filter_collector("up", up_spec);
+        let up_at_leaf = leaf && msg.up_backend.is_some();
         let down = match &msg.down {
             Some(d) => Some(
                 self.registry
@@ -108,7 +117,6 @@ impl Router {
         let sync_name = sync.to_string();
         let sync_name = sync_name.split(':').next().unwrap_or("");
         let sync_collector = vargr_trace::collector(&format!("tbon/sync/{sync_name}"));
-        let up_collector = trace::filter_collector("up", &msg.up);
         let down_collector = msg
             .down
             .as_deref()
@@ -122,6 +130,7 @@ impl Router {
             sync: SyncFilter::new(sync, child_slots.len()),
             child_slots,
             up: Some(up),
+            up_at_leaf,
             down,
             passthrough,
             sync_collector,
@@ -133,6 +142,69 @@ impl Router {
             shifts: FxHashMap::default(),
         };
         self.streams.insert(st.open.id, st);
+        Ok(())
+    }
+
+    /// Changes the filters of an open stream here and forwards the change to the children
+    /// with members. A transformation filter whose spec changed is made anew (its state,
+    /// such as a filter's running totals, starts over); a changed sync mode keeps the
+    /// packets queued and releases what the new mode makes due.
+    fn update_stream(
+        &mut self,
+        mut msg: StreamOpenMsg,
+        now: Instant,
+        out: &mut dyn Out,
+    ) -> Result<(), TbonError> {
+        let st = self
+            .streams
+            .get_mut(&msg.id)
+            .ok_or(TbonError::NoStream(msg.id))?;
+        let bad = |e: vargr_filter::FilterError| TbonError::BadStream(e.to_string());
+        // Everything is checked before anything changes: a bad spec leaves the stream as
+        // it was, at every node.
+        let sync: SyncMode = msg.sync.parse().map_err(bad)?;
+        let (root, leaf) = (
+            self.parent.is_none() && self.orphan.is_none(),
+            self.backend_rank.is_some(),
+        );
+        let up_spec = msg.up_for(root, leaf).to_string();
+        let up = (up_spec != st.open.up_for(root, leaf))
+            .then(|| self.registry.create(&up_spec))
+            .transpose()
+            .map_err(bad)?;
+        let down = match (&msg.down, msg.down != st.open.down) {
+            (Some(d), true) => Some(Some(self.registry.create(d).map_err(bad)?)),
+            (None, true) => Some(None),
+            (_, false) => None,
+        };
+        if let Some(f) = up {
+            st.up_collector = trace::filter_collector("up", &up_spec);
+            st.up = Some(f);
+        }
+        if let Some(d) = down {
+            st.down_collector = msg
+                .down
+                .as_deref()
+                .map_or(0, |d| trace::filter_collector("down", d));
+            st.down = d;
+        }
+        st.sync.set_mode(sync);
+        st.passthrough =
+            matches!(msg.up.as_str(), "null" | "identity") && matches!(sync, SyncMode::DontWait);
+        // The members and the mode of delivery are the stream's own: only filters change.
+        msg.members = std::mem::take(&mut st.open.members);
+        msg.latest = st.open.latest;
+        st.up_at_leaf = leaf && msg.up_backend.is_some();
+        let bytes = frame_bytes(FrameKind::StreamOpen, msg.id, 0, &proto::to_json(&msg));
+        for &(ci, _) in &st.child_slots {
+            if self.children[ci].alive {
+                out.send(self.children[ci].link, bytes.clone());
+            }
+        }
+        msg.update = false;
+        st.open = msg;
+        let (id, ready) = (st.open.id, st.sync.take_ready(now));
+        self.run_waves(id, ready, out);
         Ok(())
     }
 
@@ -194,22 +266,49 @@ impl Router {
                 "the front-end has no parent to send to".into(),
             ));
         }
+        let node = self.node;
+        let mut filtered = None;
         if let Some(st) = self.streams.get_mut(&p.stream) {
             st.sent += 1;
-        }
-        let Some(parent) = self.parent else {
-            if let Some(o) = self.orphan.as_mut() {
-                o.held.push((p.stream, packet_bytes(p)));
+            if let (true, Some(f)) = (st.up_at_leaf, st.up.as_mut()) {
+                // The back-end's own filter (MRNet's filters assigned to back-ends): one
+                // packet in, its outputs up, still as this back-end's.
+                let ctx = FilterContext {
+                    node_id: node,
+                    stream: p.stream,
+                    is_root: false,
+                    num_inputs: 1,
+                };
+                let (t0, bytes) = (vargr_trace::now(), p.encoded_len());
+                let r = apply_guarded(f.as_mut(), &ctx, vec![p.clone()]);
+                trace::filter(st.up_collector, p.stream, bytes, node, t0, r.is_ok());
+                let mut outs = r.map_err(|e| TbonError::Filter {
+                    stream: p.stream,
+                    node,
+                    filter: e.to_string(),
+                    reason: e.to_string(),
+                })?;
+                for q in &mut outs {
+                    q.source = p.source;
+                }
+                filtered = Some(outs);
             }
-            return Ok(());
-        };
-        let bytes = packet_bytes(p);
+        }
+        let packets = filtered.as_deref().unwrap_or(std::slice::from_ref(p));
         let latest = self.streams.get(&p.stream).is_some_and(|st| st.open.latest);
-        out.forward(
-            parent,
-            latest.then(|| latest_key(p.stream, p.source)),
-            bytes,
-        );
+        for q in packets {
+            let Some(parent) = self.parent else {
+                if let Some(o) = self.orphan.as_mut() {
+                    o.held.push((q.stream, packet_bytes(q)));
+                }
+                continue;
+            };
+            out.forward(
+                parent,
+                latest.then(|| latest_key(q.stream, q.source)),
+                packet_bytes(q),
+            );
+        }
         Ok(())
     }
 

@@ -665,6 +665,9 @@ impl Sim {
             sync: sync.into(),
             down: None,
             latest: false,
+            update: false,
+            up_backend: None,
+            up_frontend: None,
         })
     }
 

@@ -164,6 +164,9 @@ fn latest_mode_keeps_each_back_ends_newest_for_a_late_reader() {
         sync: "dontwait".into(),
         down: None,
         latest: true,
+        update: false,
+        up_backend: None,
+        up_frontend: None,
     })
     .unwrap();
     for i in 0..50 {

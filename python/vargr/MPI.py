@@ -1,0 +1,2051 @@
+# ruff: noqa: N999 -- the module is named MPI, as mpi4py's is.
+"""mpi4py's ``MPI`` namespace on vargr: ``from vargr import MPI`` instead of
+``from mpi4py import MPI``, and start the program with ``vargr run -n N python prog.py``.
+
+The names, signatures and semantics follow mpi4py (and so MPI): ``COMM_WORLD``,
+lower-case methods that pickle Python objects, upper-case methods on buffers given as a
+bare buffer or as ``[buf, MPI.DOUBLE]``, ``[buf, count, MPI.INT]`` or
+``[buf, (counts, displs), MPI.DOUBLE]``, non-blocking point-to-point with ``Request``,
+``ANY_SOURCE``/``ANY_TAG``, ``Status``, the reduction operators including ``MINLOC``,
+``MAXLOC`` and ``Op.Create``, ``Split``/``Dup``, Cartesian grids, and errors as
+``MPI.Exception`` with an error class.
+
+What runs where: point-to-point and the common collectives go straight to vargr's Rust
+core (the wildcard matching, the collective algorithms, the compressed links between
+sites). Collectives that vargr has no algorithm for (``scan``, ``exscan``,
+``reduce_scatter``, the ``v`` variants, reductions with ``LXOR``, ``BXOR``, ``MINLOC``,
+``MAXLOC`` or a user operator on buffers) are built here from vargr's gathers, which is
+correct for every input but moves more data than a dedicated algorithm would.
+Non-blocking collectives (``Iallreduce`` …) complete when called. Not provided:
+one-sided communication (``Win``), ``File`` (MPI-IO), dynamic processes (``Spawn``) and
+inter-communicators.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from . import World as _join
+from . import _vargr
+
+Array = npt.NDArray[Any]
+
+# ---- constants -------------------------------------------------------------------------
+
+ANY_SOURCE = -1
+ANY_TAG = -1
+PROC_NULL = -2
+ROOT = -3
+UNDEFINED = -32766
+BOTTOM: Any = None
+_TAG_MAX = (1 << 31) - 1
+IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
+CART, GRAPH, DIST_GRAPH = 1, 2, 3
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+COMM_TYPE_SHARED = 1
+MAX_PROCESSOR_NAME = 256
+VERSION, SUBVERSION = 3, 1
+IN_PLACE: Any = _vargr.IN_PLACE
+
+# Attribute keys of Comm.Get_attr (``comm.Get_attr(MPI.TAG_UB)`` is the largest tag).
+TAG_UB, HOST, IO, WTIME_IS_GLOBAL, APPNUM, UNIVERSE_SIZE, LASTUSEDCODE = range(7)
+
+# Error classes (the values of MPICH and Open MPI agree on these).
+SUCCESS = 0
+ERR_BUFFER = 1
+ERR_COUNT = 2
+ERR_TYPE = 3
+ERR_TAG = 4
+ERR_COMM = 5
+ERR_RANK = 6
+ERR_REQUEST = 7
+ERR_ROOT = 8
+ERR_GROUP = 9
+ERR_OP = 10
+ERR_TOPOLOGY = 11
+ERR_DIMS = 12
+ERR_ARG = 13
+ERR_UNKNOWN = 14
+ERR_TRUNCATE = 15
+ERR_OTHER = 16
+ERR_INTERN = 17
+ERR_IN_STATUS = 18
+ERR_PENDING = 19
+ERR_UNSUPPORTED_OPERATION = 52
+ERR_LASTCODE = 92
+
+_ERROR_NAMES = {
+    v: k
+    for k, v in list(globals().items())
+    if k.startswith("ERR_") or k == "SUCCESS"
+    if isinstance(v, int)
+}
+
+
+class Exception(RuntimeError):
+    """An MPI error: ``Get_error_class()`` tells which kind (``MPI.ERR_RANK`` …)."""
+
+    def __init__(self, ierr: int = ERR_OTHER, message: str = "") -> None:
+        self.ierr = ierr
+        self.message = message or Get_error_string(ierr)
+        super().__init__(self.message)
+
+    @property
+    def error_class(self) -> int:
+        return self.ierr
+
+    @property
+    def error_code(self) -> int:
+        return self.ierr
+
+    def Get_error_class(self) -> int:
+        return self.ierr
+
+    def Get_error_code(self) -> int:
+        return self.ierr
+
+    def Get_error_string(self) -> str:
+        return self.message
+
+    def __int__(self) -> int:
+        return self.ierr
+
+
+def Get_error_class(errorcode: int) -> int:
+    return errorcode
+
+
+def Get_error_string(errorcode: int) -> str:
+    name = _ERROR_NAMES.get(errorcode, "ERR_UNKNOWN")
+    return f"MPI_{name}: " + name.replace("ERR_", "").lower().replace("_", " ")
+
+
+def _error(e: BaseException) -> Exception:
+    """vargr's error as an MPI error of the class that fits it."""
+    if isinstance(e, Exception):
+        return e
+    text = str(e)
+    if "does not fit" in text or "truncated" in text or "bytes, expected" in text:
+        cls = ERR_TRUNCATE
+    elif "out of range" in text and "rank" in text:
+        cls = ERR_RANK
+    elif "tag" in text and "too large" in text:
+        cls = ERR_TAG
+    elif "request" in text:
+        cls = ERR_REQUEST
+    else:
+        cls = ERR_OTHER
+    return Exception(cls, text)
+
+
+def _call(f: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return f(*args)
+    except _vargr.VargrError as e:
+        raise _error(e) from e
+
+
+# ---- environment -----------------------------------------------------------------------
+
+_state = {"finalized": False}
+
+
+def Init() -> None:
+    """A no-op: importing this module initialises, as with mpi4py."""
+
+
+def Init_thread(required: int = THREAD_MULTIPLE) -> int:
+    return THREAD_SERIALIZED
+
+
+def Query_thread() -> int:
+    return THREAD_SERIALIZED
+
+
+def Is_thread_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def Finalize() -> None:
+    """Flushes what is still queued for other ranks; further calls are no-ops."""
+    if not _state["finalized"]:
+        _state["finalized"] = True
+        _vargr.finish()
+
+
+def Is_initialized() -> bool:
+    return True
+
+
+def Is_finalized() -> bool:
+    return _state["finalized"]
+
+
+def Wtime() -> float:
+    return time.perf_counter()
+
+
+def Wtick() -> float:
+    return time.get_clock_info("perf_counter").resolution
+
+
+def Get_processor_name() -> str:
+    return socket.gethostname()
+
+
+def Get_version() -> tuple[int, int]:
+    return (VERSION, SUBVERSION)
+
+
+def get_vendor() -> tuple[str, tuple[int, int, int]]:
+    """The MPI implementation underneath, as mpi4py names it."""
+    return ("vargr", (0, 1, 0))
+
+
+def Get_library_version() -> str:
+    from . import __name__ as pkg
+
+    return f"{pkg} (vargr's mpi4py-compatible layer)"
+
+
+def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
+    """Balanced grid dimensions, as ``MPI_Dims_create`` (zeros are filled in)."""
+    out = [0] * dims if isinstance(dims, int) else list(dims)
+    fixed = 1
+    for d in out:
+        if d < 0:
+            raise Exception(ERR_DIMS, f"negative dimension in {out}")
+        if d:
+            fixed *= d
+    if fixed == 0 or nnodes % fixed:
+        raise Exception(ERR_DIMS, f"{nnodes} nodes do not fill dimensions {out}")
+    free = [i for i, d in enumerate(out) if d == 0]
+    left = nnodes // fixed
+    factors: list[int] = []
+    n, f = left, 2
+    while n > 1:
+        while n % f == 0:
+            factors.append(f)
+            n //= f
+        f += 1
+    sizes = [1] * len(free)
+    for f in sorted(factors, reverse=True):
+        sizes[sizes.index(min(sizes))] *= f
+    for i, s in zip(free, sorted(sizes, reverse=True)):
+        out[i] = s
+    return out
+
+
+# ---- info and memory -------------------------------------------------------------------
+
+
+class Info(dict[str, str]):
+    """Hints (``MPI_Info``): vargr takes none, but programs may pass them."""
+
+    @staticmethod
+    def Create(items: Any = None) -> Info:
+        return Info(items or {})
+
+    def Dup(self) -> Info:
+        return Info(self)
+
+    def Free(self) -> None:
+        self.clear()
+
+    def Get(self, key: str) -> str | None:
+        return self.get(key)
+
+    def Set(self, key: str, value: str) -> None:
+        self[key] = value
+
+    def Delete(self, key: str) -> None:
+        del self[key]
+
+    def Get_nkeys(self) -> int:
+        return len(self)
+
+    def Get_nthkey(self, n: int) -> str:
+        return list(self)[n]
+
+
+INFO_NULL = Info()
+INFO_ENV = Info()
+BSEND_OVERHEAD = 0
+
+
+def Alloc_mem(size: int, info: Info | None = None) -> memoryview:
+    return memoryview(bytearray(size))
+
+
+def Free_mem(mem: memoryview) -> None:
+    pass
+
+
+def Attach_buffer(buf: Any) -> None:
+    """Sends are eager, so a buffer for buffered sends is never needed."""
+
+
+def Detach_buffer() -> Any:
+    return None
+
+
+# ---- datatypes -------------------------------------------------------------------------
+
+
+class Datatype:
+    """An element type, as numpy sees it (structured for the pair types of MINLOC)."""
+
+    def __init__(self, name: str, dtype: Any) -> None:
+        self.name = name
+        self.dtype = np.dtype(dtype) if dtype is not None else None
+
+    @property
+    def size(self) -> int:
+        return 0 if self.dtype is None else self.dtype.itemsize
+
+    @property
+    def extent(self) -> int:
+        return self.size
+
+    @property
+    def lb(self) -> int:
+        return 0
+
+    @property
+    def ub(self) -> int:
+        return self.extent
+
+    @property
+    def typechar(self) -> str:
+        return "" if self.dtype is None else self.dtype.char
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def Get_extent(self) -> tuple[int, int]:
+        return (0, self.extent)
+
+    def Get_name(self) -> str:
+        return self.name
+
+    def Commit(self) -> Datatype:
+        return self
+
+    def Free(self) -> None:
+        pass
+
+    def Dup(self) -> Datatype:
+        return Datatype(self.name, self.dtype)
+
+    def Create_contiguous(self, count: int) -> Datatype:
+        if self.dtype is None:
+            raise Exception(ERR_TYPE, "DATATYPE_NULL has no contiguous form")
+        return Datatype(f"{self.name}x{count}", np.dtype((self.dtype, (count,))))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Datatype) and (self.name, self.dtype) == (other.name, other.dtype)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def __repr__(self) -> str:
+        return f"<mpi4py-compatible Datatype {self.name}>"
+
+
+def _pair(value: str) -> Any:
+    # The C structs: {value; int} with C's alignment.
+    return np.dtype([("v", value), ("i", "i4")], align=True)
+
+
+DATATYPE_NULL = Datatype("DATATYPE_NULL", None)
+BYTE = Datatype("BYTE", "B")
+PACKED = Datatype("PACKED", "B")
+CHAR = Datatype("CHAR", "S1")
+WCHAR = Datatype("WCHAR", "U1")
+SIGNED_CHAR = Datatype("SIGNED_CHAR", "b")
+UNSIGNED_CHAR = Datatype("UNSIGNED_CHAR", "B")
+SHORT = Datatype("SHORT", "h")
+UNSIGNED_SHORT = Datatype("UNSIGNED_SHORT", "H")
+INT = Datatype("INT", "i")
+UNSIGNED = UNSIGNED_INT = Datatype("UNSIGNED", "I")
+LONG = Datatype("LONG", "l")
+UNSIGNED_LONG = Datatype("UNSIGNED_LONG", "L")
+LONG_LONG = Datatype("LONG_LONG", "q")
+UNSIGNED_LONG_LONG = Datatype("UNSIGNED_LONG_LONG", "Q")
+FLOAT = Datatype("FLOAT", "f")
+DOUBLE = Datatype("DOUBLE", "d")
+LONG_DOUBLE = Datatype("LONG_DOUBLE", "g")
+C_BOOL = BOOL = Datatype("C_BOOL", "?")
+INT8_T = Datatype("INT8_T", "i1")
+INT16_T = Datatype("INT16_T", "i2")
+INT32_T = Datatype("INT32_T", "i4")
+INT64_T = Datatype("INT64_T", "i8")
+UINT8_T = Datatype("UINT8_T", "u1")
+UINT16_T = Datatype("UINT16_T", "u2")
+UINT32_T = Datatype("UINT32_T", "u4")
+UINT64_T = Datatype("UINT64_T", "u8")
+AINT = OFFSET = COUNT = Datatype("AINT", "q")
+C_COMPLEX = C_FLOAT_COMPLEX = Datatype("C_FLOAT_COMPLEX", "F")
+C_DOUBLE_COMPLEX = Datatype("C_DOUBLE_COMPLEX", "D")
+C_LONG_DOUBLE_COMPLEX = Datatype("C_LONG_DOUBLE_COMPLEX", "G")
+CHARACTER = Datatype("CHARACTER", "S1")
+LOGICAL = Datatype("LOGICAL", "i4")
+INTEGER = Datatype("INTEGER", "i4")
+REAL = Datatype("REAL", "f4")
+DOUBLE_PRECISION = Datatype("DOUBLE_PRECISION", "f8")
+COMPLEX = Datatype("COMPLEX", "F")
+DOUBLE_COMPLEX = Datatype("DOUBLE_COMPLEX", "D")
+SHORT_INT = Datatype("SHORT_INT", _pair("i2"))
+INT_INT = TWOINT = Datatype("TWOINT", _pair("i4"))
+LONG_INT = Datatype("LONG_INT", _pair("i8"))
+FLOAT_INT = Datatype("FLOAT_INT", _pair("f4"))
+DOUBLE_INT = Datatype("DOUBLE_INT", _pair("f8"))
+LONG_DOUBLE_INT = Datatype("LONG_DOUBLE_INT", _pair("g"))
+
+_BY_CHAR: dict[str, Datatype] = {}
+for _t in (
+    BYTE,
+    CHAR,
+    SIGNED_CHAR,
+    SHORT,
+    UNSIGNED_SHORT,
+    INT,
+    UNSIGNED,
+    LONG,
+    UNSIGNED_LONG,
+    LONG_LONG,
+    UNSIGNED_LONG_LONG,
+    FLOAT,
+    DOUBLE,
+    LONG_DOUBLE,
+    C_BOOL,
+    C_FLOAT_COMPLEX,
+    C_DOUBLE_COMPLEX,
+    C_LONG_DOUBLE_COMPLEX,
+    WCHAR,
+):
+    assert _t.dtype is not None
+    _BY_CHAR.setdefault(_t.dtype.char, _t)
+
+
+def _datatype_of(dtype: Any) -> Datatype:
+    dt = np.dtype(dtype)
+    found = _BY_CHAR.get(dt.char)
+    return found if found is not None and found.dtype == dt else Datatype(str(dt), dt)
+
+
+# ---- buffers ---------------------------------------------------------------------------
+
+
+def _as_array(buf: Any, dtype: Any = None) -> Array:
+    """A numpy view of any object with the buffer protocol (no copy)."""
+    if isinstance(buf, np.ndarray):
+        arr = buf
+    else:
+        try:
+            mv = memoryview(buf)
+        except TypeError:
+            raise Exception(ERR_BUFFER, f"{type(buf).__name__} does not expose a buffer") from None
+        arr = np.asarray(mv)
+    if dtype is not None:
+        want = np.dtype(dtype)
+        if arr.dtype != want:
+            flat = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
+            arr = flat.reshape(-1).view(np.uint8).view(want)
+    return arr
+
+
+class _Msg:
+    """A buffer spec as mpi4py takes it, resolved to a flat contiguous numpy array of
+    elements. A non-contiguous array is copied (and, for a receive, copied back).
+
+    As in mpi4py, an explicit count is per block (a gather's receive buffer holds
+    ``blocks`` of them), an inferred one is the whole buffer; a displacement with an
+    integer count is an offset in elements, with a sequence of counts it is the
+    ``v`` calls' displacements.
+    """
+
+    def __init__(self, spec: Any, writable: bool, blocks: int = 1) -> None:
+        self.counts: list[int] | None = None
+        self.displs: list[int] | None = None
+        buf: Any = spec
+        count: Any = None
+        displ: Any = None
+        datatype: Any = None
+        if isinstance(spec, (list, tuple)):
+            if len(spec) == 2:
+                buf, count = spec
+                if isinstance(count, (Datatype, str)):
+                    count, datatype = None, count
+                elif isinstance(count, (list, tuple)):
+                    count, displ = count
+            elif len(spec) == 3:
+                buf, count, datatype = spec
+                if isinstance(count, (list, tuple)) and len(count) == 2 and not _ints(count):
+                    count, displ = count
+            elif len(spec) == 4:
+                buf, count, displ, datatype = spec
+            else:
+                raise Exception(ERR_ARG, "a message is a buffer or a list of 2 to 4 items")
+        if isinstance(datatype, str):
+            datatype = _datatype_of(datatype)
+        dtype = datatype.dtype if datatype is not None else None
+        arr = np.empty(0, dtype or "B") if buf is None else _as_array(buf, dtype)
+        self.orig = arr
+        self.copied = not arr.flags.c_contiguous
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        self.datatype = datatype or _datatype_of(flat.dtype)
+        if np.ndim(count) > 0:
+            self.counts = [int(c) for c in count]
+            if displ is None:
+                displ = [sum(self.counts[:i]) for i in range(len(self.counts))]
+            self.displs = [int(d) for d in displ]
+        else:
+            start = int(displ or 0)
+            if count is not None:
+                end = start + int(count) * blocks
+                if end > flat.size:
+                    raise Exception(
+                        ERR_COUNT, f"{blocks} x {count} elements exceed the buffer's {flat.size}"
+                    )
+                flat = flat[start:end]
+            else:
+                flat = flat[start:]
+        self.arr = flat
+        if writable and not self.arr.flags.writeable:
+            raise Exception(ERR_BUFFER, "the receive buffer is read-only")
+
+    @property
+    def count(self) -> int:
+        return int(self.arr.size)
+
+    def block(self, i: int) -> Array:
+        assert self.counts is not None and self.displs is not None
+        return self.arr[self.displs[i] : self.displs[i] + self.counts[i]]
+
+    def done(self) -> None:
+        """Copies a receive made into a contiguous copy back into the caller's array."""
+        if self.copied:
+            self.orig[...] = self.arr.reshape(self.orig.shape)
+
+
+def _ints(x: Any) -> bool:
+    """Whether `x` is a sequence of counts rather than a (counts, displs) pair."""
+    return all(np.ndim(v) == 0 for v in x) and len(x) != 2
+
+
+def _msg(spec: Any, writable: bool = False, blocks: int = 1) -> _Msg:
+    return _Msg(spec, writable, blocks)
+
+
+def _bytes_of(arr: Array) -> bytes:
+    return arr.tobytes()
+
+
+def _fill(m: _Msg, data: bytes, source: int = -1, tag: int = -1) -> int:
+    """Copies a received message into a receive buffer; the element count."""
+    item = m.arr.dtype.itemsize or 1
+    if len(data) > m.arr.nbytes or len(data) % item:
+        raise Exception(
+            ERR_TRUNCATE,
+            f"a message of {len(data)} bytes from rank {source} (tag {tag}) does not fit "
+            f"a receive buffer of {m.arr.nbytes} bytes of {item}-byte elements",
+        )
+    n = len(data) // item
+    m.arr[:n] = np.frombuffer(data, dtype=m.arr.dtype, count=n)
+    m.done()
+    return n
+
+
+# ---- status and requests ---------------------------------------------------------------
+
+
+class Status:
+    """What a receive or probe found (``source``, ``tag``, size in bytes)."""
+
+    def __init__(self, status: Status | None = None) -> None:
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"Status() takes a Status, not {type(status).__name__}")
+        # source, tag, error, bytes, cancelled: one array, so that tomemory() aliases it.
+        self._mem = np.array([ANY_SOURCE, ANY_TAG, SUCCESS, 0, 0], dtype=np.int64)
+        if status is not None:
+            self._mem[:] = status._mem
+
+    @property
+    def source(self) -> int:
+        return int(self._mem[0])
+
+    @source.setter
+    def source(self, value: int) -> None:
+        self._mem[0] = value
+
+    @property
+    def tag(self) -> int:
+        return int(self._mem[1])
+
+    @tag.setter
+    def tag(self, value: int) -> None:
+        self._mem[1] = value
+
+    @property
+    def error(self) -> int:
+        return int(self._mem[2])
+
+    @error.setter
+    def error(self, value: int) -> None:
+        self._mem[2] = value
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._mem[3])
+
+    @nbytes.setter
+    def nbytes(self, value: int) -> None:
+        self._mem[3] = value
+
+    @property
+    def cancelled(self) -> bool:
+        return bool(self._mem[4])
+
+    @cancelled.setter
+    def cancelled(self, flag: bool) -> None:
+        self._mem[4] = int(bool(flag))
+
+    def tomemory(self) -> memoryview:
+        """The status's fields as writable memory (source, tag, error, …)."""
+        return memoryview(self._mem.data)
+
+    def __getstate__(self) -> list[int]:
+        return [int(v) for v in self._mem]
+
+    def __setstate__(self, state: list[int]) -> None:
+        self._mem = np.array(state, dtype=np.int64)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Status) and bool((self._mem == other._mem).all())
+
+    def __hash__(self) -> int:
+        return hash(tuple(int(v) for v in self._mem))
+
+    def _set(self, source: int, tag: int, nbytes: int) -> None:
+        self.source, self.tag, self.nbytes = source, tag, nbytes
+
+    def Get_source(self) -> int:
+        return self.source
+
+    def Get_tag(self) -> int:
+        return self.tag
+
+    def Get_error(self) -> int:
+        return self.error
+
+    def Set_source(self, source: int) -> None:
+        self.source = source
+
+    def Set_tag(self, tag: int) -> None:
+        self.tag = tag
+
+    def Set_error(self, error: int) -> None:
+        self.error = error
+
+    def Get_count(self, datatype: Datatype = BYTE) -> int:
+        size = datatype.Get_size()
+        if size == 0:
+            return 0
+        return self.nbytes // size if self.nbytes % size == 0 else UNDEFINED
+
+    def Get_elements(self, datatype: Datatype) -> int:
+        return self.Get_count(datatype)
+
+    def Set_elements(self, datatype: Datatype, count: int) -> None:
+        self.nbytes = count * datatype.Get_size()
+
+    def Is_cancelled(self) -> bool:
+        return self.cancelled
+
+    def Set_cancelled(self, flag: bool) -> None:
+        self.cancelled = bool(flag)
+
+    @property
+    def count(self) -> int:
+        return self.nbytes
+
+    @count.setter
+    def count(self, value: int) -> None:
+        self.nbytes = value
+
+    def __repr__(self) -> str:
+        return f"<Status source={self.source} tag={self.tag} bytes={self.nbytes}>"
+
+
+def _fill_status(status: Status | None, source: int, tag: int, nbytes: int) -> None:
+    if status is not None:
+        status._set(source, tag, nbytes)
+
+
+class Request:
+    """A non-blocking operation: ``wait``/``test`` for objects (lower-case calls),
+    ``Wait``/``Test`` for buffers (upper-case calls).
+
+    A request is active from the call that makes it until a wait or a successful test
+    completes it; ``REQUEST_NULL`` and completed requests are inactive, and the calls on
+    many requests skip them, as MPI's do. Sends (eager) and collectives (done when
+    called) are active requests with nothing left to wait for."""
+
+    def __init__(
+        self,
+        impl: _vargr.Request | None = None,
+        recv: _Msg | None = None,
+        pickled: bool = False,
+        value: Any = None,
+        active: bool = True,
+    ) -> None:
+        self._impl = impl
+        self._recv = recv
+        self._pickled = pickled
+        self._value = value
+        self._active = active
+        self._status: tuple[int, int, int] | None = None
+
+    def _complete(self, got: tuple[int, int, bytes] | None, status: Status | None) -> Any:
+        self._impl = None
+        self._active = False
+        if got is None:
+            # A send, an inactive request, a receive from PROC_NULL, or a collective:
+            # an empty status unless the request set one.
+            _fill_status(status, *(self._status or (ANY_SOURCE, ANY_TAG, 0)))
+            value, self._value = self._value, None
+            return value
+        source, tag, data = got
+        _fill_status(status, source, tag, len(data))
+        if self._recv is not None:
+            _fill(self._recv, data, source, tag)
+            return None
+        return pickle.loads(data) if self._pickled else data
+
+    def __bool__(self) -> bool:
+        return self._active
+
+    def _is_null(self) -> bool:
+        # A completed request's handle is MPI_REQUEST_NULL; a persistent one's only
+        # once freed.
+        return not self._active
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Request):
+            return NotImplemented
+        return self is other or (self._is_null() and other._is_null())
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def _ready(self) -> bool:
+        """Whether a wait would return at once without asking vargr."""
+        return self._impl is None
+
+    def wait(self, status: Status | None = None) -> Any:
+        if self._impl is None:
+            return self._complete(None, status)
+        got = _call(self._impl.wait)
+        return self._complete(got, status)
+
+    def test(self, status: Status | None = None) -> tuple[bool, Any]:
+        if self._impl is None:
+            return True, self._complete(None, status)
+        done, got = _call(self._impl.test)
+        if not done:
+            return False, None
+        return True, self._complete(got, status)
+
+    def Wait(self, status: Status | None = None) -> bool:
+        self.wait(status)
+        return True
+
+    def Test(self, status: Status | None = None) -> bool:
+        return self.test(status)[0]
+
+    def Get_status(self, status: Status | None = None) -> bool:
+        if self._impl is None:
+            _fill_status(status, *(self._status or (ANY_SOURCE, ANY_TAG, 0)))
+        return self._impl is None
+
+    get_status = Get_status
+
+    def Cancel(self) -> None:
+        if self._impl is not None and _call(self._impl.cancel):
+            self._impl = None
+            self._value = None
+
+    cancel = Cancel
+
+    def Free(self) -> None:
+        self._impl = None
+        self._active = False
+
+    free = Free
+
+    # Completion of many requests.
+
+    @staticmethod
+    def waitany(requests: Sequence[Request], status: Status | None = None) -> tuple[int, Any]:
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
+            _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
+            return UNDEFINED, None
+        for i in live:
+            if requests[i]._ready():
+                return i, requests[i]._complete(None, status)
+        impls = [requests[i]._impl for i in live]
+        try:
+            k, got = _vargr.Request.wait_any([r for r in impls if r is not None])
+        except _vargr.VargrError as e:
+            if "different communicators" not in str(e):
+                raise _error(e) from e
+        else:
+            i = live[k]
+            return i, requests[i]._complete(got, status)
+        while True:  # requests of several communicators: poll them in turn
+            for i in live:
+                done, value = requests[i].test(status)
+                if done:
+                    return i, value
+            time.sleep(20e-6)
+
+    @staticmethod
+    def Waitany(requests: Sequence[Request], status: Status | None = None) -> int:
+        return Request.waitany(requests, status)[0]
+
+    @staticmethod
+    def waitall(requests: Sequence[Request], statuses: list[Status] | None = None) -> list[Any]:
+        if isinstance(statuses, list):
+            statuses.extend(Status() for _ in range(len(requests) - len(statuses)))
+        out = []
+        for i, r in enumerate(requests):
+            st = statuses[i] if statuses is not None and i < len(statuses) else None
+            out.append(r.wait(st))
+        return out
+
+    @staticmethod
+    def Waitall(requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
+        Request.waitall(requests, statuses)
+        return True
+
+    @staticmethod
+    def testany(requests: Sequence[Request], status: Status | None = None) -> tuple[int, bool, Any]:
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
+            _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
+            return UNDEFINED, True, None
+        for i in live:
+            done, value = requests[i].test(status)
+            if done:
+                return i, True, value
+        return UNDEFINED, False, None
+
+    @staticmethod
+    def Testany(requests: Sequence[Request], status: Status | None = None) -> tuple[int, bool]:
+        i, flag, _ = Request.testany(requests, status)
+        return i, flag
+
+    @staticmethod
+    def testall(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> tuple[bool, list[Any] | None]:
+        # Only complete them all once all can complete (MPI's testall).
+        for r in requests:
+            if r._impl is not None:
+                done, got = _call(r._impl.test)
+                if not done:
+                    return False, None
+                r._impl = None
+                r._value = r._complete_later(got)
+        return True, Request.waitall(requests, statuses)
+
+    def _complete_later(self, got: tuple[int, int, bytes] | None) -> Any:
+        """Keeps what a test took, for the wait that completes the request."""
+        if got is None:
+            return self._value
+        source, tag, data = got
+        self._status = (source, tag, len(data))
+        if self._recv is not None:
+            _fill(self._recv, data, source, tag)
+            return None
+        return pickle.loads(data) if self._pickled else data
+
+    @staticmethod
+    def Testall(requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
+        return Request.testall(requests, statuses)[0]
+
+    @staticmethod
+    def testsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> tuple[list[int] | None, list[Any] | None]:
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
+            return None, None
+        idx, out = [], []
+        for i in live:
+            done, value = requests[i].test()
+            if done:
+                idx.append(i)
+                out.append(value)
+        return idx, out
+
+    @staticmethod
+    def Testsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> list[int] | None:
+        return Request.testsome(requests, statuses)[0]
+
+    @staticmethod
+    def waitsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> tuple[list[int] | None, list[Any] | None]:
+        if not any(r._active for r in requests):
+            return None, None
+        i, value = Request.waitany(requests)
+        idx, out = [i], [value]
+        more, values = Request.testsome(requests)
+        return idx + (more or []), out + (values or [])
+
+    @staticmethod
+    def Waitsome(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> list[int] | None:
+        return Request.waitsome(requests, statuses)[0]
+
+    @staticmethod
+    def get_status_any(
+        requests: Sequence[Request], status: Status | None = None
+    ) -> tuple[int, bool]:
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
+            _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
+            return UNDEFINED, True
+        ready = [i for i in live if requests[i]._ready()]
+        return (ready[0], True) if ready else (UNDEFINED, False)
+
+    Get_status_any = get_status_any
+
+    @staticmethod
+    def get_status_all(requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
+        return all(r._ready() for r in requests)
+
+    Get_status_all = get_status_all
+
+    @staticmethod
+    def get_status_some(
+        requests: Sequence[Request], statuses: list[Status] | None = None
+    ) -> list[int] | None:
+        live = [i for i, r in enumerate(requests) if r._active]
+        if not live:
+            return None
+        return [i for i in live if requests[i]._ready()]
+
+    Get_status_some = get_status_some
+
+
+REQUEST_NULL = Request(active=False)
+
+
+class Prequest(Request):
+    """A persistent request (``Send_init``/``Recv_init``): each ``Start`` runs it once."""
+
+    def __init__(self, start: Callable[[], Request]) -> None:
+        super().__init__(active=False)
+        self._start = start
+        self._freed = False
+
+    def _is_null(self) -> bool:
+        return self._freed
+
+    def Free(self) -> None:
+        super().Free()
+        self._freed = True
+
+    free = Free
+
+    def Start(self) -> None:
+        r = self._start()
+        self._impl, self._recv, self._value = r._impl, r._recv, r._value
+        self._status, self._active = r._status, True
+
+    @staticmethod
+    def Startall(requests: Sequence[Prequest]) -> None:
+        for r in requests:
+            r.Start()
+
+    start = Start
+    startall = Startall
+
+
+def _done(value: Any = None) -> Request:
+    return Request(None, value=value)
+
+
+def _from_proc_null() -> Request:
+    r = Request()
+    r._status = (PROC_NULL, ANY_TAG, 0)
+    return r
+
+
+# ---- operators -------------------------------------------------------------------------
+
+
+def _minloc(a: Any, b: Any, pick: Callable[[Any, Any], bool]) -> Any:
+    (va, ia), (vb, ib) = a, b
+    if pick(va, vb) or (va == vb and ia < ib):
+        return (va, ia)
+    return (vb, ib)
+
+
+def _pairs(x: Array, y: Array, smaller: bool) -> Array:
+    """MINLOC/MAXLOC over structured (value, index) arrays: y becomes the result."""
+    vx, vy = x["v"], y["v"]
+    better = (vx < vy) if smaller else (vx > vy)
+    take = better | ((vx == vy) & (x["i"] < y["i"]))
+    out = y.copy()
+    out[take] = x[take]
+    return out
+
+
+class Op:
+    """A reduction operator: the predefined ones or ``Op.Create(function, commute)``."""
+
+    def __init__(
+        self,
+        name: str,
+        pyfn: Callable[[Any, Any], Any],
+        npfn: Callable[[Array, Array], Array] | None = None,
+        native: _vargr.Op | None = None,
+        commute: bool = True,
+        user: Callable[..., Any] | None = None,
+    ) -> None:
+        self.name = name
+        self._py = pyfn
+        self._np = npfn
+        self._native = native
+        self._commute = commute
+        self._user = user
+
+    @staticmethod
+    def Create(function: Callable[..., Any], commute: bool = False) -> Op:
+        """A user operator. mpi4py calls it as ``function(inbuf, inoutbuf, datatype)``
+        on buffers (the result goes into ``inoutbuf``) and, for objects, the lower-case
+        calls use ``function(a, b)`` when it takes two arguments."""
+
+        def on_objects(a: Any, b: Any) -> Any:
+            try:
+                return function(a, b)
+            except TypeError:
+                out = np.array(b, copy=True)
+                function(np.asarray(a), out, _datatype_of(out.dtype))
+                return out
+
+        def on_arrays(x: Array, y: Array) -> Array:
+            out = np.array(y, copy=True)
+            function(x, out, _datatype_of(out.dtype))
+            return out
+
+        return Op("user", on_objects, on_arrays, None, commute, function)
+
+    def Is_commutative(self) -> bool:
+        return self._commute
+
+    @property
+    def is_commutative(self) -> bool:
+        return self._commute
+
+    @property
+    def is_predefined(self) -> bool:
+        return self._user is None
+
+    def Free(self) -> None:
+        pass
+
+    def __call__(self, x: Any, y: Any) -> Any:
+        return self._py(x, y)
+
+    def _arrays(self, x: Array, y: Array) -> Array:
+        """`x op y` elementwise (y is the accumulated right-hand side)."""
+        if self._np is None:
+            return np.array([self._py(a, b) for a, b in zip(x, y)], dtype=y.dtype)
+        return self._np(x, y)
+
+    def Reduce_local(self, inbuf: Any, inoutbuf: Any) -> None:
+        src, dst = _msg(inbuf), _msg(inoutbuf, writable=True)
+        dst.arr[...] = self._arrays(src.arr, dst.arr)
+        dst.done()
+
+    def __repr__(self) -> str:
+        return f"<mpi4py-compatible Op {self.name}>"
+
+
+def _logical(f: Callable[[Any, Any], Any]) -> Callable[[Array, Array], Array]:
+    return lambda x, y: f(x, y).astype(y.dtype)
+
+
+SUM = Op("SUM", lambda a, b: a + b, np.add, _vargr.SUM)
+PROD = Op("PROD", lambda a, b: a * b, np.multiply, _vargr.PROD)
+MAX = Op("MAX", lambda a, b: max(a, b), np.maximum, _vargr.MAX)
+MIN = Op("MIN", lambda a, b: min(a, b), np.minimum, _vargr.MIN)
+LAND = Op("LAND", lambda a, b: a and b, _logical(np.logical_and), _vargr.LAND)
+LOR = Op("LOR", lambda a, b: a or b, _logical(np.logical_or), _vargr.LOR)
+LXOR = Op("LXOR", lambda a, b: bool(a) != bool(b), _logical(np.logical_xor))
+BAND = Op("BAND", lambda a, b: a & b, np.bitwise_and, _vargr.BAND)
+BOR = Op("BOR", lambda a, b: a | b, np.bitwise_or, _vargr.BOR)
+BXOR = Op("BXOR", lambda a, b: a ^ b, np.bitwise_xor)
+MINLOC = Op(
+    "MINLOC", lambda a, b: _minloc(a, b, lambda x, y: x < y), lambda x, y: _pairs(x, y, True)
+)
+MAXLOC = Op(
+    "MAXLOC", lambda a, b: _minloc(a, b, lambda x, y: x > y), lambda x, y: _pairs(x, y, False)
+)
+REPLACE = Op("REPLACE", lambda a, b: b, lambda x, y: y.copy(), None, False)
+NO_OP = Op("NO_OP", lambda a, b: a, lambda x, y: x.copy(), None, False)
+OP_NULL = Op("OP_NULL", lambda a, b: a)
+
+
+def _fold(op: Op, values: Sequence[Any], arrays: bool) -> Any:
+    """x0 op x1 op … op xn-1, in rank order (bracketed from the right, as MPI's user
+    functions compute ``inout = in op inout``)."""
+    acc = values[-1]
+    for v in reversed(values[:-1]):
+        acc = op._arrays(v, acc) if arrays else op._py(v, acc)
+    return acc
+
+
+# The dtypes vargr's core reduces natively.
+_NATIVE_KINDS = {np.dtype(c) for c in ("i1", "u1", "i2", "u2", "i4", "u4", "i8", "u8", "f4", "f8")}
+
+
+def _native(op: Op, arr: Array) -> bool:
+    return op._native is not None and arr.dtype in _NATIVE_KINDS
+
+
+# ---- groups ---------------------------------------------------------------------------
+
+
+class Group:
+    """An ordered set of processes, named by their ranks in ``COMM_WORLD``."""
+
+    def __init__(self, members: Sequence[int] | Group | None = None) -> None:
+        self._members: list[int] = list(
+            members._members if isinstance(members, Group) else members or []
+        )
+
+    @property
+    def size(self) -> int:
+        return len(self._members)
+
+    @property
+    def rank(self) -> int:
+        me = COMM_WORLD.rank
+        return self._members.index(me) if me in self._members else UNDEFINED
+
+    def Get_size(self) -> int:
+        return self.size
+
+    def Get_rank(self) -> int:
+        return self.rank
+
+    def Dup(self) -> Group:
+        return Group(self)
+
+    def Free(self) -> None:
+        self._members = []
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Group) and self._members == other._members
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._members))
+
+    def Compare(self, other: Group) -> int:
+        if self._members == other._members:
+            return IDENT
+        return SIMILAR if set(self._members) == set(other._members) else UNEQUAL
+
+    def Translate_ranks(
+        self, ranks: Sequence[int] | None = None, group: Group | None = None
+    ) -> list[int]:
+        ranks = list(range(self.size)) if ranks is None else list(ranks)
+        out = []
+        for r in ranks:
+            if r == PROC_NULL:
+                out.append(PROC_NULL)
+                continue
+            if not 0 <= r < self.size:
+                raise Exception(ERR_RANK, f"rank {r} is not in a group of {self.size}")
+            w = self._members[r]
+            if group is None:
+                out.append(w)
+            else:
+                out.append(group._members.index(w) if w in group._members else UNDEFINED)
+        return out
+
+    def Incl(self, ranks: Sequence[int]) -> Group:
+        return Group([self._members[r] for r in ranks])
+
+    def Excl(self, ranks: Sequence[int]) -> Group:
+        drop = set(ranks)
+        return Group([m for i, m in enumerate(self._members) if i not in drop])
+
+    @staticmethod
+    def _ranges(ranks: Sequence[tuple[int, int, int]]) -> list[int]:
+        out: list[int] = []
+        for first, last, stride in ranks:
+            out.extend(range(first, last + (1 if stride > 0 else -1), stride))
+        return out
+
+    def Range_incl(self, ranks: Sequence[tuple[int, int, int]]) -> Group:
+        return self.Incl(Group._ranges(ranks))
+
+    def Range_excl(self, ranks: Sequence[tuple[int, int, int]]) -> Group:
+        return self.Excl(Group._ranges(ranks))
+
+    @staticmethod
+    def Union(group1: Group, group2: Group) -> Group:
+        return Group(group1._members + [m for m in group2._members if m not in group1._members])
+
+    @staticmethod
+    def Intersection(group1: Group, group2: Group) -> Group:
+        return Group([m for m in group1._members if m in group2._members])
+
+    @staticmethod
+    def Difference(group1: Group, group2: Group) -> Group:
+        return Group([m for m in group1._members if m not in group2._members])
+
+    def __repr__(self) -> str:
+        return f"<mpi4py-compatible Group {self._members}>"
+
+
+GROUP_EMPTY = Group()
+GROUP_NULL = Group()
+
+
+# ---- communicators ---------------------------------------------------------------------
+
+
+def _check_tag(tag: int, any_ok: bool) -> int | None:
+    if tag == ANY_TAG and any_ok:
+        return None
+    if not 0 <= tag <= _TAG_MAX:
+        raise Exception(ERR_TAG, f"tag {tag} is outside 0..{_TAG_MAX}")
+    return tag
+
+
+class Comm:
+    """A communicator (mpi4py's ``Intracomm``)."""
+
+    _impl: _vargr.Comm | None
+    _world: list[int] | None
+    _name: str
+
+    def __new__(cls, comm: _vargr.Comm | Comm | None = None, *args: Any) -> Comm:  # noqa: PYI034
+        # `Comm(other)` (what mpi4py's subclasses pass to __new__) shares other's handle.
+        self = object.__new__(cls)
+        self._impl = comm._impl if isinstance(comm, Comm) else comm
+        self._name = ""
+        # Members' ranks in COMM_WORLD (groups are named by them); learnt when the
+        # communicator is made, which is collective.
+        self._world = comm._world if isinstance(comm, Comm) else None
+        if isinstance(self, Cartcomm):
+            grid = comm if isinstance(comm, Cartcomm) else None
+            self.dims = list(grid.dims) if grid else []
+            self.periods = list(grid.periods) if grid else []
+        return self
+
+    @property
+    def _c(self) -> _vargr.Comm:
+        if self._impl is None:
+            raise Exception(ERR_COMM, "COMM_NULL (or a freed communicator)")
+        return self._impl
+
+    def __bool__(self) -> bool:
+        return self._impl is not None
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Comm) and self._impl is other._impl
+
+    def __hash__(self) -> int:
+        return id(self._impl)
+
+    # -- identity
+
+    def Get_rank(self) -> int:
+        return self._c.rank
+
+    def Get_size(self) -> int:
+        return self._c.size
+
+    @property
+    def rank(self) -> int:
+        return self._c.rank
+
+    @property
+    def size(self) -> int:
+        return self._c.size
+
+    def Get_name(self) -> str:
+        return self._name
+
+    def Set_name(self, name: str) -> None:
+        self._name = name
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self._name = value
+
+    @property
+    def info(self) -> Info:
+        return Info()
+
+    @info.setter
+    def info(self, info: Info) -> None:
+        pass
+
+    def Get_info(self) -> Info:
+        return Info()
+
+    def Set_info(self, info: Info) -> None:
+        """vargr takes no hints."""
+
+    @staticmethod
+    def Get_parent() -> Comm:
+        """No process here was spawned: ``COMM_NULL``."""
+        return COMM_NULL
+
+    def Is_inter(self) -> bool:
+        return False
+
+    def Is_intra(self) -> bool:
+        return True
+
+    @property
+    def is_inter(self) -> bool:
+        return False
+
+    @property
+    def is_intra(self) -> bool:
+        return True
+
+    def Get_topology(self) -> int:
+        return UNDEFINED
+
+    @property
+    def topology(self) -> int:
+        return self.Get_topology()
+
+    def Get_attr(self, keyval: int) -> Any:
+        return {
+            TAG_UB: _TAG_MAX,
+            HOST: PROC_NULL,
+            IO: self.rank,
+            WTIME_IS_GLOBAL: False,
+            APPNUM: None,
+            UNIVERSE_SIZE: COMM_WORLD.size,
+            LASTUSEDCODE: ERR_LASTCODE,
+        }.get(keyval)
+
+    def Compare(self, other: Comm) -> int:
+        return IDENT if self == other else UNEQUAL
+
+    def Abort(self, errorcode: int = 0) -> None:
+        """Ends the job: this process exits with `errorcode`, and the launcher stops the
+        other ranks."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(errorcode or 1)
+
+    # -- communicator management
+
+    def Get_group(self) -> Group:
+        if self._world is None:
+            raise Exception(ERR_COMM, "this communicator's group is unknown")
+        return Group(self._world)
+
+    @property
+    def group(self) -> Group:
+        return self.Get_group()
+
+    def _made(self, impl: _vargr.Comm | None) -> Comm:
+        """A communicator made collectively from this one, knowing its members."""
+        c = type(self)(impl) if impl is not None else COMM_NULL
+        if impl is not None:
+            c._world = c.allgather(COMM_WORLD.rank)
+        return c
+
+    def Create(self, group: Group) -> Comm:
+        """Collective: the members of `group` get a communicator in its order."""
+        me = COMM_WORLD.rank
+        inside = me in group._members
+        got = _call(self._c.Split, 0 if inside else None, group._members.index(me) if inside else 0)
+        return self._made(got)
+
+    def Dup(self, info: Info | None = None) -> Comm:
+        return self._made(_call(self._c.Dup))
+
+    def Dup_with_info(self, info: Info) -> Comm:
+        return self.Dup()
+
+    def Idup(self, info: Info | None = None) -> tuple[Comm, Request]:
+        return self.Dup(), _done()
+
+    def Idup_with_info(self, info: Info) -> tuple[Comm, Request]:
+        return self.Idup()
+
+    def Clone(self) -> Comm:
+        return self.Dup()
+
+    def Free(self) -> None:
+        self._impl = None
+
+    def Split(self, color: int = 0, key: int = 0) -> Comm:
+        c = None if color == UNDEFINED else color
+        if c is not None and c < 0:
+            raise Exception(ERR_ARG, f"color {color} is negative")
+        got = _call(self._c.Split, c, key)
+        return Comm(None)._made(got)
+
+    def Split_type(self, split_type: int, key: int = 0) -> Comm:
+        if split_type == UNDEFINED:
+            return self.Split(UNDEFINED, key)
+        hosts = self.allgather(Get_processor_name())
+        return self.Split(hosts.index(hosts[self.rank]), key)
+
+    def Create_cart(
+        self,
+        dims: Sequence[int],
+        periods: Sequence[bool] | None = None,
+        reorder: bool = False,
+    ) -> Cartcomm:
+        dims = list(dims)
+        n = int(np.prod(dims)) if dims else 1
+        if n > self.size:
+            raise Exception(ERR_DIMS, f"a grid of {dims} needs {n} ranks, the comm has {self.size}")
+        periods = list(periods) if periods is not None else [False] * len(dims)
+        sub = self.Split(0 if self.rank < n else UNDEFINED, self.rank)
+        if not sub:
+            return Cartcomm(None)
+        return Cartcomm._grid(sub, dims, periods)
+
+    # -- point to point, objects
+
+    def send(self, obj: Any, dest: int, tag: int = 0) -> None:
+        if dest == PROC_NULL:
+            return
+        data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        _call(self._c._send_bytes, data, dest, _check_tag(tag, False))
+
+    ssend = bsend = send
+
+    def recv(
+        self,
+        buf: Any = None,
+        source: int = ANY_SOURCE,
+        tag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> Any:
+        if source == PROC_NULL:
+            _fill_status(status, PROC_NULL, ANY_TAG, 0)
+            return None
+        src = None if source == ANY_SOURCE else source
+        got_src, got_tag, data = _call(self._c._recv_bytes, src, _check_tag(tag, True))
+        _fill_status(status, got_src, got_tag, len(data))
+        return pickle.loads(data)
+
+    def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
+        self.send(obj, dest, tag)
+        return _done()
+
+    issend = ibsend = isend
+
+    def irecv(self, buf: Any = None, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        if source == PROC_NULL:
+            return _from_proc_null()
+        src = None if source == ANY_SOURCE else source
+        impl = _call(self._c._irecv, src, _check_tag(tag, True))
+        return Request(impl, pickled=True)
+
+    def sendrecv(
+        self,
+        sendobj: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> Any:
+        self.send(sendobj, dest, sendtag)
+        return self.recv(None, source, recvtag, status)
+
+    def probe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        return self._probe(source, tag, status, True)
+
+    def iprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> bool:
+        return self._probe(source, tag, status, False)
+
+    Probe = probe
+    Iprobe = iprobe
+
+    def _probe(self, source: int, tag: int, status: Status | None, wait: bool) -> bool:
+        if source == PROC_NULL:
+            _fill_status(status, PROC_NULL, ANY_TAG, 0)
+            return True
+        src = None if source == ANY_SOURCE else source
+        got = _call(self._c._probe, src, _check_tag(tag, True), wait)
+        if got is None:
+            return False
+        _fill_status(status, *got)
+        return True
+
+    # -- point to point, buffers
+
+    def Send(self, buf: Any, dest: int, tag: int = 0) -> None:
+        if dest == PROC_NULL:
+            return
+        m = _msg(buf)
+        _call(self._c._send_bytes, _bytes_of(m.arr), dest, _check_tag(tag, False))
+
+    Ssend = Bsend = Rsend = Send
+
+    def Recv(
+        self,
+        buf: Any,
+        source: int = ANY_SOURCE,
+        tag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        if source == PROC_NULL:
+            _fill_status(status, PROC_NULL, ANY_TAG, 0)
+            return
+        m = _msg(buf, writable=True)
+        src = None if source == ANY_SOURCE else source
+        got_src, got_tag, data = _call(self._c._recv_bytes, src, _check_tag(tag, True))
+        _fill_status(status, got_src, got_tag, len(data))
+        _fill(m, data, got_src, got_tag)
+
+    def Isend(self, buf: Any, dest: int, tag: int = 0) -> Request:
+        self.Send(buf, dest, tag)
+        return _done()
+
+    Issend = Ibsend = Irsend = Isend
+
+    def Irecv(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
+        if source == PROC_NULL:
+            return _from_proc_null()
+        m = _msg(buf, writable=True)
+        src = None if source == ANY_SOURCE else source
+        return Request(_call(self._c._irecv, src, _check_tag(tag, True)), recv=m)
+
+    def Sendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        self.Send(sendbuf, dest, sendtag)
+        self.Recv(recvbuf, source, recvtag, status)
+
+    def Send_init(self, buf: Any, dest: int, tag: int = 0) -> Prequest:
+        return Prequest(lambda: self.Isend(buf, dest, tag))
+
+    Ssend_init = Bsend_init = Rsend_init = Send_init
+
+    def Recv_init(self, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Prequest:
+        return Prequest(lambda: self.Irecv(buf, source, tag))
+
+    def Isendrecv(
+        self,
+        sendbuf: Any,
+        dest: int,
+        sendtag: int = 0,
+        recvbuf: Any = None,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+    ) -> Request:
+        r = self.Irecv(recvbuf, source, recvtag) if recvbuf is not None else _done()
+        self.Send(sendbuf, dest, sendtag)
+        return r
+
+    def Isendrecv_replace(
+        self,
+        buf: Any,
+        dest: int,
+        sendtag: int = 0,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+    ) -> Request:
+        m = _msg(buf)
+        data = _bytes_of(m.arr)
+        r = self.Irecv(buf, source, recvtag)
+        if dest != PROC_NULL:
+            _call(self._c._send_bytes, data, dest, _check_tag(sendtag, False))
+        return r
+
+    def Sendrecv_replace(
+        self,
+        buf: Any,
+        dest: int,
+        sendtag: int = 0,
+        source: int = ANY_SOURCE,
+        recvtag: int = ANY_TAG,
+        status: Status | None = None,
+    ) -> None:
+        m = _msg(buf, writable=True)
+        if dest != PROC_NULL:
+            _call(self._c._send_bytes, _bytes_of(m.arr), dest, _check_tag(sendtag, False))
+        self.Recv(buf, source, recvtag, status)
+
+    # -- collectives, objects
+
+    def barrier(self) -> None:
+        _call(self._c.barrier)
+
+    Barrier = barrier
+
+    def Ibarrier(self) -> Request:
+        self.barrier()
+        return _done()
+
+    def _root(self, root: int) -> int:
+        if not 0 <= root < self.size:
+            raise Exception(ERR_ROOT, f"root {root} is out of range for {self.size} ranks")
+        return root
+
+    def bcast(self, obj: Any = None, root: int = 0) -> Any:
+        return _call(self._c.bcast, obj, self._root(root))
+
+    def gather(self, sendobj: Any, root: int = 0) -> list[Any] | None:
+        return _call(self._c.gather, sendobj, self._root(root))  # type: ignore[no-any-return]
+
+    def scatter(self, sendobj: Sequence[Any] | None = None, root: int = 0) -> Any:
+        if self.rank == self._root(root) and (sendobj is None or len(sendobj) != self.size):
+            raise Exception(ERR_ARG, f"scatter needs a sequence of {self.size} objects")
+        return _call(self._c.scatter, sendobj, root)
+
+    def allgather(self, sendobj: Any) -> list[Any]:
+        return _call(self._c.allgather, sendobj)  # type: ignore[no-any-return]
+
+    def alltoall(self, sendobj: Sequence[Any]) -> list[Any]:
+        if len(sendobj) != self.size:
+            raise Exception(ERR_ARG, f"alltoall needs a sequence of {self.size} objects")
+        return _call(self._c.alltoall, list(sendobj))  # type: ignore[no-any-return]
+
+    def reduce(self, sendobj: Any, op: Op = SUM, root: int = 0) -> Any:
+        root = self._root(root)
+        if op._native is not None and _plain(sendobj):
+            return _call(self._c.reduce, sendobj, op._native, root)
+        values = self.gather(sendobj, root)
+        return _fold(op, values, False) if values is not None else None
+
+    def allreduce(self, sendobj: Any, op: Op = SUM) -> Any:
+        if op._native is not None and _plain(sendobj):
+            return _call(self._c.allreduce, sendobj, op._native)
+        return _fold(op, self.allgather(sendobj), False)
+
+    def scan(self, sendobj: Any, op: Op = SUM) -> Any:
+        return _fold(op, self.allgather(sendobj)[: self.rank + 1], False)
+
+    def exscan(self, sendobj: Any, op: Op = SUM) -> Any:
+        values = self.allgather(sendobj)[: self.rank]
+        return _fold(op, values, False) if values else None
+
+    # -- collectives, buffers
+
+    def Bcast(self, buf: Any, root: int = 0) -> None:
+        m = _msg(buf, writable=True)
+        _call(self._c.Bcast, m.arr.view(np.uint8), self._root(root))
+        m.done()
+
+    def Reduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> None:
+        root = self._root(root)
+        me = self.rank == root
+        if sendbuf is IN_PLACE or sendbuf is None:
+            if not me:
+                raise Exception(ERR_BUFFER, "IN_PLACE is for the root of Reduce")
+            r: _Msg | None = _msg(recvbuf, writable=True)
+            assert r is not None
+            send = r.arr.copy()
+        else:
+            send = _msg(sendbuf).arr
+            r = _msg(recvbuf, writable=True) if me else None
+        if _native(op, send):
+            out = r.arr if r is not None else None
+            _call(self._c.Reduce, send, out, op._native, root)
+        else:
+            all_ = self.gather(send, root)
+            if all_ is not None and r is not None:
+                r.arr[...] = _fold(op, all_, True)
+        if r is not None:
+            r.done()
+
+    def Allreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        r = _msg(recvbuf, writable=True)
+        send = r.arr.copy() if sendbuf is IN_PLACE else _msg(sendbuf).arr
+        if send.size != r.count:
+            raise Exception(ERR_COUNT, f"Allreduce: send has {send.size} elements, recv {r.count}")
+        if _native(op, send) and send.dtype == r.arr.dtype:
+            _call(self._c.Allreduce, send, r.arr, op._native)
+        else:
+            r.arr[...] = _fold(op, self.allgather(send), True)
+        r.done()
+
+    def Scan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        r = _msg(recvbuf, writable=True)
+        send = r.arr.copy() if sendbuf is IN_PLACE else _msg(sendbuf).arr
+        r.arr[...] = _fold(op, self.allgather(send)[: self.rank + 1], True)
+        r.done()
+
+    def Exscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        r = _msg(recvbuf, writable=True)
+        send = r.arr.copy() if sendbuf is IN_PLACE else _msg(sendbuf).arr
+        values = self.allgather(send)[: self.rank]
+        if values:
+            r.arr[...] = _fold(op, values, True)
+            r.done()
+
+    def Reduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> None:
+        r = _msg(recvbuf, writable=True)
+        if sendbuf is IN_PLACE:
+            send = _as_array(recvbuf).reshape(-1).copy()
+        else:
+            send = _msg(sendbuf, blocks=self.size).arr
+        n = send.size // self.size
+        whole = np.empty_like(send)
+        self.Allreduce(send, whole, op)
+        r.arr[:n] = whole[self.rank * n : (self.rank + 1) * n]
+        r.done()
+
+    def Reduce_scatter(
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None, op: Op = SUM
+    ) -> None:
+        r = _msg(recvbuf, writable=True)
+        send = _as_array(recvbuf).reshape(-1).copy() if sendbuf is IN_PLACE else _msg(sendbuf).arr
+        counts = list(recvcounts) if recvcounts is not None else self.allgather(r.count)
+        whole = np.empty_like(send)
+        self.Allreduce(send, whole, op)
+        start = sum(counts[: self.rank])
+        r.arr[: counts[self.rank]] = whole[start : start + counts[self.rank]]
+        r.done()
+
+    def Gather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        root = self._root(root)
+        me = self.rank == root
+        r = _msg(recvbuf, writable=True, blocks=self.size) if me else None
+        if sendbuf is IN_PLACE:
+            assert r is not None
+            n = r.count // self.size
+            send = r.arr[root * n : (root + 1) * n].copy()
+        else:
+            send = _msg(sendbuf).arr
+        sb = np.ascontiguousarray(send).view(np.uint8)
+        # MPI lets the receive buffer be larger than what arrives.
+        out = r.arr.view(np.uint8)[: sb.size * self.size] if r is not None else None
+        _call(self._c.Gather, sb, out, root)
+        if r is not None:
+            r.done()
+
+    def Scatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        root = self._root(root)
+        me = self.rank == root
+        send = _msg(sendbuf, blocks=self.size).arr if me else None
+        if recvbuf is IN_PLACE:
+            assert send is not None
+            n = send.size // self.size
+            keep = send[root * n : (root + 1) * n].copy()
+            scratch = np.empty_like(keep)
+            _call(self._c.Scatter, send.view(np.uint8), scratch.view(np.uint8), root)
+            return
+        r = _msg(recvbuf, writable=True)
+        rb = r.arr.view(np.uint8)
+        sb = send.view(np.uint8)[: rb.size * self.size] if send is not None else None
+        _call(self._c.Scatter, sb, rb, root)
+        r.done()
+
+    def Allgather(self, sendbuf: Any, recvbuf: Any) -> None:
+        r = _msg(recvbuf, writable=True, blocks=self.size)
+        n = r.count // self.size
+        if sendbuf is IN_PLACE:
+            send = r.arr[self.rank * n : (self.rank + 1) * n].copy()
+        else:
+            send = _msg(sendbuf).arr
+        sb = np.ascontiguousarray(send).view(np.uint8)
+        _call(self._c.Allgather, sb, r.arr.view(np.uint8)[: sb.size * self.size])
+        r.done()
+
+    def Alltoall(self, sendbuf: Any, recvbuf: Any) -> None:
+        r = _msg(recvbuf, writable=True, blocks=self.size)
+        send = r.arr.copy() if sendbuf is IN_PLACE else _msg(sendbuf, blocks=self.size).arr
+        _call(self._c.Alltoall, send.view(np.uint8), r.arr.view(np.uint8))
+        r.done()
+
+    def Gatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        root = self._root(root)
+        me = self.rank == root
+        r = _msg(recvbuf, writable=True) if me else None
+        if sendbuf is IN_PLACE:
+            assert r is not None
+            send = r.block(root).copy() if r.counts else r.arr.copy()
+        else:
+            send = _msg(sendbuf).arr
+        blocks = self.gather(send, root)
+        if r is not None and blocks is not None:
+            counts, displs = _layout(r, [b.size for b in blocks])
+            for b, c, d in zip(blocks, counts, displs):
+                r.arr[d : d + c] = b[:c]
+            r.done()
+
+    def Scatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> None:
+        root = self._root(root)
+        parts = None
+        if self.rank == root:
+            s = _msg(sendbuf)
+            counts, displs = _layout(s, None, self.size)
+            parts = [s.arr[d : d + c].copy() for c, d in zip(counts, displs)]
+        part = self.scatter(parts, root)
+        if recvbuf is IN_PLACE:
+            return
+        r = _msg(recvbuf, writable=True)
+        r.arr[: part.size] = part
+        r.done()
+
+    def Allgatherv(self, sendbuf: Any, recvbuf: Any) -> None:
+        r = _msg(recvbuf, writable=True)
+        send = r.block(self.rank).copy() if sendbuf is IN_PLACE else _msg(sendbuf).arr
+        blocks = self.allgather(send)
+        counts, displs = _layout(r, [b.size for b in blocks])
+        for b, c, d in zip(blocks, counts, displs):
+            r.arr[d : d + c] = b[:c]
+        r.done()
+
+    def Alltoallv(self, sendbuf: Any, recvbuf: Any) -> None:
+        r = _msg(recvbuf, writable=True)
+        s = _msg(sendbuf) if sendbuf is not IN_PLACE else r
+        scounts, sdispls = _layout(s, None, self.size)
+        parts = [s.arr[d : d + c].copy() for c, d in zip(scounts, sdispls)]
+        got = self.alltoall(parts)
+        counts, displs = _layout(r, [g.size for g in got])
+        for g, c, d in zip(got, counts, displs):
+            r.arr[d : d + c] = g[:c]
+        r.done()
+
+    # Non-blocking collectives complete when called.
+
+    def Ibcast(self, buf: Any, root: int = 0) -> Request:
+        self.Bcast(buf, root)
+        return _done()
+
+    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        self.Allreduce(sendbuf, recvbuf, op)
+        return _done()
+
+    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
+        self.Reduce(sendbuf, recvbuf, op, root)
+        return _done()
+
+    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        self.Gather(sendbuf, recvbuf, root)
+        return _done()
+
+    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        self.Scatter(sendbuf, recvbuf, root)
+        return _done()
+
+    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
+        self.Allgather(sendbuf, recvbuf)
+        return _done()
+
+    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
+        self.Alltoall(sendbuf, recvbuf)
+        return _done()
+
+    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        self.Scan(sendbuf, recvbuf, op)
+        return _done()
+
+    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        self.Exscan(sendbuf, recvbuf, op)
+        return _done()
+
+    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
+        self.Reduce_scatter_block(sendbuf, recvbuf, op)
+        return _done()
+
+    def Ireduce_scatter(
+        self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None, op: Op = SUM
+    ) -> Request:
+        self.Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
+        return _done()
+
+    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        self.Gatherv(sendbuf, recvbuf, root)
+        return _done()
+
+    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
+        self.Scatterv(sendbuf, recvbuf, root)
+        return _done()
+
+    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        self.Allgatherv(sendbuf, recvbuf)
+        return _done()
+
+    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
+        self.Alltoallv(sendbuf, recvbuf)
+        return _done()
+
+    def ibarrier(self) -> Request:
+        return self.Ibarrier()
+
+    def ibcast(self, obj: Any = None, root: int = 0) -> Request:
+        return _done(self.bcast(obj, root))
+
+    def iallreduce(self, sendobj: Any, op: Op = SUM) -> Request:
+        return _done(self.allreduce(sendobj, op))
+
+    def __repr__(self) -> str:
+        if self._impl is None:
+            return "<mpi4py-compatible Comm COMM_NULL>"
+        return f"<mpi4py-compatible Comm rank {self.rank} of {self.size}>"
+
+
+Intracomm = Comm
+
+
+def _plain(obj: Any) -> bool:
+    """Whether vargr's core reduces `obj` natively (numbers and numeric arrays)."""
+    if isinstance(obj, bool):
+        return False
+    if isinstance(obj, (int, float)):
+        return not isinstance(obj, int) or -(1 << 63) <= obj < (1 << 63)
+    return isinstance(obj, np.ndarray) and obj.dtype in _NATIVE_KINDS
+
+
+def _layout(m: _Msg, sizes: list[int] | None, size: int = 0) -> tuple[list[int], list[int]]:
+    """Counts and displacements of a v-spec, defaulting to `sizes` packed in order (or
+    an even split into `size` blocks)."""
+    if m.counts is not None and m.displs is not None:
+        return m.counts, m.displs
+    if sizes is None:
+        n = m.count // size
+        sizes = [n] * size
+    return sizes, [sum(sizes[:i]) for i in range(len(sizes))]
+
+
+class Cartcomm(Comm):
+    """A communicator with a Cartesian grid (row-major rank order, as MPI's)."""
+
+    dims: list[int]
+    periods: list[bool]
+
+    @staticmethod
+    def _grid(base: Comm, dims: Sequence[int], periods: Sequence[bool]) -> Cartcomm:
+        c = Cartcomm(base)
+        c.dims, c.periods = list(dims), [bool(p) for p in periods]
+        return c
+
+    def Get_topology(self) -> int:
+        return CART
+
+    def Get_dim(self) -> int:
+        return len(self.dims)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.dims)
+
+    def Get_topo(self) -> tuple[list[int], list[int], list[int]]:
+        return self.dims, [int(p) for p in self.periods], self.Get_coords(self.rank)
+
+    @property
+    def topo(self) -> tuple[list[int], list[int], list[int]]:
+        return self.Get_topo()
+
+    @property
+    def coords(self) -> list[int]:
+        return self.Get_coords(self.rank)
+
+    def Get_coords(self, rank: int) -> list[int]:
+        if not 0 <= rank < self.size:
+            raise Exception(ERR_RANK, f"rank {rank} is out of range for {self.size} ranks")
+        out = []
+        for d in reversed(self.dims):
+            out.append(rank % d)
+            rank //= d
+        return out[::-1]
+
+    def Get_cart_rank(self, coords: Sequence[int]) -> int:
+        rank = 0
+        for c, d, p in zip(coords, self.dims, self.periods):
+            if not 0 <= c < d:
+                if not p:
+                    raise Exception(ERR_RANK, f"coordinates {list(coords)} are off the grid")
+                c %= d
+            rank = rank * d + c
+        return rank
+
+    def Shift(self, direction: int, disp: int) -> tuple[int, int]:
+        """(source, dest) of a shift by `disp` along `direction`; PROC_NULL off the edge."""
+        if not 0 <= direction < len(self.dims):
+            raise Exception(ERR_DIMS, f"direction {direction} of a {len(self.dims)}-D grid")
+        me = self.Get_coords(self.rank)
+
+        def at(step: int) -> int:
+            c = list(me)
+            c[direction] += step
+            d = self.dims[direction]
+            if not 0 <= c[direction] < d:
+                if not self.periods[direction]:
+                    return PROC_NULL
+                c[direction] %= d
+            return self.Get_cart_rank(c)
+
+        return at(-disp), at(disp)
+
+    def Sub(self, remain_dims: Sequence[bool]) -> Cartcomm:
+        me = self.Get_coords(self.rank)
+        color = sum(
+            c * int(np.prod([d for d, r in zip(self.dims[i + 1 :], remain_dims[i + 1 :]) if not r]))
+            for i, (c, r) in enumerate(zip(me, remain_dims))
+            if not r
+        )
+        sub = self.Split(color, self.rank)
+        keep = [i for i, r in enumerate(remain_dims) if r]
+        return Cartcomm._grid(sub, [self.dims[i] for i in keep], [self.periods[i] for i in keep])
+
+    def Dup(self, info: Info | None = None) -> Cartcomm:
+        return Cartcomm._grid(Comm(None)._made(_call(self._c.Dup)), self.dims, self.periods)
+
+
+# ---- the world -------------------------------------------------------------------------
+
+COMM_NULL = Comm(None)
+COMM_WORLD = Comm(_join() if _vargr.in_job() else _vargr.solo())
+COMM_WORLD._world = list(range(COMM_WORLD.size))
+COMM_SELF = Comm(_vargr.solo())
+COMM_SELF._world = [COMM_WORLD.rank]
