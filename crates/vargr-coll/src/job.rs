@@ -416,10 +416,12 @@ impl Job {
         };
         // Shared-memory waits happen outside `recv`, where the scheduler cannot see them.
         // Processes of one host meet in the job's collective area too.
-        // Decided by the policy, not by this process's rank count: every process must
-        // agree on whether collectives meet there.
+        // Decided by settings every process shares, not by this process's rank count:
+        // every process must agree on whether collectives meet there. A traced run keeps
+        // its collectives on messages: `vargr trace report` finds a communicator spanning
+        // processes, and the rank that held it up, from the messages between them.
         let area = match policy {
-            SchedPolicy::None => mesh.shm_area().map_err(job_error)?,
+            SchedPolicy::None if opts.trace_dir.is_none() => mesh.shm_area().map_err(job_error)?,
             _ => None,
         };
         let cross = area.map(|area| {
