@@ -228,8 +228,37 @@ fn processes_of_one_host_exchange_messages_through_shared_memory() {
     // Process 0 (ranks 0-2) sends each of its 3 ranks' values to the 4 ranks elsewhere,
     // and the ring's message from rank 2 to rank 3.
     assert_eq!(counts.get(&0), Some(&(13, 13, 1)), "{}", r.stdout);
-    // Switched off, the same job runs over the sockets.
+    // Small collectives between the processes meet in the job's collective area (the
+    // `shm` algorithm, as for threads); without shared memory they take messages.
+    let small = |env: &[(&str, Option<&std::ffi::OsStr>)]| {
+        let bench = [
+            "run",
+            "-n",
+            "4",
+            "--",
+            vargr_bench(),
+            "coll-bench-rank",
+            "--op",
+            "allreduce",
+            "--bytes",
+            "8",
+            "--iters",
+            "20",
+            "--warmup",
+            "2",
+            "--compute-iters",
+            "0",
+        ];
+        let r = run_cli_env(&bench, env, Duration::from_secs(60));
+        assert!(r.status.success(), "{r:?}");
+        let line = r.stdout.lines().find_map(|l| l.strip_prefix("RESULT "));
+        let v: serde_json::Value = serde_json::from_str(line.expect("a RESULT line")).unwrap();
+        v["algorithm"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(small(&[]), "shm");
     let off = [("VARGR_SHM", Some(std::ffi::OsStr::new("false")))];
+    assert_ne!(small(&off), "shm");
+    // Switched off, the same job runs over the sockets.
     let r = run_cli_env(&args, &off, Duration::from_secs(60));
     assert!(r.status.success(), "{r:?}");
     assert_eq!(
