@@ -946,7 +946,10 @@ impl Mesh {
                     g.apply(&mut r);
                     let backlog: usize =
                         r.ids().filter_map(|i| r.link(i)).map(|l| l.backlog()).sum();
-                    let shm_backlog = g.shm.as_ref().is_some_and(ShmLink::backlog);
+                    // Once a process is lost the job is ending: what it would have read
+                    // by single copy no longer matters.
+                    let shm_backlog =
+                        g.lost.is_empty() && g.shm.as_ref().is_some_and(ShmLink::backlog);
                     if (backlog == 0 && !shm_backlog) || Instant::now() >= deadline {
                         g.reactor = Some(r);
                         self.hand_off(&g);
