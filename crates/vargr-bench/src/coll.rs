@@ -3,8 +3,9 @@
 //! A number for vargr means little alone; this command measures, for each (op, bytes,
 //! ranks), four configurations with the same iteration counts and the same timing loop
 //! (`coll_rank.rs` for vargr, `bench/mpi/coll_bench.c` for MPI): vargr with ranks as
-//! processes, vargr with all ranks as threads of one process, Open MPI over TCP and Open
-//! MPI over shared memory. It also runs the seed's Gsum (20,000 allreduces of one f64) and
+//! processes (through shared memory, as a job on one host runs by default), the same
+//! over their Unix sockets (`VARGR_SHM=false`), vargr with all ranks as threads of one
+//! process, Open MPI over TCP and Open MPI over shared memory (`btl vader,self`). It also runs the seed's Gsum (20,000 allreduces of one f64) and
 //! Compute-gsum (the same with fixed computation between calls). Records go to JSON, a
 //! table to stdout, one progress line per run to stderr.
 //!
@@ -65,31 +66,34 @@ pub struct CollBenchArgs {
     json: Option<PathBuf>,
 }
 
-/// The four configurations compared in every row.
+/// The configurations compared in every row.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Variant {
     VargrProcesses,
+    VargrSockets,
     VargrThreads,
     OmpiTcp,
     OmpiShm,
 }
 
 impl Variant {
-    const ALL: [Variant; 4] = [
+    const ALL: [Variant; 5] = [
         Variant::VargrProcesses,
+        Variant::VargrSockets,
         Variant::VargrThreads,
         Variant::OmpiTcp,
         Variant::OmpiShm,
     ];
     fn system(self) -> &'static str {
         match self {
-            Variant::VargrProcesses | Variant::VargrThreads => "vargr",
+            Variant::VargrProcesses | Variant::VargrSockets | Variant::VargrThreads => "vargr",
             _ => "openmpi",
         }
     }
     fn transport(self) -> &'static str {
         match self {
             Variant::VargrProcesses => "processes",
+            Variant::VargrSockets => "sockets",
             Variant::VargrThreads => "threads",
             Variant::OmpiTcp => "tcp",
             Variant::OmpiShm => "shm",
@@ -419,7 +423,13 @@ fn run_one(
     } else {
         let per_process = if v == Variant::VargrThreads { &n } else { "1" };
         cmd = Command::new(programs.vargr()?);
-        cmd.args(["run", "-n", &n, "--ranks-per-process", per_process, "--"])
+        let shm = if v == Variant::VargrSockets {
+            "false"
+        } else {
+            "true"
+        };
+        cmd.env("VARGR_SHM", shm)
+            .args(["run", "-n", &n, "--ranks-per-process", per_process, "--"])
             .arg(programs.bench())
             .arg("coll-bench-rank")
             .args(["--op", case.op.name()])
@@ -554,9 +564,9 @@ fn ratio(mpi: Option<f64>, vargr: Option<f64>) -> String {
     }
 }
 
-/// One row per (op, bytes, ranks): the four means per call side by side, then how many
-/// times faster vargr is than each MPI variant (ompi mean / vargr mean; below 1 is
-/// slower); then the same with medians.
+/// One row per (op, bytes, ranks): the means per call of every configuration side by
+/// side, then how many times faster vargr is than Open MPI (ompi mean / vargr mean; below
+/// 1 is slower) and shared memory than sockets; then the same with medians.
 fn print_table(cases: &[Case], records: &[Record]) {
     print_stat(cases, records, "mean", |r| r.per_call_us);
     print_stat(cases, records, "median", |r| r.median_us);
@@ -573,43 +583,49 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
     };
     println!();
     println!("{name} latency per call of the slowest rank, µs (compute-gsum: per iteration)");
-    println!("speed-up = Open MPI {name} / vargr {name} (P = vargr processes, T = vargr threads)");
     println!(
-        "{:<13} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  algorithm (P / T)",
+        "speed-up = Open MPI {name} / vargr {name} (P = vargr processes through shared \
+         memory, S = vargr processes over sockets, T = vargr threads)"
+    );
+    println!(
+        "{:<13} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  algorithm (P / T)",
         "op",
         "bytes",
         "ranks",
         "vargr-P",
+        "vargr-S",
         "vargr-T",
         "ompi-tcp",
         "ompi-shm",
-        "P/tcp",
         "P/shm",
-        "T/tcp",
-        "T/shm"
+        "S/tcp",
+        "T/shm",
+        "P/S"
     );
     for c in cases {
         let m = |v| find(c, v).map(stat);
-        let (p, t, tcp, shm) = (
+        let (p, sock, t, tcp, shm) = (
             m(Variant::VargrProcesses),
+            m(Variant::VargrSockets),
             m(Variant::VargrThreads),
             m(Variant::OmpiTcp),
             m(Variant::OmpiShm),
         );
         let alg = |v| find(c, v).map_or("-", |r| r.algorithm.as_str());
         println!(
-            "{:<13} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  {} / {}",
+            "{:<13} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  {} / {}",
             c.op.name(),
             c.bytes,
             c.ranks,
             cell(p),
+            cell(sock),
             cell(t),
             cell(tcp),
             cell(shm),
-            ratio(tcp, p),
             ratio(shm, p),
-            ratio(tcp, t),
+            ratio(tcp, sock),
             ratio(shm, t),
+            ratio(sock, p),
             alg(Variant::VargrProcesses),
             alg(Variant::VargrThreads)
         );
@@ -624,8 +640,8 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
     println!();
     println!("gsum totals: seconds for all calls (slowest rank), and per-call mean in µs");
     println!(
-        "{:<13} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17}",
-        "op", "ranks", "calls", "vargr-P", "vargr-T", "ompi-tcp", "ompi-shm"
+        "{:<13} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17} {:>17}",
+        "op", "ranks", "calls", "vargr-P", "vargr-S", "vargr-T", "ompi-tcp", "ompi-shm"
     );
     for c in gsums {
         let t = |v| {
@@ -635,11 +651,12 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
             )
         };
         println!(
-            "{:<13} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17}",
+            "{:<13} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17} {:>17}",
             c.op.name(),
             c.ranks,
             c.iters,
             t(Variant::VargrProcesses),
+            t(Variant::VargrSockets),
             t(Variant::VargrThreads),
             t(Variant::OmpiTcp),
             t(Variant::OmpiShm)

@@ -32,13 +32,18 @@ pub fn rank_info() -> Result<()> {
 
 /// Joins the job's mesh and checks it: every rank sends its rank to every other rank, a
 /// 1 MiB buffer goes once round the ring, and each rank prints `rank R ok` (tests of
-/// `vargr run`, ranks as threads, and mpirun).
-pub fn mesh_check() -> Result<()> {
+/// `vargr run`, ranks as threads, and mpirun). With `shm_stats`, each process then prints
+/// `process R shm sent S received M single-copy K` (R its first rank; S and M messages,
+/// K of the sent ones read by the receiver from our memory; `shm off` when its mesh does
+/// not use shared memory).
+pub fn mesh_check(shm_stats: bool) -> Result<()> {
     use std::sync::Arc;
-    let mesh = vargr_net::mesh::join(
-        Box::new(|_| vargr_net::StageChain::default()),
-        &vargr_net::wireup::JobSettings::default(),
-    )?;
+    // Shared memory on or off as the configuration says (VARGR_SHM).
+    let settings = vargr_net::wireup::JobSettings {
+        shm: vargr_config::from_process()?.shm,
+        ..vargr_net::wireup::JobSettings::default()
+    };
+    let mesh = vargr_net::mesh::join(Box::new(|_| vargr_net::StageChain::default()), &settings)?;
     let env = mesh.env().clone();
     let threads: Vec<_> = (env.rank..env.rank + env.local)
         .map(|me| {
@@ -87,6 +92,15 @@ pub fn mesh_check() -> Result<()> {
             .map_err(|_| anyhow::anyhow!("a rank thread panicked"))??;
     }
     mesh.flush(std::time::Duration::from_secs(10));
+    if shm_stats {
+        match mesh.shm_stats() {
+            Some(s) => println!(
+                "process {} shm sent {} received {} single-copy {}",
+                env.rank, s.sent, s.received, s.single_copy
+            ),
+            None => println!("process {} shm off", env.rank),
+        }
+    }
     Ok(())
 }
 

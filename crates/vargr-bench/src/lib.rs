@@ -101,7 +101,11 @@ enum Cmd {
     RankInfo,
     /// Joins the job's mesh and checks every pair and a ring (tests of `vargr run`).
     #[command(hide = true)]
-    MeshCheck,
+    MeshCheck {
+        /// Also print, per process, what went through shared memory.
+        #[arg(long)]
+        shm_stats: bool,
+    },
     /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
     #[command(hide = true)]
     CollCheck,
@@ -166,7 +170,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Ffi(a) => ffi::run(a, programs),
         Cmd::Link(a) => link::run(a),
         Cmd::RankInfo => job_check::rank_info(),
-        Cmd::MeshCheck => job_check::mesh_check(),
+        Cmd::MeshCheck { shm_stats } => job_check::mesh_check(shm_stats),
         Cmd::CollCheck => coll_check::run(),
         Cmd::P2pCheck => job_check::p2p_check(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),

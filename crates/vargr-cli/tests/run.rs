@@ -166,6 +166,109 @@ fn the_mesh_carries_all_pairs_and_a_large_ring_between_processes() {
     all_ok(&r.stdout, 6);
 }
 
+/// `process R shm sent S received M single-copy K` lines of `mesh-check --shm-stats`,
+/// as R -> (S, M, K).
+fn shm_counts(stdout: &str) -> std::collections::BTreeMap<u32, (u64, u64, u64)> {
+    stdout
+        .lines()
+        .filter_map(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            match w[..] {
+                ["process", r, "shm", "sent", s, "received", m, "single-copy", k] => Some((
+                    r.parse().ok()?,
+                    (s.parse().ok()?, m.parse().ok()?, k.parse().ok()?),
+                )),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn processes_of_one_host_exchange_messages_through_shared_memory() {
+    // One rank per process: every message of the check (3 small ones each and the 1 MiB
+    // ring) crosses processes, and the counters show each went through shared memory.
+    let args = [
+        "run",
+        "-n",
+        "4",
+        "--ranks-per-process",
+        "1",
+        "--",
+        vargr_bench(),
+        "mesh-check",
+        "--shm-stats",
+    ];
+    let r = run_cli(&args, Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    let counts = shm_counts(&r.stdout);
+    assert_eq!(counts.len(), 4, "{}", r.stdout);
+    // The 1 MiB message each sends on round the ring goes by single copy (the kernel
+    // lets processes of one user read each other's memory).
+    for (p, counts) in &counts {
+        assert_eq!(*counts, (4, 4, 1), "process {p}: {}", r.stdout);
+    }
+    let ok: Vec<_> = r.stdout.lines().filter(|l| l.ends_with(" ok")).collect();
+    assert_eq!(ok.len(), 4, "{}", r.stdout);
+    // Threads and processes mixed: only messages between processes take the rings.
+    let mixed = [
+        "run",
+        "-n",
+        "7",
+        "--ranks-per-process",
+        "3",
+        "--",
+        vargr_bench(),
+        "mesh-check",
+        "--shm-stats",
+    ];
+    let r = run_cli(&mixed, Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    let counts = shm_counts(&r.stdout);
+    // Process 0 (ranks 0-2) sends each of its 3 ranks' values to the 4 ranks elsewhere,
+    // and the ring's message from rank 2 to rank 3.
+    assert_eq!(counts.get(&0), Some(&(13, 13, 1)), "{}", r.stdout);
+    // Small collectives between the processes meet in the job's collective area (the
+    // `shm` algorithm, as for threads); without shared memory they take messages.
+    let small = |env: &[(&str, Option<&std::ffi::OsStr>)]| {
+        let bench = [
+            "run",
+            "-n",
+            "4",
+            "--",
+            vargr_bench(),
+            "coll-bench-rank",
+            "--op",
+            "allreduce",
+            "--bytes",
+            "8",
+            "--iters",
+            "20",
+            "--warmup",
+            "2",
+            "--compute-iters",
+            "0",
+        ];
+        let r = run_cli_env(&bench, env, Duration::from_secs(60));
+        assert!(r.status.success(), "{r:?}");
+        let line = r.stdout.lines().find_map(|l| l.strip_prefix("RESULT "));
+        let v: serde_json::Value = serde_json::from_str(line.expect("a RESULT line")).unwrap();
+        v["algorithm"].as_str().unwrap_or_default().to_string()
+    };
+    assert_eq!(small(&[]), "shm");
+    let off = [("VARGR_SHM", Some(std::ffi::OsStr::new("false")))];
+    assert_ne!(small(&off), "shm");
+    // Switched off, the same job runs over the sockets.
+    let r = run_cli_env(&args, &off, Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    assert_eq!(
+        r.stdout.lines().filter(|l| l.ends_with("shm off")).count(),
+        4,
+        "{}",
+        r.stdout
+    );
+}
+
 #[test]
 fn the_mesh_mixes_ranks_as_threads_and_processes() {
     let r = run_cli(

@@ -12,11 +12,16 @@
 //! member). Any transport whose ranks share a process can offer one through
 //! [`Transport::arena`](crate::Transport::arena): the in-process fabric does, and a socket
 //! transport running K ranks per process can for its local ranks.
+//!
+//! Processes of one host meet the same way in the job's collective area in shared memory
+//! ([`vargr_shm::Area`], see [`CrossProcess`]): for communicators of the whole job in
+//! rank order, a group deposits in the area's slots, the last process to arrive combines
+//! (the same rank order), and the others wait on a futex instead of a condition variable.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::elem::ElemKind;
 use crate::error::{CollError, Result};
@@ -34,7 +39,25 @@ pub struct Arena {
     local: Box<[bool]>,
     groups: Mutex<HashMap<(u32, usize), Arc<Group>>>,
     policy: WaitPolicy,
+    /// The job's collective area, when its processes share one host.
+    cross: Option<Arc<CrossProcess>>,
 }
+
+/// The job's collective area for processes of one host, how to learn that the job failed
+/// (a process waiting in the area for one that died must not wait for ever), and how to
+/// move this process's queued messages meanwhile (a rank may wait here for one that
+/// waits for the rest of a message this one sent).
+pub struct CrossProcess {
+    pub area: Arc<vargr_shm::Area>,
+    pub failure: Box<dyn Fn() -> Option<String> + Send + Sync>,
+    /// Pushes queued messages without waiting; true while some remain queued.
+    pub progress: Box<dyn Fn() -> bool + Send + Sync>,
+}
+
+/// How long a wait in the collective area blocks before it checks the job and its
+/// deadline again; with messages still queued, before it pushes them again.
+const CROSS_SLICE: Duration = Duration::from_millis(50);
+const CROSS_SLICE_BACKLOG: Duration = Duration::from_millis(1);
 
 impl Arena {
     /// An arena for a transport of `size` ranks of which `local` are in this process.
@@ -49,7 +72,23 @@ impl Arena {
             local: l,
             groups: Mutex::new(HashMap::new()),
             policy,
+            cross: None,
         }
+    }
+
+    /// Lets communicators of the whole job meet in `cross` (processes of one host).
+    pub fn with_processes(mut self, cross: CrossProcess) -> Arena {
+        self.cross = Some(Arc::new(cross));
+        self
+    }
+
+    /// Whether `ranks` meet in this arena: all threads of this process, or the whole job
+    /// in rank order through the collective area (whose slots are indexed by rank).
+    pub fn shares(&self, ranks: &[usize]) -> bool {
+        self.covers(ranks)
+            || self.cross.as_ref().is_some_and(|c| {
+                ranks.len() == c.area.ranks() && ranks.iter().enumerate().all(|(i, &r)| i == r)
+            })
     }
 
     /// Whether every one of `ranks` (transport ranks) lives in this process.
@@ -63,9 +102,14 @@ impl Arena {
     /// the first member that asks.
     pub fn group(&self, ctx: u32, ranks: &[usize]) -> Arc<Group> {
         let key = (ctx, ranks.iter().copied().min().unwrap_or(0));
+        let cross = (!self.covers(ranks)).then(|| self.cross.clone()).flatten();
         lock(&self.groups)
             .entry(key)
-            .or_insert_with(|| Arc::new(Group::new(ranks.len(), self.policy)))
+            .or_insert_with(|| {
+                let mut g = Group::new(ranks.len(), self.policy);
+                g.cross = cross;
+                Arc::new(g)
+            })
             .clone()
     }
 }
@@ -84,6 +128,8 @@ pub struct Group {
     generation: AtomicU64,
     park: Mutex<u32>,
     cv: Condvar,
+    /// Set for a group of processes: it meets in the job's collective area instead.
+    cross: Option<Arc<CrossProcess>>,
 }
 
 impl Group {
@@ -97,6 +143,7 @@ impl Group {
             generation: AtomicU64::new(0),
             park: Mutex::new(0),
             cv: Condvar::new(),
+            cross: None,
         }
     }
 
@@ -111,6 +158,9 @@ impl Group {
     ) -> Result<()> {
         if self.n == 1 {
             return Ok(());
+        }
+        if let Some(c) = &self.cross {
+            return cross_allreduce(c, self.policy, me, buf, kind, op);
         }
         let gen = self.generation.load(Ordering::Acquire);
         {
@@ -218,4 +268,96 @@ impl Group {
         }
         Ok(())
     }
+}
+
+/// [`Group::allreduce`] for processes: deposit, the last combines in rank order and
+/// publishes, the others wait on the area's futex (checking the job and the policy's
+/// deadline every [`CROSS_SLICE`]).
+fn cross_allreduce(
+    c: &CrossProcess,
+    policy: WaitPolicy,
+    me: usize,
+    buf: &mut [u8],
+    kind: ElemKind,
+    op: Option<&Op>,
+) -> Result<()> {
+    let area = &c.area;
+    let broken = |why: String| CollError::Job {
+        reason: format!("the job's collective area: {why}"),
+    };
+    let gen = area.generation();
+    area.deposit(me, buf).map_err(|e| broken(e.to_string()))?;
+    if area.arrive() {
+        match cross_combine(area, buf.len(), kind, op) {
+            Ok(v) => area.publish(gen, Ok(&v)),
+            Err(why) => area.publish(gen, Err(&why)),
+        }
+    } else {
+        let started = Instant::now();
+        loop {
+            let slice = if (c.progress)() {
+                CROSS_SLICE_BACKLOG
+            } else {
+                CROSS_SLICE
+            };
+            if area.wait(gen, policy.yields, slice) {
+                break;
+            }
+            if let Some(reason) = (c.failure)() {
+                return Err(CollError::Job { reason });
+            }
+            // Like a receive: a binding's check (Python's signals) may end the wait.
+            if vargr_net::mesh::interrupted() {
+                return Err(CollError::Interrupted { rank: me });
+            }
+            if let Some(limit) = policy.timeout.filter(|l| started.elapsed() >= *l) {
+                return Err(CollError::Timeout {
+                    rank: me,
+                    src: None,
+                    tag: 0,
+                    waited_ms: limit.as_millis() as u64,
+                });
+            }
+        }
+    }
+    match area.result(buf).map_err(|e| broken(e.to_string()))? {
+        vargr_shm::Outcome::Done => Ok(()),
+        vargr_shm::Outcome::Failed(reason) => Err(CollError::UserOp { rank: me, reason }),
+    }
+}
+
+/// Combines every rank's deposit in rank order (`((x0 ∘ x1) ∘ x2) ∘ …`).
+fn cross_combine(
+    area: &vargr_shm::Area,
+    len: usize,
+    kind: ElemKind,
+    op: Option<&Op>,
+) -> std::result::Result<Vec<u8>, String> {
+    let mut slot = Vec::with_capacity(len);
+    area.read_slot(0, &mut slot).map_err(|e| e.to_string())?;
+    let Some(op) = op else {
+        return Ok(slot);
+    };
+    if slot.len() != len {
+        return Err(format!(
+            "rank 0 contributed {} bytes, the last rank {len}",
+            slot.len()
+        ));
+    }
+    // Keep the accumulator aligned for the element type.
+    let mut words = vec![0u64; len.div_ceil(8)];
+    let acc = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..len];
+    acc.copy_from_slice(&slot);
+    for r in 1..area.ranks() {
+        area.read_slot(r, &mut slot).map_err(|e| e.to_string())?;
+        if slot.len() != len {
+            return Err(format!(
+                "rank {r} contributed {} bytes, rank 0 {len}",
+                slot.len()
+            ));
+        }
+        op.apply(kind, acc, &slot, false)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(acc.to_vec())
 }

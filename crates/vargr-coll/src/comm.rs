@@ -123,8 +123,10 @@ pub struct Comm {
     hierarchy: Option<Arc<Hierarchy>>,
     /// My host/site groups, computed once.
     levels: Option<Levels>,
-    /// All ranks share this process's arena (the `shm` algorithm can run).
+    /// All ranks are threads of this process.
     local: bool,
+    /// All ranks meet in the transport's arena (the `shm` algorithm can run).
+    shm: bool,
     /// The shared-memory group, looked up on first use.
     group: OnceCell<Arc<Group>>,
     /// Trace collector ids per collective, registered on first use.
@@ -153,6 +155,7 @@ impl Comm {
     ) -> Comm {
         let levels = hierarchy.as_ref().map(|h| h.levels(me));
         let local = transport.arena().is_some_and(|a| a.covers(&ranks));
+        let shm = transport.arena().is_some_and(|a| a.shares(&ranks));
         Comm {
             transport,
             ranks: ranks.into(),
@@ -164,6 +167,7 @@ impl Comm {
             hierarchy: hierarchy.map(Arc::new),
             levels,
             local,
+            shm,
             group: OnceCell::new(),
             collectors: Default::default(),
             p2p: Default::default(),
@@ -254,6 +258,7 @@ impl Comm {
             hierarchical: hier.is_some_and(Hierarchy::is_nontrivial),
             sites: hier.map_or(1, Hierarchy::sites),
             local: self.local,
+            shm: self.shm,
             ranks_per_core: self.shared.ranks_per_core,
         }
     }
@@ -288,8 +293,8 @@ impl Comm {
         if matches!(a, Algorithm::Hierarchical(_)) && self.levels.is_none() {
             return Err(unsupported("the communicator has no hierarchy"));
         }
-        if a == Algorithm::Shm && !self.local {
-            return Err(unsupported("not all ranks share this process"));
+        if a == Algorithm::Shm && !self.shm {
+            return Err(unsupported("not all ranks share a shared-memory arena"));
         }
         if ordered && !a.preserves_order(coll, root) {
             return Err(unsupported(

@@ -20,7 +20,7 @@ use vargr_emu::WanMap;
 use vargr_links::{LinkEnds, LinkPolicy, LinkSettings};
 use vargr_net::mesh::{self, MailMatch, Mesh};
 
-use crate::arena::Arena;
+use crate::arena::{Arena, CrossProcess};
 use crate::comm::{Comm, World};
 use crate::elem::ElemKind;
 use crate::error::{CollError, Result};
@@ -310,6 +310,8 @@ pub struct JoinOptions {
     /// The user's private directory for Unix sockets and the rendezvous file (default
     /// [`vargr_net::runtime_dir::default_path`]).
     pub runtime_dir: std::path::PathBuf,
+    /// Processes of a job all on one host exchange messages through shared memory.
+    pub shm: bool,
 }
 
 impl Default for JoinOptions {
@@ -329,6 +331,7 @@ impl Default for JoinOptions {
             clock_sync: false,
             liveness: vargr_net::wireup::Liveness::default(),
             runtime_dir: vargr_net::runtime_dir::default_path(),
+            shm: true,
         }
     }
 }
@@ -400,6 +403,7 @@ impl Job {
             timeout: opts.timeout,
             liveness: opts.liveness,
             runtime_dir: opts.runtime_dir.clone(),
+            shm: opts.shm,
         };
         let mesh = mesh::join(picker, &settings).map_err(job_error)?;
         let env = mesh.env();
@@ -411,12 +415,33 @@ impl Job {
             None
         };
         // Shared-memory waits happen outside `recv`, where the scheduler cannot see them.
-        let arena = (local > 1 && sched.is_none()).then(|| {
-            Arc::new(Arena::new(
+        // Processes of one host meet in the job's collective area too.
+        // Decided by settings every process shares, not by this process's rank count:
+        // every process must agree on whether collectives meet there. A traced run keeps
+        // its collectives on messages: `vargr trace report` finds a communicator spanning
+        // processes, and the rank that held it up, from the messages between them.
+        let area = match policy {
+            SchedPolicy::None if opts.trace_dir.is_none() => mesh.shm_area().map_err(job_error)?,
+            _ => None,
+        };
+        let cross = area.map(|area| {
+            let (m, p) = (Arc::downgrade(&mesh), Arc::downgrade(&mesh));
+            CrossProcess {
+                area,
+                failure: Box::new(move || m.upgrade().and_then(|m| m.failure())),
+                progress: Box::new(move || p.upgrade().is_some_and(|m| m.progress())),
+            }
+        });
+        let arena = ((local > 1 && sched.is_none()) || cross.is_some()).then(|| {
+            let a = Arena::new(
                 env.size as usize,
                 first..first + local,
                 WaitPolicy::default(),
-            ))
+            );
+            Arc::new(match cross {
+                Some(c) => a.with_processes(c),
+                None => a,
+            })
         });
         let fabric = (local > 1).then(|| Fabric::new(local));
         let ranks_per_core = ranks_per_core(mesh.table());

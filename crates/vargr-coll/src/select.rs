@@ -269,6 +269,9 @@ pub struct CallShape {
     pub sites: usize,
     /// All ranks are threads of this process (the transport offers an arena for them).
     pub local: bool,
+    /// All ranks meet in a shared-memory arena: threads of this process, or processes of
+    /// one host through the job's collective area (the `shm` algorithm can run).
+    pub shm: bool,
     /// Ranks per core on the most crowded host of the job (1 when not known). When
     /// ranks outnumber cores, total messages cost more than rounds on the critical path.
     pub ranks_per_core: usize,
@@ -294,6 +297,9 @@ pub struct Rule {
     /// Only when all ranks are (`true`) or are not (`false`) threads of one process.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<bool>,
+    /// Only when all ranks do (`true`) or do not (`false`) meet in a shared-memory arena.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shm: Option<bool>,
     /// Only when the communicator spans at most this many sites.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_sites: Option<usize>,
@@ -315,6 +321,7 @@ impl Rule {
             && self.max_ranks.is_none_or(|r| c.ranks <= r)
             && self.hierarchy.is_none_or(|h| h == c.hierarchical)
             && self.local.is_none_or(|l| l == c.local)
+            && self.shm.is_none_or(|s| s == c.shm)
             && self
                 .min_ranks_per_core
                 .is_none_or(|k| c.ranks_per_core >= k)
@@ -338,7 +345,7 @@ pub struct SelectionTable {
 const DEFAULT_TABLE: &str = r#"
 [[rule]]
 coll = "barrier"
-local = true
+shm = true
 algorithm = "shm"
 
 [[rule]]
@@ -374,15 +381,17 @@ algorithm = "rabenseifner"
 coll = "reduce"
 algorithm = "binomial"
 
+# Threads of one process, or processes of one host through the job's collective area
+# (vargr bench coll, 8 bytes on 2 cores: see docs/benchmarks.md).
 [[rule]]
 coll = "allreduce"
-local = true
+shm = true
 max_bytes = 16384
 algorithm = "shm"
 
 [[rule]]
 coll = "allreduce"
-local = true
+shm = true
 min_ranks = 16
 max_bytes = 262144
 algorithm = "shm"
@@ -424,6 +433,18 @@ algorithm = "recursive_doubling"
 coll = "allreduce"
 max_ranks = 2
 algorithm = "recursive_doubling"
+
+# Processes of one host exchange through shared memory, large buffers by single copy:
+# reduce+bcast moves each buffer fewer times than the ring (vargr bench coll, 1 MiB on
+# 2 cores: 16 processes 3.3-4.0 ms against the ring's 3.8-7.5 ms, 64 processes 24 ms
+# against 38-40 ms; at 4 the ring still wins, 0.4-0.7 ms against 0.8 ms).
+[[rule]]
+coll = "allreduce"
+local = false
+hierarchy = false
+min_ranks = 8
+min_bytes = 524288
+algorithm = "reduce_bcast"
 
 # Between processes the ring's even, neighbour-only traffic wins for large buffers at
 # any size (vargr bench coll, 1 MiB: 4 processes 1.95 ms against Rabenseifner's 3.36 ms,
@@ -613,7 +634,7 @@ impl Selector {
         let ok = |a: Algorithm| {
             a.supports(call.coll)
                 && (!matches!(a, Algorithm::Hierarchical(_)) || call.hierarchical)
-                && (a != Algorithm::Shm || call.local)
+                && (a != Algorithm::Shm || call.shm)
                 && (!ordered || a.preserves_order(call.coll, root))
         };
         if let Some(&a) = self.forced.get(&call.coll) {
@@ -675,6 +696,7 @@ mod tests {
                         hierarchical: false,
                         sites: 1,
                         local: false,
+                        shm: false,
                         ranks_per_core: ranks,
                     };
                     let a = sel.choose(&shape, false, 0);
@@ -695,6 +717,7 @@ mod tests {
             hierarchical: false,
             sites: 1,
             local: false,
+            shm: false,
             ranks_per_core: 8,
         };
         assert_eq!(sel.choose(&shape, false, 0), Algorithm::ReduceBcast);
@@ -736,6 +759,7 @@ mod tests {
             hierarchical: false,
             sites: 1,
             local: false,
+            shm: false,
             ranks_per_core: 1,
         };
         assert_eq!(sel.choose(&shape, false, 0), Algorithm::Ring);

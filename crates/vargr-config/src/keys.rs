@@ -35,6 +35,8 @@ keys! {
         "WAN emulated between sites: rtt=36ms,bandwidth=100mbit, or per pair a-b:...;*:...";
     "job.site", "VARGR_SITE", None,
         "this process's site label (a cluster, a data centre)";
+    "job.shm", "VARGR_SHM", Some("true"),
+        "processes of a job that is all on one host exchange messages through shared memory (false: over their sockets)";
     "job.sched", "VARGR_SCHED", Some("none"),
         "how ranks sharing a process share its cores: none, serialize or priority";
     "coll.table", "VARGR_COLL_TABLE", None,

@@ -187,6 +187,8 @@ pub struct Config {
     pub trace_enabled: bool,
     pub trace_ring: usize,
     pub clock_sync: bool,
+    /// Shared memory between the processes of a job on one host.
+    pub shm: bool,
     /// `None` when no monitor runs.
     pub monitor: Option<MonitorConfig>,
     pub commnode: Option<PathBuf>,
@@ -259,6 +261,7 @@ impl Config {
             trace_enabled: r.flag("trace.enabled")?,
             trace_ring: r.parse("trace.ring")?.unwrap_or(16384),
             clock_sync: r.flag("trace.clock_sync")?,
+            shm: r.flag("job.shm")?,
             monitor,
             commnode: r.text("tree.commnode").map(PathBuf::from),
             ssh: r.text("sync.ssh").unwrap_or_else(|| "ssh".into()),
@@ -330,6 +333,7 @@ impl Config {
             trace_dir: self.trace_dir.clone(),
             monitor: self.monitor.clone(),
             clock_sync: self.clock_sync,
+            shm: self.shm,
             ..JoinOptions::default()
         }
     }

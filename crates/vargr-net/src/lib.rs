@@ -35,6 +35,7 @@ mod reactor;
 pub mod runtime_dir;
 pub mod seal;
 mod secure;
+mod shm_link;
 pub mod wireup;
 
 pub use addr::{connect, connect_once, Addr, Conn, Listener, MioConn};

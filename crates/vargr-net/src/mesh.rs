@@ -15,6 +15,10 @@
 //! from the job's rendezvous, not from the mesh's links (whose sockets only a waiting
 //! rank drives): a thread answers its heartbeats, and when the job ends because a
 //! process went silent, [`Mesh::abort`] makes every receive fail with the reason.
+//!
+//! When the whole job is on one host, messages between processes go through shared
+//! memory instead of the sockets (`shm_link.rs`): the same mailboxes, filled by the
+//! thread that polls, which also watches the shared-memory bell.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -27,6 +31,7 @@ use vargr_wire::{encode_header, FrameKind, HEADER_LEN};
 use crate::auth::{self, Secret};
 use crate::gate::{Gate, GateConfig};
 use crate::runtime_dir::{RemoveOnDrop, RuntimeDir};
+use crate::shm_link::{self, ShmLink};
 use crate::wireup::{JobEnv, JobSettings, JobWatch, PeerInfo, WatchGuard};
 use crate::{
     Addr, Link, LinkId, LinkSecurity, Listener, NetError, Reactor, ReactorEvent, SecureConn,
@@ -103,6 +108,8 @@ struct State {
     pending: Vec<(u32, Link)>,
     /// Whether the link to a process has stages (which must see whole frames).
     staged: HashMap<u32, bool>,
+    /// Shared memory with the other processes of this host, when the job is all here.
+    shm: Option<ShmLink>,
 }
 
 impl State {
@@ -172,6 +179,9 @@ impl State {
 pub struct Mesh {
     env: JobEnv,
     table: Vec<PeerInfo>,
+    /// The first rank of each rank's process, worked out once: comparing addresses (paths)
+    /// on every message showed in profiles.
+    firsts: Box<[u32]>,
     secret: Secret,
     state: Mutex<State>,
     /// One condition variable per local rank, so a message wakes only the threads
@@ -198,6 +208,8 @@ pub struct Bound {
     pub socket: Option<RemoveOnDrop>,
     /// The runtime directory it was given (for the job's later listeners).
     pub runtime_dir: std::path::PathBuf,
+    /// The shared-memory inbox made beside the socket, if the job uses one.
+    pub(crate) shm: Option<ShmLink>,
 }
 
 impl Mesh {
@@ -229,6 +241,7 @@ impl Mesh {
             addr: advertised,
             socket,
             runtime_dir: dir.to_path_buf(),
+            shm: None,
         })
     }
 
@@ -244,10 +257,12 @@ impl Mesh {
             listener,
             socket,
             runtime_dir,
+            shm,
             ..
         } = bound;
         let local = env.local.max(1) as usize;
-        let reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
+        let mut reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
+        let shm = shm.and_then(|s| shm_link::start(s, &table, &mut reactor));
         let waker = reactor.waker();
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
@@ -262,6 +277,7 @@ impl Mesh {
         );
         Ok(Arc::new(Mesh {
             env,
+            firsts: first_ranks(&table),
             table,
             secret,
             state: Mutex::new(State {
@@ -278,6 +294,7 @@ impl Mesh {
                 outbox: Vec::new(),
                 pending: Vec::new(),
                 staged: HashMap::new(),
+                shm,
             }),
             cvs: (0..local).map(|_| Condvar::new()).collect(),
             waker,
@@ -348,12 +365,7 @@ impl Mesh {
 
     /// The first rank of the process hosting `rank` (processes share one address).
     fn process_of(&self, rank: u32) -> u32 {
-        let addr = &self.table[rank as usize].addr;
-        let mut r = rank;
-        while r > 0 && self.table[r as usize - 1].addr == *addr {
-            r -= 1;
-        }
-        r
+        self.firsts[rank as usize]
     }
 
     /// Index of local rank `rank` into the per-rank waiting state.
@@ -429,6 +441,9 @@ impl Mesh {
             return Ok(());
         }
         let proc_ = self.process_of(dest);
+        let Some(data) = self.send_shm(proc_, src, dest, tag, data)? else {
+            return Ok(());
+        };
         let mut head = BytesMut::with_capacity(HEADER_LEN + 12);
         encode_header(
             FrameKind::PointToPoint,
@@ -485,6 +500,103 @@ impl Mesh {
         Ok(())
     }
 
+    /// Sends through shared memory if the process of `dest` (first rank `proc_`) is
+    /// reached that way; gives `data` back if it is reached over its socket.
+    fn send_shm(
+        &self,
+        proc_: u32,
+        src: u32,
+        dest: u32,
+        tag: u64,
+        data: Bytes,
+    ) -> Result<Option<Bytes>, NetError> {
+        let mut g = self.lock();
+        if g.shm.is_none() {
+            return Ok(Some(data));
+        }
+        if let Some(why) = g.lost.get(&proc_) {
+            return Err(NetError::Job {
+                reason: format!("rank {dest} is unreachable: {why}"),
+            });
+        }
+        let shm = g.shm.as_mut().expect("checked");
+        match shm.send(proc_, vargr_shm::MsgHead { dest, src, tag }, data) {
+            Ok(r) => r.map(|()| None),
+            Err(data) => Ok(Some(data)),
+        }
+    }
+
+    /// The job's collective area in shared memory, when the whole job is on this host
+    /// and uses it (see `vargr_shm::Area`); an error if it exists but cannot be opened.
+    pub fn shm_area(&self) -> Result<Option<Arc<vargr_shm::Area>>, NetError> {
+        match self.lock().shm.as_mut() {
+            Some(s) => s.area(),
+            None => Ok(None),
+        }
+    }
+
+    /// Moves what this process has queued for others (shared-memory backlogs, socket
+    /// writes) and delivers shared-memory arrivals, without waiting; returns whether
+    /// anything is still queued. For waits outside `recv` (the collective area's): a rank
+    /// blocked there must not hold back a message another rank waits for.
+    pub fn progress(&self) -> bool {
+        let mut g = self.lock();
+        let _ = self.progress_shm(&mut g);
+        let st = &mut *g;
+        let mut backlog = st.shm.as_ref().is_some_and(ShmLink::backlog);
+        if let Some(mut r) = st.reactor.take() {
+            st.apply(&mut r);
+            backlog |= r.ids().filter_map(|i| r.link(i)).any(|l| l.backlog() > 0);
+            st.reactor = Some(r);
+        }
+        backlog
+    }
+
+    /// Why the job cannot go on, if a process of it was lost (for waits outside
+    /// `recv`, such as the collective area's, which must not outlive the job).
+    pub fn failure(&self) -> Option<String> {
+        self.lock().lost.values().next().cloned()
+    }
+
+    /// What went through shared memory so far (`None` if this mesh does not use it).
+    pub fn shm_stats(&self) -> Option<vargr_shm::Stats> {
+        self.lock().shm.as_ref().map(ShmLink::stats)
+    }
+
+    /// Moves shared-memory traffic: pushes queued messages, delivers arrivals into the
+    /// mailboxes; returns whether anything moved. A peer that broke the protocol counts
+    /// as lost.
+    fn progress_shm(&self, g: &mut State) -> bool {
+        let Some(shm) = g.shm.as_mut() else {
+            return false;
+        };
+        let mut arrived = Vec::new();
+        let r = shm.progress(
+            |r| self.is_local(r),
+            |dest, src, tag, data| arrived.push(((dest, src, tag), data)),
+        );
+        let delivered = !arrived.is_empty();
+        for (key, data) in arrived {
+            g.put_mail(key, data);
+            self.notify_rank(g, key.0);
+        }
+        match r {
+            Ok(moved) => moved || delivered,
+            Err(e) => {
+                self.shm_failed(g, e);
+                true
+            }
+        }
+    }
+
+    fn shm_failed(&self, g: &mut State, (proc_, why): (u32, String)) {
+        tracing::warn!("rank {proc_}'s process: {why}");
+        g.lost.insert(proc_, why);
+        for cv in self.cvs.iter() {
+            cv.notify_all();
+        }
+    }
+
     /// Connects and authenticates to the process whose first rank is `proc_`.
     fn dial(&self, proc_: u32) -> Result<Link, NetError> {
         let peer = &self.table[proc_ as usize];
@@ -512,6 +624,9 @@ impl Mesh {
         self.check_rank("source", src)?;
         let key = (dest, src, tag);
         let mut g = self.lock();
+        // Shared memory costs no system call to look at: ranks busy in the collective area
+        // may never come to poll it.
+        let _ = self.progress_shm(&mut g);
         if let Some(b) = g.take_mail(&key) {
             return Ok(Some(b));
         }
@@ -700,6 +815,36 @@ impl Mesh {
         wait: Option<Duration>,
     ) -> MutexGuard<'a, State> {
         g.apply(&mut reactor);
+        // Shared memory brought or took something: the mail may be what this thread
+        // waits for, so look before polling the sockets (a later round does).
+        let moved = self.progress_shm(&mut g);
+        if moved && g.shm.as_mut().is_some_and(ShmLink::may_skip_sockets) {
+            g.reactor = Some(reactor);
+            return g;
+        }
+        // Whether to block in the poll: not if shared memory has news, nor when the
+        // caller asked not to wait.
+        let mut idle = !moved && wait != Some(Duration::ZERO);
+        if let Some(watch) = g.shm.as_ref().map(ShmLink::watch).filter(|_| idle) {
+            drop(g);
+            idle = shm_link::yield_for(&watch);
+            g = self.lock();
+            if !idle && g.shm.as_mut().is_some_and(ShmLink::may_skip_sockets) {
+                let _ = self.progress_shm(&mut g);
+                g.reactor = Some(reactor);
+                return g;
+            }
+            if idle {
+                match g.shm.as_mut().map(ShmLink::prepare_sleep) {
+                    Some(Ok(sleep)) => idle = sleep,
+                    Some(Err(e)) => {
+                        self.shm_failed(&mut g, e);
+                        idle = false;
+                    }
+                    None => {}
+                }
+            }
+        }
         let mut events = std::mem::take(&mut g.events);
         drop(g);
         // New incoming connections from the acceptor thread.
@@ -725,13 +870,21 @@ impl Mesh {
                 }
             }
         }
-        let wait = wait.unwrap_or(if INTERRUPT_CHECK.get().is_some() {
-            INTERRUPT_SLICE
+        let wait = if !idle {
+            Duration::ZERO
         } else {
-            Duration::from_millis(500)
-        });
+            wait.unwrap_or(if INTERRUPT_CHECK.get().is_some() {
+                INTERRUPT_SLICE
+            } else {
+                Duration::from_millis(500)
+            })
+        };
         let r = reactor.poll(Some(wait), &mut events);
         let mut g = self.lock();
+        if let Some(s) = g.shm.as_ref().filter(|_| idle) {
+            s.woke();
+        }
+        let _ = self.progress_shm(&mut g);
         for (id, rank) in added {
             g.inbound.insert(id, rank);
         }
@@ -793,7 +946,11 @@ impl Mesh {
                     g.apply(&mut r);
                     let backlog: usize =
                         r.ids().filter_map(|i| r.link(i)).map(|l| l.backlog()).sum();
-                    if backlog == 0 || Instant::now() >= deadline {
+                    // Once a process is lost the job is ending: what it would have read
+                    // by single copy no longer matters.
+                    let shm_backlog =
+                        g.lost.is_empty() && g.shm.as_ref().is_some_and(ShmLink::backlog);
+                    if (backlog == 0 && !shm_backlog) || Instant::now() >= deadline {
                         g.reactor = Some(r);
                         self.hand_off(&g);
                         return;
@@ -813,6 +970,20 @@ impl Mesh {
     }
 }
 
+/// The first rank of the process hosting each rank (processes share one address).
+fn first_ranks(table: &[PeerInfo]) -> Box<[u32]> {
+    let mut firsts: Vec<u32> = Vec::with_capacity(table.len());
+    for (r, p) in table.iter().enumerate() {
+        let first = match r {
+            0 => 0,
+            _ if table[r - 1].addr == p.addr => firsts[r - 1],
+            _ => r as u32,
+        };
+        firsts.push(first);
+    }
+    firsts.into_boxed_slice()
+}
+
 /// How often a blocking receive asks the interrupt check, once one is installed.
 pub const INTERRUPT_SLICE: Duration = Duration::from_millis(50);
 
@@ -825,6 +996,12 @@ static INTERRUPT_CHECK: std::sync::OnceLock<fn() -> bool> = std::sync::OnceLock:
 /// thread returns to it). Returns false if a check was already installed.
 pub fn set_interrupt_check(check: fn() -> bool) -> bool {
     INTERRUPT_CHECK.set(check).is_ok()
+}
+
+/// Asks the installed interrupt check (false without one), for blocking waits outside
+/// [`Mesh::recv`] that must end the same way.
+pub fn interrupted() -> bool {
+    INTERRUPT_CHECK.get().is_some_and(|check| check())
 }
 
 impl Drop for Mesh {
@@ -873,7 +1050,10 @@ fn spawn_acceptor(
 /// heartbeats.
 pub fn join(stages: Box<StagePicker>, settings: &JobSettings) -> Result<Arc<Mesh>, NetError> {
     let env = JobEnv::from_env()?;
-    let bound = Mesh::bind(env.single_host(), &settings.runtime_dir)?;
+    let mut bound = Mesh::bind(env.single_host(), &settings.runtime_dir)?;
+    if settings.shm {
+        bound.shm = shm_link::bind(&bound.addr, &env);
+    }
     let joined = crate::wireup::join_job(&env, &bound.addr, settings)?;
     let mesh = Mesh::start(env, joined.table, bound, joined.secret, stages)?;
     mesh.watch(joined.watch);

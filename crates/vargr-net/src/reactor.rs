@@ -16,6 +16,8 @@ use crate::{Link, NetError, ReadOutcome};
 
 const WAKER: Token = Token(usize::MAX);
 const TIMER: Token = Token(usize::MAX - 1);
+/// Descriptors that only wake the poll (a shared-memory bell); their owner drains them.
+const WATCHED: Token = Token(usize::MAX - 2);
 /// Frames taken from one link before others get a turn.
 const READ_BUDGET: usize = 64;
 
@@ -67,6 +69,14 @@ impl Reactor {
 
     pub fn waker(&self) -> Arc<Waker> {
         self.waker.clone()
+    }
+
+    /// Makes `fd` becoming readable end a poll; the caller drains it (and keeps it open
+    /// as long as the reactor).
+    pub fn watch_fd(&mut self, fd: std::os::fd::RawFd) -> std::io::Result<()> {
+        self.poll
+            .registry()
+            .register(&mut mio::unix::SourceFd(&fd), WATCHED, Interest::READABLE)
     }
 
     pub fn add(&mut self, mut link: Link) -> std::io::Result<LinkId> {
@@ -270,6 +280,9 @@ impl Reactor {
         for ev in self.events.iter() {
             if ev.token() == WAKER {
                 woken = true;
+                continue;
+            }
+            if ev.token() == WATCHED {
                 continue;
             }
             if ev.token() == TIMER {

@@ -242,7 +242,8 @@ pub fn mesh_socket_prefix(pid: u32) -> String {
     format!("mesh-{pid}-")
 }
 
-/// Removes the mesh sockets process `pid` left in `dir`. Returns how many went.
+/// Removes the mesh sockets process `pid` left in `dir` (with their shared-memory
+/// files). Returns how many went.
 pub fn remove_mesh_sockets(dir: &RuntimeDir, pid: u32) -> usize {
     let prefix = mesh_socket_prefix(pid);
     let Ok(rd) = std::fs::read_dir(dir.path()) else {
@@ -252,10 +253,11 @@ pub fn remove_mesh_sockets(dir: &RuntimeDir, pid: u32) -> usize {
     for e in rd.flatten() {
         let name = e.file_name();
         let name = name.to_string_lossy();
-        if name.starts_with(&prefix)
-            && name.ends_with(".sock")
-            && std::fs::remove_file(e.path()).is_ok()
-        {
+        // The socket, and the shared-memory pointer file and bell made beside it.
+        let ours = [".sock", ".sock.shm", ".sock.bell", ".sock.coll"]
+            .iter()
+            .any(|s| name.ends_with(s));
+        if name.starts_with(&prefix) && ours && std::fs::remove_file(e.path()).is_ok() {
             n += 1;
         }
     }

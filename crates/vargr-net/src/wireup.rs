@@ -726,6 +726,9 @@ pub struct JobSettings {
     /// The user's private directory for the rendezvous file and Unix sockets, opened
     /// (created 0700 and checked) when first needed.
     pub runtime_dir: PathBuf,
+    /// Messages between processes of one host go through shared memory (when the whole
+    /// job is on one host); false keeps them on the sockets.
+    pub shm: bool,
 }
 
 impl Default for JobSettings {
@@ -734,6 +737,7 @@ impl Default for JobSettings {
             timeout: Duration::from_secs(60),
             liveness: Liveness::default(),
             runtime_dir: runtime_dir::default_path(),
+            shm: true,
         }
     }
 }
