@@ -262,7 +262,13 @@ impl Mesh {
         } = bound;
         let local = env.local.max(1) as usize;
         let mut reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
-        let shm = shm.and_then(|s| shm_link::start(s, &table, &mut reactor));
+        // Links with stages (an emulated WAN between sites, compression, dedup) must
+        // carry every message through them: such a job stays on its sockets. Every
+        // process decides alike, from the same table and settings.
+        let staged = table.iter().any(|peer| !stages(peer).is_empty());
+        let shm = shm
+            .filter(|_| !staged)
+            .and_then(|s| shm_link::start(s, &table, &mut reactor));
         let waker = reactor.waker();
         let (tx, rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
