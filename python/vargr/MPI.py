@@ -571,6 +571,19 @@ def _fill(m: _Msg, data: bytes, source: int = -1, tag: int = -1) -> int:
 # ---- status and requests ---------------------------------------------------------------
 
 
+class _StatusField:
+    """One integer field of a `Status`, kept in its array (see `Status.tomemory`)."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __get__(self, status: Status, owner: type | None = None) -> int:
+        return int(status._mem[self.index])
+
+    def __set__(self, status: Status, value: int) -> None:
+        status._mem[self.index] = value
+
+
 class Status:
     """What a receive or probe found (``source``, ``tag``, size in bytes)."""
 
@@ -582,37 +595,10 @@ class Status:
         if status is not None:
             self._mem[:] = status._mem
 
-    @property
-    def source(self) -> int:
-        return int(self._mem[0])
-
-    @source.setter
-    def source(self, value: int) -> None:
-        self._mem[0] = value
-
-    @property
-    def tag(self) -> int:
-        return int(self._mem[1])
-
-    @tag.setter
-    def tag(self, value: int) -> None:
-        self._mem[1] = value
-
-    @property
-    def error(self) -> int:
-        return int(self._mem[2])
-
-    @error.setter
-    def error(self, value: int) -> None:
-        self._mem[2] = value
-
-    @property
-    def nbytes(self) -> int:
-        return int(self._mem[3])
-
-    @nbytes.setter
-    def nbytes(self, value: int) -> None:
-        self._mem[3] = value
+    source = _StatusField(0)
+    tag = _StatusField(1)
+    error = _StatusField(2)
+    nbytes = _StatusField(3)
 
     @property
     def cancelled(self) -> bool:

@@ -633,43 +633,28 @@ fn vargr_run_takes_mpiruns_spelling_and_gives_rank_0_the_input() {
             "[1,1]<stdout>:hi"
         ]
     );
-    // --host as mpirun takes it; ranks fill the slots in order.
-    let rank = r#"echo "$VARGR_RANK""#;
+    // --host as mpirun takes it; ranks fill the slots in order. Through the remote
+    // launcher too, the input goes to rank 0, after the secret line that the launcher
+    // writes first (which a joining rank reads, as `read` does here).
+    let on_hosts = |prog: &str, input: &str| {
+        let args = [
+            "run",
+            "-np",
+            "3",
+            "--host",
+            "localhost,localhost:2",
+            "--launcher",
+            "sh -c {cmd}",
+            "sh",
+            "-c",
+            prog,
+        ];
+        run(&args, input)
+    };
+    assert_eq!(on_hosts(r#"echo "$VARGR_RANK""#, ""), ["0", "1", "2"]);
     assert_eq!(
-        run(
-            &[
-                "run",
-                "-np",
-                "3",
-                "--host",
-                "localhost,localhost:2",
-                "--launcher",
-                "sh -c {cmd}",
-                "sh",
-                "-c",
-                rank
-            ],
-            ""
-        ),
-        ["0", "1", "2"]
-    );
-    // Through a remote launcher too, the input goes to rank 0, after the secret line
-    // that the launcher writes first (which a joining rank reads, as `read` does here).
-    let echo_remote = r#"read secret; printf "%s:%s\n" "$VARGR_RANK" "$(cat)""#;
-    assert_eq!(
-        run(
-            &[
-                "run",
-                "-np",
-                "3",
-                "--host",
-                "localhost,localhost:2",
-                "--launcher",
-                "sh -c {cmd}",
-                "sh",
-                "-c",
-                echo_remote
-            ],
+        on_hosts(
+            r#"read secret; printf "%s:%s\n" "$VARGR_RANK" "$(cat)""#,
             "typed far away"
         ),
         ["0:typed far away", "1:", "2:"]
