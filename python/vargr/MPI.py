@@ -24,7 +24,7 @@ inter-communicators.
 from __future__ import annotations
 
 import os
-import pickle
+import pickle as _pickle
 import socket
 import sys
 import time
@@ -245,6 +245,32 @@ def Compute_dims(nnodes: int, dims: int | Sequence[int]) -> list[int]:
     for i, s in zip(free, sorted(sizes, reverse=True)):
         out[i] = s
     return out
+
+
+# ---- pickling ---------------------------------------------------------------------------
+
+
+class Pickle:
+    """How lower-case calls turn objects into bytes (mpi4py's ``MPI.pickle``):
+    ``dumps``/``loads`` may be replaced, e.g. by dill or cloudpickle."""
+
+    def __init__(
+        self,
+        dumps: Callable[..., bytes] = _pickle.dumps,
+        loads: Callable[..., Any] = _pickle.loads,
+        protocol: int | None = None,
+    ) -> None:
+        self._dumps, self._loads = dumps, loads
+        self.PROTOCOL = _pickle.HIGHEST_PROTOCOL if protocol is None else protocol
+
+    def dumps(self, obj: Any) -> bytes:
+        return self._dumps(obj, self.PROTOCOL)
+
+    def loads(self, data: bytes) -> Any:
+        return self._loads(data)
+
+
+pickle = Pickle()
 
 
 # ---- info and memory -------------------------------------------------------------------
@@ -675,6 +701,12 @@ class Status:
         return f"<Status source={self.source} tag={self.tag} bytes={self.nbytes}>"
 
 
+def _unpickle(data: bytes) -> Any:
+    """A received object; an empty message (a buffer send of nothing) is None, as in
+    mpi4py."""
+    return pickle.loads(data) if data else None
+
+
 def _fill_status(status: Status | None, source: int, tag: int, nbytes: int) -> None:
     if status is not None:
         status._set(source, tag, nbytes)
@@ -718,7 +750,7 @@ class Request:
         if self._recv is not None:
             _fill(self._recv, data, source, tag)
             return None
-        return pickle.loads(data) if self._pickled else data
+        return _unpickle(data) if self._pickled else data
 
     def __bool__(self) -> bool:
         return self._active
@@ -867,7 +899,7 @@ class Request:
         if self._recv is not None:
             _fill(self._recv, data, source, tag)
             return None
-        return pickle.loads(data) if self._pickled else data
+        return _unpickle(data) if self._pickled else data
 
     @staticmethod
     def Testall(requests: Sequence[Request], statuses: list[Status] | None = None) -> bool:
@@ -1436,7 +1468,7 @@ class Comm:
     def send(self, obj: Any, dest: int, tag: int = 0) -> None:
         if dest == PROC_NULL:
             return
-        data = pickle.dumps(obj, pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(obj)
         _call(self._c._send_bytes, data, dest, _check_tag(tag, False))
 
     ssend = bsend = send
@@ -1454,7 +1486,7 @@ class Comm:
         src = None if source == ANY_SOURCE else source
         got_src, got_tag, data = _call(self._c._recv_bytes, src, _check_tag(tag, True))
         _fill_status(status, got_src, got_tag, len(data))
-        return pickle.loads(data)
+        return _unpickle(data)
 
     def isend(self, obj: Any, dest: int, tag: int = 0) -> Request:
         self.send(obj, dest, tag)
