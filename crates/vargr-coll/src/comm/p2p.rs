@@ -279,12 +279,12 @@ impl Comm {
                 data: Bytes::new(),
             }));
         }
-        while self.take_peek(req).is_none() && self.progress(false)? {}
+        while !self.is_done(req) && self.progress(false)? {}
         Ok(self.take_done(req))
     }
 
-    fn take_peek(&self, req: &Request) -> Option<()> {
-        self.p2p.borrow().done.contains_key(&req.id).then_some(())
+    fn is_done(&self, req: &Request) -> bool {
+        self.p2p.borrow().done.contains_key(&req.id)
     }
 
     /// Waits until one of `reqs` completes; returns its index and its message (`None` for
