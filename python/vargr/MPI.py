@@ -1152,6 +1152,109 @@ def _native(op: Op, arr: Array) -> bool:
     return op._native is not None and arr.dtype in _NATIVE_KINDS
 
 
+# ---- matched probes --------------------------------------------------------------------
+
+
+class Message:
+    """A message taken out of matching by ``mprobe``/``improbe``: only this handle's
+    ``recv`` (or ``Recv``) gets it, whatever other receives are posted. ``Message(m)``
+    is another handle on the same message, as in mpi4py."""
+
+    def __init__(self, message: Message | None = None) -> None:
+        self._got: tuple[int, int, bytes] | None = None
+        self._state = "null"  # "null", "message" or "noproc" (from PROC_NULL)
+        if message is not None:
+            self._got, self._state = message._got, message._state
+
+    @staticmethod
+    def _of(got: tuple[int, int, bytes] | None) -> Message:
+        m = Message()
+        m._got, m._state = got, ("noproc" if got is None else "message")
+        return m
+
+    def __bool__(self) -> bool:
+        return self._state != "null"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Message):
+            return NotImplemented
+        return self is other or (self._state == other._state and self._state != "message")
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def _take(self, status: Status | None) -> tuple[int, int, bytes]:
+        if self._state == "null":
+            raise Exception(ERR_REQUEST, "MESSAGE_NULL cannot be received")
+        if self._state == "noproc":
+            # A handle becomes null once received; the predefined constant stays.
+            if self is not MESSAGE_NO_PROC:
+                self._state = "null"
+            _fill_status(status, PROC_NULL, ANY_TAG, 0)
+            return (PROC_NULL, ANY_TAG, b"")
+        got = self._got
+        assert got is not None
+        self._got, self._state = None, "null"
+        _fill_status(status, got[0], got[1], len(got[2]))
+        return got
+
+    def recv(self, status: Status | None = None) -> Any:
+        return _unpickle(self._take(status)[2])
+
+    def irecv(self) -> Request:
+        return _done(self.recv())
+
+    def Recv(self, buf: Any, status: Status | None = None) -> None:
+        source, tag, data = self._take(status)
+        if source != PROC_NULL:
+            _fill(_msg(buf, writable=True), data, source, tag)
+
+    def Irecv(self, buf: Any) -> Request:
+        self.Recv(buf)
+        return _done()
+
+    @staticmethod
+    def probe(
+        comm: Comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Message:
+        return comm.mprobe(source, tag, status)
+
+    @staticmethod
+    def iprobe(
+        comm: Comm, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Message | None:
+        return comm.improbe(source, tag, status)
+
+
+MESSAGE_NULL = Message()
+MESSAGE_NO_PROC = Message._of(None)
+
+
+# ---- error handlers and attribute keys -------------------------------------------------
+
+
+class Errhandler:
+    """What a communicator does on an error. vargr.MPI always raises `MPI.Exception`
+    (mpi4py's default, ``ERRORS_RETURN``); the others are accepted and kept."""
+
+    def __init__(self, name: str = "ERRHANDLER_NULL") -> None:
+        self.name = name
+
+    def Free(self) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"<mpi4py-compatible Errhandler {self.name}>"
+
+
+ERRHANDLER_NULL = Errhandler()
+ERRORS_RETURN = Errhandler("ERRORS_RETURN")
+ERRORS_ARE_FATAL = Errhandler("ERRORS_ARE_FATAL")
+ERRORS_ABORT = Errhandler("ERRORS_ABORT")
+KEYVAL_INVALID = -1
+_keyvals = {"next": 100}
+
+
 # ---- groups ---------------------------------------------------------------------------
 
 
@@ -1371,6 +1474,8 @@ class Comm:
         return self.Get_topology()
 
     def Get_attr(self, keyval: int) -> Any:
+        if keyval >= 100:
+            return self.__dict__.get("_attrs", {}).get(keyval)
         return {
             TAG_UB: _TAG_MAX,
             HOST: PROC_NULL,
@@ -1380,6 +1485,33 @@ class Comm:
             UNIVERSE_SIZE: COMM_WORLD.size,
             LASTUSEDCODE: ERR_LASTCODE,
         }.get(keyval)
+
+    def Get_errhandler(self) -> Errhandler:
+        return getattr(self, "_errhandler", ERRORS_RETURN)
+
+    def Set_errhandler(self, errhandler: Errhandler) -> None:
+        self._errhandler = errhandler
+
+    @staticmethod
+    def Create_keyval(
+        copy_fn: Callable[..., Any] | None = None,
+        delete_fn: Callable[..., Any] | None = None,
+        nopython: bool = False,
+    ) -> int:
+        _keyvals["next"] += 1
+        return _keyvals["next"]
+
+    @staticmethod
+    def Free_keyval(keyval: int) -> int:
+        return KEYVAL_INVALID
+
+    def Set_attr(self, keyval: int, attrval: Any) -> None:
+        if keyval < 100:
+            raise Exception(ERR_ARG, f"attribute key {keyval} is predefined")
+        self.__dict__.setdefault("_attrs", {})[keyval] = attrval
+
+    def Delete_attr(self, keyval: int) -> None:
+        self.__dict__.get("_attrs", {}).pop(keyval, None)
 
     def Compare(self, other: Comm) -> int:
         return IDENT if self == other else UNEQUAL
@@ -1526,6 +1658,31 @@ class Comm:
 
     Probe = probe
     Iprobe = iprobe
+
+    def mprobe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Message:
+        """Matched probe: waits for a message and takes it out of matching."""
+        if source == PROC_NULL:
+            _fill_status(status, PROC_NULL, ANY_TAG, 0)
+            return Message._of(None)
+        src = None if source == ANY_SOURCE else source
+        got = _call(self._c._recv_bytes, src, _check_tag(tag, True))
+        _fill_status(status, got[0], got[1], len(got[2]))
+        return Message._of(got)
+
+    def improbe(
+        self, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Status | None = None
+    ) -> Message | None:
+        """Like `mprobe` without waiting: None if no message matches yet."""
+        if source == PROC_NULL:
+            return self.mprobe(source, tag, status)
+        if not self.iprobe(source, tag):
+            return None
+        return self.mprobe(source, tag, status)
+
+    Mprobe = mprobe
+    Improbe = improbe
 
     def _probe(self, source: int, tag: int, status: Status | None, wait: bool) -> bool:
         if source == PROC_NULL:
