@@ -16,7 +16,8 @@ sites). Collectives that vargr has no algorithm for (``scan``, ``exscan``,
 ``reduce_scatter``, the ``v`` variants, reductions with ``LXOR``, ``BXOR``, ``MINLOC``,
 ``MAXLOC`` or a user operator on buffers) are built here from vargr's gathers, which is
 correct for every input but moves more data than a dedicated algorithm would.
-Non-blocking collectives (``Iallreduce`` …) complete when called. Not provided:
+Non-blocking collectives (``Iallreduce`` …) complete when called, and sends are eager
+(``ssend``/``issend`` complete once vargr holds the data, before the receive). Not provided:
 one-sided communication (``Win``), ``File`` (MPI-IO), dynamic processes (``Spawn``) and
 inter-communicators.
 """
