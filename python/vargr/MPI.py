@@ -702,6 +702,11 @@ class Status:
         return f"<Status source={self.source} tag={self.tag} bytes={self.nbytes}>"
 
 
+def _live(requests: Sequence[Request]) -> list[int]:
+    """Where the active requests are: the calls on many requests skip the others."""
+    return [i for i, r in enumerate(requests) if r._active]
+
+
 def _unpickle(data: bytes) -> Any:
     """A received object; an empty message (a buffer send of nothing) is None, as in
     mpi4py."""
@@ -818,7 +823,7 @@ class Request:
 
     @staticmethod
     def waitany(requests: Sequence[Request], status: Status | None = None) -> tuple[int, Any]:
-        live = [i for i, r in enumerate(requests) if r._active]
+        live = _live(requests)
         if not live:
             _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
             return UNDEFINED, None
@@ -862,7 +867,7 @@ class Request:
 
     @staticmethod
     def testany(requests: Sequence[Request], status: Status | None = None) -> tuple[int, bool, Any]:
-        live = [i for i, r in enumerate(requests) if r._active]
+        live = _live(requests)
         if not live:
             _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
             return UNDEFINED, True, None
@@ -910,7 +915,7 @@ class Request:
     def testsome(
         requests: Sequence[Request], statuses: list[Status] | None = None
     ) -> tuple[list[int] | None, list[Any] | None]:
-        live = [i for i, r in enumerate(requests) if r._active]
+        live = _live(requests)
         if not live:
             return None, None
         idx, out = [], []
@@ -948,7 +953,7 @@ class Request:
     def get_status_any(
         requests: Sequence[Request], status: Status | None = None
     ) -> tuple[int, bool]:
-        live = [i for i, r in enumerate(requests) if r._active]
+        live = _live(requests)
         if not live:
             _fill_status(status, ANY_SOURCE, ANY_TAG, 0)
             return UNDEFINED, True
@@ -967,7 +972,7 @@ class Request:
     def get_status_some(
         requests: Sequence[Request], statuses: list[Status] | None = None
     ) -> list[int] | None:
-        live = [i for i, r in enumerate(requests) if r._active]
+        live = _live(requests)
         if not live:
             return None
         return [i for i in live if requests[i]._ready()]
@@ -1011,6 +1016,21 @@ class Prequest(Request):
 
 def _done(value: Any = None) -> Request:
     return Request(None, value=value)
+
+
+def _at_once(blocking: Callable[..., Any]) -> Callable[..., Request]:
+    """The non-blocking form of a collective that completes when called: runs
+    `blocking` (looked up on the communicator, so that a subclass's own version runs)
+    and returns a request with nothing left to wait for."""
+    name = blocking.__name__
+
+    def start(self: Any, *args: Any, **kwargs: Any) -> Request:
+        getattr(self, name)(*args, **kwargs)
+        return _done()
+
+    start.__name__ = "I" + name[0].lower() + name[1:]
+    start.__doc__ = f"``{name}``, as a request complete when it returns."
+    return start
 
 
 def _from_proc_null() -> Request:
@@ -1535,9 +1555,10 @@ class Comm:
     def group(self) -> Group:
         return self.Get_group()
 
-    def _made(self, impl: _vargr.Comm | None) -> Comm:
-        """A communicator made collectively from this one, knowing its members."""
-        c = type(self)(impl) if impl is not None else COMM_NULL
+    @classmethod
+    def _made(cls, impl: _vargr.Comm | None) -> Comm:
+        """A communicator of this class just made collectively, knowing its members."""
+        c = cls(impl) if impl is not None else COMM_NULL
         if impl is not None:
             c._world = c.allgather(COMM_WORLD.rank)
         return c
@@ -1572,7 +1593,7 @@ class Comm:
         if c is not None and c < 0:
             raise Exception(ERR_ARG, f"color {color} is negative")
         got = _call(self._c.Split, c, key)
-        return Comm(None)._made(got)
+        return Comm._made(got)
 
     def Split_type(self, split_type: int, key: int = 0) -> Comm:
         if split_type == UNDEFINED:
@@ -1805,9 +1826,7 @@ class Comm:
 
     Barrier = barrier
 
-    def Ibarrier(self) -> Request:
-        self.barrier()
-        return _done()
+    Ibarrier = _at_once(barrier)
 
     def _root(self, root: int) -> int:
         if not 0 <= root < self.size:
@@ -2031,69 +2050,22 @@ class Comm:
             r.arr[d : d + c] = g[:c]
         r.done()
 
-    # Non-blocking collectives complete when called.
-
-    def Ibcast(self, buf: Any, root: int = 0) -> Request:
-        self.Bcast(buf, root)
-        return _done()
-
-    def Iallreduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        self.Allreduce(sendbuf, recvbuf, op)
-        return _done()
-
-    def Ireduce(self, sendbuf: Any, recvbuf: Any, op: Op = SUM, root: int = 0) -> Request:
-        self.Reduce(sendbuf, recvbuf, op, root)
-        return _done()
-
-    def Igather(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        self.Gather(sendbuf, recvbuf, root)
-        return _done()
-
-    def Iscatter(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        self.Scatter(sendbuf, recvbuf, root)
-        return _done()
-
-    def Iallgather(self, sendbuf: Any, recvbuf: Any) -> Request:
-        self.Allgather(sendbuf, recvbuf)
-        return _done()
-
-    def Ialltoall(self, sendbuf: Any, recvbuf: Any) -> Request:
-        self.Alltoall(sendbuf, recvbuf)
-        return _done()
-
-    def Iscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        self.Scan(sendbuf, recvbuf, op)
-        return _done()
-
-    def Iexscan(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        self.Exscan(sendbuf, recvbuf, op)
-        return _done()
-
-    def Ireduce_scatter_block(self, sendbuf: Any, recvbuf: Any, op: Op = SUM) -> Request:
-        self.Reduce_scatter_block(sendbuf, recvbuf, op)
-        return _done()
-
-    def Ireduce_scatter(
-        self, sendbuf: Any, recvbuf: Any, recvcounts: Sequence[int] | None = None, op: Op = SUM
-    ) -> Request:
-        self.Reduce_scatter(sendbuf, recvbuf, recvcounts, op)
-        return _done()
-
-    def Igatherv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        self.Gatherv(sendbuf, recvbuf, root)
-        return _done()
-
-    def Iscatterv(self, sendbuf: Any, recvbuf: Any, root: int = 0) -> Request:
-        self.Scatterv(sendbuf, recvbuf, root)
-        return _done()
-
-    def Iallgatherv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        self.Allgatherv(sendbuf, recvbuf)
-        return _done()
-
-    def Ialltoallv(self, sendbuf: Any, recvbuf: Any) -> Request:
-        self.Alltoallv(sendbuf, recvbuf)
-        return _done()
+    # Non-blocking collectives: they complete when called.
+    Ibcast = _at_once(Bcast)
+    Iallreduce = _at_once(Allreduce)
+    Ireduce = _at_once(Reduce)
+    Igather = _at_once(Gather)
+    Iscatter = _at_once(Scatter)
+    Iallgather = _at_once(Allgather)
+    Ialltoall = _at_once(Alltoall)
+    Iscan = _at_once(Scan)
+    Iexscan = _at_once(Exscan)
+    Ireduce_scatter_block = _at_once(Reduce_scatter_block)
+    Ireduce_scatter = _at_once(Reduce_scatter)
+    Igatherv = _at_once(Gatherv)
+    Iscatterv = _at_once(Scatterv)
+    Iallgatherv = _at_once(Allgatherv)
+    Ialltoallv = _at_once(Alltoallv)
 
     def ibarrier(self) -> Request:
         return self.Ibarrier()
@@ -2215,7 +2187,7 @@ class Cartcomm(Comm):
         return Cartcomm._grid(sub, [self.dims[i] for i in keep], [self.periods[i] for i in keep])
 
     def Dup(self, info: Info | None = None) -> Cartcomm:
-        return Cartcomm._grid(Comm(None)._made(_call(self._c.Dup)), self.dims, self.periods)
+        return Cartcomm._grid(Comm._made(_call(self._c.Dup)), self.dims, self.periods)
 
 
 # ---- the world -------------------------------------------------------------------------
