@@ -45,19 +45,12 @@ pub struct vargr_request {
     elem: usize,
 }
 
-/// Byte width of a `vargr_datatype`.
+/// Byte width of a `vargr_datatype` (from the one table of codes, `by_type!`).
 fn elem_size(datatype: c_int) -> Result<usize> {
-    Ok(match datatype {
-        1 | 2 => 1,
-        3 | 4 => 2,
-        5 | 6 | 9 => 4,
-        7 | 8 | 10 => 8,
-        dt => {
-            return Err(Error::invalid(format!(
-                "datatype {dt} is not a vargr_datatype (1 VARGR_INT8 .. 10 VARGR_DOUBLE)"
-            )))
-        }
-    })
+    fn size<T>() -> Result<usize> {
+        Ok(std::mem::size_of::<T>())
+    }
+    by_type!(datatype, size())
 }
 
 fn source_arg(c: &vargr_comm, src: c_int) -> Result<Option<usize>> {
@@ -251,20 +244,24 @@ unsafe fn finish(
     Ok(())
 }
 
-/// The live request and its communicator.
+/// The live request and its communicator; `None` when `*req` is NULL (MPI's
+/// `MPI_REQUEST_NULL`, which completes at once).
 ///
 /// # Safety
 /// `req` is NULL or writable and holds NULL or a live request.
 unsafe fn request<'a>(
     req: *mut *mut vargr_request,
-) -> Result<(&'a mut *mut vargr_request, &'a vargr_comm)> {
+) -> Result<Option<(&'a mut *mut vargr_request, &'a vargr_comm)>> {
     // SAFETY: the caller's contract.
     let slot = unsafe { ptr::out(req, "req")? };
+    if slot.is_null() {
+        return Ok(None);
+    }
     // SAFETY: the caller's contract.
     let r = unsafe { ptr::handle(*slot, "*req")? };
     // SAFETY: the request's contract: its communicator outlives it.
     let c = unsafe { ptr::handle(r.comm, "the request's comm")? };
-    Ok((slot, c))
+    Ok(Some((slot, c)))
 }
 
 /// Waits for `*req` to complete, fills the receive's buffer and `*status` (if not NULL),
@@ -288,11 +285,9 @@ pub unsafe extern "C" fn vargr_request_wait(
 /// As `vargr_request_wait`.
 unsafe fn wait(req: *mut *mut vargr_request, status: *mut vargr_recv_status) -> Result<()> {
     // SAFETY: the caller's contract.
-    if unsafe { ptr::out(req, "req")? }.is_null() {
+    let Some((slot, c)) = (unsafe { request(req)? }) else {
         return Ok(());
-    }
-    // SAFETY: the caller's contract.
-    let (slot, c) = unsafe { request(req)? };
+    };
     // SAFETY: checked live above; taken out once, then freed by `finish`.
     let inner = unsafe { (**slot).req.take() };
     let m = match inner {
@@ -320,12 +315,10 @@ pub unsafe extern "C" fn vargr_request_test(
         let flag = unsafe { ptr::out(flag, "flag")? };
         *flag = 0;
         // SAFETY: the caller's contract.
-        if unsafe { ptr::out(req, "req")? }.is_null() {
+        let Some((slot, c)) = (unsafe { request(req)? }) else {
             *flag = 1;
             return Ok(());
-        }
-        // SAFETY: the caller's contract.
-        let (slot, c) = unsafe { request(req)? };
+        };
         // SAFETY: checked live above.
         let m = match unsafe { (**slot).req.as_ref() } {
             Some(r) => match lock(c)?.test(r)? {
@@ -440,11 +433,9 @@ pub unsafe extern "C" fn vargr_request_cancel(
 ) -> c_int {
     guard("vargr_request_cancel", || {
         // SAFETY: the caller's contract.
-        if unsafe { ptr::out(req, "req")? }.is_null() {
+        let Some((slot, c)) = (unsafe { request(req)? }) else {
             return Ok(());
-        }
-        // SAFETY: the caller's contract.
-        let (slot, c) = unsafe { request(req)? };
+        };
         // SAFETY: a live request.
         let inner = unsafe { (**slot).req.take() };
         let done = match inner {
