@@ -134,14 +134,8 @@ impl Transport for MeshTransport {
         }
         let here = self.here.as_ref();
         let local = |p: &Match| p.src.is_some_and(|s| self.local.contains(&s));
-        let to_here = |pats: &[Match]| -> Vec<Match> {
-            pats.iter()
-                .map(|p| Match {
-                    src: p.src.map(|s| s.wrapping_sub(self.local.start)),
-                    ..*p
-                })
-                .collect()
-        };
+        let to_here =
+            |pats: &[Match]| -> Vec<Match> { pats.iter().map(|p| self.in_here(p)).collect() };
         self.waiting(|| loop {
             match here {
                 // Only this process's ranks can send: its mailbox alone decides.
@@ -157,14 +151,7 @@ impl Transport for MeshTransport {
                         .iter()
                         .enumerate()
                         .filter(|(_, p)| here.is_none() || !local(p))
-                        .map(|(i, p)| {
-                            let q = MailMatch {
-                                src: p.src.map(|s| s as u32),
-                                tag: p.tag,
-                                mask: p.mask,
-                            };
-                            (i, q)
-                        })
+                        .map(|(i, p)| (i, mail_match(p)))
                         .unzip();
                     let mixed = here.is_some() && pats.iter().any(|p| p.src.is_none() || local(p));
                     let mine = &self.wild[self.rank - self.local.start];
@@ -228,17 +215,22 @@ impl MeshTransport {
         r
     }
 
+    /// `p` for this process's mailboxes, which number its ranks from the first (a
+    /// source of another process matches none of them).
+    fn in_here(&self, p: &Match) -> Match {
+        Match {
+            src: p.src.map(|s| s.wrapping_sub(self.local.start)),
+            ..*p
+        }
+    }
+
     /// The message the first pattern able to take one accepts, from this process's
     /// ranks or another's, without waiting.
     fn take_match(&self, pats: &[Match]) -> Result<Option<Matched>> {
         for (i, p) in pats.iter().enumerate() {
             let local = p.src.map(|s| self.local.contains(&s));
             if let Some(ep) = self.here.as_ref().filter(|_| local != Some(false)) {
-                let q = Match {
-                    src: p.src.map(|s| s - self.local.start),
-                    ..*p
-                };
-                if let Some(m) = ep.recv_match(&[q], false)? {
+                if let Some(m) = ep.recv_match(&[self.in_here(p)], false)? {
                     return Ok(Some(Matched {
                         pattern: i,
                         src: m.src + self.local.start,
@@ -249,11 +241,7 @@ impl MeshTransport {
                     continue;
                 }
             }
-            let q = [MailMatch {
-                src: p.src.map(|s| s as u32),
-                tag: p.tag,
-                mask: p.mask,
-            }];
+            let q = [mail_match(p)];
             let got = self
                 .mesh
                 .recv_match(self.rank as u32, &q, false, None)
@@ -273,6 +261,15 @@ impl MeshTransport {
             }
         }
         Ok(None)
+    }
+}
+
+/// `p` as the mesh takes it (the mesh numbers ranks with `u32`).
+fn mail_match(p: &Match) -> MailMatch {
+    MailMatch {
+        src: p.src.map(|s| s as u32),
+        tag: p.tag,
+        mask: p.mask,
     }
 }
 
