@@ -40,10 +40,10 @@ const PAD: u32 = 3;
 const SINGLE: u32 = 4;
 /// Bytes of a single-copy record's payload: pid, pad, address, length, sequence.
 const SINGLE_BODY: usize = 32;
-/// Messages this large go by single copy where it works. Measured with `vargr bench
-/// coll` (16 processes, 1 MiB allreduce by ring, 64 KiB messages): single copy from
-/// 64 KiB up made it slower (7.1-12 ms against 4.5-7.4 ms per call; the system call
-/// pins the sender's pages each time, and the sender's buffer lives on until read).
+/// Messages this large go by single copy where it works. Below it, single copy made the
+/// 16-process 1 MiB ring allreduce slower (`vargr bench coll`; the figures are in
+/// docs/benchmarks.md): the system call pins the sender's pages each time, and the
+/// sender's buffer lives on until read.
 pub const SINGLE_COPY_MIN: usize = 512 << 10;
 
 /// Copies `dst.len()` bytes at `addr` in process `pid` into `dst`.
