@@ -262,7 +262,7 @@ pub fn secret_from_env() -> Result<crate::auth::Secret, NetError> {
         reason: "VARGR_SECRET is not set: was this process started by a vargr parent?".into(),
     })?;
     if v == "-" {
-        let line = read_line_unbuffered()
+        let line = read_line_unbuffered(0)
             .map_err(|e| NetError::io("reading the secret from", "stdin", e))?;
         crate::auth::Secret::from_hex(&line)
     } else {
@@ -273,12 +273,12 @@ pub fn secret_from_env() -> Result<crate::auth::Secret, NetError> {
 /// The first line of standard input, read a byte at a time: what follows it is the
 /// program's input (rank 0 of a remote job gets the user's), and a buffered read would
 /// keep some of it where the program (a Python rank reading `sys.stdin`) cannot see it.
-fn read_line_unbuffered() -> std::io::Result<String> {
+fn read_line_unbuffered(fd: std::os::fd::RawFd) -> std::io::Result<String> {
     let mut line = Vec::new();
     loop {
         let mut b = 0u8;
         // SAFETY: reads at most one byte into `b`, which lives across the call.
-        let n = unsafe { libc::read(0, (&mut b as *mut u8).cast(), 1) };
+        let n = unsafe { libc::read(fd, (&mut b as *mut u8).cast(), 1) };
         match n {
             1 if b == b'\n' => break,
             1 if line.len() < 4096 => line.push(b),
@@ -308,6 +308,25 @@ pub fn hostname() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_secret_line_is_read_without_taking_what_follows_and_is_bounded() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let (mut r, mut w) = std::io::pipe().unwrap();
+        w.write_all(b"c0ffee\nthe program's input").unwrap();
+        drop(w);
+        assert_eq!(read_line_unbuffered(r.as_raw_fd()).unwrap(), "c0ffee");
+        let mut rest = String::new();
+        r.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "the program's input");
+        // A peer that never ends the line cannot make the reader grow without bound.
+        let (r, mut w) = std::io::pipe().unwrap();
+        w.write_all(&[b'a'; 5000]).unwrap();
+        drop(w);
+        let e = read_line_unbuffered(r.as_raw_fd()).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::InvalidData);
+    }
 
     #[test]
     fn quoting() {
