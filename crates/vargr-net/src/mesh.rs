@@ -264,10 +264,10 @@ impl Mesh {
         let mut reactor = Reactor::new().map_err(|e| NetError::io("creating", "the poller", e))?;
         // Links with stages (an emulated WAN between sites, compression, dedup) must
         // carry every message through them: such a job stays on its sockets. Every
-        // process decides alike, from the same table and settings.
-        let staged = table.iter().any(|peer| !stages(peer).is_empty());
+        // process decides alike, from the same table and settings. (Asked only when
+        // this process could use shared memory; `all` stops at the first staged link.)
         let shm = shm
-            .filter(|_| !staged)
+            .filter(|_| table.iter().all(|peer| stages(peer).is_empty()))
             .and_then(|s| shm_link::start(s, &table, &mut reactor));
         let waker = reactor.waker();
         let (tx, rx) = mpsc::channel();
