@@ -228,7 +228,7 @@ fn every_algorithm_agrees(c: &Comm) -> Result<()> {
     {
         algs.push(Algorithm::Shm);
     }
-    for a in algs {
+    for &a in &algs {
         let mut v = input.clone();
         c.allreduce_with(&mut v, &Op::Sum, Some(a))?;
         ensure!(
@@ -264,6 +264,9 @@ fn every_algorithm_agrees(c: &Comm) -> Result<()> {
         }
         ensure!(v == root_input, "rank {r}: bcast with {a} differs");
     }
+    if algs.contains(&Algorithm::Shm) {
+        large_buffers_agree(c)?;
+    }
     let mut want = vec![0i64; count * p];
     c.allgather(&input, &mut want)?;
     for a in [
@@ -275,6 +278,76 @@ fn every_algorithm_agrees(c: &Comm) -> Result<()> {
         c.allgather_with(&input, &mut v, Some(a))?;
         ensure!(v == want, "rank {r}: allgather with {a} differs");
     }
+    Ok(())
+}
+
+/// Large buffers take the shared-memory path that splits the combining among the ranks,
+/// a slot's worth at a time: one longer than a slot with a tail of a few lines, summed
+/// and composed by a non-commutative operator (which must keep rank order).
+fn large_buffers_agree(c: &Comm) -> Result<()> {
+    let (r, p) = (c.rank(), c.size());
+    let count = (1 << 20) / 8 + 37;
+    let input: Vec<i64> = (0..count)
+        .map(|i| ((r * 131 + i * 7) % 1001) as i64 - 500)
+        .collect();
+    let mut want = input.clone();
+    c.allreduce_with(&mut want, &Op::Sum, Some(Algorithm::Ring))?;
+    let mut v = input.clone();
+    c.allreduce_with(&mut v, &Op::Sum, Some(Algorithm::Shm))?;
+    ensure!(
+        v == want,
+        "rank {r}: large allreduce with shm differs from the ring"
+    );
+
+    // Affine maps x -> a*x + b as (a, b) pairs; composing them does not commute.
+    let compose = Op::user_noncommutative("affine", |inout, input| {
+        let left: &[u64] = bytemuck::cast_slice(input);
+        let right: &mut [u64] = bytemuck::cast_slice_mut(inout);
+        for (f, g) in left.chunks_exact(2).zip(right.chunks_exact_mut(2)) {
+            // g after f: a_g*(a_f*x + b_f) + b_g
+            let (a, b) = (
+                g[0].wrapping_mul(f[0]),
+                g[0].wrapping_mul(f[1]).wrapping_add(g[1]),
+            );
+            g.copy_from_slice(&[a, b]);
+        }
+    });
+    let map = |rank: usize, i: usize| [(rank * 3 + i % 5 + 1) as u64, (rank + i) as u64];
+    let pairs = (96 << 10) / 16 + 3;
+    let mut v: Vec<u64> = (0..pairs).flat_map(|i| map(r, i)).collect();
+    c.allreduce_with(&mut v, &compose, Some(Algorithm::Shm))?;
+    for (i, got) in v.chunks_exact(2).enumerate() {
+        let mut acc = map(0, i);
+        for q in 1..p {
+            let g = map(q, i);
+            acc = [
+                g[0].wrapping_mul(acc[0]),
+                g[0].wrapping_mul(acc[1]).wrapping_add(g[1]),
+            ];
+        }
+        ensure!(
+            got == acc,
+            "rank {r}: composed map {i} is {got:?}, expected {acc:?}"
+        );
+    }
+
+    // Lengths that differ, among large buffers and across the split threshold: every
+    // rank gets an error (none waits for ever), and the next call works.
+    for small in [8200, 100] {
+        let mut z = vec![1i64; if r == 0 { small } else { 8192 }];
+        let got = c.allreduce_with(&mut z, &Op::Sum, Some(Algorithm::Shm));
+        ensure!(
+            matches!(got, Err(vargr_coll::CollError::UserOp { .. })),
+            "rank {r}: allreduce of {} elements against 8192: {got:?}",
+            z.len()
+        );
+    }
+    let mut v = input.clone();
+    c.allreduce_with(&mut v, &Op::Sum, Some(Algorithm::Shm))?;
+    ensure!(
+        v == want,
+        "rank {r}: large allreduce after a failed one differs"
+    );
     Ok(())
 }
 

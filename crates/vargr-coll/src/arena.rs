@@ -19,7 +19,9 @@
 //! (the same rank order), and the others wait on a futex instead of a condition variable.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::ops::Range;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::time::{Duration, Instant};
 
@@ -130,6 +132,46 @@ pub struct Group {
     cv: Condvar,
     /// Set for a group of processes: it meets in the job's collective area instead.
     cross: Option<Arc<CrossProcess>>,
+    /// Where each rank's buffer is for a split round (see [`Group::allreduce_split`]).
+    shared: Box<[Shared]>,
+    /// Why the current split round failed, if it did.
+    failure: Mutex<Option<String>>,
+}
+
+/// One rank's buffer, offered to the others for a split round.
+struct Shared {
+    ptr: AtomicPtr<u8>,
+    len: AtomicUsize,
+    /// The generation the buffer was offered for: a rank that left (or took the combining
+    /// path) is never mistaken for one that offered its buffer this round.
+    gen: AtomicU64,
+}
+
+/// Buffers of at least this many bytes are combined block by block by all ranks at once
+/// instead of by the last to arrive (docs/benchmarks.md, "Large buffers").
+const SPLIT_FROM: usize = 64 << 10;
+
+/// Processes combine large buffers a piece at a time, so that the slots of all ranks
+/// (ranks × piece) stay in the cache; smaller pieces pay more meetings than they save
+/// (docs/benchmarks.md, "Large buffers").
+const SPLIT_WORKING_SET: usize = 8 << 20;
+const SPLIT_PIECE_MIN: usize = 256 << 10;
+
+/// Bytes combined at a time: the accumulator and one operand stay in the L1 cache.
+const CHUNK: usize = 8 << 10;
+
+/// Rank `b`'s block of a `len`-byte buffer split `n` ways, in whole cache lines (64 is a
+/// multiple of every element size) so that no two ranks write one line; the last block
+/// takes the tail.
+fn split_block(len: usize, n: usize, b: usize) -> Range<usize> {
+    let lines = len / 64;
+    let start = b * lines / n * 64;
+    let end = if b + 1 == n {
+        len
+    } else {
+        (b + 1) * lines / n * 64
+    };
+    start..end
 }
 
 impl Group {
@@ -144,6 +186,14 @@ impl Group {
             park: Mutex::new(0),
             cv: Condvar::new(),
             cross: None,
+            shared: (0..n)
+                .map(|_| Shared {
+                    ptr: AtomicPtr::new(std::ptr::null_mut()),
+                    len: AtomicUsize::new(0),
+                    gen: AtomicU64::new(u64::MAX),
+                })
+                .collect(),
+            failure: Mutex::new(None),
         }
     }
 
@@ -161,6 +211,11 @@ impl Group {
         }
         if let Some(c) = &self.cross {
             return cross_allreduce(c, self.policy, me, buf, kind, op);
+        }
+        if buf.len() >= SPLIT_FROM {
+            if let Some(op) = op {
+                return self.allreduce_split(me, buf, kind, op);
+            }
         }
         let gen = self.generation.load(Ordering::Acquire);
         {
@@ -203,6 +258,144 @@ impl Group {
         }
     }
 
+    /// Allreduce of a large buffer: every rank offers its buffer, then rank `b` combines
+    /// block `b` of all buffers in rank order and writes the result into block `b` of
+    /// every buffer. Each block is read and written by one rank only, so the buffers are
+    /// read once and written once in all (the combining path copies each in, combines
+    /// them on one core, and copies the result out to each), and every core works.
+    fn allreduce_split(&self, me: usize, buf: &mut [u8], kind: ElemKind, op: &Op) -> Result<()> {
+        let gen = self.generation.load(Ordering::Acquire);
+        let mine = &self.shared[me];
+        mine.ptr.store(buf.as_mut_ptr(), Ordering::Relaxed);
+        mine.len.store(buf.len(), Ordering::Relaxed);
+        mine.gen.store(gen, Ordering::Release);
+        // From here until the second meeting ends, other ranks write into `buf`: it is
+        // only touched through the pointers offered.
+        self.meet(me, gen, true, || {
+            let differ = self.offers_differ(gen).err();
+            if let Some(why) = &differ {
+                // Ranks that took the combining path read the result.
+                *self.result.write().unwrap_or_else(|e| e.into_inner()) = Err(why.clone());
+            }
+            *lock(&self.failure) = differ;
+        })?;
+        if let Err(why) = self.offers_differ(gen) {
+            return Err(CollError::UserOp {
+                rank: me,
+                reason: why,
+            });
+        }
+        let len = buf.len();
+        let work = catch_unwind(AssertUnwindSafe(|| {
+            // SAFETY: every rank offered a live buffer of `len` bytes for this generation
+            // (checked just above) and touches it only through these pointers until the
+            // second meeting; block `me` of each is read and written by this rank alone.
+            unsafe { self.combine_block(me, len, kind, op) }
+        }))
+        .unwrap_or_else(|_| Err("the operator panicked".to_string()));
+        if let Err(why) = work {
+            lock(&self.failure).get_or_insert(why);
+        }
+        // No deadline here: every rank is past the first meeting and has only its own
+        // block left to combine, and leaving early would let them write into a buffer
+        // this rank has given back.
+        self.meet(me, gen + 1, false, || {})?;
+        match &*lock(&self.failure) {
+            None => Ok(()),
+            Some(reason) => Err(CollError::UserOp {
+                rank: me,
+                reason: reason.clone(),
+            }),
+        }
+    }
+
+    /// Whether every rank offered a buffer of one length for round `gen`.
+    fn offers_differ(&self, gen: u64) -> std::result::Result<(), String> {
+        let len0 = self.shared[0].len.load(Ordering::Relaxed);
+        for (r, s) in self.shared.iter().enumerate() {
+            if s.gen.load(Ordering::Acquire) != gen {
+                return Err(format!(
+                    "rank {r} offered no buffer this round (allreduce called with different lengths?)"
+                ));
+            }
+            let l = s.len.load(Ordering::Relaxed);
+            if l != len0 {
+                return Err(format!("rank {r} contributed {l} bytes, rank 0 {len0}"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Combines block `me` of every offered buffer, in rank order, into each of them.
+    ///
+    /// # Safety
+    /// Every rank's offer must point to a live `len`-byte buffer nobody else touches
+    /// except through offers, and no other rank may access block `me` meanwhile.
+    unsafe fn combine_block(
+        &self,
+        me: usize,
+        len: usize,
+        kind: ElemKind,
+        op: &Op,
+    ) -> std::result::Result<(), String> {
+        let block = split_block(len, self.n, me);
+        let ptrs: Vec<*mut u8> = self
+            .shared
+            .iter()
+            .map(|s| s.ptr.load(Ordering::Relaxed))
+            .collect();
+        let mut words = vec![0u64; CHUNK / 8];
+        let mut at = block.start;
+        while at < block.end {
+            let n = CHUNK.min(block.end - at);
+            let acc = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..n];
+            acc.copy_from_slice(std::slice::from_raw_parts(ptrs[0].add(at), n));
+            for &p in &ptrs[1..] {
+                op.apply(kind, acc, std::slice::from_raw_parts(p.add(at), n), false)
+                    .map_err(|e| e.to_string())?;
+            }
+            for &p in &ptrs {
+                std::ptr::copy_nonoverlapping(acc.as_ptr(), p.add(at), n);
+            }
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// A barrier for round `gen`: the last to arrive runs `at_last` and wakes the others.
+    /// With `deadline`, a rank whose wait times out withdraws its arrival (under the lock
+    /// the last arrival takes, so the round never completes counting a rank that left).
+    fn meet(&self, me: usize, gen: u64, deadline: bool, at_last: impl FnOnce()) -> Result<()> {
+        {
+            let p = lock(&self.park);
+            if self.arrived.fetch_add(1, Ordering::AcqRel) + 1 == self.n {
+                self.arrived.store(0, Ordering::Release);
+                at_last();
+                self.generation.store(gen + 1, Ordering::Release);
+                if *p > 0 {
+                    self.cv.notify_all();
+                }
+                return Ok(());
+            }
+        }
+        let policy = WaitPolicy {
+            timeout: self.policy.timeout.filter(|_| deadline),
+            ..self.policy
+        };
+        match self.wait_with(me, gen, policy) {
+            Err(e) => {
+                let _p = lock(&self.park);
+                if self.generation.load(Ordering::Acquire) != gen {
+                    return Ok(());
+                }
+                self.arrived.fetch_sub(1, Ordering::AcqRel);
+                self.shared[me].gen.store(u64::MAX, Ordering::Release);
+                Err(e)
+            }
+            ok => ok,
+        }
+    }
+
     fn combine(&self, kind: ElemKind, op: Option<&Op>) -> std::result::Result<Vec<u8>, String> {
         let mut acc = lock(&self.slots[0]).clone();
         let Some(op) = op else {
@@ -228,14 +421,18 @@ impl Group {
     }
 
     fn wait(&self, me: usize, gen: u64) -> Result<()> {
+        self.wait_with(me, gen, self.policy)
+    }
+
+    fn wait_with(&self, me: usize, gen: u64, policy: WaitPolicy) -> Result<()> {
         let done = || self.generation.load(Ordering::Acquire) != gen;
-        for _ in 0..self.policy.spins {
+        for _ in 0..policy.spins {
             if done() {
                 return Ok(());
             }
             std::hint::spin_loop();
         }
-        for _ in 0..self.policy.yields {
+        for _ in 0..policy.yields {
             if done() {
                 return Ok(());
             }
@@ -245,7 +442,7 @@ impl Group {
         let mut parked = lock(&self.park);
         while !done() {
             *parked += 1;
-            parked = match self.policy.timeout {
+            parked = match policy.timeout {
                 Some(limit) => {
                     let left = limit.saturating_sub(started.elapsed());
                     if left.is_zero() {
@@ -281,49 +478,142 @@ fn cross_allreduce(
     kind: ElemKind,
     op: Option<&Op>,
 ) -> Result<()> {
+    if buf.len() >= SPLIT_FROM {
+        if let Some(op) = op {
+            return cross_allreduce_split(c, policy, me, buf, kind, op);
+        }
+    }
     let area = &c.area;
-    let broken = |why: String| CollError::Job {
-        reason: format!("the job's collective area: {why}"),
-    };
     let gen = area.generation();
-    area.deposit(me, buf).map_err(|e| broken(e.to_string()))?;
+    area.deposit(me, buf)
+        .map_err(|e| area_broken(e.to_string()))?;
     if area.arrive() {
         match cross_combine(area, buf.len(), kind, op) {
             Ok(v) => area.publish(gen, Ok(&v)),
             Err(why) => area.publish(gen, Err(&why)),
         }
     } else {
-        let started = Instant::now();
-        loop {
-            let slice = if (c.progress)() {
-                CROSS_SLICE_BACKLOG
-            } else {
-                CROSS_SLICE
-            };
-            if area.wait(gen, policy.yields, slice) {
-                break;
-            }
-            if let Some(reason) = (c.failure)() {
-                return Err(CollError::Job { reason });
-            }
-            // Like a receive: a binding's check (Python's signals) may end the wait.
-            if vargr_net::mesh::interrupted() {
-                return Err(CollError::Interrupted { rank: me });
-            }
-            if let Some(limit) = policy.timeout.filter(|l| started.elapsed() >= *l) {
-                return Err(CollError::Timeout {
-                    rank: me,
-                    src: None,
-                    tag: 0,
-                    waited_ms: limit.as_millis() as u64,
-                });
-            }
-        }
+        cross_wait(c, policy, me, gen)?;
     }
-    match area.result(buf).map_err(|e| broken(e.to_string()))? {
+    match area.result(buf).map_err(|e| area_broken(e.to_string()))? {
         vargr_shm::Outcome::Done => Ok(()),
         vargr_shm::Outcome::Failed(reason) => Err(CollError::UserOp { rank: me, reason }),
     }
+}
+
+fn area_broken(why: String) -> CollError {
+    CollError::Job {
+        reason: format!("the job's collective area: {why}"),
+    }
+}
+
+/// Waits in the collective area for round `gen` to end, checking the job and the
+/// policy's deadline every [`CROSS_SLICE`].
+fn cross_wait(c: &CrossProcess, policy: WaitPolicy, me: usize, gen: u32) -> Result<()> {
+    let started = Instant::now();
+    loop {
+        let slice = if (c.progress)() {
+            CROSS_SLICE_BACKLOG
+        } else {
+            CROSS_SLICE
+        };
+        if c.area.wait(gen, policy.yields, slice) {
+            return Ok(());
+        }
+        if let Some(reason) = (c.failure)() {
+            return Err(CollError::Job { reason });
+        }
+        // Like a receive: a binding's check (Python's signals) may end the wait.
+        if vargr_net::mesh::interrupted() {
+            return Err(CollError::Interrupted { rank: me });
+        }
+        if let Some(limit) = policy.timeout.filter(|l| started.elapsed() >= *l) {
+            return Err(CollError::Timeout {
+                rank: me,
+                src: None,
+                tag: 0,
+                waited_ms: limit.as_millis() as u64,
+            });
+        }
+    }
+}
+
+/// [`Group::allreduce_split`] for processes, a slot's worth at a time: deposit, meet,
+/// combine this rank's block of every slot into the result area, meet again, copy the
+/// result out. The buffers cross shared memory three times (in, combined, out) instead
+/// of the combining path's N+2 times on one core.
+fn cross_allreduce_split(
+    c: &CrossProcess,
+    policy: WaitPolicy,
+    me: usize,
+    buf: &mut [u8],
+    kind: ElemKind,
+    op: &Op,
+) -> Result<()> {
+    let area = &c.area;
+    let piece =
+        (SPLIT_WORKING_SET / area.ranks()).clamp(SPLIT_PIECE_MIN, area.slot_bytes()) / 64 * 64;
+    for part in buf.chunks_mut(piece) {
+        let gen = area.generation();
+        area.deposit(me, part)
+            .map_err(|e| area_broken(e.to_string()))?;
+        if area.arrive() {
+            area.clear_failure();
+            match area.common_length() {
+                Ok(_) => area.release(gen),
+                // Ranks that took the combining path read the result.
+                Err(why) => area.publish(gen, Err(&why)),
+            }
+        } else {
+            cross_wait(c, policy, me, gen)?;
+        }
+        // Every rank sees the same lengths, so all leave here or none does.
+        area.common_length()
+            .map_err(|reason| CollError::UserOp { rank: me, reason })?;
+        if let Err(why) = cross_combine_block(area, me, part.len(), kind, op) {
+            area.fail(&why);
+        }
+        let gen = gen.wrapping_add(1);
+        if area.arrive() {
+            area.release(gen);
+        } else {
+            cross_wait(c, policy, me, gen)?;
+        }
+        if let Some(reason) = area.failure() {
+            return Err(CollError::UserOp { rank: me, reason });
+        }
+        area.read_result_part(part)
+            .map_err(|e| area_broken(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Combines block `me` of every rank's deposit, in rank order, into the result area.
+fn cross_combine_block(
+    area: &vargr_shm::Area,
+    me: usize,
+    len: usize,
+    kind: ElemKind,
+    op: &Op,
+) -> std::result::Result<(), String> {
+    let block = split_block(len, area.ranks(), me);
+    let mut acc_words = vec![0u64; CHUNK / 8];
+    let mut operand = vec![0u8; CHUNK];
+    let mut at = block.start;
+    while at < block.end {
+        let n = CHUNK.min(block.end - at);
+        let acc = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut acc_words)[..n];
+        area.read_slot_part(0, at, acc).map_err(|e| e.to_string())?;
+        for r in 1..area.ranks() {
+            area.read_slot_part(r, at, &mut operand[..n])
+                .map_err(|e| e.to_string())?;
+            op.apply(kind, acc, &operand[..n], false)
+                .map_err(|e| e.to_string())?;
+        }
+        area.write_result_part(at, acc).map_err(|e| e.to_string())?;
+        at += n;
+    }
+    Ok(())
 }
 
 /// Combines every rank's deposit in rank order (`((x0 ∘ x1) ∘ x2) ∘ …`).

@@ -374,6 +374,58 @@ fn noncommutative_user_op_keeps_rank_order() {
 }
 
 #[test]
+fn shm_allreduce_of_large_buffers_splits_the_work_and_keeps_rank_order() {
+    for p in [2, 3, 5, 16] {
+        run_ranks(p, None, move |comm| {
+            let me = comm.rank();
+            // 64 KiB (the split threshold), one element more, a few lines more, and
+            // more than 64 KiB per rank.
+            for (case, n) in [(3000, 8192), (3001, 8193), (3002, 8200), (3003, 140_001)] {
+                let mut x = input::<i64>(case, me, n);
+                comm.allreduce_with(&mut x, &Op::Sum, alg("shm")).unwrap();
+                assert_eq!(x, reference::<i64>(&Op::Sum, case, p, n), "p={p} n={n}");
+                let mut y = input::<f32>(case, me, 2 * n);
+                comm.allreduce_with(&mut y, &Op::Max, alg("shm")).unwrap();
+                assert_eq!(y, reference::<f32>(&Op::Max, case, p, 2 * n), "p={p} n={n}");
+            }
+            // A non-commutative operator on 2x2 matrices, 80 KiB of them.
+            let mats = 80 * 1024 / 32;
+            let mat = |r: usize| -> Vec<u64> {
+                (0..4 * mats)
+                    .map(|i| mix((r * 4 * mats + i) as u64) % 5)
+                    .collect()
+            };
+            let mut want = mat(0);
+            for r in 1..p {
+                let m = mat(r);
+                for k in 0..mats {
+                    let prod = matmul(&want[4 * k..4 * k + 4], &m[4 * k..4 * k + 4]);
+                    want[4 * k..4 * k + 4].copy_from_slice(&prod);
+                }
+            }
+            let mut x = mat(me);
+            comm.allreduce_with(&mut x, &matmul_op(), alg("shm"))
+                .unwrap();
+            assert_eq!(x, want, "p={p}");
+
+            // Lengths that differ, among large buffers and across the threshold: every
+            // rank gets an error, none waits for ever, and the next call works.
+            for small in [8200, 100] {
+                let n = if me == 0 { small } else { 8192 };
+                let mut z = vec![1i64; n];
+                let err = comm
+                    .allreduce_with(&mut z, &Op::Sum, alg("shm"))
+                    .unwrap_err();
+                assert!(matches!(err, CollError::UserOp { .. }), "{err}");
+            }
+            let mut x = input::<i64>(3004, me, 9000);
+            comm.allreduce_with(&mut x, &Op::Sum, alg("shm")).unwrap();
+            assert_eq!(x, reference::<i64>(&Op::Sum, 3004, p, 9000));
+        });
+    }
+}
+
+#[test]
 fn power_of_two_butterflies_agree_bitwise_on_arbitrary_floats() {
     for p in [2, 4, 8, 16] {
         run_ranks(p, None, move |comm| {
@@ -502,16 +554,18 @@ fn bad_input_gives_typed_errors() {
 #[test]
 fn selection_is_reported_and_follows_the_table() {
     run_ranks(4, Some(layout(4, 3)), |comm| {
-        // Threads of one process: the shared-memory rendezvous wins for small messages.
+        // Threads of one process: the shared-memory rendezvous wins for small messages,
+        // and its split form for large ones; in between, the next rules (here MagPIe
+        // across the layout's three sites).
         assert_eq!(comm.algorithm_for(CollKind::Allreduce, 8), Algorithm::Shm);
         assert_eq!(comm.algorithm_for(CollKind::Barrier, 0), Algorithm::Shm);
         assert_eq!(
             comm.algorithm_for(CollKind::Allreduce, 1 << 20),
-            Algorithm::ReduceBcast
+            Algorithm::Shm
         );
         assert_eq!(
-            comm.algorithm_for(CollKind::Allreduce, 1 << 17),
-            Algorithm::Rabenseifner
+            comm.algorithm_for(CollKind::Allreduce, 1 << 15),
+            Algorithm::Hierarchical(vargr_coll::Across::Magpie)
         );
         assert_eq!(comm.algorithm_for(CollKind::Bcast, 8), Algorithm::Binomial);
     });

@@ -47,10 +47,10 @@ const YIELDS: u32 = 32;
 const MAX_SKIPS: u32 = 16;
 
 /// Largest job whose ranks get a collective area, and the buffers it takes: an area
-/// holds a slot per rank (untouched slots cost nothing), and the `shm` algorithm is
-/// chosen for buffers up to 256 KiB.
+/// holds a slot per rank (untouched slots cost nothing); larger buffers cross it a slot's
+/// worth at a time.
 const AREA_MAX_RANKS: u32 = 1024;
-const AREA_SLOT: usize = 256 << 10;
+const AREA_SLOT: usize = 1 << 20;
 
 /// The job's collective area, as this process knows it.
 enum AreaState {

@@ -8,6 +8,11 @@
 //! arrival counter, and a generation word that waiters block on with a futex (after a
 //! few yields), so waiting never spins.
 //!
+//! Large buffers are combined by all ranks at once instead ("split" rounds): after every
+//! rank has deposited, rank `b` combines block `b` of all slots into the result area,
+//! and a second meeting tells everyone the result is whole. Any rank may mark such a
+//! round failed, with a reason.
+//!
 //! The combining itself (element types, operators) belongs to the caller; this holds the
 //! bytes and the synchronisation. Slots are written by peers, so every length read from
 //! the area is checked against the slot size.
@@ -16,7 +21,9 @@
 //! 0     magic, ranks, slot bytes, owner pid
 //! 64    arrived (u32)          128  generation (u32, the futex word)
 //! 192   waiters (u32)          256  result length (u64), status (u32: 0 ok, 1 failed)
-//! 320   slot lengths (u64 each), rounded up to 64 bytes
+//! 268   failure flag (u32), failure length (u32)
+//! 320   why a split round failed (256 bytes)
+//! 576   slot lengths (u64 each), rounded up to 64 bytes
 //! …     result, then one slot per rank (slot bytes each)
 //! ```
 
@@ -30,7 +37,11 @@ use rustix::thread::futex;
 use crate::error::ShmError;
 
 const MAGIC: u64 = u64::from_le_bytes(*b"VARGRCOL");
-const LENS: usize = 320;
+const FAILED: usize = 268;
+const FAILED_LEN: usize = 272;
+const WHY: usize = 320;
+const WHY_BYTES: usize = 256;
+const LENS: usize = WHY + WHY_BYTES;
 
 /// The meeting place of `ranks` ranks for buffers of up to `slot` bytes.
 pub struct Area {
@@ -187,16 +198,115 @@ impl Area {
         self.word32(64).fetch_add(1, Ordering::AcqRel) as usize + 1 == self.ranks
     }
 
-    /// Copies rank `r`'s deposit into `dst` (resized to it).
-    pub fn read_slot(&self, r: usize, dst: &mut Vec<u8>) -> Result<(), ShmError> {
+    /// The length of rank `r`'s deposit, checked against the slot.
+    fn deposited(&self, r: usize) -> Result<usize, ShmError> {
+        if r >= self.ranks {
+            return Err(ShmError::Layout(format!("rank {r} of {}", self.ranks)));
+        }
         let n = self.word64(LENS + 8 * r).load(Ordering::Acquire);
-        let n = usize::try_from(n)
+        usize::try_from(n)
             .ok()
             .filter(|&n| n <= self.slot)
             .ok_or_else(|| ShmError::Corrupt {
                 slot: r,
                 why: format!("rank {r} deposited {n} bytes in a {}-byte slot", self.slot),
-            })?;
+            })
+    }
+
+    /// The length every rank deposited this round, or which rank deposited another.
+    pub fn common_length(&self) -> Result<usize, String> {
+        let first = self.deposited(0).map_err(|e| e.to_string())?;
+        for r in 1..self.ranks {
+            let n = self.deposited(r).map_err(|e| e.to_string())?;
+            if n != first {
+                return Err(format!("rank {r} contributed {n} bytes, rank 0 {first}"));
+            }
+        }
+        Ok(first)
+    }
+
+    /// Copies bytes `at..at + dst.len()` of rank `r`'s deposit into `dst`.
+    pub fn read_slot_part(&self, r: usize, at: usize, dst: &mut [u8]) -> Result<(), ShmError> {
+        let n = self.deposited(r)?;
+        if at.checked_add(dst.len()).is_none_or(|end| end > n) {
+            return Err(ShmError::Corrupt {
+                slot: r,
+                why: format!("bytes {at}+{} of a {n}-byte deposit", dst.len()),
+            });
+        }
+        // SAFETY: inside rank r's deposit (checked), which lies inside its slot.
+        unsafe {
+            std::ptr::copy_nonoverlapping(self.data(1 + r).add(at), dst.as_mut_ptr(), dst.len())
+        };
+        Ok(())
+    }
+
+    /// Writes `src` at `at` in the result area (each rank its own block in a split round).
+    pub fn write_result_part(&self, at: usize, src: &[u8]) -> Result<(), ShmError> {
+        if at.checked_add(src.len()).is_none_or(|end| end > self.slot) {
+            return Err(ShmError::Layout(format!(
+                "bytes {at}+{} of a {}-byte result area",
+                src.len(),
+                self.slot
+            )));
+        }
+        // SAFETY: inside the result area (checked).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.data(0).add(at), src.len()) };
+        Ok(())
+    }
+
+    /// Copies the first `dst.len()` bytes of the result area of a split round.
+    pub fn read_result_part(&self, dst: &mut [u8]) -> Result<(), ShmError> {
+        if dst.len() > self.slot {
+            return Err(ShmError::Layout(format!(
+                "{} bytes from a {}-byte result area",
+                dst.len(),
+                self.slot
+            )));
+        }
+        // SAFETY: inside the result area (checked).
+        unsafe { std::ptr::copy_nonoverlapping(self.data(0), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    /// Marks the split round failed; the first reason given is kept.
+    pub fn fail(&self, why: &str) {
+        if self
+            .word32(FAILED)
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let mut n = why.len().min(WHY_BYTES);
+            while !why.is_char_boundary(n) {
+                n -= 1;
+            }
+            // SAFETY: the reason's bytes, only written by the rank that set the flag.
+            unsafe { std::ptr::copy_nonoverlapping(why.as_ptr(), self.ptr.as_ptr().add(WHY), n) };
+            self.word32(FAILED_LEN).store(n as u32, Ordering::Release);
+        }
+    }
+
+    /// Why the split round failed, once every rank has met after combining.
+    pub fn failure(&self) -> Option<String> {
+        if self.word32(FAILED).load(Ordering::Acquire) == 0 {
+            return None;
+        }
+        let n = (self.word32(FAILED_LEN).load(Ordering::Acquire) as usize).min(WHY_BYTES);
+        let mut why = vec![0u8; n];
+        // SAFETY: n bytes of the reason (bounded above).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.as_ptr().add(WHY), why.as_mut_ptr(), n) };
+        Some(String::from_utf8_lossy(&why).into_owned())
+    }
+
+    /// Starts a split round with no failure; the last rank to arrive calls it.
+    pub fn clear_failure(&self) {
+        self.word32(FAILED_LEN).store(0, Ordering::Relaxed);
+        self.word32(FAILED).store(0, Ordering::Release);
+    }
+
+    /// Copies rank `r`'s deposit into `dst` (resized to it).
+    pub fn read_slot(&self, r: usize, dst: &mut Vec<u8>) -> Result<(), ShmError> {
+        let n = self.deposited(r)?;
         dst.clear();
         dst.reserve(n);
         // SAFETY: n bytes of rank r's slot (checked above) into spare capacity, then
@@ -222,6 +332,22 @@ impl Area {
         self.word64(256).store(n as u64, Ordering::Relaxed);
         self.word32(264).store(status, Ordering::Relaxed);
         self.word32(64).store(0, Ordering::Relaxed);
+        self.word32(128)
+            .store(gen.wrapping_add(1), Ordering::SeqCst);
+        if self.word32(192).load(Ordering::SeqCst) > 0 {
+            // The count is an int to the kernel: u32::MAX would read as -1 and wake one.
+            let _ = futex::wake(self.word32(128), futex::Flags::empty(), i32::MAX as u32);
+        }
+    }
+
+    /// The last rank to arrive ends round `gen` without a result (a meeting of a split
+    /// round) and wakes the others.
+    pub fn release(&self, gen: u32) {
+        self.word32(64).store(0, Ordering::Relaxed);
+        self.end_round(gen);
+    }
+
+    fn end_round(&self, gen: u32) {
         self.word32(128)
             .store(gen.wrapping_add(1), Ordering::SeqCst);
         if self.word32(192).load(Ordering::SeqCst) > 0 {
