@@ -394,8 +394,27 @@ fn ranks_meet_in_an_area_and_all_wake() {
     }
     assert!(area.deposit(0, &[0u8; 65]).is_err());
     assert!(area.deposit(n, &[0u8; 8]).is_err());
-    // A peer's length beyond the slot is refused when read.
-    let lens = 320 + 8 * 2;
+    // Parts of a deposit and of the result area are bounded by what was deposited and
+    // by the slot.
+    area.deposit(1, &[7u8; 40]).unwrap();
+    let mut part = [0u8; 16];
+    area.read_slot_part(1, 24, &mut part).unwrap();
+    assert_eq!(part, [7u8; 16]);
+    assert!(area.read_slot_part(1, 32, &mut part).is_err());
+    assert!(area.read_slot_part(n, 0, &mut part).is_err());
+    assert!(area.write_result_part(56, &part).is_err());
+    assert!(area.write_result_part(usize::MAX, &part).is_err());
+    area.write_result_part(48, &part).unwrap();
+    // A split round keeps the first reason it failed for, until it is cleared.
+    assert_eq!(area.failure(), None);
+    area.fail("rank 1: operator refused");
+    area.fail("rank 2: another reason");
+    assert_eq!(area.failure().as_deref(), Some("rank 1: operator refused"));
+    area.clear_failure();
+    assert_eq!(area.failure(), None);
+    // A peer's length beyond the slot is refused when read (the lengths start at byte
+    // 576 of the area, see its layout).
+    let lens = 576 + 8 * 2;
     rustix::io::pwrite(area.fd(), &1000u64.to_le_bytes(), lens).unwrap();
     assert!(area.read_slot(2, &mut Vec::new()).is_err());
     let other = Area::open(
