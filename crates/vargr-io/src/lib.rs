@@ -10,7 +10,15 @@
 //! goes to), the plan, and the exchange; communicators and compression come from
 //! `vargr-coll` and its links.
 
+pub mod assign;
+mod error;
+mod file;
+mod plan;
 pub mod view;
 pub mod workload;
 
+pub use assign::Solver;
+pub use error::{IoError, Result};
+pub use file::{File, Hints, IoStats, Mode};
+pub use plan::{Aggregation, Count};
 pub use view::{Order, Run, View, ViewError};

@@ -19,6 +19,7 @@ use bytemuck::Pod;
 use bytes::Bytes;
 
 use super::{bytes_of, bytes_of_mut, Comm};
+use crate::elem::ElemKind;
 use crate::error::{CollError, Result};
 use crate::transport::{Match, Matched, Tag};
 
@@ -142,6 +143,25 @@ impl Comm {
     pub fn send_bytes(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
         let t = self.p2p_check("destination", dest, tag)?;
         self.transport.send(self.ranks[dest], t, data)
+    }
+
+    /// Sends an owned buffer of `kind` elements without copying it: a link that
+    /// compresses chooses its codec for that element type.
+    pub fn send_bytes_typed(
+        &self,
+        dest: usize,
+        tag: u64,
+        data: Bytes,
+        kind: ElemKind,
+    ) -> Result<()> {
+        let t = self.p2p_check("destination", dest, tag)?;
+        self.transport.send_typed(self.ranks[dest], t, data, kind)
+    }
+
+    /// Like [`Comm::send_bytes`], but a link that compresses sends `data` as it is.
+    pub fn send_bytes_uncompressed(&self, dest: usize, tag: u64, data: Bytes) -> Result<()> {
+        let t = self.p2p_check("destination", dest, tag)?;
+        self.transport.send_uncompressed(self.ranks[dest], t, data)
     }
 
     /// Like [`Comm::send_bytes`], as a request (complete at once: sends are eager).
