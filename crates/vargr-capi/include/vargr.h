@@ -63,6 +63,20 @@
 // `tag` of a receive or probe that takes a message with any tag.
 #define VARGR_ANY_TAG UINT64_MAX
 
+// Open flags, or-ed together (MPI's `MPI_MODE_*`).
+#define VARGR_MODE_READ 1
+
+#define VARGR_MODE_WRITE 2
+
+// Create the file if missing (rank 0 creates it, the others then open it).
+#define VARGR_MODE_CREATE 4
+
+// With `VARGR_MODE_CREATE`: fail if the file exists.
+#define VARGR_MODE_EXCLUSIVE 8
+
+// Empty the file on open.
+#define VARGR_MODE_TRUNCATE 16
+
 // What went wrong, as returned by every function of the C API (as an `int`).
 // `vargr_last_error()` gives the message.
 typedef enum {
@@ -204,6 +218,22 @@ typedef enum {
   VARGR_PRED_LESS_EQ = 4,
 } vargr_predicate;
 
+// How collective I/O chooses its aggregators.
+typedef enum {
+  // ROMIO's two-phase pattern: one aggregator per node, domain i to the i-th.
+  VARGR_AGG_TWO_PHASE = 0,
+  // LA-Two-Phase counting bytes held per node (Jonker-Volgenant assignment).
+  VARGR_AGG_LOCALITY_BYTES = 1,
+  // LA-Two-Phase counting contiguous blocks held per node.
+  VARGR_AGG_LOCALITY_BLOCKS = 2,
+} vargr_aggregation;
+
+// Array order of a subarray view.
+typedef enum {
+  VARGR_ORDER_C = 0,
+  VARGR_ORDER_FORTRAN = 1,
+} vargr_order;
+
 // A back-end's handle on the tree (opaque).
 typedef struct vargr_backend vargr_backend;
 
@@ -215,6 +245,9 @@ typedef struct vargr_communicator vargr_communicator;
 
 // A conditional allreduce set up on a communicator (opaque).
 typedef struct vargr_cond vargr_cond;
+
+// A file open on every rank of a communicator (opaque).
+typedef struct vargr_file vargr_file;
 
 // A running tree, from the front-end's side (opaque).
 typedef struct vargr_network vargr_network;
@@ -257,6 +290,37 @@ typedef struct {
   // The message's length in bytes.
   size_t bytes;
 } vargr_recv_status;
+
+// Settings of collective I/O; zero fields take the defaults.
+typedef struct {
+  // Aggregators (ROMIO's `cb_nodes`); 0: one per node.
+  uint32_t cb_nodes;
+  // Bytes an aggregator handles per round (`cb_buffer_size`); 0: 4 MiB.
+  uint64_t cb_buffer_size;
+  // A `vargr_aggregation`.
+  int aggregation;
+  // Nonzero: send redistributed data as elements of `datatype` so that links which
+  // compress (between sites) can (Dynamic-CoMPI); 0: send it as it is.
+  int compress;
+  // A `vargr_datatype`, or 0 for bytes.
+  int datatype;
+} vargr_file_hints;
+
+// A contiguous range of file bytes, for `vargr_file_set_view_runs`.
+typedef struct {
+  uint64_t offset;
+  uint64_t length;
+} vargr_run;
+
+// What the last collective operation moved, as this rank saw it.
+typedef struct {
+  uint64_t aggregators;
+  uint64_t rounds;
+  uint64_t bytes_between_nodes;
+  uint64_t bytes_within_node;
+  uint64_t bytes_kept;
+  uint64_t bytes_sieved;
+} vargr_io_stats;
 
 // A change of the tree, as passed to a `vargr_event_callback`. Fields that do not
 // apply to the kind are 0 (`host`: NULL).
@@ -608,6 +672,112 @@ int vargr_comm_iprobe(const vargr_comm *comm,
                       int datatype,
                       int *flag,
                       vargr_recv_status *status);
+
+// Opens `path` on every rank of `comm` (collective). `hints` may be NULL. If any rank
+// cannot open it, every rank gets an error naming that rank.
+//
+// # Safety
+// `comm` is live, `path` a NUL-terminated string, `out` writable.
+int vargr_file_open(const vargr_comm *comm,
+                    const char *path,
+                    int mode,
+                    const vargr_file_hints *hints,
+                    vargr_file **out);
+
+// Sets this rank's view to `count` file runs, in file order and not overlapping.
+//
+// # Safety
+// `file` is live; `runs` holds `count` runs (may be NULL when `count` is 0).
+int vargr_file_set_view_runs(const vargr_file *file, const vargr_run *runs, size_t count);
+
+// Sets this rank's view to `count` blocks of `block` bytes, `stride` bytes apart, from
+// byte `disp` (MPI's vector type).
+//
+// # Safety
+// `file` is live.
+int vargr_file_set_view_vector(const vargr_file *file,
+                               uint64_t disp,
+                               uint64_t count,
+                               uint64_t block,
+                               uint64_t stride);
+
+// Sets this rank's view to the block `starts .. starts + subsizes` of an `ndims`-
+// dimensional array of `sizes` elements of `elem_bytes` each, stored from byte `disp`
+// in `order` (a `vargr_order`; MPI's subarray type).
+//
+// # Safety
+// `file` is live; `sizes`, `subsizes` and `starts` hold `ndims` values each.
+int vargr_file_set_view_subarray(const vargr_file *file,
+                                 uint64_t disp,
+                                 size_t ndims,
+                                 const uint64_t *sizes,
+                                 const uint64_t *subsizes,
+                                 const uint64_t *starts,
+                                 int order,
+                                 uint64_t elem_bytes);
+
+// Writes every rank's `bytes` bytes through its view (collective); `bytes` must equal
+// the view's size on every rank.
+//
+// # Safety
+// `file` is live; `buf` holds `bytes` bytes.
+int vargr_file_write_all(const vargr_file *file, const void *buf, size_t bytes);
+
+// Reads every rank's view into its `bytes`-byte `buf` (collective).
+//
+// # Safety
+// `file` is live; `buf` is writable for `bytes` bytes.
+int vargr_file_read_all(const vargr_file *file, void *buf, size_t bytes);
+
+// Writes `bytes` bytes as data bytes `at ..` of this rank's view (independent).
+//
+// # Safety
+// `file` is live; `buf` holds `bytes` bytes.
+int vargr_file_write_at(const vargr_file *file, uint64_t at, const void *buf, size_t bytes);
+
+// Reads data bytes `at ..` of this rank's view into `buf` (independent); `*got` is the
+// number read, fewer than `bytes` at the end of the file.
+//
+// # Safety
+// `file` is live; `buf` is writable for `bytes` bytes; `got` writable.
+int vargr_file_read_at(const vargr_file *file, uint64_t at, void *buf, size_t bytes, size_t *got);
+
+// The file's size in bytes.
+//
+// # Safety
+// `file` is live; `out` writable.
+int vargr_file_size(const vargr_file *file, uint64_t *out);
+
+// Makes the file `len` bytes long (collective).
+//
+// # Safety
+// `file` is live.
+int vargr_file_set_size(const vargr_file *file, uint64_t len);
+
+// Reserves disk space for the first `len` bytes (collective).
+//
+// # Safety
+// `file` is live.
+int vargr_file_preallocate(const vargr_file *file, uint64_t len);
+
+// Flushes every rank's writes to the disk (collective).
+//
+// # Safety
+// `file` is live.
+int vargr_file_sync(const vargr_file *file);
+
+// What the last collective operation moved, as this rank saw it.
+//
+// # Safety
+// `file` is live; `out` writable.
+int vargr_file_stats(const vargr_file *file, vargr_io_stats *out);
+
+// Syncs and closes the file on every rank (collective) and frees the handle, also when
+// the sync fails (the status says so).
+//
+// # Safety
+// `file` is live or NULL and not used after this call.
+int vargr_file_close(vargr_file *file);
 
 // The message of the last failed vargr call on this thread (`""` if none failed yet).
 //

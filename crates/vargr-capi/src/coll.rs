@@ -217,6 +217,11 @@ pub unsafe extern "C" fn vargr_comm_size(comm: *const vargr_comm, size: *mut c_i
 }
 
 /// The communicator, if no other thread is running a call on it.
+/// The communicator behind a handle, for the other modules (files open on it).
+pub(crate) fn comm_of(c: &vargr_comm) -> Result<MutexGuard<'_, Comm>> {
+    lock(c)
+}
+
 fn lock(c: &vargr_comm) -> Result<MutexGuard<'_, Comm>> {
     match c.comm.try_lock() {
         Ok(g) => Ok(g),

@@ -27,6 +27,7 @@
 pub mod args;
 pub mod coll;
 pub mod events;
+pub mod io;
 pub mod ptr;
 pub mod status;
 pub mod tbon;

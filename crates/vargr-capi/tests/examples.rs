@@ -449,6 +449,29 @@ fn c_point_to_point_with_wildcards_requests_and_probes_under_vargr_run() {
 }
 
 #[test]
+fn c_collective_file_io_under_vargr_run_with_two_sites() {
+    let exe = compile(
+        "cc",
+        "-std=c99",
+        &["crates/vargr-capi/tests/c/io_test.c"],
+        &shared_libs(),
+        "io_test",
+    );
+    let tmp = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(&env().vargr);
+    cmd.args(["run", "-n", "4", "--sites", "2", "--"])
+        .arg(exe)
+        .arg(tmp.path().join("array.bin"))
+        .arg(tmp.path().join("missing/array.bin"));
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "vargr run -n 4 --sites 2 io_test");
+    let mut got: Vec<&str> = r.stdout.lines().collect();
+    got.sort();
+    let want: Vec<String> = (0..4).map(|rank| format!("rank {rank} io OK")).collect();
+    assert_eq!(got, want, "stderr:\n{}", r.stderr);
+}
+
+#[test]
 fn traces_monitors_and_top_name_c_ranks() {
     let exe = compile(
         "cc",
