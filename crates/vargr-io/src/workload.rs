@@ -380,7 +380,7 @@ pub fn host_layout(ranks: usize, hosts: usize) -> Result<Vec<usize>, WorkloadErr
     let mut out = Vec::with_capacity(ranks);
     for h in 0..hosts {
         let (_, n) = block(ranks as u64, hosts as u64, h as u64);
-        out.extend(std::iter::repeat(h).take(n as usize));
+        out.extend(std::iter::repeat_n(h, n as usize));
     }
     Ok(out)
 }
