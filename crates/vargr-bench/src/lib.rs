@@ -12,6 +12,7 @@ mod coll_rank;
 mod dedup;
 mod emu;
 mod ffi;
+mod io;
 mod job_check;
 mod link;
 mod procs;
@@ -154,6 +155,9 @@ enum Cmd {
     /// One rank of `vargr bench sor`.
     #[command(hide = true)]
     CollSorRank(wan::SorRankArgs),
+    /// One rank of collective I/O: writes and reads a workload's views with vargr-io.
+    #[command(hide = true)]
+    IoRank(io::IoRankArgs),
 }
 
 /// Runs one command of `vargr-bench`.
@@ -179,6 +183,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::CollSorRank(a) => wan::sor_rank(a),
         Cmd::TraceBenchRank(a) => trace::rank(a),
         Cmd::CodecBenchRank(a) => codec::rank(a),
+        Cmd::IoRank(a) => io::run_rank(a),
         Cmd::SlowRank {
             rank,
             iters,

@@ -1,0 +1,143 @@
+//! Collective I/O between real processes: files vargr-io writes under `vargr run` are
+//! byte-identical to the ones Open MPI's MPI-IO (ROMIO) writes through the same views,
+//! for every workload of the seed, with ROMIO's pattern and with LA-Two-Phase, on one
+//! node and on two emulated sites.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use vargr_io::workload::{self, Kind};
+
+fn build_io_check(dir: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/mpi/io_check.c");
+    let exe = dir.join("io_check");
+    let st = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("mpicc (scripts/test.sh installs Open MPI)");
+    assert!(st.success(), "mpicc failed on {}", src.display());
+    exe
+}
+
+fn results(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("RESULT "))
+        .map(|j| serde_json::from_str(j).unwrap())
+        .collect()
+}
+
+#[test]
+fn files_written_by_vargr_io_equal_romios_for_every_workload() {
+    let dir = tempfile::tempdir().unwrap();
+    let io_check = build_io_check(dir.path());
+    let ranks = 4;
+    let bytes = 1 << 20;
+    for kind in [Kind::Bips3d, Kind::Stem2, Kind::Ior] {
+        let name = kind.name();
+        let w = workload::sized(kind, ranks, bytes).unwrap();
+        let runs = dir.path().join(format!("{name}-runs"));
+        std::fs::create_dir(&runs).unwrap();
+        workload::write_runs_dir(&runs, &w).unwrap();
+        let reference = dir.path().join(format!("{name}.romio"));
+        let out = Command::new("mpirun")
+            .args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+            ])
+            .args(["--mca", "io", "romio321", "-n", &ranks.to_string()])
+            .arg(&io_check)
+            .args(["write"])
+            .arg(&runs)
+            .arg(&reference)
+            .env_remove("VARGR_JOB")
+            .output()
+            .expect("mpirun");
+        assert!(out.status.success(), "{out:?}");
+        let want = std::fs::read(&reference).unwrap();
+        assert_eq!(want.len() as u64, w.file_len);
+        for (method, extra) in [
+            ("two-phase", &[][..]),
+            ("la-two-phase", &["--sites", "2"][..]),
+            (
+                "la-two-phase+codec",
+                &["--sites", "2", "--codec", "adaptive"][..],
+            ),
+        ] {
+            let file = dir.path().join(format!("{name}.{method}"));
+            let file_text = file.display().to_string();
+            let n = ranks.to_string();
+            let mut args = vec!["run", "-n", &n];
+            args.extend_from_slice(extra);
+            args.extend_from_slice(&[
+                "--",
+                vargr_bench(),
+                "io-rank",
+                "--workload",
+                name,
+                "--bytes",
+                "1048576",
+                "--file",
+                &file_text,
+                "--method",
+                method,
+                "--cb-buffer",
+                "65536",
+            ]);
+            let r = run_cli(&args, Duration::from_secs(120));
+            assert!(r.status.success(), "{name} {method}: {r:?}");
+            let got = std::fs::read(&file).unwrap();
+            assert!(
+                got == want,
+                "{name} {method}: the file differs from ROMIO's"
+            );
+            let res = results(&r.stdout);
+            assert_eq!(res.len(), 2, "{name} {method}: {}", r.stdout);
+            assert_eq!(res[0]["op"], "write");
+            assert_eq!(res[1]["op"], "read");
+            // With two sites, two aggregators, one per node.
+            let aggs = res[0]["aggregators"].as_array().unwrap().len();
+            assert_eq!(
+                aggs,
+                if extra.is_empty() { 1 } else { 2 },
+                "{name} {method}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_cannot_open_the_file_fails_every_rank() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("missing").join("f");
+    let file_text = file.display().to_string();
+    let r = run_cli(
+        &[
+            "run",
+            "-n",
+            "3",
+            "--",
+            vargr_bench(),
+            "io-rank",
+            "--workload",
+            "ior",
+            "--bytes",
+            "65536",
+            "--file",
+            &file_text,
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(!r.status.success());
+    // Rank 0 names the directory; the others say rank 0 failed, and nobody hangs.
+    assert!(r.stderr.contains("opening"), "{}", r.stderr);
+    assert!(r.stderr.contains("rank 0 failed"), "{}", r.stderr);
+}
