@@ -20,5 +20,5 @@ pub mod workload;
 pub use assign::Solver;
 pub use error::{IoError, Result};
 pub use file::{File, Hints, IoStats, Mode};
-pub use plan::{Aggregation, Count};
+pub use plan::{Aggregation, Count, Plan};
 pub use view::{Order, Run, View, ViewError};

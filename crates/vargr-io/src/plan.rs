@@ -68,7 +68,7 @@ pub(crate) fn nodes(comm: &Comm, given: Option<&[usize]>) -> Result<Vec<usize>> 
 }
 
 /// Domains, aggregators and rounds of one collective operation (the same on every rank).
-pub(crate) struct Plan {
+pub struct Plan {
     start: u64,
     end: u64,
     domain_size: u64,
@@ -112,19 +112,80 @@ impl Plan {
     pub(crate) fn make(comm: &Comm, view: &View, node: &[usize], hints: &Hints) -> Result<Plan> {
         let p = comm.size();
         let me = comm.rank();
-        if hints.cb_buffer_size == 0 {
-            return Err(IoError::Refused {
-                rank: me,
-                what: "a collective buffer of 0 bytes".into(),
-            });
-        }
         let ext = view.extent().map_or([u64::MAX, 0], |e| [e.start, e.end]);
         let mut all = vec![0u64; 2 * p];
         comm.allgather(&ext, &mut all)?;
-        let start = all.chunks(2).map(|e| e[0]).min().unwrap_or(u64::MAX);
-        let end = all.chunks(2).map(|e| e[1]).max().unwrap_or(0);
-        let mut aggregators = default_aggregators(node, hints.cb_nodes);
-        let n = aggregators.len() as u64;
+        let extents: Vec<(u64, u64)> = all.chunks(2).map(|e| (e[0], e[1])).collect();
+        let mut plan = Plan::layout(&extents, node, hints)
+            .map_err(|what| IoError::Refused { rank: me, what })?;
+        if let (Aggregation::Locality { count, solver }, false) =
+            (hints.aggregation, plan.aggregators.is_empty())
+        {
+            let a = plan.aggregators.len();
+            let mine = plan.held(view, count);
+            let mut held = vec![0u64; p * a];
+            comm.allgather(&mine, &mut held)?;
+            plan.aggregators = by_locality(&held, node, &plan.aggregators, solver)
+                .map_err(|what| IoError::Refused { rank: me, what })?;
+        }
+        plan.mine = plan.aggregators.iter().position(|&a| a == me);
+        Ok(plan)
+    }
+
+    /// The plan every rank computes from all ranks' views, without communicating: what
+    /// the benchmark uses to count the bytes ROMIO's pattern moves between nodes.
+    pub fn offline(
+        views: &[View],
+        node: &[usize],
+        hints: &Hints,
+    ) -> std::result::Result<Plan, String> {
+        let extents: Vec<(u64, u64)> = views
+            .iter()
+            .map(|v| v.extent().map_or((u64::MAX, 0), |e| (e.start, e.end)))
+            .collect();
+        let mut plan = Plan::layout(&extents, node, hints)?;
+        if let (Aggregation::Locality { count, solver }, false) =
+            (hints.aggregation, plan.aggregators.is_empty())
+        {
+            let held: Vec<u64> = views.iter().flat_map(|v| plan.held(v, count)).collect();
+            plan.aggregators = by_locality(&held, node, &plan.aggregators, solver)?;
+        }
+        Ok(plan)
+    }
+
+    /// Data bytes of `views` that lie in a domain whose aggregator is on another node.
+    pub fn bytes_between_nodes(&self, views: &[View], node: &[usize]) -> u64 {
+        let mut n = 0;
+        for (r, v) in views.iter().enumerate() {
+            for (d, &agg) in self.aggregators.iter().enumerate() {
+                if node[agg] != node[r] {
+                    let (lo, hi) = self.domain(d);
+                    n += v.clip(lo, hi).map(|(run, _)| run.len).sum::<u64>();
+                }
+            }
+        }
+        n
+    }
+
+    /// Domains and ROMIO's aggregators from every rank's extent (`(u64::MAX, 0)` for a
+    /// rank without data).
+    fn layout(
+        extents: &[(u64, u64)],
+        node: &[usize],
+        hints: &Hints,
+    ) -> std::result::Result<Plan, String> {
+        if hints.cb_buffer_size == 0 {
+            return Err("a collective buffer of 0 bytes".into());
+        }
+        if node.len() != extents.len() {
+            return Err(format!(
+                "{} node labels for {} ranks",
+                node.len(),
+                extents.len()
+            ));
+        }
+        let start = extents.iter().map(|e| e.0).min().unwrap_or(u64::MAX);
+        let end = extents.iter().map(|e| e.1).max().unwrap_or(0);
         if start >= end {
             return Ok(Plan {
                 start: 0,
@@ -136,38 +197,22 @@ impl Plan {
                 buffer: hints.cb_buffer_size,
             });
         }
-        let domain_size = (end - start).div_ceil(n);
-        let mut plan = Plan {
+        let aggregators = default_aggregators(node, hints.cb_nodes);
+        let domain_size = (end - start).div_ceil(aggregators.len() as u64);
+        Ok(Plan {
             start,
             end,
             domain_size,
-            aggregators: Vec::new(),
+            aggregators,
             mine: None,
             rounds: domain_size.div_ceil(hints.cb_buffer_size),
             buffer: hints.cb_buffer_size,
-        };
-        if let Aggregation::Locality { count, solver } = hints.aggregation {
-            aggregators = plan.by_locality(comm, view, node, &aggregators, count, solver)?;
-        }
-        plan.mine = aggregators.iter().position(|&a| a == me);
-        plan.aggregators = aggregators;
-        Ok(plan)
+        })
     }
 
-    /// LA-Two-Phase's pattern: which of the default aggregators' nodes takes which domain,
-    /// and the rank of that node holding most of it.
-    fn by_locality(
-        &self,
-        comm: &Comm,
-        view: &View,
-        node: &[usize],
-        slots: &[usize],
-        count: Count,
-        solver: Solver,
-    ) -> Result<Vec<usize>> {
-        let p = comm.size();
-        let a = slots.len();
-        let mine: Vec<u64> = (0..a)
+    /// What `view` holds of each domain: bytes or contiguous blocks.
+    fn held(&self, view: &View, count: Count) -> Vec<u64> {
+        (0..self.aggregators.len())
             .map(|d| {
                 let (lo, hi) = self.domain(d);
                 let pieces = view.clip(lo, hi);
@@ -176,47 +221,11 @@ impl Plan {
                     Count::Blocks => pieces.count() as u64,
                 }
             })
-            .collect();
-        let mut held = vec![0u64; p * a];
-        comm.allgather(&mine, &mut held)?;
-        let held = |r: usize, d: usize| held[r * a + d];
-        let weights: Vec<Vec<u64>> = (0..a)
-            .map(|d| {
-                slots
-                    .iter()
-                    .map(|&s| {
-                        (0..p)
-                            .filter(|&r| node[r] == node[s])
-                            .map(|r| held(r, d))
-                            .sum()
-                    })
-                    .collect()
-            })
-            .collect();
-        let slot_of = maximise(&weights, solver).map_err(|why| IoError::Refused {
-            rank: comm.rank(),
-            what: format!("assigning file domains to aggregators: {why}"),
-        })?;
-        let mut taken = vec![false; p];
-        let mut out = vec![0usize; a];
-        // Domains in order of their slot, so that the result does not depend on the
-        // order ties are met in.
-        let mut order: Vec<usize> = (0..a).collect();
-        order.sort_by_key(|&d| slot_of[d]);
-        for d in order {
-            let s = slots[slot_of[d]];
-            let best = (0..p)
-                .filter(|&r| node[r] == node[s] && !taken[r])
-                .max_by_key(|&r| (held(r, d), std::cmp::Reverse(r)))
-                .unwrap_or(s);
-            taken[best] = true;
-            out[d] = best;
-        }
-        Ok(out)
+            .collect()
     }
 
     /// File range of domain `d`.
-    pub(crate) fn domain(&self, d: usize) -> (u64, u64) {
+    pub fn domain(&self, d: usize) -> (u64, u64) {
         let lo = self
             .start
             .saturating_add(self.domain_size.saturating_mul(d as u64))
@@ -231,7 +240,8 @@ impl Plan {
         (a, a.saturating_add(self.buffer).min(hi))
     }
 
-    pub(crate) fn aggregators(&self) -> &[usize] {
+    /// The rank that aggregates each domain.
+    pub fn aggregators(&self) -> &[usize] {
         &self.aggregators
     }
 
@@ -240,7 +250,7 @@ impl Plan {
         self.mine
     }
 
-    pub(crate) fn rounds(&self) -> u64 {
+    pub fn rounds(&self) -> u64 {
         self.rounds
     }
 
@@ -321,6 +331,51 @@ impl Plan {
         }
         Ok(Requests { mine, from })
     }
+}
+
+/// LA-Two-Phase's pattern: which of the default aggregators' nodes (`slots`) takes which
+/// domain, and the rank of that node holding most of it. `held[r * a + d]` is what rank
+/// r holds of domain d.
+fn by_locality(
+    held: &[u64],
+    node: &[usize],
+    slots: &[usize],
+    solver: Solver,
+) -> std::result::Result<Vec<usize>, String> {
+    let p = node.len();
+    let a = slots.len();
+    let held = |r: usize, d: usize| held[r * a + d];
+    let weights: Vec<Vec<u64>> = (0..a)
+        .map(|d| {
+            slots
+                .iter()
+                .map(|&s| {
+                    (0..p)
+                        .filter(|&r| node[r] == node[s])
+                        .map(|r| held(r, d))
+                        .sum()
+                })
+                .collect()
+        })
+        .collect();
+    let slot_of = maximise(&weights, solver)
+        .map_err(|why| format!("assigning file domains to aggregators: {why}"))?;
+    let mut taken = vec![false; p];
+    let mut out = vec![0usize; a];
+    // Domains in order of their slot, so that the result does not depend on the order
+    // ties are met in.
+    let mut order: Vec<usize> = (0..a).collect();
+    order.sort_by_key(|&d| slot_of[d]);
+    for d in order {
+        let s = slots[slot_of[d]];
+        let best = (0..p)
+            .filter(|&r| node[r] == node[s] && !taken[r])
+            .max_by_key(|&r| (held(r, d), std::cmp::Reverse(r)))
+            .unwrap_or(s);
+        taken[best] = true;
+        out[d] = best;
+    }
+    Ok(out)
 }
 
 /// The access requests of one operation: this rank's pieces per domain, and (on an

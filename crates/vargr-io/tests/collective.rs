@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vargr_coll::{Comm, Fabric, Hierarchy, Op, WaitPolicy, World};
-use vargr_io::{Aggregation, Count, File, Hints, IoError, Mode, Run, Solver, View};
+use vargr_io::{Aggregation, Count, File, Hints, IoError, Mode, Plan, Run, Solver, View};
 
 /// Runs `f` on `p` threads with ranks on the given nodes (one host per node).
 fn run_ranks(p: usize, node: Vec<u32>, f: impl Fn(Comm) + Send + Sync + 'static) {
@@ -210,13 +210,24 @@ fn locality_aware_aggregation_keeps_data_on_its_node() {
                 aggregation,
                 ..Hints::default()
             };
-            let mut f =
-                File::open(&comm, b2.join(format!("la{i}")), Mode::create(), hints).unwrap();
+            let mut f = File::open(
+                &comm,
+                b2.join(format!("la{i}")),
+                Mode::create(),
+                hints.clone(),
+            )
+            .unwrap();
             f.set_view(view.clone());
             f.write_all(&data_of(&view)).unwrap();
             let mut between = [f.stats().bytes_between_nodes];
             comm.allreduce(&mut between, &Op::Sum).unwrap();
             moved.push(between[0]);
+            // The plan computed from all views without communicating agrees.
+            let views: Vec<View> = (0..8).map(|r| dealt(elements, r, owner)).collect();
+            let nodes: Vec<usize> = (0..8).map(|r| r / 2).collect();
+            let plan = Plan::offline(&views, &nodes, &hints).unwrap();
+            assert_eq!(plan.aggregators(), &f.stats().aggregators[..]);
+            assert_eq!(plan.bytes_between_nodes(&views, &nodes), between[0]);
             if i == 1 {
                 // Domain q went to node (q + 1) % 4.
                 let aggs = &f.stats().aggregators;
