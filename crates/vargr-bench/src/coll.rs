@@ -492,7 +492,7 @@ fn run_one(
 
 /// Runs `cmd` in its own process group, returns its stdout; kills the whole group (the
 /// launcher and every rank) when it takes longer than `timeout`.
-fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<String> {
+pub(crate) fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<String> {
     use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())

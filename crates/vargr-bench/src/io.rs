@@ -10,12 +10,12 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
 use vargr_coll::{Comm, ElemKind, Op};
 use vargr_io::workload::{self, Kind};
-use vargr_io::{Aggregation, Count, File, Hints, Mode, Solver};
+use vargr_io::{Aggregation, Count, File, Hints, Mode, Plan, Solver};
 
 /// Arguments of one rank.
 #[derive(Debug, Clone, Args)]
@@ -163,4 +163,328 @@ pub fn run_rank(a: IoRankArgs) -> Result<()> {
     })?;
     job.finish();
     Ok(())
+}
+
+/// `vargr bench io`: the seed's workloads written and read collectively by vargr's
+/// methods on emulated hosts, and by Open MPI's MPI-IO (ROMIO and OMPIO) on the same
+/// machine.
+#[derive(Debug, Clone, Args)]
+pub struct BenchIoArgs {
+    /// Workloads: bips3d, stem2, ior.
+    #[arg(long, value_delimiter = ',', default_value = "bips3d,stem2,ior")]
+    pub workloads: Vec<String>,
+    /// File sizes in bytes (each workload rounds them).
+    #[arg(long, value_delimiter = ',', default_values_t = [1u64 << 20, 16 << 20])]
+    pub sizes: Vec<u64>,
+    #[arg(long, default_value_t = 8)]
+    pub ranks: usize,
+    /// Emulated hosts (vargr sites; ranks fill them in consecutive blocks).
+    #[arg(long, default_value_t = 4)]
+    pub hosts: usize,
+    /// Links between emulated hosts, as vargr run's --wan profiles take bandwidths.
+    #[arg(long, value_delimiter = ',', default_value = "100mbit,1gbit")]
+    pub links: Vec<String>,
+    /// Round-trip time between emulated hosts.
+    #[arg(long, default_value = "0.2ms")]
+    pub rtt: String,
+    /// Methods: two-phase, la-two-phase, la-two-phase+codec, romio, ompio.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "two-phase,la-two-phase,la-two-phase+codec,romio,ompio"
+    )]
+    pub methods: Vec<String>,
+    /// Timed repetitions of each write and read.
+    #[arg(long, default_value_t = 3)]
+    pub iters: u32,
+    /// Seconds one run may take.
+    #[arg(long, default_value_t = 300)]
+    pub timeout: u64,
+    /// Where the records go (default bench/results/io.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// One measured (workload, size, link, method, op).
+#[derive(Debug, Clone, Serialize)]
+pub struct IoRecord {
+    pub benchmark: String,
+    pub workload: String,
+    pub ranks: usize,
+    pub hosts: usize,
+    /// File size.
+    pub bytes: u64,
+    pub op: String,
+    pub method: String,
+    pub link: String,
+    pub bytes_between_hosts: u64,
+    /// "measured" (what vargr's ranks sent) or "computed" (from the views and the
+    /// aggregators ROMIO's default pattern picks: one per host, equal domains).
+    pub between_hosts_from: String,
+    pub median_s: f64,
+    pub p90_s: f64,
+    pub times_s: Vec<f64>,
+    /// The file equals the one ROMIO wrote (or, without MPI, the pattern).
+    pub identical: bool,
+    /// Where the ranks' messages went: the emulated link, or (Open MPI) the machine's
+    /// shared memory.
+    pub network: String,
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    sorted[((sorted.len() - 1) as f64 * q).round() as usize]
+}
+
+fn times(out: &str, op: &str, prefix: &str) -> Vec<(f64, u64)> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(prefix))
+        .filter_map(|j| serde_json::from_str::<serde_json::Value>(j).ok())
+        .filter(|v| v["op"] == op)
+        .map(|v| {
+            (
+                v["seconds"].as_f64().unwrap_or(f64::NAN),
+                v["bytes_between_nodes"].as_u64().unwrap_or(0),
+            )
+        })
+        .collect()
+}
+
+fn build_io_check(dir: &std::path::Path) -> Result<PathBuf> {
+    let src = [
+        PathBuf::from("bench/mpi/io_check.c"),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/mpi/io_check.c"),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .context("bench/mpi/io_check.c not found (run from the repository root)")?;
+    let exe = dir.join("io_check");
+    let out = std::process::Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .context("running mpicc (install Open MPI: openmpi-bin, libopenmpi-dev)")?;
+    if !out.status.success() {
+        bail!("mpicc failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(exe)
+}
+
+pub fn bench(a: BenchIoArgs, programs: &crate::Programs) -> Result<()> {
+    use std::process::Command;
+    use std::time::Duration;
+    let timeout = Duration::from_secs(a.timeout);
+    let dir = std::env::temp_dir().join(format!("vargr-bench-io-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let _cleanup = scopeguard(&dir);
+    let wants_mpi = a.methods.iter().any(|m| m == "romio" || m == "ompio");
+    let io_check = if wants_mpi {
+        Some(build_io_check(&dir)?)
+    } else {
+        None
+    };
+    let node = workload::host_layout(a.ranks, a.hosts)?;
+    let mut records = Vec::new();
+    let total = a.workloads.len() * a.sizes.len() * a.links.len() * a.methods.len();
+    let mut step = 0;
+    for wname in &a.workloads {
+        let kind = Kind::parse(wname).with_context(|| format!("workload {wname:?}"))?;
+        for &size in &a.sizes {
+            let w = workload::sized(kind, a.ranks, size)?;
+            let runs = dir.join(format!("{wname}-{size}"));
+            std::fs::create_dir_all(&runs)?;
+            workload::write_runs_dir(&runs, &w)?;
+            // The reference: ROMIO's file, or the pattern without MPI.
+            let reference = dir.join(format!("{wname}-{size}.ref"));
+            match &io_check {
+                Some(exe) => {
+                    let mut cmd = Command::new("mpirun");
+                    cmd.args([
+                        "--allow-run-as-root",
+                        "--oversubscribe",
+                        "--bind-to",
+                        "none",
+                    ])
+                    .args(["--mca", "io", "romio321", "-n", &a.ranks.to_string()])
+                    .arg(exe)
+                    .arg("write")
+                    .arg(&runs)
+                    .arg(&reference)
+                    .env_remove("VARGR_JOB");
+                    crate::coll::run_with_timeout(cmd, timeout)?;
+                }
+                None => {
+                    let mut file = vec![0u8; w.file_len as usize];
+                    for v in &w.views {
+                        let data = workload::fill_pattern(v.runs(), 8);
+                        let mut at = 0;
+                        for r in v.runs() {
+                            let n = r.len as usize;
+                            file[r.offset as usize..r.end() as usize]
+                                .copy_from_slice(&data[at..at + n]);
+                            at += n;
+                        }
+                    }
+                    std::fs::write(&reference, file)?;
+                }
+            }
+            let want = std::fs::read(&reference)?;
+            let romio_between = Plan::offline(&w.views, &node, &Hints::default())
+                .map_err(anyhow::Error::msg)?
+                .bytes_between_nodes(&w.views, &node);
+            for link in &a.links {
+                for method in &a.methods {
+                    step += 1;
+                    let file = dir.join(format!("{wname}-{size}-{method}"));
+                    let _ = std::fs::remove_file(&file);
+                    let mpi = method == "romio" || method == "ompio";
+                    if mpi && link != &a.links[0] {
+                        // Open MPI does not run over the emulated link: one run is enough.
+                        continue;
+                    }
+                    let n = a.ranks.to_string();
+                    let iters = a.iters.to_string();
+                    let out = if mpi {
+                        let component = if method == "romio" {
+                            "romio321"
+                        } else {
+                            "ompio"
+                        };
+                        let mut cmd = Command::new("mpirun");
+                        cmd.args([
+                            "--allow-run-as-root",
+                            "--oversubscribe",
+                            "--bind-to",
+                            "none",
+                        ])
+                        .args(["--mca", "io", component, "-n", &n])
+                        .arg(io_check.as_ref().context("the MPI program was not built")?)
+                        .arg("both")
+                        .arg(&runs)
+                        .arg(&file)
+                        .args(["--iters", &iters])
+                        .env_remove("VARGR_JOB");
+                        crate::coll::run_with_timeout(cmd, timeout)?
+                    } else {
+                        let codec = if method.ends_with("+codec") {
+                            "adaptive"
+                        } else {
+                            "off"
+                        };
+                        let hosts = a.hosts.to_string();
+                        let wan = format!("rtt={},bandwidth={link}", a.rtt);
+                        let mut cmd = Command::new(programs.vargr()?);
+                        cmd.args(["run", "-n", &n, "--sites", &hosts, "--wan", &wan])
+                            .args(["--codec", codec, "--"])
+                            .arg(programs.bench())
+                            .args(["io-rank", "--workload", wname])
+                            .args(["--bytes", &size.to_string(), "--method", method])
+                            .arg("--file")
+                            .arg(&file)
+                            .args(["--iters", &iters]);
+                        crate::coll::run_with_timeout(cmd, timeout)?
+                    };
+                    let identical = std::fs::read(&file).map(|f| f == want).unwrap_or(false);
+                    for op in ["write", "read"] {
+                        let found = if mpi {
+                            times(&out, op, "")
+                        } else {
+                            times(&out, op, "RESULT ")
+                        };
+                        ensure!(!found.is_empty(), "{method}: no {op} results in:\n{out}");
+                        let mut t: Vec<f64> = found.iter().map(|x| x.0).collect();
+                        let times_s = t.clone();
+                        t.sort_by(f64::total_cmp);
+                        let rec = IoRecord {
+                            benchmark: "io".into(),
+                            workload: wname.clone(),
+                            ranks: a.ranks,
+                            hosts: a.hosts,
+                            bytes: w.file_len,
+                            op: op.into(),
+                            method: method.clone(),
+                            link: if mpi { "-".into() } else { link.clone() },
+                            bytes_between_hosts: if mpi { romio_between } else { found[0].1 },
+                            between_hosts_from: if mpi { "computed" } else { "measured" }.into(),
+                            median_s: quantile(&t, 0.5),
+                            p90_s: quantile(&t, 0.9),
+                            times_s,
+                            identical,
+                            network: if mpi {
+                                "shared memory of one machine (not emulated)".into()
+                            } else {
+                                format!("emulated {link}, rtt {}", a.rtt)
+                            },
+                        };
+                        eprintln!(
+                            "[{step}/{total}] {wname} {} B {op} {method} {}: median {:.4} s, {} B between hosts{}",
+                            rec.bytes,
+                            rec.link,
+                            rec.median_s,
+                            rec.bytes_between_hosts,
+                            if identical { "" } else { ", FILE DIFFERS" }
+                        );
+                        records.push(rec);
+                    }
+                }
+            }
+        }
+    }
+    print_table(&records);
+    let path = a
+        .json
+        .unwrap_or_else(|| crate::results_dir().join("io.json"));
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&records)?)?;
+    eprintln!("wrote {} records to {}", records.len(), path.display());
+    ensure!(
+        records.iter().all(|r| r.identical),
+        "some files differ from the reference (see `identical` in the records)"
+    );
+    Ok(())
+}
+
+fn print_table(records: &[IoRecord]) {
+    println!(
+        "{:<8} {:>10} {:<6} {:<8} {:<20} {:>10} {:>10} {:>14} {:>9}",
+        "workload",
+        "bytes",
+        "op",
+        "link",
+        "method",
+        "median_s",
+        "p90_s",
+        "between_hosts",
+        "identical"
+    );
+    for r in records {
+        println!(
+            "{:<8} {:>10} {:<6} {:<8} {:<20} {:>10.4} {:>10.4} {:>14} {:>9}",
+            r.workload,
+            r.bytes,
+            r.op,
+            r.link,
+            r.method,
+            r.median_s,
+            r.p90_s,
+            r.bytes_between_hosts,
+            r.identical
+        );
+    }
+}
+
+/// Removes the scratch directory when the benchmark ends, however it ends.
+fn scopeguard(dir: &std::path::Path) -> impl Drop + '_ {
+    struct Remove<'a>(&'a std::path::Path);
+    impl Drop for Remove<'_> {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(self.0);
+        }
+    }
+    Remove(dir)
 }

@@ -80,6 +80,9 @@ enum Cmd {
     Emu(emu::EmuBenchArgs),
     /// Collective latency, vargr (processes, threads) against Open MPI (TCP, shared memory).
     Coll(coll::CollBenchArgs),
+    /// Collective I/O: the seed's workloads by two-phase, LA-Two-Phase (with and without
+    /// compression) on emulated hosts, against Open MPI's ROMIO and OMPIO.
+    Io(io::BenchIoArgs),
     /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce.
     Wan(wan::WanBenchArgs),
     /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
@@ -166,6 +169,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Tree(a) => tree::run(a, programs),
         Cmd::Emu(a) => emu::run(a),
         Cmd::Coll(a) => coll::run(a, programs),
+        Cmd::Io(a) => io::bench(a, programs),
         Cmd::Wan(a) => wan::run(a, programs),
         Cmd::Sor(a) => wan::sor_bench(a, programs),
         Cmd::Trace(a) => trace::run(a, programs),
