@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -44,9 +45,7 @@ def collective(comm: vargr.Comm, path: str, args: list[str]) -> None:
     r0, c0 = (comm.rank % 2) * (ROWS // 2), (comm.rank // 2) * (COLS // 2)
     a = whole()
     block = np.ascontiguousarray(a[r0 : r0 + ROWS // 2, c0 : c0 + COLS // 2])
-    view = vargr.View.subarray(
-        0, a.shape, block.shape, (r0, c0), elem_bytes=a.itemsize
-    )
+    view = vargr.View.subarray(0, a.shape, block.shape, (r0, c0), elem_bytes=a.itemsize)
     assert view.nbytes == block.nbytes, (view, block.nbytes)
     if how == "two-phase":
         f = vargr.File.open(comm, path, "w", cb_buffer_size=96)
@@ -104,13 +103,14 @@ def independent(comm: vargr.Comm, path: str) -> None:
         part = np.zeros(5, dtype=np.uint8)
         assert f.read_at(40, part) == 5
         assert part.tobytes() == data[40:45]
-        for bad, what in [
+        bad: list[tuple[Callable[[], object], str]] = [
             (lambda: f.write_at(-1, data), "offset"),
             (lambda: f.read_at(-8, back), "offset"),
             (lambda: f.set_size(-1), "n"),
-        ]:
+        ]
+        for call, what in bad:
             try:
-                bad()
+                call()
             except (OverflowError, ValueError) as e:
                 assert what in str(e), e
             else:
