@@ -3,12 +3,16 @@ collective I/O for real under `vargr run -n 4` (scripts/io_check.py)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import vargr
-from conftest import PYTHON, run, script, vargr_binary
+from conftest import PYTHON, clean_env, run, script, vargr_binary
 from vargr import _vargr
 
 
@@ -190,3 +194,33 @@ def test_a_missing_directory_raises_on_every_rank(tmp_path: Path) -> None:
         if " raised FileNotFoundError" in line
     )
     assert raised == [f"rank {n}" for n in range(4)], out
+
+
+def test_ctrl_c_interrupts_a_rank_blocked_in_write_all(tmp_path: Path) -> None:
+    marker = tmp_path / "rank1"
+    args = ["interrupt", str(tmp_path / "i.bin"), str(marker)]
+    p = subprocess.Popen(
+        [vargr_binary(), "run", "-n", "2", "--", PYTHON, script("io_check.py"), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        end = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < end:
+            time.sleep(0.05)
+        assert marker.exists(), "rank 1 never reached write_all"
+        time.sleep(0.3)  # now inside write_all
+        os.kill(int(marker.read_text()), signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert marker.read_text() == "interrupted"
+    assert sorted(line for line in out.splitlines() if line.endswith(" ok")) == [
+        "rank 0 ok",
+        "rank 1 ok",
+    ]

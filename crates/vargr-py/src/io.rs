@@ -11,7 +11,7 @@
 //! from the message, so that every rank of an SPMD program takes the same `except`.
 
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Mutex, TryLockError};
 
 use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -668,12 +668,15 @@ impl PyFile {
         r.unwrap_or(Ok(())).map_err(io_err)
     }
 
+    /// Without waiting for the lock (with the GIL held, waiting could deadlock with a
+    /// collective in another thread that checks for signals): a file in use is open.
     #[getter]
     fn closed(&self) -> bool {
-        self.file
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_none()
+        match self.file.try_lock() {
+            Ok(g) => g.is_none(),
+            Err(TryLockError::Poisoned(p)) => p.into_inner().is_none(),
+            Err(TryLockError::WouldBlock) => false,
+        }
     }
 
     #[getter]
@@ -704,7 +707,8 @@ impl PyFile {
         if exc_type.is_none() {
             self.close(py)?;
         } else {
-            drop(self.file.lock().unwrap_or_else(|p| p.into_inner()).take());
+            let f = py.detach(|| self.file.lock().unwrap_or_else(|p| p.into_inner()).take());
+            drop(f);
         }
         Ok(false)
     }

@@ -15,12 +15,16 @@ Cases:
   argument errors (negative offsets, non-contiguous and read-only buffers).
 * ``overlap PATH``: ranks 1 and 2 have overlapping views; every rank must raise.
 * ``missing PATH``: PATH's directory does not exist; every rank must raise.
+* ``interrupt PATH MARKER`` (2 ranks): rank 1 writes its pid to MARKER and blocks in
+  ``write_all``, which rank 0 never calls; Ctrl-C must end the wait with
+  KeyboardInterrupt, after which rank 1 writes "interrupted" to MARKER and tells rank 0.
 
 Each rank prints ``rank R ok`` at the end, or fails with an AssertionError.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -176,6 +180,26 @@ def missing(comm: vargr.Comm, path: str) -> None:
         raise AssertionError("a file in a missing directory was opened")
 
 
+def interrupt(comm: vargr.Comm, path: str, marker: str) -> None:
+    f = vargr.File.open(comm, path, "w")
+    if comm.rank == 1:
+        try:
+            with f:
+                f.set_view(vargr.View.contiguous(0, 8))
+                with open(marker + ".tmp", "w") as m:
+                    m.write(str(os.getpid()))
+                os.replace(marker + ".tmp", marker)
+                f.write_all(bytes(8))
+        except KeyboardInterrupt:
+            # Leaving the block by an exception released the file without a collective.
+            assert f.closed
+            with open(marker, "w") as m:
+                m.write("interrupted")
+            comm.send("done", dest=0, tag=6)
+    else:
+        assert comm.recv(source=1, tag=6) == "done"
+
+
 def main() -> None:
     case, path, *args = sys.argv[1:]
     comm = vargr.World()
@@ -187,6 +211,8 @@ def main() -> None:
         overlap(comm, path)
     elif case == "missing":
         missing(comm, path)
+    elif case == "interrupt":
+        interrupt(comm, path, args[0])
     else:
         raise SystemExit(f"unknown case {case}")
     print(f"rank {comm.rank} ok", flush=True)
