@@ -11,6 +11,11 @@ This package exposes it to the two kinds of Python users it has:
   ``mpirun`` or ``srun``, then ``comm.allreduce(x, op=vargr.SUM)``,
   ``comm.Allreduce(sendbuf, recvbuf)`` and the rest of mpi4py's names.
 
+Shared files: :meth:`File.open` on a communicator, a :class:`View` per rank, then
+``write_all``/``read_all`` (two-phase collective I/O, aggregators chosen by locality
+with ``aggregation="la-two-phase"``). They are top-level names like :class:`Comm`, whose
+companion they are; the submodules hold function namespaces.
+
 :mod:`vargr.codec` and :mod:`vargr.dedup` hold the codec and redundancy-elimination
 entry points. Everything calls the Rust libraries directly (the extension module
 ``vargr._vargr``); errors are :class:`VargrError` subclasses carrying the Rust message.
@@ -48,6 +53,10 @@ from ._vargr import (
     CondAllreduce,
     CondOutcome,
     DedupError,
+    File,
+    FileError,
+    FileStats,
+    FileViewError,
     FilterError,
     FormatError,
     InPlace,
@@ -65,6 +74,7 @@ from ._vargr import (
     TopologyError,
     VargrError,
     VargrTimeoutError,
+    View,
 )
 
 # The crate's version, compiled into the extension: the wheel's too (maturin takes it from
@@ -94,6 +104,10 @@ __all__ = [
     "CondAllreduce",
     "CondOutcome",
     "DedupError",
+    "File",
+    "FileError",
+    "FileStats",
+    "FileViewError",
     "FilterError",
     "FormatError",
     "InPlace",
@@ -111,6 +125,7 @@ __all__ = [
     "TopologyError",
     "VargrError",
     "VargrTimeoutError",
+    "View",
     "World",
     "codec",
     "dedup",

@@ -30,10 +30,12 @@ pub enum Kind {
     PeerLost,
     Codec,
     Dedup,
+    File,
+    FileView,
 }
 
 impl Kind {
-    const ALL: [Kind; 14] = [
+    const ALL: [Kind; 16] = [
         Kind::Vargr,
         Kind::Topology,
         Kind::Format,
@@ -48,6 +50,8 @@ impl Kind {
         Kind::PeerLost,
         Kind::Codec,
         Kind::Dedup,
+        Kind::File,
+        Kind::FileView,
     ];
 
     fn name(self) -> &'static str {
@@ -66,6 +70,8 @@ impl Kind {
             Kind::PeerLost => "PeerLostError",
             Kind::Codec => "CodecError",
             Kind::Dedup => "DedupError",
+            Kind::File => "FileError",
+            Kind::FileView => "FileViewError",
         }
     }
 
@@ -133,6 +139,16 @@ impl Kind {
                 Some(Kind::Vargr),
                 None,
                 "A segmenter or dedup protocol error.",
+            ),
+            Kind::File => (
+                Some(Kind::Vargr),
+                None,
+                "A collective file operation failed; `rank` names the rank whose part failed.",
+            ),
+            Kind::FileView => (
+                Some(Kind::File),
+                Some("ValueError"),
+                "A file view that cannot be made, data of the wrong length for a view, or views of two ranks that overlap in a collective write.",
             ),
         }
     }

@@ -10,6 +10,7 @@
 //! - [`coll`]: `World()` and `Comm` (mpi4py's names), `Op`, conditional allreduce.
 //! - [`codec`] and [`dedup`]: the `vargr.codec` and `vargr.dedup` submodules.
 //! - [`packet`]: format strings and values; numpy arrays in and out.
+//! - [`io`]: `File`, `View` and `FileStats`: collective file I/O (vargr-io).
 //! - [`errors`]: the `vargr.VargrError` hierarchy.
 //! - [`block`]: blocking calls that Ctrl-C can interrupt.
 
@@ -20,6 +21,7 @@ mod codec;
 mod coll;
 mod dedup;
 mod errors;
+mod io;
 mod p2p;
 mod packet;
 mod tbon;
@@ -75,6 +77,9 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     }
     m.add("IN_PLACE", coll::PyInPlace)?;
     m.add("SLICE_SECONDS", block::SLICE.as_secs_f64())?;
+    m.add_class::<io::PyFile>()?;
+    m.add_class::<io::PyView>()?;
+    m.add_class::<io::PyFileStats>()?;
     codec::register(m)?;
     dedup::register(m)?;
     Ok(())
