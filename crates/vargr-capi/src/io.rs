@@ -9,7 +9,9 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use vargr_coll::ElemKind;
-use vargr_io::{Aggregation, Count, File, Hints, IoError, Mode, Order, Run, Solver, View};
+use vargr_io::{
+    Aggregation, Count, ErrorClass, File, Hints, IoError, Mode, Order, Run, Solver, View,
+};
 
 use crate::coll::{comm_of, vargr_comm};
 use crate::ptr::{self, into_handle};
@@ -92,16 +94,14 @@ pub struct vargr_io_stats {
 impl From<IoError> for Error {
     fn from(e: IoError) -> Error {
         use vargr_status::*;
-        let status = match &e {
-            IoError::Comm(_) => {
-                let IoError::Comm(c) = e else { unreachable!() };
-                return Error::from(c);
-            }
-            IoError::Os { .. } | IoError::At { .. } | IoError::Elsewhere { .. } => VARGR_ERR_IO,
-            IoError::View(_) | IoError::Overlap { .. } | IoError::Length { .. } => {
-                VARGR_ERR_INVALID_ARGUMENT
-            }
-            IoError::Refused { .. } => VARGR_ERR_PRECONDITION,
+        if let IoError::Comm(c) = e {
+            return Error::from(c);
+        }
+        // For another rank's failure, the kind that rank had: every rank gets one status.
+        let status = match e.class() {
+            ErrorClass::Os | ErrorClass::Comm => VARGR_ERR_IO,
+            ErrorClass::View => VARGR_ERR_INVALID_ARGUMENT,
+            ErrorClass::Other => VARGR_ERR_PRECONDITION,
         };
         Error::new(status, e.to_string())
     }

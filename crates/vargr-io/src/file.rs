@@ -18,7 +18,7 @@ use bytes::Bytes;
 use rustix::fs::{FallocateFlags, OFlags};
 use vargr_coll::{Comm, ElemKind};
 
-use crate::error::{IoError, Result};
+use crate::error::{ErrorClass, IoError, Result};
 use crate::plan::{Aggregation, Plan};
 use crate::view::{Run, View};
 
@@ -129,6 +129,8 @@ pub(crate) fn agree<T>(comm: &Comm, local: Result<T>) -> Result<T> {
     let Some(first) = all.iter().position(|&x| x != 0) else {
         return local;
     };
+    // What the first failing rank says: its error's kind, OS error number and text.
+    let mut head = [0u64; 3];
     let mut reason = match &local {
         Err(e) if comm.rank() == first => {
             let mut s = e.to_string();
@@ -137,19 +139,25 @@ pub(crate) fn agree<T>(comm: &Comm, local: Result<T>) -> Result<T> {
                 n -= 1;
             }
             s.truncate(n);
+            head = [
+                u64::from(e.class().code()),
+                e.errno().map_or(0, |n| 1 + n as u32 as u64),
+                s.len() as u64,
+            ];
             s.into_bytes()
         }
         _ => Vec::new(),
     };
-    let mut len = [reason.len() as u64];
-    comm.bcast(&mut len, first)?;
-    reason.resize(len[0].min(4096) as usize, 0);
+    comm.bcast(&mut head, first)?;
+    reason.resize(head[2].min(4096) as usize, 0);
     comm.bcast(&mut reason, first)?;
     match local {
         Err(e) => Err(e),
         Ok(_) => Err(IoError::Elsewhere {
             rank: first,
             reason: String::from_utf8_lossy(&reason).into_owned(),
+            class: ErrorClass::from_code(head[0] as u8),
+            errno: head[1].checked_sub(1).map(|n| n as u32 as i32),
         }),
     }
 }

@@ -18,7 +18,7 @@ pub mod view;
 pub mod workload;
 
 pub use assign::Solver;
-pub use error::{IoError, Result};
+pub use error::{ErrorClass, IoError, Result};
 pub use file::{File, Hints, IoStats, Mode};
 pub use plan::{Aggregation, Count, Plan};
 pub use view::{Order, Run, View, ViewError};

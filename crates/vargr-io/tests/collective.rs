@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use vargr_coll::{Comm, Fabric, Hierarchy, Op, WaitPolicy, World};
-use vargr_io::{Aggregation, Count, File, Hints, IoError, Mode, Plan, Run, Solver, View};
+use vargr_io::{
+    Aggregation, Count, ErrorClass, File, Hints, IoError, Mode, Plan, Run, Solver, View,
+};
 
 /// Runs `f` on `p` threads with ranks on the given nodes (one host per node).
 fn run_ranks(p: usize, node: Vec<u32>, f: impl Fn(Comm) + Send + Sync + 'static) {
@@ -283,7 +285,7 @@ fn failures_reach_every_rank() {
             let e = File::open(&comm, base.join(name), Mode::create(), Hints::default())
                 .err()
                 .unwrap_or_else(|| panic!("{name} opened"));
-            // Rank 0 creates first; the others learn of its failure.
+            // Rank 0 creates first; the others learn of its failure, as the same kind.
             if me == 0 {
                 assert!(e.to_string().contains(want), "{name}: {e}");
             } else {
@@ -291,6 +293,15 @@ fn failures_reach_every_rank() {
                     matches!(e, IoError::Elsewhere { rank: 0, .. }),
                     "{name}: {e}"
                 );
+            }
+            let want_class = if name == "fifo" {
+                ErrorClass::Other
+            } else {
+                ErrorClass::Os
+            };
+            assert_eq!(e.class(), want_class, "{name}: {e}");
+            if name == "no/such/dir" {
+                assert_eq!(e.errno(), Some(2), "{e}");
             }
         }
         let path = base.join("f");
@@ -303,6 +314,7 @@ fn failures_reach_every_rank() {
         };
         f.set_view(view.clone());
         let e = f.write_all(&data_of(&view)).unwrap_err();
+        assert_eq!(e.class(), ErrorClass::View, "{e}");
         let text = e.to_string();
         assert!(
             text.contains("ranks 1 and 2 both write file bytes 80..88"),

@@ -6,9 +6,10 @@
 //!
 //! Errors follow the rest of the package, with one addition: a collective operation
 //! fails on every rank, and the ranks whose own part succeeded get
-//! `IoError::Elsewhere` with the failing rank's message. Those ranks raise the class
-//! the failing rank raises (an `OSError` subclass, `vargr.FileViewError`, ...), found
-//! from the message, so that every rank of an SPMD program takes the same `except`.
+//! `IoError::Elsewhere` with the failing rank's message, error class and OS error
+//! number. Those ranks raise the class the failing rank raises (an `OSError` subclass,
+//! `vargr.FileViewError`, ...), so that every rank of an SPMD program takes the same
+//! `except`.
 
 use std::path::PathBuf;
 use std::sync::{Mutex, TryLockError};
@@ -17,7 +18,9 @@ use pyo3::exceptions::{PyOSError, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyString;
 use vargr_coll::ElemKind;
-use vargr_io::{Aggregation, Count, Hints, IoError, IoStats, Mode, Order, Run, Solver, View};
+use vargr_io::{
+    Aggregation, Count, ErrorClass, Hints, IoError, IoStats, Mode, Order, Run, Solver, View,
+};
 
 use crate::block;
 use crate::coll::PyComm;
@@ -244,7 +247,16 @@ fn io_err(e: IoError) -> PyErr {
         IoError::Overlap { first, .. } => (errors::new_err(Kind::FileView, e.to_string()), first),
         IoError::Length { rank, .. } => (errors::new_err(Kind::FileView, e.to_string()), rank),
         IoError::Refused { rank, .. } => (errors::new_err(Kind::File, e.to_string()), rank),
-        IoError::Elsewhere { rank, ref reason } => (elsewhere(reason, e.to_string()), rank),
+        IoError::Elsewhere {
+            rank, class, errno, ..
+        } => (
+            match class {
+                ErrorClass::Os => os_err(errno, e.to_string(), None),
+                ErrorClass::View => errors::new_err(Kind::FileView, e.to_string()),
+                ErrorClass::Comm | ErrorClass::Other => errors::new_err(Kind::File, e.to_string()),
+            },
+            rank,
+        ),
     };
     Python::attach(|py| {
         let _ = err.value(py).setattr("rank", rank);
@@ -259,22 +271,6 @@ fn os_err(errno: Option<i32>, msg: String, path: Option<String>) -> PyErr {
         (Some(n), None) => PyOSError::new_err((n, msg)),
         (None, _) => PyOSError::new_err(msg),
     }
-}
-
-/// The class a rank whose part succeeded raises for another rank's failure, found from
-/// that rank's message (vargr-io passes the message, not the error): OS errors end with
-/// std's "(os error N)", overlaps and lengths have fixed wordings (error.rs).
-fn elsewhere(reason: &str, msg: String) -> PyErr {
-    let errno = reason
-        .strip_suffix(')')
-        .and_then(|r| r.rsplit_once("(os error "))
-        .and_then(|(_, n)| n.parse::<i32>().ok());
-    if let Some(n) = errno {
-        return os_err(Some(n), msg, None);
-    }
-    let view = (reason.starts_with("ranks ") && reason.contains(" both write file bytes "))
-        || (reason.starts_with("rank ") && reason.contains(" bytes for a view of "));
-    errors::new_err(if view { Kind::FileView } else { Kind::File }, msg)
 }
 
 fn closed() -> PyErr {
