@@ -200,6 +200,10 @@ pub struct BenchIoArgs {
     /// Seconds one run may take.
     #[arg(long, default_value_t = 300)]
     pub timeout: u64,
+    /// Run both systems on network namespaces shaped by the kernel (bench/netns/hosts.sh;
+    /// needs root) instead of vargr's emulator, so that Open MPI crosses the same links.
+    #[arg(long)]
+    pub netns: bool,
     /// Where the records go (default bench/results/io.json).
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -217,9 +221,9 @@ pub struct IoRecord {
     pub op: String,
     pub method: String,
     pub link: String,
-    pub bytes_between_hosts: u64,
-    /// "measured" (what vargr's ranks sent) or "computed" (from the views and the
-    /// aggregators ROMIO's default pattern picks: one per host, equal domains).
+    /// None where it is not known (OMPIO's aggregators).
+    pub bytes_between_hosts: Option<u64>,
+    /// How `bytes_between_hosts` was found.
     pub between_hosts_from: String,
     pub median_s: f64,
     pub p90_s: f64,
@@ -273,6 +277,134 @@ fn build_io_check(dir: &std::path::Path) -> Result<PathBuf> {
     Ok(exe)
 }
 
+/// The emulated network of one link, and how each system starts ranks on it.
+enum Network {
+    /// vargr's own emulator between sites (`vargr run --sites --wan`); Open MPI runs on
+    /// the machine's shared memory.
+    Emulated,
+    /// Network namespaces shaped by the kernel (`bench/netns/hosts.sh`): both systems'
+    /// ranks run on the emulated hosts.
+    Namespaces {
+        exec: PathBuf,
+        vargr_hosts: PathBuf,
+        mpi_hosts: PathBuf,
+    },
+}
+
+fn script(name: &str) -> Result<PathBuf> {
+    [
+        PathBuf::from("bench/netns").join(name),
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../bench/netns")
+            .join(name),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .with_context(|| format!("bench/netns/{name} not found (run from the repository root)"))
+}
+
+/// Takes the namespaced hosts down when the link's runs end, however they end.
+struct HostsUp {
+    script: PathBuf,
+    hosts: usize,
+}
+
+impl Drop for HostsUp {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new(&self.script)
+            .args(["down", &self.hosts.to_string()])
+            .status();
+    }
+}
+
+fn hosts_up(a: &BenchIoArgs, link: &str, dir: &std::path::Path) -> Result<(Network, HostsUp)> {
+    let up = script("hosts.sh")?;
+    let _ = std::process::Command::new(&up)
+        .args(["down", &a.hosts.to_string()])
+        .status();
+    let out = std::process::Command::new(&up)
+        .args(["up", &a.hosts.to_string(), link])
+        .output()
+        .context("running bench/netns/hosts.sh (needs root)")?;
+    let guard = HostsUp {
+        script: up,
+        hosts: a.hosts,
+    };
+    ensure!(
+        out.status.success(),
+        "bench/netns/hosts.sh up failed (it needs root and ip, tc): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let addrs: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let node = workload::host_layout(a.ranks, a.hosts)?;
+    let slots = |h: usize| node.iter().filter(|&&n| n == h).count();
+    let mut vh = String::new();
+    let mut mh = String::new();
+    for (h, addr) in addrs.iter().enumerate() {
+        // One site per host, so that compression applies between hosts only.
+        vh.push_str(&format!("{addr} slots={} site=h{h}\n", slots(h)));
+        mh.push_str(&format!("{addr} slots={}\n", slots(h)));
+    }
+    let vargr_hosts = dir.join("hosts.vargr");
+    let mpi_hosts = dir.join("hosts.mpi");
+    std::fs::write(&vargr_hosts, vh)?;
+    std::fs::write(&mpi_hosts, mh)?;
+    Ok((
+        Network::Namespaces {
+            exec: script("exec.sh")?,
+            vargr_hosts,
+            mpi_hosts,
+        },
+        guard,
+    ))
+}
+
+/// The reference file of a workload: ROMIO's, or the pattern without MPI.
+fn reference(
+    w: &workload::Workload,
+    io_check: Option<&PathBuf>,
+    runs: &std::path::Path,
+    path: &std::path::Path,
+    ranks: usize,
+    timeout: std::time::Duration,
+) -> Result<Vec<u8>> {
+    match io_check {
+        Some(exe) => {
+            let mut cmd = std::process::Command::new("mpirun");
+            cmd.args([
+                "--allow-run-as-root",
+                "--oversubscribe",
+                "--bind-to",
+                "none",
+            ])
+            .args(["--mca", "io", "romio321", "-n", &ranks.to_string()])
+            .arg(exe)
+            .arg("write")
+            .arg(runs)
+            .arg(path)
+            .env_remove("VARGR_JOB");
+            crate::coll::run_with_timeout(cmd, timeout)?;
+            Ok(std::fs::read(path)?)
+        }
+        None => {
+            let mut file = vec![0u8; w.file_len as usize];
+            for v in &w.views {
+                let data = workload::fill_pattern(v.runs(), 8);
+                let mut at = 0;
+                for r in v.runs() {
+                    let n = r.len as usize;
+                    file[r.offset as usize..r.end() as usize].copy_from_slice(&data[at..at + n]);
+                    at += n;
+                }
+            }
+            Ok(file)
+        }
+    }
+}
+
 pub fn bench(a: BenchIoArgs, programs: &crate::Programs) -> Result<()> {
     use std::process::Command;
     use std::time::Duration;
@@ -287,9 +419,8 @@ pub fn bench(a: BenchIoArgs, programs: &crate::Programs) -> Result<()> {
         None
     };
     let node = workload::host_layout(a.ranks, a.hosts)?;
-    let mut records = Vec::new();
-    let total = a.workloads.len() * a.sizes.len() * a.links.len() * a.methods.len();
-    let mut step = 0;
+    // Workloads, their runs files (for MPI-IO) and reference files, once.
+    let mut cases = Vec::new();
     for wname in &a.workloads {
         let kind = Kind::parse(wname).with_context(|| format!("workload {wname:?}"))?;
         for &size in &a.sizes {
@@ -297,138 +428,155 @@ pub fn bench(a: BenchIoArgs, programs: &crate::Programs) -> Result<()> {
             let runs = dir.join(format!("{wname}-{size}"));
             std::fs::create_dir_all(&runs)?;
             workload::write_runs_dir(&runs, &w)?;
-            // The reference: ROMIO's file, or the pattern without MPI.
-            let reference = dir.join(format!("{wname}-{size}.ref"));
-            match &io_check {
-                Some(exe) => {
+            let refpath = dir.join(format!("{wname}-{size}.ref"));
+            let want = reference(&w, io_check.as_ref(), &runs, &refpath, a.ranks, timeout)?;
+            let _ = std::fs::remove_file(&refpath);
+            let romio_between = Plan::offline(&w.views, &node, &Hints::default())
+                .map_err(anyhow::Error::msg)?
+                .bytes_between_nodes(&w.views, &node);
+            cases.push((wname.clone(), size, w, runs, want, romio_between));
+        }
+    }
+    let mut records = Vec::new();
+    let total = cases.len() * a.links.len() * a.methods.len();
+    let mut step = 0;
+    for link in &a.links {
+        let (network, _hosts) = if a.netns {
+            let (n, g) = hosts_up(&a, link, &dir)?;
+            (n, Some(g))
+        } else {
+            (Network::Emulated, None)
+        };
+        for (wname, size, w, runs, want, romio_between) in &cases {
+            for method in &a.methods {
+                step += 1;
+                let mpi = method == "romio" || method == "ompio";
+                if mpi && matches!(network, Network::Emulated) && link != &a.links[0] {
+                    // Open MPI does not run over vargr's emulator: one run is enough.
+                    continue;
+                }
+                let file = dir.join(format!("{wname}-{size}-{method}"));
+                let _ = std::fs::remove_file(&file);
+                let n = a.ranks.to_string();
+                let iters = a.iters.to_string();
+                let out = if mpi {
+                    let component = if method == "romio" {
+                        "romio321"
+                    } else {
+                        "ompio"
+                    };
                     let mut cmd = Command::new("mpirun");
                     cmd.args([
                         "--allow-run-as-root",
                         "--oversubscribe",
                         "--bind-to",
                         "none",
-                    ])
-                    .args(["--mca", "io", "romio321", "-n", &a.ranks.to_string()])
-                    .arg(exe)
-                    .arg("write")
-                    .arg(&runs)
-                    .arg(&reference)
-                    .env_remove("VARGR_JOB");
-                    crate::coll::run_with_timeout(cmd, timeout)?;
-                }
-                None => {
-                    let mut file = vec![0u8; w.file_len as usize];
-                    for v in &w.views {
-                        let data = workload::fill_pattern(v.runs(), 8);
-                        let mut at = 0;
-                        for r in v.runs() {
-                            let n = r.len as usize;
-                            file[r.offset as usize..r.end() as usize]
-                                .copy_from_slice(&data[at..at + n]);
-                            at += n;
-                        }
+                    ]);
+                    if let Network::Namespaces {
+                        exec, mpi_hosts, ..
+                    } = &network
+                    {
+                        cmd.arg("--hostfile")
+                            .arg(mpi_hosts)
+                            .arg("--mca")
+                            .arg("plm_rsh_agent")
+                            .arg(exec)
+                            .args(["--mca", "oob_tcp_if_include", "10.77.0.0/24"])
+                            .args(["--mca", "btl", "tcp,vader,self"])
+                            .args(["--mca", "btl_tcp_if_include", "10.77.0.0/24"]);
                     }
-                    std::fs::write(&reference, file)?;
-                }
-            }
-            let want = std::fs::read(&reference)?;
-            let romio_between = Plan::offline(&w.views, &node, &Hints::default())
-                .map_err(anyhow::Error::msg)?
-                .bytes_between_nodes(&w.views, &node);
-            for link in &a.links {
-                for method in &a.methods {
-                    step += 1;
-                    let file = dir.join(format!("{wname}-{size}-{method}"));
-                    let _ = std::fs::remove_file(&file);
-                    let mpi = method == "romio" || method == "ompio";
-                    if mpi && link != &a.links[0] {
-                        // Open MPI does not run over the emulated link: one run is enough.
-                        continue;
-                    }
-                    let n = a.ranks.to_string();
-                    let iters = a.iters.to_string();
-                    let out = if mpi {
-                        let component = if method == "romio" {
-                            "romio321"
-                        } else {
-                            "ompio"
-                        };
-                        let mut cmd = Command::new("mpirun");
-                        cmd.args([
-                            "--allow-run-as-root",
-                            "--oversubscribe",
-                            "--bind-to",
-                            "none",
-                        ])
-                        .args(["--mca", "io", component, "-n", &n])
+                    cmd.args(["--mca", "io", component, "-n", &n])
                         .arg(io_check.as_ref().context("the MPI program was not built")?)
                         .arg("both")
-                        .arg(&runs)
+                        .arg(runs)
                         .arg(&file)
                         .args(["--iters", &iters])
                         .env_remove("VARGR_JOB");
-                        crate::coll::run_with_timeout(cmd, timeout)?
+                    crate::coll::run_with_timeout(cmd, timeout)?
+                } else {
+                    let codec = if method.ends_with("+codec") {
+                        "adaptive"
                     } else {
-                        let codec = if method.ends_with("+codec") {
-                            "adaptive"
-                        } else {
-                            "off"
-                        };
-                        let hosts = a.hosts.to_string();
-                        let wan = format!("rtt={},bandwidth={link}", a.rtt);
-                        let mut cmd = Command::new(programs.vargr()?);
-                        cmd.args(["run", "-n", &n, "--sites", &hosts, "--wan", &wan])
-                            .args(["--codec", codec, "--"])
-                            .arg(programs.bench())
-                            .args(["io-rank", "--workload", wname])
-                            .args(["--bytes", &size.to_string(), "--method", method])
-                            .arg("--file")
-                            .arg(&file)
-                            .args(["--iters", &iters]);
-                        crate::coll::run_with_timeout(cmd, timeout)?
+                        "off"
                     };
-                    let identical = std::fs::read(&file).map(|f| f == want).unwrap_or(false);
-                    for op in ["write", "read"] {
-                        let found = if mpi {
-                            times(&out, op, "")
-                        } else {
-                            times(&out, op, "RESULT ")
-                        };
-                        ensure!(!found.is_empty(), "{method}: no {op} results in:\n{out}");
-                        let mut t: Vec<f64> = found.iter().map(|x| x.0).collect();
-                        let times_s = t.clone();
-                        t.sort_by(f64::total_cmp);
-                        let rec = IoRecord {
-                            benchmark: "io".into(),
-                            workload: wname.clone(),
-                            ranks: a.ranks,
-                            hosts: a.hosts,
-                            bytes: w.file_len,
-                            op: op.into(),
-                            method: method.clone(),
-                            link: if mpi { "-".into() } else { link.clone() },
-                            bytes_between_hosts: if mpi { romio_between } else { found[0].1 },
-                            between_hosts_from: if mpi { "computed" } else { "measured" }.into(),
-                            median_s: quantile(&t, 0.5),
-                            p90_s: quantile(&t, 0.9),
-                            times_s,
-                            identical,
-                            network: if mpi {
-                                "shared memory of one machine (not emulated)".into()
-                            } else {
-                                format!("emulated {link}, rtt {}", a.rtt)
-                            },
-                        };
-                        eprintln!(
-                            "[{step}/{total}] {wname} {} B {op} {method} {}: median {:.4} s, {} B between hosts{}",
-                            rec.bytes,
-                            rec.link,
-                            rec.median_s,
-                            rec.bytes_between_hosts,
-                            if identical { "" } else { ", FILE DIFFERS" }
-                        );
-                        records.push(rec);
+                    let mut cmd = Command::new(programs.vargr()?);
+                    cmd.args(["run", "-n", &n]);
+                    match &network {
+                        Network::Emulated => {
+                            let wan = format!("rtt={},bandwidth={link}", a.rtt);
+                            cmd.args(["--sites", &a.hosts.to_string(), "--wan", &wan]);
+                        }
+                        Network::Namespaces {
+                            exec, vargr_hosts, ..
+                        } => {
+                            cmd.arg("--hosts")
+                                .arg(vargr_hosts)
+                                .arg("--launcher")
+                                .arg(format!("{} {{host}} {{cmd}}", exec.display()));
+                        }
                     }
+                    cmd.args(["--codec", codec, "--"])
+                        .arg(programs.bench())
+                        .args(["io-rank", "--workload", wname])
+                        .args(["--bytes", &size.to_string(), "--method", method])
+                        .arg("--file")
+                        .arg(&file)
+                        .args(["--iters", &iters]);
+                    crate::coll::run_with_timeout(cmd, timeout)?
+                };
+                let identical = std::fs::read(&file).map(|f| &f == want).unwrap_or(false);
+                let _ = std::fs::remove_file(&file);
+                for op in ["write", "read"] {
+                    let found = times(&out, op, if mpi { "" } else { "RESULT " });
+                    ensure!(!found.is_empty(), "{method}: no {op} results in:\n{out}");
+                    let times_s: Vec<f64> = found.iter().map(|x| x.0).collect();
+                    let mut t = times_s.clone();
+                    t.sort_by(f64::total_cmp);
+                    let (between, from) = match method.as_str() {
+                        "romio" => (Some(*romio_between), "computed from the views (ROMIO's pattern: one aggregator per host, equal domains)"),
+                        "ompio" => (None, "not known (OMPIO chooses its own aggregators)"),
+                        _ => (Some(found[0].1), "measured (data bytes vargr's ranks sent to other hosts)"),
+                    };
+                    let rec = IoRecord {
+                        benchmark: "io".into(),
+                        workload: wname.clone(),
+                        ranks: a.ranks,
+                        hosts: a.hosts,
+                        bytes: w.file_len,
+                        op: op.into(),
+                        method: method.clone(),
+                        link: if mpi && matches!(network, Network::Emulated) {
+                            "-".into()
+                        } else {
+                            link.clone()
+                        },
+                        bytes_between_hosts: between,
+                        between_hosts_from: from.into(),
+                        median_s: quantile(&t, 0.5),
+                        p90_s: quantile(&t, 0.9),
+                        times_s,
+                        identical,
+                        network: match (&network, mpi) {
+                            (Network::Namespaces { .. }, _) => {
+                                format!("network namespaces, each host's traffic shaped to {link} (tc tbf)")
+                            }
+                            (Network::Emulated, true) => {
+                                "shared memory of one machine (not emulated)".into()
+                            }
+                            (Network::Emulated, false) => {
+                                format!("vargr's emulator: {link}, rtt {}", a.rtt)
+                            }
+                        },
+                    };
+                    eprintln!(
+                        "[{step}/{total}] {wname} {} B {op} {method} {}: median {:.4} s, {} B between hosts{}",
+                        rec.bytes,
+                        rec.link,
+                        rec.median_s,
+                        between.map_or("?".into(), |b| b.to_string()),
+                        if identical { "" } else { ", FILE DIFFERS" }
+                    );
+                    records.push(rec);
                 }
             }
         }
@@ -472,7 +620,7 @@ fn print_table(records: &[IoRecord]) {
             r.method,
             r.median_s,
             r.p90_s,
-            r.bytes_between_hosts,
+            r.bytes_between_hosts.map_or("?".into(), |b| b.to_string()),
             r.identical
         );
     }
