@@ -164,11 +164,14 @@ fn jitter(h: u64) -> f64 {
 ///
 /// The mesh is an nx × ny × nz grid of nodes (a device twice as long in z), each moved by
 /// a jitter drawn from `seed` so partition boundaries are ragged as on an unstructured
-/// mesh. Nodes are numbered lexicographically (z fastest), as a mesh generator sweeping
-/// the device would. The partitioner cuts the longest side of each part's bounding box
-/// at the weighted median (for any rank count, parts differ by at most a node or so), so
-/// every rank owns a compact region of space whose records are scattered through the
-/// file: the first cut is across z and splits every grid line.
+/// mesh. Nodes are numbered plane by plane (x fastest, z slowest), as a mesh generator
+/// sweeping the device would. The partitioner cuts the longest side of each part's
+/// bounding box at the weighted median (for any rank count, parts differ by at most a
+/// node or so), so every rank owns a compact region of space whose records are scattered
+/// through a stretch of the file (one run per grid line it crosses). Parts go to ranks in
+/// a seeded random order, as a graph partitioner's part numbers bear no relation to the
+/// file: so the ranks of one host hold stretches far apart in the file, which is what
+/// LA-Two-Phase's locality-aware aggregators are for.
 pub fn bips3d(
     ranks: usize,
     elements_target: u64,
@@ -204,11 +207,13 @@ pub fn bips3d(
         ));
     }
     let file_len = checked_product(W, &[n as u64, elem_bytes])?;
+    // Nodes are numbered plane by plane (x fastest, z slowest), as a mesh generator
+    // sweeping the device writes them.
     let mut points = Vec::with_capacity(n);
-    for i in 0..nx {
+    for k in 0..nz {
         for j in 0..ny {
-            for k in 0..nz {
-                let id = (i * ny + j) * nz + k;
+            for i in 0..nx {
+                let id = (k * ny + j) * nx + i;
                 let h = splitmix64(seed ^ splitmix64(id));
                 points.push([
                     i as f64 + jitter(h),
@@ -221,6 +226,16 @@ pub fn bips3d(
     let mut owner = vec![0u32; n];
     let mut ids: Vec<u32> = (0..n as u32).collect();
     bisect(&points, &mut ids, ranks, 0, &mut owner);
+    // A graph partitioner numbers its parts in no relation to the file order (METIS's
+    // part ids are arbitrary): part p goes to rank rank_of[p], a seeded shuffle.
+    let mut rank_of: Vec<u32> = (0..ranks as u32).collect();
+    for i in (1..ranks).rev() {
+        let j = (splitmix64(seed ^ 0xb1b5 ^ i as u64) % (i as u64 + 1)) as usize;
+        rank_of.swap(i, j);
+    }
+    for o in owner.iter_mut() {
+        *o = rank_of[*o as usize];
+    }
     // Walk the file in order, extending each rank's last run when its next node follows.
     let mut runs: Vec<Vec<Run>> = vec![Vec::new(); ranks];
     for (i, &r) in owner.iter().enumerate() {
