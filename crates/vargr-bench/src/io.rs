@@ -45,6 +45,13 @@ pub struct IoRankArgs {
     pub count: String,
     #[arg(long, default_value = "jonker-volgenant")]
     pub solver: String,
+    /// Tests: no process may write past this many bytes of a file (RLIMIT_FSIZE), as on a
+    /// full disk: writes beyond it fail with EFBIG.
+    #[arg(long, hide = true)]
+    pub file_size_limit: Option<u64>,
+    /// Tests: this rank's process exits just before the first collective write.
+    #[arg(long, hide = true)]
+    pub die_before_write: Option<usize>,
 }
 
 /// One operation's figures, as rank 0 prints them.
@@ -134,6 +141,10 @@ fn rank(comm: &Comm, a: &IoRankArgs) -> Result<()> {
     f.set_view(view.clone());
     for iter in 0..a.iters {
         if write {
+            if a.die_before_write == Some(comm.rank()) {
+                eprintln!("rank {}: exiting before the write, as asked", comm.rank());
+                std::process::exit(3);
+            }
             let s = timed(comm, || f.write_all(&data))?;
             report(comm, &f, "write", iter, s, w.file_len)?;
         }
@@ -155,6 +166,21 @@ fn rank(comm: &Comm, a: &IoRankArgs) -> Result<()> {
 }
 
 pub fn run_rank(a: IoRankArgs) -> Result<()> {
+    if let Some(limit) = a.file_size_limit {
+        // A write past the limit then fails with EFBIG instead of killing the process.
+        // SAFETY: setting a signal's disposition to ignore, before any thread starts.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
+        let lim = libc::rlimit {
+            rlim_cur: limit,
+            rlim_max: limit,
+        };
+        // SAFETY: a plain system call on a valid struct.
+        ensure!(
+            unsafe { libc::setrlimit(libc::RLIMIT_FSIZE, &lim) } == 0,
+            "setrlimit(RLIMIT_FSIZE): {}",
+            std::io::Error::last_os_error()
+        );
+    }
     let job = vargr_config::join_job()?;
     job.run(|c| {
         rank(&c, &a).map_err(|e| vargr_coll::CollError::Job {

@@ -141,3 +141,77 @@ fn a_rank_that_cannot_open_the_file_fails_every_rank() {
     assert!(r.stderr.contains("opening"), "{}", r.stderr);
     assert!(r.stderr.contains("rank 0 failed"), "{}", r.stderr);
 }
+
+fn io_rank(ranks: &str, file: &Path, extra: &[&str]) -> CliRun {
+    let file_text = file.display().to_string();
+    let mut args = vec![
+        "run",
+        "-n",
+        ranks,
+        "--",
+        vargr_bench(),
+        "io-rank",
+        "--workload",
+        "ior",
+        "--bytes",
+        "1048576",
+        "--cb-buffer",
+        "65536",
+        "--file",
+        &file_text,
+    ];
+    args.extend_from_slice(extra);
+    run_cli(&args, Duration::from_secs(120))
+}
+
+#[test]
+fn a_full_disk_fails_every_rank_and_keeps_the_rounds_before_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    // Writes past 300,000 bytes fail with EFBIG, as on a full disk. One aggregator writes
+    // rounds of 64 KiB in file order: four rounds fit, the fifth fails.
+    let r = io_rank(
+        "3",
+        &file,
+        &["--op", "write", "--file-size-limit", "300000"],
+    );
+    assert!(!r.status.success(), "{r:?}");
+    assert!(r.stderr.contains("File too large"), "{}", r.stderr);
+    // Every rank reports it: the aggregator with the OS error, the others naming it.
+    assert!(r.stderr.contains("rank 0 failed"), "{}", r.stderr);
+    let len = std::fs::metadata(&file).unwrap().len();
+    assert_eq!(
+        len, 300_000,
+        "the file holds what was written before the failure"
+    );
+    let w = workload::sized(Kind::Ior, 3, 1 << 20).unwrap();
+    let mut want = vec![0u8; w.file_len as usize];
+    for v in &w.views {
+        let data = workload::fill_pattern(v.runs(), 8);
+        let mut at = 0;
+        for run in v.runs() {
+            let n = run.len as usize;
+            want[run.offset as usize..run.end() as usize].copy_from_slice(&data[at..at + n]);
+            at += n;
+        }
+    }
+    let got = std::fs::read(&file).unwrap();
+    assert!(
+        got[..4 * 65536] == want[..4 * 65536],
+        "the whole rounds are in place"
+    );
+}
+
+#[test]
+fn a_rank_that_dies_mid_collective_ends_the_others_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = std::time::Instant::now();
+    let r = io_rank("4", &dir.path().join("f"), &["--die-before-write", "2"]);
+    assert!(!r.status.success(), "{r:?}");
+    assert!(r.stderr.contains("rank 2"), "{}", r.stderr);
+    assert!(
+        t.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        t.elapsed()
+    );
+}
