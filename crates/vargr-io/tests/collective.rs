@@ -175,6 +175,15 @@ fn holes_keep_what_the_file_held_and_independent_io_follows_the_view() {
         assert_eq!(part, [me as u8; 10]);
         f.write_at(20, &data_of(&view)[20..30]).unwrap();
         assert!(f.write_at(view.bytes() - 2, &[0; 3]).is_err());
+        // Resizing and preallocation are collective: when they return, every rank sees
+        // the new size (the barriers keep a rank's look from racing the next change).
+        assert_eq!(f.size().unwrap(), 4096);
+        comm.barrier().unwrap();
+        f.preallocate(8192).unwrap();
+        assert_eq!(f.size().unwrap(), 8192);
+        comm.barrier().unwrap();
+        f.set_size(4096).unwrap();
+        assert_eq!(f.size().unwrap(), 4096);
         f.close().unwrap();
     });
     let hole = |o: u64| o % 32 >= 24;
