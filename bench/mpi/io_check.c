@@ -11,8 +11,10 @@
  * (offset, length) pairs of u64 LE, in file order and not overlapping.
  *
  * The data is a function of the file offset o only, so any writer makes the same file:
- * with E = 8 (the default) byte o % 8 of the little-endian double ((o/8 * 7) % 1000) / 8.0,
- * which is exact; with any other E the low byte of (o * 131) >> 3 (u64 arithmetic).
+ * with E = 8 (the default) byte o % 8 of the little-endian double v(o/8), where
+ * v(i) = (((7 i) mod 1000) * 4096 + (splitmix64(i) >> 52)) / 512: a sawtooth field with
+ * 12 bits of noise, exact in binary, compressible only in part as measured data is; with
+ * any other E the low byte of (o * 131) >> 3 (u64 arithmetic).
  *
  * Rank 0 prints one JSON line per operation:
  *   {"op":"write","seconds":S,"bytes":B,"ranks":P,"iters":K,"iter":I}
@@ -99,10 +101,17 @@ static run_t *read_runs(const char *path, uint64_t *count_out) {
     return runs;
 }
 
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9e3779b97f4a7c15u;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9u;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebu;
+    return x ^ (x >> 31);
+}
+
 static uint8_t pattern_byte(uint64_t o, uint64_t elem_bytes) {
     if (elem_bytes == 8) {
         uint64_t i = o / 8;
-        double v = (double)((i * 7u) % 1000u) / 8.0;
+        double v = (double)(((i * 7u) % 1000u) * 4096u + (splitmix64(i) >> 52)) / 512.0;
         unsigned char b[8];
         memcpy(b, &v, 8); /* little-endian checked in main */
         return b[o % 8];

@@ -509,7 +509,10 @@ pub fn bench(a: BenchIoArgs, programs: &crate::Programs) -> Result<()> {
                             .arg(exec)
                             .args(["--mca", "oob_tcp_if_include", "10.77.0.0/24"])
                             .args(["--mca", "btl", "tcp,vader,self"])
-                            .args(["--mca", "btl_tcp_if_include", "10.77.0.0/24"]);
+                            .args(["--mca", "btl_tcp_if_include", "10.77.0.0/24"])
+                            // The hostfile's slots hide that the hosts share two cores:
+                            // without this, ranks spin where vargr's block.
+                            .args(["--mca", "mpi_yield_when_idle", "1"]);
                     }
                     cmd.args(["--mca", "io", component, "-n", &n])
                         .arg(io_check.as_ref().context("the MPI program was not built")?)

@@ -453,14 +453,16 @@ pub fn stats(w: &Workload, layout: &[usize]) -> Result<Stats, WorkloadError> {
 }
 
 /// The data pattern's byte at file offset `o`: any writer of any view writes the same
-/// file. With `elem_bytes == 8` it is byte `o % 8` of the little-endian f64
-/// `v(o / 8)`, `v(i) = ((7 i) mod 1000) / 8` (exact in binary, so C and Rust agree bit for
-/// bit); for any other `elem_bytes` it is the low byte of `(131 o) >> 3`. Products wrap
-/// at 2^64 in both languages.
+/// file. With `elem_bytes == 8` it is byte `o % 8` of the little-endian f64 `v(o / 8)`,
+/// `v(i) = (((7 i) mod 1000) · 4096 + (splitmix64(i) >> 52)) / 512`: a sawtooth field
+/// with 12 bits of noise, exact in binary (so C and Rust agree bit for bit) and, like
+/// measured data, only partly compressible (a periodic field would flatter compression);
+/// for any other `elem_bytes` it is the low byte of `(131 o) >> 3`. Products wrap at 2^64
+/// in both languages.
 pub fn pattern_byte(offset: u64, elem_bytes: u64) -> u8 {
     if elem_bytes == 8 {
         let i = offset / 8;
-        let v = (i.wrapping_mul(7) % 1000) as f64 / 8.0;
+        let v = ((i.wrapping_mul(7) % 1000) * 4096 + (splitmix64(i) >> 52)) as f64 / 512.0;
         v.to_le_bytes()[(offset % 8) as usize]
     } else {
         (offset.wrapping_mul(131) >> 3) as u8
@@ -770,15 +772,19 @@ mod tests {
 
     #[test]
     fn pattern_matches_the_f64_formula() {
-        // Element 3: (21 % 1000) / 8 = 2.625.
+        // Element 3: (21 · 4096 + (splitmix64(3) >> 52 = 464)) / 512 = 168.90625 (the
+        // constants computed independently, in Python).
         let bytes: Vec<u8> = (24..32).map(|o| pattern_byte(o, 8)).collect();
-        assert_eq!(bytes, 2.625f64.to_le_bytes());
-        // Element 200: 1400 % 1000 = 400, / 8 = 50.
-        assert_eq!(pattern_byte(1600 + 7, 8), 50f64.to_le_bytes()[7]);
+        assert_eq!(bytes, 168.90625f64.to_le_bytes());
+        // Element 200: (400 · 4096 + 1009) / 512.
+        assert_eq!(
+            pattern_byte(1600 + 7, 8),
+            3201.970703125f64.to_le_bytes()[7]
+        );
         assert_eq!(pattern_byte(10, 4), ((10u64 * 131) >> 3) as u8);
         let data = fill_pattern(&[Run::new(24, 8), Run::new(1600, 8)], 8);
-        assert_eq!(&data[..8], &2.625f64.to_le_bytes());
-        assert_eq!(&data[8..], &50f64.to_le_bytes());
+        assert_eq!(&data[..8], &168.90625f64.to_le_bytes());
+        assert_eq!(&data[8..], &3201.970703125f64.to_le_bytes());
     }
 
     #[test]
