@@ -11,15 +11,17 @@
 //! Every collective operation ends every rank alike: a rank whose part failed tells the
 //! others (with its reason) instead of leaving them waiting.
 
+use std::cell::Cell;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use bytes::Bytes;
 use rustix::fs::{FallocateFlags, OFlags};
-use vargr_coll::{Comm, ElemKind};
+use vargr_coll::{Comm, ElemKind, Op};
 
 use crate::error::{ErrorClass, IoError, Result};
-use crate::plan::{Aggregation, Plan};
+use crate::plan::{Aggregation, Plan, Requests};
 use crate::view::{Run, View};
 
 /// How a file is opened (MPI's `MODE_*` flags).
@@ -119,6 +121,18 @@ pub struct File {
     hints: Hints,
     node: Vec<usize>,
     stats: IoStats,
+    /// The plan and access requests of the last collective operation, reused while no
+    /// rank changes its view or hints (the seed computes the aggregator pattern once).
+    planned: Option<Rc<Planned>>,
+    /// This rank set a view or took the hints since the plan was made.
+    changed: bool,
+}
+
+/// A plan with its access requests, and whether its views were checked for overlaps.
+struct Planned {
+    plan: Plan,
+    requests: Requests,
+    overlap_checked: Cell<bool>,
 }
 
 /// Ends a collective step alike on every rank: if any rank's `local` failed, every
@@ -224,6 +238,8 @@ impl File {
             hints,
             node,
             stats: IoStats::default(),
+            planned: None,
+            changed: true,
         })
     }
 
@@ -231,6 +247,7 @@ impl File {
     /// every rank has set).
     pub fn set_view(&mut self, view: View) {
         self.view = view;
+        self.changed = true;
     }
 
     pub fn view(&self) -> &View {
@@ -242,6 +259,7 @@ impl File {
     }
 
     pub fn hints_mut(&mut self) -> &mut Hints {
+        self.changed = true;
         &mut self.hints
     }
 
@@ -396,19 +414,45 @@ impl File {
         Ok(())
     }
 
+    /// The plan of a collective operation (collective): the last one if no rank changed
+    /// its view or hints since, else a new one. With `writing`, views that overlap are
+    /// refused (once per plan).
+    fn plan(&mut self, writing: bool) -> Result<Rc<Planned>> {
+        let mut stale = [u8::from(self.changed || self.planned.is_none())];
+        self.comm.allreduce(&mut stale, &Op::Max)?;
+        let planned = match (&self.planned, stale[0]) {
+            (Some(p), 0) => p.clone(),
+            _ => {
+                self.planned = None;
+                let plan = Plan::make(&self.comm, &self.view, &self.node, &self.hints)?;
+                let requests = plan.exchange_requests(&self.comm, &self.view)?;
+                self.changed = false;
+                Rc::new(Planned {
+                    plan,
+                    requests,
+                    overlap_checked: Cell::new(false),
+                })
+            }
+        };
+        if writing && !planned.overlap_checked.get() {
+            agree(&self.comm, planned.requests.check_overlap())?;
+            planned.overlap_checked.set(true);
+        }
+        self.planned = Some(planned.clone());
+        self.stats = IoStats {
+            aggregators: planned.plan.aggregators().to_vec(),
+            rounds: planned.plan.rounds(),
+            ..IoStats::default()
+        };
+        Ok(planned)
+    }
+
     /// Writes every rank's data through its view (collective): `data` holds exactly the
     /// view's bytes. Views must not overlap between ranks.
     pub fn write_all(&mut self, data: &[u8]) -> Result<()> {
         self.check_length(data.len())?;
-        let plan = Plan::make(&self.comm, &self.view, &self.node, &self.hints)?;
-        let requests = plan.exchange_requests(&self.comm, &self.view)?;
-        let overlap = requests.check_overlap();
-        agree(&self.comm, overlap)?;
-        self.stats = IoStats {
-            aggregators: plan.aggregators().to_vec(),
-            rounds: plan.rounds(),
-            ..IoStats::default()
-        };
+        let planned = self.plan(true)?;
+        let (plan, requests) = (&planned.plan, &planned.requests);
         let me = self.comm.rank();
         for k in 0..plan.rounds() {
             let tag = k + 1;
@@ -433,7 +477,7 @@ impl File {
                 }
             }
             let written = match plan.my_domain() {
-                Some(d) => self.aggregate_write(&plan, &requests, d, k, tag, kept),
+                Some(d) => self.aggregate_write(plan, requests, d, k, tag, kept),
                 None => Ok(()),
             };
             agree(&self.comm, written)?;
@@ -446,7 +490,7 @@ impl File {
     fn aggregate_write(
         &mut self,
         plan: &Plan,
-        requests: &crate::plan::Requests,
+        requests: &Requests,
         d: usize,
         k: u64,
         tag: u64,
@@ -510,19 +554,14 @@ impl File {
     /// view's bytes. Bytes past the end of the file read as zeros.
     pub fn read_all(&mut self, data: &mut [u8]) -> Result<()> {
         self.check_length(data.len())?;
-        let plan = Plan::make(&self.comm, &self.view, &self.node, &self.hints)?;
-        let requests = plan.exchange_requests(&self.comm, &self.view)?;
-        self.stats = IoStats {
-            aggregators: plan.aggregators().to_vec(),
-            rounds: plan.rounds(),
-            ..IoStats::default()
-        };
+        let planned = self.plan(false)?;
+        let (plan, requests) = (&planned.plan, &planned.requests);
         let me = self.comm.rank();
         for k in 0..plan.rounds() {
             let tag = k + 1;
             let mut kept = None;
             let served = match plan.my_domain() {
-                Some(d) => self.aggregate_read(&plan, &requests, d, k, tag, &mut kept),
+                Some(d) => self.aggregate_read(plan, requests, d, k, tag, &mut kept),
                 None => Ok(()),
             };
             for (d, &agg) in plan.aggregators().iter().enumerate() {
@@ -570,7 +609,7 @@ impl File {
     fn aggregate_read(
         &mut self,
         plan: &Plan,
-        requests: &crate::plan::Requests,
+        requests: &Requests,
         d: usize,
         k: u64,
         tag: u64,

@@ -337,14 +337,30 @@ fn failures_reach_every_rank() {
             data.pop();
         }
         expect_everywhere(f.write_all(&data), 1, me, "short data");
-        // After all that, the file still works.
+        // After all that, the file still works; a second write reuses the plan.
         f.write_all(&data_of(&view)).unwrap();
-        f.close().unwrap();
+        f.write_all(&data_of(&view)).unwrap();
+        comm.barrier().unwrap();
         if me == 0 {
             assert_eq!(
                 std::fs::read(&path).unwrap(),
                 expected_file(120, |_| false, 0)
             );
+        }
+        comm.barrier().unwrap();
+        // One rank alone changes its view: every rank must plan again. (Bytes 40..80
+        // keep what rank 1 wrote there before; 120..200 were never written.)
+        if me == 1 {
+            let moved = View::contiguous(200, 40).unwrap();
+            f.set_view(moved.clone());
+            f.write_all(&data_of(&moved)).unwrap();
+        } else {
+            f.write_all(&data_of(&view)).unwrap();
+        }
+        f.close().unwrap();
+        if me == 0 {
+            let never = |o: u64| (120..200).contains(&o);
+            assert_eq!(std::fs::read(&path).unwrap(), expected_file(240, never, 0));
         }
     });
 }
