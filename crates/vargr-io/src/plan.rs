@@ -334,7 +334,7 @@ impl Plan {
 }
 
 /// LA-Two-Phase's pattern: which of the default aggregators' nodes (`slots`) takes which
-/// domain, and the rank of that node holding most of it. `held[r * a + d]` is what rank
+/// domain, and the rank of that node holding most of it (the default rank on a tie). `held[r * a + d]` is what rank
 /// r holds of domain d.
 fn by_locality(
     held: &[u64],
@@ -360,6 +360,12 @@ fn by_locality(
         .collect();
     let slot_of = maximise(&weights, solver)
         .map_err(|why| format!("assigning file domains to aggregators: {why}"))?;
+    // Where ROMIO's pattern keeps as much in place, keep it: moving aggregators gains
+    // nothing then (regular workloads), and every rank ends with ROMIO's plan.
+    let romio: u64 = (0..a).map(|d| weights[d][d]).sum();
+    if crate::assign::total(&weights, &slot_of) <= romio {
+        return Ok(slots.to_vec());
+    }
     let mut taken = vec![false; p];
     let mut out = vec![0usize; a];
     // Domains in order of their slot, so that the result does not depend on the order
@@ -370,7 +376,7 @@ fn by_locality(
         let s = slots[slot_of[d]];
         let best = (0..p)
             .filter(|&r| node[r] == node[s] && !taken[r])
-            .max_by_key(|&r| (held(r, d), std::cmp::Reverse(r)))
+            .max_by_key(|&r| (held(r, d), r == s, std::cmp::Reverse(r)))
             .unwrap_or(s);
         taken[best] = true;
         out[d] = best;
@@ -435,5 +441,29 @@ mod tests {
         );
         assert_eq!(default_aggregators(&[1, 0, 1, 0], None), [0, 1]);
         assert_eq!(default_aggregators(&[0, 0], Some(9)), [0, 1]);
+    }
+
+    #[test]
+    fn la_two_phase_keeps_romios_pattern_when_moving_gains_nothing() {
+        let la = Hints {
+            aggregation: Aggregation::Locality {
+                count: Count::Bytes,
+                solver: Solver::JonkerVolgenant,
+            },
+            ..Hints::default()
+        };
+        let romio = Hints::default();
+        // Regular blocks: every host already holds its domain.
+        let w = crate::workload::sized(crate::workload::Kind::Stem2, 8, 1 << 20).unwrap();
+        let node = crate::workload::host_layout(8, 4).unwrap();
+        let a = Plan::offline(&w.views, &node, &la).unwrap();
+        let b = Plan::offline(&w.views, &node, &romio).unwrap();
+        assert_eq!(a.aggregators(), b.aggregators());
+        // The irregular workload: LA-Two-Phase moves some domains, and fewer bytes.
+        let w = crate::workload::sized(crate::workload::Kind::Bips3d, 8, 1 << 20).unwrap();
+        let a = Plan::offline(&w.views, &node, &la).unwrap();
+        let b = Plan::offline(&w.views, &node, &romio).unwrap();
+        assert_ne!(a.aggregators(), b.aggregators());
+        assert!(a.bytes_between_nodes(&w.views, &node) < b.bytes_between_nodes(&w.views, &node));
     }
 }
