@@ -415,19 +415,7 @@ fn reference(
             crate::coll::run_with_timeout(cmd, timeout)?;
             Ok(std::fs::read(path)?)
         }
-        None => {
-            let mut file = vec![0u8; w.file_len as usize];
-            for v in &w.views {
-                let data = workload::fill_pattern(v.runs(), 8);
-                let mut at = 0;
-                for r in v.runs() {
-                    let n = r.len as usize;
-                    file[r.offset as usize..r.end() as usize].copy_from_slice(&data[at..at + n]);
-                    at += n;
-                }
-            }
-            Ok(file)
-        }
+        None => Ok(workload::expected_file(w, 8)),
     }
 }
 

@@ -185,16 +185,7 @@ fn a_full_disk_fails_every_rank_and_keeps_the_rounds_before_it() {
         "the file holds what was written before the failure"
     );
     let w = workload::sized(Kind::Ior, 3, 1 << 20).unwrap();
-    let mut want = vec![0u8; w.file_len as usize];
-    for v in &w.views {
-        let data = workload::fill_pattern(v.runs(), 8);
-        let mut at = 0;
-        for run in v.runs() {
-            let n = run.len as usize;
-            want[run.offset as usize..run.end() as usize].copy_from_slice(&data[at..at + n]);
-            at += n;
-        }
-    }
+    let want = workload::expected_file(&w, 8);
     let got = std::fs::read(&file).unwrap();
     assert!(
         got[..4 * 65536] == want[..4 * 65536],

@@ -469,6 +469,18 @@ pub fn pattern_byte(offset: u64, elem_bytes: u64) -> u8 {
     }
 }
 
+/// The file every rank's pattern data makes together: the pattern at every offset some
+/// view covers, zeros elsewhere (what MPI-IO and vargr-io must both write).
+pub fn expected_file(w: &Workload, elem_bytes: u64) -> Vec<u8> {
+    let mut file = vec![0u8; w.file_len as usize];
+    for r in w.views.iter().flat_map(|v| v.runs()) {
+        for o in r.offset..r.end() {
+            file[o as usize] = pattern_byte(o, elem_bytes);
+        }
+    }
+    file
+}
+
 /// A rank's data for `runs`: the pattern bytes of each run, runs concatenated in order.
 pub fn fill_pattern(runs: &[Run], elem_bytes: u64) -> Vec<u8> {
     let total: u64 = runs.iter().map(|r| r.len).sum();

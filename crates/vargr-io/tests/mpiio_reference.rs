@@ -65,22 +65,6 @@ fn text(out: &Output) -> String {
     )
 }
 
-/// The file every rank's pattern data makes together, built run by run.
-fn expected_file(w: &Workload) -> Vec<u8> {
-    let mut file = vec![0u8; w.file_len as usize];
-    for v in &w.views {
-        let data = workload::fill_pattern(v.runs(), 8);
-        let mut at = 0;
-        for r in v.runs() {
-            let len = r.len as usize;
-            file[r.offset as usize..r.end() as usize].copy_from_slice(&data[at..at + len]);
-            at += len;
-        }
-        assert_eq!(at, data.len());
-    }
-    file
-}
-
 /// Runs `io_check both` with two iterations and checks its report line by line.
 fn write_and_read(
     component: &str,
@@ -133,7 +117,7 @@ fn open_mpi_writes_the_pattern_through_every_workload_view() {
         let runs = dir.path().join(kind.name());
         std::fs::create_dir(&runs).unwrap();
         workload::write_runs_dir(&runs, &w).unwrap();
-        let want = expected_file(&w);
+        let want = workload::expected_file(&w, 8);
         let mut files = Vec::new();
         for c in COMPONENTS {
             let file = dir.path().join(format!("{}-{c}", kind.name()));
@@ -167,14 +151,17 @@ fn hints_ranks_without_data_and_damage() {
     for c in COMPONENTS {
         let file = dir.path().join(format!("empty-{c}"));
         write_and_read(c, &exe, &w, &runs, &file, &[]);
-        assert!(std::fs::read(&file).unwrap() == expected_file(&w), "{c}");
+        assert!(
+            std::fs::read(&file).unwrap() == workload::expected_file(&w, 8),
+            "{c}"
+        );
     }
     let w = workload::bips3d(3, 3000, 24, 9).unwrap();
     workload::write_runs_dir(&runs, &w).unwrap();
     let file = dir.path().join("hinted");
     let hints = ["--cb-nodes", "2", "--cb-buffer", "4096"];
     write_and_read("romio321", &exe, &w, &runs, &file, &hints);
-    assert!(std::fs::read(&file).unwrap() == expected_file(&w));
+    assert!(std::fs::read(&file).unwrap() == workload::expected_file(&w, 8));
 
     // A damaged byte is found, named by its file offset, and fails the run.
     let mut bytes = std::fs::read(&file).unwrap();
