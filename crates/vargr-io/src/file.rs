@@ -11,10 +11,10 @@
 //! Every collective operation ends every rank alike: a rank whose part failed tells the
 //! others (with its reason) instead of leaving them waiting.
 
-use std::cell::Cell;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use rustix::fs::{FallocateFlags, OFlags};
@@ -123,16 +123,22 @@ pub struct File {
     stats: IoStats,
     /// The plan and access requests of the last collective operation, reused while no
     /// rank changes its view or hints (the seed computes the aggregator pattern once).
-    planned: Option<Rc<Planned>>,
+    planned: Option<Arc<Planned>>,
     /// This rank set a view or took the hints since the plan was made.
     changed: bool,
 }
+
+// The bindings hand a file to other threads (Python releases the GIL around each call).
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<File>();
+};
 
 /// A plan with its access requests, and whether its views were checked for overlaps.
 struct Planned {
     plan: Plan,
     requests: Requests,
-    overlap_checked: Cell<bool>,
+    overlap_checked: AtomicBool,
 }
 
 /// Ends a collective step alike on every rank: if any rank's `local` failed, every
@@ -417,7 +423,7 @@ impl File {
     /// The plan of a collective operation (collective): the last one if no rank changed
     /// its view or hints since, else a new one. With `writing`, views that overlap are
     /// refused (once per plan).
-    fn plan(&mut self, writing: bool) -> Result<Rc<Planned>> {
+    fn plan(&mut self, writing: bool) -> Result<Arc<Planned>> {
         let mut stale = [u8::from(self.changed || self.planned.is_none())];
         self.comm.allreduce(&mut stale, &Op::Max)?;
         let planned = match (&self.planned, stale[0]) {
@@ -427,16 +433,16 @@ impl File {
                 let plan = Plan::make(&self.comm, &self.view, &self.node, &self.hints)?;
                 let requests = plan.exchange_requests(&self.comm, &self.view)?;
                 self.changed = false;
-                Rc::new(Planned {
+                Arc::new(Planned {
                     plan,
                     requests,
-                    overlap_checked: Cell::new(false),
+                    overlap_checked: AtomicBool::new(false),
                 })
             }
         };
-        if writing && !planned.overlap_checked.get() {
+        if writing && !planned.overlap_checked.load(Ordering::Relaxed) {
             agree(&self.comm, planned.requests.check_overlap())?;
-            planned.overlap_checked.set(true);
+            planned.overlap_checked.store(true, Ordering::Relaxed);
         }
         self.planned = Some(planned.clone());
         self.stats = IoStats {
