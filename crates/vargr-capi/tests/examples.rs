@@ -20,7 +20,9 @@ struct Env {
     root: PathBuf,
     profile: PathBuf,
     vargr: PathBuf,
-    scratch: tempfile::TempDir,
+    /// target/<profile>/capi-examples, emptied when the tests start. Not a temporary
+    /// directory: a static is never dropped, so one would be left behind by every run.
+    scratch: PathBuf,
 }
 
 fn env() -> &'static Env {
@@ -55,11 +57,14 @@ fn env() -> &'static Env {
             "the vargr binary {} is missing",
             vargr.display()
         );
+        let scratch = profile.join("capi-examples");
+        let _ = std::fs::remove_dir_all(&scratch);
+        std::fs::create_dir_all(&scratch).expect("scratch directory");
         Env {
             root,
             profile,
             vargr,
-            scratch: tempfile::tempdir().expect("scratch directory"),
+            scratch,
         }
     })
 }
@@ -130,7 +135,7 @@ fn static_libs() -> Vec<String> {
 /// Compiles `sources` with `compiler` into scratch/`name`.
 fn compile(compiler: &str, std: &str, sources: &[&str], libs: &[String], name: &str) -> PathBuf {
     let e = env();
-    let out = e.scratch.path().join(name);
+    let out = e.scratch.join(name);
     let mut cmd = Command::new(compiler);
     cmd.args([std, "-Wall", "-Wextra", "-Werror", "-g"])
         .args(include_dirs())
@@ -322,7 +327,7 @@ fn integer_addition_over_a_tree_of_processes() {
 /// Compiles the filter plugin `examples/filter-plugin/NAME.c` into scratch/libNAME.so.
 fn plugin(name: &str) -> PathBuf {
     let e = env();
-    let so = e.scratch.path().join(format!("lib{name}.so"));
+    let so = e.scratch.join(format!("lib{name}.so"));
     let o = Command::new("cc")
         .args(["-shared", "-fPIC", "-Wall", "-Werror"])
         .args(include_dirs())
@@ -374,7 +379,7 @@ fn integer_addition_with_a_plugin_filter_and_a_topology_file() {
     let e = env();
     let plugin = int_filters();
     // Node 1 is a commnode with two back-ends; node 2 is a back-end under the root.
-    let topo = e.scratch.path().join("three.top");
+    let topo = e.scratch.join("three.top");
     std::fs::write(
         &topo,
         "localhost:0 => localhost:1 localhost:2 ;\nlocalhost:1 => localhost:3 localhost:4 ;\n",
@@ -574,7 +579,7 @@ fn have(tool: &str) -> bool {
 #[test]
 fn installed_package_is_found_by_cmake_and_pkg_config() {
     let e = env();
-    let prefix = e.scratch.path().join("prefix");
+    let prefix = e.scratch.join("prefix");
     let mut install = Command::new(e.root.join("scripts/install-capi.sh"));
     install.arg(&prefix).arg("--debug");
     if let Some(target) = e.profile.parent() {
@@ -597,7 +602,7 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     }
 
     if have("cmake") {
-        let build = e.scratch.path().join("cmake-build");
+        let build = e.scratch.join("cmake-build");
         let mut cfg = Command::new("cmake");
         cfg.arg("-S")
             .arg(e.root.join("examples/cmake"))
@@ -644,7 +649,7 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
                 .split_whitespace()
                 .map(String::from)
                 .collect();
-            let exe = e.scratch.path().join(exe);
+            let exe = e.scratch.join(exe);
             let mut cc = Command::new("cc");
             cc.arg("-std=c99")
                 .arg(format!("-I{}", e.root.join("examples/c").display()))
@@ -768,7 +773,7 @@ fn attach_mode_back_ends_started_by_a_launcher() {
 #[test]
 fn attach_mode_back_ends_started_by_hand_through_a_rendezvous_file() {
     let e = env();
-    let file = e.scratch.path().join("rendezvous");
+    let file = e.scratch.join("rendezvous");
     let _ = std::fs::remove_file(&file);
     let mut cmd = Command::new(example("attach_fe"));
     cmd.args(["kary:2@4", "--file"]).arg(&file);
@@ -856,7 +861,7 @@ fn hetero_filters_run_a_different_filter_at_each_kind_of_node() {
         }
         text.push('\n');
     }
-    let file = e.scratch.path().join("haystack.txt");
+    let file = e.scratch.join("haystack.txt");
     std::fs::write(&file, text).unwrap();
     let mut cmd = Command::new(example("hetero_filters_fe"));
     cmd.arg("needle")
