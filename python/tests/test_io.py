@@ -224,3 +224,15 @@ def test_ctrl_c_interrupts_a_rank_blocked_in_write_all(tmp_path: Path) -> None:
         "rank 0 ok",
         "rank 1 ok",
     ]
+
+
+def test_mpi4py_style_file_io_through_vargr_mpi(tmp_path: Path) -> None:
+    """MPI.File: Open, Set_view with subarray filetypes, Write_all/Read_all, Read_at,
+    a file pointer over a tiled view, Seek, and error classes (scripts/mpi_file.py)."""
+    r = run(
+        [vargr_binary(), "run", "-n", "4", "--", PYTHON, script("mpi_file.py"), str(tmp_path)],
+        timeout=180,
+    )
+    assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
+    got = sorted(line for line in r.stdout.splitlines() if line.endswith("mpi file OK"))
+    assert got == [f"rank {n} mpi file OK" for n in range(4)], r.stdout

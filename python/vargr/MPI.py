@@ -30,13 +30,16 @@ import socket
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import numpy.typing as npt
 
 from . import World as _join
 from . import _vargr
+
+if TYPE_CHECKING:  # the stub's dependency, not the package's
+    from typing_extensions import Self
 
 Array = npt.NDArray[Any]
 
@@ -60,6 +63,19 @@ IN_PLACE: Any = _vargr.IN_PLACE
 # Attribute keys of Comm.Get_attr (``comm.Get_attr(MPI.TAG_UB)`` is the largest tag).
 TAG_UB, HOST, IO, WTIME_IS_GLOBAL, APPNUM, UNIVERSE_SIZE, LASTUSEDCODE = range(7)
 
+# Array orders (Create_subarray), file open modes and seek origins (Open MPI's values).
+ORDER_C, ORDER_FORTRAN = 0, 1
+MODE_CREATE = 1
+MODE_RDONLY = 2
+MODE_WRONLY = 4
+MODE_RDWR = 8
+MODE_DELETE_ON_CLOSE = 16
+MODE_UNIQUE_OPEN = 32
+MODE_EXCL = 64
+MODE_APPEND = 128
+MODE_SEQUENTIAL = 256
+SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
+
 # Error classes (the values of MPICH and Open MPI agree on these).
 SUCCESS = 0
 ERR_BUFFER = 1
@@ -81,6 +97,15 @@ ERR_OTHER = 16
 ERR_INTERN = 17
 ERR_IN_STATUS = 18
 ERR_PENDING = 19
+# File errors (Open MPI's values; programs compare against these names).
+ERR_ACCESS = 20
+ERR_AMODE = 21
+ERR_BAD_FILE = 22
+ERR_FILE_EXISTS = 25
+ERR_FILE = 27
+ERR_IO = 35
+ERR_NO_SPACE = 36
+ERR_NO_SUCH_FILE = 37
 ERR_UNSUPPORTED_OPERATION = 52
 ERR_LASTCODE = 92
 
@@ -380,6 +405,56 @@ class Datatype:
             raise Exception(ERR_TYPE, "DATATYPE_NULL has no contiguous form")
         return Datatype(f"{self.name}x{count}", np.dtype((self.dtype, (count,))))
 
+    # Derived types with gaps describe file views (MPI.File.Set_view's filetype); they
+    # are not buffer types here.
+
+    def Create_vector(self, count: int, blocklength: int, stride: int) -> Datatype:
+        e = _type_runs(self)[2]
+        return self.Create_hvector(count, blocklength, stride * e)
+
+    def Create_hvector(self, count: int, blocklength: int, stride: int) -> Datatype:
+        e = _type_runs(self)[2]
+        return _Layout.of(self, [(i * stride, blocklength) for i in range(count)], e, "hvector")
+
+    def Create_indexed(self, blocklengths: Sequence[int], displacements: Sequence[int]) -> Datatype:
+        e = _type_runs(self)[2]
+        return self.Create_hindexed(blocklengths, [d * e for d in displacements])
+
+    def Create_hindexed(
+        self, blocklengths: Sequence[int], displacements: Sequence[int]
+    ) -> Datatype:
+        if len(blocklengths) != len(displacements):
+            raise Exception(ERR_ARG, "blocklengths and displacements differ in length")
+        e = _type_runs(self)[2]
+        return _Layout.of(self, list(zip(displacements, blocklengths)), e, "hindexed")
+
+    def Create_indexed_block(self, blocklength: int, displacements: Sequence[int]) -> Datatype:
+        return self.Create_indexed([blocklength] * len(displacements), displacements)
+
+    def Create_subarray(
+        self,
+        sizes: Sequence[int],
+        subsizes: Sequence[int],
+        starts: Sequence[int],
+        order: int = ORDER_C,
+    ) -> Datatype:
+        runs, size, e = _type_runs(self)
+        if size != e or len(runs) != 1:
+            raise Exception(ERR_TYPE, "subarrays of types with gaps are not supported")
+        try:
+            view = _vargr.View.subarray(
+                0,
+                list(sizes),
+                list(subsizes),
+                list(starts),
+                "F" if order == ORDER_FORTRAN else "C",
+                elem_bytes=e,
+            )
+        except (ValueError, OverflowError) as err:
+            raise Exception(ERR_ARG, str(err)) from err
+        extent = int(np.prod(sizes)) * e
+        return _Layout(f"subarray({self.name})", view.runs, view.nbytes, extent, self)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Datatype) and (self.name, self.dtype) == (other.name, other.dtype)
 
@@ -388,6 +463,69 @@ class Datatype:
 
     def __repr__(self) -> str:
         return f"<mpi4py-compatible Datatype {self.name}>"
+
+
+class _Layout(Datatype):
+    """A derived type with gaps: byte runs within one extent (a file view's filetype)."""
+
+    def __init__(
+        self, name: str, runs: list[tuple[int, int]], size: int, extent: int, base: Datatype
+    ) -> None:
+        super().__init__(name, None)
+        self.runs = runs
+        self._size = size
+        self._extent = extent
+        self.base = base
+
+    @staticmethod
+    def of(old: Datatype, blocks: list[tuple[int, int]], old_extent: int, kind: str) -> _Layout:
+        """Blocks of (byte displacement, count of `old`), each laid out as `old` is."""
+        runs: list[tuple[int, int]] = []
+        old_runs, old_size, _ = _type_runs(old)
+        for disp, count in blocks:
+            if disp < 0 or count < 0:
+                raise Exception(
+                    ERR_ARG, f"{kind}: negative displacement or count ({disp}, {count})"
+                )
+            for k in range(count):
+                for off, n in old_runs:
+                    at = disp + k * old_extent + off
+                    if runs and runs[-1][0] + runs[-1][1] == at:
+                        runs[-1] = (runs[-1][0], runs[-1][1] + n)
+                    else:
+                        runs.append((at, n))
+        size = sum(c for _, c in blocks) * old_size
+        extent = max((d + c * old_extent for d, c in blocks), default=0)
+        return _Layout(f"{kind}({old.name})", runs, size, extent, old)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def extent(self) -> int:
+        return self._extent
+
+    def Dup(self) -> Datatype:
+        return _Layout(self.name, list(self.runs), self._size, self._extent, self.base)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Layout) and (self.runs, self._extent) == (
+            other.runs,
+            other._extent,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.name, self._extent))
+
+
+def _type_runs(t: Datatype) -> tuple[list[tuple[int, int]], int, int]:
+    """A type's byte runs within one extent, its size and its extent."""
+    if isinstance(t, _Layout):
+        return t.runs, t.size, t.extent
+    if t.dtype is None:
+        raise Exception(ERR_TYPE, "DATATYPE_NULL has no layout")
+    return [(0, t.size)], t.size, t.extent
 
 
 def _pair(value: str) -> Any:
@@ -2188,6 +2326,222 @@ class Cartcomm(Comm):
 
     def Dup(self, info: Info | None = None) -> Cartcomm:
         return Cartcomm._grid(Comm._made(_call(self._c.Dup)), self.dims, self.periods)
+
+
+# ---- files ---------------------------------------------------------------------------
+
+
+def _file_error(e: BaseException) -> Exception:
+    """vargr.File's errors as MPI error classes."""
+    if isinstance(e, FileNotFoundError):
+        return Exception(ERR_NO_SUCH_FILE, str(e))
+    if isinstance(e, FileExistsError):
+        return Exception(ERR_FILE_EXISTS, str(e))
+    if isinstance(e, PermissionError):
+        return Exception(ERR_ACCESS, str(e))
+    if isinstance(e, OSError) and e.errno in (28, 27):  # ENOSPC, EFBIG
+        return Exception(ERR_NO_SPACE, str(e))
+    if isinstance(e, _vargr.FileViewError):
+        return Exception(ERR_ARG, str(e))
+    if isinstance(e, (OSError, _vargr.FileError)):
+        return Exception(ERR_IO, str(e))
+    if isinstance(e, _vargr.VargrError):
+        return _error(e)
+    return Exception(ERR_OTHER, str(e))
+
+
+def _io(f: Callable[..., Any], *args: Any) -> Any:
+    try:
+        return f(*args)
+    except (OSError, _vargr.VargrError) as e:
+        raise _file_error(e) from e
+
+
+def _file_bytes(buf: Any, writable: bool) -> memoryview:
+    """The bytes of a buffer argument: a buffer, or mpi4py's [buf, ...] spec."""
+    if isinstance(buf, (list, tuple)):
+        buf = buf[0]
+    if isinstance(buf, np.ndarray) and not buf.flags.c_contiguous:
+        raise Exception(ERR_BUFFER, "file I/O needs a C-contiguous buffer")
+    m = memoryview(buf)
+    if writable and m.readonly:
+        raise Exception(ERR_BUFFER, "reading into a read-only buffer")
+    return m.cast("B") if m.format != "B" or m.ndim != 1 else m
+
+
+class File:
+    """An mpi4py-compatible file over vargr.File (collective I/O by two-phase).
+
+    The view tiles ``filetype`` from ``disp``, as MPI's does; each rank keeps its own
+    file pointer in units of ``etype``.
+    """
+
+    def __init__(self, impl: Any, comm: Comm, amode: int, path: str) -> None:
+        self._f = impl
+        self._comm = comm
+        self._amode = amode
+        self._path = path
+        self._disp = 0
+        self._etype: Datatype = BYTE
+        self._filetype: Datatype = BYTE
+        self._pos = 0
+
+    @classmethod
+    def Open(
+        cls, comm: Comm, filename: Any, amode: int = MODE_RDONLY, info: Info | None = None
+    ) -> File:
+        access = amode & (MODE_RDONLY | MODE_WRONLY | MODE_RDWR)
+        if access not in (MODE_RDONLY, MODE_WRONLY, MODE_RDWR):
+            raise Exception(ERR_AMODE, "give exactly one of MODE_RDONLY, MODE_WRONLY, MODE_RDWR")
+        if access == MODE_RDONLY and amode & (MODE_CREATE | MODE_EXCL):
+            raise Exception(ERR_AMODE, "MODE_RDONLY with MODE_CREATE or MODE_EXCL")
+        if amode & MODE_CREATE:
+            mode = "x" if amode & MODE_EXCL else "c"
+        else:
+            mode = "r" if access == MODE_RDONLY else "r+"
+        path = os.fspath(filename)
+        f = File(_io(_vargr.File.open, comm._c, path, mode), comm, amode, path)
+        if amode & MODE_APPEND:
+            f._pos = f.Get_size()
+        return f
+
+    @classmethod
+    def Delete(cls, filename: Any, info: Info | None = None) -> None:
+        try:
+            os.remove(os.fspath(filename))
+        except OSError as e:
+            raise _file_error(e) from e
+
+    def Close(self) -> None:
+        _io(self._f.close)
+        if self._amode & MODE_DELETE_ON_CLOSE and self._comm.rank == 0:
+            File.Delete(self._path)
+        self._comm.Barrier()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if not self._f.closed:
+            self.Close()
+
+    def Get_amode(self) -> int:
+        return self._amode
+
+    def Get_size(self) -> int:
+        return int(_io(self._f.size))
+
+    def Set_size(self, size: int) -> None:
+        _io(self._f.set_size, size)
+
+    def Preallocate(self, size: int) -> None:
+        _io(self._f.preallocate, size)
+
+    def Sync(self) -> None:
+        _io(self._f.sync)
+
+    def Set_view(
+        self,
+        disp: int = 0,
+        etype: Datatype | None = None,
+        filetype: Datatype | None = None,
+        datarep: str = "native",
+        info: Info | None = None,
+    ) -> None:
+        if datarep != "native":
+            raise Exception(ERR_UNSUPPORTED_OPERATION, f"data representation {datarep!r}")
+        self._disp = disp
+        self._etype = etype if etype is not None else BYTE
+        self._filetype = filetype if filetype is not None else self._etype
+        self._pos = 0
+
+    def Get_view(self) -> tuple[int, Datatype, Datatype, str]:
+        return self._disp, self._etype, self._filetype, "native"
+
+    def Seek(self, offset: int, whence: int = SEEK_SET) -> None:
+        if whence == SEEK_CUR:
+            offset += self._pos
+        elif whence == SEEK_END:
+            offset += self.Get_size() // max(1, self._etype.size)
+        if offset < 0:
+            raise Exception(ERR_ARG, f"seek to a negative position ({offset})")
+        self._pos = offset
+
+    def Get_position(self) -> int:
+        return self._pos
+
+    def _view(self, at: int, n: int) -> Any:
+        """The file runs of data bytes at .. at + n of the tiled view."""
+        runs, size, extent = _type_runs(self._filetype)
+        out: list[tuple[int, int]] = []
+        if size == 0:
+            raise Exception(ERR_TYPE, "a filetype of 0 bytes")
+        tile, skip = divmod(at, size)
+        left = n
+        while left > 0:
+            base = self._disp + tile * extent
+            for off, length in runs:
+                if skip >= length:
+                    skip -= length
+                    continue
+                take = min(length - skip, left)
+                out.append((base + off + skip, take))
+                left -= take
+                skip = 0
+                if left == 0:
+                    break
+            tile += 1
+        try:
+            return _vargr.View.from_runs(out)
+        except ValueError as e:
+            raise Exception(ERR_ARG, f"the view's runs are not in file order: {e}") from e
+
+    def _rw(self, offset: int, buf: Any, write: bool, collective: bool) -> int:
+        data = _file_bytes(buf, writable=not write)
+        at = offset * self._etype.size
+        view = self._view(at, len(data))
+        elem = (
+            self._etype.dtype
+            if self._etype.dtype is not None and self._etype.dtype.kind in "iuf"
+            else None
+        )
+        _io(self._f.set_view, view, elem)
+        if collective:
+            _io(self._f.write_all if write else self._f.read_all, data)
+        elif write:
+            _io(self._f.write_at, 0, data)
+        else:
+            _io(self._f.read_at, 0, data)
+        return len(data) // max(1, self._etype.size)
+
+    # Explicit offsets (in etypes from the view's start); the file pointer stays.
+    def Write_at_all(self, offset: int, buf: Any, status: Any = None) -> None:
+        self._rw(offset, buf, True, True)
+
+    def Read_at_all(self, offset: int, buf: Any, status: Any = None) -> None:
+        self._rw(offset, buf, False, True)
+
+    def Write_at(self, offset: int, buf: Any, status: Any = None) -> None:
+        self._rw(offset, buf, True, False)
+
+    def Read_at(self, offset: int, buf: Any, status: Any = None) -> None:
+        self._rw(offset, buf, False, False)
+
+    # The individual file pointer, which advances by what was moved.
+    def Write_all(self, buf: Any, status: Any = None) -> None:
+        self._pos += self._rw(self._pos, buf, True, True)
+
+    def Read_all(self, buf: Any, status: Any = None) -> None:
+        self._pos += self._rw(self._pos, buf, False, True)
+
+    def Write(self, buf: Any, status: Any = None) -> None:
+        self._pos += self._rw(self._pos, buf, True, False)
+
+    def Read(self, buf: Any, status: Any = None) -> None:
+        self._pos += self._rw(self._pos, buf, False, False)
+
+
+FILE_NULL: File | None = None
 
 
 # ---- the world -------------------------------------------------------------------------

@@ -292,7 +292,7 @@ class Request:
 # Anything with the buffer protocol: numpy arrays of any dtype, bytearray, memoryview
 # (and bytes where only read), C-contiguous.
 Buffer: TypeAlias = Array | bytearray | memoryview | bytes
-Mode: TypeAlias = Literal["r", "r+", "rw", "w", "w+", "create", "x", "x+"]
+Mode: TypeAlias = Literal["r", "r+", "rw", "w", "w+", "create", "c", "x", "x+"]
 
 class View:
     @staticmethod

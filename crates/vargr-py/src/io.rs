@@ -107,9 +107,15 @@ fn mode_of(mode: &str) -> PyResult<Mode> {
             exclusive: true,
             ..Mode::create()
         },
+        // As dbm.open's "c": read-write, created if missing, kept as it is otherwise
+        // (MPI's MODE_CREATE).
+        "c" => Mode {
+            truncate: false,
+            ..Mode::create()
+        },
         _ => {
             return Err(PyValueError::new_err(format!(
-                "mode {mode:?}: use \"r\", \"r+\" (or \"rw\"), \"w\" (or \"w+\", \"create\": created and emptied) or \"x\" (created, must not exist)"
+                "mode {mode:?}: use \"r\", \"r+\" (or \"rw\"), \"w\" (or \"w+\", \"create\": created and emptied), \"c\" (created if missing, not emptied) or \"x\" (created, must not exist)"
             )))
         }
     })
