@@ -72,7 +72,9 @@ pub(super) fn decode(
     pf: &PixelFormat,
     fb: &mut Framebuffer,
 ) -> Parse<()> {
-    // Undefined at the start and after a raw tile.
+    // Undefined until a tile gives them. A raw tile leaves them as they were: the
+    // specification only requires the first non-raw tile to give a background, so
+    // the decoder accepts carrying over a raw tile (the encoder never relies on it).
     let (mut bg, mut fg): (Option<u32>, Option<u32>) = (None, None);
     for (tx, ty, tw, th) in tiles(w, h) {
         let (ax, ay) = (x + tx, y + ty);
@@ -83,7 +85,6 @@ pub(super) fn decode(
                 px.push(read_rgb(r, pf)?);
             }
             fb.put_rect(ax, ay, tw, th, &px)?;
-            (bg, fg) = (None, None);
             continue;
         }
         if s & BACKGROUND_SPECIFIED != 0 {
