@@ -4,7 +4,9 @@
 
 use bytes::BytesMut;
 use vargr_rfb::encoding::{HEXTILE, RAW, RRE, ZRLE};
-use vargr_rfb::{Decoder, Encoder, Framebuffer, Limits, PixelFormat, Rect, ServerMsg, UpdateContext};
+use vargr_rfb::{
+    Decoder, Encoder, Framebuffer, Limits, PixelFormat, Rect, ServerMsg, UpdateContext,
+};
 
 const W: u16 = 150;
 const H: u16 = 83;
@@ -12,7 +14,10 @@ const H: u16 = 83;
 struct Lcg(u64);
 impl Lcg {
     fn next(&mut self) -> u32 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) as u32
     }
 }
@@ -25,7 +30,9 @@ fn image(kind: &str) -> Framebuffer {
         for x in 0..W as u32 {
             px.push(match kind {
                 "solid" => 0x3366cc,
-                "gradient" => (x * 255 / W as u32) << 16 | (y * 255 / H as u32) << 8 | ((x + y) & 0xff),
+                "gradient" => {
+                    (x * 255 / W as u32) << 16 | (y * 255 / H as u32) << 8 | ((x + y) & 0xff)
+                }
                 "random" => rng.next() & 0xffffff,
                 // Dark strokes on white, like a terminal: few colours, short runs.
                 "text" => {
@@ -76,7 +83,11 @@ fn formats() -> Vec<(&'static str, PixelFormat)> {
 /// The image as `pf` can hold it.
 fn quantised(fb: &Framebuffer, pf: &PixelFormat) -> Framebuffer {
     let mut q = Framebuffer::new(fb.width(), fb.height());
-    let px: Vec<u32> = fb.pixels().iter().map(|&c| pf.to_rgb(pf.from_rgb(c))).collect();
+    let px: Vec<u32> = fb
+        .pixels()
+        .iter()
+        .map(|&c| pf.to_rgb(pf.from_rgb(c)))
+        .collect();
     q.put_rect(0, 0, fb.width(), fb.height(), &px).unwrap();
     q
 }
@@ -90,7 +101,9 @@ fn transmit(rects: Vec<Rect>, pf: &PixelFormat, dec: &mut Decoder, fb: &mut Fram
         width: fb.width(),
         height: fb.height(),
     };
-    let msg = ServerMsg::decode(&mut wire, &mut ctx, &Limits::default()).unwrap().unwrap();
+    let msg = ServerMsg::decode(&mut wire, &mut ctx, &Limits::default())
+        .unwrap()
+        .unwrap();
     assert!(wire.is_empty());
     assert_eq!(msg, ServerMsg::FramebufferUpdate(rects.clone()));
     for r in &rects {
@@ -110,10 +123,21 @@ fn every_encoding_round_trips_every_image_in_every_format() {
                 let mut got = Framebuffer::new(W, H);
                 // The whole screen, then overlapping odd-sized parts over a blank
                 // screen: partial tiles, and ZRLE's stream continued across rectangles.
-                transmit(vec![encoder.encode(&src, enc, 0, 0, W, H, &pf).unwrap()], &pf, &mut decoder, &mut got);
+                transmit(
+                    vec![encoder.encode(&src, enc, 0, 0, W, H, &pf).unwrap()],
+                    &pf,
+                    &mut decoder,
+                    &mut got,
+                );
                 assert!(got == want, "{kind} {pf_name} encoding {enc}: whole screen");
                 got = Framebuffer::new(W, H);
-                let parts = [(0, 0, 70, 40), (65, 3, 85, 80), (60, 0, 90, 5), (0, 40, 66, 43), (1, 1, 0, 0)];
+                let parts = [
+                    (0, 0, 70, 40),
+                    (65, 3, 85, 80),
+                    (60, 0, 90, 5),
+                    (0, 40, 66, 43),
+                    (1, 1, 0, 0),
+                ];
                 let rects = parts
                     .iter()
                     .map(|&(x, y, w, h)| encoder.encode(&src, enc, x, y, w, h, &pf).unwrap())
@@ -133,7 +157,11 @@ fn compressing_encodings_beat_raw_where_they_should() {
         let src = image(kind);
         for enc in [HEXTILE, ZRLE] {
             let r = Encoder::new().encode(&src, enc, 0, 0, W, H, &pf).unwrap();
-            assert!(r.data.len() * 4 < raw, "{kind} in {enc}: {} bytes", r.data.len());
+            assert!(
+                r.data.len() * 4 < raw,
+                "{kind} in {enc}: {} bytes",
+                r.data.len()
+            );
         }
     }
 }

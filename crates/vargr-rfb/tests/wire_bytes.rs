@@ -44,7 +44,11 @@ fn cat(parts: &[&[u8]]) -> Vec<u8> {
 fn raw_is_pixels_row_by_row() {
     let mut fb = Framebuffer::new(4, 2);
     // 2x2 at (1,0): red, green / blue, white.
-    paint(&mut fb, &rect(1, 0, 2, 2, RAW, cat(&[&px(R), &px(G), &px(B), &px(WH)]))).unwrap();
+    paint(
+        &mut fb,
+        &rect(1, 0, 2, 2, RAW, cat(&[&px(R), &px(G), &px(B), &px(WH)])),
+    )
+    .unwrap();
     assert_eq!(fb.pixels(), &[K, R, G, K, K, B, WH, K]);
     // One byte short, and one too many.
     assert!(paint(&mut fb, &rect(0, 0, 1, 1, RAW, vec![1, 2, 3])).is_err());
@@ -81,14 +85,19 @@ fn rre_is_a_background_and_subrectangles() {
     assert_eq!(fb.pixels(), &[R, R, WH, WH, WH, WH, WH, B, WH, WH, WH, B]);
     // A subrectangle reaching past the rectangle.
     let data = cat(&[&[0, 0, 0, 1], &px(WH), &px(R), &[0, 3, 0, 0, 0, 2, 0, 1]]);
-    assert!(matches!(paint(&mut fb, &rect(0, 0, 4, 3, RRE, data)), Err(RfbError::Corrupt { .. })));
+    assert!(matches!(
+        paint(&mut fb, &rect(0, 0, 4, 3, RRE, data)),
+        Err(RfbError::Corrupt { .. })
+    ));
 }
 
 #[test]
 fn hextile_subencodings() {
     // 40x17: tiles of 16x16, 16x16, 8x16 on the first row, 16x1, 16x1, 8x1 below.
     let mut fb = Framebuffer::new(40, 17);
-    let raw_tile: Vec<u8> = (0..8 * 16).flat_map(|i| px(if i % 2 == 0 { R } else { G })).collect();
+    let raw_tile: Vec<u8> = (0..8 * 16)
+        .flat_map(|i| px(if i % 2 == 0 { R } else { G }))
+        .collect();
     let data = cat(&[
         // Tile 1: BackgroundSpecified (2) | ForegroundSpecified (4) | AnySubrects (8):
         // white background, blue foreground, 1 subrectangle at x=2,y=3 of 4x5
@@ -121,10 +130,19 @@ fn hextile_subencodings() {
     ]);
     paint(&mut fb, &rect(0, 0, 40, 17, HEXTILE, data)).unwrap();
     let at = |x: u16, y: u16| fb.get(x, y);
-    assert_eq!((at(0, 0), at(2, 3), at(5, 7), at(6, 7), at(2, 8)), (WH, B, B, WH, WH));
-    assert_eq!((at(16, 0), at(17, 0), at(16, 15), at(31, 15), at(20, 7)), (R, WH, G, G, WH));
+    assert_eq!(
+        (at(0, 0), at(2, 3), at(5, 7), at(6, 7), at(2, 8)),
+        (WH, B, B, WH, WH)
+    );
+    assert_eq!(
+        (at(16, 0), at(17, 0), at(16, 15), at(31, 15), at(20, 7)),
+        (R, WH, G, G, WH)
+    );
     assert_eq!((at(32, 0), at(33, 0), at(32, 1)), (R, G, R));
-    assert_eq!((at(0, 16), at(31, 16), at(37, 16), at(38, 16), at(39, 16)), (K, K, WH, B, B));
+    assert_eq!(
+        (at(0, 16), at(31, 16), at(37, 16), at(38, 16), at(39, 16)),
+        (K, K, WH, B, B)
+    );
 
     // A first tile without a background, a foreground never given, a subrectangle
     // leaving its tile, unknown subencoding bits, data left over.
@@ -136,14 +154,18 @@ fn hextile_subencodings() {
         cat(&[&[2], &px(WH), &[0]]),
     ] {
         let mut fb = Framebuffer::new(16, 16);
-        assert!(paint(&mut fb, &rect(0, 0, 16, 16, HEXTILE, bad.clone())).is_err(), "{bad:?}");
+        assert!(
+            paint(&mut fb, &rect(0, 0, 16, 16, HEXTILE, bad.clone())).is_err(),
+            "{bad:?}"
+        );
     }
 }
 
 /// A ZRLE rectangle: u32 length, then the zlib stream of the tiles.
 fn zrle(z: &mut Compress, tiles: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(tiles.len() + 1024);
-    z.compress_vec(tiles, &mut out, FlushCompress::Sync).unwrap();
+    z.compress_vec(tiles, &mut out, FlushCompress::Sync)
+        .unwrap();
     cat(&[&(out.len() as u32).to_be_bytes(), &out])
 }
 
@@ -169,11 +191,28 @@ fn zrle_tile_kinds_share_one_stream() {
     // Row 0 all index 1 (blue), rows 1 and 2 alternate 1,0 (0xaa).
     tiles.extend(cat(&[&[2], &cpx(WH), &cpx(B), &[0xff; 8], &[0xaa; 16]]));
     // Tile 3 (2x3), raw (0): six CPIXELs.
-    tiles.extend(cat(&[&[0], &cpx(R), &cpx(G), &cpx(B), &cpx(K), &cpx(WH), &cpx(R)]));
+    tiles.extend(cat(&[
+        &[0],
+        &cpx(R),
+        &cpx(G),
+        &cpx(B),
+        &cpx(K),
+        &cpx(WH),
+        &cpx(R),
+    ]));
     let r1 = rect(0, 0, 130, 3, ZRLE, zrle(&mut z, &tiles));
     dec.apply(&r1, &pf, &mut fb).unwrap();
     assert_eq!((fb.get(0, 0), fb.get(63, 2)), (R, R));
-    assert_eq!((fb.get(64, 0), fb.get(127, 0), fb.get(64, 1), fb.get(65, 1), fb.get(127, 2)), (B, B, B, WH, WH));
+    assert_eq!(
+        (
+            fb.get(64, 0),
+            fb.get(127, 0),
+            fb.get(64, 1),
+            fb.get(65, 1),
+            fb.get(127, 2)
+        ),
+        (B, B, B, WH, WH)
+    );
     assert_eq!(fb.get_rect(128, 0, 2, 3).unwrap(), vec![R, G, B, K, WH, R]);
 
     // Rectangle 2 (rows 3-5) continues the same zlib stream.
@@ -183,7 +222,13 @@ fn zrle_tile_kinds_share_one_stream() {
     // Tile 2, palette RLE of 3 colours (128 + 3): index 2 (blue) with the top bit set
     // takes a run of 1 + 150; index 0 (black) with the top bit clear is one pixel;
     // index 1 (white) with a run of 1 + 39.
-    tiles.extend(cat(&[&[131], &cpx(K), &cpx(WH), &cpx(B), &[0x82, 150, 0x00, 0x81, 39]]));
+    tiles.extend(cat(&[
+        &[131],
+        &cpx(K),
+        &cpx(WH),
+        &cpx(B),
+        &[0x82, 150, 0x00, 0x81, 39],
+    ]));
     // Tile 3 (2x3 = 6 pixels), packed palette of 3 (2 bits a pixel, a row is 1 byte):
     // rows "2 1", "0 0", "1 2" → 0b1001_0000, 0, 0b0110_0000.
     tiles.extend(cat(&[&[3], &cpx(R), &cpx(G), &cpx(B), &[0x90, 0x00, 0x60]]));
@@ -193,14 +238,18 @@ fn zrle_tile_kinds_share_one_stream() {
     assert!(row(3).iter().all(|&c| c == G));
     assert_eq!(&row(4)[..37], &[G; 37]);
     assert!(row(4)[37..].iter().all(|&c| c == R) && row(5).iter().all(|&c| c == R));
-    let t2: Vec<u32> = (3..6).flat_map(|y| fb.get_rect(64, y, 64, 1).unwrap()).collect();
+    let t2: Vec<u32> = (3..6)
+        .flat_map(|y| fb.get_rect(64, y, 64, 1).unwrap())
+        .collect();
     assert!(t2[..151].iter().all(|&c| c == B));
     assert_eq!(t2[151], K);
     assert!(t2[152..].iter().all(|&c| c == WH));
     assert_eq!(fb.get_rect(128, 3, 2, 3).unwrap(), vec![B, G, R, R, G, B]);
 
     // A fresh decoder cannot read rectangle 2: it is the middle of a stream.
-    assert!(Decoder::new(Limits::default()).apply(&r2, &pf, &mut fb).is_err());
+    assert!(Decoder::new(Limits::default())
+        .apply(&r2, &pf, &mut fb)
+        .is_err());
 }
 
 #[test]
@@ -210,9 +259,15 @@ fn zrle_refuses_malformed_tiles() {
     for (what, tiles) in [
         ("unused subencoding 17", vec![17u8]),
         ("unused subencoding 129", vec![129]),
-        ("packed index 3 of a 3-colour palette", cat(&[&[3], &cpx(R), &cpx(G), &cpx(B), &[0xff]])),
+        (
+            "packed index 3 of a 3-colour palette",
+            cat(&[&[3], &cpx(R), &cpx(G), &cpx(B), &[0xff]]),
+        ),
         ("run past the tile", cat(&[&[128], &cpx(R), &[4]])),
-        ("palette RLE index past palette", cat(&[&[130], &cpx(R), &cpx(G), &[0x05]])),
+        (
+            "palette RLE index past palette",
+            cat(&[&[130], &cpx(R), &cpx(G), &[0x05]]),
+        ),
         ("ends early", cat(&[&[0], &cpx(R)])),
         ("bytes after the last tile", cat(&[&[1], &cpx(R), &[0]])),
     ] {
@@ -226,8 +281,18 @@ fn zrle_refuses_malformed_tiles() {
     }
     // Garbage that is not zlib.
     let mut fb = Framebuffer::new(4, 1);
-    let r = Decoder::new(Limits::default()).apply(&rect(0, 0, 4, 1, ZRLE, vec![0, 0, 0, 2, 0x12, 0x34]), &pf, &mut fb);
-    assert!(matches!(r, Err(RfbError::Corrupt { encoding: "ZRLE", .. })));
+    let r = Decoder::new(Limits::default()).apply(
+        &rect(0, 0, 4, 1, ZRLE, vec![0, 0, 0, 2, 0x12, 0x34]),
+        &pf,
+        &mut fb,
+    );
+    assert!(matches!(
+        r,
+        Err(RfbError::Corrupt {
+            encoding: "ZRLE",
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -237,7 +302,9 @@ fn zrle_cpixel_in_16_bits_is_the_whole_pixel() {
     // One 2x1 tile, raw: 16-bit little-endian pixels 0xf800 (red) and 0x001f (blue).
     let data = zrle(&mut z, &[0, 0x00, 0xf8, 0x1f, 0x00]);
     let mut fb = Framebuffer::new(2, 1);
-    Decoder::new(Limits::default()).apply(&rect(0, 0, 2, 1, ZRLE, data), &pf, &mut fb).unwrap();
+    Decoder::new(Limits::default())
+        .apply(&rect(0, 0, 2, 1, ZRLE, data), &pf, &mut fb)
+        .unwrap();
     assert_eq!(fb.pixels(), &[R, B]);
 }
 
@@ -248,5 +315,26 @@ fn desktop_size_resizes() {
     paint(&mut fb, &rect(0, 0, 8, 2, DESKTOP_SIZE, vec![])).unwrap();
     assert_eq!((fb.width(), fb.height()), (8, 2));
     let huge = Rect::desktop_size(60000, 2);
-    assert!(matches!(paint(&mut fb, &huge), Err(RfbError::TooLong { .. })));
+    assert!(matches!(
+        paint(&mut fb, &huge),
+        Err(RfbError::TooLong { .. })
+    ));
+}
+
+#[test]
+fn zrle_run_lengths_continue_past_255() {
+    let mut z = Compress::new(Compression::default(), true);
+    // One 20x20 tile (400 pixels), plain RLE: green for 1 + 255 + 44 = 300 pixels
+    // (a byte of 255 continues the length), then red for 1 + 99.
+    let data = zrle(&mut z, &cat(&[&[128], &cpx(G), &[255, 44], &cpx(R), &[99]]));
+    let mut fb = Framebuffer::new(20, 20);
+    Decoder::new(Limits::default())
+        .apply(
+            &rect(0, 0, 20, 20, ZRLE, data),
+            &PixelFormat::RGB888,
+            &mut fb,
+        )
+        .unwrap();
+    assert!(fb.pixels()[..300].iter().all(|&c| c == G));
+    assert!(fb.pixels()[300..].iter().all(|&c| c == R));
 }
