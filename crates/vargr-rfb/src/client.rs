@@ -133,7 +133,8 @@ impl ClientSide {
     }
 
     /// Queues a message to the server. SetPixelFormat must be a usable format, and
-    /// changes how later updates are decoded.
+    /// changes how every later update is decoded: send it while no update request is
+    /// outstanding, since an update already on its way is in the old format.
     pub fn send(&mut self, msg: &ClientMsg) -> Result<(), RfbError> {
         let Some(ctx) = self.ctx.as_mut().filter(|_| self.state == State::Normal) else {
             return Err(RfbError::WrongState("send before ServerInit"));

@@ -18,6 +18,10 @@ pub struct Limits {
     /// The encoded data of one rectangle (Raw pixels, RRE subrectangles, ZRLE's
     /// compressed bytes, Hextile tiles).
     pub max_rect_bytes: u64,
+    /// A whole FramebufferUpdate: rectangles are refused once the update has passed
+    /// this, so a partial update held while it arrives stays below this plus one
+    /// rectangle.
+    pub max_update_bytes: u64,
     /// SetEncodings' list.
     pub max_encodings: u16,
 }
@@ -31,6 +35,7 @@ impl Default for Limits {
             max_width: 16384,
             max_height: 16384,
             max_rect_bytes: 64 << 20,
+            max_update_bytes: 256 << 20,
             max_encodings: 1024,
         }
     }

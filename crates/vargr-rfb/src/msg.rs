@@ -303,6 +303,14 @@ impl ServerMsg {
                 // Grows as rectangles arrive: a hostile count reserves nothing.
                 let mut rects = Vec::new();
                 for _ in 0..n {
+                    if r.pos() as u64 > limits.max_update_bytes {
+                        return Err(Step::Bad(RfbError::TooLong {
+                            message: "FramebufferUpdate",
+                            field: "rectangles",
+                            len: r.pos() as u64,
+                            max: limits.max_update_bytes,
+                        }));
+                    }
                     rects.push(parse_rect(r, ctx, limits)?);
                 }
                 ServerMsg::FramebufferUpdate(rects)

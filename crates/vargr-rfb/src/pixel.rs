@@ -174,11 +174,15 @@ impl PixelFormat {
         }
     }
 
-    /// A pixel value in this format to canonical `0x00RRGGBB`.
+    /// A pixel value in this format to canonical `0x00RRGGBB`. A format that fails
+    /// [`PixelFormat::validate`] gives some colour, never a panic.
     pub fn to_rgb(&self, value: u32) -> u32 {
         let ch = |shift: u8, max: u16| {
-            let v = (value >> shift) & max as u32;
-            (v * 255 + max as u32 / 2) / max as u32
+            let v = value.checked_shr(shift as u32).unwrap_or(0) & max as u32;
+            ((v * 255 + max as u32 / 2)
+                .checked_div(max as u32)
+                .unwrap_or(0))
+                & 0xff
         };
         (ch(self.red_shift, self.red_max) << 16)
             | (ch(self.green_shift, self.green_max) << 8)
@@ -187,7 +191,11 @@ impl PixelFormat {
 
     /// Canonical `0x00RRGGBB` to a pixel value in this format (rounded to nearest).
     pub fn from_rgb(&self, rgb: u32) -> u32 {
-        let ch = |c: u32, shift: u8, max: u16| ((c * max as u32 + 127) / 255) << shift;
+        let ch = |c: u32, shift: u8, max: u16| {
+            ((c * max as u32 + 127) / 255)
+                .checked_shl(shift as u32)
+                .unwrap_or(0)
+        };
         ch((rgb >> 16) & 0xff, self.red_shift, self.red_max)
             | ch((rgb >> 8) & 0xff, self.green_shift, self.green_max)
             | ch(rgb & 0xff, self.blue_shift, self.blue_max)

@@ -171,15 +171,12 @@ impl ServerSide {
         if let Some(e) = &self.error {
             return Err(e.clone());
         }
-        match self.step() {
-            Ok(ev) => Ok(ev),
-            Err(e) => {
-                if self.error.is_none() {
-                    self.fail(e.clone())?;
-                }
-                Err(e)
-            }
+        let r = self.step();
+        if let Err(e) = &r {
+            self.state = State::Failed;
+            self.error = Some(e.clone());
         }
+        r
     }
 
     fn step(&mut self) -> Result<Option<ServerEvent>, RfbError> {

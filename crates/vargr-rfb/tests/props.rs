@@ -198,6 +198,9 @@ proptest! {
             let _ = SecurityResult::decode(&mut BytesMut::from(&bytes[..]), v, &l);
         }
         let _ = ServerInit::decode(&mut BytesMut::from(&bytes[..]), &l);
+        // Conversion through any format, even one that validate() refuses.
+        let _ = vargr_rfb::convert_pixels(&pf, &PixelFormat::RGB565, &bytes);
+        let _ = vargr_rfb::convert_pixels(&PixelFormat::RGB888, &pf, &bytes);
         // Rectangle data of every encoding, straight into the painter.
         for enc in [RAW, COPY_RECT, RRE, HEXTILE, ZRLE, DESKTOP_SIZE, 7] {
             let mut fb = Framebuffer::new(wh.0, wh.1);
