@@ -466,4 +466,27 @@ mod tests {
         };
         assert_eq!(rects[1].data.as_ref(), &[1, 2, 3, 4, 5, 6, 7, 8]);
     }
+
+    #[test]
+    fn an_update_is_bounded_as_a_whole() {
+        let l = Limits {
+            max_update_bytes: 40,
+            ..Limits::default()
+        };
+        // 4 Raw rectangles of 1x1 (16 bytes each with the header): the third starts
+        // at byte 36, the fourth would start at 52, past 40.
+        let mut b = BytesMut::from(&[0u8, 0, 0, 4][..]);
+        for _ in 0..4 {
+            b.extend_from_slice(&[0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 9, 9, 9, 0]);
+        }
+        assert!(matches!(
+            ServerMsg::decode(&mut b.clone(), &mut ctx(), &l),
+            Err(RfbError::TooLong {
+                message: "FramebufferUpdate",
+                ..
+            })
+        ));
+        b[3] = 3;
+        assert!(ServerMsg::decode(&mut b, &mut ctx(), &l).unwrap().is_some());
+    }
 }
