@@ -338,3 +338,136 @@ fn zrle_run_lengths_continue_past_255() {
     assert!(fb.pixels()[..300].iter().all(|&c| c == G));
     assert!(fb.pixels()[300..].iter().all(|&c| c == R));
 }
+
+/// Tight's compact length: 7 bits a byte, low first, the top bit saying "more".
+fn compact(n: usize) -> Vec<u8> {
+    match n {
+        0..=127 => vec![n as u8],
+        128..=16383 => vec![(n & 0x7f) as u8 | 0x80, (n >> 7) as u8],
+        _ => vec![
+            (n & 0x7f) as u8 | 0x80,
+            ((n >> 7) & 0x7f) as u8 | 0x80,
+            (n >> 14) as u8,
+        ],
+    }
+}
+
+#[test]
+fn tight_fill_copy_palette_and_gradient() {
+    use vargr_rfb::encoding::TIGHT;
+    let pf = PixelFormat::RGB888;
+    let mut dec = Decoder::new(Limits::default());
+    let mut fb = Framebuffer::new(16, 4);
+    // TPIXEL in RGB888 is 3 bytes: red, green, blue.
+    let (tr, tg, tb, tw) = ([0xff, 0, 0], [0, 0xff, 0], [0, 0, 0xff], [0xff, 0xff, 0xff]);
+
+    // Fill: compression-control 0x80 (type 8), one TPIXEL.
+    dec.apply(
+        &rect(0, 0, 16, 4, TIGHT, cat(&[&[0x80], &tg])),
+        &pf,
+        &mut fb,
+    )
+    .unwrap();
+    assert!(fb.pixels().iter().all(|&c| c == G));
+
+    // Basic on stream 0 without a filter byte (copy), 2x1 = 6 bytes: under 12, so
+    // sent as is, without zlib or a length.
+    dec.apply(
+        &rect(0, 0, 2, 1, TIGHT, cat(&[&[0x00], &tr, &tb])),
+        &pf,
+        &mut fb,
+    )
+    .unwrap();
+    assert_eq!(fb.get_rect(0, 0, 3, 1).unwrap(), vec![R, B, G]);
+
+    // Basic on stream 1 with a filter byte (0x40 | 1 << 4 = 0x50), copy filter (0):
+    // 4x1 = 12 bytes, compressed: compact length, then zlib data on stream 1.
+    let mut z1 = Compress::new(Compression::default(), true);
+    let plain = cat(&[&tw, &tr, &tg, &tb]);
+    let mut comp = Vec::with_capacity(100);
+    z1.compress_vec(&plain, &mut comp, FlushCompress::Sync)
+        .unwrap();
+    let r = rect(
+        0,
+        1,
+        4,
+        1,
+        TIGHT,
+        cat(&[&[0x50, 0], &compact(comp.len()), &comp]),
+    );
+    dec.apply(&r, &pf, &mut fb).unwrap();
+    assert_eq!(fb.get_rect(0, 1, 4, 1).unwrap(), vec![WH, R, G, B]);
+
+    // Palette filter (1) with 2 colours (count - 1 = 1): 1 bit a pixel, rows padded
+    // to bytes, most significant bit first; 10x2 = 2 bytes a row, 4 bytes: raw.
+    let data = cat(&[
+        &[0x40, 1, 1],
+        &tw,
+        &tb,
+        &[0b1010_0000, 0b0100_0000, 0xff, 0xc0],
+    ]);
+    dec.apply(&rect(0, 2, 10, 2, TIGHT, data), &pf, &mut fb)
+        .unwrap();
+    let row2 = fb.get_rect(0, 2, 10, 1).unwrap();
+    assert_eq!(row2, vec![B, WH, B, WH, WH, WH, WH, WH, WH, B]);
+    assert!(fb.get_rect(0, 3, 10, 1).unwrap().iter().all(|&c| c == B));
+
+    // Palette of 3 colours: a byte a pixel; 3x1 raw. Then an index past the palette.
+    let data = cat(&[&[0x40, 1, 2], &tr, &tg, &tb, &[2, 1, 0]]);
+    dec.apply(&rect(13, 0, 3, 1, TIGHT, data), &pf, &mut fb)
+        .unwrap();
+    assert_eq!(fb.get_rect(13, 0, 3, 1).unwrap(), vec![B, G, R]);
+    let data = cat(&[&[0x40, 1, 2], &tr, &tg, &tb, &[3, 1, 0]]);
+    assert!(dec
+        .apply(&rect(13, 0, 3, 1, TIGHT, data), &pf, &mut fb)
+        .is_err());
+
+    // Gradient filter (2), 2x2 = 12 bytes, so compressed on stream 2 (type 0x40 |
+    // 2 << 4 = 0x60), after resetting stream 2 (bit 2 of the low nibble: 0x04).
+    // Wanted pixels (R,G,B): (10,20,30) (12,20,30) / (11,20,30) (14,22,30).
+    // Predictions: first pixel 0 → diff (10,20,30); second: left → (2,0,0);
+    // below-left: above → (1,0,0); last: left + above - above-left =
+    // (11+12-10, 20, 30) = (13,20,30) → diff (1,2,0).
+    let plain = [10, 20, 30, 2, 0, 0, 1, 0, 0, 1, 2, 0];
+    let mut z2 = Compress::new(Compression::default(), true);
+    let mut comp = Vec::with_capacity(100);
+    z2.compress_vec(&plain, &mut comp, FlushCompress::Sync)
+        .unwrap();
+    let r = rect(
+        14,
+        2,
+        2,
+        2,
+        TIGHT,
+        cat(&[&[0x64, 2], &compact(comp.len()), &comp]),
+    );
+    dec.apply(&r, &pf, &mut fb).unwrap();
+    assert_eq!(
+        fb.get_rect(14, 2, 2, 2).unwrap(),
+        vec![0x0a141e, 0x0c141e, 0x0b141e, 0x0e161e]
+    );
+
+    // JPEG (type 9) is refused, PNG (type 10) too.
+    assert!(dec
+        .apply(&rect(0, 0, 1, 1, TIGHT, vec![0x90, 1, 0]), &pf, &mut fb)
+        .is_err());
+    assert!(dec
+        .apply(&rect(0, 0, 1, 1, TIGHT, vec![0xa0, 1, 0]), &pf, &mut fb)
+        .is_err());
+}
+
+#[test]
+fn tight_tpixel_is_the_pixel_outside_rgb888() {
+    use vargr_rfb::encoding::TIGHT;
+    // In RGB565 a TPIXEL is the 16-bit pixel: fill with 0x07e0 (green), little-endian.
+    let mut fb = Framebuffer::new(2, 2);
+    Decoder::new(Limits::default())
+        .apply(
+            &rect(0, 0, 2, 2, TIGHT, vec![0x80, 0xe0, 0x07]),
+            &PixelFormat::RGB565,
+            &mut fb,
+        )
+        .unwrap();
+    assert!(fb.pixels().iter().all(|&c| c == G));
+    assert_eq!(compact(300), vec![0xac, 0x02]);
+}

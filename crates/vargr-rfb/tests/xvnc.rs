@@ -1,5 +1,5 @@
 //! Against a real VNC server: TigerVNC's Xvnc on 127.0.0.1, driven by `ClientSide`
-//! over a std TcpStream. The same screen is fetched in Raw, Hextile and ZRLE, and in
+//! over a std TcpStream. The same screen is fetched in Raw, Hextile, ZRLE and Tight, and in
 //! other pixel formats, and every decoding must give the same framebuffer: the point
 //! is that a real server's bytes decode.
 //!
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use vargr_rfb::encoding::{HEXTILE, RAW, ZRLE};
+use vargr_rfb::encoding::{HEXTILE, RAW, TIGHT, ZRLE};
 use vargr_rfb::{
     security, ClientConfig, ClientEvent, ClientMsg, ClientSide, Decoder, Framebuffer, Limits,
     PixelFormat, ServerMsg,
@@ -286,7 +286,8 @@ fn real_server_updates_decode_the_same_in_every_encoding() {
     if drew {
         assert!(raw.pixels().contains(&0xff0000) && raw.pixels().contains(&0x0000ff));
     }
-    for enc in [HEXTILE, ZRLE] {
+    // Tight without a JPEG quality level: TigerVNC then sends no JPEG.
+    for enc in [HEXTILE, ZRLE, TIGHT] {
         let mut fb = Framebuffer::new(W, H);
         let used = v.fetch(&mut fb, enc, &pf, false);
         assert!(
@@ -302,24 +303,34 @@ fn real_server_updates_decode_the_same_in_every_encoding() {
     let mut be = PixelFormat::RGB888;
     be.big_endian = true;
     for pf in [be, PixelFormat::RGB565, PixelFormat::BGR233] {
-        for enc in [RAW, HEXTILE, ZRLE] {
+        for enc in [RAW, HEXTILE, ZRLE, TIGHT] {
             let mut fb = Framebuffer::new(W, H);
-            v.fetch(&mut fb, enc, &pf, false);
+            let used = v.fetch(&mut fb, enc, &pf, false);
+            assert!(
+                used.iter().all(|&e| e == enc),
+                "asked for {enc}, got {used:?}"
+            );
             assert!(fb == quantised(&raw, &pf), "encoding {enc} in {pf:?}");
         }
     }
-    // A change, seen through incremental updates on top of the last screen.
+    // Changes, seen through incremental updates on top of the last screen.
     if drew {
-        let mut fb = raw.clone();
-        server.x_client("xsetroot", &["-solid", "#00ff00"]);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while fb.pixels().iter().any(|&c| c != 0x00ff00) {
-            assert!(Instant::now() < deadline, "the change never arrived");
-            v.fetch(&mut fb, ZRLE, &PixelFormat::RGB888, true);
+        for (enc, colour, name) in [(ZRLE, 0x00ff00, "#00ff00"), (TIGHT, 0x123456, "#123456")] {
+            let mut fb = raw.clone();
+            server.x_client("xsetroot", &["-solid", name]);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while fb.pixels().iter().any(|&c| c != colour) {
+                assert!(
+                    Instant::now() < deadline,
+                    "the change to {name} never arrived"
+                );
+                v.fetch(&mut fb, enc, &PixelFormat::RGB888, true);
+            }
+            raw = fb;
         }
     }
     println!(
-        "Xvnc on :{} port {}: Raw, Hextile and ZRLE agree in 4 pixel formats",
+        "Xvnc on :{} port {}: Raw, Hextile, ZRLE and Tight agree in 4 pixel formats",
         server.display, server.port
     );
 }

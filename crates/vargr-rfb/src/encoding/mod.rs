@@ -1,4 +1,4 @@
-//! Rectangle encodings (RFC 6143 §7.7): finding where a rectangle's data ends,
+//! Rectangle encodings (RFC 6143 §7.7, and Tight): finding where a rectangle's data ends,
 //! painting it into a [`Framebuffer`] and making it from one.
 //!
 //! [`Decoder`] and [`Encoder`] live as long as a connection, because ZRLE's zlib
@@ -8,6 +8,8 @@ mod hextile;
 mod raw;
 mod rre;
 mod subrects;
+mod tight;
+mod zlib;
 mod zrle;
 
 use bytes::{BufMut, BytesMut};
@@ -20,6 +22,8 @@ pub const RAW: i32 = 0;
 pub const COPY_RECT: i32 = 1;
 pub const RRE: i32 = 2;
 pub const HEXTILE: i32 = 5;
+/// Decoded only, without JPEG.
+pub const TIGHT: i32 = 7;
 pub const ZRLE: i32 = 16;
 /// Pseudo-encoding: the rectangle's size is the framebuffer's new size, no data.
 pub const DESKTOP_SIZE: i32 = -223;
@@ -62,6 +66,7 @@ pub(crate) fn skip_payload(
             r.skip((bpp + n * (bpp + 8)) as usize)
         }
         HEXTILE => hextile::skip(r, w, h, bpp as usize, limits),
+        TIGHT => tight::skip(r, w, h, &ctx.pixel_format, limits),
         ZRLE => {
             let n = r.u32()?;
             limits.check_rect_bytes("ZRLE", "length", n as u64)?;
@@ -75,6 +80,7 @@ pub(crate) fn skip_payload(
 /// Paints a connection's rectangles into a framebuffer, in the order they came.
 pub struct Decoder {
     zrle: zrle::Inflater,
+    tight: tight::Decoder,
     limits: Limits,
 }
 
@@ -82,6 +88,7 @@ impl Decoder {
     pub fn new(limits: Limits) -> Decoder {
         Decoder {
             zrle: zrle::Inflater::new(),
+            tight: tight::Decoder::new(),
             limits,
         }
     }
@@ -102,7 +109,7 @@ impl Decoder {
             return Ok(());
         }
         fb.check("FramebufferUpdate", rect.x, rect.y, rect.width, rect.height)?;
-        if matches!(rect.encoding, RAW | RRE | HEXTILE | ZRLE) {
+        if matches!(rect.encoding, RAW | RRE | HEXTILE | TIGHT | ZRLE) {
             pf.validate()?;
         }
         let (x, y, w, h) = (rect.x, rect.y, rect.width, rect.height);
@@ -116,6 +123,9 @@ impl Decoder {
             }
             RRE => whole(name, rre::decode(&mut r, x, y, w, h, pf, fb))?,
             HEXTILE => whole(name, hextile::decode(&mut r, x, y, w, h, pf, fb))?,
+            TIGHT => self
+                .tight
+                .decode(&mut r, x, y, w, h, pf, fb, &self.limits)?,
             ZRLE => {
                 let n = whole(name, r.u32())?;
                 let data = whole(name, r.bytes(n as usize))?;
@@ -196,6 +206,7 @@ pub fn encoding_name(encoding: i32) -> &'static str {
         COPY_RECT => "CopyRect",
         RRE => "RRE",
         HEXTILE => "Hextile",
+        TIGHT => "Tight",
         ZRLE => "ZRLE",
         DESKTOP_SIZE => "DesktopSize",
         _ => "unknown encoding",

@@ -2,7 +2,7 @@
 //! lengths, all in one zlib stream that lasts as long as the connection.
 
 use bytes::{BufMut, BytesMut};
-use flate2::{Compress, Compression, Decompress, FlushCompress, FlushDecompress, Status};
+use flate2::{Compress, Compression, FlushCompress};
 
 use crate::wire::{whole, Parse, Reader, Step};
 use crate::{Framebuffer, Limits, PixelFormat, RfbError};
@@ -96,49 +96,16 @@ impl CPixel {
     }
 }
 
-/// The receiving end of a connection's zlib stream.
+/// The receiving end of a connection's ZRLE stream.
 pub(super) struct Inflater {
-    z: Decompress,
+    z: super::zlib::Inflater,
 }
 
 impl Inflater {
     pub fn new() -> Inflater {
         Inflater {
-            z: Decompress::new(true),
+            z: super::zlib::Inflater::new(),
         }
-    }
-
-    /// Inflates all of `data` (the server flushes at the end of each rectangle),
-    /// refusing output beyond what the rectangle's tiles could need.
-    fn inflate(&mut self, data: &[u8], max: u64) -> Result<Vec<u8>, RfbError> {
-        let mut out: Vec<u8> = Vec::new();
-        let mut used = 0usize;
-        loop {
-            out.reserve(64 << 10);
-            let (in0, out0) = (self.z.total_in(), out.len());
-            let status = self
-                .z
-                .decompress_vec(&data[used..], &mut out, FlushDecompress::Sync)
-                .map_err(|e| RfbError::Corrupt {
-                    encoding: "ZRLE",
-                    what: format!("zlib: {e}"),
-                })?;
-            used += (self.z.total_in() - in0) as usize;
-            if out.len() as u64 > max {
-                return Err(RfbError::TooLong {
-                    message: "ZRLE",
-                    field: "inflated data",
-                    len: out.len() as u64,
-                    max,
-                });
-            }
-            let full = out.len() == out.capacity();
-            let progress = self.z.total_in() > in0 || out.len() > out0;
-            if status == Status::StreamEnd || (used == data.len() && !full) || !progress {
-                break;
-            }
-        }
-        Ok(out)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -162,7 +129,7 @@ impl Inflater {
             })
             .sum();
         let max = max.min(limits.max_rect_bytes);
-        let plain = self.inflate(data, max)?;
+        let plain = self.z.inflate("ZRLE", data, max)?;
         let mut r = Reader::new(&plain);
         let mut px = Vec::with_capacity(64 * 64);
         for (tx, ty, tw, th) in tiles(w, h) {
