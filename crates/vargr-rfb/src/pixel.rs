@@ -221,8 +221,12 @@ pub fn convert_pixel(from: &PixelFormat, to: &PixelFormat, value: u32) -> u32 {
 }
 
 /// Converts packed pixels (whole pixels only) from one true-colour format to another.
+/// Formats that fail [`PixelFormat::validate`] give some bytes, never a panic.
 pub fn convert_pixels(from: &PixelFormat, to: &PixelFormat, bytes: &[u8]) -> Vec<u8> {
     let n = from.bytes_per_pixel();
+    if n == 0 {
+        return Vec::new();
+    }
     let mut out = Vec::with_capacity(bytes.len() / n * to.bytes_per_pixel());
     for px in bytes.chunks_exact(n) {
         to.write_value(convert_pixel(from, to, from.read_value(px)), &mut out);
