@@ -16,12 +16,40 @@
 //!   on unchanged or painted.
 //! - [`PixelFormat`] reads and writes any true-colour format; [`Framebuffer`] holds
 //!   pixels in one canonical format (`0x00RRGGBB`).
-//! - [`Decoder`] paints rectangles (Raw, CopyRect, RRE, Hextile, ZRLE, DesktopSize)
-//!   into a framebuffer and [`Encoder`] makes them from one; both keep ZRLE's zlib
-//!   stream for the connection.
+//! - [`Decoder`] paints rectangles (Raw, CopyRect, RRE, Hextile, ZRLE, Tight without
+//!   JPEG, DesktopSize) into a framebuffer and [`Encoder`] makes them (Raw, RRE,
+//!   Hextile, ZRLE) from one; both keep the connection's zlib streams.
 //!
 //! Every length read from the wire is checked against [`Limits`] before anything is
 //! allocated or waited for, and errors ([`RfbError`]) name the message and field.
+//!
+//! ```
+//! use vargr_rfb::{security, ClientConfig, ClientSide, PixelFormat, ProtocolVersion};
+//! use vargr_rfb::{ServerConfig, ServerEvent, ServerInit, ServerSide};
+//!
+//! let mut viewer = ClientSide::new(ClientConfig::default());
+//! let mut server = ServerSide::new(ServerConfig {
+//!     max_version: ProtocolVersion::V3_8,
+//!     security_types: vec![security::NONE],
+//!     password: None,
+//!     challenge: [7; 16], // random in real use
+//!     limits: Default::default(),
+//! });
+//! let init = ServerInit { width: 64, height: 48, pixel_format: PixelFormat::RGB888, name: b"desk".to_vec() };
+//! // Whatever carries the bytes (sockets, a proxy's links) sits between the two.
+//! while !viewer.is_ready() {
+//!     viewer.receive(&server.take_output());
+//!     while let Some(_event) = viewer.poll_event()? {}
+//!     server.receive(&viewer.take_output());
+//!     while let Some(event) = server.poll_event()? {
+//!         if let ServerEvent::ClientInit(_) = event {
+//!             server.send_server_init(&init)?;
+//!         }
+//!     }
+//! }
+//! assert_eq!(viewer.context().map(|c| (c.width, c.height)), Some((64, 48)));
+//! # Ok::<(), vargr_rfb::RfbError>(())
+//! ```
 
 mod auth;
 mod client;
