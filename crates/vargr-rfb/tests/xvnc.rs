@@ -164,6 +164,15 @@ impl Xvnc {
     }
 }
 
+/// A file removed when dropped, also when the test panics.
+struct TempFile(PathBuf);
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// A client connection: the state machine, its socket and a decoder for its updates.
 struct Viewer {
     c: ClientSide,
@@ -343,7 +352,8 @@ fn real_server_accepts_vnc_authentication() {
     let Some(vncpasswd) = find("vncpasswd").or_else(|| find("tigervncpasswd")) else {
         return skip("vncpasswd not found (Debian package tigervnc-tools)");
     };
-    let file = std::env::temp_dir().join(format!("vargr-rfb-passwd-{}", std::process::id()));
+    let file =
+        TempFile(std::env::temp_dir().join(format!("vargr-rfb-passwd-{}", std::process::id())));
     let mut p = Command::new(vncpasswd)
         .arg("-f")
         .stdin(Stdio::piped())
@@ -352,8 +362,8 @@ fn real_server_accepts_vnc_authentication() {
         .unwrap();
     p.stdin.take().unwrap().write_all(b"sesame\n").unwrap();
     let out = p.wait_with_output().unwrap();
-    std::fs::write(&file, &out.stdout).unwrap();
-    let pw = file.to_str().unwrap().to_string();
+    std::fs::write(&file.0, &out.stdout).unwrap();
+    let pw = file.0.to_str().unwrap().to_string();
     let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "VncAuth", "-PasswordFile", &pw]);
 
     let (_, _, sec) = Viewer::open(server.connect(), Some(b"sesame"));
@@ -378,7 +388,6 @@ fn real_server_accepts_vnc_authentication() {
         assert!(n > 0, "closed without a SecurityResult");
         c.receive(&buf[..n]);
     };
-    let _ = std::fs::remove_file(&file);
     assert!(
         matches!(
             &err,
