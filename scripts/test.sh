@@ -30,6 +30,12 @@ need pkg-config || apt_install pkg-config
 if [ "$(id -u)" = 0 ] && [ -x /usr/sbin/sshd ]; then
   export VARGR_REQUIRE_SSHD=1
 fi
+# vargr-rfb's tests decode a real VNC server's updates: TigerVNC's Xvnc, with vncpasswd
+# for its VNC authentication and xsetroot to draw on it.
+{ need Xvnc && need vncpasswd && need xsetroot; } || apt_install tigervnc-standalone-server tigervnc-tools x11-xserver-utils
+if need Xvnc; then
+  export VARGR_REQUIRE_XVNC=1
+fi
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt || true
 cargo --version
 
