@@ -18,6 +18,7 @@ pub mod dedup_protocol;
 pub mod link_seal;
 pub mod monitor_reply;
 pub mod mutate;
+pub mod rfb_decode;
 pub mod seeds;
 pub mod sync_frames;
 pub mod tbon_clock;
@@ -93,6 +94,11 @@ pub const TARGETS: &[Target] = &[
         name: "monitor_reply",
         run: monitor_reply::run,
         seeds: seeds::monitor_reply,
+    },
+    Target {
+        name: "rfb_decode",
+        run: rfb_decode::run,
+        seeds: seeds::rfb_decode,
     },
     Target {
         name: "sync_frames",

@@ -464,6 +464,109 @@ pub fn trace_report() -> Seeds {
     ]
 }
 
+pub fn rfb_decode() -> Seeds {
+    use vargr_rfb::encoding::{HEXTILE, RAW, RRE, ZRLE};
+    use vargr_rfb::{
+        ClientMsg, Encoder, Framebuffer, PixelFormat, ProtocolVersion, Rect, SecurityResult,
+        ServerInit, ServerMsg,
+    };
+    let mut out: Seeds = Vec::new();
+    let with = |pick: u8, build: &dyn Fn(&mut BytesMut)| {
+        let mut b = BytesMut::new();
+        b.extend_from_slice(&[pick]);
+        build(&mut b);
+        b.to_vec()
+    };
+    // Viewer messages.
+    let msgs = [
+        ClientMsg::SetPixelFormat(PixelFormat::RGB565),
+        ClientMsg::SetEncodings(vec![ZRLE, HEXTILE, RAW, -223]),
+        ClientMsg::FramebufferUpdateRequest {
+            incremental: true,
+            x: 0,
+            y: 0,
+            width: 64,
+            height: 48,
+        },
+        ClientMsg::KeyEvent {
+            down: true,
+            key: 0x61,
+        },
+        ClientMsg::PointerEvent {
+            buttons: 1,
+            x: 10,
+            y: 20,
+        },
+        ClientMsg::ClientCutText(b"copied".to_vec()),
+    ];
+    out.push((
+        "client-messages".into(),
+        with(0, &|b| msgs.iter().for_each(|m| m.encode(b))),
+    ));
+    // Server updates in each encoding and pixel format of the target.
+    let mut fb = Framebuffer::new(64, 48);
+    for y in 0..48u16 {
+        for x in 0..64u16 {
+            let c = if (x / 8 + y / 8) % 2 == 0 {
+                0x00ff_2040
+            } else {
+                u32::from(x) * 0x0401
+            };
+            fb.fill_rect(x, y, 1, 1, c).expect("inside");
+        }
+    }
+    for (i, pf) in crate::rfb_decode::FORMATS.iter().enumerate() {
+        for (name, enc) in [
+            ("raw", RAW),
+            ("rre", RRE),
+            ("hextile", HEXTILE),
+            ("zrle", ZRLE),
+        ] {
+            let mut e = Encoder::new();
+            let rects = vec![
+                e.encode(&fb, enc, 0, 0, 64, 24, pf).expect("encodes"),
+                e.encode(&fb, enc, 8, 24, 40, 24, pf).expect("encodes"),
+                Rect::copy_rect(0, 0, 16, 16, 32, 8),
+            ];
+            let msg = ServerMsg::FramebufferUpdate(rects);
+            out.push((
+                format!("update-{name}-{i}"),
+                with(1 + 4 * i as u8, &|b| msg.encode(b)),
+            ));
+        }
+    }
+    // A server's handshake as a viewer sees it: version, VNC authentication offered,
+    // a challenge, success, ServerInit.
+    out.push((
+        "server-handshake".into(),
+        with(2, &|b| {
+            ProtocolVersion::V3_8.encode(b);
+            b.extend_from_slice(&[1, 2]);
+            b.extend_from_slice(&[9; 16]);
+            SecurityResult::Ok.encode(ProtocolVersion::V3_8, b);
+            ServerInit {
+                width: 64,
+                height: 48,
+                pixel_format: PixelFormat::RGB888,
+                name: b"desk".to_vec(),
+            }
+            .encode(b);
+        }),
+    ));
+    // A viewer's side: version, the security choice, a response, ClientInit, messages.
+    out.push((
+        "client-handshake".into(),
+        with(3, &|b| {
+            ProtocolVersion::V3_8.encode(b);
+            b.extend_from_slice(&[2]);
+            b.extend_from_slice(&vargr_rfb::vnc_auth_response(b"secret", &[7; 16]));
+            b.extend_from_slice(&[1]);
+            msgs.iter().for_each(|m| m.encode(b));
+        }),
+    ));
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
