@@ -506,6 +506,9 @@ impl File {
         let me = self.comm.rank();
         let mut incoming = Vec::new();
         let (mut first, mut last, mut covered) = (u64::MAX, 0, 0);
+        // A bad message is reported after all of them are received, so that none is
+        // left behind to be taken for a later round's.
+        let mut bad = None;
         for src in 0..self.comm.size() {
             let pieces: Vec<(u64, u64)> = requests
                 .from(src)
@@ -522,18 +525,22 @@ impl File {
                 self.comm.recv_bytes(src, tag)?
             };
             if data.len() as u64 != expected {
-                return Err(IoError::Refused {
+                bad.get_or_insert(IoError::Refused {
                     rank: me,
                     what: format!(
                         "rank {src} sent {} bytes for round {k}, its requests make {expected}",
                         data.len()
                     ),
                 });
+                continue;
             }
             first = first.min(pieces[0].0);
             last = last.max(pieces[pieces.len() - 1].1);
             covered += expected;
             incoming.push((pieces, data));
+        }
+        if let Some(e) = bad {
+            return Err(e);
         }
         if incoming.is_empty() {
             return Ok(());
@@ -570,6 +577,7 @@ impl File {
                 Some(d) => self.aggregate_read(plan, requests, d, k, tag, &mut kept),
                 None => Ok(()),
             };
+            let mut bad = None;
             for (d, &agg) in plan.aggregators().iter().enumerate() {
                 let (lo, hi) = plan.window(d, k);
                 let pieces: Vec<(u64, u64, u64)> = requests
@@ -589,13 +597,15 @@ impl File {
                 };
                 let expected: u64 = pieces.iter().map(|(a, b, _)| b - a).sum();
                 if got.len() as u64 != expected {
-                    return Err(IoError::Refused {
+                    // Reported when the round ends on every rank, not by leaving it.
+                    bad.get_or_insert(IoError::Refused {
                         rank: me,
                         what: format!(
                             "aggregator {agg} sent {} bytes for round {k}, {expected} were asked",
                             got.len()
                         ),
                     });
+                    continue;
                 }
                 let mut at = 0usize;
                 for (a, b, to) in pieces {
@@ -604,7 +614,7 @@ impl File {
                     at += n;
                 }
             }
-            agree(&self.comm, served)?;
+            agree(&self.comm, served.and_then(|()| bad.map_or(Ok(()), Err)))?;
         }
         Ok(())
     }
