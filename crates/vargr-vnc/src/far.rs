@@ -101,7 +101,7 @@ impl FarSide {
                         .send(&ClientMsg::SetEncodings(SERVER_ENCODINGS.to_vec()))?;
                     self.request(false)?;
                     self.shadow = Some(Framebuffer::new(init.width, init.height));
-                    self.to_near(&ProxyMsg::Init {
+                    self.send_near(&ProxyMsg::Init {
                         width: init.width,
                         height: init.height,
                         name: init.name,
@@ -115,7 +115,7 @@ impl FarSide {
                             self.send_regions(&std::mem::take(&mut changed));
                             let shadow = self.shadow.as_mut().expect("set at ServerInit");
                             self.decoder.apply(r, &PixelFormat::RGB888, shadow)?;
-                            self.to_near(&ProxyMsg::Resize {
+                            self.send_near(&ProxyMsg::Resize {
                                 width: r.width,
                                 height: r.height,
                             });
@@ -131,9 +131,9 @@ impl FarSide {
                     self.updated = true;
                     self.request(true)?;
                 }
-                ClientEvent::Message(ServerMsg::Bell) => self.to_near(&ProxyMsg::Bell),
+                ClientEvent::Message(ServerMsg::Bell) => self.send_near(&ProxyMsg::Bell),
                 ClientEvent::Message(ServerMsg::ServerCutText(t)) => {
-                    self.to_near(&ProxyMsg::CutText(t))
+                    self.send_near(&ProxyMsg::CutText(t))
                 }
                 // A true-colour format was asked for: a colour map means nothing.
                 ClientEvent::Message(ServerMsg::SetColourMapEntries { .. }) => {}
@@ -190,7 +190,7 @@ impl FarSide {
         Ok(())
     }
 
-    fn to_near(&mut self, msg: &ProxyMsg) {
+    fn send_near(&mut self, msg: &ProxyMsg) {
         msg.encode(&mut self.near_out);
     }
 

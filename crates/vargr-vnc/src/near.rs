@@ -145,7 +145,7 @@ impl NearSide {
             return Err(e.clone());
         }
         let mut failed = Vec::new();
-        if let Err(e) = self.from_far(&mut failed) {
+        if let Err(e) = self.handle_far(&mut failed) {
             self.error = Some(e.clone());
             return Err(e);
         }
@@ -159,7 +159,7 @@ impl NearSide {
         Ok(failed)
     }
 
-    fn from_far(&mut self, failed: &mut Vec<(ViewerId, VncError)>) -> Result<(), VncError> {
+    fn handle_far(&mut self, failed: &mut Vec<(ViewerId, VncError)>) -> Result<(), VncError> {
         while let Some(msg) = ProxyMsg::decode(&mut self.far_in, &self.limits)? {
             let started = self.mirror.is_some();
             match msg {
