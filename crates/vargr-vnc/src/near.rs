@@ -1,0 +1,316 @@
+//! The near side: an RFB server to each viewer, fed from a mirror of the far side's
+//! shadow.
+//!
+//! Viewers are independent: each has its own pixel format, encodings, zlib stream
+//! and set of areas not yet sent, so a slow viewer does not hold back a fast one and
+//! one that breaks the protocol ends alone. A viewer gets bytes only in answer to
+//! its own update request, so what waits for a viewer that stops reading is one
+//! update, not a growing queue.
+
+use std::collections::BTreeMap;
+
+use bytes::BytesMut;
+use vargr_rfb::encoding::{DESKTOP_SIZE, HEXTILE, RAW, RRE, ZRLE};
+use vargr_rfb::{
+    security, ClientMsg, Encoder, Framebuffer, PixelFormat, ProtocolVersion, Rect, ServerConfig,
+    ServerEvent, ServerInit, ServerMsg, ServerSide,
+};
+
+use crate::dirty::Dirty;
+use crate::{ProxyLimits, ProxyMsg, VncError};
+
+/// Above this many rectangles an update is sent as their bounding box: RFB counts
+/// rectangles in a u16, and each costs a header and an encoder restart.
+const MAX_RECTS: usize = 1024;
+
+#[derive(Debug, Clone, Default)]
+pub struct NearConfig {
+    /// Bounds on what the far side sends (`rfb` also bounds the viewers).
+    pub limits: ProxyLimits,
+}
+
+/// A viewer, as numbered by [`NearSide::add_viewer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ViewerId(pub u64);
+
+struct Viewer {
+    rfb: ServerSide,
+    encoder: Encoder,
+    /// Areas not yet sent; set once the viewer has its ServerInit.
+    dirty: Option<Dirty>,
+    /// The outstanding FramebufferUpdateRequest (a newer one replaces it).
+    request: Option<(bool, u16, u16, u16, u16)>,
+    /// ClientInit came before the far side's Init.
+    awaits_init: bool,
+    /// A DesktopSize is owed with the next update.
+    resized: bool,
+    failed: bool,
+}
+
+pub struct NearSide {
+    limits: ProxyLimits,
+    mirror: Option<Framebuffer>,
+    name: Vec<u8>,
+    far_in: BytesMut,
+    far_out: BytesMut,
+    viewers: BTreeMap<ViewerId, Viewer>,
+    next_id: u64,
+    error: Option<VncError>,
+}
+
+impl NearSide {
+    pub fn new(config: NearConfig) -> NearSide {
+        NearSide {
+            limits: config.limits,
+            mirror: None,
+            name: Vec::new(),
+            far_in: BytesMut::new(),
+            far_out: BytesMut::new(),
+            viewers: BTreeMap::new(),
+            next_id: 0,
+            error: None,
+        }
+    }
+
+    /// A new viewer connection; its first bytes (the version) are already queued.
+    pub fn add_viewer(&mut self) -> ViewerId {
+        let id = ViewerId(self.next_id);
+        self.next_id += 1;
+        let rfb = ServerSide::new(ServerConfig {
+            max_version: ProtocolVersion::V3_8,
+            security_types: vec![security::NONE],
+            password: None,
+            // Unused with security None.
+            challenge: [0; 16],
+            limits: self.limits.rfb.clone(),
+        });
+        self.viewers.insert(
+            id,
+            Viewer {
+                rfb,
+                encoder: Encoder::new(),
+                dirty: None,
+                request: None,
+                awaits_init: false,
+                resized: false,
+                failed: false,
+            },
+        );
+        id
+    }
+
+    /// Forgets a viewer (its connection closed, or it failed).
+    pub fn remove_viewer(&mut self, id: ViewerId) {
+        self.viewers.remove(&id);
+    }
+
+    pub fn viewers(&self) -> impl Iterator<Item = ViewerId> + '_ {
+        self.viewers.keys().copied()
+    }
+
+    pub fn receive_viewer(&mut self, id: ViewerId, bytes: &[u8]) -> Result<(), VncError> {
+        self.viewer(id)?.rfb.receive(bytes);
+        Ok(())
+    }
+
+    /// Bytes for a viewer, including a failed one's last words (a refusal).
+    pub fn take_viewer_output(&mut self, id: ViewerId) -> Result<BytesMut, VncError> {
+        Ok(self.viewer(id)?.rfb.take_output())
+    }
+
+    pub fn receive_far(&mut self, bytes: &[u8]) {
+        self.far_in.extend_from_slice(bytes);
+    }
+
+    pub fn take_far_output(&mut self) -> BytesMut {
+        self.far_out.split()
+    }
+
+    /// The far side's screen as far as its updates have come.
+    pub fn mirror(&self) -> Option<&Framebuffer> {
+        self.mirror.as_ref()
+    }
+
+    fn viewer(&mut self, id: ViewerId) -> Result<&mut Viewer, VncError> {
+        self.viewers.get_mut(&id).ok_or(VncError::NoViewer(id.0))
+    }
+
+    /// Handles everything received from the far side and the viewers, and answers
+    /// the viewers' requests that can be answered. A far side's error ends the whole
+    /// session (every later call returns it); the viewers that failed in this call
+    /// are returned with their errors, stay silent from then on, and are for the
+    /// caller to close and remove.
+    pub fn process(&mut self) -> Result<Vec<(ViewerId, VncError)>, VncError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let mut failed = Vec::new();
+        if let Err(e) = self.handle_far(&mut failed) {
+            self.error = Some(e.clone());
+            return Err(e);
+        }
+        let ids: Vec<ViewerId> = self.viewers.keys().copied().collect();
+        for id in ids {
+            if let Err(e) = self.serve(id) {
+                self.viewers.get_mut(&id).expect("listed").failed = true;
+                failed.push((id, e));
+            }
+        }
+        Ok(failed)
+    }
+
+    fn handle_far(&mut self, failed: &mut Vec<(ViewerId, VncError)>) -> Result<(), VncError> {
+        while let Some(msg) = ProxyMsg::decode(&mut self.far_in, &self.limits)? {
+            let started = self.mirror.is_some();
+            match msg {
+                ProxyMsg::Init {
+                    width,
+                    height,
+                    name,
+                } if !started => {
+                    self.mirror = Some(Framebuffer::new(width, height));
+                    self.name = name;
+                    // A far side that started before us knows more than it will send.
+                    ProxyMsg::Request {
+                        x: 0,
+                        y: 0,
+                        width,
+                        height,
+                    }
+                    .encode(&mut self.far_out);
+                }
+                ProxyMsg::Update(regions) if started => {
+                    let mirror = self.mirror.as_mut().expect("started");
+                    for r in &regions {
+                        mirror.put_rect(r.x, r.y, r.width, r.height, &r.pixels)?;
+                    }
+                    for v in self.viewers.values_mut() {
+                        if let Some(d) = &mut v.dirty {
+                            regions
+                                .iter()
+                                .for_each(|r| d.mark(r.x, r.y, r.width, r.height));
+                        }
+                    }
+                }
+                ProxyMsg::Resize { width, height } if started => {
+                    self.mirror.as_mut().expect("started").resize(width, height);
+                    for (&id, v) in &mut self.viewers {
+                        if v.failed || v.dirty.is_none() {
+                            continue;
+                        }
+                        if v.rfb.encodings().contains(&DESKTOP_SIZE) {
+                            v.dirty = Some(Dirty::all(width, height));
+                            v.resized = true;
+                        } else {
+                            v.failed = true;
+                            failed.push((id, VncError::ResizeUnsupported { width, height }));
+                        }
+                    }
+                }
+                ProxyMsg::Bell if started => self.broadcast(&ServerMsg::Bell)?,
+                ProxyMsg::CutText(t) if started => self.broadcast(&ServerMsg::ServerCutText(t))?,
+                other => {
+                    return Err(VncError::Unexpected {
+                        message: other.name(),
+                        when: if started {
+                            "from the far side"
+                        } else {
+                            "before Init"
+                        },
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn broadcast(&mut self, msg: &ServerMsg) -> Result<(), VncError> {
+        for v in self.viewers.values_mut() {
+            if !v.failed && v.dirty.is_some() {
+                v.rfb.send(msg)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn serve(&mut self, id: ViewerId) -> Result<(), VncError> {
+        let v = self.viewers.get_mut(&id).expect("listed");
+        if v.failed {
+            return Ok(());
+        }
+        while let Some(ev) = v.rfb.poll_event()? {
+            match ev {
+                ServerEvent::ClientInit(_) => v.awaits_init = true,
+                ServerEvent::Message(ClientMsg::FramebufferUpdateRequest {
+                    incremental,
+                    x,
+                    y,
+                    width,
+                    height,
+                }) => v.request = Some((incremental, x, y, width, height)),
+                ServerEvent::Message(
+                    m @ (ClientMsg::KeyEvent { .. }
+                    | ClientMsg::PointerEvent { .. }
+                    | ClientMsg::ClientCutText(_)),
+                ) => ProxyMsg::Input(m).encode(&mut self.far_out),
+                // ServerSide keeps the pixel format and encodings itself.
+                ServerEvent::Message(_) | ServerEvent::Version(_) | ServerEvent::Security(_) => {}
+                ServerEvent::AuthResponse { .. } => unreachable!("security None only"),
+            }
+        }
+        let Some(mirror) = &self.mirror else {
+            return Ok(());
+        };
+        if v.awaits_init {
+            v.rfb.send_server_init(&ServerInit {
+                width: mirror.width(),
+                height: mirror.height(),
+                pixel_format: PixelFormat::RGB888,
+                name: self.name.clone(),
+            })?;
+            v.awaits_init = false;
+            v.dirty = Some(Dirty::all(mirror.width(), mirror.height()));
+        }
+        let (Some(dirty), Some((incremental, x, y, w, h))) = (&mut v.dirty, v.request) else {
+            return Ok(());
+        };
+        if !incremental {
+            dirty.mark(x, y, w, h);
+        } else if !v.resized && !dirty.any(x, y, w, h) {
+            return Ok(());
+        }
+        let mut areas = dirty.take(x, y, w, h);
+        if areas.len() > MAX_RECTS {
+            areas = vec![bounding_box(&areas)];
+        }
+        let pf = v.rfb.pixel_format().expect("set at ServerInit");
+        let encoding = best_encoding(v.rfb.encodings());
+        let mut rects = Vec::with_capacity(areas.len() + 1);
+        if v.resized {
+            rects.push(Rect::desktop_size(mirror.width(), mirror.height()));
+            v.resized = false;
+        }
+        for (x, y, w, h) in areas {
+            rects.push(v.encoder.encode(mirror, encoding, x, y, w, h, &pf)?);
+        }
+        v.rfb.send(&ServerMsg::FramebufferUpdate(rects))?;
+        v.request = None;
+        Ok(())
+    }
+}
+
+/// The best encoding vargr-rfb can make among those the viewer listed; Raw always.
+pub fn best_encoding(listed: &[i32]) -> i32 {
+    [ZRLE, HEXTILE, RRE]
+        .into_iter()
+        .find(|e| listed.contains(e))
+        .unwrap_or(RAW)
+}
+
+fn bounding_box(areas: &[(u16, u16, u16, u16)]) -> (u16, u16, u16, u16) {
+    let x0 = areas.iter().map(|a| a.0).min().unwrap_or(0);
+    let y0 = areas.iter().map(|a| a.1).min().unwrap_or(0);
+    let x1 = areas.iter().map(|a| a.0 + a.2).max().unwrap_or(0);
+    let y1 = areas.iter().map(|a| a.1 + a.3).max().unwrap_or(0);
+    (x0, y0, x1 - x0, y1 - y0)
+}
