@@ -25,6 +25,7 @@ pub mod tbon_clock;
 pub mod tbon_monitor;
 pub mod trace_decode;
 pub mod trace_report;
+pub mod vnc_proxy;
 
 /// One fuzz target: its name (that of its libFuzzer binary and corpus directory), its
 /// body, and the valid inputs its seed corpus starts from.
@@ -99,6 +100,11 @@ pub const TARGETS: &[Target] = &[
         name: "rfb_decode",
         run: rfb_decode::run,
         seeds: seeds::rfb_decode,
+    },
+    Target {
+        name: "vnc_proxy",
+        run: vnc_proxy::run,
+        seeds: seeds::vnc_proxy,
     },
     Target {
         name: "sync_frames",

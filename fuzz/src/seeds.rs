@@ -567,6 +567,63 @@ pub fn rfb_decode() -> Seeds {
     out
 }
 
+pub fn vnc_proxy() -> Seeds {
+    use vargr_rfb::ClientMsg;
+    use vargr_vnc::{ProxyMsg, Region};
+    let msgs = [
+        ProxyMsg::Init {
+            width: 64,
+            height: 48,
+            name: b"desk".to_vec(),
+        },
+        ProxyMsg::Update(vec![Region {
+            x: 4,
+            y: 4,
+            width: 8,
+            height: 2,
+            pixels: (0..16).map(|i| i * 0x0001_0203).collect(),
+        }]),
+        ProxyMsg::Resize {
+            width: 32,
+            height: 32,
+        },
+        ProxyMsg::Bell,
+        ProxyMsg::CutText(b"copied".to_vec()),
+    ];
+    let to_near = |pick: u8| {
+        let mut b = BytesMut::new();
+        b.extend_from_slice(&[pick]);
+        msgs.iter().for_each(|m| m.encode(&mut b));
+        b.to_vec()
+    };
+    let mut to_far = BytesMut::new();
+    to_far.extend_from_slice(&[2]);
+    for m in [
+        ProxyMsg::Request {
+            x: 0,
+            y: 0,
+            width: 64,
+            height: 48,
+        },
+        ProxyMsg::Input(ClientMsg::KeyEvent {
+            down: true,
+            key: 0x61,
+        }),
+        ProxyMsg::Input(ClientMsg::PointerEvent {
+            buttons: 1,
+            x: 3,
+            y: 4,
+        }),
+    ] {
+        m.encode(&mut to_far);
+    }
+    vec![
+        ("messages".into(), to_near(0)),
+        ("to-near".into(), to_near(1)),
+        ("to-far".into(), to_far.to_vec()),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
