@@ -22,7 +22,7 @@ use vargr_coll::{Comm, ElemKind, Op};
 
 use crate::error::{ErrorClass, IoError, Result};
 use crate::plan::{Aggregation, Plan, Requests};
-use crate::view::{Run, View};
+use crate::view::View;
 
 /// How a file is opened (MPI's `MODE_*` flags).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -466,11 +466,8 @@ impl File {
             for (d, &agg) in plan.aggregators().iter().enumerate() {
                 let (lo, hi) = plan.window(d, k);
                 let mut out = Vec::new();
-                for &(run, at) in requests.mine(d) {
-                    if let Some((a, b)) = clip(run, lo, hi) {
-                        let from = (at + (a - run.offset)) as usize;
-                        out.extend_from_slice(&data[from..from + (b - a) as usize]);
-                    }
+                for (a, b, from) in requests.mine_within(d, lo, hi) {
+                    out.extend_from_slice(&data[from as usize..(from + b - a) as usize]);
                 }
                 if out.is_empty() {
                     continue;
@@ -510,11 +507,7 @@ impl File {
         // left behind to be taken for a later round's.
         let mut bad = None;
         for src in 0..self.comm.size() {
-            let pieces: Vec<(u64, u64)> = requests
-                .from(src)
-                .iter()
-                .filter_map(|r| clip(*r, lo, hi))
-                .collect();
+            let pieces: Vec<(u64, u64)> = requests.sent_by(src, lo, hi);
             if pieces.is_empty() {
                 continue;
             }
@@ -580,13 +573,7 @@ impl File {
             let mut bad = None;
             for (d, &agg) in plan.aggregators().iter().enumerate() {
                 let (lo, hi) = plan.window(d, k);
-                let pieces: Vec<(u64, u64, u64)> = requests
-                    .mine(d)
-                    .iter()
-                    .filter_map(|&(run, at)| {
-                        clip(run, lo, hi).map(|(a, b)| (a, b, at + (a - run.offset)))
-                    })
-                    .collect();
+                let pieces: Vec<(u64, u64, u64)> = requests.mine_within(d, lo, hi).collect();
                 if pieces.is_empty() {
                     continue;
                 }
@@ -634,13 +621,7 @@ impl File {
         let (lo, hi) = plan.window(d, k);
         let me = self.comm.rank();
         let per_src: Vec<Vec<(u64, u64)>> = (0..self.comm.size())
-            .map(|src| {
-                requests
-                    .from(src)
-                    .iter()
-                    .filter_map(|r| clip(*r, lo, hi))
-                    .collect()
-            })
+            .map(|src| requests.sent_by(src, lo, hi))
             .collect();
         let first = per_src.iter().filter_map(|p| p.first()).map(|p| p.0).min();
         let last = per_src.iter().filter_map(|p| p.last()).map(|p| p.1).max();
@@ -682,11 +663,4 @@ impl File {
         };
         agree(&self.comm, r)
     }
-}
-
-/// The part of `run` inside `lo..hi`, as (start, end).
-fn clip(run: Run, lo: u64, hi: u64) -> Option<(u64, u64)> {
-    let a = run.offset.max(lo);
-    let b = run.end().min(hi);
-    (a < b).then_some((a, b))
 }

@@ -333,6 +333,13 @@ impl Plan {
     }
 }
 
+/// The part of `run` inside `lo..hi`, as (start, end).
+fn clip(run: Run, lo: u64, hi: u64) -> Option<(u64, u64)> {
+    let a = run.offset.max(lo);
+    let b = run.end().min(hi);
+    (a < b).then_some((a, b))
+}
+
 /// LA-Two-Phase's pattern: which of the default aggregators' nodes (`slots`) takes which
 /// domain, and the rank of that node holding most of it (the default rank on a tie). `held[r * a + d]` is what rank
 /// r holds of domain d.
@@ -392,14 +399,25 @@ pub(crate) struct Requests {
 }
 
 impl Requests {
-    /// This rank's pieces in domain `d`, each with where its bytes start in the data.
-    pub(crate) fn mine(&self, d: usize) -> &[(Run, u64)] {
-        &self.mine[d]
+    /// This rank's pieces of domain `d` inside `lo..hi`, as (file start, file end, where
+    /// the bytes start in the data).
+    pub(crate) fn mine_within(
+        &self,
+        d: usize,
+        lo: u64,
+        hi: u64,
+    ) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.mine[d].iter().filter_map(move |&(run, at)| {
+            clip(run, lo, hi).map(|(a, b)| (a, b, at + (a - run.offset)))
+        })
     }
 
-    /// Rank `src`'s runs in this aggregator's domain.
-    pub(crate) fn from(&self, src: usize) -> &[Run] {
-        &self.from[src]
+    /// Rank `src`'s pieces of this aggregator's domain inside `lo..hi`, as (start, end).
+    pub(crate) fn sent_by(&self, src: usize, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+        self.from[src]
+            .iter()
+            .filter_map(|&r| clip(r, lo, hi))
+            .collect()
     }
 
     /// Refuses runs of two ranks that share bytes (for writes).
