@@ -45,7 +45,7 @@ pub use ndarray::NdArray;
 pub use spec::by_name;
 pub use sw::SpringWetherall;
 pub use tiles::Tiles;
-pub use varg::{Varg, VargParams};
+pub use varg::{RegionBox, Regions, Varg, VargParams};
 
 /// What a message holds, so a segmenter can cut along its structure.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -103,6 +103,23 @@ pub struct Varg {
     last: Mutex<Option<Frame>>,
 }
 
+/// The regions of one image, in the order [`Segmenter::cut`] gives its segments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Regions {
+    /// Cut in horizontal bands (the screen moved sideways), else in static columns.
+    pub horizontal: bool,
+    pub boxes: Vec<RegionBox>,
+}
+
+/// One region: its top-left pixel and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RegionBox {
+    pub row: usize,
+    pub col: usize,
+    pub height: usize,
+    pub width: usize,
+}
+
 impl Default for Varg {
     fn default() -> Self {
         Varg::new(VargParams::default()).expect("default parameters are valid")
@@ -227,6 +244,69 @@ impl Varg {
         horizontal
     }
 
+    /// The regions [`Segmenter::cut`] would make of an image `height × width` pixels of
+    /// `elem` bytes each (row-major in `data`), without gathering their bytes: for a
+    /// caller that keeps the image and sends only some regions (a VNC proxy sends those
+    /// that changed). Updates the remembered image as `cut` does.
+    pub fn regions(
+        &self,
+        data: &[u8],
+        height: usize,
+        width: usize,
+        elem: usize,
+    ) -> Result<Regions, SegmentError> {
+        let shape = Shape::Grid {
+            dims: vec![height, width],
+            elem_size: elem,
+        };
+        let grid = Grid::of(NAME, &shape, data, true)?;
+        Ok(self.regions_of(&grid, data))
+    }
+
+    fn regions_of(&self, grid: &Grid, data: &[u8]) -> Regions {
+        let (h, w, e) = (grid.dims[0], grid.dims[1], grid.elem);
+        let horizontal = h > 0 && w > 0 && self.horizontal(grid, data);
+        let sw = self.params.width;
+        let mut boxes = Vec::new();
+        if h == 0 || w == 0 {
+            return Regions { horizontal, boxes };
+        }
+        if horizontal {
+            for r0 in (0..h).step_by(sw) {
+                let band = sw.min(h - r0);
+                let fps = column_hashes(grid, data, r0..r0 + band);
+                let mut c = 0;
+                for len in self.anchor(&fps) {
+                    boxes.push(RegionBox {
+                        row: r0,
+                        col: c,
+                        height: band,
+                        width: len,
+                    });
+                    c += len;
+                }
+            }
+        } else {
+            for c0 in (0..w).step_by(sw) {
+                let cols = sw.min(w - c0);
+                let fps: Vec<u64> = (0..h)
+                    .map(|r| xxh3_64(&data[(r * w + c0) * e..(r * w + c0 + cols) * e]))
+                    .collect();
+                let mut r = 0;
+                for len in self.anchor(&fps) {
+                    boxes.push(RegionBox {
+                        row: r,
+                        col: c0,
+                        height: len,
+                        width: cols,
+                    });
+                    r += len;
+                }
+            }
+        }
+        Regions { horizontal, boxes }
+    }
+
     /// Region lengths along one strip whose lines have fingerprints `fps`.
     fn anchor(&self, fps: &[u64]) -> Vec<usize> {
         let p = &self.params;
@@ -268,40 +348,19 @@ impl Segmenter for Varg {
 
     fn cut<'a>(&self, data: &'a [u8], shape: &Shape) -> Result<Cut<'a>, SegmentError> {
         let grid = Grid::of(NAME, shape, data, true)?;
-        let (h, w, e) = (grid.dims[0], grid.dims[1], grid.elem);
-        let horizontal = h > 0 && w > 0 && self.horizontal(&grid, data);
-        let sw = self.params.width;
-        let mut layout = vec![TAG, u8::from(horizontal)];
+        let regions = self.regions_of(&grid, data);
+        let mut layout = vec![TAG, u8::from(regions.horizontal)];
         grid.put(&mut layout);
-        layout::put_usize(&mut layout, sw);
-        let mut segments = Vec::new();
-        if h == 0 || w == 0 {
-            return Ok(Cut { segments, layout });
-        }
-        if horizontal {
-            for r0 in (0..h).step_by(sw) {
-                let band = sw.min(h - r0);
-                let fps = column_hashes(&grid, data, r0..r0 + band);
-                let mut c = 0;
-                for len in self.anchor(&fps) {
-                    layout::put_usize(&mut layout, len);
-                    segments.push(grid.gather(data, &[r0, c], &[band, len]));
-                    c += len;
-                }
-            }
-        } else {
-            for c0 in (0..w).step_by(sw) {
-                let cols = sw.min(w - c0);
-                let fps: Vec<u64> = (0..h)
-                    .map(|r| xxh3_64(&data[(r * w + c0) * e..(r * w + c0 + cols) * e]))
-                    .collect();
-                let mut r = 0;
-                for len in self.anchor(&fps) {
-                    layout::put_usize(&mut layout, len);
-                    segments.push(grid.gather(data, &[r, c0], &[len, cols]));
-                    r += len;
-                }
-            }
+        layout::put_usize(&mut layout, self.params.width);
+        let mut segments = Vec::with_capacity(regions.boxes.len());
+        for b in &regions.boxes {
+            let len = if regions.horizontal {
+                b.width
+            } else {
+                b.height
+            };
+            layout::put_usize(&mut layout, len);
+            segments.push(grid.gather(data, &[b.row, b.col], &[b.height, b.width]));
         }
         Ok(Cut { segments, layout })
     }
@@ -391,6 +450,39 @@ mod tests {
         assert_eq!(v.anchor(&fps), vec![4, 4, 2, 5, 4, 2]);
         assert_eq!(v.anchor(&[]), Vec::<usize>::new());
         assert_eq!(v.anchor(&[1]), vec![1]);
+    }
+
+    #[test]
+    fn regions_are_the_boxes_of_cut_segments() {
+        let (h, w) = (200, 120);
+        let img = image(h, w, 3);
+        let (a, b) = (Varg::default(), Varg::default());
+        // Twice, so the second image goes through movement estimation on both.
+        for dx in [0usize, 7] {
+            let mut shifted = Vec::with_capacity(img.len());
+            for r in 0..h {
+                for c in 0..w {
+                    let c = (c + dx) % w;
+                    shifted.extend_from_slice(&img[(r * w + c) * 4..(r * w + c + 1) * 4]);
+                }
+            }
+            let cut = a.cut(&shifted, &shape(h, w)).unwrap();
+            let regions = b.regions(&shifted, h, w, 4).unwrap();
+            assert_eq!(cut.layout[1], u8::from(regions.horizontal));
+            assert_eq!(cut.segments.len(), regions.boxes.len());
+            let mut covered = 0;
+            for (seg, bx) in cut.segments.iter().zip(&regions.boxes) {
+                let mut want = Vec::new();
+                for r in bx.row..bx.row + bx.height {
+                    want.extend_from_slice(
+                        &shifted[(r * w + bx.col) * 4..(r * w + bx.col + bx.width) * 4],
+                    );
+                }
+                assert_eq!(&**seg, &want[..]);
+                covered += bx.height * bx.width;
+            }
+            assert_eq!(covered, h * w);
+        }
     }
 
     #[test]
