@@ -32,16 +32,21 @@ pub fn run(data: &[u8]) {
             let _ = near.take_far_output();
         }
         _ => {
-            let mut far = FarSide::new(FarConfig {
+            let Ok(mut far) = FarSide::new(FarConfig {
                 client: vargr_rfb::ClientConfig {
                     limits: limits.rfb.clone(),
                     ..Default::default()
                 },
                 limits,
-            });
+                regions: Default::default(),
+            }) else {
+                return;
+            };
             far.receive_near(rest);
             let _ = far.process();
+            far.send_update();
             let _ = far.take_server_output();
+            let _ = far.take_near_output();
         }
     }
 }

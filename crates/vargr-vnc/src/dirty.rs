@@ -27,6 +27,18 @@ impl Dirty {
         }
     }
 
+    /// Nothing dirty.
+    pub(crate) fn clean(width: u16, height: u16) -> Dirty {
+        let mut d = Dirty::all(width, height);
+        d.tiles.fill(false);
+        d
+    }
+
+    /// Whether any tile is dirty.
+    pub(crate) fn any_at_all(&self) -> bool {
+        self.tiles.contains(&true)
+    }
+
     /// Tile columns and rows that the area touches, clipped to the screen.
     fn span(&self, x: u16, y: u16, w: u16, h: u16) -> Option<(usize, usize, usize, usize)> {
         let x1 = (x as usize + w as usize).min(self.width as usize);

@@ -36,6 +36,16 @@ pub enum VncError {
         "the framebuffer became {width}x{height} and the viewer cannot be told (no DesktopSize)"
     )]
     ResizeUnsupported { width: u16, height: u16 },
+    /// The dedup protocol or the compression of the link failed (bad bytes from the
+    /// peer, or a cache that cannot be read).
+    #[error("proxy link, {what}: {detail}")]
+    Link { what: &'static str, detail: String },
+    /// The other proxy gave up, and said why.
+    #[error("the other proxy ended the session: {0}")]
+    PeerAborted(String),
+    /// A setting the proxy cannot work with.
+    #[error("configuration: {0}")]
+    Config(String),
     #[error("no viewer {0}")]
     NoViewer(u64),
 }

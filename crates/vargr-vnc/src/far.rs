@@ -4,13 +4,24 @@
 //! encoding vargr-rfb decodes (ZRLE and Hextile first, the best on real desktops).
 //! One update request is always outstanding: servers answer an incremental request
 //! when something changes, so the shadow stays current without polling.
+//!
+//! What changed is only marked ([`Dirty`]) until the caller says the link can take
+//! more ([`FarSide::send_update`]): a slow link then gets the screen as it is when it
+//! is ready, not every intermediate picture, and what waits is bounded by the screen's
+//! size however fast the server draws. The changed area goes out as static tiles or,
+//! for deduplication, as the regions of the Varg segmenter that touch it (the whole
+//! screen is segmented, so anchors stay where the content is).
+
+use std::collections::VecDeque;
 
 use bytes::BytesMut;
+use vargr_dedup::segment::{Varg, VargParams};
 use vargr_rfb::encoding::{COPY_RECT, DESKTOP_SIZE, HEXTILE, RAW, RRE, TIGHT, ZRLE};
 use vargr_rfb::{
     ClientConfig, ClientEvent, ClientMsg, ClientSide, Decoder, Framebuffer, PixelFormat, ServerMsg,
 };
 
+use crate::dirty::Dirty;
 use crate::{ProxyLimits, ProxyMsg, Region, VncError};
 
 /// Encodings asked of the server, preferred first. Tight is asked without a quality
@@ -22,6 +33,18 @@ pub struct FarConfig {
     /// How to reach the server: its password, if it wants one.
     pub client: ClientConfig,
     pub limits: ProxyLimits,
+    pub regions: RegionCut,
+}
+
+/// How a changed area is cut into the regions of an update.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum RegionCut {
+    /// The changed tiles, merged into rectangles: fewest bytes without a cache.
+    #[default]
+    Tiles,
+    /// The regions of the Varg segmenter over the whole screen that touch a changed
+    /// tile: content-anchored, so a scrolled picture gives the same regions again.
+    Varg(VargParams),
 }
 
 pub struct FarSide {
@@ -29,26 +52,34 @@ pub struct FarSide {
     rfb: ClientSide,
     decoder: Decoder,
     shadow: Option<Framebuffer>,
-    /// Whether an update came since the first (full) request: until then, a
-    /// near side's Request is answered by the server's full update anyway.
-    updated: bool,
+    /// Areas changed since the last update sent; set with the shadow.
+    dirty: Option<Dirty>,
+    varg: Option<Varg>,
+    /// The shadow's pixels as bytes, for the segmenter (kept to reuse its memory).
+    image: Vec<u8>,
     near_in: BytesMut,
-    near_out: BytesMut,
+    near_out: VecDeque<ProxyMsg>,
     error: Option<VncError>,
 }
 
 impl FarSide {
-    pub fn new(config: FarConfig) -> FarSide {
-        FarSide {
+    pub fn new(config: FarConfig) -> Result<FarSide, VncError> {
+        let varg = match config.regions {
+            RegionCut::Tiles => None,
+            RegionCut::Varg(p) => Some(Varg::new(p).map_err(|e| VncError::Config(e.to_string()))?),
+        };
+        Ok(FarSide {
             decoder: Decoder::new(config.client.limits.clone()),
             rfb: ClientSide::new(config.client),
             limits: config.limits,
             shadow: None,
-            updated: false,
+            dirty: None,
+            varg,
+            image: Vec::new(),
             near_in: BytesMut::new(),
-            near_out: BytesMut::new(),
+            near_out: VecDeque::new(),
             error: None,
-        }
+        })
     }
 
     /// Bytes from the VNC server.
@@ -61,14 +92,62 @@ impl FarSide {
         self.rfb.take_output()
     }
 
-    /// Bytes from the near side.
+    /// Bytes from the near side: [`ProxyMsg`]s in their framing.
     pub fn receive_near(&mut self, bytes: &[u8]) {
         self.near_in.extend_from_slice(bytes);
     }
 
-    /// Bytes for the near side.
+    /// The next message for the near side.
+    pub fn poll_near_msg(&mut self) -> Option<ProxyMsg> {
+        self.near_out.pop_front()
+    }
+
+    /// The messages for the near side, in their framing.
     pub fn take_near_output(&mut self) -> BytesMut {
-        self.near_out.split()
+        let mut out = BytesMut::new();
+        for m in self.near_out.drain(..) {
+            m.encode(&mut out);
+        }
+        out
+    }
+
+    /// Whether part of the screen changed since the last update sent.
+    pub fn has_update(&self) -> bool {
+        self.dirty.as_ref().is_some_and(|d| d.any_at_all())
+    }
+
+    /// Queues an update of everything changed since the last (none if nothing
+    /// changed); returns whether it did. Call it when the link can take more.
+    pub fn send_update(&mut self) -> bool {
+        if !self.has_update() {
+            return false;
+        }
+        let shadow = self.shadow.as_ref().expect("set with dirty");
+        let dirty = self.dirty.as_mut().expect("checked");
+        let (w, h) = (shadow.width(), shadow.height());
+        let areas = match &self.varg {
+            None => dirty.take(0, 0, w, h),
+            Some(varg) => {
+                self.image.clear();
+                self.image.reserve(shadow.pixels().len() * 4);
+                for p in shadow.pixels() {
+                    self.image.extend_from_slice(&p.to_le_bytes());
+                }
+                let regions = varg
+                    .regions(&self.image, h as usize, w as usize, 4)
+                    .expect("the image has the screen's size");
+                let areas = regions
+                    .boxes
+                    .iter()
+                    .map(|b| (b.col as u16, b.row as u16, b.width as u16, b.height as u16))
+                    .filter(|&(x, y, bw, bh)| dirty.any(x, y, bw, bh))
+                    .collect();
+                dirty.take(0, 0, w, h);
+                areas
+            }
+        };
+        self.send_regions(&areas);
+        true
     }
 
     /// The server's screen as far as its updates have come.
@@ -101,39 +180,35 @@ impl FarSide {
                         .send(&ClientMsg::SetEncodings(SERVER_ENCODINGS.to_vec()))?;
                     self.request(false)?;
                     self.shadow = Some(Framebuffer::new(init.width, init.height));
-                    self.send_near(&ProxyMsg::Init {
+                    self.dirty = Some(Dirty::clean(init.width, init.height));
+                    self.send_near(ProxyMsg::Init {
                         width: init.width,
                         height: init.height,
                         name: init.name,
                     });
                 }
                 ClientEvent::Message(ServerMsg::FramebufferUpdate(rects)) => {
-                    let mut changed = Vec::new();
                     for r in &rects {
+                        let shadow = self.shadow.as_mut().expect("set at ServerInit");
+                        self.decoder.apply(r, &PixelFormat::RGB888, shadow)?;
+                        let dirty = self.dirty.as_mut().expect("set at ServerInit");
                         if r.encoding == DESKTOP_SIZE {
-                            // Regions before the resize are of the old screen.
-                            self.send_regions(&std::mem::take(&mut changed));
-                            let shadow = self.shadow.as_mut().expect("set at ServerInit");
-                            self.decoder.apply(r, &PixelFormat::RGB888, shadow)?;
-                            self.send_near(&ProxyMsg::Resize {
+                            // What changed before is of the old screen: the near side
+                            // keeps the shared area, and gets all of the new one.
+                            self.near_out.push_back(ProxyMsg::Resize {
                                 width: r.width,
                                 height: r.height,
                             });
+                            *dirty = Dirty::all(r.width, r.height);
                         } else {
-                            let shadow = self.shadow.as_mut().expect("set at ServerInit");
-                            self.decoder.apply(r, &PixelFormat::RGB888, shadow)?;
-                            if r.width > 0 && r.height > 0 {
-                                changed.push((r.x, r.y, r.width, r.height));
-                            }
+                            dirty.mark(r.x, r.y, r.width, r.height);
                         }
                     }
-                    self.send_regions(&changed);
-                    self.updated = true;
                     self.request(true)?;
                 }
-                ClientEvent::Message(ServerMsg::Bell) => self.send_near(&ProxyMsg::Bell),
+                ClientEvent::Message(ServerMsg::Bell) => self.send_near(ProxyMsg::Bell),
                 ClientEvent::Message(ServerMsg::ServerCutText(t)) => {
-                    self.send_near(&ProxyMsg::CutText(t))
+                    self.send_near(ProxyMsg::CutText(t))
                 }
                 // A true-colour format was asked for: a colour map means nothing.
                 ClientEvent::Message(ServerMsg::SetColourMapEntries { .. }) => {}
@@ -156,14 +231,9 @@ impl FarSide {
                     width,
                     height,
                 } => {
-                    if self.updated {
-                        let shadow = self.shadow.as_ref().expect("set before updates");
-                        let x1 = (x as u32 + width as u32).min(shadow.width() as u32);
-                        let y1 = (y as u32 + height as u32).min(shadow.height() as u32);
-                        if (x as u32) < x1 && (y as u32) < y1 {
-                            let area = (x, y, (x1 - x as u32) as u16, (y1 - y as u32) as u16);
-                            self.send_regions(&[area]);
-                        }
+                    // Before ServerInit the near side gets everything anyway.
+                    if let Some(d) = &mut self.dirty {
+                        d.mark(x, y, width, height);
                     }
                 }
                 other => {
@@ -190,8 +260,8 @@ impl FarSide {
         Ok(())
     }
 
-    fn send_near(&mut self, msg: &ProxyMsg) {
-        msg.encode(&mut self.near_out);
+    fn send_near(&mut self, msg: ProxyMsg) {
+        self.near_out.push_back(msg);
     }
 
     /// Sends the areas' current pixels, in Updates below the link's message limit:
@@ -217,7 +287,8 @@ impl FarSide {
                     pixels: shadow.get_rect(x, top, w, bh).expect("decoded inside"),
                 };
                 if size + region.encoded_len() > budget && !batch.is_empty() {
-                    ProxyMsg::Update(std::mem::take(&mut batch)).encode(&mut self.near_out);
+                    self.near_out
+                        .push_back(ProxyMsg::Update(std::mem::take(&mut batch)));
                     size = 4;
                 }
                 size += region.encoded_len();
@@ -225,6 +296,6 @@ impl FarSide {
                 top += bh;
             }
         }
-        ProxyMsg::Update(batch).encode(&mut self.near_out);
+        self.near_out.push_back(ProxyMsg::Update(batch));
     }
 }

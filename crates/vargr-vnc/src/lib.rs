@@ -24,10 +24,12 @@
 mod dirty;
 mod error;
 mod far;
+pub mod link;
 mod near;
 mod proto;
 
 pub use error::VncError;
-pub use far::{FarConfig, FarSide};
+pub use far::{FarConfig, FarSide, RegionCut};
+pub use link::{FarLink, LinkConfig, NearLink};
 pub use near::{NearConfig, NearSide, ViewerId};
 pub use proto::{ProxyLimits, ProxyMsg, Region};

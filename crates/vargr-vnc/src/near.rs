@@ -7,7 +7,7 @@
 //! its own update request, so what waits for a viewer that stops reading is one
 //! update, not a growing queue.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::BytesMut;
 use vargr_rfb::encoding::{DESKTOP_SIZE, HEXTILE, RAW, RRE, ZRLE};
@@ -52,6 +52,8 @@ pub struct NearSide {
     mirror: Option<Framebuffer>,
     name: Vec<u8>,
     far_in: BytesMut,
+    /// Messages from the far side not handled yet.
+    far_msgs: VecDeque<ProxyMsg>,
     far_out: BytesMut,
     viewers: BTreeMap<ViewerId, Viewer>,
     next_id: u64,
@@ -65,6 +67,7 @@ impl NearSide {
             mirror: None,
             name: Vec::new(),
             far_in: BytesMut::new(),
+            far_msgs: VecDeque::new(),
             far_out: BytesMut::new(),
             viewers: BTreeMap::new(),
             next_id: 0,
@@ -118,8 +121,14 @@ impl NearSide {
         Ok(self.viewer(id)?.rfb.take_output())
     }
 
+    /// Bytes from the far side: [`ProxyMsg`]s in their framing.
     pub fn receive_far(&mut self, bytes: &[u8]) {
         self.far_in.extend_from_slice(bytes);
+    }
+
+    /// A message from the far side, already decoded (by the dedup link).
+    pub fn receive_far_msg(&mut self, msg: ProxyMsg) {
+        self.far_msgs.push_back(msg);
     }
 
     pub fn take_far_output(&mut self) -> BytesMut {
@@ -161,6 +170,9 @@ impl NearSide {
 
     fn handle_far(&mut self, failed: &mut Vec<(ViewerId, VncError)>) -> Result<(), VncError> {
         while let Some(msg) = ProxyMsg::decode(&mut self.far_in, &self.limits)? {
+            self.far_msgs.push_back(msg);
+        }
+        while let Some(msg) = self.far_msgs.pop_front() {
             let started = self.mirror.is_some();
             match msg {
                 ProxyMsg::Init {

@@ -3,13 +3,19 @@
 //! (`ClientSide` and `Decoder`), joined by byte queues. Every viewer's decoded
 //! framebuffer must equal the server's, as its pixel format can hold it.
 
+use vargr_dedup::cache::MemCache;
+use vargr_dedup::segment::VargParams;
+use vargr_dedup::FpBits;
 use vargr_rfb::encoding::{COPY_RECT, DESKTOP_SIZE, HEXTILE, RAW, RRE, ZRLE};
 use vargr_rfb::{
     security, ClientConfig, ClientEvent, ClientMsg, ClientSide, Decoder, Encoder, Framebuffer,
     Limits, PixelFormat, ProtocolVersion, Rect, ServerConfig, ServerEvent, ServerInit, ServerMsg,
     ServerSide,
 };
-use vargr_vnc::{FarConfig, FarSide, NearConfig, NearSide, ViewerId, VncError};
+use vargr_vnc::{
+    FarConfig, FarLink, FarSide, LinkConfig, NearConfig, NearLink, NearSide, RegionCut, ViewerId,
+    VncError,
+};
 
 const W: u16 = 150;
 const H: u16 = 100;
@@ -227,6 +233,8 @@ struct Rig {
     server: FakeServer,
     far: FarSide,
     near: NearSide,
+    /// The dedup link between the sides, or their plain framing.
+    link: Option<(FarLink<MemCache>, NearLink<MemCache>)>,
     viewers: Vec<TestViewer>,
 }
 
@@ -234,10 +242,76 @@ impl Rig {
     fn new(encoding: i32, fb: Framebuffer) -> Rig {
         Rig {
             server: FakeServer::new(encoding, fb),
-            far: FarSide::new(FarConfig::default()),
+            far: FarSide::new(FarConfig::default()).unwrap(),
             near: NearSide::new(NearConfig::default()),
+            link: None,
             viewers: Vec::new(),
         }
+    }
+
+    /// Varg: regions of the 2-D segmenter through the dedup link.
+    fn linked(encoding: i32, fb: Framebuffer, caches: (MemCache, MemCache)) -> Rig {
+        let config = LinkConfig::default();
+        Rig {
+            server: FakeServer::new(encoding, fb),
+            far: FarSide::new(FarConfig {
+                regions: RegionCut::Varg(VargParams::default()),
+                ..FarConfig::default()
+            })
+            .unwrap(),
+            near: NearSide::new(NearConfig::default()),
+            link: Some((
+                FarLink::new(&config, caches.0).unwrap(),
+                NearLink::new(&config, caches.1).unwrap(),
+            )),
+            viewers: Vec::new(),
+        }
+    }
+
+    /// Moves what the far side has for the near side (through the link, if any) and
+    /// back; returns whether anything moved.
+    fn cross(&mut self) -> bool {
+        let mut moved = false;
+        match &mut self.link {
+            None => {
+                self.far.send_update();
+                let b = self.far.take_near_output();
+                moved |= !b.is_empty();
+                self.near.receive_far(&b);
+            }
+            Some((fl, nl)) => {
+                if fl.ready() {
+                    self.far.send_update();
+                }
+                while let Some(m) = self.far.poll_near_msg() {
+                    fl.send(&m).unwrap();
+                }
+                fl.flush().unwrap();
+                let b = fl.take_output();
+                moved |= !b.is_empty();
+                nl.receive(&b).unwrap();
+                while let Some(m) = nl.poll_msg() {
+                    self.near.receive_far_msg(m);
+                }
+            }
+        }
+        moved
+    }
+
+    fn cross_back(&mut self) -> bool {
+        let b = self.near.take_far_output();
+        let mut moved = !b.is_empty();
+        match &mut self.link {
+            None => self.far.receive_near(&b),
+            Some((fl, nl)) => {
+                nl.send_control(&b);
+                let b = nl.take_output();
+                moved |= !b.is_empty();
+                fl.receive(&b).unwrap();
+                self.far.receive_near(&fl.take_control());
+            }
+        }
+        moved
     }
 
     fn viewer(&mut self, pf: PixelFormat, encodings: Vec<i32>) -> usize {
@@ -259,13 +333,9 @@ impl Rig {
             let b = self.far.take_server_output();
             moved |= !b.is_empty();
             self.server.rfb.receive(&b);
-            let b = self.far.take_near_output();
-            moved |= !b.is_empty();
-            self.near.receive_far(&b);
+            moved |= self.cross();
             failed.extend(self.near.process().unwrap());
-            let b = self.near.take_far_output();
-            moved |= !b.is_empty();
-            self.far.receive_near(&b);
+            moved |= self.cross_back();
             for v in &mut self.viewers {
                 let Ok(b) = self.near.take_viewer_output(v.id) else {
                     continue;
@@ -475,16 +545,18 @@ fn a_request_is_answered_from_the_shadow_and_wrong_messages_end_the_session() {
     .encode(&mut wire);
     rig.far.receive_near(&wire);
     rig.far.process().unwrap();
+    assert!(rig.far.send_update());
     let mut out = rig.far.take_near_output();
     let got = ProxyMsg::decode(&mut out, &ProxyLimits::default()).unwrap();
     assert_eq!(
         got,
+        // Whole tiles of 32 pixels, clipped to the screen.
         Some(ProxyMsg::Update(vec![Region {
-            x: 140,
-            y: 90,
-            width: 10,
-            height: 10,
-            pixels: rig.server.fb.get_rect(140, 90, 10, 10).unwrap(),
+            x: 128,
+            y: 64,
+            width: W - 128,
+            height: H - 64,
+            pixels: rig.server.fb.get_rect(128, 64, W - 128, H - 64).unwrap(),
         }]))
     );
 
@@ -517,4 +589,63 @@ fn a_request_is_answered_from_the_shadow_and_wrong_messages_end_the_session() {
             when: "before Init"
         })
     ));
+}
+
+fn caches() -> (MemCache, MemCache) {
+    let c = || MemCache::new(FpBits::DEFAULT, 64 << 20);
+    (c(), c())
+}
+
+#[test]
+fn varg_link_carries_every_change_to_viewers_in_every_format() {
+    for server_encoding in [ZRLE, HEXTILE, RAW] {
+        let mut rig = Rig::linked(server_encoding, picture(W, H), caches());
+        rig.viewer(PixelFormat::RGB888, vec![ZRLE]);
+        rig.viewer(PixelFormat::RGB565, vec![HEXTILE]);
+        rig.viewer(big_endian(), vec![RAW]);
+        rig.pump();
+        rig.check("first screen", &[]);
+        let mut rng = Lcg(7 + server_encoding as u64);
+        rig.server.paint(10, 10, 20, 5, &[0xff0000; 100]);
+        rig.pump();
+        rig.check("a filled rectangle", &[]);
+        rig.server
+            .paint(100, 60, 40, 30, &random(&mut rng, 40 * 30));
+        rig.server.copy(0, 0, 60, 40, 50, 50);
+        rig.pump();
+        rig.check("random pixels and a CopyRect", &[]);
+        rig.viewer(PixelFormat::RGB888, vec![HEXTILE]);
+        rig.pump();
+        rig.check("a late viewer", &[]);
+    }
+}
+
+#[test]
+fn varg_link_sends_a_revisited_or_scrolled_screen_as_fingerprints() {
+    let mut rig = Rig::linked(ZRLE, picture(W, H), caches());
+    rig.viewer(PixelFormat::RGB888, vec![ZRLE]);
+    rig.pump();
+    let mut rng = Lcg(99);
+    // A tall random picture, shown through the screen at two offsets.
+    let tall = random(&mut rng, W as usize * (H as usize + 40));
+    let rows = |top: usize| tall[top * W as usize..(top + H as usize) * W as usize].to_vec();
+    let sent = |rig: &mut Rig, px: &[u32]| {
+        let before = rig.link.as_ref().unwrap().0.data_sent();
+        rig.server.paint(0, 0, W, H, px);
+        rig.pump();
+        rig.check("a new screen", &[]);
+        rig.link.as_ref().unwrap().0.data_sent() - before
+    };
+    let first = sent(&mut rig, &rows(0));
+    // Random pixels do not compress: the screen's 3 bytes a pixel cross.
+    assert!(first > 3 * W as u64 * H as u64 * 9 / 10, "first {first}");
+    let scrolled = sent(&mut rig, &rows(13));
+    assert!(
+        scrolled < first / 3,
+        "scrolled by 13 rows: {scrolled} of {first}"
+    );
+    let other = sent(&mut rig, &random(&mut rng, W as usize * H as usize));
+    assert!(other > first * 9 / 10, "another screen: {other}");
+    let back = sent(&mut rig, &rows(0));
+    assert!(back < first / 20, "a screen seen before: {back} of {first}");
 }

@@ -91,7 +91,7 @@ impl Pair {
             .unwrap();
         Pair {
             sock,
-            far: FarSide::new(FarConfig::default()),
+            far: FarSide::new(FarConfig::default()).unwrap(),
             near: NearSide::new(NearConfig::default()),
             viewers: Vec::new(),
         }
@@ -122,6 +122,7 @@ impl Pair {
         for _ in 0..4 {
             self.far.process().unwrap();
             self.sock.write_all(&self.far.take_server_output()).unwrap();
+            self.far.send_update();
             self.near.receive_far(&self.far.take_near_output());
             let failed = self.near.process().unwrap();
             assert!(failed.is_empty(), "{failed:?}");

@@ -1,0 +1,459 @@
+//! The link between the two proxies: Varg's deduplication of screen regions.
+//!
+//! The far side's messages cross as the two-level fingerprint protocol of
+//! vargr-dedup, its output compressed by one zstd stream flushed after every update
+//! ([`vargr_sync::zpieces`]). An update's regions are the protocol's segments, in
+//! canonical RGB, three bytes a pixel: a region the near side has seen before, on this
+//! screen or in an earlier session (the caches persist), costs a fingerprint or, when
+//! it follows where the stream left off, one byte; a new one goes whole and zstd
+//! compresses it against everything before it.
+//!
+//! The near side answers with the protocol's requests and acknowledgements, passes on
+//! the viewers' input and area requests, and says how many bytes it has taken off the
+//! link (credit): the far side sends a new update only while less than a window is in
+//! flight, so a slow link holds a screenful at most and the next update shows the
+//! screen as it is then, not as it was when the link fell behind.
+//!
+//! The seed's *eventual consistency* (show cache hits before the group's conservative
+//! hash confirms them, repair later) is not needed here: every update closes its group,
+//! so its hash arrives in the same flight as its fingerprints and costs no round trip.
+//! Only a segment the near cache lacks waits for one, as in the seed.
+//!
+//! Frames, `[kind u8][len u32 BE][body]`, either way:
+//!
+//! | kind | way | body |
+//! |---|---|---|
+//! | `DATA` | far → near | the next bytes of the zstd stream of the dedup sender's output |
+//! | `REPLY` | near → far | the dedup receiver's output (requests, acknowledgements) |
+//! | `CONTROL` | near → far | the next bytes of the near side's [`ProxyMsg`]s (Input, Request) |
+//! | `CREDIT` | near → far | u64 BE: `DATA` body bytes taken off the link so far |
+//! | `ABORT` | either | why the side gave up, UTF-8 |
+//!
+//! Inside the dedup stream, channel 0 holds a whole [`ProxyMsg`] (Init, Resize, Bell,
+//! CutText) cut into segments, and channel 1 an update: the layout lists the regions
+//! (x, y, width, height as u16 BE), one segment per region.
+
+use std::collections::VecDeque;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use vargr_dedup::cache::SegmentCache;
+use vargr_dedup::protocol::{Config as DedupConfig, ProtocolError, Receiver, Sender, Stats};
+use vargr_sync::zpieces::{PieceDecoder, PieceEncoder};
+
+use crate::{ProxyLimits, ProxyMsg, Region, VncError};
+
+pub const F_DATA: u8 = 1;
+pub const F_REPLY: u8 = 2;
+pub const F_CONTROL: u8 = 3;
+pub const F_CREDIT: u8 = 4;
+pub const F_ABORT: u8 = 5;
+const FRAME_HEAD: usize = 5;
+
+const CH_MSG: u32 = 0;
+const CH_UPDATE: u32 = 1;
+/// Bytes of a channel-0 message per segment.
+const MSG_SEGMENT: usize = 64 << 10;
+/// Regions per dedup message: 8 bytes each stays within the default layout limit.
+const REGIONS_PER_MESSAGE: usize = 4096;
+
+/// What both ends of a link agree on, and what each enforces.
+#[derive(Debug, Clone)]
+pub struct LinkConfig {
+    pub dedup: DedupConfig,
+    pub zstd_level: i32,
+    /// Largest frame either side accepts.
+    pub max_frame: usize,
+    /// `DATA` bytes the far side may have on the link before the near side's credit
+    /// (the link's bandwidth × round trip is enough; more only queues).
+    pub window: u64,
+    pub limits: ProxyLimits,
+}
+
+impl Default for LinkConfig {
+    fn default() -> LinkConfig {
+        LinkConfig {
+            dedup: DedupConfig {
+                // Screens repeat whole regions; deltas against similar ones cost
+                // more CPU than they save after zstd.
+                delta_index: 0,
+                session_bases: false,
+                ..DedupConfig::default()
+            },
+            zstd_level: 3,
+            max_frame: 1 << 20,
+            window: 64 << 10,
+            limits: ProxyLimits::default(),
+        }
+    }
+}
+
+fn link_error(what: &'static str, detail: impl ToString) -> VncError {
+    VncError::Link {
+        what,
+        detail: detail.to_string(),
+    }
+}
+
+/// Appends one frame.
+pub fn put_frame(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
+    out.push(kind);
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(body);
+}
+
+/// Takes the next whole frame off `input`, checking its length first.
+fn next_frame(input: &mut BytesMut, max: usize) -> Result<Option<(u8, Bytes)>, VncError> {
+    if input.len() < FRAME_HEAD {
+        return Ok(None);
+    }
+    let kind = input[0];
+    let len = u32::from_be_bytes(input[1..FRAME_HEAD].try_into().expect("4 bytes")) as usize;
+    if len > max {
+        return Err(VncError::TooLong {
+            message: "link frame",
+            field: "length",
+            len: len as u64,
+            max: max as u64,
+        });
+    }
+    if input.len() < FRAME_HEAD + len {
+        return Ok(None);
+    }
+    input.advance(FRAME_HEAD);
+    Ok(Some((kind, input.split_to(len).freeze())))
+}
+
+/// The far proxy's end: sends the far side's messages, takes the near side's.
+pub struct FarLink<C: SegmentCache> {
+    sender: Sender<C>,
+    zstd: PieceEncoder,
+    max_frame: usize,
+    window: u64,
+    input: BytesMut,
+    out: Vec<u8>,
+    /// The near side's messages (a stream of them) not taken yet.
+    control: Vec<u8>,
+    data_sent: u64,
+    credited: u64,
+    /// Scratch: a message's segments back to back.
+    scratch: Vec<u8>,
+}
+
+impl<C: SegmentCache> FarLink<C> {
+    pub fn new(config: &LinkConfig, cache: C) -> Result<FarLink<C>, VncError> {
+        Ok(FarLink {
+            sender: Sender::new(config.dedup, cache).map_err(|e| link_error("dedup sender", e))?,
+            zstd: PieceEncoder::new(config.zstd_level).map_err(|e| link_error("zstd", e))?,
+            max_frame: config.max_frame,
+            window: config.window,
+            input: BytesMut::new(),
+            out: Vec::new(),
+            control: Vec::new(),
+            data_sent: 0,
+            credited: 0,
+            scratch: Vec::new(),
+        })
+    }
+
+    /// Whether the link can take another update: the near side has credited all but
+    /// a window, and the dedup sender's window is open.
+    pub fn ready(&self) -> bool {
+        self.data_sent - self.credited < self.window && !self.sender.window_full()
+    }
+
+    /// Queues a message for the near side. Call [`FarLink::flush`] after the last
+    /// message of an update.
+    pub fn send(&mut self, msg: &ProxyMsg) -> Result<(), VncError> {
+        let r = match msg {
+            ProxyMsg::Update(regions) => self.send_update(regions),
+            other => {
+                let mut b = BytesMut::new();
+                other.encode(&mut b);
+                let segs: Vec<&[u8]> = b.chunks(MSG_SEGMENT).collect();
+                self.sender.send_message(CH_MSG, &[], &segs)
+            }
+        };
+        r.map_err(|e| link_error("dedup sender", e))
+    }
+
+    fn send_update(&mut self, regions: &[Region]) -> Result<(), ProtocolError> {
+        let max_segment = self.sender.config().max_segment;
+        // Regions larger than a segment go in bands of whole rows.
+        let mut pieces: Vec<(u16, u16, u16, u16, &[u32])> = Vec::new();
+        for r in regions {
+            let row_bytes = 3 * r.width as usize;
+            let band = (max_segment / row_bytes.max(1)).clamp(1, u16::MAX as usize);
+            for (k, rows) in r.pixels.chunks(band * r.width.max(1) as usize).enumerate() {
+                let h = (rows.len() / r.width.max(1) as usize) as u16;
+                pieces.push((r.x, r.y + (k * band) as u16, r.width, h, rows));
+            }
+        }
+        for chunk in pieces.chunks(REGIONS_PER_MESSAGE) {
+            let mut layout = Vec::with_capacity(8 * chunk.len());
+            self.scratch.clear();
+            let mut ends = Vec::with_capacity(chunk.len());
+            for &(x, y, w, h, px) in chunk {
+                for v in [x, y, w, h] {
+                    layout.extend_from_slice(&v.to_be_bytes());
+                }
+                for &p in px {
+                    self.scratch.extend_from_slice(&p.to_be_bytes()[1..]);
+                }
+                ends.push(self.scratch.len());
+            }
+            let mut start = 0;
+            let segs: Vec<&[u8]> = ends
+                .iter()
+                .map(|&e| {
+                    let s = &self.scratch[start..e];
+                    start = e;
+                    s
+                })
+                .collect();
+            self.sender.send_message(CH_UPDATE, &layout, &segs)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the sender's group and puts everything it has into `DATA` frames.
+    pub fn flush(&mut self) -> Result<(), VncError> {
+        self.sender.flush();
+        self.drain_sender()
+    }
+
+    fn drain_sender(&mut self) -> Result<(), VncError> {
+        let mut plain = Vec::new();
+        self.sender.take_output(&mut plain);
+        if plain.is_empty() {
+            return Ok(());
+        }
+        let piece = self.zstd.piece(&plain).map_err(|e| link_error("zstd", e))?;
+        for body in piece.chunks(self.max_frame) {
+            put_frame(&mut self.out, F_DATA, body);
+            self.data_sent += body.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Bytes from the near proxy.
+    pub fn receive(&mut self, bytes: &[u8]) -> Result<(), VncError> {
+        self.input.extend_from_slice(bytes);
+        while let Some((kind, body)) = next_frame(&mut self.input, self.max_frame)? {
+            match kind {
+                F_REPLY => self
+                    .sender
+                    .handle_input(&body)
+                    .map_err(|e| link_error("dedup sender", e))?,
+                F_CONTROL => self.control.extend_from_slice(&body),
+                F_CREDIT => {
+                    let c = read_credit(&body)?;
+                    if c < self.credited || c > self.data_sent {
+                        return Err(VncError::Corrupt {
+                            message: "CREDIT frame",
+                            what: format!(
+                                "credit {c} outside {}..={} (sent)",
+                                self.credited, self.data_sent
+                            ),
+                        });
+                    }
+                    self.credited = c;
+                }
+                F_ABORT => return Err(aborted(&body)),
+                k => return Err(VncError::UnknownMessage(k)),
+            }
+        }
+        // Answers to the near side's requests.
+        self.drain_sender()
+    }
+
+    /// The near side's messages received so far, in their framing, for
+    /// [`FarSide::receive_near`](crate::FarSide::receive_near).
+    pub fn take_control(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.control)
+    }
+
+    /// Frames to write to the link.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    pub fn pending_output(&self) -> usize {
+        self.out.len()
+    }
+
+    /// `DATA` bytes put on the link so far (after zstd, before framing).
+    pub fn data_sent(&self) -> u64 {
+        self.data_sent
+    }
+
+    pub fn stats(&self) -> &Stats {
+        self.sender.stats()
+    }
+
+    pub fn cache(&mut self) -> &mut C {
+        self.sender.cache()
+    }
+}
+
+fn read_credit(body: &[u8]) -> Result<u64, VncError> {
+    let b: [u8; 8] = body.try_into().map_err(|_| VncError::Corrupt {
+        message: "CREDIT frame",
+        what: format!("{} bytes, expected 8", body.len()),
+    })?;
+    Ok(u64::from_be_bytes(b))
+}
+
+fn aborted(body: &[u8]) -> VncError {
+    VncError::PeerAborted(String::from_utf8_lossy(&body[..body.len().min(4096)]).into_owned())
+}
+
+/// The near proxy's end: takes the far side's messages, sends the near side's.
+pub struct NearLink<C: SegmentCache> {
+    receiver: Receiver<C>,
+    zstd: PieceDecoder,
+    max_frame: usize,
+    limits: ProxyLimits,
+    input: BytesMut,
+    out: Vec<u8>,
+    msgs: VecDeque<ProxyMsg>,
+    data_received: u64,
+    credited: u64,
+}
+
+impl<C: SegmentCache> NearLink<C> {
+    pub fn new(config: &LinkConfig, cache: C) -> Result<NearLink<C>, VncError> {
+        Ok(NearLink {
+            receiver: Receiver::new(config.dedup, cache)
+                .map_err(|e| link_error("dedup receiver", e))?,
+            // A piece expands to at most what the receiver would hold anyway.
+            zstd: PieceDecoder::new(config.dedup.max_pending).map_err(|e| link_error("zstd", e))?,
+            max_frame: config.max_frame,
+            limits: config.limits.clone(),
+            input: BytesMut::new(),
+            out: Vec::new(),
+            msgs: VecDeque::new(),
+            data_received: 0,
+            credited: 0,
+        })
+    }
+
+    /// Bytes from the far proxy.
+    pub fn receive(&mut self, bytes: &[u8]) -> Result<(), VncError> {
+        self.input.extend_from_slice(bytes);
+        while let Some((kind, body)) = next_frame(&mut self.input, self.max_frame)? {
+            match kind {
+                F_DATA => {
+                    self.data_received += body.len() as u64;
+                    let plain = self.zstd.piece(&body).map_err(|e| link_error("zstd", e))?;
+                    self.receiver
+                        .handle_input(&plain)
+                        .map_err(|e| link_error("dedup receiver", e))?;
+                    while let Some(d) = self.receiver.poll_delivered() {
+                        let msg = self.message(d.channel, &d.layout, &d.segments)?;
+                        self.msgs.push_back(msg);
+                    }
+                }
+                F_ABORT => return Err(aborted(&body)),
+                k => return Err(VncError::UnknownMessage(k)),
+            }
+        }
+        let mut reply = Vec::new();
+        self.receiver.take_output(&mut reply);
+        if !reply.is_empty() {
+            put_frame(&mut self.out, F_REPLY, &reply);
+        }
+        if self.data_received != self.credited {
+            self.credited = self.data_received;
+            put_frame(&mut self.out, F_CREDIT, &self.credited.to_be_bytes());
+        }
+        Ok(())
+    }
+
+    fn message(
+        &self,
+        channel: u32,
+        layout: &[u8],
+        segments: &[Bytes],
+    ) -> Result<ProxyMsg, VncError> {
+        let corrupt = |what: String| VncError::Corrupt {
+            message: "link update",
+            what,
+        };
+        match channel {
+            CH_MSG => {
+                let mut b = BytesMut::new();
+                segments.iter().for_each(|s| b.put_slice(s));
+                match ProxyMsg::decode(&mut b, &self.limits)? {
+                    Some(ProxyMsg::Update(_)) | None => Err(VncError::Corrupt {
+                        message: "link message",
+                        what: "not a whole control message".into(),
+                    }),
+                    Some(m) if b.is_empty() => Ok(m),
+                    Some(_) => Err(VncError::Corrupt {
+                        message: "link message",
+                        what: "bytes after the message".into(),
+                    }),
+                }
+            }
+            CH_UPDATE => {
+                if layout.len() != 8 * segments.len() {
+                    return Err(corrupt(format!(
+                        "layout of {} bytes for {} regions",
+                        layout.len(),
+                        segments.len()
+                    )));
+                }
+                let mut regions = Vec::with_capacity(segments.len());
+                for (l, seg) in layout.chunks_exact(8).zip(segments) {
+                    let f = |k: usize| u16::from_be_bytes([l[2 * k], l[2 * k + 1]]);
+                    let (x, y, w, h) = (f(0), f(1), f(2), f(3));
+                    if seg.len() != 3 * w as usize * h as usize {
+                        return Err(corrupt(format!(
+                            "region {w}x{h} at {x},{y} with {} bytes of pixels",
+                            seg.len()
+                        )));
+                    }
+                    let pixels = seg
+                        .chunks_exact(3)
+                        .map(|p| u32::from_be_bytes([0, p[0], p[1], p[2]]))
+                        .collect();
+                    regions.push(Region {
+                        x,
+                        y,
+                        width: w,
+                        height: h,
+                        pixels,
+                    });
+                }
+                Ok(ProxyMsg::Update(regions))
+            }
+            c => Err(corrupt(format!("unknown channel {c}"))),
+        }
+    }
+
+    /// The next message from the far side.
+    pub fn poll_msg(&mut self) -> Option<ProxyMsg> {
+        self.msgs.pop_front()
+    }
+
+    /// Queues the near side's messages for the far side, in their framing (from
+    /// [`NearSide::take_far_output`](crate::NearSide::take_far_output)).
+    pub fn send_control(&mut self, bytes: &[u8]) {
+        for body in bytes.chunks(self.max_frame) {
+            put_frame(&mut self.out, F_CONTROL, body);
+        }
+    }
+
+    /// Frames to write to the link.
+    pub fn take_output(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.out)
+    }
+
+    pub fn stats(&self) -> &Stats {
+        self.receiver.stats()
+    }
+
+    pub fn cache(&mut self) -> &mut C {
+        self.receiver.cache()
+    }
+}
