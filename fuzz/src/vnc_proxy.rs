@@ -25,7 +25,10 @@ pub fn run(data: &[u8]) {
             while let Ok(Some(_)) = ProxyMsg::decode(&mut buf, &limits) {}
         }
         1 => {
-            let mut near = NearSide::new(NearConfig { limits });
+            let mut near = NearSide::new(NearConfig {
+                limits,
+                password: None,
+            });
             let _viewer = near.add_viewer();
             near.receive_far(rest);
             let _ = near.process();

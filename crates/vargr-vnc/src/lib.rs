@@ -1,4 +1,4 @@
-//! Varg's VNC proxy pair (issue 28) as sans-IO code, before deduplication.
+//! Varg's VNC proxy pair (issue 28) as sans-IO code.
 //!
 //! A VNC server and its viewers talk RFB; between them sit two proxies joined by a
 //! (slow) link that carries [`ProxyMsg`]s:
@@ -17,9 +17,13 @@
 //! whatever encoding the server chose. Nothing here touches a socket or a clock;
 //! callers move bytes between `take_*_output` and `receive_*`.
 //!
-//! Toward viewers the security type is None: passing VNC authentication through to
-//! the server is still to do, so the near side must only listen where the viewers
-//! are trusted.
+//! Between the sides, [`FarLink`] and [`NearLink`] carry the messages through the
+//! dedup protocol (module [`link`]): Varg proper.
+//!
+//! Authentication is not relayed: several viewers share one connection to the server,
+//! whose challenge answers one client. The far side answers the server's VNC
+//! authentication with its password, and the near side asks its viewers for one
+//! ([`NearConfig::password`]), or offers None where the viewers are trusted.
 
 mod dirty;
 mod error;

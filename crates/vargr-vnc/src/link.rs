@@ -19,7 +19,7 @@
 //! so its hash arrives in the same flight as its fingerprints and costs no round trip.
 //! Only a segment the near cache lacks waits for one, as in the seed.
 //!
-//! Frames, `[kind u8][len u32 BE][body]`, either way:
+//! Frames, `[kind u8][len u32 LE][body]` as `vargr proxy`'s, either way:
 //!
 //! | kind | way | body |
 //! |---|---|---|
@@ -39,6 +39,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use vargr_dedup::cache::SegmentCache;
 use vargr_dedup::protocol::{Config as DedupConfig, ProtocolError, Receiver, Sender, Stats};
 use vargr_sync::zpieces::{PieceDecoder, PieceEncoder};
+use vargr_sync::FRAME_HEAD_LEN;
 
 use crate::{ProxyLimits, ProxyMsg, Region, VncError};
 
@@ -47,7 +48,9 @@ pub const F_REPLY: u8 = 2;
 pub const F_CONTROL: u8 = 3;
 pub const F_CREDIT: u8 = 4;
 pub const F_ABORT: u8 = 5;
-const FRAME_HEAD: usize = 5;
+/// Set-up, before the frames above: near → far (JSON), far → near (JSON).
+pub const F_HELLO: u8 = 6;
+pub const F_WELCOME: u8 = 7;
 
 const CH_MSG: u32 = 0;
 const CH_UPDATE: u32 = 1;
@@ -94,32 +97,23 @@ fn link_error(what: &'static str, detail: impl ToString) -> VncError {
     }
 }
 
-/// Appends one frame.
-pub fn put_frame(out: &mut Vec<u8>, kind: u8, body: &[u8]) {
-    out.push(kind);
-    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    out.extend_from_slice(body);
-}
+pub use vargr_sync::put_frame;
 
 /// Takes the next whole frame off `input`, checking its length first.
 fn next_frame(input: &mut BytesMut, max: usize) -> Result<Option<(u8, Bytes)>, VncError> {
-    if input.len() < FRAME_HEAD {
-        return Ok(None);
-    }
-    let kind = input[0];
-    let len = u32::from_be_bytes(input[1..FRAME_HEAD].try_into().expect("4 bytes")) as usize;
-    if len > max {
-        return Err(VncError::TooLong {
-            message: "link frame",
-            field: "length",
-            len: len as u64,
-            max: max as u64,
-        });
-    }
-    if input.len() < FRAME_HEAD + len {
-        return Ok(None);
-    }
-    input.advance(FRAME_HEAD);
+    let (kind, len) = match vargr_sync::split_frame(input, max) {
+        Ok(Some((kind, body))) => (kind, body.len()),
+        Ok(None) => return Ok(None),
+        Err(len) => {
+            return Err(VncError::TooLong {
+                message: "link frame",
+                field: "length",
+                len: len as u64,
+                max: max as u64,
+            })
+        }
+    };
+    input.advance(FRAME_HEAD_LEN);
     Ok(Some((kind, input.split_to(len).freeze())))
 }
 

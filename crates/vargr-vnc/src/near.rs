@@ -27,6 +27,9 @@ const MAX_RECTS: usize = 1024;
 pub struct NearConfig {
     /// Bounds on what the far side sends (`rfb` also bounds the viewers).
     pub limits: ProxyLimits,
+    /// Viewers must answer VNC authentication with this password (else security
+    /// None: listen only where the viewers are trusted).
+    pub password: Option<Vec<u8>>,
 }
 
 /// A viewer, as numbered by [`NearSide::add_viewer`].
@@ -49,6 +52,7 @@ struct Viewer {
 
 pub struct NearSide {
     limits: ProxyLimits,
+    password: Option<Vec<u8>>,
     mirror: Option<Framebuffer>,
     name: Vec<u8>,
     far_in: BytesMut,
@@ -64,6 +68,7 @@ impl NearSide {
     pub fn new(config: NearConfig) -> NearSide {
         NearSide {
             limits: config.limits,
+            password: config.password,
             mirror: None,
             name: Vec::new(),
             far_in: BytesMut::new(),
@@ -76,15 +81,29 @@ impl NearSide {
     }
 
     /// A new viewer connection; its first bytes (the version) are already queued.
+    /// Without a password only: VNC authentication needs a fresh challenge
+    /// ([`NearSide::add_viewer_with_challenge`]).
     pub fn add_viewer(&mut self) -> ViewerId {
+        assert!(
+            self.password.is_none(),
+            "a viewer of a password-protected near side needs a challenge"
+        );
+        self.add_viewer_with_challenge([0; 16])
+    }
+
+    /// A new viewer connection, challenged with 16 random bytes if a password is set.
+    pub fn add_viewer_with_challenge(&mut self, challenge: [u8; 16]) -> ViewerId {
         let id = ViewerId(self.next_id);
         self.next_id += 1;
+        let security = match self.password {
+            Some(_) => security::VNC_AUTH,
+            None => security::NONE,
+        };
         let rfb = ServerSide::new(ServerConfig {
             max_version: ProtocolVersion::V3_8,
-            security_types: vec![security::NONE],
-            password: None,
-            // Unused with security None.
-            challenge: [0; 16],
+            security_types: vec![security],
+            password: self.password.clone(),
+            challenge,
             limits: self.limits.rfb.clone(),
         });
         self.viewers.insert(
@@ -267,7 +286,13 @@ impl NearSide {
                 ) => ProxyMsg::Input(m).encode(&mut self.far_out),
                 // ServerSide keeps the pixel format and encodings itself.
                 ServerEvent::Message(_) | ServerEvent::Version(_) | ServerEvent::Security(_) => {}
-                ServerEvent::AuthResponse { .. } => unreachable!("security None only"),
+                // With a password ServerSide checks the response itself.
+                ServerEvent::AuthResponse { .. } => {
+                    return Err(VncError::Unexpected {
+                        message: "AuthResponse",
+                        when: "without a password",
+                    })
+                }
             }
         }
         let Some(mirror) = &self.mirror else {
