@@ -14,6 +14,7 @@ mod sync_cmd;
 mod top_cmd;
 mod topo_cmd;
 mod trace_cmd;
+mod vnc_cmd;
 
 use std::path::PathBuf;
 
@@ -69,6 +70,10 @@ enum Cmd {
     /// WAN accelerator for any TCP stream, in pairs: `--listen ADDR --peer FAR` near the
     /// clients, `--serve ADDR --forward SERVER` near the server; repeats cross as fingerprints.
     Proxy(proxy_cmd::ProxyArgs),
+    /// Varg: a VNC proxy pair for slow links, `--listen ADDR --peer FAR` near the viewers,
+    /// `--serve ADDR --forward VNCSERVER` near the server; screen regions seen before cross
+    /// as fingerprints.
+    Vnc(vnc_cmd::VncArgs),
     /// vargr's settings: `vargr config show` prints the effective ones and their sources.
     #[command(subcommand)]
     Config(config_cmd::ConfigCmd),
@@ -128,6 +133,7 @@ fn main() {
         Cmd::Top(a) => top_cmd::run(a),
         Cmd::Sync(a) => sync_cmd::run(a, cli.quiet, &config),
         Cmd::Proxy(a) => proxy_cmd::run(a, &config),
+        Cmd::Vnc(a) => vnc_cmd::run(a, &config),
         Cmd::Dedup(c) => dedup_cmd::run(c, &config),
         Cmd::Run(a) => run_cmd::run(a, cli.config.as_deref()),
         Cmd::Commnode => roles::commnode(),

@@ -176,7 +176,7 @@ fn print_event(e: &Event<'_>, forward: &str) {
 }
 
 /// `HOST:PORT`, `tcp:HOST:PORT` or `unix:/path`.
-fn parse_addr(flag: &str, s: &str) -> Result<Addr> {
+pub(crate) fn parse_addr(flag: &str, s: &str) -> Result<Addr> {
     let full = if s.starts_with("tcp:") || s.starts_with("unix:") {
         s.to_string()
     } else {
@@ -233,7 +233,7 @@ fn parse_forwards(list: &[String]) -> Result<Forwards> {
     Ok(f)
 }
 
-fn secret(file: &Option<PathBuf>) -> Result<Secret> {
+pub(crate) fn secret(file: &Option<PathBuf>) -> Result<Secret> {
     let hex = match file {
         Some(f) => std::fs::read_to_string(f)
             .with_context(|| format!("reading the secret from {}", f.display()))?,

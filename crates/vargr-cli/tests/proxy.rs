@@ -6,133 +6,23 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{random_bytes as random, vargr};
+use common::proxy_process::Proxy;
+use common::random_bytes as random;
 
 const GUARD: Duration = Duration::from_secs(60);
 
-/// A `vargr proxy` process whose stderr lines are collected; killed on drop.
-struct Proxy {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    /// The ports it printed (listening or serving on).
-    ports: Vec<u16>,
-}
-
-impl Proxy {
-    fn start(args: &[&str], envs: &[(&str, &str)], cache: &Path, ports: usize) -> Proxy {
-        let mut c = Command::new(vargr());
-        c.arg("proxy")
-            .args(args)
-            .arg("--cache-dir")
-            .arg(cache)
-            .args(["--cache-size", "256m"])
-            .env_remove("VARGR_PROXY_SECRET")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in envs {
-            c.env(k, v);
-        }
-        let mut child = c.spawn().expect("spawn vargr proxy");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let sink = log.clone();
-        std::thread::spawn(move || {
-            for l in lines.map_while(Result::ok) {
-                sink.lock().unwrap().push(l);
-            }
-        });
-        let mut p = Proxy {
-            child,
-            log,
-            ports: Vec::new(),
-        };
-        let found = p.wait_for(Duration::from_secs(30), |lines| {
-            lines
-                .iter()
-                .filter(|l| l.contains("listening on") || l.contains("serving on"))
-                .count()
-                >= ports
-        });
-        assert!(found, "vargr proxy {args:?} did not start:\n{}", p.text());
-        p.ports = p
-            .lines()
-            .iter()
-            .filter(|l| l.contains("listening on") || l.contains("serving on"))
-            .map(|l| {
-                let addr = l
-                    .split(" on tcp:")
-                    .nth(1)
-                    .unwrap()
-                    .split([' ', ','])
-                    .next()
-                    .unwrap();
-                addr.rsplit(':').next().unwrap().parse().unwrap()
-            })
-            .collect();
-        p
-    }
-
-    fn lines(&self) -> Vec<String> {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn text(&self) -> String {
-        self.lines().join("\n")
-    }
-
-    /// Polls the log until `pred` holds or `guard` passes.
-    fn wait_for(&self, guard: Duration, pred: impl Fn(&[String]) -> bool) -> bool {
-        let deadline = Instant::now() + guard;
-        loop {
-            if pred(&self.lines()) {
-                return true;
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn closed_lines(&self) -> Vec<String> {
-        self.lines()
-            .into_iter()
-            .filter(|l| l.contains(" closed: from app "))
-            .collect()
-    }
-}
-
-impl Proxy {
-    /// Stops the proxy as a service manager would (SIGTERM), so it saves what it keeps
-    /// between runs; killed if it has not exited after a few seconds.
-    fn stop(mut self) {
-        // SAFETY: kill(2) on the pid of a child not yet reaped.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Drop for Proxy {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// The lines of connections that ended.
+fn closed_lines(p: &Proxy) -> Vec<String> {
+    p.lines()
+        .into_iter()
+        .filter(|l| l.contains(" closed: from app "))
+        .collect()
 }
 
 /// A near and a far proxy in front of `server_port`, with the same secret.
@@ -147,6 +37,7 @@ fn pair(dir: &Path, server_port: u16, near_extra: &[&str]) -> Pair {
     let secret = secret.to_str().unwrap().to_string();
     let forward = format!("127.0.0.1:{server_port}");
     let far = Proxy::start(
+        "proxy",
         &[
             "--serve",
             "127.0.0.1:0",
@@ -168,7 +59,7 @@ fn pair(dir: &Path, server_port: u16, near_extra: &[&str]) -> Pair {
     }
     args.extend(near_extra);
     let listens = args.iter().filter(|a| **a == "--listen").count();
-    let near = Proxy::start(&args, &[], &dir.join("near-cache"), listens);
+    let near = Proxy::start("proxy", &args, &[], &dir.join("near-cache"), listens);
     Pair { far, near }
 }
 
@@ -291,7 +182,7 @@ fn bytes_cross_both_ways_interactively_and_with_half_close() {
         "near proxy did not report the connection:\n{}",
         p.near.text()
     );
-    let line = &p.near.closed_lines()[0];
+    let line = &closed_lines(&p.near)[0];
     let sent_app = field(line, "from app ");
     let pings: usize = (0..20).map(|i| format!("ping {i}\n").len()).sum();
     assert_eq!(sent_app, (data.len() + pings) as u64, "{line}");
@@ -315,7 +206,7 @@ fn fetch(p: &Pair, port: usize, round: usize, want: &[u8]) {
     drop(c);
     assert!(
         p.far
-            .wait_for(GUARD, |_| p.far.closed_lines().len() >= round),
+            .wait_for(GUARD, |_| closed_lines(&p.far).len() >= round),
         "far proxy did not report fetch {round}:\n{}",
         p.far.text()
     );
@@ -335,7 +226,7 @@ fn a_repeated_download_crosses_as_fingerprints() {
     let p = pair(dir.path(), server, &ports);
     fetch(&p, 0, 1, &blob);
     fetch(&p, 0, 2, &blob);
-    let lines = p.far.closed_lines();
+    let lines = closed_lines(&p.far);
     let first = field(&lines[0], "→ link ");
     let second = field(&lines[1], "→ link ");
     for l in &lines {
@@ -367,7 +258,7 @@ fn a_repeated_download_crosses_as_fingerprints() {
 
     // The second port uses its own segmenter; the far side learns it from the hello.
     fetch(&p, 1, 3, &blob);
-    let l = &p.far.closed_lines()[2];
+    let l = &closed_lines(&p.far)[2];
     assert!(l.contains("static:4k"), "{l}");
 
     // The caches outlive the processes: new proxies on the same caches send
@@ -378,8 +269,8 @@ fn a_repeated_download_crosses_as_fingerprints() {
 
     let p = pair(dir.path(), server, &ports);
     fetch(&p, 0, 1, &blob);
-    let again = field(&p.far.closed_lines()[0], "→ link ");
-    let predicted = field(&p.far.closed_lines()[0], "resent on request, ");
+    let again = field(&closed_lines(&p.far)[0], "→ link ");
+    let predicted = field(&closed_lines(&p.far)[0], "resent on request, ");
     eprintln!("after a restart of both proxies: {again} B, {predicted} segments predicted");
     assert!(predicted > 0, "the stream models were not kept on disk");
     assert!(
@@ -400,7 +291,7 @@ fn an_edited_download_crosses_as_deltas_on_a_later_connection() {
     let p = pair(dir.path(), server, &[]);
     fetch(&p, 0, 1, &v1);
     fetch(&p, 0, 2, &v2);
-    let lines = p.far.closed_lines();
+    let lines = closed_lines(&p.far);
     let second = field(&lines[1], "→ link ");
     let deltas = field(&lines[1], "as fingerprints, ");
     eprintln!("2 MiB with a byte changed every 3,000: {second} B across, {deltas} deltas");
@@ -415,6 +306,7 @@ fn a_wrong_secret_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let forward = format!("127.0.0.1:{}", echo_server());
     let far = Proxy::start(
+        "proxy",
         &["--serve", "127.0.0.1:0", "--forward", &forward],
         &[("VARGR_PROXY_SECRET", &"11".repeat(32))],
         &dir.path().join("far-cache"),
@@ -422,6 +314,7 @@ fn a_wrong_secret_is_refused() {
     );
     let peer = format!("127.0.0.1:{}", far.ports[0]);
     let near = Proxy::start(
+        "proxy",
         &["--listen", "127.0.0.1:0", "--peer", &peer],
         &[("VARGR_PROXY_SECRET", &"22".repeat(32))],
         &dir.path().join("near-cache"),

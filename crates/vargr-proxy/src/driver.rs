@@ -30,8 +30,8 @@ const LINK_USER_TIMEOUT_MS: u32 = 30_000;
 /// A link connection after its handshake: the socket and its record layer.
 pub(crate) struct LinkConn {
     pub conn: Conn,
-    seal: RecordSealer,
-    open: RecordOpener,
+    pub seal: RecordSealer,
+    pub open: RecordOpener,
     /// Opened bytes not consumed yet (handed to the pump after set-up).
     plain: Vec<u8>,
 }
@@ -83,7 +83,7 @@ impl LinkConn {
 }
 
 /// Writes until the socket would block; returns the bytes written.
-fn write_until_blocked(w: &mut impl Write, data: &[u8]) -> io::Result<usize> {
+pub(crate) fn write_until_blocked(w: &mut impl Write, data: &[u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < data.len() {
         match w.write(&data[n..]) {
@@ -99,18 +99,18 @@ fn write_until_blocked(w: &mut impl Write, data: &[u8]) -> io::Result<usize> {
 
 /// Bytes waiting to be written to a non-blocking socket.
 #[derive(Default)]
-struct OutBuf {
-    data: Vec<u8>,
+pub(crate) struct OutBuf {
+    pub data: Vec<u8>,
     at: usize,
 }
 
 impl OutBuf {
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.data.len() - self.at
     }
 
     /// Writes until the socket would block; returns the bytes written.
-    fn write_to(&mut self, w: &mut impl Write) -> io::Result<usize> {
+    pub(crate) fn write_to(&mut self, w: &mut impl Write) -> io::Result<usize> {
         let n = write_until_blocked(w, &self.data[self.at..])?;
         self.at += n;
         if self.at == self.data.len() {
@@ -358,7 +358,7 @@ fn fd(c: &Conn) -> RawFd {
     }
 }
 
-fn pollfd(c: &Conn, events: libc::c_short) -> libc::pollfd {
+pub(crate) fn pollfd(c: &Conn, events: libc::c_short) -> libc::pollfd {
     libc::pollfd {
         // A negative fd is skipped: nothing to wait for on this socket.
         fd: if events == 0 { -1 } else { fd(c) },
@@ -367,7 +367,7 @@ fn pollfd(c: &Conn, events: libc::c_short) -> libc::pollfd {
     }
 }
 
-fn set_nonblocking(c: &Conn, on: bool) -> io::Result<()> {
+pub(crate) fn set_nonblocking(c: &Conn, on: bool) -> io::Result<()> {
     match c {
         Conn::Tcp(s) => s.set_nonblocking(on),
         Conn::Unix(s) => s.set_nonblocking(on),
@@ -428,7 +428,7 @@ pub(crate) fn connect_now(addr: &Addr, timeout: Duration) -> io::Result<Conn> {
 /// after [`LINK_USER_TIMEOUT_MS`] (Linux's `TCP_USER_TIMEOUT`), and an idle link after
 /// keep-alive probes at 10 s, then every 5 s, four unanswered. Failing faster would
 /// break connections on a WAN's passing hiccups.
-fn tune_link(c: &Conn) {
+pub(crate) fn tune_link(c: &Conn) {
     let Conn::Tcp(s) = c else { return };
     let fd = s.as_raw_fd();
     let set = |level: libc::c_int, name: libc::c_int, v: libc::c_int| {

@@ -1,4 +1,4 @@
-//! `vargr proxy`: a pair of WAN accelerators for any TCP stream (the seed's Canidae as a
+//! `vargr proxy` and `vargr vnc` (module `vnc`: Varg, the VNC proxy pair): `vargr proxy` is a pair of WAN accelerators for any TCP stream (the seed's Canidae as a
 //! proxy), as a library: a sans-IO core ([`pump`]: framing, credit flow
 //! control, the dedup streams) and its driver over real sockets, plus the two ends of
 //! a pair ([`Proxy`]). The command line lives in vargr-cli.
@@ -90,9 +90,11 @@ mod caches;
 mod driver;
 mod error;
 mod service;
+mod vnc;
 mod wire;
 
 pub use error::{error_chain, ProxyError, SetupFrameError};
 pub use pump::{Pump, PumpError, PumpSettings, StreamSegmenterError};
 pub use service::{ConnectionReport, Event, Forwards, Listen, Proxy, ProxySettings, Report};
+pub use vnc::{SessionReport, VncEvent, VncProxy, VncReport, VncSettings, VNC_LINK_VERSION};
 pub use wire::{MAX_FRAME, PROXY_VERSION, WINDOW};

@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use vargr_tbon::{BackendSpec, Network, NetworkOptions, Packet, Stream, TbonError, Value};
 use vargr_topo::Topology;
 
+pub mod proxy_process;
+
 /// Tags understood by `vargr backend` (crates/vargr-cli/src/roles.rs).
 pub const TAG_ECHO: i32 = 1;
 pub const TAG_RANK: i32 = 2;
