@@ -147,6 +147,10 @@ impl Encoder {
         let tp = TPixel::new(pf);
         let level = opts.level.min(9);
         let n = values.len();
+        if n == 0 {
+            // No pixels: the copy filter with no data, the control byte alone.
+            return self.basic(COPY_STREAM, None, &[], &[], level, out);
+        }
         match colours(values, 256) {
             Some(p) if p.colours.len() == 1 => {
                 out.put_u8(FILL << 4);
@@ -168,18 +172,18 @@ impl Encoder {
             Some(p) if tp.len > 1 && p.colours.len() <= n / 2 => {
                 let data: Vec<u8> = values.iter().map(|&v| p.index(v)).collect();
                 let head = palette_head(&p.colours, &tp);
-                self.basic(
-                    PALETTE_STREAM,
-                    Some(PALETTE_FILTER),
-                    &head,
-                    &data,
-                    level,
-                    out,
-                );
+                let copy = tp.put_all(values);
+                // The palette goes out uncompressed, which can cost more than the
+                // indices save: compare both at zlib's fastest level on fresh streams.
+                if head.len() + trial(&data) < trial(&copy) {
+                    let filter = Some(PALETTE_FILTER);
+                    self.basic(PALETTE_STREAM, filter, &head, &data, level, out);
+                } else {
+                    self.basic(COPY_STREAM, None, &[], &copy, level, out);
+                }
             }
             _ => {
-                let mut copy = Vec::with_capacity(n * tp.len);
-                values.iter().for_each(|&v| tp.put(v, &mut copy));
+                let copy = tp.put_all(values);
                 if opts.gradient && matches!(pf.bits_per_pixel, 16 | 32) {
                     let diff = gradient(values, w, &tp);
                     if entropy(&diff) < 0.9 * entropy(&copy) {
@@ -226,6 +230,18 @@ impl Encoder {
         put_compact_len(z.len(), out);
         out.put_slice(&z);
     }
+}
+
+/// What `data` costs on the wire, deflated at level 1 on a fresh stream: a guess that
+/// cannot see what the connection's stream already holds.
+fn trial(data: &[u8]) -> usize {
+    if (data.len() as u64) < MIN_TO_COMPRESS {
+        return data.len();
+    }
+    let mut s = Stream { z: None };
+    s.ready(1);
+    let n = s.deflate(data).len();
+    n + 1 + (n >= 0x80) as usize + (n >= 0x4000) as usize
 }
 
 /// A length in 1 to 3 bytes, 7 bits each but the last, low bits first. 65536 pixels
@@ -331,6 +347,12 @@ impl TPixel {
         } else {
             self.pf.write_value(v, out);
         }
+    }
+
+    fn put_all(&self, values: &[u32]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(values.len() * self.len);
+        values.iter().for_each(|&v| self.put(v, &mut out));
+        out
     }
 
     fn put_channels(&self, c: [u32; 3], out: &mut impl BufMut) {
