@@ -192,7 +192,7 @@ impl Encoder {
             out.push(self.encode(fb, encoding, x, y, w, h, pf)?);
             return Ok(());
         }
-        fb.check("get_rect", x, y, w, h)?;
+        fb.check("Encoder::encode_into", x, y, w, h)?;
         pf.validate()?;
         for (px, py, pw, ph) in tight_pieces(x, y, w, h) {
             out.push(self.encode(fb, encoding, px, py, pw, ph, pf)?);
