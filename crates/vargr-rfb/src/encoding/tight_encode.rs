@@ -59,7 +59,7 @@ pub(super) fn fits(w: u16, h: u16) -> bool {
     w <= MAX_WIDTH && w as u32 * h as u32 <= MAX_PIXELS
 }
 
-/// Cuts the area at (x, y) of `w × h` into rectangles that [`fits`] accepts, row by
+/// Cuts the area at (x, y) of `w × h` into rectangles Tight may send, row by
 /// row: equal columns no wider than [`MAX_WIDTH`], as many rows as [`MAX_PIXELS`]
 /// allows. An empty area is one empty rectangle.
 pub fn pieces(x: u16, y: u16, w: u16, h: u16) -> Vec<(u16, u16, u16, u16)> {
