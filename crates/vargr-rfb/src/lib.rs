@@ -18,7 +18,8 @@
 //!   pixels in one canonical format (`0x00RRGGBB`).
 //! - [`Decoder`] paints rectangles (Raw, CopyRect, RRE, Hextile, ZRLE, Tight without
 //!   JPEG, DesktopSize) into a framebuffer and [`Encoder`] makes them (Raw, RRE,
-//!   Hextile, ZRLE) from one; both keep the connection's zlib streams.
+//!   Hextile, ZRLE, Tight without JPEG) from one; both keep the connection's zlib
+//!   streams.
 //!
 //! Every length read from the wire is checked against [`Limits`] before anything is
 //! allocated or waited for, and errors ([`RfbError`]) name the message and field.

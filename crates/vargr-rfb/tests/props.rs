@@ -83,7 +83,11 @@ fn update(fb: &Framebuffer, pf: &PixelFormat, encodings: &[i32]) -> Vec<Rect> {
 }
 
 fn server_msg(fb: &Framebuffer, pf: &PixelFormat) -> impl Strategy<Value = ServerMsg> {
-    let rects = update(fb, pf, &[RAW, COPY_RECT, RRE, HEXTILE, ZRLE, DESKTOP_SIZE]);
+    let rects = update(
+        fb,
+        pf,
+        &[RAW, COPY_RECT, RRE, HEXTILE, ZRLE, TIGHT, DESKTOP_SIZE],
+    );
     prop_oneof![
         prop::sample::subsequence(rects.clone(), 0..=rects.len())
             .prop_map(ServerMsg::FramebufferUpdate),
@@ -231,7 +235,7 @@ proptest! {
         flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
         cut in any::<prop::sample::Index>(),
     ) {
-        let rects = update(&fb, &pf, &[RRE, HEXTILE, ZRLE, COPY_RECT, RAW]);
+        let rects = update(&fb, &pf, &[RRE, HEXTILE, ZRLE, TIGHT, COPY_RECT, RAW]);
         let mut wire = BytesMut::new();
         ServerMsg::FramebufferUpdate(rects).encode(&mut wire);
         for (i, b) in &flips {

@@ -3,7 +3,7 @@
 //! image as the pixel format can hold it.
 
 use bytes::BytesMut;
-use vargr_rfb::encoding::{HEXTILE, RAW, RRE, ZRLE};
+use vargr_rfb::encoding::{HEXTILE, RAW, RRE, TIGHT, ZRLE};
 use vargr_rfb::{
     Decoder, Encoder, Framebuffer, Limits, PixelFormat, Rect, ServerMsg, UpdateContext,
 };
@@ -117,7 +117,7 @@ fn every_encoding_round_trips_every_image_in_every_format() {
         let src = image(kind);
         for (pf_name, pf) in formats() {
             let want = quantised(&src, &pf);
-            for enc in [RAW, RRE, HEXTILE, ZRLE] {
+            for enc in [RAW, RRE, HEXTILE, ZRLE, TIGHT] {
                 let mut encoder = Encoder::new();
                 let mut decoder = Decoder::new(Limits::default());
                 let mut got = Framebuffer::new(W, H);
@@ -155,7 +155,7 @@ fn compressing_encodings_beat_raw_where_they_should() {
     let raw = W as usize * H as usize * 4;
     for kind in ["solid", "text", "blocks"] {
         let src = image(kind);
-        for enc in [HEXTILE, ZRLE] {
+        for enc in [HEXTILE, ZRLE, TIGHT] {
             let r = Encoder::new().encode(&src, enc, 0, 0, W, H, &pf).unwrap();
             assert!(
                 r.data.len() * 4 < raw,

@@ -2,13 +2,14 @@
 //! painting it into a [`Framebuffer`] and making it from one.
 //!
 //! [`Decoder`] and [`Encoder`] live as long as a connection, because ZRLE's zlib
-//! stream does: each rectangle continues the stream of the one before.
+//! stream and Tight's four do: each rectangle continues the streams of the ones before.
 
 mod hextile;
 mod raw;
 mod rre;
 mod subrects;
 mod tight;
+mod tight_encode;
 mod zlib;
 mod zrle;
 
@@ -18,11 +19,14 @@ use crate::msg::{Rect, UpdateContext};
 use crate::wire::{whole, Parse, Reader, Step};
 use crate::{Framebuffer, Limits, PixelFormat, RfbError};
 
+pub use tight_encode::MAX_WIDTH as TIGHT_MAX_WIDTH;
+pub use tight_encode::{pieces as tight_pieces, TightOptions, MAX_PIXELS as TIGHT_MAX_PIXELS};
+
 pub const RAW: i32 = 0;
 pub const COPY_RECT: i32 = 1;
 pub const RRE: i32 = 2;
 pub const HEXTILE: i32 = 5;
-/// Decoded only, without JPEG.
+/// Without JPEG.
 pub const TIGHT: i32 = 7;
 pub const ZRLE: i32 = 16;
 /// Pseudo-encoding: the rectangle's size is the framebuffer's new size, no data.
@@ -146,6 +150,10 @@ impl Decoder {
 /// Makes a connection's rectangles from a framebuffer.
 pub struct Encoder {
     zrle: zrle::Deflater,
+    tight_streams: tight_encode::Encoder,
+    /// How Tight rectangles are made (zlib level, gradient filter); may be changed
+    /// between rectangles.
+    pub tight: TightOptions,
 }
 
 impl Default for Encoder {
@@ -158,12 +166,44 @@ impl Encoder {
     pub fn new() -> Encoder {
         Encoder {
             zrle: zrle::Deflater::new(),
+            tight_streams: tight_encode::Encoder::new(),
+            tight: TightOptions::default(),
         }
     }
 
-    /// Encodes the area at (x, y) of `w × h` in `encoding` (Raw, RRE, Hextile or
-    /// ZRLE) and pixel format `pf`. CopyRect and DesktopSize carry no pixels: make
-    /// them with [`Rect::copy_rect`] and [`Rect::desktop_size`].
+    /// Encodes the area at (x, y) of `w × h` in `encoding` and pixel format `pf`,
+    /// appending its rectangles to `out`: one, except that Tight cuts an area wider
+    /// than [`TIGHT_MAX_WIDTH`] or larger than [`TIGHT_MAX_PIXELS`] into several
+    /// ([`tight_pieces`]). Callers that encode any area (a proxy's dirty regions, a
+    /// replay) use this; nothing is appended when an error is returned.
+    #[allow(clippy::too_many_arguments)]
+    pub fn encode_into(
+        &mut self,
+        fb: &Framebuffer,
+        encoding: i32,
+        x: u16,
+        y: u16,
+        w: u16,
+        h: u16,
+        pf: &PixelFormat,
+        out: &mut Vec<Rect>,
+    ) -> Result<(), RfbError> {
+        if encoding != TIGHT {
+            out.push(self.encode(fb, encoding, x, y, w, h, pf)?);
+            return Ok(());
+        }
+        fb.check("Encoder::encode_into", x, y, w, h)?;
+        pf.validate()?;
+        for (px, py, pw, ph) in tight_pieces(x, y, w, h) {
+            out.push(self.encode(fb, encoding, px, py, pw, ph, pf)?);
+        }
+        Ok(())
+    }
+
+    /// Encodes the area at (x, y) of `w × h` as one rectangle in `encoding` (Raw, RRE,
+    /// Hextile, Tight or ZRLE) and pixel format `pf`. A Tight area must fit one Tight
+    /// rectangle; [`Encoder::encode_into`] takes any. CopyRect and DesktopSize carry
+    /// no pixels: make them with [`Rect::copy_rect`] and [`Rect::desktop_size`].
     #[allow(clippy::too_many_arguments)]
     pub fn encode(
         &mut self,
@@ -176,6 +216,19 @@ impl Encoder {
         pf: &PixelFormat,
     ) -> Result<Rect, RfbError> {
         pf.validate()?;
+        if encoding == TIGHT && !tight_encode::fits(w, h) {
+            let (field, len, max) = if w > TIGHT_MAX_WIDTH {
+                ("width", w as u64, TIGHT_MAX_WIDTH as u64)
+            } else {
+                ("pixels", w as u64 * h as u64, TIGHT_MAX_PIXELS as u64)
+            };
+            return Err(RfbError::TooLong {
+                message: "Tight rectangle (Encoder::encode_into splits areas)",
+                field,
+                len,
+                max,
+            });
+        }
         let pixels = fb.get_rect(x, y, w, h)?;
         // Encoders compare pixel values, not colours: two colours that the format
         // cannot tell apart are one.
@@ -185,6 +238,11 @@ impl Encoder {
             RAW => raw::encode(&values, pf, &mut out),
             RRE => rre::encode(&values, w, h, pf, &mut out),
             HEXTILE => hextile::encode(&values, w, h, pf, &mut out),
+            TIGHT => {
+                let opts = self.tight;
+                self.tight_streams
+                    .encode(&values, w, h, pf, &opts, &mut out)
+            }
             ZRLE => self.zrle.encode(&values, w, h, pf, &mut out),
             other => return Err(RfbError::UnsupportedEncoding(other)),
         }

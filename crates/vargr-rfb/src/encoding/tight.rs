@@ -1,6 +1,7 @@
-//! Tight (encoding 7, from the RFB community's specification; not in RFC 6143), decode
-//! only and without JPEG: a fill colour, or pixels through a copy, palette or gradient
-//! filter, compressed in one of four zlib streams that last as long as the connection.
+//! Tight (encoding 7, from the RFB community's specification; not in RFC 6143), decoded
+//! without JPEG: a fill colour, or pixels through a copy, palette or gradient filter,
+//! compressed in one of four zlib streams that last as long as the connection. The
+//! encoder is in `tight_encode.rs`.
 //!
 //! Servers send JPEG only to clients that ask for a quality level; a JPEG rectangle is
 //! refused with a typed error.
@@ -9,13 +10,13 @@ use super::zlib::Inflater;
 use crate::wire::{whole, Parse, Reader, Step};
 use crate::{Framebuffer, Limits, PixelFormat, RfbError};
 
-const FILL: u8 = 8;
+pub(super) const FILL: u8 = 8;
 const JPEG: u8 = 9;
-const COPY_FILTER: u8 = 0;
-const PALETTE_FILTER: u8 = 1;
-const GRADIENT_FILTER: u8 = 2;
+pub(super) const COPY_FILTER: u8 = 0;
+pub(super) const PALETTE_FILTER: u8 = 1;
+pub(super) const GRADIENT_FILTER: u8 = 2;
 /// Data shorter than this is sent without zlib (and without a length).
-const MIN_TO_COMPRESS: u64 = 12;
+pub(super) const MIN_TO_COMPRESS: u64 = 12;
 
 fn bad(what: String) -> Step {
     Step::Bad(RfbError::Corrupt {
@@ -26,7 +27,7 @@ fn bad(what: String) -> Step {
 
 /// TPIXEL: three bytes, red, green, blue, when the format is 32 bits of depth 24 with
 /// 8 bits a channel; otherwise a pixel as the format has it.
-fn tpixel_len(pf: &PixelFormat) -> usize {
+pub(super) fn tpixel_len(pf: &PixelFormat) -> usize {
     let rgb888 = pf.true_colour
         && pf.bits_per_pixel == 32
         && pf.depth == 24
