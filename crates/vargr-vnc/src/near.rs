@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::BytesMut;
-use vargr_rfb::encoding::{DESKTOP_SIZE, HEXTILE, RAW, RRE, ZRLE};
+use vargr_rfb::encoding::{DESKTOP_SIZE, HEXTILE, RAW, RRE, TIGHT, ZRLE};
 use vargr_rfb::{
     security, ClientMsg, Encoder, Framebuffer, PixelFormat, ProtocolVersion, Rect, ServerConfig,
     ServerEvent, ServerInit, ServerMsg, ServerSide,
@@ -328,7 +328,8 @@ impl NearSide {
             v.resized = false;
         }
         for (x, y, w, h) in areas {
-            rects.push(v.encoder.encode(mirror, encoding, x, y, w, h, &pf)?);
+            v.encoder
+                .encode_into(mirror, encoding, x, y, w, h, &pf, &mut rects)?;
         }
         v.rfb.send(&ServerMsg::FramebufferUpdate(rects))?;
         v.request = None;
@@ -336,11 +337,13 @@ impl NearSide {
     }
 }
 
-/// The best encoding vargr-rfb can make among those the viewer listed; Raw always.
+/// The viewer's most preferred encoding (it lists them preferred first) among those
+/// vargr-rfb can make; Raw if none.
 pub fn best_encoding(listed: &[i32]) -> i32 {
-    [ZRLE, HEXTILE, RRE]
-        .into_iter()
-        .find(|e| listed.contains(e))
+    listed
+        .iter()
+        .copied()
+        .find(|e| [ZRLE, TIGHT, HEXTILE, RRE, RAW].contains(e))
         .unwrap_or(RAW)
 }
 
