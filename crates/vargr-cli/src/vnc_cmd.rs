@@ -138,7 +138,7 @@ pub fn run(a: VncArgs, config: &vargr_config::Config) -> Result<()> {
 fn print_event(e: VncEvent<'_>) {
     match e {
         VncEvent::Listening { local, peer } => {
-            eprintln!("vargr vnc: listening for viewers on {local}, through {peer}")
+            eprintln!("vargr vnc: listening on {local} for viewers, through {peer}")
         }
         VncEvent::Serving { local, forward } => {
             eprintln!("vargr vnc: serving on {local}, VNC server {forward}")

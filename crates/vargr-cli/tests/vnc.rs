@@ -1,0 +1,337 @@
+//! `vargr vnc` as users run it: TigerVNC's Xvnc, a far and a near proxy process, and
+//! viewers (vargr-rfb's client over TCP) behind the near one. Every viewer's picture
+//! must equal a direct read of the server's screen; a second session must find the
+//! first one's screen in the persistent caches; bad viewers, a wrong secret and a dead
+//! far proxy must end what they touch, with a reason, and nothing else. Every wait is
+//! bounded.
+//!
+//! Skipped with a printed reason when Xvnc is not installed, unless
+//! `VARGR_REQUIRE_XVNC=1` (scripts/test.sh), which makes the skip a failure.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::proxy_process::Proxy;
+use vargr_rfb::encoding::{HEXTILE, RAW, ZRLE};
+use vargr_rfb::{Framebuffer, PixelFormat};
+
+#[path = "../../vargr-rfb/tests/xvnc_support/mod.rs"]
+mod xvnc_support;
+
+use xvnc_support::*;
+
+const GUARD: Duration = Duration::from_secs(30);
+
+/// A screen-sized XBM of random bits: `xsetroot -bitmap` shows it untiled, and its
+/// pixels neither compress nor repeat within the screen.
+fn noise_bitmap(dir: &Path, seed: u64) -> String {
+    let bytes = common::random_bytes(W as usize * H as usize / 8, seed);
+    let mut text =
+        format!("#define n_width {W}\n#define n_height {H}\nstatic unsigned char n_bits[] = {{\n");
+    for b in bytes {
+        text.push_str(&format!("0x{b:02x},"));
+    }
+    text.push_str("};\n");
+    let path = dir.join(format!("noise-{seed}.xbm"));
+    std::fs::write(&path, text).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
+/// The far and near proxies, joined with one secret, in front of `server`.
+fn pair(dir: &Path, server: &Xvnc, secret: &str) -> (Proxy, Proxy) {
+    let secret_file = dir.join("secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    let s = secret_file.to_str().unwrap();
+    let forward = format!("127.0.0.1:{}", server.port);
+    let far = Proxy::start(
+        "vnc",
+        &[
+            "--serve",
+            "127.0.0.1:0",
+            "--forward",
+            &forward,
+            "--name",
+            "far",
+            "--secret-file",
+            s,
+        ],
+        &[],
+        &dir.join("far-cache"),
+        1,
+    );
+    let peer = format!("127.0.0.1:{}", far.ports[0]);
+    let near = Proxy::start(
+        "vnc",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--peer",
+            &peer,
+            "--name",
+            "near",
+            "--secret-file",
+            s,
+        ],
+        &[],
+        &dir.join("near-cache"),
+        1,
+    );
+    (far, near)
+}
+
+/// A direct Raw read of the server's screen.
+fn direct_screen(server: &mut Xvnc) -> Framebuffer {
+    let (mut v, _, _) = Viewer::open(server.connect(), None);
+    let mut fb = Framebuffer::new(W, H);
+    v.fetch(&mut fb, RAW, &PixelFormat::RGB888, false);
+    fb
+}
+
+/// Reads the whole screen through `v` until it shows `want` as `pf` holds it.
+fn until_shows(v: &mut Viewer, encoding: i32, pf: &PixelFormat, want: &Framebuffer, what: &str) {
+    let want = quantised(want, pf);
+    let deadline = Instant::now() + GUARD;
+    loop {
+        let mut fb = Framebuffer::new(W, H);
+        v.fetch(&mut fb, encoding, pf, false);
+        if fb == want {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: the viewer never showed the server's picture"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// `field` of the `n`th "session ended" line: the number before " B out" etc.
+fn session_bytes_out(p: &Proxy, n: usize) -> u64 {
+    let lines: Vec<String> = p
+        .lines()
+        .into_iter()
+        .filter(|l| l.contains("session ended"))
+        .collect();
+    let l = &lines[n];
+    let at = l.find("link ").expect("link bytes") + 5;
+    l[at..].split(' ').next().unwrap().parse().unwrap()
+}
+
+fn wait_sessions_ended(p: &Proxy, n: usize) {
+    assert!(
+        p.wait_for(GUARD, |lines| lines
+            .iter()
+            .filter(|l| l.contains("session ended"))
+            .count()
+            >= n),
+        "{n} sessions never ended:\n{}",
+        p.text()
+    );
+}
+
+/// Reads until the peer closes (or resets) the connection; false if it stays open.
+fn closed_within(s: &mut TcpStream, guard: Duration) -> bool {
+    s.set_read_timeout(Some(guard)).unwrap();
+    let mut buf = [0u8; 4096];
+    let deadline = Instant::now() + guard;
+    while Instant::now() < deadline {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return true,
+            Ok(_) => {}
+        }
+    }
+    false
+}
+
+fn xvnc_or_skip() -> Option<std::path::PathBuf> {
+    let found = find("Xvnc").filter(|_| find("xsetroot").is_some());
+    if found.is_none() {
+        skip("Xvnc or xsetroot not found (tigervnc-standalone-server, x11-xserver-utils)");
+    }
+    found
+}
+
+#[test]
+fn viewers_see_the_server_and_a_second_session_finds_the_first_in_the_cache() {
+    let Some(xvnc) = xvnc_or_skip() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
+    let first = noise_bitmap(dir.path(), 1);
+    server.x_client(
+        "xsetroot",
+        &["-bitmap", &first, "-fg", "red", "-bg", "#203040"],
+    );
+    let (far, near) = pair(dir.path(), &server, &"5e".repeat(32));
+    let near_addr = ("127.0.0.1", near.ports[0]);
+
+    let screen = direct_screen(&mut server);
+    let (mut v1, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    let (mut v2, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    until_shows(
+        &mut v1,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "first screen, ZRLE",
+    );
+    until_shows(
+        &mut v2,
+        HEXTILE,
+        &PixelFormat::RGB565,
+        &screen,
+        "first screen, Hextile 565",
+    );
+
+    let second = noise_bitmap(dir.path(), 2);
+    server.x_client(
+        "xsetroot",
+        &["-bitmap", &second, "-fg", "white", "-bg", "black"],
+    );
+    let screen = direct_screen(&mut server);
+    until_shows(
+        &mut v1,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "second screen, ZRLE",
+    );
+    until_shows(
+        &mut v2,
+        HEXTILE,
+        &PixelFormat::RGB565,
+        &screen,
+        "second screen, Hextile",
+    );
+    drop((v1, v2));
+    wait_sessions_ended(&far, 1);
+    let first_session = session_bytes_out(&far, 0);
+    // Two noise screens of 320 × 200 bits cross at least once each.
+    assert!(first_session > 2 * 8000, "first session: {first_session} B");
+
+    // The same screen again, in a new session: from the caches, as fingerprints.
+    let (mut v3, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    until_shows(
+        &mut v3,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "a new session",
+    );
+    drop(v3);
+    wait_sessions_ended(&far, 2);
+    let second_session = session_bytes_out(&far, 1);
+    println!("link bytes: first session {first_session}, second {second_session}");
+    assert!(
+        second_session * 4 < first_session / 2,
+        "the second session sent {second_session} B for a screen the first sent in about {} B",
+        first_session / 2
+    );
+}
+
+#[test]
+fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
+    let Some(xvnc) = xvnc_or_skip() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
+    server.x_client("xsetroot", &["-mod", "5", "3", "-fg", "red", "-bg", "blue"]);
+    let (mut far, near) = pair(dir.path(), &server, &"5e".repeat(32));
+    let near_addr = ("127.0.0.1", near.ports[0]);
+    let screen = direct_screen(&mut server);
+    let (mut good, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    until_shows(
+        &mut good,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "the good viewer",
+    );
+
+    // A viewer that speaks a version no one knows is refused; the other goes on.
+    let mut bad = TcpStream::connect(near_addr).unwrap();
+    let mut version = [0u8; 12];
+    bad.set_read_timeout(Some(GUARD)).unwrap();
+    bad.read_exact(&mut version).unwrap();
+    assert_eq!(&version, b"RFB 003.008\n");
+    bad.write_all(b"RFB 009.000\n").unwrap();
+    assert!(
+        closed_within(&mut bad, GUARD),
+        "the bad viewer stays connected"
+    );
+    assert!(
+        near.wait_for(GUARD, |lines| lines.iter().any(|l| l.contains("ended:"))),
+        "no reason given for the bad viewer:\n{}",
+        near.text()
+    );
+    // A viewer that sends garbage after the handshake ends too.
+    let (mut garbage, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    garbage.sock.write_all(&[0xee; 64]).unwrap();
+    assert!(
+        closed_within(&mut garbage.sock, GUARD),
+        "garbage was accepted"
+    );
+    until_shows(
+        &mut good,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "after the bad viewers",
+    );
+
+    // A near proxy with the wrong secret cannot start a session: its viewer is closed.
+    let wrong_dir = dir.path().join("wrong");
+    std::fs::create_dir(&wrong_dir).unwrap();
+    std::fs::write(wrong_dir.join("secret"), "77".repeat(32)).unwrap();
+    let peer = format!("127.0.0.1:{}", far.ports[0]);
+    let wrong = Proxy::start(
+        "vnc",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--peer",
+            &peer,
+            "--secret-file",
+            wrong_dir.join("secret").to_str().unwrap(),
+        ],
+        &[],
+        &wrong_dir.join("cache"),
+        1,
+    );
+    let mut refused = TcpStream::connect(("127.0.0.1", wrong.ports[0])).unwrap();
+    assert!(
+        closed_within(&mut refused, GUARD),
+        "a viewer of the wrong pair was served"
+    );
+    assert!(
+        wrong.wait_for(GUARD, |lines| lines
+            .iter()
+            .any(|l| l.contains("failed to start") && l.contains("secret"))),
+        "no reason for the refused session:\n{}",
+        wrong.text()
+    );
+    until_shows(
+        &mut good,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "after the wrong pair",
+    );
+
+    // The far proxy dies: the near one closes its viewers and says why.
+    let _ = far.child.kill();
+    let _ = far.child.wait();
+    assert!(
+        closed_within(&mut good.sock, GUARD),
+        "the viewer outlived the far proxy"
+    );
+    assert!(
+        near.wait_for(GUARD, |lines| lines
+            .iter()
+            .any(|l| l.contains("session failed") && l.contains("far proxy"))),
+        "no reason for the lost session:\n{}",
+        near.text()
+    );
+}
