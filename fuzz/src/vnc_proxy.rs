@@ -42,6 +42,7 @@ pub fn run(data: &[u8]) {
                 },
                 limits,
                 regions: Default::default(),
+                record: true,
             }) else {
                 return;
             };
@@ -50,6 +51,7 @@ pub fn run(data: &[u8]) {
             far.send_update();
             let _ = far.take_server_output();
             let _ = far.take_near_output();
+            while far.poll_recorded().is_some() {}
         }
     }
 }

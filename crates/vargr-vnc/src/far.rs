@@ -34,6 +34,8 @@ pub struct FarConfig {
     pub client: ClientConfig,
     pub limits: ProxyLimits,
     pub regions: RegionCut,
+    /// Keep every server update, as it came, for [`FarSide::poll_recorded`].
+    pub record: bool,
 }
 
 /// How a changed area is cut into the regions of an update.
@@ -59,6 +61,9 @@ pub struct FarSide {
     image: Vec<u8>,
     near_in: BytesMut,
     near_out: VecDeque<ProxyMsg>,
+    /// The server's updates as they came (when recording): Init, then per update
+    /// its Updates, Copies and Resizes in order.
+    recorded: Option<VecDeque<ProxyMsg>>,
     error: Option<VncError>,
 }
 
@@ -78,6 +83,7 @@ impl FarSide {
             image: Vec::new(),
             near_in: BytesMut::new(),
             near_out: VecDeque::new(),
+            recorded: config.record.then(VecDeque::new),
             error: None,
         })
     }
@@ -109,6 +115,15 @@ impl FarSide {
             m.encode(&mut out);
         }
         out
+    }
+
+    /// The next recorded message (with [`FarConfig::record`]): Init, then the
+    /// server's updates as they came, one [`ProxyMsg::Update`] per run of pixel
+    /// rectangles and a [`ProxyMsg::Copy`] or [`ProxyMsg::Resize`] where the server
+    /// sent one. Every server update ends with an Update (empty if it had no pixels),
+    /// so a replay knows where updates end.
+    pub fn poll_recorded(&mut self) -> Option<ProxyMsg> {
+        self.recorded.as_mut()?.pop_front()
     }
 
     /// Whether part of the screen changed since the last update sent.
@@ -181,28 +196,81 @@ impl FarSide {
                     self.request(false)?;
                     self.shadow = Some(Framebuffer::new(init.width, init.height));
                     self.dirty = Some(Dirty::clean(init.width, init.height));
-                    self.send_near(ProxyMsg::Init {
+                    let msg = ProxyMsg::Init {
                         width: init.width,
                         height: init.height,
                         name: init.name,
-                    });
+                    };
+                    if let Some(r) = &mut self.recorded {
+                        r.push_back(msg.clone());
+                    }
+                    self.send_near(msg);
                 }
                 ClientEvent::Message(ServerMsg::FramebufferUpdate(rects)) => {
+                    let mut pixels = Vec::new();
                     for r in &rects {
                         let shadow = self.shadow.as_mut().expect("set at ServerInit");
                         self.decoder.apply(r, &PixelFormat::RGB888, shadow)?;
                         let dirty = self.dirty.as_mut().expect("set at ServerInit");
-                        if r.encoding == DESKTOP_SIZE {
-                            // What changed before is of the old screen: the near side
-                            // keeps the shared area, and gets all of the new one.
-                            self.near_out.push_back(ProxyMsg::Resize {
-                                width: r.width,
-                                height: r.height,
-                            });
-                            *dirty = Dirty::all(r.width, r.height);
-                        } else {
-                            dirty.mark(r.x, r.y, r.width, r.height);
+                        let event = match r.encoding {
+                            DESKTOP_SIZE => {
+                                // What changed before is of the old screen: the near
+                                // side keeps the shared area, and gets all of the new.
+                                let msg = ProxyMsg::Resize {
+                                    width: r.width,
+                                    height: r.height,
+                                };
+                                self.near_out.push_back(msg.clone());
+                                *dirty = Dirty::all(r.width, r.height);
+                                Some(msg)
+                            }
+                            COPY_RECT => {
+                                let (sx, sy) = (
+                                    u16::from_be_bytes([r.data[0], r.data[1]]),
+                                    u16::from_be_bytes([r.data[2], r.data[3]]),
+                                );
+                                let msg = ProxyMsg::Copy {
+                                    src_x: sx,
+                                    src_y: sy,
+                                    x: r.x,
+                                    y: r.y,
+                                    width: r.width,
+                                    height: r.height,
+                                };
+                                // The near side has the source as it was here
+                                // unless part of it waits to be sent.
+                                if dirty.any(sx, sy, r.width, r.height) {
+                                    dirty.mark(r.x, r.y, r.width, r.height);
+                                } else {
+                                    self.near_out.push_back(msg.clone());
+                                }
+                                Some(msg)
+                            }
+                            _ => {
+                                dirty.mark(r.x, r.y, r.width, r.height);
+                                if self.recorded.is_some() && r.width > 0 && r.height > 0 {
+                                    pixels.push(Region {
+                                        x: r.x,
+                                        y: r.y,
+                                        width: r.width,
+                                        height: r.height,
+                                        pixels: shadow
+                                            .get_rect(r.x, r.y, r.width, r.height)
+                                            .expect("decoded inside"),
+                                    });
+                                }
+                                None
+                            }
+                        };
+                        if let (Some(rec), Some(msg)) = (&mut self.recorded, event) {
+                            if !pixels.is_empty() {
+                                rec.push_back(ProxyMsg::Update(std::mem::take(&mut pixels)));
+                            }
+                            rec.push_back(msg);
                         }
+                    }
+                    if let Some(rec) = &mut self.recorded {
+                        rec.push_back(ProxyMsg::Update(pixels));
                     }
                     self.request(true)?;
                 }

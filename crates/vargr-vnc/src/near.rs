@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::BytesMut;
-use vargr_rfb::encoding::{DESKTOP_SIZE, HEXTILE, RAW, RRE, TIGHT, ZRLE};
+use vargr_rfb::encoding::{COPY_RECT, DESKTOP_SIZE, HEXTILE, RAW, RRE, TIGHT, ZRLE};
 use vargr_rfb::{
     security, ClientMsg, Encoder, Framebuffer, PixelFormat, ProtocolVersion, Rect, ServerConfig,
     ServerEvent, ServerInit, ServerMsg, ServerSide,
@@ -47,6 +47,9 @@ struct Viewer {
     awaits_init: bool,
     /// A DesktopSize is owed with the next update.
     resized: bool,
+    /// A CopyRect owed with the next update, before its other rectangles:
+    /// (src x, src y, x, y, width, height).
+    copy: Option<(u16, u16, u16, u16, u16, u16)>,
     failed: bool,
 }
 
@@ -115,6 +118,7 @@ impl NearSide {
                 request: None,
                 awaits_init: false,
                 resized: false,
+                copy: None,
                 failed: false,
             },
         );
@@ -223,9 +227,35 @@ impl NearSide {
                         }
                     }
                 }
+                ProxyMsg::Copy {
+                    src_x,
+                    src_y,
+                    x,
+                    y,
+                    width,
+                    height,
+                } if started => {
+                    let mirror = self.mirror.as_mut().expect("started");
+                    mirror.copy_rect(src_x, src_y, x, y, width, height)?;
+                    for v in self.viewers.values_mut() {
+                        let Some(d) = &mut v.dirty else { continue };
+                        // A viewer gets the copy if it has the source as the mirror
+                        // had it, and takes CopyRect; else the area's pixels.
+                        if v.copy.is_none()
+                            && !v.resized
+                            && v.rfb.encodings().contains(&COPY_RECT)
+                            && !d.any(src_x, src_y, width, height)
+                        {
+                            v.copy = Some((src_x, src_y, x, y, width, height));
+                        } else {
+                            d.mark(x, y, width, height);
+                        }
+                    }
+                }
                 ProxyMsg::Resize { width, height } if started => {
                     self.mirror.as_mut().expect("started").resize(width, height);
                     for (&id, v) in &mut self.viewers {
+                        v.copy = None;
                         if v.failed || v.dirty.is_none() {
                             continue;
                         }
@@ -313,7 +343,7 @@ impl NearSide {
         };
         if !incremental {
             dirty.mark(x, y, w, h);
-        } else if !v.resized && !dirty.any(x, y, w, h) {
+        } else if !v.resized && v.copy.is_none() && !dirty.any(x, y, w, h) {
             return Ok(());
         }
         let mut areas = dirty.take(x, y, w, h);
@@ -326,6 +356,9 @@ impl NearSide {
         if v.resized {
             rects.push(Rect::desktop_size(mirror.width(), mirror.height()));
             v.resized = false;
+        }
+        if let Some((sx, sy, cx, cy, cw, ch)) = v.copy.take() {
+            rects.push(Rect::copy_rect(cx, cy, cw, ch, sx, sy));
         }
         for (x, y, w, h) in areas {
             v.encoder

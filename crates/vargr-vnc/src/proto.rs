@@ -19,6 +19,7 @@ const BELL: u8 = 3;
 const CUT_TEXT: u8 = 4;
 const INPUT: u8 = 5;
 const REQUEST: u8 = 6;
+const COPY: u8 = 7;
 
 /// Bounds on what a peer may send on the link.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -75,6 +76,17 @@ pub enum ProxyMsg {
     CutText(Vec<u8>),
     /// Near to far: a viewer's KeyEvent, PointerEvent or ClientCutText, for the server.
     Input(ClientMsg),
+    /// Far to near: the area at (`x`, `y`) becomes a copy of the one at (`src_x`,
+    /// `src_y`) (the server's CopyRect, sent when the near side has the source as
+    /// the shadow had it).
+    Copy {
+        src_x: u16,
+        src_y: u16,
+        x: u16,
+        y: u16,
+        width: u16,
+        height: u16,
+    },
     /// Near to far: send this area of the shadow (a near side that lost or never had it).
     Request {
         x: u16,
@@ -95,6 +107,7 @@ impl ProxyMsg {
             ProxyMsg::CutText(_) => "CutText",
             ProxyMsg::Input(_) => "Input",
             ProxyMsg::Request { .. } => "Request",
+            ProxyMsg::Copy { .. } => "Copy",
         }
     }
 
@@ -154,6 +167,19 @@ impl ProxyMsg {
                 }
                 REQUEST
             }
+            ProxyMsg::Copy {
+                src_x,
+                src_y,
+                x,
+                y,
+                width,
+                height,
+            } => {
+                for v in [*src_x, *src_y, *x, *y, *width, *height] {
+                    out.put_u16(v);
+                }
+                COPY
+            }
         };
         let len = (out.len() - start - HEADER) as u32;
         out[start] = kind;
@@ -175,6 +201,7 @@ impl ProxyMsg {
             CUT_TEXT => "CutText",
             INPUT => "Input",
             REQUEST => "Request",
+            COPY => "Copy",
             k => return Err(VncError::UnknownMessage(k)),
         };
         let len = u32::from_be_bytes(buf[1..HEADER].try_into().expect("4 bytes"));
@@ -259,6 +286,14 @@ impl ProxyMsg {
                 ProxyMsg::Input(msg)
             }
             REQUEST => ProxyMsg::Request {
+                x: b.u16()?,
+                y: b.u16()?,
+                width: b.u16()?,
+                height: b.u16()?,
+            },
+            COPY => ProxyMsg::Copy {
+                src_x: b.u16()?,
+                src_y: b.u16()?,
                 x: b.u16()?,
                 y: b.u16()?,
                 width: b.u16()?,
@@ -391,6 +426,14 @@ mod tests {
                 width: 3,
                 height: 4,
             },
+            ProxyMsg::Copy {
+                src_x: 9,
+                src_y: 8,
+                x: 7,
+                y: 6,
+                width: 5,
+                height: 4,
+            },
         ]
     }
 
@@ -419,10 +462,10 @@ mod tests {
             max_message: 100,
             ..ProxyLimits::default()
         };
-        let mut buf = BytesMut::from(&[9u8, 0, 0, 0, 0][..]);
+        let mut buf = BytesMut::from(&[19u8, 0, 0, 0, 0][..]);
         assert_eq!(
             ProxyMsg::decode(&mut buf, &limits),
-            Err(VncError::UnknownMessage(9))
+            Err(VncError::UnknownMessage(19))
         );
         // Too long: refused from the header alone.
         let mut buf = BytesMut::from(&[UPDATE, 0, 0, 0, 101][..]);

@@ -13,8 +13,8 @@ use vargr_rfb::{
     ServerSide,
 };
 use vargr_vnc::{
-    FarConfig, FarLink, FarSide, LinkConfig, NearConfig, NearLink, NearSide, RegionCut, ViewerId,
-    VncError,
+    FarConfig, FarLink, FarSide, LinkConfig, NearConfig, NearLink, NearSide, ProxyMsg, RegionCut,
+    ViewerId, VncError,
 };
 
 const W: u16 = 150;
@@ -452,10 +452,12 @@ fn viewers_see_the_servers_picture_in_every_format_and_encoding() {
         rig.check("several changes", &[]);
         for (v, (_, enc)) in rig.viewers.iter().zip(kinds) {
             assert!(
-                v.seen.iter().all(|&e| e == enc),
+                v.seen.iter().all(|&e| e == enc || e == COPY_RECT),
                 "viewer asked for {enc}, got {:?}",
                 v.seen
             );
+            // The server's CopyRects reach viewers that take them as CopyRects.
+            assert!(v.seen.contains(&COPY_RECT), "{enc}: {:?}", v.seen);
         }
     }
 }
@@ -531,7 +533,7 @@ fn a_resize_reaches_viewers_that_listed_desktop_size_and_ends_the_others() {
 #[test]
 fn a_request_is_answered_from_the_shadow_and_wrong_messages_end_the_session() {
     use bytes::BytesMut;
-    use vargr_vnc::{ProxyLimits, ProxyMsg, Region};
+    use vargr_vnc::{ProxyLimits, Region};
 
     let mut rig = Rig::new(ZRLE, picture(W, H));
     rig.viewer(PixelFormat::RGB888, vec![ZRLE]);
@@ -649,4 +651,56 @@ fn varg_link_sends_a_revisited_or_scrolled_screen_as_fingerprints() {
     assert!(other > first * 9 / 10, "another screen: {other}");
     let back = sent(&mut rig, &rows(0));
     assert!(back < first / 20, "a screen seen before: {back} of {first}");
+}
+
+#[test]
+fn a_recording_replays_to_the_servers_screen() {
+    let mut rig = Rig::new(HEXTILE, picture(W, H));
+    rig.far = FarSide::new(FarConfig {
+        record: true,
+        ..FarConfig::default()
+    })
+    .unwrap();
+    rig.viewer(PixelFormat::RGB888, vec![ZRLE, COPY_RECT]);
+    rig.pump();
+    let mut rng = Lcg(3);
+    rig.server
+        .paint(100, 60, 40, 30, &random(&mut rng, 40 * 30));
+    rig.pump();
+    rig.server.copy(0, 0, 60, 40, 50, 50);
+    rig.pump();
+    rig.server.paint(0, 90, 150, 10, &random(&mut rng, 1500));
+    rig.server.copy(100, 0, 0, 0, 40, 40);
+    rig.pump();
+    let mut fb: Option<Framebuffer> = None;
+    let (mut updates, mut copies) = (0, 0);
+    while let Some(m) = rig.far.poll_recorded() {
+        match m {
+            ProxyMsg::Init { width, height, .. } => fb = Some(Framebuffer::new(width, height)),
+            ProxyMsg::Update(regions) => {
+                updates += 1;
+                for r in regions {
+                    let fb = fb.as_mut().unwrap();
+                    fb.put_rect(r.x, r.y, r.width, r.height, &r.pixels).unwrap();
+                }
+            }
+            ProxyMsg::Copy {
+                src_x,
+                src_y,
+                x,
+                y,
+                width,
+                height,
+            } => {
+                copies += 1;
+                let fb = fb.as_mut().unwrap();
+                fb.copy_rect(src_x, src_y, x, y, width, height).unwrap();
+            }
+            other => panic!("unexpected {other:?} in a recording"),
+        }
+    }
+    assert_eq!(fb.as_ref(), Some(&rig.server.fb));
+    assert!(updates >= 4, "{updates} updates recorded");
+    // The fake server sends the second copy as pixels: it follows a paint.
+    assert!(copies >= 1, "{copies} copies recorded");
 }
