@@ -51,6 +51,10 @@ pub struct VncArgs {
     /// about the link's bandwidth × round trip; more only queues.
     #[arg(long, default_value = "64k", value_name = "BYTES")]
     window: String,
+    /// Far proxy: record each session's server updates, timed, in a new file in DIR
+    /// (for `vargr bench vnc --recordings DIR`).
+    #[arg(long, value_name = "DIR")]
+    record: Option<PathBuf>,
     /// File holding the proxies' shared secret (hex); default `$VARGR_PROXY_SECRET`.
     #[arg(long)]
     secret_file: Option<PathBuf>,
@@ -102,6 +106,7 @@ pub fn run(a: VncArgs, config: &vargr_config::Config) -> Result<()> {
         regions,
         server_password: password(&a.server_password_file, "--server-password-file")?,
         viewer_password: password(&a.viewer_password_file, "--viewer-password-file")?,
+        record: a.record.clone(),
     };
     let proxy = VncProxy::new(settings, Box::new(print_event));
     let on_signal = proxy.clone();

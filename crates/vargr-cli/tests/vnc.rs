@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use common::proxy_process::Proxy;
 use vargr_rfb::encoding::{HEXTILE, RAW, ZRLE};
 use vargr_rfb::{Framebuffer, PixelFormat};
+use vargr_vnc::{ProxyLimits, ProxyMsg, RecordReader};
 
 #[path = "../../vargr-rfb/tests/xvnc_support/mod.rs"]
 mod xvnc_support;
@@ -42,27 +43,23 @@ fn noise_bitmap(dir: &Path, seed: u64) -> String {
 }
 
 /// The far and near proxies, joined with one secret, in front of `server`.
-fn pair(dir: &Path, server: &Xvnc, secret: &str) -> (Proxy, Proxy) {
+fn pair(dir: &Path, server: &Xvnc, secret: &str, far_extra: &[&str]) -> (Proxy, Proxy) {
     let secret_file = dir.join("secret");
     std::fs::write(&secret_file, secret).unwrap();
     let s = secret_file.to_str().unwrap();
     let forward = format!("127.0.0.1:{}", server.port);
-    let far = Proxy::start(
-        "vnc",
-        &[
-            "--serve",
-            "127.0.0.1:0",
-            "--forward",
-            &forward,
-            "--name",
-            "far",
-            "--secret-file",
-            s,
-        ],
-        &[],
-        &dir.join("far-cache"),
-        1,
-    );
+    let mut far_args = vec![
+        "--serve",
+        "127.0.0.1:0",
+        "--forward",
+        &forward,
+        "--name",
+        "far",
+        "--secret-file",
+        s,
+    ];
+    far_args.extend_from_slice(far_extra);
+    let far = Proxy::start("vnc", &far_args, &[], &dir.join("far-cache"), 1);
     let peer = format!("127.0.0.1:{}", far.ports[0]);
     let near = Proxy::start(
         "vnc",
@@ -147,6 +144,38 @@ fn closed_within(s: &mut TcpStream, guard: Duration) -> bool {
     false
 }
 
+/// The screen a recording ends on.
+fn replay(path: &Path) -> Framebuffer {
+    let f = std::fs::File::open(path).unwrap();
+    let mut r = RecordReader::new(f, ProxyLimits::default()).unwrap();
+    let mut fb = None;
+    while let Some((_, m)) = r.next_record().unwrap() {
+        match m {
+            ProxyMsg::Init { width, height, .. } => fb = Some(Framebuffer::new(width, height)),
+            ProxyMsg::Update(regions) => {
+                for g in regions {
+                    let fb = fb.as_mut().unwrap();
+                    fb.put_rect(g.x, g.y, g.width, g.height, &g.pixels).unwrap();
+                }
+            }
+            ProxyMsg::Copy {
+                src_x,
+                src_y,
+                x,
+                y,
+                width,
+                height,
+            } => {
+                let fb = fb.as_mut().unwrap();
+                fb.copy_rect(src_x, src_y, x, y, width, height).unwrap();
+            }
+            ProxyMsg::Resize { width, height } => fb.as_mut().unwrap().resize(width, height),
+            other => panic!("{other:?} in a recording"),
+        }
+    }
+    fb.expect("an Init")
+}
+
 fn xvnc_or_skip() -> Option<std::path::PathBuf> {
     let found = find("Xvnc").filter(|_| find("xsetroot").is_some());
     if found.is_none() {
@@ -165,7 +194,15 @@ fn viewers_see_the_server_and_a_second_session_finds_the_first_in_the_cache() {
         "xsetroot",
         &["-bitmap", &first, "-fg", "red", "-bg", "#203040"],
     );
-    let (far, near) = pair(dir.path(), &server, &"5e".repeat(32));
+    let rec = dir.path().join("recordings");
+    std::fs::create_dir(&rec).unwrap();
+    let rec_arg = rec.to_str().unwrap().to_string();
+    let (far, near) = pair(
+        dir.path(),
+        &server,
+        &"5e".repeat(32),
+        &["--record", &rec_arg],
+    );
     let near_addr = ("127.0.0.1", near.ports[0]);
 
     let screen = direct_screen(&mut server);
@@ -211,6 +248,17 @@ fn viewers_see_the_server_and_a_second_session_finds_the_first_in_the_cache() {
     let first_session = session_bytes_out(&far, 0);
     // Two noise screens of 320 × 200 bits cross at least once each.
     assert!(first_session > 2 * 8000, "first session: {first_session} B");
+    // The far proxy recorded what the server sent; replayed, it ends on the screen.
+    let files: Vec<_> = std::fs::read_dir(&rec)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}\n{}", far.text());
+    assert_eq!(
+        replay(&files[0]),
+        screen,
+        "the recording replays to the screen"
+    );
 
     // The same screen again, in a new session: from the caches, as fingerprints.
     let (mut v3, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
@@ -238,7 +286,7 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
     server.x_client("xsetroot", &["-mod", "5", "3", "-fg", "red", "-bg", "blue"]);
-    let (mut far, near) = pair(dir.path(), &server, &"5e".repeat(32));
+    let (mut far, near) = pair(dir.path(), &server, &"5e".repeat(32), &[]);
     let near_addr = ("127.0.0.1", near.ports[0]);
     let screen = direct_screen(&mut server);
     let (mut good, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);

@@ -38,8 +38,8 @@ use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::{Addr, Conn, LinkSecurity, Listener, NetError};
 use vargr_vnc::link::{F_ABORT, F_HELLO, F_WELCOME};
 use vargr_vnc::{
-    FarConfig, FarLink, FarSide, LinkConfig, NearConfig, NearLink, NearSide, RegionCut, ViewerId,
-    VncError,
+    FarConfig, FarLink, FarSide, LinkConfig, NearConfig, NearLink, NearSide, RecordWriter,
+    RegionCut, ViewerId, VncError,
 };
 
 use crate::caches::{save_cache, Caches};
@@ -73,6 +73,9 @@ pub struct VncSettings {
     pub server_password: Option<Vec<u8>>,
     /// Near proxy: the password viewers must give (else security None).
     pub viewer_password: Option<Vec<u8>>,
+    /// Far proxy: write each session's server updates, timed, to a new file in this
+    /// directory (`vargr bench vnc` replays such recordings).
+    pub record: Option<PathBuf>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -542,8 +545,17 @@ impl VncProxy {
             },
             limits: s.link.limits.clone(),
             regions: s.regions.clone(),
+            record: s.record.is_some(),
         })
         .map_err(|e| e.to_string())?;
+        let mut recording = match &s.record {
+            Some(dir) => Some(
+                new_recording(dir)
+                    .map_err(|e| format!("starting a recording in {}: {e}", dir.display()))?,
+            ),
+            None => None,
+        };
+        let t0 = Instant::now();
         for c in [&run.link.conn, &run.server] {
             set_nonblocking(c, true).map_err(|e| format!("making a socket non-blocking: {e}"))?;
         }
@@ -554,6 +566,12 @@ impl VncProxy {
         loop {
             far.receive_near(&fl.take_control());
             far.process().map_err(|e| format!("VNC server: {e}"))?;
+            if let Some(w) = &mut recording {
+                while let Some(m) = far.poll_recorded() {
+                    w.write(t0.elapsed(), &m)
+                        .map_err(|e| format!("writing the recording: {e}"))?;
+                }
+            }
             run.server_out
                 .data
                 .extend_from_slice(&far.take_server_output());
@@ -591,6 +609,10 @@ impl VncProxy {
                     .map_err(|e| format!("from the near proxy: {e}"))?;
                 if eof {
                     // The last viewer left (an abort would have been an error above).
+                    if let Some(w) = recording.take() {
+                        w.finish()
+                            .map_err(|e| format!("finishing the recording: {e}"))?;
+                    }
                     return Ok(());
                 }
             }
@@ -705,6 +727,31 @@ impl NearSession {
         }
         Ok(())
     }
+}
+
+/// A new recording file in `dir`, created there and nowhere else: a name that exists
+/// (a symbolic link included) is not opened but skipped.
+fn new_recording(dir: &std::path::Path) -> io::Result<RecordWriter<std::fs::File>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    for n in 0..1000 {
+        let path = dir.join(format!("vnc-{secs}-{n}.vncrec"));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(f) => return RecordWriter::new(f),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other("1000 recordings this second already"))
 }
 
 fn vnc_error(e: VncError) -> ProxyError {

@@ -31,9 +31,11 @@ mod far;
 pub mod link;
 mod near;
 mod proto;
+pub mod record;
 
 pub use error::VncError;
 pub use far::{FarConfig, FarSide, RegionCut};
 pub use link::{FarLink, LinkConfig, NearLink};
 pub use near::{NearConfig, NearSide, ViewerId};
 pub use proto::{ProxyLimits, ProxyMsg, Region};
+pub use record::{RecordError, RecordReader, RecordWriter};
