@@ -43,11 +43,11 @@ fn noise_bitmap(dir: &Path, seed: u64) -> String {
 }
 
 /// The far and near proxies, joined with one secret, in front of `server`.
-fn pair(dir: &Path, server: &Xvnc, secret: &str, far_extra: &[&str]) -> (Proxy, Proxy) {
+fn pair(dir: &Path, server_port: u16, secret: &str, far_extra: &[&str]) -> (Proxy, Proxy) {
     let secret_file = dir.join("secret");
     std::fs::write(&secret_file, secret).unwrap();
     let s = secret_file.to_str().unwrap();
-    let forward = format!("127.0.0.1:{}", server.port);
+    let forward = format!("127.0.0.1:{server_port}");
     let mut far_args = vec![
         "--serve",
         "127.0.0.1:0",
@@ -199,7 +199,7 @@ fn viewers_see_the_server_and_a_second_session_finds_the_first_in_the_cache() {
     let rec_arg = rec.to_str().unwrap().to_string();
     let (far, near) = pair(
         dir.path(),
-        &server,
+        server.port,
         &"5e".repeat(32),
         &["--record", &rec_arg],
     );
@@ -286,7 +286,7 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
     server.x_client("xsetroot", &["-mod", "5", "3", "-fg", "red", "-bg", "blue"]);
-    let (mut far, near) = pair(dir.path(), &server, &"5e".repeat(32), &[]);
+    let (mut far, near) = pair(dir.path(), server.port, &"5e".repeat(32), &[]);
     let near_addr = ("127.0.0.1", near.ports[0]);
     let screen = direct_screen(&mut server);
     let (mut good, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
@@ -381,5 +381,213 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
             .any(|l| l.contains("session failed") && l.contains("far proxy"))),
         "no reason for the lost session:\n{}",
         near.text()
+    );
+}
+
+/// A VNC server written here, on a port it returns: connection `k` (from 0) is served
+/// a fixed picture in Raw if `good(k)`, and otherwise answered with a rectangle in an
+/// encoding that does not exist. Runs until the test ends.
+fn fake_server(good: fn(usize) -> bool) -> u16 {
+    use vargr_rfb::{
+        security, Encoder, ProtocolVersion, ServerConfig, ServerEvent, ServerInit, ServerMsg,
+        ServerSide,
+    };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for (k, sock) in l.incoming().enumerate() {
+            let Ok(mut sock) = sock else { continue };
+            std::thread::spawn(move || {
+                sock.set_read_timeout(Some(GUARD)).unwrap();
+                let mut rfb = ServerSide::new(ServerConfig {
+                    max_version: ProtocolVersion::V3_8,
+                    security_types: vec![security::NONE],
+                    password: None,
+                    challenge: [0; 16],
+                    limits: Default::default(),
+                });
+                let mut fb = Framebuffer::new(W, H);
+                let n = W as u32 * H as u32;
+                let px: Vec<u32> = (0..n)
+                    .map(|i| i.wrapping_mul(2654435761) & 0xffffff)
+                    .collect();
+                fb.put_rect(0, 0, W, H, &px).unwrap();
+                let mut enc = Encoder::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    while let Ok(Some(ev)) = rfb.poll_event() {
+                        match ev {
+                            ServerEvent::ClientInit(_) => rfb
+                                .send_server_init(&ServerInit {
+                                    width: W,
+                                    height: H,
+                                    pixel_format: PixelFormat::RGB888,
+                                    name: b"fake".to_vec(),
+                                })
+                                .unwrap(),
+                            ServerEvent::Message(
+                                vargr_rfb::ClientMsg::FramebufferUpdateRequest {
+                                    incremental: false,
+                                    ..
+                                },
+                            ) if good(k) => {
+                                let pf = rfb.pixel_format().unwrap();
+                                let r = enc.encode(&fb, RAW, 0, 0, W, H, &pf).unwrap();
+                                rfb.send(&ServerMsg::FramebufferUpdate(vec![r])).unwrap();
+                            }
+                            ServerEvent::Message(
+                                vargr_rfb::ClientMsg::FramebufferUpdateRequest { .. },
+                            ) if !good(k) => {
+                                // FramebufferUpdate, one rectangle, encoding 0x7777.
+                                let mut bad = vec![0u8, 0, 0, 1, 0, 0, 0, 0, 0, 8, 0, 8];
+                                bad.extend_from_slice(&0x7777i32.to_be_bytes());
+                                bad.extend_from_slice(&[0; 64]);
+                                let _ = sock.write_all(&rfb.take_output());
+                                let _ = sock.write_all(&bad);
+                            }
+                            _ => {}
+                        }
+                    }
+                    if sock.write_all(&rfb.take_output()).is_err() {
+                        return;
+                    }
+                    match sock.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => rfb.receive(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// What the fake server shows.
+fn fake_picture() -> Framebuffer {
+    let mut fb = Framebuffer::new(W, H);
+    let n = W as u32 * H as u32;
+    let px: Vec<u32> = (0..n)
+        .map(|i| i.wrapping_mul(2654435761) & 0xffffff)
+        .collect();
+    fb.put_rect(0, 0, W, H, &px).unwrap();
+    fb
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_viewer_that_stops_reading_holds_one_update_and_a_bad_server_ends_only_its_session() {
+    let Some(xvnc) = xvnc_or_skip() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
+    let noise = noise_bitmap(dir.path(), 5);
+    server.x_client(
+        "xsetroot",
+        &["-bitmap", &noise, "-fg", "red", "-bg", "#203040"],
+    );
+    let (_far, near) = pair(dir.path(), server.port, &"5e".repeat(32), &[]);
+    let near_addr = ("127.0.0.1", near.ports[0]);
+    let screen = direct_screen(&mut server);
+    let (mut good, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    until_shows(
+        &mut good,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "the good viewer",
+    );
+
+    // A request for the whole screen in Raw (250 KiB) every millisecond for two
+    // seconds, and never a byte read: the near proxy must hold one update for it, not
+    // a queue of 2000 (500 MB).
+    let (mut greedy, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    let before = rss_kib(near.child.id());
+    greedy.sock.set_write_timeout(Some(GUARD)).unwrap();
+    greedy.sock.write_all(&[2, 0, 0, 1, 0, 0, 0, 0]).unwrap(); // SetEncodings [Raw]
+    let mut ask = vec![3, 0, 0, 0, 0, 0];
+    ask.extend_from_slice(&W.to_be_bytes());
+    ask.extend_from_slice(&H.to_be_bytes());
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        greedy.sock.write_all(&ask).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    until_shows(
+        &mut good,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "beside a greedy viewer",
+    );
+    let grown = rss_kib(near.child.id()).saturating_sub(before);
+    println!("the near proxy grew by {grown} KiB beside a viewer that does not read");
+    assert!(grown < 16 << 10, "the near proxy grew by {grown} KiB");
+    drop(greedy);
+
+    // A server that sends an encoding no one knows ends its session, with the
+    // reason, while a session with a good server goes on through the same far proxy.
+    let fake = fake_server(|k| k == 0);
+    let fake_dir = dir.path().join("fake");
+    std::fs::create_dir(&fake_dir).unwrap();
+    let (far2, near_first) = pair(&fake_dir, fake, &"6a".repeat(32), &[]);
+    let (mut first, _, _) = Viewer::open(
+        TcpStream::connect(("127.0.0.1", near_first.ports[0])).unwrap(),
+        None,
+    );
+    let picture = fake_picture();
+    until_shows(
+        &mut first,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &picture,
+        "the good server",
+    );
+    let peer = format!("127.0.0.1:{}", far2.ports[0]);
+    let second_dir = fake_dir.join("second");
+    std::fs::create_dir(&second_dir).unwrap();
+    std::fs::write(second_dir.join("secret"), "6a".repeat(32)).unwrap();
+    let near_second = Proxy::start(
+        "vnc",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--peer",
+            &peer,
+            "--secret-file",
+            second_dir.join("secret").to_str().unwrap(),
+        ],
+        &[],
+        &second_dir.join("cache"),
+        1,
+    );
+    let mut second = TcpStream::connect(("127.0.0.1", near_second.ports[0])).unwrap();
+    assert!(
+        closed_within(&mut second, GUARD),
+        "the bad server's viewer stays connected"
+    );
+    assert!(
+        far2.wait_for(GUARD, |lines| lines
+            .iter()
+            .any(|l| l.contains("session failed") && l.contains("encoding"))),
+        "the far proxy gave no reason:\n{}",
+        far2.text()
+    );
+    assert!(
+        near_second.wait_for(GUARD, |lines| lines.iter().any(|l| l.contains("encoding"))),
+        "the near proxy gave no reason:\n{}",
+        near_second.text()
+    );
+    until_shows(
+        &mut first,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &picture,
+        "the good server's session",
     );
 }

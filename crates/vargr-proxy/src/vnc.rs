@@ -202,9 +202,15 @@ impl VncProxy {
             if let Some(s) = &session {
                 let out = if s.out.len() > 0 { libc::POLLOUT } else { 0 };
                 fds.push(pollfd(&s.link.conn, libc::POLLIN | out));
+                // Viewers' input waits while the link is backed up.
+                let input = if s.out.len() < LINK_BACKLOG {
+                    libc::POLLIN
+                } else {
+                    0
+                };
                 for (id, v) in &s.viewers {
                     let out = if v.out.len() > 0 { libc::POLLOUT } else { 0 };
-                    fds.push(pollfd(&v.conn, libc::POLLIN | out));
+                    fds.push(pollfd(&v.conn, input | out));
                     ids.push(*id);
                 }
             }
@@ -270,18 +276,25 @@ impl VncProxy {
                     gone.push((*id, e));
                 }
             }
-            let result = link_result.and_then(|()| s.turn(&mut gone));
+            // Twice: a viewer whose socket took its last update in the first pass
+            // gets the update its held request asked for in the second.
+            let result = link_result
+                .and_then(|()| s.turn(&mut gone))
+                .and_then(|()| s.write_out(&mut gone))
+                .and_then(|()| s.turn(&mut gone))
+                .and_then(|()| s.write_out(&mut gone));
             for (id, why) in gone {
-                if let Some(v) = s.viewers.remove(&id) {
+                if let Some(mut v) = s.viewers.remove(&id) {
                     s.near.remove_viewer(id);
-                    let _ = write_until_blocked(&mut { v.conn }, &v.out.data);
+                    // A refusal's reason, if the socket takes it.
+                    let _ = v.out.write_to(&mut v.conn);
                     (self.report)(VncEvent::ViewerLeft {
                         id: id.0,
                         error: why.as_deref(),
                     });
                 }
             }
-            if let Err(e) = result.and_then(|()| s.write_out()) {
+            if let Err(e) = result {
                 self.end_near(session.take().expect("running"), Some(e));
             } else if s.viewers.is_empty() {
                 self.end_near(session.take().expect("running"), None);
@@ -595,8 +608,14 @@ impl VncProxy {
             } else {
                 0
             };
+            // The near side's input waits while the server does not take it.
+            let link_in = if run.server_out.len() < LINK_BACKLOG {
+                libc::POLLIN
+            } else {
+                0
+            };
             let mut fds = [
-                pollfd(&run.link.conn, libc::POLLIN | link_out),
+                pollfd(&run.link.conn, link_in | link_out),
                 pollfd(&run.server, libc::POLLIN | server_out),
             ];
             poll(&mut fds, -1).map_err(|e| e.to_string())?;
@@ -685,6 +704,11 @@ impl NearSession {
 
     /// Runs the near side over what arrived and queues what it answers.
     fn turn(&mut self, gone: &mut Vec<(ViewerId, Option<String>)>) -> Result<(), String> {
+        for (&id, v) in &self.viewers {
+            self.near
+                .hold_viewer(id, v.out.len() > 0)
+                .expect("listed viewer");
+        }
         let failed = self
             .near
             .process()
@@ -705,25 +729,20 @@ impl NearSession {
         Ok(())
     }
 
-    fn write_out(&mut self) -> Result<(), String> {
+    /// Writes what the sockets take; viewers whose socket failed join `gone`.
+    fn write_out(&mut self, gone: &mut Vec<(ViewerId, Option<String>)>) -> Result<(), String> {
         if self.out.len() > 0 {
             self.link_out +=
                 self.out
                     .write_to(&mut self.link.conn)
                     .map_err(|e| format!("writing to the far proxy: {e}"))? as u64;
         }
-        let mut broken = Vec::new();
         for (&id, v) in &mut self.viewers {
-            if v.out.len() > 0 {
+            if v.out.len() > 0 && !gone.iter().any(|(g, _)| *g == id) {
                 if let Err(e) = v.out.write_to(&mut v.conn) {
-                    broken.push((id, e));
+                    gone.push((id, Some(format!("writing to the viewer: {e}"))));
                 }
             }
-        }
-        for (id, _) in broken {
-            // Closed on the next read, which sees the end or the error.
-            self.viewers.remove(&id);
-            self.near.remove_viewer(id);
         }
         Ok(())
     }
