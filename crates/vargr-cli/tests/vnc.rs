@@ -44,6 +44,17 @@ fn noise_bitmap(dir: &Path, seed: u64) -> String {
 
 /// The far and near proxies, joined with one secret, in front of `server`.
 fn pair(dir: &Path, server_port: u16, secret: &str, far_extra: &[&str]) -> (Proxy, Proxy) {
+    pair_with(dir, server_port, secret, far_extra, &[])
+}
+
+/// [`pair`] with extra arguments for each proxy.
+fn pair_with(
+    dir: &Path,
+    server_port: u16,
+    secret: &str,
+    far_extra: &[&str],
+    near_extra: &[&str],
+) -> (Proxy, Proxy) {
     let secret_file = dir.join("secret");
     std::fs::write(&secret_file, secret).unwrap();
     let s = secret_file.to_str().unwrap();
@@ -61,22 +72,18 @@ fn pair(dir: &Path, server_port: u16, secret: &str, far_extra: &[&str]) -> (Prox
     far_args.extend_from_slice(far_extra);
     let far = Proxy::start("vnc", &far_args, &[], &dir.join("far-cache"), 1);
     let peer = format!("127.0.0.1:{}", far.ports[0]);
-    let near = Proxy::start(
-        "vnc",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--peer",
-            &peer,
-            "--name",
-            "near",
-            "--secret-file",
-            s,
-        ],
-        &[],
-        &dir.join("near-cache"),
-        1,
-    );
+    let mut near_args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--peer",
+        &peer,
+        "--name",
+        "near",
+        "--secret-file",
+        s,
+    ];
+    near_args.extend_from_slice(near_extra);
+    let near = Proxy::start("vnc", &near_args, &[], &dir.join("near-cache"), 1);
     (far, near)
 }
 
@@ -590,4 +597,93 @@ fn a_viewer_that_stops_reading_holds_one_update_and_a_bad_server_ends_only_its_s
         &picture,
         "the good server's session",
     );
+}
+
+#[test]
+fn the_far_proxy_answers_the_servers_password_and_the_near_one_asks_viewers_for_theirs() {
+    use vargr_rfb::{security, ClientConfig, ClientEvent, ClientSide};
+    let Some(xvnc) = xvnc_or_skip() else { return };
+    let Some(vncpasswd) = find("vncpasswd").or_else(|| find("tigervncpasswd")) else {
+        return skip("vncpasswd not found (Debian package tigervnc-tools)");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = std::process::Command::new(vncpasswd)
+        .arg("-f")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(b"sesame\n").unwrap();
+    let obfuscated = dir.path().join("xvnc-passwd");
+    std::fs::write(&obfuscated, p.wait_with_output().unwrap().stdout).unwrap();
+    let mut server = Xvnc::start(
+        &xvnc,
+        &[
+            "-SecurityTypes",
+            "VncAuth",
+            "-PasswordFile",
+            obfuscated.to_str().unwrap(),
+        ],
+    );
+    server.x_client(
+        "xsetroot",
+        &["-mod", "4", "4", "-fg", "green", "-bg", "black"],
+    );
+    let (mut direct, _, _) = Viewer::open(server.connect(), Some(b"sesame"));
+    let mut screen = Framebuffer::new(W, H);
+    direct.fetch(&mut screen, RAW, &PixelFormat::RGB888, false);
+
+    let server_pw = dir.path().join("server-pw");
+    std::fs::write(&server_pw, "sesame\n").unwrap();
+    let viewer_pw = dir.path().join("viewer-pw");
+    std::fs::write(&viewer_pw, "open sesame\n").unwrap();
+    let near_extra = ["--viewer-password-file", viewer_pw.to_str().unwrap()];
+    let (far, near) = pair_with(
+        dir.path(),
+        server.port,
+        &"5e".repeat(32),
+        &["--server-password-file", server_pw.to_str().unwrap()],
+        &near_extra,
+    );
+    let near_addr = ("127.0.0.1", near.ports[0]);
+    let (mut v, _, sec) =
+        Viewer::open(TcpStream::connect(near_addr).unwrap(), Some(b"open sesame"));
+    assert_eq!(sec, ClientEvent::Security(security::VNC_AUTH));
+    until_shows(
+        &mut v,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "behind two passwords",
+    );
+
+    // A viewer with the wrong password is refused, with the reason, and the other
+    // viewer goes on.
+    let mut sock = TcpStream::connect(near_addr).unwrap();
+    sock.set_read_timeout(Some(GUARD)).unwrap();
+    let mut c = ClientSide::new(ClientConfig {
+        password: Some(b"sesame".to_vec()),
+        ..ClientConfig::default()
+    });
+    let mut buf = [0u8; 4096];
+    let refused = loop {
+        match c.poll_event() {
+            Err(e) => break e.to_string(),
+            Ok(Some(ClientEvent::ServerInit(_))) => panic!("the wrong password was accepted"),
+            Ok(_) => {}
+        }
+        sock.write_all(&c.take_output()).unwrap();
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "closed without a reason");
+        c.receive(&buf[..n]);
+    };
+    assert!(refused.to_lowercase().contains("auth"), "{refused}");
+    until_shows(
+        &mut v,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "after a wrong password",
+    );
+    drop(far);
 }
