@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::proxy_process::Proxy;
 use vargr_rfb::encoding::{HEXTILE, RAW, ZRLE};
 use vargr_rfb::{Framebuffer, PixelFormat};
-use vargr_vnc::{ProxyLimits, ProxyMsg, RecordReader};
+use vargr_vnc::{ProxyLimits, RecordReader};
 
 #[path = "../../vargr-rfb/tests/xvnc_support/mod.rs"]
 mod xvnc_support;
@@ -85,6 +85,24 @@ fn pair_with(
     near_args.extend_from_slice(near_extra);
     let near = Proxy::start("vnc", &near_args, &[], &dir.join("near-cache"), 1);
     (far, near)
+}
+
+/// Another near proxy, in `dir` with a secret of its own, in front of the far proxy
+/// on `far_port`.
+fn near_proxy(dir: &Path, far_port: u16, secret: &str) -> Proxy {
+    std::fs::create_dir_all(dir).unwrap();
+    let secret_file = dir.join("secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    let peer = format!("127.0.0.1:{far_port}");
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--peer",
+        &peer,
+        "--secret-file",
+        secret_file.to_str().unwrap(),
+    ];
+    Proxy::start("vnc", &args, &[], &dir.join("cache"), 1)
 }
 
 /// A direct Raw read of the server's screen.
@@ -157,28 +175,7 @@ fn replay(path: &Path) -> Framebuffer {
     let mut r = RecordReader::new(f, ProxyLimits::default()).unwrap();
     let mut fb = None;
     while let Some((_, m)) = r.next_record().unwrap() {
-        match m {
-            ProxyMsg::Init { width, height, .. } => fb = Some(Framebuffer::new(width, height)),
-            ProxyMsg::Update(regions) => {
-                for g in regions {
-                    let fb = fb.as_mut().unwrap();
-                    fb.put_rect(g.x, g.y, g.width, g.height, &g.pixels).unwrap();
-                }
-            }
-            ProxyMsg::Copy {
-                src_x,
-                src_y,
-                x,
-                y,
-                width,
-                height,
-            } => {
-                let fb = fb.as_mut().unwrap();
-                fb.copy_rect(src_x, src_y, x, y, width, height).unwrap();
-            }
-            ProxyMsg::Resize { width, height } => fb.as_mut().unwrap().resize(width, height),
-            other => panic!("{other:?} in a recording"),
-        }
+        m.paint_on(&mut fb).unwrap();
     }
     fb.expect("an Init")
 }
@@ -337,24 +334,7 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
     );
 
     // A near proxy with the wrong secret cannot start a session: its viewer is closed.
-    let wrong_dir = dir.path().join("wrong");
-    std::fs::create_dir(&wrong_dir).unwrap();
-    std::fs::write(wrong_dir.join("secret"), "77".repeat(32)).unwrap();
-    let peer = format!("127.0.0.1:{}", far.ports[0]);
-    let wrong = Proxy::start(
-        "vnc",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--peer",
-            &peer,
-            "--secret-file",
-            wrong_dir.join("secret").to_str().unwrap(),
-        ],
-        &[],
-        &wrong_dir.join("cache"),
-        1,
-    );
+    let wrong = near_proxy(&dir.path().join("wrong"), far.ports[0], &"77".repeat(32));
     let mut refused = TcpStream::connect(("127.0.0.1", wrong.ports[0])).unwrap();
     assert!(
         closed_within(&mut refused, GUARD),
@@ -555,24 +535,7 @@ fn a_viewer_that_stops_reading_holds_one_update_and_a_bad_server_ends_only_its_s
         &picture,
         "the good server",
     );
-    let peer = format!("127.0.0.1:{}", far2.ports[0]);
-    let second_dir = fake_dir.join("second");
-    std::fs::create_dir(&second_dir).unwrap();
-    std::fs::write(second_dir.join("secret"), "6a".repeat(32)).unwrap();
-    let near_second = Proxy::start(
-        "vnc",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--peer",
-            &peer,
-            "--secret-file",
-            second_dir.join("secret").to_str().unwrap(),
-        ],
-        &[],
-        &second_dir.join("cache"),
-        1,
-    );
+    let near_second = near_proxy(&fake_dir.join("second"), far2.ports[0], &"6a".repeat(32));
     let mut second = TcpStream::connect(("127.0.0.1", near_second.ports[0])).unwrap();
     assert!(
         closed_within(&mut second, GUARD),
