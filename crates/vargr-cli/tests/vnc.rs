@@ -115,7 +115,7 @@ fn direct_screen(server: &mut Xvnc) -> Framebuffer {
 
 /// Reads the whole screen through `v` until it shows `want` as `pf` holds it.
 fn until_shows(v: &mut Viewer, encoding: i32, pf: &PixelFormat, want: &Framebuffer, what: &str) {
-    let want = quantised(want, pf);
+    let want = want.as_seen_in(pf);
     let deadline = Instant::now() + GUARD;
     loop {
         let mut fb = Framebuffer::new(W, H);

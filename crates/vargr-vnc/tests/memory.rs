@@ -362,7 +362,7 @@ impl Rig {
             if except.contains(&i) {
                 continue;
             }
-            let want = quantised(&self.server.fb, &v.pf);
+            let want = self.server.fb.as_seen_in(&v.pf);
             assert!(
                 v.fb.as_ref() == Some(&want),
                 "{what}: viewer {i} ({:?}, {:?}) differs from the server",
@@ -371,17 +371,6 @@ impl Rig {
             );
         }
     }
-}
-
-fn quantised(fb: &Framebuffer, pf: &PixelFormat) -> Framebuffer {
-    let mut q = Framebuffer::new(fb.width(), fb.height());
-    let px: Vec<u32> = fb
-        .pixels()
-        .iter()
-        .map(|&c| pf.to_rgb(pf.from_rgb(c)))
-        .collect();
-    q.put_rect(0, 0, fb.width(), fb.height(), &px).unwrap();
-    q
 }
 
 /// Text-like strokes over a gradient: several colours per tile, long runs too.
