@@ -4,6 +4,9 @@
 #
 #   DISPLAY=:41 SECONDS=10 bench/vnc/session.sh scrolling-text
 #
+# With HOLD=1 it then stops drawing but keeps its windows, prints "holding" and waits
+# for SIGTERM, so that a test can compare still pictures of a busy screen.
+#
 # Sessions: scrolling-text, panning-image, redrawn-plot, idle. No window manager is
 # assumed: windows are placed at 0,0 with -geometry and sized from the screen. What is
 # drawn is fixed (generated text and pictures, fixed rates), so two recordings of one
@@ -33,9 +36,10 @@ next_rand() {
 }
 
 # The log that scrolling-text shows: realistic lines, some repeating, forever; the
-# first $1 lines at once, so the terminal is full and scrolls from the start.
+# first $1 lines at once, so the terminal is full and scrolls from the start. Once
+# the file $2 exists it prints no more.
 log_lines() {
-  local burst=${1:-0}
+  local burst=${1:-0} stop=${2:-}
   local -a levels=(INFO INFO INFO INFO DEBUG WARN INFO ERROR)
   local -a parts=(scheduler http.server cache store.compactor auth rpc.pool metrics ingest)
   local -a msgs=(
@@ -49,7 +53,7 @@ log_lines() {
     "queue depth %d exceeds soft limit %d"
   )
   local i=0 ms level part fmt a b
-  while :; do
+  while [[ -z $stop || ! -e $stop ]]; do
     # A health check every 12 lines, identical each time, as real logs repeat.
     ms=$((i * 250))
     printf -v stamp '2026-11-27 09:%02d:%02d.%03d' $((ms / 60000 % 60)) $((ms / 1000 % 60)) $((ms % 1000))
@@ -67,6 +71,7 @@ log_lines() {
     i=$((i + 1))
     ((i <= burst)) || sleep 0.25
   done
+  while :; do sleep 3600; done
 }
 
 # Fixed text for the idle session's xterm, which then waits to be killed.
@@ -77,7 +82,7 @@ static_text() {
 }
 
 case ${1:-} in
-  --log-lines) log_lines "${2:-0}" ;;
+  --log-lines) log_lines "${2:-0}" "${3:-}" ;;
   --static-text) static_text ;;
   scrolling-text | panning-image | redrawn-plot | idle) ;;
   *) usage ;;
@@ -96,6 +101,7 @@ cleanup() {
   exec 3>&-
   [[ ${names[*]} != *gnuplot* ]] || sleep 0.3
   if ((${#pids[@]})); then
+    kill -CONT "${pids[@]}" 2>/dev/null || true
     kill "${pids[@]}" 2>/dev/null || true
     wait "${pids[@]}" 2>/dev/null || true
   fi
@@ -105,6 +111,23 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 143' TERM
 trap 'exit 130' INT
+
+# Xvnc paints the cursor into what it sends a viewer that has not moved the pointer
+# itself, and X captures (xwd) never show it: a blank root cursor and the pointer
+# parked in the bottom-right corner, over the root window that every session leaves
+# visible there, let a viewer's picture equal the server's.
+hide_cursor() {
+  {
+    echo "#define blank_width 16"
+    echo "#define blank_height 16"
+    echo "static char blank_bits[] = {"
+    printf '0x00,%.0s' {1..31}
+    echo "0x00};"
+  } >"$work/blank.xbm"
+  xsetroot -cursor "$work/blank.xbm" "$work/blank.xbm"
+  xdotool mousemove $((sw - 1)) $((sh - 1))
+}
+hide_cursor
 
 # Starts a program in the background and remembers it for cleanup and the final check.
 start() {
@@ -126,6 +149,15 @@ wait_window() {
 begin_drawing() { end=$((SECONDS + duration)); }
 drawing() { ((SECONDS < end)); }
 
+# HOLD=1: the session's last picture stays on screen, still, until SIGTERM. $1 is
+# what freezes the session's drawing, if stopping the loop is not enough.
+hold() {
+  [[ ${HOLD:-0} == 1 ]] || return 0
+  "$@"
+  echo holding
+  while :; do sleep 0.2; check_alive; done
+}
+
 # Fails if a program exited before the session ended (it drew nothing, or stopped).
 check_alive() {
   local i
@@ -140,13 +172,20 @@ check_alive() {
 
 xterm_args=(-fn 6x13 -fg black -bg white -cr black +sb -bw 0 -xrm 'XTerm*cursorBlink: false')
 
+# The log checks for the stop file before each line, every 0.25 s.
+stop_log() {
+  touch "$work/stop"
+  sleep 0.5
+}
+
 scrolling_text() {
   # Most of the screen, leaving a strip of root window below as real desktops do.
   local cols=$(((sw - 4) / 6)) rows=$(((sh - 4) / 13 - 2))
-  start xterm "${xterm_args[@]}" -geometry "${cols}x${rows}+0+0" -e "$script" --log-lines "$rows"
+  start xterm "${xterm_args[@]}" -geometry "${cols}x${rows}+0+0" -e "$script" --log-lines "$rows" "$work/stop"
   wait_window xterm
   begin_drawing
   while drawing; do sleep 0.2; check_alive; done
+  hold stop_log
 }
 
 # A photo-like picture twice the screen in each direction: colour gradients, patterned
@@ -174,10 +213,10 @@ make_picture() {
 
 panning_image() {
   make_picture "$work/picture.ppm"
-  start feh --geometry "${sw}x${sh}+0+0" --no-menus "$work/picture.ppm"
+  start feh --geometry "${sw}x$((sh - 32))+0+0" --no-menus "$work/picture.ppm"
   wait_window feh
-  # Keys go to the window under the pointer (no window manager, focus follows it).
-  xdotool mousemove $((sw / 2)) $((sh / 2))
+  # Keys go to the focused window; no window manager gives feh the focus.
+  xdotool search --onlyvisible --class feh windowfocus
   # feh starts centred and moves 20 px a key: pan right, down, left, up within the
   # picture and back to the start, one step every 0.2 s, round and round.
   local nx=$((sw * 3 / 160)) ny=$((sh * 3 / 160)) key i
@@ -194,6 +233,7 @@ panning_image() {
     sleep 0.2
     check_alive
   done
+  hold true
 }
 
 # One frame of the plot: 120 samples of a slowly drifting signal and its model.
@@ -216,7 +256,7 @@ redrawn_plot() {
   names+=(gnuplot)
   # No mouse: gnuplot would print the pointer's coordinates, which vary run to run.
   cat >&3 <<EOF
-set term x11 noraise size $sw,$((sh - 20)) position 0,0
+set term x11 noraise size $sw,$((sh - 40)) position 0,0
 unset mouse
 set grid
 set xrange [0:119]
@@ -234,6 +274,7 @@ EOF
     sleep 0.5
     check_alive
   done
+  hold true
 }
 
 idle() {
@@ -243,6 +284,8 @@ idle() {
   wait_window xclock
   begin_drawing
   while drawing; do sleep 0.2; check_alive; done
+  # A stopped xclock keeps its last picture; cleanup lets it go on to its end.
+  hold kill -STOP "${pids[1]}"
 }
 
 case $1 in
