@@ -104,9 +104,37 @@ fn direct_viewers_show_exactly_the_server_screen_after_a_session() {
             .unwrap_or_else(|d| panic!("{kind:?} {enc}: {d}\n{}", v.log()));
         println!("{kind:?} {enc}: same after {:?}", t.elapsed());
     }
+    // Each viewer got the encodings asked for: Xvnc logs what it sent each one.
     drop(viewers);
-    std::thread::sleep(Duration::from_millis(500));
-    println!("{}", std::fs::read_to_string(&server.log).unwrap());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let used = loop {
+        let used = encoders_used(&std::fs::read_to_string(&server.log).unwrap());
+        if used.len() > cases.len() || Instant::now() > deadline {
+            break used;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    println!("encoders per connection: {used:?}");
+    let has = |want: &[&str], not: &[&str]| {
+        used.iter()
+            .any(|u| want.iter().all(|w| u.contains(*w)) && !not.iter().any(|n| u.contains(*n)))
+    };
+    assert!(
+        has(&["ZRLE", "Tight"], &["Hextile"]),
+        "TigerVNC ZRLE: {used:?}"
+    );
+    assert!(
+        has(&["Hextile", "Tight"], &["ZRLE"]),
+        "TigerVNC Hextile: {used:?}"
+    );
+    assert!(
+        has(&["Tight"], &["ZRLE", "Hextile"]),
+        "xtightvncviewer tight: {used:?}"
+    );
+    assert!(
+        has(&["Hextile"], &["ZRLE", "Tight"]),
+        "xtightvncviewer hextile: {used:?}"
+    );
 }
 
 /// A viewer follows a running session: mid-session it equals the server at some

@@ -764,3 +764,24 @@ impl Drop for Session {
         let _ = std::fs::remove_file(&self.log);
     }
 }
+
+/// The encoders Xvnc used for each closed connection, in the order they closed, read
+/// from the statistics it logs then (lines `EncodeManager:   Hextile:`). TigerVNC's
+/// viewer announces every encoding it knows, its preferred one first, so Xvnc also
+/// sends it Tight (solid areas) and CopyRect; xtightvncviewer announces only its
+/// `-encodings`.
+pub fn encoders_used(xvnc_log: &str) -> Vec<std::collections::BTreeSet<String>> {
+    let mut all = Vec::new();
+    let mut current = std::collections::BTreeSet::new();
+    for line in xvnc_log.lines() {
+        if let Some(rest) = line.trim_start().strip_prefix("EncodeManager:   ") {
+            // Encoder names sit 3 spaces in; their kinds of rectangle 5.
+            if let Some(name) = rest.strip_suffix(':').filter(|n| !n.starts_with(' ')) {
+                current.insert(name.to_string());
+            }
+        } else if line.contains("Connections: closed") {
+            all.push(std::mem::take(&mut current));
+        }
+    }
+    all
+}
