@@ -235,8 +235,8 @@ impl Viewer {
 
     /// The command line for `kind`: the remote screen shown 1:1 in full colour
     /// (no scaling, no lossy JPEG, the server's cursor drawn by X rather than into
-    /// the picture), shared so that other clients stay connected, and exiting
-    /// instead of opening a dialog when the connection fails.
+    /// the picture, no overlaid hints), shared so that other clients stay connected,
+    /// and exiting instead of opening a dialog when the connection fails.
     pub fn args(kind: Kind, addr: SocketAddr, opts: &Options) -> Vec<String> {
         let server = format!("{}::{}", addr.ip(), addr.port());
         let mut a: Vec<String> = Vec::new();
@@ -261,6 +261,9 @@ impl Viewer {
                         "-ReconnectOnError=0",
                         "-AlertOnFatalError=0",
                         "-DotWhenNoCursor=0",
+                        // No menu key: else "Press F8 to open the context menu" fades
+                        // out over the picture for the first seconds.
+                        "-MenuKey=",
                         "-geometry",
                         "+0+0",
                         "-Log",
@@ -344,6 +347,7 @@ impl Viewer {
                 .unwrap();
             let found = String::from_utf8_lossy(&out.stdout);
             if let Some(id) = found.lines().next().and_then(|l| l.trim().parse().ok()) {
+                self.check_on_screen(id)?;
                 self.window = Some(id);
                 return Ok(id);
             }
@@ -358,6 +362,40 @@ impl Viewer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+impl Viewer {
+    /// X keeps no pixels for the parts of a window off the screen, so the whole
+    /// window must fit on the Xvfb.
+    fn check_on_screen(&self, id: u64) -> Result<(), String> {
+        let numbers = |text: &str, key: &str, sep: char| -> Option<(u32, u32)> {
+            let rest = text.lines().find_map(|l| l.trim().strip_prefix(key))?;
+            let (a, b) = rest.trim().split(' ').next()?.split_once(sep)?;
+            Some((a.parse().ok()?, b.parse().ok()?))
+        };
+        let win = String::from_utf8(x_run(
+            &self.display,
+            "xdotool",
+            &["getwindowgeometry", &id.to_string()],
+        ))
+        .unwrap();
+        let screen = String::from_utf8(x_run(&self.display, "xdotool", &["getdisplaygeometry"]))
+            .unwrap()
+            .replace(' ', "x");
+        let (Some((x, y)), Some((w, h)), Some((sw, sh))) = (
+            numbers(&win, "Position:", ','),
+            numbers(&win, "Geometry:", 'x'),
+            numbers(&format!("S: {screen}"), "S:", 'x'),
+        ) else {
+            return Err(format!("xdotool getwindowgeometry said {win:?}"));
+        };
+        if x + w > sw || y + h > sh {
+            return Err(format!(
+                "the viewer's window, {w}×{h} at {x},{y}, does not fit on its {sw}×{sh} Xvfb"
+            ));
+        }
+        Ok(())
     }
 }
 
