@@ -101,7 +101,7 @@ fn direct_viewers_show_exactly_the_server_screen_after_a_session() {
     for (v, (kind, enc)) in viewers.iter_mut().zip(cases) {
         let t = Instant::now();
         wait_same(v, &display, Duration::from_secs(10))
-            .unwrap_or_else(|d| panic!("{kind:?} {enc}: {d}\n{}", v.log()));
+            .unwrap_or_else(|d| panic!("{kind:?} {enc}: {}\n{}", d.save(), v.log()));
         println!("{kind:?} {enc}: same after {:?}", t.elapsed());
     }
     // Each viewer got the encodings asked for: Xvnc logs what it sent each one.
@@ -160,7 +160,7 @@ fn a_viewer_follows_a_running_session() {
     );
     let r = wait_same(&mut v, &display, Duration::from_secs(3));
     session.finish();
-    r.unwrap_or_else(|d| panic!("mid-session: {d}\n{}", v.log()));
+    r.unwrap_or_else(|d| panic!("mid-session: {}\n{}", d.save(), v.log()));
 }
 
 /// The comparison fails when it must: a viewer that is stopped cannot show the
@@ -185,7 +185,7 @@ fn a_stale_viewer_differs_and_catches_up() {
         let xvfb = viewer_xvfb();
         let mut v = Viewer::start(kind, addr(&server), &xvfb, &Options::default());
         wait_same(&mut v, &display, Duration::from_secs(15))
-            .unwrap_or_else(|d| panic!("{kind:?} before: {d}\n{}", v.log()));
+            .unwrap_or_else(|d| panic!("{kind:?} before: {}\n{}", d.save(), v.log()));
         assert!(capture(&mut v).rgb.iter().all(|&c| c == 0x204060));
 
         signal(&v, "-STOP");
@@ -202,9 +202,10 @@ fn a_stale_viewer_differs_and_catches_up() {
         assert_eq!(d.first, Some((0, 0, 0xa05010, 0x204060)));
 
         wait_same(&mut v, &display, Duration::from_secs(10))
-            .unwrap_or_else(|d| panic!("{kind:?} after: {d}\n{}", v.log()));
+            .unwrap_or_else(|d| panic!("{kind:?} after: {}\n{}", d.save(), v.log()));
         set_root("#204060");
-        wait_same(&mut v, &display, Duration::from_secs(10)).unwrap();
+        wait_same(&mut v, &display, Duration::from_secs(10))
+            .unwrap_or_else(|d| panic!("{kind:?} back: {}\n{}", d.save(), v.log()));
 
         // Another display does not match, even one step of blue off.
         let other = Xvfb::start(SW, SH);
@@ -244,7 +245,7 @@ fn viewers_with_a_password_file() {
         };
         let mut v = Viewer::start(kind, addr(&server), &xvfb, &opts);
         wait_same(&mut v, &display, Duration::from_secs(15))
-            .unwrap_or_else(|d| panic!("{kind:?}: {d}\n{}", v.log()));
+            .unwrap_or_else(|d| panic!("{kind:?}: {}\n{}", d.save(), v.log()));
 
         let opts = Options {
             password_file: Some(bad.clone()),

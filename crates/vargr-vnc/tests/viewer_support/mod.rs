@@ -92,6 +92,7 @@ pub fn hide_cursor(display: &str) {
     .unwrap();
     let xbm_s = xbm.to_str().unwrap();
     x_run(display, "xsetroot", &["-cursor", xbm_s, xbm_s]);
+    let _ = std::fs::remove_file(&xbm);
     let geometry = String::from_utf8(x_run(display, "xdotool", &["getdisplaygeometry"])).unwrap();
     let (w, h) = geometry.trim().split_once(' ').unwrap();
     let (x, y) = (w.parse::<u32>().unwrap() - 1, h.parse::<u32>().unwrap() - 1);
@@ -425,7 +426,7 @@ impl fmt::Debug for Picture {
 }
 
 /// Where two pictures differ, for failure messages.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Diff {
     /// The sizes, if they differ (then nothing else is compared).
     pub sizes: Option<((u32, u32), (u32, u32))>,
@@ -435,8 +436,23 @@ pub struct Diff {
     pub bbox: (u32, u32, u32, u32),
     /// One differing pixel: x, y and the two values.
     pub first: Option<(u32, u32, u32, u32)>,
-    /// Where the two pictures were saved (PPM), if they were.
+    /// The two pictures compared (the server's first, for wait_same).
+    pub pictures: Box<(Picture, Picture)>,
+    /// Where [`Diff::save`] wrote them.
     pub saved: Option<(PathBuf, PathBuf)>,
+}
+
+impl Diff {
+    /// Writes both pictures as PPM files in the temporary directory, for a failure
+    /// message to point at: `.unwrap_or_else(|d| panic!("{}", d.save()))`.
+    pub fn save(mut self) -> Diff {
+        let base = log_path("picture");
+        let (a, b) = (base.with_extension("a.ppm"), base.with_extension("b.ppm"));
+        self.pictures.0.save_ppm(&a);
+        self.pictures.1.save_ppm(&b);
+        self.saved = Some((a, b));
+        self
+    }
 }
 
 impl fmt::Display for Diff {
@@ -451,7 +467,12 @@ impl fmt::Display for Diff {
             }
         }
         if let Some((a, b)) = &self.saved {
-            write!(f, "; pictures in {} and {}", a.display(), b.display())?;
+            write!(
+                f,
+                "; the pictures are in {} and {}",
+                a.display(),
+                b.display()
+            )?;
         }
         Ok(())
     }
@@ -475,6 +496,7 @@ impl Picture {
                 pixels: 0,
                 bbox: (0, 0, 0, 0),
                 first: None,
+                pictures: Box::new((self.clone(), other.clone())),
                 saved: None,
             });
         }
@@ -494,6 +516,7 @@ impl Picture {
             pixels,
             bbox: (x0, y0, x1 - x0 + 1, y1 - y0 + 1),
             first,
+            pictures: Box::new((self.clone(), other.clone())),
             saved: None,
         })
     }
@@ -688,24 +711,16 @@ pub fn server_picture(display: &str) -> Picture {
 }
 
 /// Captures the server's screen and the viewer's until they are equal, or until
-/// `timeout`; then the last difference, with both pictures saved as PPM.
+/// `timeout` (or the viewer exits); then the last difference.
 pub fn wait_same(viewer: &mut Viewer, server_display: &str, timeout: Duration) -> Result<(), Diff> {
     let deadline = Instant::now() + timeout;
     loop {
         let server = server_picture(server_display);
         let shown = capture(viewer);
-        let Some(mut diff) = server.diff(&shown) else {
+        let Some(diff) = server.diff(&shown) else {
             return Ok(());
         };
         if Instant::now() > deadline || !viewer.running() {
-            let base = log_path("picture");
-            let (a, b) = (
-                base.with_extension("server.ppm"),
-                base.with_extension("viewer.ppm"),
-            );
-            server.save_ppm(&a);
-            shown.save_ppm(&b);
-            diff.saved = Some((a, b));
             return Err(diff);
         }
         std::thread::sleep(Duration::from_millis(100));
