@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draws one of Varg's benchmark sessions (issue 28) on $DISPLAY, normally an Xvnc,
-# for $SECONDS seconds (default 20), then ends what it started and exits 0.
+# for about $SECONDS seconds (default 20), then ends what it started and exits 0.
 #
 #   DISPLAY=:41 SECONDS=10 bench/vnc/session.sh scrolling-text
 #
@@ -10,7 +10,9 @@
 # Sessions: scrolling-text, panning-image, redrawn-plot, idle. No window manager is
 # assumed: windows are placed at 0,0 with -geometry and sized from the screen. What is
 # drawn is fixed (generated text and pictures, fixed rates), so two recordings of one
-# session look alike; only timing and xclock's hands vary. Exits non-zero if a
+# session look alike: each draws a fixed number of steps (SECONDS times its rate), so
+# it ends on the same picture every time, a little after SECONDS when the machine is
+# slow; only timing and xclock's hands vary. Exits non-zero if a
 # program it started died early, so a session that silently drew nothing fails.
 set -euo pipefail
 
@@ -35,11 +37,11 @@ next_rand() {
   r=$((rng >> 16))
 }
 
-# The log that scrolling-text shows: realistic lines, some repeating, forever; the
-# first $1 lines at once, so the terminal is full and scrolls from the start. Once
-# the file $2 exists it prints no more.
+# The log that scrolling-text shows: realistic lines, some repeating; the first $1
+# at once, so the terminal is full and scrolls from the start, then $2 more, four a
+# second. Then it creates the file $3 and waits to be killed.
 log_lines() {
-  local burst=${1:-0} stop=${2:-}
+  local burst=$1 count=$2 done_file=$3
   local -a levels=(INFO INFO INFO INFO DEBUG WARN INFO ERROR)
   local -a parts=(scheduler http.server cache store.compactor auth rpc.pool metrics ingest)
   local -a msgs=(
@@ -53,7 +55,7 @@ log_lines() {
     "queue depth %d exceeds soft limit %d"
   )
   local i=0 ms level part fmt a b
-  while [[ -z $stop || ! -e $stop ]]; do
+  while ((i < burst + count)); do
     # A health check every 12 lines, identical each time, as real logs repeat.
     ms=$((i * 250))
     printf -v stamp '2026-11-27 09:%02d:%02d.%03d' $((ms / 60000 % 60)) $((ms / 1000 % 60)) $((ms % 1000))
@@ -71,6 +73,7 @@ log_lines() {
     i=$((i + 1))
     ((i <= burst)) || sleep 0.25
   done
+  touch "$done_file"
   while :; do sleep 3600; done
 }
 
@@ -82,7 +85,7 @@ static_text() {
 }
 
 case ${1:-} in
-  --log-lines) log_lines "${2:-0}" "${3:-}" ;;
+  --log-lines) log_lines "$2" "$3" "$4" ;;
   --static-text) static_text ;;
   scrolling-text | panning-image | redrawn-plot | idle) ;;
   *) usage ;;
@@ -145,12 +148,9 @@ wait_window() {
   done
 }
 
-# The deadline counts from here: start-up does not eat into the drawing time.
-begin_drawing() { end=$((SECONDS + duration)); }
-drawing() { ((SECONDS < end)); }
 
 # HOLD=1: the session's last picture stays on screen, still, until SIGTERM. $1 is
-# what freezes the session's drawing, if stopping the loop is not enough.
+# what freezes the session's drawing, if ending the loop is not enough.
 hold() {
   [[ ${HOLD:-0} == 1 ]] || return 0
   "$@"
@@ -172,20 +172,13 @@ check_alive() {
 
 xterm_args=(-fn 6x13 -fg black -bg white -cr black +sb -bw 0 -xrm 'XTerm*cursorBlink: false')
 
-# The log checks for the stop file before each line, every 0.25 s.
-stop_log() {
-  touch "$work/stop"
-  sleep 0.5
-}
-
 scrolling_text() {
   # Most of the screen, leaving a strip of root window below as real desktops do.
   local cols=$(((sw - 4) / 6)) rows=$(((sh - 4) / 13 - 2))
-  start xterm "${xterm_args[@]}" -geometry "${cols}x${rows}+0+0" -e "$script" --log-lines "$rows" "$work/stop"
+  start xterm "${xterm_args[@]}" -geometry "${cols}x${rows}+0+0" -e "$script" --log-lines "$rows" $((duration * 4)) "$work/log-done"
   wait_window xterm
-  begin_drawing
-  while drawing; do sleep 0.2; check_alive; done
-  hold stop_log
+  until [[ -e $work/log-done ]]; do sleep 0.1; check_alive; done
+  hold true
 }
 
 # A photo-like picture twice the screen in each direction: colour gradients, patterned
@@ -225,15 +218,14 @@ panning_image() {
     "ctrl+Right $nx" "ctrl+Down $ny"; do
     for ((i = 0; i < ${key#* }; i++)); do path+=("${key% *}"); done
   done
-  begin_drawing
-  local step=0
-  while drawing; do
+  local step
+  for ((step = 0; step < duration * 5; step++)); do
     xdotool key "${path[step % ${#path[@]}]}"
-    step=$((step + 1))
     sleep 0.2
     check_alive
   done
-  hold true
+  # Time for feh to draw the last step.
+  hold sleep 0.3
 }
 
 # One frame of the plot: 120 samples of a slowly drifting signal and its model.
@@ -266,15 +258,14 @@ EOF
   # gnuplot opens its window with the first plot.
   plot_frame 0 >&3
   wait_window gnuplot
-  begin_drawing
-  local t=1
-  while drawing; do
+  local t
+  for ((t = 1; t <= duration * 2; t++)); do
     plot_frame "$t" >&3
-    t=$((t + 1))
     sleep 0.5
     check_alive
   done
-  hold true
+  # Time for gnuplot to draw the last frame.
+  hold sleep 0.5
 }
 
 idle() {
@@ -282,8 +273,8 @@ idle() {
   start xclock -update 1 -geometry "160x160+$((sw - 170))+10"
   wait_window xterm
   wait_window xclock
-  begin_drawing
-  while drawing; do sleep 0.2; check_alive; done
+  local i
+  for ((i = 0; i < duration * 5; i++)); do sleep 0.2; check_alive; done
   # A stopped xclock keeps its last picture; cleanup lets it go on to its end.
   hold kill -STOP "${pids[1]}"
 }

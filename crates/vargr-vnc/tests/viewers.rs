@@ -137,6 +137,52 @@ fn direct_viewers_show_exactly_the_server_screen_after_a_session() {
     );
 }
 
+/// Each session ends on the same picture every time (two Xvnc servers draw it at
+/// once), and a viewer shows that picture exactly; idle's clock is the exception to
+/// the first.
+#[test]
+fn every_session_ends_on_one_picture_that_a_viewer_shows() {
+    let tools = [
+        "vncviewer",
+        "xterm",
+        "feh",
+        "gnuplot",
+        "xclock",
+        "pgmramp",
+        "rgb3toppm",
+        "ppmpat",
+        "pnmpaste",
+        "ppmdraw",
+    ];
+    if let Some(reason) = missing(&tools) {
+        return skip(&reason);
+    }
+    for name in ["scrolling-text", "panning-image", "redrawn-plot", "idle"] {
+        let t = Instant::now();
+        let none = ["-SecurityTypes", "None"];
+        let (a, b) = (start_xvnc(&none), start_xvnc(&none));
+        let (da, db) = (format!(":{}", a.display), format!(":{}", b.display));
+        let xvfb = viewer_xvfb();
+        let mut v = Viewer::tigervnc(addr(&a), &xvfb);
+        v.window(Duration::from_secs(15)).unwrap();
+        let mut sa = Session::start(&da, name, 2, true);
+        let mut sb = Session::start(&db, name, 2, true);
+        sa.wait_holding(Duration::from_secs(20));
+        sb.wait_holding(Duration::from_secs(20));
+        let (pa, pb) = (server_picture(&da), server_picture(&db));
+        let colours: std::collections::HashSet<u32> = pa.rgb.iter().copied().collect();
+        assert!(colours.len() >= 2, "{name} drew nothing");
+        if name != "idle" {
+            if let Some(d) = pa.diff(&pb) {
+                panic!("{name} ends on two pictures: {}", d.save());
+            }
+        }
+        wait_same(&mut v, &da, Duration::from_secs(10))
+            .unwrap_or_else(|d| panic!("{name}: {}\n{}", d.save(), v.log()));
+        println!("{name}: {:?}", t.elapsed());
+    }
+}
+
 /// A viewer follows a running session: mid-session it equals the server at some
 /// moment (the log stands still between lines).
 #[test]
