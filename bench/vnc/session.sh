@@ -269,7 +269,11 @@ EOF
 }
 
 idle() {
-  start xterm "${xterm_args[@]}" -geometry "80x24+0+0" -e "$script" --static-text
+  # 80×24 where it fits, leaving room for the clock and the parked pointer.
+  local cols=$(((sw - 190) / 6)) rows=$(((sh - 40) / 13))
+  ((cols <= 80)) || cols=80
+  ((rows <= 24)) || rows=24
+  start xterm "${xterm_args[@]}" -geometry "${cols}x${rows}+0+0" -e "$script" --static-text
   start xclock -update 1 -geometry "160x160+$((sw - 170))+10"
   wait_window xterm
   wait_window xclock
