@@ -3,7 +3,7 @@
 //! of both the viewer's window and the server's screen, so a test compares what a
 //! viewer shows with what the server has, pixel for pixel.
 //!
-//! Include it after vargr-rfb's Xvnc helpers, whose `find` and `skip` it uses:
+//! Include it beside vargr-rfb's Xvnc helpers, whose `find` it uses:
 //!
 //! ```ignore
 //! #[path = "../../vargr-rfb/tests/xvnc_support/mod.rs"]
@@ -78,11 +78,7 @@ pub fn x_run(display: &str, program: &str, args: &[&str]) -> Vec<u8> {
 /// of `display`, where the sessions leave the root window visible: Xvnc then paints
 /// nothing for the cursor into viewers' pictures (an X capture never shows it).
 pub fn hide_cursor(display: &str) {
-    let xbm = std::env::temp_dir().join(format!(
-        "{}-blank-{}.xbm",
-        env!("CARGO_PKG_NAME"),
-        std::process::id()
-    ));
+    let xbm = log_path("blank").with_extension("xbm");
     // 16×16 (xsetroot wants the hot spot inside), all bits clear in the mask.
     let bits = vec!["0x00"; 32].join(",");
     std::fs::write(
@@ -108,6 +104,8 @@ pub struct Xvfb {
     child: Child,
     pub display: u32,
     log: PathBuf,
+    // Held open: Xvfb would die of SIGPIPE if it wrote to a closed pipe.
+    _displayfd: std::process::ChildStdout,
 }
 
 impl Xvfb {
@@ -144,6 +142,7 @@ impl Xvfb {
             child,
             display,
             log,
+            _displayfd: out,
         }
     }
 
@@ -171,8 +170,10 @@ pub enum Kind {
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// TigerVNC: the `-PreferredEncoding` (Raw, Hextile, ZRLE or Tight; ZRLE if
-    /// unset). xtightvncviewer: the `-encodings` list in order of preference, e.g.
-    /// "hextile" or "tight copyrect" (its own default if unset).
+    /// unset); it still announces the others, and Xvnc sends it CopyRect and Tight's
+    /// solid fills beside the preferred one. xtightvncviewer: the `-encodings` list,
+    /// which is all it announces, e.g. "hextile" or "tight copyrect" (its own
+    /// default if unset).
     pub encodings: Option<String>,
     /// A VNC password file (see [`password_file`]): VNC authentication instead of None.
     pub password_file: Option<PathBuf>,
@@ -702,7 +703,7 @@ pub fn capture(viewer: &mut Viewer) -> Picture {
     let win = viewer
         .window(Duration::from_secs(15))
         .unwrap_or_else(|e| panic!("{e}"));
-    xwd(&viewer.display.clone(), Some(win))
+    xwd(&viewer.display, Some(win))
 }
 
 /// The screen of an X display (e.g. Xvnc's, ":N") as X has it.
