@@ -261,6 +261,64 @@ fn a_stale_viewer_differs_and_catches_up() {
     }
 }
 
+/// The pointer where the server has it, from `xdotool getmouselocation`.
+fn server_pointer(display: &str) -> (u32, u32) {
+    let out = String::from_utf8(x_run(display, "xdotool", &["getmouselocation"])).unwrap();
+    let field = |key: &str| -> u32 {
+        let v = out.split(' ').find_map(|f| f.strip_prefix(key)).unwrap();
+        v.parse().unwrap()
+    };
+    (field("x:"), field("y:"))
+}
+
+/// Input goes from a viewer to the server: the pointer moved over a viewer's window
+/// moves the server's pointer to the same pixel; a view-only viewer's does not.
+#[test]
+fn a_viewer_moves_the_server_pointer_unless_view_only() {
+    if let Some(reason) = missing(&["vncviewer", "xtightvncviewer"]) {
+        return skip(&reason);
+    }
+    let server = start_xvnc(&["-SecurityTypes", "None"]);
+    let display = format!(":{}", server.display);
+    assert_eq!(server_pointer(&display), (SW - 1, SH - 1));
+    for (i, kind) in [Kind::TigerVnc, Kind::XTightVnc].into_iter().enumerate() {
+        let xvfb = viewer_xvfb();
+        let quiet = Options {
+            view_only: true,
+            ..Options::default()
+        };
+        let mut v = Viewer::start(kind, addr(&server), &xvfb, &quiet);
+        wait_same(&mut v, &display, Duration::from_secs(15))
+            .unwrap_or_else(|d| panic!("{kind:?}: {}\n{}", d.save(), v.log()));
+        let before = server_pointer(&display);
+        v.click(30, 20);
+        std::thread::sleep(Duration::from_millis(500));
+        assert_eq!(
+            server_pointer(&display),
+            before,
+            "{kind:?} view-only moved it"
+        );
+        drop(v);
+
+        let mut v = Viewer::start(kind, addr(&server), &xvfb, &Options::default());
+        wait_same(&mut v, &display, Duration::from_secs(15))
+            .unwrap_or_else(|d| panic!("{kind:?}: {}\n{}", d.save(), v.log()));
+        // A click on the root window does nothing there but move the pointer.
+        let follows = |v: &Viewer, to: (u32, u32)| {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while server_pointer(&display) != to && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            assert_eq!(server_pointer(&display), to, "{kind:?}\n{}", v.log());
+        };
+        let to = (100 + 10 * i as u32, 50);
+        v.click(to.0, to.1);
+        follows(&v, to);
+        v.pointer_to(to.0 + 7, to.1 + 9);
+        follows(&v, (to.0 + 7, to.1 + 9));
+    }
+}
+
 /// VNC authentication: both viewers with the right password file see the screen;
 /// with a wrong one, they exit.
 #[test]

@@ -138,12 +138,18 @@ impl Xvfb {
                 std::fs::read_to_string(&log).unwrap_or_default()
             );
         };
-        Xvfb {
+        let xvfb = Xvfb {
             child,
             display,
             log,
             _displayfd: out,
-        }
+        };
+        // The pointer starts in the middle, where the viewer's window will be; a
+        // viewer that saw it there could send the server a pointer event. The corner
+        // is outside any window of the remote screen's size.
+        let (x, y) = ((width - 1).to_string(), (height - 1).to_string());
+        x_run(&xvfb.name(), "xdotool", &["mousemove", &x, &y]);
+        xvfb
     }
 
     /// ":N", for DISPLAY.
@@ -177,6 +183,8 @@ pub struct Options {
     pub encodings: Option<String>,
     /// A VNC password file (see [`password_file`]): VNC authentication instead of None.
     pub password_file: Option<PathBuf>,
+    /// Sends no key or pointer events to the server.
+    pub view_only: bool,
 }
 
 /// Writes `password` in the obfuscated form of VNC password files (`vncpasswd -f`),
@@ -276,6 +284,9 @@ impl Viewer {
                 if let Some(p) = &opts.password_file {
                     a.extend(["-PasswordFile".into(), p.display().to_string()]);
                 }
+                if opts.view_only {
+                    a.push("-ViewOnly".into());
+                }
             }
             Kind::XTightVnc => {
                 // -x11cursor: the cursor as an X cursor, not painted into the picture.
@@ -286,6 +297,9 @@ impl Viewer {
                 }
                 if let Some(p) = &opts.password_file {
                     a.extend(["-passwd".into(), p.display().to_string()]);
+                }
+                if opts.view_only {
+                    a.push("-viewonly".into());
                 }
             }
         }
@@ -368,9 +382,8 @@ impl Viewer {
 }
 
 impl Viewer {
-    /// X keeps no pixels for the parts of a window off the screen, so the whole
-    /// window must fit on the Xvfb.
-    fn check_on_screen(&self, id: u64) -> Result<(), String> {
+    /// The window's position and size on the viewer's display.
+    fn geometry(&self, id: u64) -> Result<(u32, u32, u32, u32), String> {
         let numbers = |text: &str, key: &str, sep: char| -> Option<(u32, u32)> {
             let rest = text.lines().find_map(|l| l.trim().strip_prefix(key))?;
             let (a, b) = rest.trim().split(' ').next()?.split_once(sep)?;
@@ -382,15 +395,46 @@ impl Viewer {
             &["getwindowgeometry", &id.to_string()],
         ))
         .unwrap();
-        let screen = String::from_utf8(x_run(&self.display, "xdotool", &["getdisplaygeometry"]))
-            .unwrap()
-            .replace(' ', "x");
-        let (Some((x, y)), Some((w, h)), Some((sw, sh))) = (
+        match (
             numbers(&win, "Position:", ','),
             numbers(&win, "Geometry:", 'x'),
-            numbers(&format!("S: {screen}"), "S:", 'x'),
-        ) else {
-            return Err(format!("xdotool getwindowgeometry said {win:?}"));
+        ) {
+            (Some((x, y)), Some((w, h))) => Ok((x, y, w, h)),
+            _ => Err(format!("xdotool getwindowgeometry said {win:?}")),
+        }
+    }
+
+    /// Moves the pointer on the viewer's display over remote pixel `x, y`, as a
+    /// user would; the viewer sends the server a pointer event (unless view-only).
+    /// TigerVNC (FLTK, no window manager) sends motion only after a first click in
+    /// its window: see [`Viewer::click`].
+    pub fn pointer_to(&mut self, x: u32, y: u32) {
+        let id = self
+            .window(Duration::from_secs(15))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (wx, wy, _, _) = self.geometry(id).unwrap();
+        let (px, py) = ((wx + x).to_string(), (wy + y).to_string());
+        x_run(&self.display, "xdotool", &["mousemove", &px, &py]);
+    }
+
+    /// Clicks button 1 over remote pixel `x, y`.
+    pub fn click(&mut self, x: u32, y: u32) {
+        self.pointer_to(x, y);
+        x_run(&self.display, "xdotool", &["click", "1"]);
+    }
+
+    /// X keeps no pixels for the parts of a window off the screen, so the whole
+    /// window must fit on the Xvfb.
+    fn check_on_screen(&self, id: u64) -> Result<(), String> {
+        let (x, y, w, h) = self.geometry(id)?;
+        let screen =
+            String::from_utf8(x_run(&self.display, "xdotool", &["getdisplaygeometry"])).unwrap();
+        let Some((sw, sh)) = screen
+            .trim()
+            .split_once(' ')
+            .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+        else {
+            return Err(format!("xdotool getdisplaygeometry said {screen:?}"));
         };
         if x + w > sw || y + h > sh {
             return Err(format!(
