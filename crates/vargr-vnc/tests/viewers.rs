@@ -2,7 +2,10 @@
 //! and xtightvncviewer, each on an Xvfb of its own, watch TigerVNC's Xvnc while
 //! bench/vnc/session.sh draws on it; once the session stops, the viewer's window
 //! must show exactly the server's screen (both read from X with xwd). These prove the
-//! harness in tests/viewer_support that the proxy pair's tests put in between.
+//! harness in tests/viewer_support that the proxy pair's tests put in between:
+//! every session ends on one picture that viewers show; a stopped viewer differs (so
+//! the comparison cannot pass vacuously) and catches up; VNC passwords; pointer input
+//! from a viewer; vncsnapshot's JPEG within a tolerance.
 //!
 //! Skipped with a printed reason when a program is missing, unless
 //! `VARGR_REQUIRE_XVNC=1` (scripts/test.sh), which turns the skip into a failure.
