@@ -551,12 +551,12 @@ impl VncProxy {
             run.server_out
                 .data
                 .extend_from_slice(&far.take_server_output());
-            while let Some(m) = far.poll_near_msg() {
-                fl.send(&m).map_err(|e| e.to_string())?;
+            while let Some(m) = far.poll_near() {
+                fl.send_outgoing(&m).map_err(|e| e.to_string())?;
             }
             if fl.ready() && run.out.len() < LINK_BACKLOG && far.send_update() {
-                while let Some(m) = far.poll_near_msg() {
-                    fl.send(&m).map_err(|e| e.to_string())?;
+                while let Some(m) = far.poll_near() {
+                    fl.send_outgoing(&m).map_err(|e| e.to_string())?;
                 }
             }
             fl.flush().map_err(|e| e.to_string())?;

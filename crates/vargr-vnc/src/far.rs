@@ -38,6 +38,19 @@ pub struct FarConfig {
     pub record: bool,
 }
 
+/// What the far side has for the near side.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outgoing {
+    Msg(ProxyMsg),
+    /// An update two ways, for a link that deduplicates: the Varg regions that touch
+    /// the change (which the near side may hold already), or the changed tiles alone.
+    /// The link sends the one that costs less ([`crate::FarLink::send_outgoing`]).
+    Choice {
+        regions: Vec<Region>,
+        changed: Vec<Region>,
+    },
+}
+
 /// How a changed area is cut into the regions of an update.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum RegionCut {
@@ -60,7 +73,7 @@ pub struct FarSide {
     /// The shadow's pixels as bytes, for the segmenter (kept to reuse its memory).
     image: Vec<u8>,
     near_in: BytesMut,
-    near_out: VecDeque<ProxyMsg>,
+    near_out: VecDeque<Outgoing>,
     /// The server's updates as they came (when recording): Init, then per update
     /// its Updates, Copies and Resizes in order.
     recorded: Option<VecDeque<ProxyMsg>>,
@@ -103,15 +116,31 @@ impl FarSide {
         self.near_in.extend_from_slice(bytes);
     }
 
-    /// The next message for the near side.
-    pub fn poll_near_msg(&mut self) -> Option<ProxyMsg> {
+    /// What the far side has for a link that deduplicates.
+    pub fn poll_near(&mut self) -> Option<Outgoing> {
         self.near_out.pop_front()
+    }
+
+    /// The next message for the near side, for a plain link: of a [`Outgoing::Choice`],
+    /// the changed tiles.
+    pub fn poll_near_msg(&mut self) -> Option<ProxyMsg> {
+        match self.near_out.pop_front()? {
+            Outgoing::Msg(m) => Some(m),
+            Outgoing::Choice { changed, .. } => {
+                let mut msgs = self.batches(changed).into_iter();
+                let first = msgs.next();
+                for (k, m) in msgs.enumerate() {
+                    self.near_out.insert(k, Outgoing::Msg(m));
+                }
+                first
+            }
+        }
     }
 
     /// The messages for the near side, in their framing.
     pub fn take_near_output(&mut self) -> BytesMut {
         let mut out = BytesMut::new();
-        for m in self.near_out.drain(..) {
+        while let Some(m) = self.poll_near_msg() {
             m.encode(&mut out);
         }
         out
@@ -140,28 +169,34 @@ impl FarSide {
         let shadow = self.shadow.as_ref().expect("set with dirty");
         let dirty = self.dirty.as_mut().expect("checked");
         let (w, h) = (shadow.width(), shadow.height());
-        let areas = match &self.varg {
-            None => dirty.take(0, 0, w, h),
-            Some(varg) => {
-                self.image.clear();
-                self.image.reserve(shadow.pixels().len() * 4);
-                for p in shadow.pixels() {
-                    self.image.extend_from_slice(&p.to_le_bytes());
-                }
-                let regions = varg
-                    .regions(&self.image, h as usize, w as usize, 4)
-                    .expect("the image has the screen's size");
-                let areas = regions
-                    .boxes
-                    .iter()
-                    .map(|b| (b.col as u16, b.row as u16, b.width as u16, b.height as u16))
-                    .filter(|&(x, y, bw, bh)| dirty.any(x, y, bw, bh))
-                    .collect();
-                dirty.take(0, 0, w, h);
-                areas
+        let Some(varg) = &self.varg else {
+            let areas = dirty.take(0, 0, w, h);
+            let regions = self.regions(&areas);
+            for m in self.batches(regions) {
+                self.near_out.push_back(Outgoing::Msg(m));
             }
+            return true;
         };
-        self.send_regions(&areas);
+        self.image.clear();
+        self.image.reserve(shadow.pixels().len() * 4);
+        for p in shadow.pixels() {
+            self.image.extend_from_slice(&p.to_le_bytes());
+        }
+        let boxes = varg
+            .regions(&self.image, h as usize, w as usize, 4)
+            .expect("the image has the screen's size")
+            .boxes;
+        let touched: Vec<_> = boxes
+            .iter()
+            .map(|b| (b.col as u16, b.row as u16, b.width as u16, b.height as u16))
+            .filter(|&(x, y, bw, bh)| dirty.any(x, y, bw, bh))
+            .collect();
+        let changed = dirty.take(0, 0, w, h);
+        let choice = Outgoing::Choice {
+            regions: self.regions(&touched),
+            changed: self.regions(&changed),
+        };
+        self.near_out.push_back(choice);
         true
     }
 
@@ -220,7 +255,7 @@ impl FarSide {
                                     width: r.width,
                                     height: r.height,
                                 };
-                                self.near_out.push_back(msg.clone());
+                                self.near_out.push_back(Outgoing::Msg(msg.clone()));
                                 *dirty = Dirty::all(r.width, r.height);
                                 Some(msg)
                             }
@@ -242,7 +277,7 @@ impl FarSide {
                                 if dirty.any(sx, sy, r.width, r.height) {
                                     dirty.mark(r.x, r.y, r.width, r.height);
                                 } else {
-                                    self.near_out.push_back(msg.clone());
+                                    self.near_out.push_back(Outgoing::Msg(msg.clone()));
                                 }
                                 Some(msg)
                             }
@@ -329,41 +364,53 @@ impl FarSide {
     }
 
     fn send_near(&mut self, msg: ProxyMsg) {
-        self.near_out.push_back(msg);
+        self.near_out.push_back(Outgoing::Msg(msg));
     }
 
-    /// Sends the areas' current pixels, in Updates below the link's message limit:
-    /// an area too large for one is sent in bands of rows (a row is the smallest).
-    fn send_regions(&mut self, areas: &[(u16, u16, u16, u16)]) {
-        if areas.is_empty() {
-            return;
-        }
+    /// The areas' current pixels.
+    fn regions(&self, areas: &[(u16, u16, u16, u16)]) -> Vec<Region> {
         let shadow = self.shadow.as_ref().expect("set at ServerInit");
+        areas
+            .iter()
+            .map(|&(x, y, width, height)| Region {
+                x,
+                y,
+                width,
+                height,
+                pixels: shadow.get_rect(x, y, width, height).expect("inside"),
+            })
+            .collect()
+    }
+
+    /// Regions in Updates below the link's message limit: a region too large for one
+    /// is cut in bands of rows (a row is the smallest).
+    fn batches(&self, regions: Vec<Region>) -> Vec<ProxyMsg> {
         let budget = (self.limits.max_message as usize / 2).max(1);
+        let mut msgs = Vec::new();
         let mut batch: Vec<Region> = Vec::new();
         let mut size = 4;
-        for &(x, y, w, h) in areas {
-            let band = (budget / (3 * w as usize).max(1)).clamp(1, u16::MAX as usize) as u16;
-            let mut top = y;
-            while top < y + h {
-                let bh = band.min(y + h - top);
+        for r in regions {
+            let w = r.width as usize;
+            let band = (budget / (3 * w).max(1)).clamp(1, u16::MAX as usize);
+            for (k, rows) in r.pixels.chunks((band * w).max(1)).enumerate() {
                 let region = Region {
-                    x,
-                    y: top,
-                    width: w,
-                    height: bh,
-                    pixels: shadow.get_rect(x, top, w, bh).expect("decoded inside"),
+                    x: r.x,
+                    y: r.y + (k * band) as u16,
+                    width: r.width,
+                    height: (rows.len() / w.max(1)) as u16,
+                    pixels: rows.to_vec(),
                 };
                 if size + region.encoded_len() > budget && !batch.is_empty() {
-                    self.near_out
-                        .push_back(ProxyMsg::Update(std::mem::take(&mut batch)));
+                    msgs.push(ProxyMsg::Update(std::mem::take(&mut batch)));
                     size = 4;
                 }
                 size += region.encoded_len();
                 batch.push(region);
-                top += bh;
             }
         }
-        self.near_out.push_back(ProxyMsg::Update(batch));
+        if !batch.is_empty() || msgs.is_empty() {
+            msgs.push(ProxyMsg::Update(batch));
+        }
+        msgs
     }
 }

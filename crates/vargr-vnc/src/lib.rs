@@ -34,7 +34,7 @@ mod proto;
 pub mod record;
 
 pub use error::VncError;
-pub use far::{FarConfig, FarSide, RegionCut};
+pub use far::{FarConfig, FarSide, Outgoing, RegionCut};
 pub use link::{FarLink, LinkConfig, NearLink};
 pub use near::{NearConfig, NearSide, ViewerId};
 pub use proto::{ProxyLimits, ProxyMsg, Region};

@@ -30,18 +30,39 @@
 //! | `ABORT` | either | why the side gave up, UTF-8 |
 //!
 //! Inside the dedup stream, channel 0 holds a whole [`ProxyMsg`] (Init, Resize, Bell,
-//! CutText) cut into segments, and channel 1 an update: the layout lists the regions
-//! (x, y, width, height as u16 BE), one segment per region.
+//! Copy, CutText) cut into segments, channel 1 an update: the layout lists the regions
+//! (x, y, width, height as u16 BE), one segment per region; channel 2 an update whose
+//! changed tiles cost less than its regions ([`FarLink::send_outgoing`]), as a whole
+//! [`ProxyMsg::Update`] in the layout and no segments.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use vargr_dedup::cache::SegmentCache;
 use vargr_dedup::protocol::{Config as DedupConfig, ProtocolError, Receiver, Sender, Stats};
+use vargr_dedup::Fingerprint;
 use vargr_sync::zpieces::{PieceDecoder, PieceEncoder};
 use vargr_sync::FRAME_HEAD_LEN;
 
+use crate::far::Outgoing;
 use crate::{ProxyLimits, ProxyMsg, Region, VncError};
+
+/// Canonical pixels as they cross: three bytes each, red first.
+fn rgb_bytes(pixels: &[u32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(3 * pixels.len());
+    for &p in pixels {
+        out.extend_from_slice(&p.to_be_bytes()[1..]);
+    }
+    out
+}
+
+/// What zstd at level 1 makes of `bytes` alone: an estimate of their cost.
+fn zstd_len(bytes: &[u8]) -> usize {
+    if bytes.is_empty() {
+        return 0;
+    }
+    zstd::bulk::compress(bytes, 1).map_or(bytes.len(), |c| c.len())
+}
 
 pub const F_DATA: u8 = 1;
 pub const F_REPLY: u8 = 2;
@@ -54,10 +75,14 @@ pub const F_WELCOME: u8 = 7;
 
 const CH_MSG: u32 = 0;
 const CH_UPDATE: u32 = 1;
+/// An Update carried in the layout alone: no segments, so nothing enters the caches.
+const CH_PLAIN: u32 = 2;
 /// Bytes of a channel-0 message per segment.
 const MSG_SEGMENT: usize = 64 << 10;
 /// Regions per dedup message: 8 bytes each stays within the default layout limit.
 const REGIONS_PER_MESSAGE: usize = 4096;
+/// Largest plain update in one message (the layout limit both sides set).
+const PLAIN_MAX: usize = 4 << 20;
 
 /// What both ends of a link agree on, and what each enforces.
 #[derive(Debug, Clone)]
@@ -80,6 +105,8 @@ impl Default for LinkConfig {
                 // more CPU than they save after zstd.
                 delta_index: 0,
                 session_bases: false,
+                // Plain updates travel in the layout.
+                max_layout: PLAIN_MAX,
                 ..DedupConfig::default()
             },
             zstd_level: 3,
@@ -129,6 +156,7 @@ pub struct FarLink<C: SegmentCache> {
     control: Vec<u8>,
     data_sent: u64,
     credited: u64,
+    plains: u64,
     /// Scratch: a message's segments back to back.
     scratch: Vec<u8>,
 }
@@ -145,6 +173,7 @@ impl<C: SegmentCache> FarLink<C> {
             control: Vec::new(),
             data_sent: 0,
             credited: 0,
+            plains: 0,
             scratch: Vec::new(),
         })
     }
@@ -168,6 +197,96 @@ impl<C: SegmentCache> FarLink<C> {
             }
         };
         r.map_err(|e| link_error("dedup sender", e))
+    }
+
+    /// Queues what the far side has: an update offered two ways goes as Varg's
+    /// regions through the dedup protocol or as the changed tiles alone, whichever
+    /// the estimate below finds cheaper.
+    ///
+    /// The estimate: a region whose fingerprint the sender's cache may hold costs a
+    /// few bytes, and the rest what zstd (level 1, alone) makes of its pixels; the
+    /// changed tiles cost what zstd makes of theirs. Text drawn into a large flat
+    /// region then goes as the few changed tiles, a picture seen before as
+    /// fingerprints. Tiles sent plain do not enter the caches, so they must save a
+    /// fifth to be chosen.
+    pub fn send_outgoing(&mut self, out: &Outgoing) -> Result<(), VncError> {
+        match out {
+            Outgoing::Msg(m) => self.send(m),
+            Outgoing::Choice { regions, changed } => {
+                if self.plain_is_cheaper(regions, changed) {
+                    self.plains += 1;
+                    self.send_plain(changed)
+                } else {
+                    self.send_update(regions)
+                        .map_err(|e| link_error("dedup sender", e))
+                }
+            }
+        }
+    }
+
+    fn plain_is_cheaper(&mut self, regions: &[Region], changed: &[Region]) -> bool {
+        let bits = self.sender.config().bits;
+        let mut seen = HashSet::new();
+        let mut unknown = Vec::new();
+        let mut known = 0usize;
+        for r in regions {
+            let bytes = rgb_bytes(&r.pixels);
+            let fp = Fingerprint::full(&bytes).truncate(bits);
+            if seen.insert(fp) && !self.sender.cache().may_contain(fp) {
+                unknown.extend_from_slice(&bytes);
+            } else {
+                known += 1;
+            }
+        }
+        // A region's layout entry costs about 2 bytes after zstd, a fingerprint or a
+        // prediction 1 to 5.
+        let varg = 2 * regions.len() + 3 * known + zstd_len(&unknown);
+        let plain: Vec<u8> = changed.iter().flat_map(|r| rgb_bytes(&r.pixels)).collect();
+        let plain = 2 * changed.len() + zstd_len(&plain);
+        // Regions teach both caches what the screen held: give them up only for a
+        // clear saving (a line of text in a large flat region, a clock's tick).
+        plain * 5 < varg * 4
+    }
+
+    /// An update in the layouts of segment-less messages, each below the limit.
+    fn send_plain(&mut self, changed: &[Region]) -> Result<(), VncError> {
+        let mut regions = Vec::new();
+        let mut size = 0;
+        let flush = |link: &mut Self, regions: &mut Vec<Region>| -> Result<(), VncError> {
+            if regions.is_empty() {
+                return Ok(());
+            }
+            let mut b = BytesMut::new();
+            ProxyMsg::Update(std::mem::take(regions)).encode(&mut b);
+            link.sender
+                .send_message(CH_PLAIN, &b, &[])
+                .map_err(|e| link_error("dedup sender", e))
+        };
+        for r in changed {
+            let w = r.width.max(1) as usize;
+            let band = ((PLAIN_MAX - 64) / (3 * w)).clamp(1, u16::MAX as usize);
+            for (k, rows) in r.pixels.chunks(band * w).enumerate() {
+                let piece = Region {
+                    x: r.x,
+                    y: r.y + (k * band) as u16,
+                    width: r.width,
+                    height: (rows.len() / w) as u16,
+                    pixels: rows.to_vec(),
+                };
+                if size + piece.encoded_len() > PLAIN_MAX - 64 {
+                    flush(self, &mut regions)?;
+                    size = 0;
+                }
+                size += piece.encoded_len();
+                regions.push(piece);
+            }
+        }
+        flush(self, &mut regions)
+    }
+
+    /// Updates sent as changed tiles rather than regions, so far.
+    pub fn plain_updates(&self) -> u64 {
+        self.plains
     }
 
     fn send_update(&mut self, regions: &[Region]) -> Result<(), ProtocolError> {
@@ -421,7 +540,18 @@ impl<C: SegmentCache> NearLink<C> {
                 }
                 Ok(ProxyMsg::Update(regions))
             }
-            c => Err(corrupt(format!("unknown channel {c}"))),
+            CH_PLAIN if segments.is_empty() => {
+                let mut b = BytesMut::from(layout);
+                match ProxyMsg::decode(&mut b, &self.limits)? {
+                    Some(m @ ProxyMsg::Update(_)) if b.is_empty() => Ok(m),
+                    _ => Err(corrupt(
+                        "a plain update that is not one whole Update".into(),
+                    )),
+                }
+            }
+            c => Err(corrupt(format!(
+                "unknown channel {c}, or segments where none belong"
+            ))),
         }
     }
 

@@ -283,8 +283,8 @@ impl Rig {
                 if fl.ready() {
                     self.far.send_update();
                 }
-                while let Some(m) = self.far.poll_near_msg() {
-                    fl.send(&m).unwrap();
+                while let Some(m) = self.far.poll_near() {
+                    fl.send_outgoing(&m).unwrap();
                 }
                 fl.flush().unwrap();
                 let b = fl.take_output();
@@ -640,6 +640,19 @@ fn varg_link_sends_a_revisited_or_scrolled_screen_as_fingerprints() {
     assert!(other > first * 9 / 10, "another screen: {other}");
     let back = sent(&mut rig, &rows(0));
     assert!(back < first / 20, "a screen seen before: {back} of {first}");
+    assert_eq!(rig.link.as_ref().unwrap().0.plain_updates(), 0);
+
+    // A dot drawn on a flat screen: its tile costs less than the regions around it,
+    // which a flat screen makes tall.
+    sent(&mut rig, &vec![0x203040; W as usize * H as usize]);
+    let plains = rig.link.as_ref().unwrap().0.plain_updates();
+    let dot = sent(&mut rig, &{
+        let mut px = vec![0x203040; W as usize * H as usize];
+        px[40 * W as usize + 70] = 0xffffff;
+        px
+    });
+    assert_eq!(rig.link.as_ref().unwrap().0.plain_updates(), plains + 1);
+    assert!(dot < 200, "a dot cost {dot} bytes");
 }
 
 #[test]
