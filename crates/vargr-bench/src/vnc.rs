@@ -23,6 +23,9 @@
 //! known, and the viewer (in this process, on the same clock) looks up its own hash
 //! after each update it draws; every update up to the newest matching state is then
 //! shown. Updates not shown `--drain` seconds after the last one count as never shown.
+//! The recording's clock starts when the server gets the viewer's first message after
+//! the RFB handshake, so setting up the connection (direct: RFB's handshake over the
+//! WAN; varg: the proxies' link) counts for no update.
 //!
 //! Rows go to the table (per profile) and, with `--json`, to `bench/results/vnc.json`.
 

@@ -292,9 +292,14 @@ impl ProxyProc {
     }
 }
 
+/// What a client sends until it has the ServerInit, in RFB 3.8 with security None
+/// (version, security type, ClientInit): what the viewer and the far proxy speak to a
+/// `NearSide`.
+const HANDSHAKE_IN: u64 = 12 + 1 + 1;
+
 /// The replay server: accepts one viewer (or the far proxy), then feeds the
-/// recording's steps to a `NearSide` at their times (from the accept) until the
-/// connection ends or `stop`. Returns the bytes read and written on the socket.
+/// recording's steps to a `NearSide` at their times (from the viewer's first message
+/// after the handshake) until the connection ends or `stop`. Returns the bytes read and written on the socket.
 fn serve(
     listener: TcpListener,
     rec: &Recording,
@@ -320,7 +325,6 @@ fn serve(
     };
     sock.set_nonblocking(true)?;
     sock.set_nodelay(true)?;
-    let start = Instant::now();
     let mut near = NearSide::new(NearConfig::default());
     near.receive_far_msg(ProxyMsg::Init {
         width: rec.width,
@@ -332,12 +336,20 @@ fn serve(
     let (mut out, mut sent) = (Vec::new(), 0usize);
     let mut buf = vec![0u8; 1 << 16];
     let mut next = 0;
+    // The recording's clock starts with the viewer's first message after the
+    // handshake: connection set-up (direct: RFB over the WAN; varg: the proxies' link)
+    // is not part of any update's latency.
+    let mut start = None;
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
-        if next < rec.steps.len() && start + rec.steps[next].at <= now {
+        if start.is_none() && bytes_in > HANDSHAKE_IN {
+            start = Some(now);
+        }
+        let due = |i: usize| start.zip(rec.steps.get(i)).map(|(t, s)| t + s.at);
+        if due(next).is_some_and(|t| t <= now) {
             // Noted before the viewer can be answered with it.
             let mut a = applied.lock().expect("not poisoned");
-            while next < rec.steps.len() && start + rec.steps[next].at <= now {
+            while due(next).is_some_and(|t| t <= now) {
                 a.push(now);
                 for m in &rec.steps[next].msgs {
                     near.receive_far_msg(m.clone());
@@ -365,10 +377,8 @@ fn serve(
             out.clear();
             sent = 0;
         }
-        let due = rec
-            .steps
-            .get(next)
-            .map(|s| (start + s.at).saturating_duration_since(Instant::now()))
+        let wait = due(next)
+            .map(|t| t.saturating_duration_since(Instant::now()))
             .unwrap_or(Duration::from_millis(50))
             .min(Duration::from_millis(50));
         let mut fds = [libc::pollfd {
@@ -376,7 +386,7 @@ fn serve(
             events: libc::POLLIN | if out.is_empty() { 0 } else { libc::POLLOUT },
             revents: 0,
         }];
-        let ms = due.as_micros().div_ceil(1000) as i32;
+        let ms = wait.as_micros().div_ceil(1000) as i32;
         // SAFETY: one valid pollfd for the socket we own.
         unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
         loop {
