@@ -617,10 +617,33 @@ pub fn vnc_proxy() -> Seeds {
     ] {
         m.encode(&mut to_far);
     }
+    // The same messages through the dedup link, and what the near end answers.
+    let config = crate::vnc_proxy::link_config();
+    let mut far_link = vargr_vnc::FarLink::new(&config, crate::vnc_proxy::cache()).unwrap();
+    for m in &msgs {
+        far_link.send(m).unwrap();
+    }
+    far_link.flush().unwrap();
+    let frames = far_link.take_output();
+    let mut near_link = vargr_vnc::NearLink::new(&config, crate::vnc_proxy::cache()).unwrap();
+    near_link.receive(&frames).unwrap();
+    near_link.send_control(&to_far[1..]);
+    let mut link_to_near = vec![3];
+    link_to_near.extend_from_slice(&frames);
+    let mut link_to_far = vec![4];
+    link_to_far.extend_from_slice(&near_link.take_output());
+    let mut rec = vargr_vnc::RecordWriter::new(vec![5]).unwrap();
+    for (k, m) in msgs.iter().enumerate() {
+        rec.write(std::time::Duration::from_millis(10 * k as u64), m)
+            .unwrap();
+    }
     vec![
         ("messages".into(), to_near(0)),
         ("to-near".into(), to_near(1)),
         ("to-far".into(), to_far.to_vec()),
+        ("link-to-near".into(), link_to_near),
+        ("link-to-far".into(), link_to_far),
+        ("recording".into(), rec.finish().unwrap()),
     ]
 }
 

@@ -30,6 +30,32 @@ use vargr_net::auth::Secret;
 use vargr_net::Addr;
 use vargr_proxy::{error_chain, Event, Forwards, Listen, Proxy, ProxySettings, PumpSettings};
 
+/// What both ends of a proxy pair (`vargr proxy`, `vargr vnc`) need to find each other.
+#[derive(Debug, Args)]
+pub struct PairArgs {
+    /// File holding the proxies' shared secret (hex); default `$VARGR_PROXY_SECRET`.
+    #[arg(long)]
+    pub secret_file: Option<PathBuf>,
+    /// Protection of the link after its handshake: auto (MACs on loopback, encryption
+    /// to other hosts), mac (authenticated, clear text) or encrypt.
+    #[arg(long, default_value = "auto", value_name = "auto|mac|encrypt")]
+    pub link_security: vargr_net::LinkSecurity,
+    /// How this proxy names itself to its peer (the peer's cache of it); default the
+    /// host name.
+    #[arg(long)]
+    pub name: Option<String>,
+}
+
+impl PairArgs {
+    pub fn secret(&self) -> Result<Secret> {
+        secret(&self.secret_file)
+    }
+
+    pub fn name(&self) -> String {
+        self.name.clone().unwrap_or_else(vargr_sync::host_name)
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     /// Near proxy: accept application connections on HOST:PORT, optionally with the
@@ -49,17 +75,8 @@ pub struct ProxyArgs {
     /// Segmenter of the ports given without one (cdc:MIN:AVG:MAX, static:SIZE, sw).
     #[arg(long, default_value = "cdc:64:256:2k")]
     segmenter: String,
-    /// File holding the proxies' shared secret (hex); default `$VARGR_PROXY_SECRET`.
-    #[arg(long)]
-    secret_file: Option<PathBuf>,
-    /// Protection of the link after its handshake: auto (MACs on loopback, encryption
-    /// to other hosts), mac (authenticated, clear text) or encrypt.
-    #[arg(long, default_value = "auto", value_name = "auto|mac|encrypt")]
-    link_security: vargr_net::LinkSecurity,
-    /// How this proxy names itself to its peer (the peer's cache of it); default the
-    /// host name.
-    #[arg(long)]
-    name: Option<String>,
+    #[command(flatten)]
+    pair: PairArgs,
     /// When the application pauses, wait this long for more bytes before sending the
     /// tail (0: at once). A source slower than the proxy pauses between packets, and
     /// every cut there costs about a segment of redundancy; a few ms avoid most of them
@@ -74,9 +91,9 @@ pub fn run(a: ProxyArgs, config: &vargr_config::Config) -> Result<()> {
     let d = a.dedup.settings(config)?;
     let hold = vargr_emu::parse_duration(&a.hold).context("--hold")?;
     let settings = ProxySettings {
-        secret: secret(&a.secret_file)?,
-        security: a.link_security,
-        name: a.name.clone().unwrap_or_else(vargr_sync::host_name),
+        secret: a.pair.secret()?,
+        security: a.pair.link_security,
+        name: a.pair.name(),
         pump: PumpSettings {
             bits: d.bits,
             group: d.group,
@@ -233,7 +250,7 @@ fn parse_forwards(list: &[String]) -> Result<Forwards> {
     Ok(f)
 }
 
-pub(crate) fn secret(file: &Option<PathBuf>) -> Result<Secret> {
+fn secret(file: &Option<PathBuf>) -> Result<Secret> {
     let hex = match file {
         Some(f) => std::fs::read_to_string(f)
             .with_context(|| format!("reading the secret from {}", f.display()))?,

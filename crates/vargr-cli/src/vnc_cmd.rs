@@ -20,7 +20,7 @@ use vargr_dedup::segment::VargParams;
 use vargr_proxy::{error_chain, VncEvent, VncProxy, VncSettings};
 use vargr_vnc::{LinkConfig, RegionCut};
 
-use crate::proxy_cmd::{parse_addr, secret};
+use crate::proxy_cmd::{parse_addr, PairArgs};
 
 #[derive(Debug, Args)]
 pub struct VncArgs {
@@ -55,17 +55,8 @@ pub struct VncArgs {
     /// (for `vargr bench vnc --recordings DIR`).
     #[arg(long, value_name = "DIR")]
     record: Option<PathBuf>,
-    /// File holding the proxies' shared secret (hex); default `$VARGR_PROXY_SECRET`.
-    #[arg(long)]
-    secret_file: Option<PathBuf>,
-    /// Protection of the link after its handshake: auto (MACs on loopback, encryption
-    /// to other hosts), mac or encrypt.
-    #[arg(long, default_value = "auto", value_name = "auto|mac|encrypt")]
-    link_security: vargr_net::LinkSecurity,
-    /// How this proxy names itself to its peer (the peer's cache of it); default the
-    /// host name.
-    #[arg(long)]
-    name: Option<String>,
+    #[command(flatten)]
+    pair: PairArgs,
     #[command(flatten)]
     dedup: crate::sync_cmd::DedupArgs,
 }
@@ -97,9 +88,9 @@ pub fn run(a: VncArgs, config: &vargr_config::Config) -> Result<()> {
     link.dedup.bits = d.bits;
     link.dedup.group = d.group;
     let settings = VncSettings {
-        secret: secret(&a.secret_file)?,
-        security: a.link_security,
-        name: a.name.clone().unwrap_or_else(vargr_sync::host_name),
+        secret: a.pair.secret()?,
+        security: a.pair.link_security,
+        name: a.pair.name(),
         cache_root: d.cache_root,
         cache: d.cache,
         link,

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use common::proxy_process::Proxy;
 use vargr_rfb::encoding::{HEXTILE, RAW, ZRLE};
 use vargr_rfb::{Framebuffer, PixelFormat};
-use vargr_vnc::{ProxyLimits, ProxyMsg, RecordReader};
+use vargr_vnc::{ProxyLimits, RecordReader};
 
 #[path = "../../vargr-rfb/tests/xvnc_support/mod.rs"]
 mod xvnc_support;
@@ -43,11 +43,22 @@ fn noise_bitmap(dir: &Path, seed: u64) -> String {
 }
 
 /// The far and near proxies, joined with one secret, in front of `server`.
-fn pair(dir: &Path, server: &Xvnc, secret: &str, far_extra: &[&str]) -> (Proxy, Proxy) {
+fn pair(dir: &Path, server_port: u16, secret: &str, far_extra: &[&str]) -> (Proxy, Proxy) {
+    pair_with(dir, server_port, secret, far_extra, &[])
+}
+
+/// [`pair`] with extra arguments for each proxy.
+fn pair_with(
+    dir: &Path,
+    server_port: u16,
+    secret: &str,
+    far_extra: &[&str],
+    near_extra: &[&str],
+) -> (Proxy, Proxy) {
     let secret_file = dir.join("secret");
     std::fs::write(&secret_file, secret).unwrap();
     let s = secret_file.to_str().unwrap();
-    let forward = format!("127.0.0.1:{}", server.port);
+    let forward = format!("127.0.0.1:{server_port}");
     let mut far_args = vec![
         "--serve",
         "127.0.0.1:0",
@@ -61,23 +72,37 @@ fn pair(dir: &Path, server: &Xvnc, secret: &str, far_extra: &[&str]) -> (Proxy, 
     far_args.extend_from_slice(far_extra);
     let far = Proxy::start("vnc", &far_args, &[], &dir.join("far-cache"), 1);
     let peer = format!("127.0.0.1:{}", far.ports[0]);
-    let near = Proxy::start(
-        "vnc",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--peer",
-            &peer,
-            "--name",
-            "near",
-            "--secret-file",
-            s,
-        ],
-        &[],
-        &dir.join("near-cache"),
-        1,
-    );
+    let mut near_args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--peer",
+        &peer,
+        "--name",
+        "near",
+        "--secret-file",
+        s,
+    ];
+    near_args.extend_from_slice(near_extra);
+    let near = Proxy::start("vnc", &near_args, &[], &dir.join("near-cache"), 1);
     (far, near)
+}
+
+/// Another near proxy, in `dir` with a secret of its own, in front of the far proxy
+/// on `far_port`.
+fn near_proxy(dir: &Path, far_port: u16, secret: &str) -> Proxy {
+    std::fs::create_dir_all(dir).unwrap();
+    let secret_file = dir.join("secret");
+    std::fs::write(&secret_file, secret).unwrap();
+    let peer = format!("127.0.0.1:{far_port}");
+    let args = [
+        "--listen",
+        "127.0.0.1:0",
+        "--peer",
+        &peer,
+        "--secret-file",
+        secret_file.to_str().unwrap(),
+    ];
+    Proxy::start("vnc", &args, &[], &dir.join("cache"), 1)
 }
 
 /// A direct Raw read of the server's screen.
@@ -90,7 +115,7 @@ fn direct_screen(server: &mut Xvnc) -> Framebuffer {
 
 /// Reads the whole screen through `v` until it shows `want` as `pf` holds it.
 fn until_shows(v: &mut Viewer, encoding: i32, pf: &PixelFormat, want: &Framebuffer, what: &str) {
-    let want = quantised(want, pf);
+    let want = want.as_seen_in(pf);
     let deadline = Instant::now() + GUARD;
     loop {
         let mut fb = Framebuffer::new(W, H);
@@ -150,28 +175,7 @@ fn replay(path: &Path) -> Framebuffer {
     let mut r = RecordReader::new(f, ProxyLimits::default()).unwrap();
     let mut fb = None;
     while let Some((_, m)) = r.next_record().unwrap() {
-        match m {
-            ProxyMsg::Init { width, height, .. } => fb = Some(Framebuffer::new(width, height)),
-            ProxyMsg::Update(regions) => {
-                for g in regions {
-                    let fb = fb.as_mut().unwrap();
-                    fb.put_rect(g.x, g.y, g.width, g.height, &g.pixels).unwrap();
-                }
-            }
-            ProxyMsg::Copy {
-                src_x,
-                src_y,
-                x,
-                y,
-                width,
-                height,
-            } => {
-                let fb = fb.as_mut().unwrap();
-                fb.copy_rect(src_x, src_y, x, y, width, height).unwrap();
-            }
-            ProxyMsg::Resize { width, height } => fb.as_mut().unwrap().resize(width, height),
-            other => panic!("{other:?} in a recording"),
-        }
+        m.paint_on(&mut fb).unwrap();
     }
     fb.expect("an Init")
 }
@@ -199,7 +203,7 @@ fn viewers_see_the_server_and_a_second_session_finds_the_first_in_the_cache() {
     let rec_arg = rec.to_str().unwrap().to_string();
     let (far, near) = pair(
         dir.path(),
-        &server,
+        server.port,
         &"5e".repeat(32),
         &["--record", &rec_arg],
     );
@@ -286,7 +290,7 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
     let dir = tempfile::tempdir().unwrap();
     let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
     server.x_client("xsetroot", &["-mod", "5", "3", "-fg", "red", "-bg", "blue"]);
-    let (mut far, near) = pair(dir.path(), &server, &"5e".repeat(32), &[]);
+    let (mut far, near) = pair(dir.path(), server.port, &"5e".repeat(32), &[]);
     let near_addr = ("127.0.0.1", near.ports[0]);
     let screen = direct_screen(&mut server);
     let (mut good, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
@@ -330,24 +334,7 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
     );
 
     // A near proxy with the wrong secret cannot start a session: its viewer is closed.
-    let wrong_dir = dir.path().join("wrong");
-    std::fs::create_dir(&wrong_dir).unwrap();
-    std::fs::write(wrong_dir.join("secret"), "77".repeat(32)).unwrap();
-    let peer = format!("127.0.0.1:{}", far.ports[0]);
-    let wrong = Proxy::start(
-        "vnc",
-        &[
-            "--listen",
-            "127.0.0.1:0",
-            "--peer",
-            &peer,
-            "--secret-file",
-            wrong_dir.join("secret").to_str().unwrap(),
-        ],
-        &[],
-        &wrong_dir.join("cache"),
-        1,
-    );
+    let wrong = near_proxy(&dir.path().join("wrong"), far.ports[0], &"77".repeat(32));
     let mut refused = TcpStream::connect(("127.0.0.1", wrong.ports[0])).unwrap();
     assert!(
         closed_within(&mut refused, GUARD),
@@ -382,4 +369,284 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
         "no reason for the lost session:\n{}",
         near.text()
     );
+}
+
+/// A VNC server written here, on a port it returns: connection `k` (from 0) is served
+/// a fixed picture in Raw if `good(k)`, and otherwise answered with a rectangle in an
+/// encoding that does not exist. Runs until the test ends.
+fn fake_server(good: fn(usize) -> bool) -> u16 {
+    use vargr_rfb::{
+        security, Encoder, ProtocolVersion, ServerConfig, ServerEvent, ServerInit, ServerMsg,
+        ServerSide,
+    };
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for (k, sock) in l.incoming().enumerate() {
+            let Ok(mut sock) = sock else { continue };
+            std::thread::spawn(move || {
+                sock.set_read_timeout(Some(GUARD)).unwrap();
+                let mut rfb = ServerSide::new(ServerConfig {
+                    max_version: ProtocolVersion::V3_8,
+                    security_types: vec![security::NONE],
+                    password: None,
+                    challenge: [0; 16],
+                    limits: Default::default(),
+                });
+                let mut fb = Framebuffer::new(W, H);
+                let n = W as u32 * H as u32;
+                let px: Vec<u32> = (0..n)
+                    .map(|i| i.wrapping_mul(2654435761) & 0xffffff)
+                    .collect();
+                fb.put_rect(0, 0, W, H, &px).unwrap();
+                let mut enc = Encoder::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    while let Ok(Some(ev)) = rfb.poll_event() {
+                        match ev {
+                            ServerEvent::ClientInit(_) => rfb
+                                .send_server_init(&ServerInit {
+                                    width: W,
+                                    height: H,
+                                    pixel_format: PixelFormat::RGB888,
+                                    name: b"fake".to_vec(),
+                                })
+                                .unwrap(),
+                            ServerEvent::Message(
+                                vargr_rfb::ClientMsg::FramebufferUpdateRequest {
+                                    incremental: false,
+                                    ..
+                                },
+                            ) if good(k) => {
+                                let pf = rfb.pixel_format().unwrap();
+                                let r = enc.encode(&fb, RAW, 0, 0, W, H, &pf).unwrap();
+                                rfb.send(&ServerMsg::FramebufferUpdate(vec![r])).unwrap();
+                            }
+                            ServerEvent::Message(
+                                vargr_rfb::ClientMsg::FramebufferUpdateRequest { .. },
+                            ) if !good(k) => {
+                                // FramebufferUpdate, one rectangle, encoding 0x7777.
+                                let mut bad = vec![0u8, 0, 0, 1, 0, 0, 0, 0, 0, 8, 0, 8];
+                                bad.extend_from_slice(&0x7777i32.to_be_bytes());
+                                bad.extend_from_slice(&[0; 64]);
+                                let _ = sock.write_all(&rfb.take_output());
+                                let _ = sock.write_all(&bad);
+                            }
+                            _ => {}
+                        }
+                    }
+                    if sock.write_all(&rfb.take_output()).is_err() {
+                        return;
+                    }
+                    match sock.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => rfb.receive(&buf[..n]),
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// What the fake server shows.
+fn fake_picture() -> Framebuffer {
+    let mut fb = Framebuffer::new(W, H);
+    let n = W as u32 * H as u32;
+    let px: Vec<u32> = (0..n)
+        .map(|i| i.wrapping_mul(2654435761) & 0xffffff)
+        .collect();
+    fb.put_rect(0, 0, W, H, &px).unwrap();
+    fb
+}
+
+/// Resident memory of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn a_viewer_that_stops_reading_holds_one_update_and_a_bad_server_ends_only_its_session() {
+    let Some(xvnc) = xvnc_or_skip() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
+    let noise = noise_bitmap(dir.path(), 5);
+    server.x_client(
+        "xsetroot",
+        &["-bitmap", &noise, "-fg", "red", "-bg", "#203040"],
+    );
+    let (_far, near) = pair(dir.path(), server.port, &"5e".repeat(32), &[]);
+    let near_addr = ("127.0.0.1", near.ports[0]);
+    let screen = direct_screen(&mut server);
+    let (mut good, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    until_shows(
+        &mut good,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "the good viewer",
+    );
+
+    // A request for the whole screen in Raw (250 KiB) every millisecond for two
+    // seconds, and never a byte read: the near proxy must hold one update for it, not
+    // a queue of 2000 (500 MB).
+    let (mut greedy, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
+    let before = rss_kib(near.child.id());
+    greedy.sock.set_write_timeout(Some(GUARD)).unwrap();
+    greedy.sock.write_all(&[2, 0, 0, 1, 0, 0, 0, 0]).unwrap(); // SetEncodings [Raw]
+    let mut ask = vec![3, 0, 0, 0, 0, 0];
+    ask.extend_from_slice(&W.to_be_bytes());
+    ask.extend_from_slice(&H.to_be_bytes());
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        greedy.sock.write_all(&ask).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    until_shows(
+        &mut good,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "beside a greedy viewer",
+    );
+    let grown = rss_kib(near.child.id()).saturating_sub(before);
+    println!("the near proxy grew by {grown} KiB beside a viewer that does not read");
+    assert!(grown < 16 << 10, "the near proxy grew by {grown} KiB");
+    drop(greedy);
+
+    // A server that sends an encoding no one knows ends its session, with the
+    // reason, while a session with a good server goes on through the same far proxy.
+    let fake = fake_server(|k| k == 0);
+    let fake_dir = dir.path().join("fake");
+    std::fs::create_dir(&fake_dir).unwrap();
+    let (far2, near_first) = pair(&fake_dir, fake, &"6a".repeat(32), &[]);
+    let (mut first, _, _) = Viewer::open(
+        TcpStream::connect(("127.0.0.1", near_first.ports[0])).unwrap(),
+        None,
+    );
+    let picture = fake_picture();
+    until_shows(
+        &mut first,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &picture,
+        "the good server",
+    );
+    let near_second = near_proxy(&fake_dir.join("second"), far2.ports[0], &"6a".repeat(32));
+    let mut second = TcpStream::connect(("127.0.0.1", near_second.ports[0])).unwrap();
+    assert!(
+        closed_within(&mut second, GUARD),
+        "the bad server's viewer stays connected"
+    );
+    assert!(
+        far2.wait_for(GUARD, |lines| lines
+            .iter()
+            .any(|l| l.contains("session failed") && l.contains("encoding"))),
+        "the far proxy gave no reason:\n{}",
+        far2.text()
+    );
+    assert!(
+        near_second.wait_for(GUARD, |lines| lines.iter().any(|l| l.contains("encoding"))),
+        "the near proxy gave no reason:\n{}",
+        near_second.text()
+    );
+    until_shows(
+        &mut first,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &picture,
+        "the good server's session",
+    );
+}
+
+#[test]
+fn the_far_proxy_answers_the_servers_password_and_the_near_one_asks_viewers_for_theirs() {
+    use vargr_rfb::{security, ClientConfig, ClientEvent, ClientSide};
+    let Some(xvnc) = xvnc_or_skip() else { return };
+    let Some(vncpasswd) = find("vncpasswd").or_else(|| find("tigervncpasswd")) else {
+        return skip("vncpasswd not found (Debian package tigervnc-tools)");
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = std::process::Command::new(vncpasswd)
+        .arg("-f")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    p.stdin.take().unwrap().write_all(b"sesame\n").unwrap();
+    let obfuscated = dir.path().join("xvnc-passwd");
+    std::fs::write(&obfuscated, p.wait_with_output().unwrap().stdout).unwrap();
+    let mut server = Xvnc::start(
+        &xvnc,
+        &[
+            "-SecurityTypes",
+            "VncAuth",
+            "-PasswordFile",
+            obfuscated.to_str().unwrap(),
+        ],
+    );
+    server.x_client(
+        "xsetroot",
+        &["-mod", "4", "4", "-fg", "green", "-bg", "black"],
+    );
+    let (mut direct, _, _) = Viewer::open(server.connect(), Some(b"sesame"));
+    let mut screen = Framebuffer::new(W, H);
+    direct.fetch(&mut screen, RAW, &PixelFormat::RGB888, false);
+
+    let server_pw = dir.path().join("server-pw");
+    std::fs::write(&server_pw, "sesame\n").unwrap();
+    let viewer_pw = dir.path().join("viewer-pw");
+    std::fs::write(&viewer_pw, "open sesame\n").unwrap();
+    let near_extra = ["--viewer-password-file", viewer_pw.to_str().unwrap()];
+    let (far, near) = pair_with(
+        dir.path(),
+        server.port,
+        &"5e".repeat(32),
+        &["--server-password-file", server_pw.to_str().unwrap()],
+        &near_extra,
+    );
+    let near_addr = ("127.0.0.1", near.ports[0]);
+    let (mut v, _, sec) =
+        Viewer::open(TcpStream::connect(near_addr).unwrap(), Some(b"open sesame"));
+    assert_eq!(sec, ClientEvent::Security(security::VNC_AUTH));
+    until_shows(
+        &mut v,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "behind two passwords",
+    );
+
+    // A viewer with the wrong password is refused, with the reason, and the other
+    // viewer goes on.
+    let mut sock = TcpStream::connect(near_addr).unwrap();
+    sock.set_read_timeout(Some(GUARD)).unwrap();
+    let mut c = ClientSide::new(ClientConfig {
+        password: Some(b"sesame".to_vec()),
+        ..ClientConfig::default()
+    });
+    let mut buf = [0u8; 4096];
+    let refused = loop {
+        match c.poll_event() {
+            Err(e) => break e.to_string(),
+            Ok(Some(ClientEvent::ServerInit(_))) => panic!("the wrong password was accepted"),
+            Ok(_) => {}
+        }
+        sock.write_all(&c.take_output()).unwrap();
+        let n = sock.read(&mut buf).unwrap();
+        assert!(n > 0, "closed without a reason");
+        c.receive(&buf[..n]);
+    };
+    assert!(refused.to_lowercase().contains("auth"), "{refused}");
+    until_shows(
+        &mut v,
+        ZRLE,
+        &PixelFormat::RGB888,
+        &screen,
+        "after a wrong password",
+    );
+    drop(far);
 }

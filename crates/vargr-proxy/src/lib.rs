@@ -90,6 +90,7 @@ mod caches;
 mod driver;
 mod error;
 mod service;
+mod setup;
 mod vnc;
 mod wire;
 

@@ -11,17 +11,21 @@ use std::time::{Duration, Instant};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
 use vargr_dedup::protocol::Stats;
 use vargr_net::auth::Secret;
-use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::{Addr, Conn, LinkSecurity, Listener, NetError};
 
 use crate::caches::{save_cache, Caches};
 use crate::driver::{connect_now, reset, Driver, LinkConn};
 use crate::error::{error_chain, ProxyError};
 use crate::pump::{stream_segmenter, Pump, PumpError, PumpSettings};
-use crate::wire::{Hello, Welcome, F_ABORT, F_HELLO, F_WELCOME, MAX_HELLO, PROXY_VERSION};
+use crate::setup::{open_link, serve_links, SetupKinds, MAX_HELLO, SETUP_TIMEOUT};
+use crate::wire::{Hello, Welcome, F_ABORT, F_HELLO, F_WELCOME, PROXY_VERSION};
 
-/// How long handshakes and connects may take.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
+/// The set-up frames of `vargr proxy`'s links.
+const KINDS: SetupKinds = SetupKinds {
+    hello: F_HELLO,
+    welcome: F_WELCOME,
+    abort: F_ABORT,
+};
 
 /// What a proxy process needs, from its caller.
 pub struct ProxySettings {
@@ -230,16 +234,6 @@ impl Proxy {
         peer: &Addr,
     ) -> Result<(LinkConn, SharedCache<DiskCache>, String), ProxyError> {
         let s = &self.settings;
-        let what = peer.to_string();
-        let link = connect_now(peer, SETUP_TIMEOUT).map_err(ProxyError::io(format!(
-            "connecting to the far proxy {what}"
-        )))?;
-        let link = vargr_net::auth::connect(link, &s.secret, 0, s.security, SETUP_TIMEOUT, &what)
-            .map_err(|source| ProxyError::Auth {
-            peer: what.clone(),
-            source,
-        })?;
-        let mut link = LinkConn::new(link);
         let hello = Hello {
             version: PROXY_VERSION,
             name: s.name.clone(),
@@ -249,42 +243,12 @@ impl Proxy {
             group: s.pump.group,
         };
         let body = serde_json::to_vec(&hello).expect("serializable");
-        link.write_frame(F_HELLO, &body)
-            .map_err(ProxyError::io(format!("sending the hello to {what}")))?;
-        // The far proxy connects to the server before it answers.
-        link.conn
-            .set_timeout(Some(SETUP_TIMEOUT * 3))
-            .map_err(ProxyError::io(format!(
-                "setting a timeout on the link to {what}"
-            )))?;
-        let (kind, body) = link
-            .read_frame(MAX_HELLO)
-            .map_err(|source| ProxyError::Setup {
-                what: format!("waiting for the far proxy {what} to connect the server"),
-                source,
-            })?;
-        let refuse = |why: String| Err(ProxyError::Refused(why));
-        let welcome: Welcome = match kind {
-            F_WELCOME => match serde_json::from_slice(&body) {
-                Ok(w) => w,
-                Err(e) => {
-                    return refuse(format!(
-                        "the far proxy {what} sent a malformed welcome: {e}"
-                    ))
-                }
-            },
-            F_ABORT => {
-                return refuse(format!(
-                    "the far proxy {what} refused: {}",
-                    String::from_utf8_lossy(&body)
-                ))
-            }
-            k => {
-                return refuse(format!(
-                    "the far proxy {what} answered with frame type {k}, not a welcome"
-                ))
-            }
-        };
+        let (link, welcome) = open_link(peer, &s.secret, s.security, &KINDS, &body)?;
+        let welcome: Welcome = serde_json::from_slice(&welcome).map_err(|e| {
+            ProxyError::Refused(format!(
+                "the far proxy {peer} sent a malformed welcome: {e}"
+            ))
+        })?;
         let cache = self.caches.get("proxy-to-", &welcome.name)?;
         Ok((link, cache, welcome.name))
     }
@@ -301,29 +265,20 @@ impl Proxy {
             local: &l.local_addr()?,
         });
         let me = self.clone();
-        let gate = Gate::open(
+        let refused = Box::new(move |e: &NetError| (me.report)(Event::Refused { error: e }));
+        let me = self.clone();
+        let each = Arc::new(move |link: LinkConn| {
+            let id = me.next_id();
+            me.far_connection(id, link, &forwards)
+        });
+        serve_links(
             l,
-            self.settings.secret.clone(),
-            GateConfig {
-                deadline: SETUP_TIMEOUT,
-                security: self.settings.security,
-                ..GateConfig::default()
-            },
-            Box::new(move |e| (me.report)(Event::Refused { error: e })),
-        );
-        loop {
-            let link = match gate.accept_timeout(Duration::from_secs(3600)) {
-                Ok(a) => LinkConn::new(a.conn),
-                Err(NetError::Timeout { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let id = self.next_id();
-            let (me, forwards) = (self.clone(), forwards.clone());
-            std::thread::Builder::new()
-                .name(format!("vargr-proxy-{id}"))
-                .spawn(move || me.far_connection(id, link, &forwards))
-                .map_err(ProxyError::io("starting a connection thread"))?;
-        }
+            &self.settings.secret,
+            self.settings.security,
+            "vargr-proxy",
+            refused,
+            each,
+        )
     }
 
     fn far_connection(&self, id: u64, mut link: LinkConn, forwards: &Forwards) {

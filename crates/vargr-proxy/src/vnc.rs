@@ -34,7 +34,6 @@ use serde::{Deserialize, Serialize};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
 use vargr_dedup::protocol::Stats;
 use vargr_net::auth::Secret;
-use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::{Addr, Conn, LinkSecurity, Listener, NetError};
 use vargr_vnc::link::{F_ABORT, F_HELLO, F_WELCOME};
 use vargr_vnc::{
@@ -47,11 +46,15 @@ use crate::driver::{
     connect_now, pollfd, set_nonblocking, tune_link, write_until_blocked, LinkConn, OutBuf,
 };
 use crate::error::{error_chain, ProxyError};
+use crate::setup::{open_link, serve_links, SetupKinds, MAX_HELLO, SETUP_TIMEOUT};
 
 /// Version of the set-up and frames between the two proxies.
 pub const VNC_LINK_VERSION: u32 = 1;
-const SETUP_TIMEOUT: Duration = Duration::from_secs(10);
-const MAX_HELLO: usize = 64 << 10;
+const KINDS: SetupKinds = SetupKinds {
+    hello: F_HELLO,
+    welcome: F_WELCOME,
+    abort: F_ABORT,
+};
 /// Bytes read from a socket per turn, so that one busy peer does not starve others.
 const READ_BUDGET: usize = 1 << 20;
 /// The far proxy sends no new update while this much is still unwritten to the link
@@ -202,9 +205,15 @@ impl VncProxy {
             if let Some(s) = &session {
                 let out = if s.out.len() > 0 { libc::POLLOUT } else { 0 };
                 fds.push(pollfd(&s.link.conn, libc::POLLIN | out));
+                // Viewers' input waits while the link is backed up.
+                let input = if s.out.len() < LINK_BACKLOG {
+                    libc::POLLIN
+                } else {
+                    0
+                };
                 for (id, v) in &s.viewers {
                     let out = if v.out.len() > 0 { libc::POLLOUT } else { 0 };
-                    fds.push(pollfd(&v.conn, libc::POLLIN | out));
+                    fds.push(pollfd(&v.conn, input | out));
                     ids.push(*id);
                 }
             }
@@ -270,18 +279,25 @@ impl VncProxy {
                     gone.push((*id, e));
                 }
             }
-            let result = link_result.and_then(|()| s.turn(&mut gone));
+            // Twice: a viewer whose socket took its last update in the first pass
+            // gets the update its held request asked for in the second.
+            let result = link_result
+                .and_then(|()| s.turn(&mut gone))
+                .and_then(|()| s.write_out(&mut gone))
+                .and_then(|()| s.turn(&mut gone))
+                .and_then(|()| s.write_out(&mut gone));
             for (id, why) in gone {
-                if let Some(v) = s.viewers.remove(&id) {
+                if let Some(mut v) = s.viewers.remove(&id) {
                     s.near.remove_viewer(id);
-                    let _ = write_until_blocked(&mut { v.conn }, &v.out.data);
+                    // A refusal's reason, if the socket takes it.
+                    let _ = v.out.write_to(&mut v.conn);
                     (self.report)(VncEvent::ViewerLeft {
                         id: id.0,
                         error: why.as_deref(),
                     });
                 }
             }
-            if let Err(e) = result.and_then(|()| s.write_out()) {
+            if let Err(e) = result {
                 self.end_near(session.take().expect("running"), Some(e));
             } else if s.viewers.is_empty() {
                 self.end_near(session.take().expect("running"), None);
@@ -319,54 +335,20 @@ impl VncProxy {
     /// Connects to the far proxy: authentication, hello, welcome.
     fn near_setup(&self, peer: &Addr) -> Result<NearSession, ProxyError> {
         let s = &self.settings;
-        let what = peer.to_string();
-        let conn = connect_now(peer, SETUP_TIMEOUT).map_err(ProxyError::io(format!(
-            "connecting to the far proxy {what}"
-        )))?;
-        let conn = vargr_net::auth::connect(conn, &s.secret, 0, s.security, SETUP_TIMEOUT, &what)
-            .map_err(|source| ProxyError::Auth {
-            peer: what.clone(),
-            source,
-        })?;
-        let mut link = LinkConn::new(conn);
         let hello = Hello {
             version: VNC_LINK_VERSION,
             name: s.name.clone(),
             fp_bits: s.link.dedup.bits.get(),
             group: s.link.dedup.group,
         };
-        link.write_frame(F_HELLO, &serde_json::to_vec(&hello).expect("serializable"))
-            .map_err(ProxyError::io(format!("sending the hello to {what}")))?;
-        // The far proxy reaches the VNC server before it answers.
-        link.conn
-            .set_timeout(Some(SETUP_TIMEOUT * 3))
-            .map_err(ProxyError::io(format!(
-                "setting a timeout on the link to {what}"
-            )))?;
-        let (kind, body) = link
-            .read_frame(MAX_HELLO)
-            .map_err(|source| ProxyError::Setup {
-                what: format!("waiting for the far proxy {what} to reach the VNC server"),
-                source,
-            })?;
-        let welcome: Welcome = match kind {
-            F_WELCOME => serde_json::from_slice(&body).map_err(|e| {
-                ProxyError::Refused(format!(
-                    "the far proxy {what} sent a malformed welcome: {e}"
-                ))
-            })?,
-            F_ABORT => {
-                return Err(ProxyError::Refused(format!(
-                    "the far proxy {what} refused: {}",
-                    String::from_utf8_lossy(&body)
-                )))
-            }
-            k => {
-                return Err(ProxyError::Refused(format!(
-                    "the far proxy {what} answered with frame type {k}, not a welcome"
-                )))
-            }
-        };
+        let body = serde_json::to_vec(&hello).expect("serializable");
+        let (link, welcome) = open_link(peer, &s.secret, s.security, &KINDS, &body)?;
+        let welcome: Welcome = serde_json::from_slice(&welcome).map_err(|e| {
+            ProxyError::Refused(format!(
+                "the far proxy {peer} sent a malformed welcome: {e}"
+            ))
+        })?;
+        let what = peer.to_string();
         let cache = self.caches.get("vnc-to-", &welcome.name)?;
         let nl = NearLink::new(&s.link, cache.clone()).map_err(vnc_error)?;
         let near = NearSide::new(NearConfig {
@@ -404,29 +386,17 @@ impl VncProxy {
             forward: &forward,
         });
         let me = self.clone();
-        let gate = Gate::open(
+        let refused = Box::new(move |e: &NetError| (me.report)(VncEvent::Refused { error: e }));
+        let me = self.clone();
+        let each = Arc::new(move |link: LinkConn| me.far_session(link, &forward));
+        serve_links(
             l,
-            self.settings.secret.clone(),
-            GateConfig {
-                deadline: SETUP_TIMEOUT,
-                security: self.settings.security,
-                ..GateConfig::default()
-            },
-            Box::new(move |e| (me.report)(VncEvent::Refused { error: e })),
-        );
-        let forward = Arc::new(forward);
-        loop {
-            let link = match gate.accept_timeout(Duration::from_secs(3600)) {
-                Ok(a) => LinkConn::new(a.conn),
-                Err(NetError::Timeout { .. }) => continue,
-                Err(e) => return Err(e.into()),
-            };
-            let (me, forward) = (self.clone(), forward.clone());
-            std::thread::Builder::new()
-                .name("vargr-vnc-far".into())
-                .spawn(move || me.far_session(link, &forward))
-                .map_err(ProxyError::io("starting a session thread"))?;
-        }
+            &self.settings.secret,
+            self.settings.security,
+            "vargr-vnc-far",
+            refused,
+            each,
+        )
     }
 
     fn far_session(&self, mut link: LinkConn, forward: &Addr) {
@@ -595,8 +565,14 @@ impl VncProxy {
             } else {
                 0
             };
+            // The near side's input waits while the server does not take it.
+            let link_in = if run.server_out.len() < LINK_BACKLOG {
+                libc::POLLIN
+            } else {
+                0
+            };
             let mut fds = [
-                pollfd(&run.link.conn, libc::POLLIN | link_out),
+                pollfd(&run.link.conn, link_in | link_out),
                 pollfd(&run.server, libc::POLLIN | server_out),
             ];
             poll(&mut fds, -1).map_err(|e| e.to_string())?;
@@ -685,6 +661,11 @@ impl NearSession {
 
     /// Runs the near side over what arrived and queues what it answers.
     fn turn(&mut self, gone: &mut Vec<(ViewerId, Option<String>)>) -> Result<(), String> {
+        for (&id, v) in &self.viewers {
+            self.near
+                .hold_viewer(id, v.out.len() > 0)
+                .expect("listed viewer");
+        }
         let failed = self
             .near
             .process()
@@ -705,25 +686,20 @@ impl NearSession {
         Ok(())
     }
 
-    fn write_out(&mut self) -> Result<(), String> {
+    /// Writes what the sockets take; viewers whose socket failed join `gone`.
+    fn write_out(&mut self, gone: &mut Vec<(ViewerId, Option<String>)>) -> Result<(), String> {
         if self.out.len() > 0 {
             self.link_out +=
                 self.out
                     .write_to(&mut self.link.conn)
                     .map_err(|e| format!("writing to the far proxy: {e}"))? as u64;
         }
-        let mut broken = Vec::new();
         for (&id, v) in &mut self.viewers {
-            if v.out.len() > 0 {
+            if v.out.len() > 0 && !gone.iter().any(|(g, _)| *g == id) {
                 if let Err(e) = v.out.write_to(&mut v.conn) {
-                    broken.push((id, e));
+                    gone.push((id, Some(format!("writing to the viewer: {e}"))));
                 }
             }
-        }
-        for (id, _) in broken {
-            // Closed on the next read, which sees the end or the error.
-            self.viewers.remove(&id);
-            self.near.remove_viewer(id);
         }
         Ok(())
     }

@@ -23,8 +23,6 @@ pub(crate) const CH_EOF: u32 = 1;
 pub const WINDOW: u64 = 8 << 20;
 /// Largest link frame body, and the largest decompressed DATA frame.
 pub const MAX_FRAME: usize = 8 << 20;
-/// Largest hello or welcome.
-pub(crate) const MAX_HELLO: usize = 64 << 10;
 
 /// Near → far, first frame after authentication.
 #[derive(Debug, Serialize, Deserialize)]

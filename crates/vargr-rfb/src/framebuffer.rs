@@ -147,6 +147,16 @@ impl Framebuffer {
 
     /// Changes the size, keeping the pixels of the area both sizes share and making
     /// new ones black.
+    /// The picture as a viewer in `pf` sees it: each pixel through the format and
+    /// back (fewer bits per channel lose the low ones).
+    pub fn as_seen_in(&self, pf: &crate::PixelFormat) -> Framebuffer {
+        let mut q = self.clone();
+        for p in &mut q.pixels {
+            *p = pf.to_rgb(pf.from_rgb(*p));
+        }
+        q
+    }
+
     pub fn resize(&mut self, width: u16, height: u16) {
         let mut next = Framebuffer::new(width, height);
         let (w, h) = (self.width.min(width), self.height.min(height));

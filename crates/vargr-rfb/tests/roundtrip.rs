@@ -2,25 +2,15 @@
 //! FramebufferUpdate through the message decoder, painted, and compared with the
 //! image as the pixel format can hold it.
 
-use bytes::BytesMut;
 use vargr_rfb::encoding::{HEXTILE, RAW, RRE, TIGHT, ZRLE};
-use vargr_rfb::{
-    Decoder, Encoder, Framebuffer, Limits, PixelFormat, Rect, ServerMsg, UpdateContext,
-};
+use vargr_rfb::{Decoder, Encoder, Framebuffer, Limits, PixelFormat};
 
 const W: u16 = 150;
 const H: u16 = 83;
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-}
+mod pictures;
+
+use pictures::{transmit, Lcg};
 
 fn image(kind: &str) -> Framebuffer {
     let mut fb = Framebuffer::new(W, H);
@@ -80,43 +70,12 @@ fn formats() -> Vec<(&'static str, PixelFormat)> {
     ]
 }
 
-/// The image as `pf` can hold it.
-fn quantised(fb: &Framebuffer, pf: &PixelFormat) -> Framebuffer {
-    let mut q = Framebuffer::new(fb.width(), fb.height());
-    let px: Vec<u32> = fb
-        .pixels()
-        .iter()
-        .map(|&c| pf.to_rgb(pf.from_rgb(c)))
-        .collect();
-    q.put_rect(0, 0, fb.width(), fb.height(), &px).unwrap();
-    q
-}
-
-/// Sends rectangles through the message layer, then paints them.
-fn transmit(rects: Vec<Rect>, pf: &PixelFormat, dec: &mut Decoder, fb: &mut Framebuffer) {
-    let mut wire = BytesMut::new();
-    ServerMsg::FramebufferUpdate(rects.clone()).encode(&mut wire);
-    let mut ctx = UpdateContext {
-        pixel_format: *pf,
-        width: fb.width(),
-        height: fb.height(),
-    };
-    let msg = ServerMsg::decode(&mut wire, &mut ctx, &Limits::default())
-        .unwrap()
-        .unwrap();
-    assert!(wire.is_empty());
-    assert_eq!(msg, ServerMsg::FramebufferUpdate(rects.clone()));
-    for r in &rects {
-        dec.apply(r, pf, fb).unwrap();
-    }
-}
-
 #[test]
 fn every_encoding_round_trips_every_image_in_every_format() {
     for kind in ["solid", "gradient", "random", "text", "blocks"] {
         let src = image(kind);
         for (pf_name, pf) in formats() {
-            let want = quantised(&src, &pf);
+            let want = src.as_seen_in(&pf);
             for enc in [RAW, RRE, HEXTILE, ZRLE, TIGHT] {
                 let mut encoder = Encoder::new();
                 let mut decoder = Decoder::new(Limits::default());
@@ -124,7 +83,7 @@ fn every_encoding_round_trips_every_image_in_every_format() {
                 // The whole screen, then overlapping odd-sized parts over a blank
                 // screen: partial tiles, and ZRLE's stream continued across rectangles.
                 transmit(
-                    vec![encoder.encode(&src, enc, 0, 0, W, H, &pf).unwrap()],
+                    &[encoder.encode(&src, enc, 0, 0, W, H, &pf).unwrap()],
                     &pf,
                     &mut decoder,
                     &mut got,
@@ -138,11 +97,11 @@ fn every_encoding_round_trips_every_image_in_every_format() {
                     (0, 40, 66, 43),
                     (1, 1, 0, 0),
                 ];
-                let rects = parts
+                let rects: Vec<_> = parts
                     .iter()
                     .map(|&(x, y, w, h)| encoder.encode(&src, enc, x, y, w, h, &pf).unwrap())
                     .collect();
-                transmit(rects, &pf, &mut decoder, &mut got);
+                transmit(&rects, &pf, &mut decoder, &mut got);
                 assert!(got == want, "{kind} {pf_name} encoding {enc}: in parts");
             }
         }

@@ -3,67 +3,12 @@
 //! areas that must be split, level changes, hand-checked bytes, and its sizes beside
 //! ZRLE's.
 
-use bytes::BytesMut;
 use vargr_rfb::encoding::{TIGHT, TIGHT_MAX_PIXELS, TIGHT_MAX_WIDTH, ZRLE};
-use vargr_rfb::{
-    Decoder, Encoder, Framebuffer, Limits, PixelFormat, Rect, RfbError, ServerMsg, UpdateContext,
-};
+use vargr_rfb::{Decoder, Encoder, Framebuffer, Limits, PixelFormat, Rect, RfbError};
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-}
+mod pictures;
 
-/// An image of one kind, `w × h`.
-fn image(kind: &str, w: u16, h: u16) -> Framebuffer {
-    let mut rng = Lcg(w as u64 * 31 + h as u64);
-    let mut px = Vec::with_capacity(w as usize * h as usize);
-    for y in 0..h as u32 {
-        for x in 0..w as u32 {
-            px.push(match kind {
-                "solid" => 0x3366cc,
-                // Dark strokes on white: two colours.
-                "text" => {
-                    if (x % 7 < 2 && y % 11 < 8) || (y % 11 == 3 && x % 7 < 5) {
-                        0x101010
-                    } else {
-                        0xf0f0f0
-                    }
-                }
-                // 120 colours in blocks: the one-byte palette.
-                "blocks" => ((x / 5 + y / 9 * 13) % 120) * 0x020301,
-                // A smooth picture with a little noise, like a photograph.
-                "photo" => {
-                    let (fx, fy) = (x as f64 / 23.0, y as f64 / 17.0);
-                    let mut ch = |phase: f64| {
-                        let v = 128.0 + 90.0 * (fx + phase).sin() * (fy - phase).cos();
-                        (v as i32 + (rng.next() % 5) as i32 - 2).clamp(0, 255) as u32
-                    };
-                    ch(0.0) << 16 | ch(1.0) << 8 | ch(2.0)
-                }
-                "noise" => rng.next() & 0xffffff,
-                // Text over a photograph's gradient: many colours and sharp edges.
-                "mixed" => {
-                    if x % 9 < 2 && y % 13 < 9 {
-                        0x000000
-                    } else {
-                        (x * 255 / w as u32) << 16 | (y * 255 / h as u32) << 8 | 0x40
-                    }
-                }
-                _ => unreachable!("{kind}"),
-            });
-        }
-    }
-    let mut fb = Framebuffer::new(w, h);
-    fb.put_rect(0, 0, w, h, &px).unwrap();
-    fb
-}
+use pictures::{image, transmit};
 
 const KINDS: [&str; 6] = ["solid", "text", "blocks", "photo", "noise", "mixed"];
 
@@ -94,36 +39,6 @@ fn formats() -> Vec<(&'static str, PixelFormat)> {
     ]
 }
 
-fn quantised(fb: &Framebuffer, pf: &PixelFormat) -> Framebuffer {
-    let mut q = Framebuffer::new(fb.width(), fb.height());
-    let px: Vec<u32> = fb
-        .pixels()
-        .iter()
-        .map(|&c| pf.to_rgb(pf.from_rgb(c)))
-        .collect();
-    q.put_rect(0, 0, fb.width(), fb.height(), &px).unwrap();
-    q
-}
-
-/// Sends rectangles through the message layer, then paints them.
-fn transmit(rects: &[Rect], pf: &PixelFormat, dec: &mut Decoder, fb: &mut Framebuffer) {
-    let mut wire = BytesMut::new();
-    ServerMsg::FramebufferUpdate(rects.to_vec()).encode(&mut wire);
-    let mut ctx = UpdateContext {
-        pixel_format: *pf,
-        width: fb.width(),
-        height: fb.height(),
-    };
-    let msg = ServerMsg::decode(&mut wire, &mut ctx, &Limits::default())
-        .unwrap()
-        .unwrap();
-    assert!(wire.is_empty());
-    assert_eq!(msg, ServerMsg::FramebufferUpdate(rects.to_vec()));
-    for r in rects {
-        dec.apply(r, pf, fb).unwrap();
-    }
-}
-
 /// The compression type of a Tight rectangle: 8 fill, else stream | 4 when a filter id
 /// follows; and that filter id.
 fn kind(r: &Rect) -> (u8, Option<u8>) {
@@ -142,7 +57,7 @@ fn every_image_round_trips_in_every_format_over_one_connection() {
     for (pf_name, pf) in formats() {
         for kind_name in KINDS {
             let src = image(kind_name, w, h);
-            let want = quantised(&src, &pf);
+            let want = src.as_seen_in(&pf);
             let mut got = Framebuffer::new(w, h);
             let whole = enc.encode(&src, TIGHT, 0, 0, w, h, &pf).unwrap();
             transmit(&[whole], &pf, &mut dec, &mut got);
@@ -236,7 +151,7 @@ fn wide_and_large_areas_are_split_into_legal_rectangles() {
             }
             let mut got = Framebuffer::new(w, h);
             transmit(&rects, &pf, &mut Decoder::new(Limits::default()), &mut got);
-            assert!(got == quantised(&src, &pf), "{kind_name} {pf_name}");
+            assert!(got == src.as_seen_in(&pf), "{kind_name} {pf_name}");
         }
     }
     // One rectangle cannot hold it; nothing is appended when the area is outside.

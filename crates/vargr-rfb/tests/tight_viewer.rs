@@ -29,16 +29,7 @@ const W: u16 = 2100;
 const H: u16 = 300;
 const NAME: &str = "vargr-tight-viewer-test";
 
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> u32 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) as u32
-    }
-}
+mod pictures;
 
 /// The areas the picture is sent as, each of one kind.
 fn areas() -> Vec<(&'static str, u16, u16, u16, u16)> {
@@ -54,43 +45,9 @@ fn areas() -> Vec<(&'static str, u16, u16, u16, u16)> {
 
 fn picture() -> Framebuffer {
     let mut fb = Framebuffer::new(W, H);
-    let mut rng = Lcg(11);
     for (kind, ax, ay, w, h) in areas() {
-        let mut px = Vec::new();
-        for y in 0..h as u32 {
-            for x in 0..w as u32 {
-                px.push(match kind {
-                    "solid" => 0x2a6f3c,
-                    "text" => {
-                        if (x % 7 < 2 && y % 11 < 8) || (y % 11 == 3 && x % 7 < 5) {
-                            0x101060
-                        } else {
-                            0xf4f0e8
-                        }
-                    }
-                    // 24 colours in large blocks: the one-byte palette.
-                    "blocks" => ((x / 25 + y / 40 * 7) % 24) * 0x0a0705,
-                    "photo" => {
-                        let (fx, fy) = (x as f64 / 23.0, y as f64 / 17.0);
-                        let mut ch = |phase: f64| {
-                            let v = 128.0 + 90.0 * (fx + phase).sin() * (fy - phase).cos();
-                            (v as i32 + (rng.next() % 5) as i32 - 2).clamp(0, 255) as u32
-                        };
-                        ch(0.0) << 16 | ch(1.0) << 8 | ch(2.0)
-                    }
-                    "noise" => rng.next() & 0xffffff,
-                    "mixed" => {
-                        if x % 9 < 2 && y % 13 < 9 {
-                            0x000000
-                        } else {
-                            (x * 255 / w as u32) << 16 | (y * 255 / h as u32) << 8 | 0x40
-                        }
-                    }
-                    _ => unreachable!(),
-                });
-            }
-        }
-        fb.put_rect(ax, ay, w, h, &px).unwrap();
+        let part = pictures::image(kind, w, h);
+        fb.put_rect(ax, ay, w, h, part.pixels()).unwrap();
     }
     fb
 }

@@ -78,7 +78,7 @@ fn real_server_updates_decode_the_same_in_every_encoding() {
                 used.iter().all(|&e| e == enc),
                 "asked for {enc}, got {used:?}"
             );
-            assert!(fb == quantised(&raw, &pf), "encoding {enc} in {pf:?}");
+            assert!(fb == raw.as_seen_in(&pf), "encoding {enc} in {pf:?}");
         }
     }
     // Changes, seen through incremental updates on top of the last screen.

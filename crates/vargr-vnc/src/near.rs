@@ -51,6 +51,9 @@ struct Viewer {
     /// (src x, src y, x, y, width, height).
     copy: Option<(u16, u16, u16, u16, u16, u16)>,
     failed: bool,
+    /// The caller's connection to this viewer still has bytes to write: keep its
+    /// request for later, so a viewer that stops reading holds one update, no more.
+    held: bool,
 }
 
 pub struct NearSide {
@@ -120,9 +123,17 @@ impl NearSide {
                 resized: false,
                 copy: None,
                 failed: false,
+                held: false,
             },
         );
         id
+    }
+
+    /// Whether to hold back updates for a viewer (its socket has not taken the last
+    /// one yet). Its request waits; what changes meanwhile joins the next update.
+    pub fn hold_viewer(&mut self, id: ViewerId, held: bool) -> Result<(), VncError> {
+        self.viewer(id)?.held = held;
+        Ok(())
     }
 
     /// Forgets a viewer (its connection closed, or it failed).
@@ -337,6 +348,9 @@ impl NearSide {
             })?;
             v.awaits_init = false;
             v.dirty = Some(Dirty::all(mirror.width(), mirror.height()));
+        }
+        if v.held {
+            return Ok(());
         }
         let (Some(dirty), Some((incremental, x, y, w, h))) = (&mut v.dirty, v.request) else {
             return Ok(());

@@ -6,7 +6,7 @@
 //! the same bytes whatever the server's encoding, which the dedup layer relies on.
 
 use bytes::{Buf, BufMut, BytesMut};
-use vargr_rfb::{ClientMsg, Limits};
+use vargr_rfb::{ClientMsg, Framebuffer, Limits};
 
 use crate::VncError;
 
@@ -109,6 +109,39 @@ impl ProxyMsg {
             ProxyMsg::Request { .. } => "Request",
             ProxyMsg::Copy { .. } => "Copy",
         }
+    }
+
+    /// Paints a screen message (Init, Update, Copy, Resize) on `screen`, as a viewer of
+    /// the stream would; the others leave it alone. For replays of recordings.
+    pub fn paint_on(&self, screen: &mut Option<Framebuffer>) -> Result<(), VncError> {
+        if let ProxyMsg::Init { width, height, .. } = self {
+            *screen = Some(Framebuffer::new(*width, *height));
+            return Ok(());
+        }
+        let Some(fb) = screen else {
+            return Err(VncError::Unexpected {
+                message: self.name(),
+                when: "before Init",
+            });
+        };
+        match self {
+            ProxyMsg::Update(regions) => {
+                for r in regions {
+                    fb.put_rect(r.x, r.y, r.width, r.height, &r.pixels)?;
+                }
+            }
+            ProxyMsg::Copy {
+                src_x,
+                src_y,
+                x,
+                y,
+                width,
+                height,
+            } => fb.copy_rect(*src_x, *src_y, *x, *y, *width, *height)?,
+            ProxyMsg::Resize { width, height } => fb.resize(*width, *height),
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Appends the message. An Input must be a KeyEvent, PointerEvent or

@@ -143,7 +143,7 @@ impl Pair {
             if self
                 .viewers
                 .iter()
-                .all(|v| v.fb.as_ref() == Some(&quantised(direct, &v.pf)))
+                .all(|v| v.fb.as_ref() == Some(&direct.as_seen_in(&v.pf)))
             {
                 return;
             }

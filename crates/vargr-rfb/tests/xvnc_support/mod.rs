@@ -245,14 +245,3 @@ impl Viewer {
         used
     }
 }
-
-pub fn quantised(fb: &Framebuffer, pf: &PixelFormat) -> Framebuffer {
-    let mut q = Framebuffer::new(fb.width(), fb.height());
-    let px: Vec<u32> = fb
-        .pixels()
-        .iter()
-        .map(|&c| pf.to_rgb(pf.from_rgb(c)))
-        .collect();
-    q.put_rect(0, 0, fb.width(), fb.height(), &px).unwrap();
-    q
-}
