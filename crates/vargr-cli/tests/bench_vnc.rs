@@ -17,7 +17,7 @@ use std::time::Duration;
 use common::{vargr, wait_guarded};
 use serde_json::Value;
 use vargr_rfb::Framebuffer;
-use vargr_vnc::{ProxyLimits, ProxyMsg, RecordReader};
+use vargr_vnc::{ProxyLimits, RecordReader};
 
 #[path = "../../vargr-rfb/tests/xvnc_support/mod.rs"]
 mod xvnc_support;
@@ -69,29 +69,7 @@ fn recording_final_hash(path: &Path) -> String {
         RecordReader::new(std::fs::File::open(path).unwrap(), ProxyLimits::default()).unwrap();
     let mut fb: Option<Framebuffer> = None;
     while let Some((_, m)) = r.next_record().unwrap() {
-        match m {
-            ProxyMsg::Init { width, height, .. } => fb = Some(Framebuffer::new(width, height)),
-            ProxyMsg::Update(regions) => {
-                for g in regions {
-                    let f = fb.as_mut().unwrap();
-                    f.put_rect(g.x, g.y, g.width, g.height, &g.pixels).unwrap();
-                }
-            }
-            ProxyMsg::Copy {
-                src_x,
-                src_y,
-                x,
-                y,
-                width,
-                height,
-            } => fb
-                .as_mut()
-                .unwrap()
-                .copy_rect(src_x, src_y, x, y, width, height)
-                .unwrap(),
-            ProxyMsg::Resize { width, height } => fb.as_mut().unwrap().resize(width, height),
-            other => panic!("{other:?} in a recording"),
-        }
+        m.paint_on(&mut fb).unwrap();
     }
     let fb = fb.unwrap();
     let seed = (fb.width() as u64) << 16 | fb.height() as u64;

@@ -59,28 +59,6 @@ pub fn screen_hash(fb: &Framebuffer) -> u64 {
     xxhash_rust::xxh3::xxh3_64_with_seed(bytemuck::cast_slice(fb.pixels()), seed)
 }
 
-/// Applies a recorded message to a screen (what the replay server's mirror does).
-pub fn apply(fb: &mut Framebuffer, msg: &ProxyMsg) -> Result<()> {
-    match msg {
-        ProxyMsg::Update(regions) => {
-            for r in regions {
-                fb.put_rect(r.x, r.y, r.width, r.height, &r.pixels)?;
-            }
-        }
-        &ProxyMsg::Copy {
-            src_x,
-            src_y,
-            x,
-            y,
-            width,
-            height,
-        } => fb.copy_rect(src_x, src_y, x, y, width, height)?,
-        &ProxyMsg::Resize { width, height } => fb.resize(width, height),
-        other => bail!("{} in a recording's updates", other.name()),
-    }
-    Ok(())
-}
-
 /// Reads a recording and cuts it into steps. Every server update ends with an Update
 /// (vargr-vnc's `FarSide::poll_recorded`); an Update followed at the same instant by
 /// a Copy or Resize is the first part of one update, not its end.
@@ -107,11 +85,22 @@ pub fn load(path: &Path) -> Result<Recording> {
     else {
         bail!("{}: a recording starts with Init", path.display());
     };
-    let mut fb = Framebuffer::new(width, height);
+    let mut screen = Some(Framebuffer::new(width, height));
     let (mut steps, mut hashes) = (Vec::new(), Vec::new());
     let mut msgs = Vec::new();
     while let Some((at, msg)) = it.next() {
-        apply(&mut fb, &msg).with_context(|| format!("{}", path.display()))?;
+        ensure!(
+            matches!(
+                msg,
+                ProxyMsg::Update(_) | ProxyMsg::Copy { .. } | ProxyMsg::Resize { .. }
+            ),
+            "{}: {} among a recording's updates",
+            path.display(),
+            msg.name()
+        );
+        msg.paint_on(&mut screen)
+            .with_context(|| format!("{}", path.display()))?;
+        let fb = screen.as_ref().expect("set above");
         let ends = matches!(msg, ProxyMsg::Update(_))
             && !matches!(it.peek(), Some((t, ProxyMsg::Copy { .. } | ProxyMsg::Resize { .. })) if *t == at);
         msgs.push(msg);
@@ -120,7 +109,7 @@ pub fn load(path: &Path) -> Result<Recording> {
                 at,
                 msgs: std::mem::take(&mut msgs),
             });
-            hashes.push(screen_hash(&fb));
+            hashes.push(screen_hash(fb));
         }
     }
     ensure!(!steps.is_empty(), "{}: no updates recorded", path.display());
