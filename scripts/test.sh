@@ -30,9 +30,15 @@ need pkg-config || apt_install pkg-config
 if [ "$(id -u)" = 0 ] && [ -x /usr/sbin/sshd ]; then
   export VARGR_REQUIRE_SSHD=1
 fi
-# vargr-rfb's tests decode a real VNC server's updates: TigerVNC's Xvnc, with vncpasswd
-# for its VNC authentication and xsetroot to draw on it.
-{ need Xvnc && need vncpasswd && need xsetroot; } || apt_install tigervnc-standalone-server tigervnc-tools x11-xserver-utils
+# Varg's tests use real VNC parts: TigerVNC's Xvnc (vncpasswd for its VNC authentication,
+# xsetroot to draw on it), real viewers under Xvfb captured with xwd (TigerVNC's vncviewer,
+# xtightvncviewer, vncsnapshot with djpeg), and the X programs of bench/vnc/session.sh.
+vnc_tools="Xvnc vncpasswd xsetroot vncviewer xtightvncviewer vncsnapshot Xvfb xwd xclock xdotool xterm feh gnuplot pnmcat djpeg"
+all_present=1
+for t in $vnc_tools; do need "$t" || all_present=0; done
+[ "$all_present" = 1 ] || apt_install tigervnc-standalone-server tigervnc-tools tigervnc-viewer \
+  xtightvncviewer vncsnapshot xvfb x11-apps x11-xserver-utils xdotool xterm feh gnuplot-x11 \
+  netpbm libjpeg-turbo-progs
 if need Xvnc; then
   export VARGR_REQUIRE_XVNC=1
 fi

@@ -82,8 +82,12 @@ impl Xvnc {
                 .local_addr()
                 .unwrap()
                 .port();
+            // One file per attempt: a failed attempt's drop removes its log, which
+            // must not be the log of the test that holds this display.
+            static ATTEMPT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let attempt = ATTEMPT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let log = std::env::temp_dir().join(format!(
-                "{}-xvnc-{}-{display}.log",
+                "{}-xvnc-{}-{display}-{attempt}.log",
                 env!("CARGO_PKG_NAME"),
                 std::process::id()
             ));
