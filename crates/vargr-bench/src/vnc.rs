@@ -63,6 +63,10 @@ const METHODS: [&str; 5] = [
     "varg",
 ];
 
+/// Methods run only when asked for: `varg-tiles` is the pair with the far proxy's
+/// `--regions tiles`, which separates what Varg's regions cost from the rest.
+const EXTRA_METHODS: [&str; 1] = ["varg-tiles"];
+
 #[derive(Args, Clone, Debug)]
 pub struct VncBenchArgs {
     /// Write the rows as JSON, to PATH or bench/results/vnc.json.
@@ -81,8 +85,10 @@ pub struct VncBenchArgs {
     /// 0.38 MB/s), tromso (120 ms, 0.20 MB/s); default all three.
     #[arg(long, value_delimiter = ',', value_parser = ["boston", "san-diego", "tromso"])]
     profiles: Vec<String>,
-    /// Methods (comma-separated; default all).
-    #[arg(long, value_delimiter = ',', value_parser = METHODS)]
+    /// Methods (comma-separated): direct-raw, direct-hextile, direct-zrle,
+    /// direct-tight, varg (default all five), and varg-tiles (the pair cutting changes
+    /// into tiles instead of Varg's regions).
+    #[arg(long, value_delimiter = ',', value_parser = [METHODS.as_slice(), EXTRA_METHODS.as_slice()].concat())]
     methods: Vec<String>,
     /// Length of a new recording, in seconds (the session script's SECONDS).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..))]
@@ -126,7 +132,8 @@ fn route(method: &str) -> Route {
         "direct-hextile" => Route::Direct(HEXTILE),
         "direct-zrle" => Route::Direct(ZRLE),
         "direct-tight" => Route::Direct(TIGHT),
-        _ => Route::Varg,
+        "varg-tiles" => Route::Varg { tiles: true },
+        _ => Route::Varg { tiles: false },
     }
 }
 
@@ -306,7 +313,7 @@ pub fn run(a: VncBenchArgs, programs: &Programs) -> Result<()> {
         .map(|n| *PROFILES.iter().find(|p| p.0 == n).expect("clap checked"))
         .collect();
     let methods = chosen(&a.methods, &METHODS);
-    let vargr = if methods.contains(&"varg") {
+    let vargr = if methods.iter().any(|m| m.starts_with("varg")) {
         Some(programs.vargr()?.to_path_buf())
     } else {
         None

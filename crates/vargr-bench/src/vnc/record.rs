@@ -150,6 +150,19 @@ impl Drop for Xvnc {
     }
 }
 
+/// Makes `cmd`'s process get SIGTERM when this thread ends, so that an interrupted
+/// benchmark leaves no Xvnc, session or proxy behind (Drop does not run on a signal).
+pub fn end_with_us(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(2) is async-signal-safe and touches only the child's own state.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        })
+    }
+}
+
 /// `program` on the PATH.
 pub fn find(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
@@ -180,7 +193,7 @@ impl Xvnc {
                 "vargr-bench-vnc-{}-{display}.log",
                 std::process::id()
             ));
-            let child = Command::new(&xvnc)
+            let child = end_with_us(&mut Command::new(&xvnc))
                 .arg(format!(":{display}"))
                 .args(["-geometry", &format!("{width}x{height}"), "-depth", "24"])
                 .args(["-rfbport", &port.to_string(), "-interface", "127.0.0.1"])
@@ -304,7 +317,7 @@ pub fn ensure(plan: &RecordPlan) -> Result<bool> {
 fn draw(plan: &RecordPlan, display: u32) -> Result<()> {
     let log = plan.path.with_extension("session.log");
     let out = std::fs::File::create(&log)?;
-    let mut child = Command::new("bash")
+    let mut child = end_with_us(&mut Command::new("bash"))
         .arg(plan.script)
         .arg(plan.session)
         .env("DISPLAY", format!(":{display}"))

@@ -38,8 +38,9 @@ pub enum Route {
     /// Viewer → relay → replay server, in this encoding.
     Direct(i32),
     /// Viewer → near `vargr vnc` → relay → far `vargr vnc` → replay server; the viewer
-    /// takes ZRLE from the near proxy (that hop is the LAN).
-    Varg,
+    /// takes ZRLE from the near proxy (that hop is the LAN). The far proxy cuts changes
+    /// into Varg's regions (its default) or, with `tiles`, into 32-pixel tiles.
+    Varg { tiles: bool },
 }
 
 /// What one replay measured.
@@ -89,7 +90,7 @@ pub fn replay(
     let result = (|| {
         let (relay_to, encoding, proxies) = match route {
             Route::Direct(enc) => (server_addr, enc, None),
-            Route::Varg => {
+            Route::Varg { tiles } => {
                 let secret = random_secret()?;
                 let far = ProxyProc::start(
                     vargr,
@@ -100,6 +101,8 @@ pub fn replay(
                         &server_addr.to_string(),
                         "--name",
                         "far",
+                        "--regions",
+                        if tiles { "tiles" } else { "varg" },
                     ],
                     &secret,
                     &scratch.join("far-cache"),
@@ -228,7 +231,7 @@ impl ProxyProc {
     /// and waits for the address it prints.
     fn start(vargr: &Path, args: &[&str], secret: &str, cache: &Path) -> Result<ProxyProc> {
         let _ = std::fs::remove_dir_all(cache);
-        let mut child = Command::new(vargr)
+        let mut child = super::record::end_with_us(&mut Command::new(vargr))
             .arg("vnc")
             .args(args)
             .arg("--cache-dir")
