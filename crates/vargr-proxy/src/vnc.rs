@@ -279,13 +279,19 @@ impl VncProxy {
                     gone.push((*id, e));
                 }
             }
-            // Twice: a viewer whose socket took its last update in the first pass
-            // gets the update its held request asked for in the second.
-            let result = link_result
-                .and_then(|()| s.turn(&mut gone))
-                .and_then(|()| s.write_out(&mut gone))
-                .and_then(|()| s.turn(&mut gone))
-                .and_then(|()| s.write_out(&mut gone));
+            // Again while a viewer held back in a turn has since taken all its bytes:
+            // its waiting request is answered now, not at the next event (which may
+            // never come on a screen that holds still).
+            let result = link_result.and_then(|()| loop {
+                let held = s.turn(&mut gone)?;
+                s.write_out(&mut gone)?;
+                if !held
+                    .iter()
+                    .any(|id| s.viewers.get(id).is_some_and(|v| v.out.len() == 0))
+                {
+                    break Ok(());
+                }
+            });
             for (id, why) in gone {
                 if let Some(mut v) = s.viewers.remove(&id) {
                     s.near.remove_viewer(id);
@@ -660,11 +666,18 @@ impl NearSession {
     }
 
     /// Runs the near side over what arrived and queues what it answers.
-    fn turn(&mut self, gone: &mut Vec<(ViewerId, Option<String>)>) -> Result<(), String> {
+    /// Returns the viewers held back (their socket had not taken everything).
+    fn turn(
+        &mut self,
+        gone: &mut Vec<(ViewerId, Option<String>)>,
+    ) -> Result<Vec<ViewerId>, String> {
+        let mut held = Vec::new();
         for (&id, v) in &self.viewers {
-            self.near
-                .hold_viewer(id, v.out.len() > 0)
-                .expect("listed viewer");
+            let hold = v.out.len() > 0;
+            self.near.hold_viewer(id, hold).expect("listed viewer");
+            if hold {
+                held.push(id);
+            }
         }
         let failed = self
             .near
@@ -683,7 +696,7 @@ impl NearSession {
         if !frames.is_empty() {
             self.link.seal.seal(&frames, &mut self.out.data);
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Writes what the sockets take; viewers whose socket failed join `gone`.

@@ -122,8 +122,9 @@ fn hextile_subencodings() {
         // Tile 5 (16x1): subencoding 0, black carried over.
         &[0],
         // Tile 6 (8x1): BackgroundSpecified white, AnySubrects with the foreground
-        // carried over from tile 1 (blue) across the raw tile: 1 subrectangle of 2x1
-        // at 6,0.
+        // carried over across the raw tile: green, the last coloured subrectangle's
+        // (tile 2), as TigerVNC's and libvncserver's decoders take it; 1 subrectangle
+        // of 2x1 at 6,0.
         &[2 | 8],
         &px(WH),
         &[1, 0x60, 0x10],
@@ -141,7 +142,7 @@ fn hextile_subencodings() {
     assert_eq!((at(32, 0), at(33, 0), at(32, 1)), (R, G, R));
     assert_eq!(
         (at(0, 16), at(31, 16), at(37, 16), at(38, 16), at(39, 16)),
-        (K, K, WH, B, B)
+        (K, K, WH, G, G)
     );
 
     // A first tile without a background, a foreground never given, a subrectangle

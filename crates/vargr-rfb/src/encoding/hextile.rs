@@ -1,5 +1,11 @@
 //! Hextile (RFC 6143 §7.7.4): 16×16 tiles, each raw or a background with
 //! subrectangles; background and foreground carry over from tile to tile.
+//!
+//! The RFC does not say what a tile of coloured subrectangles does to the foreground.
+//! TigerVNC's and libvncserver's decoders read each subrectangle's colour into it, so
+//! after such a tile the foreground is the last subrectangle's colour. The decoder
+//! here does the same, and the encoder names the foreground again after such a tile,
+//! which every decoder reads alike.
 
 use bytes::{BufMut, BytesMut};
 
@@ -100,7 +106,9 @@ pub(super) fn decode(
         }
         for _ in 0..r.u8()? {
             let colour = if s & SUBRECTS_COLOURED != 0 {
-                read_rgb(r, pf)?
+                let c = read_rgb(r, pf)?;
+                fg = Some(c);
+                c
             } else {
                 fg.ok_or_else(|| bad(format!("tile at {tx},{ty} has no foreground colour")))?
             };
@@ -174,7 +182,44 @@ pub(super) fn encode(values: &[u32], w: u16, h: u16, pf: &PixelFormat, out: &mut
             last_bg = Some(bg);
             if flags & FOREGROUND_SPECIFIED != 0 {
                 last_fg = fg;
+            } else if flags & SUBRECTS_COLOURED != 0 {
+                // Decoders disagree on the foreground after this tile: name it again.
+                last_fg = None;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoding::{Decoder, Encoder, HEXTILE};
+
+    /// Three tiles: two colours (foreground A), four colours (coloured subrectangles,
+    /// the last one B), two colours with foreground A again. A decoder that takes B as
+    /// the foreground after the second tile (TigerVNC, libvncserver, this one) must
+    /// still paint A in the third: the encoder names A again.
+    #[test]
+    fn the_foreground_is_named_again_after_coloured_subrectangles() {
+        let (w, h) = (48u16, 16u16);
+        let (bg, a, b, c) = (0xffffffu32, 0x000000, 0x9400d3, 0x00ff00);
+        let mut px = vec![bg; w as usize * h as usize];
+        let mut put = |x: usize, y: usize, v: u32| px[y * w as usize + x] = v;
+        put(3, 3, a);
+        put(20, 2, c);
+        put(24, 5, a);
+        put(28, 9, b);
+        put(40, 7, a);
+        let mut fb = Framebuffer::new(w, h);
+        fb.put_rect(0, 0, w, h, &px).unwrap();
+        let pf = PixelFormat::RGB888;
+        let rect = Encoder::new()
+            .encode(&fb, HEXTILE, 0, 0, w, h, &pf)
+            .unwrap();
+        let mut got = Framebuffer::new(w, h);
+        Decoder::new(Limits::default())
+            .apply(&rect, &pf, &mut got)
+            .unwrap();
+        assert_eq!(got, fb);
     }
 }

@@ -883,3 +883,46 @@ pub fn encoders_used(xvnc_log: &str) -> Vec<std::collections::BTreeSet<String>> 
     }
     all
 }
+
+/// vncsnapshot's picture of the server at `addr`, decoded with djpeg.
+pub fn snapshot(addr: SocketAddr) -> Picture {
+    let jpeg = std::env::temp_dir().join(format!("vargr-vnc-snapshot-{}.jpg", std::process::id()));
+    // Hextile: with Tight (its default) vncsnapshot 1.2a hangs against Xvnc 1.12
+    // after a "Zero size rect".
+    let mut child = Command::new(find("vncsnapshot").expect("vncsnapshot installed"))
+        .args([
+            "-quiet",
+            "-nocursor",
+            "-encodings",
+            "hextile",
+            "-quality",
+            "100",
+        ])
+        .arg(format!("{}::{}", addr.ip(), addr.port()))
+        .arg(&jpeg)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("vncsnapshot did not finish in 20 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "vncsnapshot: {status}");
+    let ppm = Command::new(find("djpeg").expect("djpeg installed"))
+        .args(["-pnm"])
+        .arg(&jpeg)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&jpeg);
+    assert!(ppm.status.success(), "djpeg");
+    Picture::from_ppm(&ppm.stdout).unwrap()
+}
