@@ -19,6 +19,7 @@ mod procs;
 mod sor;
 mod trace;
 mod tree;
+mod vnc;
 mod wan;
 
 use std::path::{Path, PathBuf};
@@ -100,6 +101,9 @@ enum Cmd {
     /// Cost of protecting a frame after the handshake: seal and open, per frame size,
     /// under MACs and under encryption.
     Link(link::LinkBenchArgs),
+    /// Varg against direct VNC (Raw, Hextile, ZRLE, Tight) over the seed's slow links:
+    /// bytes on the wire and update latency of recorded screen sessions.
+    Vnc(vnc::VncBenchArgs),
     /// Joins the job it was started in and prints what it learned (tests of `vargr run`).
     #[command(hide = true)]
     RankInfo,
@@ -177,6 +181,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Dedup(a) => dedup::run(a, programs),
         Cmd::Ffi(a) => ffi::run(a, programs),
         Cmd::Link(a) => link::run(a),
+        Cmd::Vnc(a) => vnc::run(a, programs),
         Cmd::RankInfo => job_check::rank_info(),
         Cmd::MeshCheck { shm_stats } => job_check::mesh_check(shm_stats),
         Cmd::CollCheck => coll_check::run(),
