@@ -686,6 +686,9 @@ impl NearSession {
         for (id, e) in failed {
             gone.push((id, Some(e.to_string())));
         }
+        self.nl
+            .learn(self.near.mirror())
+            .map_err(|e| format!("near cache: {e}"))?;
         for (&id, v) in &mut self.viewers {
             if let Ok(b) = self.near.take_viewer_output(id) {
                 v.out.data.extend_from_slice(&b);

@@ -41,6 +41,8 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use vargr_dedup::cache::SegmentCache;
 use vargr_dedup::protocol::{Config as DedupConfig, ProtocolError, Receiver, Sender, Stats};
 use vargr_dedup::Fingerprint;
+use vargr_rfb::encoding::{packed_tiles, paint_packed_tiles};
+use vargr_rfb::Framebuffer;
 use vargr_sync::zpieces::{PieceDecoder, PieceEncoder};
 use vargr_sync::FRAME_HEAD_LEN;
 
@@ -52,6 +54,24 @@ fn rgb_bytes(pixels: &[u32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(3 * pixels.len());
     for &p in pixels {
         out.extend_from_slice(&p.to_be_bytes()[1..]);
+    }
+    out
+}
+
+/// A region as packed tiles: its header (x, y, width, height as u16 BE), then the
+/// tiles.
+fn put_packed(out: &mut BytesMut, x: u16, y: u16, w: u16, h: u16, pixels: &[u32]) {
+    for v in [x, y, w, h] {
+        out.put_u16(v);
+    }
+    packed_tiles(pixels, w, h, out);
+}
+
+/// The changed regions as [`put_packed`] sends them.
+fn packed(regions: &[Region]) -> BytesMut {
+    let mut out = BytesMut::new();
+    for r in regions {
+        put_packed(&mut out, r.x, r.y, r.width, r.height, &r.pixels);
     }
     out
 }
@@ -213,9 +233,11 @@ impl<C: SegmentCache> FarLink<C> {
         match out {
             Outgoing::Msg(m) => self.send(m),
             Outgoing::Choice { regions, changed } => {
-                if self.plain_is_cheaper(regions, changed) {
+                let unknown = self.unknown(regions);
+                if self.plain_is_cheaper(regions, &unknown, changed) {
                     self.plains += 1;
-                    self.send_plain(changed)
+                    let lessons: Vec<&Region> = unknown.iter().map(|&k| &regions[k]).collect();
+                    self.send_plain(changed, &lessons)
                 } else {
                     self.send_update(regions)
                         .map_err(|e| link_error("dedup sender", e))
@@ -224,64 +246,96 @@ impl<C: SegmentCache> FarLink<C> {
         }
     }
 
-    fn plain_is_cheaper(&mut self, regions: &[Region], changed: &[Region]) -> bool {
+    /// Which of `regions` the sender's cache surely lacks (each content once).
+    fn unknown(&mut self, regions: &[Region]) -> Vec<usize> {
         let bits = self.sender.config().bits;
         let mut seen = HashSet::new();
         let mut unknown = Vec::new();
-        let mut known = 0usize;
-        for r in regions {
-            let bytes = rgb_bytes(&r.pixels);
-            let fp = Fingerprint::full(&bytes).truncate(bits);
+        for (k, r) in regions.iter().enumerate() {
+            let fp = Fingerprint::full(&rgb_bytes(&r.pixels)).truncate(bits);
             if seen.insert(fp) && !self.sender.cache().may_contain(fp) {
-                unknown.extend_from_slice(&bytes);
-            } else {
-                known += 1;
+                unknown.push(k);
             }
         }
+        unknown
+    }
+
+    fn plain_is_cheaper(
+        &mut self,
+        regions: &[Region],
+        unknown: &[usize],
+        changed: &[Region],
+    ) -> bool {
+        let new: Vec<u8> = unknown
+            .iter()
+            .flat_map(|&k| rgb_bytes(&regions[k].pixels))
+            .collect();
         // A region's layout entry costs about 2 bytes after zstd, a fingerprint or a
-        // prediction 1 to 5.
-        let varg = 2 * regions.len() + 3 * known + zstd_len(&unknown);
-        let plain: Vec<u8> = changed.iter().flat_map(|r| rgb_bytes(&r.pixels)).collect();
-        let plain = 2 * changed.len() + zstd_len(&plain);
-        // Regions teach both caches what the screen held: give them up only for a
-        // clear saving (a line of text in a large flat region, a clock's tick).
+        // prediction 1 to 5, and so does a lesson.
+        let known = regions.len() - unknown.len();
+        let varg = 2 * regions.len() + 3 * known + zstd_len(&new);
+        let plain = 2 * changed.len() + 2 * unknown.len() + zstd_len(&packed(changed));
+        // Lessons are guesses (the near side learns what its mirror holds when it gets
+        // to them): give regions up only for a clear saving (a line of text in a large
+        // flat region, a clock's tick).
         plain * 5 < varg * 4
     }
 
-    /// An update in the layouts of segment-less messages, each below the limit.
-    fn send_plain(&mut self, changed: &[Region]) -> Result<(), VncError> {
-        let mut regions = Vec::new();
-        let mut size = 0;
-        let flush = |link: &mut Self, regions: &mut Vec<Region>| -> Result<(), VncError> {
-            if regions.is_empty() {
-                return Ok(());
-            }
-            let mut b = BytesMut::new();
-            ProxyMsg::Update(std::mem::take(regions)).encode(&mut b);
-            link.sender
-                .send_message(CH_PLAIN, &b, &[])
-                .map_err(|e| link_error("dedup sender", e))
-        };
-        for r in changed {
-            let w = r.width.max(1) as usize;
-            let band = ((PLAIN_MAX - 64) / (3 * w)).clamp(1, u16::MAX as usize);
-            for (k, rows) in r.pixels.chunks(band * w).enumerate() {
-                let piece = Region {
-                    x: r.x,
-                    y: r.y + (k * band) as u16,
-                    width: r.width,
-                    height: (rows.len() / w) as u16,
-                    pixels: rows.to_vec(),
-                };
-                if size + piece.encoded_len() > PLAIN_MAX - 64 {
-                    flush(self, &mut regions)?;
-                    size = 0;
-                }
-                size += piece.encoded_len();
-                regions.push(piece);
+    /// An update as packed tiles (ZRLE's, without zlib: the link's zstd stream
+    /// follows) in the layouts of segment-less messages, each below the limit. The
+    /// first also carries the boxes of `lessons`: regions the update makes that the
+    /// caches lack, which both sides then store as if they had crossed, so that the
+    /// screen, seen again, costs fingerprints.
+    fn send_plain(&mut self, changed: &[Region], lessons: &[&Region]) -> Result<(), VncError> {
+        let mut taught = BytesMut::new();
+        taught.put_u32(lessons.len() as u32);
+        for r in lessons {
+            for v in [r.x, r.y, r.width, r.height] {
+                taught.put_u16(v);
             }
         }
-        flush(self, &mut regions)
+        let mut start = 0;
+        let mut first = true;
+        while start < changed.len() || first {
+            // Regions until half the layout limit (a region alone may be larger: it
+            // is cut in bands of rows, each packed below the limit).
+            let mut layout = if first {
+                std::mem::take(&mut taught)
+            } else {
+                let mut none = BytesMut::new();
+                none.put_u32(0);
+                none
+            };
+            first = false;
+            let mut end = start;
+            while end < changed.len() {
+                let r = &changed[end];
+                let w = r.width.max(1) as usize;
+                let band = ((PLAIN_MAX / 2) / (4 * w)).clamp(1, u16::MAX as usize);
+                let mut piece = BytesMut::new();
+                for (k, rows) in r.pixels.chunks(band * w).enumerate() {
+                    let h = (rows.len() / w) as u16;
+                    put_packed(&mut piece, r.x, r.y + (k * band) as u16, r.width, h, rows);
+                }
+                if end > start && layout.len() + piece.len() > PLAIN_MAX / 2 {
+                    break;
+                }
+                layout.extend_from_slice(&piece);
+                end += 1;
+            }
+            self.sender
+                .send_message(CH_PLAIN, &layout, &[])
+                .map_err(|e| link_error("dedup sender", e))?;
+            start = end;
+        }
+        for r in lessons {
+            let bytes = rgb_bytes(&r.pixels);
+            self.sender
+                .cache()
+                .insert(Fingerprint::full(&bytes), &bytes)
+                .map_err(|e| link_error("segment cache", e))?;
+        }
+        Ok(())
     }
 
     /// Updates sent as changed tiles rather than regions, so far.
@@ -431,6 +485,8 @@ pub struct NearLink<C: SegmentCache> {
     msgs: VecDeque<ProxyMsg>,
     data_received: u64,
     credited: u64,
+    /// Regions of plain updates to store once the mirror holds them.
+    lessons: Vec<(u16, u16, u16, u16)>,
 }
 
 impl<C: SegmentCache> NearLink<C> {
@@ -447,6 +503,7 @@ impl<C: SegmentCache> NearLink<C> {
             msgs: VecDeque::new(),
             data_received: 0,
             credited: 0,
+            lessons: Vec::new(),
         })
     }
 
@@ -483,7 +540,7 @@ impl<C: SegmentCache> NearLink<C> {
     }
 
     fn message(
-        &self,
+        &mut self,
         channel: u32,
         layout: &[u8],
         segments: &[Bytes],
@@ -541,13 +598,47 @@ impl<C: SegmentCache> NearLink<C> {
                 Ok(ProxyMsg::Update(regions))
             }
             CH_PLAIN if segments.is_empty() => {
-                let mut b = BytesMut::from(layout);
-                match ProxyMsg::decode(&mut b, &self.limits)? {
-                    Some(m @ ProxyMsg::Update(_)) if b.is_empty() => Ok(m),
-                    _ => Err(corrupt(
-                        "a plain update that is not one whole Update".into(),
-                    )),
+                let corrupt_plain = |what: String| VncError::Corrupt {
+                    message: "plain update",
+                    what,
+                };
+                let Some(n) = layout.get(..4) else {
+                    return Err(corrupt_plain("no lesson count".into()));
+                };
+                let n = u32::from_be_bytes(n.try_into().expect("4")) as usize;
+                let boxes = layout.get(4..4 + 8 * n).ok_or_else(|| {
+                    corrupt_plain(format!("{n} lessons in {} bytes", layout.len()))
+                })?;
+                for b in boxes.chunks_exact(8) {
+                    let f = |k: usize| u16::from_be_bytes([b[2 * k], b[2 * k + 1]]);
+                    self.lessons.push((f(0), f(1), f(2), f(3)));
                 }
+                let mut regions = Vec::new();
+                let mut rest = &layout[4 + 8 * n..];
+                while !rest.is_empty() {
+                    if rest.len() < 8 {
+                        return Err(corrupt_plain(format!(
+                            "{} bytes of a region header",
+                            rest.len()
+                        )));
+                    }
+                    let f = |k: usize| u16::from_be_bytes([rest[2 * k], rest[2 * k + 1]]);
+                    let (x, y, w, h) = (f(0), f(1), f(2), f(3));
+                    if w > self.limits.rfb.max_width || h > self.limits.rfb.max_height {
+                        return Err(corrupt_plain(format!("a region of {w}x{h}")));
+                    }
+                    let mut fb = Framebuffer::new(w, h);
+                    let used = paint_packed_tiles(&rest[8..], 0, 0, w, h, &mut fb)?;
+                    regions.push(Region {
+                        x,
+                        y,
+                        width: w,
+                        height: h,
+                        pixels: fb.pixels().to_vec(),
+                    });
+                    rest = &rest[8 + used..];
+                }
+                Ok(ProxyMsg::Update(regions))
             }
             c => Err(corrupt(format!(
                 "unknown channel {c}, or segments where none belong"
@@ -558,6 +649,28 @@ impl<C: SegmentCache> NearLink<C> {
     /// The next message from the far side.
     pub fn poll_msg(&mut self) -> Option<ProxyMsg> {
         self.msgs.pop_front()
+    }
+
+    /// Stores the regions that plain updates taught, as `mirror` (the near side's,
+    /// after it took the updates) holds them. A region the mirror no longer holds as
+    /// the far side did is stored as it is: its fingerprint then differs from the far
+    /// side's, which costs a request later, never a wrong pixel.
+    pub fn learn(&mut self, mirror: Option<&Framebuffer>) -> Result<(), VncError> {
+        let Some(mirror) = mirror else {
+            self.lessons.clear();
+            return Ok(());
+        };
+        for (x, y, w, h) in std::mem::take(&mut self.lessons) {
+            let Ok(pixels) = mirror.get_rect(x, y, w, h) else {
+                continue;
+            };
+            let bytes = rgb_bytes(&pixels);
+            self.receiver
+                .cache()
+                .insert(Fingerprint::full(&bytes), &bytes)
+                .map_err(|e| link_error("segment cache", e))?;
+        }
+        Ok(())
     }
 
     /// Queues the near side's messages for the far side, in their framing (from

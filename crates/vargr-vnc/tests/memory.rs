@@ -335,6 +335,9 @@ impl Rig {
             self.server.rfb.receive(&b);
             moved |= self.cross();
             failed.extend(self.near.process().unwrap());
+            if let Some((_, nl)) = &mut self.link {
+                nl.learn(self.near.mirror()).unwrap();
+            }
             moved |= self.cross_back();
             for v in &mut self.viewers {
                 let Ok(b) = self.near.take_viewer_output(v.id) else {

@@ -21,6 +21,7 @@ use crate::{Framebuffer, Limits, PixelFormat, RfbError};
 
 pub use tight_encode::MAX_WIDTH as TIGHT_MAX_WIDTH;
 pub use tight_encode::{pieces as tight_pieces, TightOptions, MAX_PIXELS as TIGHT_MAX_PIXELS};
+pub use zrle::{packed_tiles, paint_packed_tiles};
 
 pub const RAW: i32 = 0;
 pub const COPY_RECT: i32 = 1;

@@ -241,17 +241,8 @@ impl Deflater {
     }
 
     pub fn encode(&mut self, values: &[u32], w: u16, h: u16, pf: &PixelFormat, out: &mut BytesMut) {
-        let cp = CPixel::new(pf);
         let mut plain = BytesMut::new();
-        let mut tile = Vec::with_capacity(64 * 64);
-        for (tx, ty, tw, th) in tiles(w, h) {
-            tile.clear();
-            for row in ty..ty + th {
-                let at = row as usize * w as usize + tx as usize;
-                tile.extend_from_slice(&values[at..at + tw as usize]);
-            }
-            encode_tile(&tile, tw, &cp, &mut plain);
-        }
+        encode_tiles(values, w, h, &CPixel::new(pf), &mut plain);
         let mut z = Vec::with_capacity(plain.len() / 2 + 64);
         let mut used = 0;
         loop {
@@ -268,6 +259,51 @@ impl Deflater {
         out.put_u32(z.len() as u32);
         out.put_slice(&z);
     }
+}
+
+/// The tiles of a `w × h` rectangle of pixel values, before zlib.
+fn encode_tiles(values: &[u32], w: u16, h: u16, cp: &CPixel, out: &mut BytesMut) {
+    let mut tile = Vec::with_capacity(64 * 64);
+    for (tx, ty, tw, th) in tiles(w, h) {
+        tile.clear();
+        for row in ty..ty + th {
+            let at = row as usize * w as usize + tx as usize;
+            tile.extend_from_slice(&values[at..at + tw as usize]);
+        }
+        encode_tile(&tile, tw, cp, out);
+    }
+}
+
+/// ZRLE's tiles without its zlib stream, in RGB888 (three-byte CPIXELs): palettes,
+/// runs and packed indices, for a link that compresses everything it carries with
+/// a stream of its own (Varg's proxies). Appends the `w × h` canonical pixels.
+pub fn packed_tiles(pixels: &[u32], w: u16, h: u16, out: &mut BytesMut) {
+    assert_eq!(pixels.len(), w as usize * h as usize, "w × h pixels");
+    let pf = PixelFormat::RGB888;
+    let values: Vec<u32> = pixels.iter().map(|&c| pf.from_rgb(c)).collect();
+    encode_tiles(&values, w, h, &CPixel::new(&pf), out);
+}
+
+/// Paints [`packed_tiles`] of a `w × h` area at (x, y) of `fb`; returns the bytes
+/// they took from `data`.
+pub fn paint_packed_tiles(
+    data: &[u8],
+    x: u16,
+    y: u16,
+    w: u16,
+    h: u16,
+    fb: &mut Framebuffer,
+) -> Result<usize, RfbError> {
+    let pf = PixelFormat::RGB888;
+    let cp = CPixel::new(&pf);
+    fb.check("packed tiles", x, y, w, h)?;
+    let mut r = Reader::new(data);
+    let mut px = Vec::with_capacity(64 * 64);
+    for (tx, ty, tw, th) in tiles(w, h) {
+        whole("ZRLE", decode_tile(&mut r, &cp, tw, th, &mut px))?;
+        fb.put_rect(x + tx, y + ty, tw, th, &px)?;
+    }
+    Ok(data.len() - r.remaining())
 }
 
 /// Runs of equal values: (value, length).
