@@ -65,6 +65,35 @@ impl Dirty {
         })
     }
 
+    /// Marks dirty where a copy of the area at (`sx`, `sy`) to (`dx`, `dy`) carries
+    /// dirty tiles: a peer that copies what it holds gets stale pixels exactly there.
+    pub(crate) fn mark_copied(&mut self, sx: u16, sy: u16, dx: u16, dy: u16, w: u16, h: u16) {
+        let Some((c0, c1, r0, r1)) = self.span(sx, sy, w, h) else {
+            return;
+        };
+        let t = TILE as i64;
+        // All of the source's dirt first: marking the destination as we go would
+        // carry dirt it just received again where the two overlap.
+        let mut moved = Vec::new();
+        for r in r0..=r1 {
+            for c in c0..=c1 {
+                if !self.tiles[r * self.cols + c] {
+                    continue;
+                }
+                // The tile, clipped to the source, moved to the destination.
+                let x0 = (c as i64 * t).max(sx as i64);
+                let y0 = (r as i64 * t).max(sy as i64);
+                let x1 = ((c as i64 + 1) * t).min(sx as i64 + w as i64);
+                let y1 = ((r as i64 + 1) * t).min(sy as i64 + h as i64);
+                let (mx, my) = (x0 - sx as i64 + dx as i64, y0 - sy as i64 + dy as i64);
+                moved.push((mx as u16, my as u16, (x1 - x0) as u16, (y1 - y0) as u16));
+            }
+        }
+        for (x, y, w, h) in moved {
+            self.mark(x, y, w, h);
+        }
+    }
+
     /// Takes the dirty tiles the area touches, as rectangles (x, y, w, h) inside the
     /// screen, and marks them clean.
     pub(crate) fn take(&mut self, x: u16, y: u16, w: u16, h: u16) -> Vec<(u16, u16, u16, u16)> {
@@ -142,5 +171,19 @@ mod tests {
         assert_eq!(d.take(10, 10, 5, 5), vec![(0, 0, 32, 32)]);
         assert!(d.any(32, 0, 1, 1));
         assert!(d.take(100, 0, 5, 5).is_empty());
+    }
+
+    #[test]
+    fn a_copy_carries_dirt_to_where_it_lands() {
+        let mut d = Dirty::clean(100, 70);
+        d.mark(40, 5, 1, 1); // tile (1, 0)
+                             // Rows 0..30 of columns 30..70 move down by 36: only what came from tile
+                             // (1, 0), columns 32..64, lands dirty (rows 36..66: tile rows 1 and 2), not
+                             // columns 30..32 or 64..70.
+        d.mark_copied(30, 0, 30, 36, 40, 30);
+        assert_eq!(d.take(0, 0, 100, 70), vec![(32, 0, 32, 70)]);
+        // Nothing dirty in the source: nothing to carry.
+        d.mark_copied(0, 0, 50, 40, 20, 20);
+        assert!(!d.any(0, 0, 100, 70));
     }
 }

@@ -272,13 +272,11 @@ impl FarSide {
                                     width: r.width,
                                     height: r.height,
                                 };
-                                // The near side has the source as it was here
-                                // unless part of it waits to be sent.
-                                if dirty.any(sx, sy, r.width, r.height) {
-                                    dirty.mark(r.x, r.y, r.width, r.height);
-                                } else {
-                                    self.near_out.push_back(Outgoing::Msg(msg.clone()));
-                                }
+                                // The near side copies what it has: where part of
+                                // the source waits to be sent, the copy lands stale
+                                // and waits too.
+                                dirty.mark_copied(sx, sy, r.x, r.y, r.width, r.height);
+                                self.near_out.push_back(Outgoing::Msg(msg.clone()));
                                 Some(msg)
                             }
                             _ => {

@@ -101,6 +101,9 @@ const CH_PLAIN: u32 = 2;
 const MSG_SEGMENT: usize = 64 << 10;
 /// Regions per dedup message: 8 bytes each stays within the default layout limit.
 const REGIONS_PER_MESSAGE: usize = 4096;
+/// Groups the near side lets the far side's sender hold unacknowledged before it
+/// answers (a quarter of the sender's default window).
+const ACK_GROUPS: u64 = 64;
 /// Largest plain update in one message (the layout limit both sides set).
 const PLAIN_MAX: usize = 4 << 20;
 
@@ -485,6 +488,11 @@ pub struct NearLink<C: SegmentCache> {
     msgs: VecDeque<ProxyMsg>,
     data_received: u64,
     credited: u64,
+    window: u64,
+    /// The receiver's output not sent yet, and its counters when it last was.
+    reply: Vec<u8>,
+    requested: u64,
+    acked_groups: u64,
     /// Regions of plain updates to store once the mirror holds them.
     lessons: Vec<(u16, u16, u16, u16)>,
 }
@@ -503,6 +511,10 @@ impl<C: SegmentCache> NearLink<C> {
             msgs: VecDeque::new(),
             data_received: 0,
             credited: 0,
+            window: config.window,
+            reply: Vec::new(),
+            requested: 0,
+            acked_groups: 0,
             lessons: Vec::new(),
         })
     }
@@ -527,16 +539,34 @@ impl<C: SegmentCache> NearLink<C> {
                 k => return Err(VncError::UnknownMessage(k)),
             }
         }
-        let mut reply = Vec::new();
-        self.receiver.take_output(&mut reply);
-        if !reply.is_empty() {
-            put_frame(&mut self.out, F_REPLY, &reply);
+        self.receiver.take_output(&mut self.reply);
+        let stats = self.receiver.stats();
+        // Acknowledgements and credit wait for a reason to cross: a request for a
+        // segment (the far side waits for it), a quarter of the window, a quarter of
+        // the sender's groups, or a record going back anyway. One small update then
+        // costs one record, not two.
+        let urgent = stats.requested != self.requested
+            || self.data_received - self.credited >= self.window / 4
+            || stats.groups - self.acked_groups >= ACK_GROUPS
+            || self.reply.len() >= 4096;
+        if urgent {
+            self.flush_replies();
+        }
+        Ok(())
+    }
+
+    /// Queues what the receiver has to say and the credit.
+    fn flush_replies(&mut self) {
+        if !self.reply.is_empty() {
+            put_frame(&mut self.out, F_REPLY, &self.reply);
+            self.reply.clear();
         }
         if self.data_received != self.credited {
             self.credited = self.data_received;
             put_frame(&mut self.out, F_CREDIT, &self.credited.to_be_bytes());
         }
-        Ok(())
+        self.requested = self.receiver.stats().requested;
+        self.acked_groups = self.receiver.stats().groups;
     }
 
     fn message(
@@ -674,8 +704,13 @@ impl<C: SegmentCache> NearLink<C> {
     }
 
     /// Queues the near side's messages for the far side, in their framing (from
-    /// [`NearSide::take_far_output`](crate::NearSide::take_far_output)).
+    /// [`NearSide::take_far_output`](crate::NearSide::take_far_output)), with the
+    /// acknowledgements and credit that were waiting.
     pub fn send_control(&mut self, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.flush_replies();
         for body in bytes.chunks(self.max_frame) {
             put_frame(&mut self.out, F_CONTROL, body);
         }

@@ -250,14 +250,13 @@ impl NearSide {
                     mirror.copy_rect(src_x, src_y, x, y, width, height)?;
                     for v in self.viewers.values_mut() {
                         let Some(d) = &mut v.dirty else { continue };
-                        // A viewer gets the copy if it has the source as the mirror
-                        // had it, and takes CopyRect; else the area's pixels.
-                        if v.copy.is_none()
-                            && !v.resized
-                            && v.rfb.encodings().contains(&COPY_RECT)
-                            && !d.any(src_x, src_y, width, height)
+                        // A viewer that takes CopyRect gets the copy (first in its
+                        // next update) and the pixels where its source was stale;
+                        // one with a copy pending, the area's pixels.
+                        if v.copy.is_none() && !v.resized && v.rfb.encodings().contains(&COPY_RECT)
                         {
                             v.copy = Some((src_x, src_y, x, y, width, height));
+                            d.mark_copied(src_x, src_y, x, y, width, height);
                         } else {
                             d.mark(x, y, width, height);
                         }
