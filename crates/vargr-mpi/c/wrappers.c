@@ -72,6 +72,9 @@ static void check_abi(char *runs_on, size_t cap) {
     /* Up to the first comma: "Open MPI v4.1.4", "MPICH Version:	4.0.2". */
     size_t n = strcspn(v, ",\n");
     snprintf(runs_on, cap, "%.*s", (int)n, v);
+    for (char *c = runs_on; *c; c++) {
+        *c = *c == '\t' ? ' ' : *c;
+    }
     if (strncmp(v, RUNS_ON_PREFIX, strlen(RUNS_ON_PREFIX)) != 0) {
         fprintf(stderr,
                 "vargr-mpi: refusing to start: libvargr_mpi.so was built for " BUILT_FOR

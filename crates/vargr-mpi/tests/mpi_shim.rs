@@ -3,15 +3,17 @@
 //! wrapped collectives, and calls the library does not wrap) gives the same output with
 //! and without the library, and its trace holds the records it should; and NetPIPE,
 //! installed from Debian (`netpipe-openmpi`), runs under `vargr mpi-run --trace` with
-//! the same output, and `vargr trace report` reads its trace.
+//! the same output, and `vargr trace report` reads its trace; a program built with
+//! MPICH is refused at start, with the reason (when MPICH is installed beside Open MPI).
 //!
 //! Needs `mpirun` and `mpicc` (Open MPI); skipped with a message without mpirun, unless
-//! `VARGR_REQUIRE_MPIRUN=1`. `vargr` is `$VARGR_BIN`, else the one beside this test's
-//! target directory (`cargo build --bin vargr`).
+//! `VARGR_REQUIRE_MPIRUN=1`. `vargr` is `$VARGR_BIN`, else the one in this test's
+//! target directory (built if missing); `vargr mpi-run` takes the library beside it.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use vargr_trace::analysis;
 use vargr_trace::{EventOp, TraceFile, NO_PEER};
@@ -35,27 +37,58 @@ fn have_mpirun() -> bool {
     found
 }
 
-/// target/debug, where cargo put libvargr_mpi.so for this test.
+/// target/<profile>: two levels above this test's executable (target/<profile>/deps).
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-fn lib() -> PathBuf {
-    let l = target_dir().join("libvargr_mpi.so");
-    assert!(l.is_file(), "{} missing", l.display());
-    l
+/// Runs `cargo build ARGS` in this test's target directory and profile.
+fn cargo_build(args: &[&str]) {
+    let profile = target_dir();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("build")
+        .args(args)
+        .env("CARGO_TARGET_DIR", profile.parent().unwrap());
+    if profile.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().unwrap().success(),
+        "cargo build {args:?} failed"
+    );
 }
 
+fn lib() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        // `cargo test` builds the cdylib for the tests but leaves target/<profile>/
+        // libvargr_mpi.so as it was: refresh it (a no-op when up to date).
+        cargo_build(&["-p", "vargr-mpi"]);
+        let l = target_dir().join("libvargr_mpi.so");
+        assert!(l.is_file(), "{} missing", l.display());
+        l
+    })
+    .clone()
+}
+
+/// `$VARGR_BIN`, else the profile's vargr (built if missing), with the library beside it
+/// fresh.
 fn vargr() -> PathBuf {
-    let v = std::env::var_os("VARGR_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| target_dir().join("vargr"));
-    assert!(
-        v.is_file(),
-        "{} missing: build it with `cargo build --bin vargr` or set VARGR_BIN",
-        v.display()
-    );
+    lib();
+    let v = match std::env::var_os("VARGR_BIN") {
+        Some(v) => PathBuf::from(v),
+        None => {
+            let v = target_dir().join("vargr");
+            if !v.is_file() {
+                cargo_build(&["-p", "vargr-cli", "--bin", "vargr"]);
+            }
+            v
+        }
+    };
+    assert!(v.is_file(), "{} missing", v.display());
     v
 }
 
@@ -359,4 +392,67 @@ fn netpipe_runs_the_same_traced_and_its_trace_reads() {
     );
     let r = report(&dir);
     assert!(r.contains("on 2 ranks in 2 processes"), "{r}");
+}
+
+#[test]
+fn a_program_of_another_mpi_is_refused_at_start() {
+    if !have_mpirun() {
+        return;
+    }
+    // Debian's MPICH, beside Open MPI (its alternatives rank below Open MPI's).
+    let (cc, run) = ("mpicc.mpich", "mpirun.mpich");
+    if Command::new(cc).arg("-show").output().is_err() {
+        eprintln!("skipped: {cc} not found (apt-get install mpich libmpich-dev)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("shim_check_mpich");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_check.c");
+    ok(
+        cc,
+        Command::new(cc)
+            // MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, trips GCC's bounds check.
+            .args([
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-stringop-overflow",
+                "-o",
+            ])
+            .arg(&prog)
+            .arg(&src)
+            .output()
+            .unwrap(),
+    );
+    let plain = ok(
+        "MPICH run",
+        Command::new(run)
+            .args(["-n", "4"])
+            .arg(&prog)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(plain.lines().count(), 4, "{plain}");
+    let dir = tmp.path().join("trace");
+    let o = Command::new(vargr())
+        .arg("mpi-run")
+        .arg("--trace")
+        .arg(&dir)
+        .args(["--", run, "-n", "2"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert_eq!(
+        err.matches("vargr-mpi: refusing to start: libvargr_mpi.so was built for Open MPI 4.")
+            .count(),
+        2,
+        "{err}"
+    );
+    assert!(
+        err.contains("this program runs on \"MPICH Version: "),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).is_empty());
 }
