@@ -44,7 +44,9 @@
 //! needs Fortran-symbol wrappers (`mpi_send_`, `mpi_send__`, `MPI_SEND`,
 //! `mpi_send_f08_`) calling `pmpi_send_`; that is not built yet. mpi4py calls the C
 //! API (`MPI_Init_thread`, `MPI_Send`, ...) through libmpi's dynamic symbols, so
-//! preloading reaches it.
+//! preloading reaches it (Debian's python3-mpi4py 3.1.4 traced); its pickled `recv`
+//! uses matched probes (`MPI_Mprobe`, `MPI_Mrecv`), not wrapped yet, so those
+//! receives are missing from its traces.
 //!
 //! # An MPI the library was not built for
 //! `MPI_Init` and `MPI_Init_thread` first ask the running MPI for its version
