@@ -7,6 +7,7 @@ mod config_cmd;
 mod dedup_cmd;
 mod demo;
 mod emu_cmd;
+mod mpi_run_cmd;
 mod proxy_cmd;
 mod roles;
 mod run_cmd;
@@ -53,6 +54,9 @@ enum Cmd {
     Bench(bench_cmd::BenchArgs),
     /// Start the ranks of a parallel job (locally, or on the hosts of a hostfile).
     Run(run_cmd::RunArgs),
+    /// Run an unmodified MPI program under libvargr_mpi.so: `vargr mpi-run --trace DIR --
+    /// mpirun -n 4 ./app` writes each rank's MPI calls into DIR.
+    MpiRun(mpi_run_cmd::MpiRunArgs),
     /// WAN emulator: relay TCP connections with a configured latency and bandwidth.
     Emu(emu_cmd::EmuArgs),
     /// Codecs: ratio and speed on a file, and what pays on a given link.
@@ -136,6 +140,7 @@ fn main() {
         Cmd::Vnc(a) => vnc_cmd::run(a, &config),
         Cmd::Dedup(c) => dedup_cmd::run(c, &config),
         Cmd::Run(a) => run_cmd::run(a, cli.config.as_deref()),
+        Cmd::MpiRun(a) => mpi_run_cmd::run(a),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

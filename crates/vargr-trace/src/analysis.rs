@@ -1147,6 +1147,9 @@ pub fn analyze(files: &[TraceFile]) -> Analysis {
     }
 }
 
+/// Sends and receives of a collective's schedule that lie outside their rank's call
+/// record. Collectors without any call record carry point-to-point messages (an MPI
+/// program's, under libvargr_mpi.so), which belong to no call.
 fn steps_outside_call(tl: &Timeline) -> u64 {
     let calls: HashMap<(u32, usize, u32), (i64, i64)> = tl
         .events
@@ -1154,9 +1157,16 @@ fn steps_outside_call(tl: &Timeline) -> u64 {
         .filter(|e| e.op == EventOp::Call)
         .filter_map(|e| Some(((e.rank?, e.collector, e.seq), (e.start, e.end))))
         .collect();
+    let collectives: HashSet<usize> = tl
+        .events
+        .iter()
+        .filter(|e| e.op == EventOp::Call)
+        .map(|e| e.collector)
+        .collect();
     tl.events
         .iter()
         .filter(|e| matches!(e.op, EventOp::Send | EventOp::Recv))
+        .filter(|e| collectives.contains(&e.collector))
         .filter(|e| {
             let Some(rank) = e.rank else { return true };
             match calls.get(&(rank, e.collector, e.seq)) {
@@ -1395,6 +1405,7 @@ pub(crate) mod tests {
                         rec(EventOp::Send, 0, 7, 100, 110, 1),
                         rec(EventOp::Send, 0, 7, 200, 210, 1),
                         rec(EventOp::Send, 0, 8, 300, 310, 1),
+                        rec(EventOp::Call, 0, 99, 400, 500, NO_PEER),
                     ],
                 ),
                 (
@@ -1414,8 +1425,28 @@ pub(crate) mod tests {
         assert_eq!((l.src, l.dst, l.count, l.min, l.max), (0, 1, 2, 50, 200));
         assert_eq!((l.mean, l.median), (125.0, 125.0));
         assert_eq!(l.round_trip, None);
-        // No calls around them.
+        // Collector 0 is a collective's (rank 0 has a call of it), and no call of theirs
+        // is around them.
         assert_eq!(a.summary.steps_outside_call, 6);
+    }
+
+    #[test]
+    fn messages_of_a_collector_without_calls_are_point_to_point() {
+        let a = analyze(&[file(
+            "h",
+            0,
+            vec![
+                (0, vec![rec(EventOp::Send, 1, 7, 100, 110, 1)]),
+                (1, vec![rec(EventOp::Recv, 1, 7, 90, 150, 0)]),
+            ],
+        )]);
+        assert_eq!(a.messages.matched.len(), 1);
+        assert_eq!(a.summary.steps_outside_call, 0);
+        assert!(
+            a.summary.warnings().is_empty(),
+            "{:?}",
+            a.summary.warnings()
+        );
     }
 
     #[test]

@@ -1,0 +1,134 @@
+//! `vargr mpi-run [--trace DIR] -- mpirun -n 4 ./app`: runs an unmodified MPI program
+//! under libvargr_mpi.so (crates/vargr-mpi). It finds the library beside this binary,
+//! puts it in `LD_PRELOAD` with the library's documented variables
+//! (`vargr_mpi::settings`), runs the launcher, and says where the traces are.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+
+#[derive(Args)]
+pub struct MpiRunArgs {
+    /// Write each rank's trace file into DIR (read them with `vargr trace report DIR`).
+    #[arg(long, value_name = "DIR")]
+    trace: Option<PathBuf>,
+    /// The interposition library [default: libvargr_mpi.so beside this vargr].
+    #[arg(long, value_name = "FILE")]
+    lib: Option<PathBuf>,
+    /// The launcher and the program: `mpirun -n 4 ./app ARGS`.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, required = true)]
+    command: Vec<OsString>,
+}
+
+/// The library's file name.
+const LIB: &str = "libvargr_mpi.so";
+
+/// The library's trace-directory variable (`vargr_mpi::settings::TRACE_VAR`; not a
+/// dependency, which would link the MPI wrappers and libmpi into vargr itself).
+const TRACE_VAR: &str = "VARGR_MPI_TRACE";
+
+pub fn run(a: MpiRunArgs) -> Result<()> {
+    let lib = match a.lib {
+        Some(l) => l,
+        None => beside_exe()?,
+    };
+    if !lib.is_file() {
+        bail!(
+            "{}: no such file; build it with `cargo build -p vargr-mpi` (it needs Open MPI's \
+             headers: apt-get install libopenmpi-dev) or give --lib FILE",
+            lib.display()
+        );
+    }
+    let lib = std::path::absolute(&lib).with_context(|| format!("{}", lib.display()))?;
+    let trace = match &a.trace {
+        Some(d) => {
+            // Absolute, since ranks may start in another directory (mpirun --wdir).
+            let d = std::path::absolute(d).with_context(|| format!("{}", d.display()))?;
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("{}: cannot make the trace directory", d.display()))?;
+            Some(d)
+        }
+        None => None,
+    };
+    let preload = match std::env::var_os("LD_PRELOAD").filter(|p| !p.is_empty()) {
+        Some(p) => {
+            let mut v = lib.clone().into_os_string();
+            v.push(" ");
+            v.push(p);
+            v
+        }
+        None => lib.clone().into_os_string(),
+    };
+    let (launcher, rest) = a.command.split_first().expect("clap requires a command");
+    let mut cmd = Command::new(launcher);
+    // Open MPI's mpirun passes only the variables named with -x to ranks on other hosts.
+    if is_open_mpi(launcher) {
+        cmd.args(["-x", "LD_PRELOAD"]);
+        if trace.is_some() {
+            cmd.args(["-x", TRACE_VAR]);
+        }
+    }
+    cmd.args(rest).env("LD_PRELOAD", &preload);
+    match &trace {
+        Some(d) => cmd.env(TRACE_VAR, d),
+        None => cmd.env_remove(TRACE_VAR),
+    };
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {}", launcher.to_string_lossy()))?;
+    if !status.success() {
+        return Err(crate::run_cmd::JobFailed {
+            message: format!("{} ended with {status}", Path::new(launcher).display()),
+            code: status.code().unwrap_or(1),
+        }
+        .into());
+    }
+    if let Some(d) = trace {
+        let files = std::fs::read_dir(&d)
+            .with_context(|| format!("{}", d.display()))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().extension().is_some_and(|x| x == "vtr"))
+            .count();
+        if files == 0 {
+            bail!(
+                "{}: no trace files: did the program call MPI_Finalize, run on Open MPI \
+                 (the library's MPI), and call MPI from C or Python? (Fortran calls reach \
+                 PMPI directly in Open MPI and are not recorded yet)",
+                d.display()
+            );
+        }
+        println!(
+            "vargr mpi-run: {files} trace file{} in {}; `vargr trace report {}` reads them",
+            if files == 1 { "" } else { "s" },
+            d.display(),
+            d.display()
+        );
+    }
+    Ok(())
+}
+
+fn beside_exe() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find the vargr binary")?;
+    Ok(exe.with_file_name(LIB))
+}
+
+/// Whether `launcher` is Open MPI's (`mpirun --version` names it).
+fn is_open_mpi(launcher: &std::ffi::OsStr) -> bool {
+    let name = Path::new(launcher)
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if !matches!(
+        name.as_str(),
+        "mpirun" | "mpiexec" | "orterun" | "mpirun.openmpi" | "mpiexec.openmpi"
+    ) {
+        return false;
+    }
+    Command::new(launcher)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
+}

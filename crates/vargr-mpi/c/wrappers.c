@@ -1,0 +1,815 @@
+/* The MPI functions libvargr_mpi.so wraps, through MPI's profiling interface: each
+ * vargr_w_MPI_X records what the call did around PMPI_X. Rust exports them under their
+ * MPI names (src/trampolines.rs; a cdylib does not export C symbols itself), and turns
+ * the events into vargr-trace records (src/events.rs). Functions not wrapped here are
+ * not defined by the library at all, so the program's calls reach MPI untouched.
+ *
+ * Compiled against the mpi.h of the MPI it runs on (build.rs): handles are pointers in
+ * Open MPI and ints in MPICH, and only this file sees them. Rust gets plain numbers:
+ * communicator ids, world ranks, tags, bytes. */
+
+#include <mpi.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the C ABI of the Rust core (src/events.rs) -------------------------------------- */
+
+typedef struct {
+    uint64_t start, end, bytes;
+    uint32_t comm, peer, seq;
+    uint16_t kind;
+    uint8_t op, status;
+} vargr_mpi_event;
+
+extern uint64_t vargr_mpi_now(void);
+extern int vargr_mpi_start(int rank, int size, int kinds, const char *built_for,
+                           const char *runs_on);
+extern void vargr_mpi_comm(uint32_t id, uint32_t low, uint32_t size);
+extern void vargr_mpi_record(const vargr_mpi_event *e);
+extern void vargr_mpi_finish(void);
+
+/* In the order of KINDS in src/events.rs; vargr_mpi_start checks the count. */
+enum {
+    K_P2P, /* one message: a send or a receive, with its completion time */
+    K_SEND, K_SSEND, K_ISEND, K_RECV, K_IRECV, K_SENDRECV,
+    K_WAIT, K_WAITALL, K_WAITANY, K_TEST, K_TESTALL, K_PROBE, K_IPROBE,
+    K_BARRIER, K_BCAST, K_REDUCE, K_ALLREDUCE, K_GATHER, K_ALLGATHER, K_SCATTER,
+    K_ALLTOALL, K_ALLTOALLV,
+    K_COUNT
+};
+
+/* vargr_trace::EventOp */
+enum { OP_CALL = 1, OP_SEND = 2, OP_RECV = 3, OP_USER = 7 };
+
+#define NO_PEER UINT32_MAX
+/* Calls on no communicator (waits, tests): Rust names them "mpi/...". */
+#define NO_COMM UINT32_MAX
+
+/* ---- the MPI this was built for, and the check against the one it runs on ------------- */
+
+#if defined(OPEN_MPI)
+#define STR2(x) #x
+#define STR(x) STR2(x)
+#define BUILT_FOR "Open MPI " STR(OMPI_MAJOR_VERSION) "." STR(OMPI_MINOR_VERSION)
+/* Open MPI keeps its ABI within a major version. */
+#define RUNS_ON_PREFIX "Open MPI v" STR(OMPI_MAJOR_VERSION) "."
+#else
+#error "libvargr_mpi's wrappers are built for Open MPI (MPICH's build comes next)"
+#endif
+
+/* Refuses to start, with the reason, when the MPI the program runs on is not the one
+ * whose mpi.h this was compiled against: its handles and constants would be wrong. */
+static void check_abi(char *runs_on, size_t cap) {
+    char v[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+    int len = 0;
+    /* Callable before MPI_Init (MPI-3). */
+    if (PMPI_Get_library_version(v, &len) != MPI_SUCCESS) {
+        snprintf(v, sizeof v, "an MPI that does not say its version");
+    }
+    /* Up to the first comma: "Open MPI v4.1.4", "MPICH Version:	4.0.2". */
+    size_t n = strcspn(v, ",\n");
+    snprintf(runs_on, cap, "%.*s", (int)n, v);
+    for (char *c = runs_on; *c; c++) {
+        *c = *c == '\t' ? ' ' : *c;
+    }
+    if (strncmp(v, RUNS_ON_PREFIX, strlen(RUNS_ON_PREFIX)) != 0) {
+        fprintf(stderr,
+                "vargr-mpi: refusing to start: libvargr_mpi.so was built for " BUILT_FOR
+                " (its mpi.h), but this program runs on \"%s\"; MPI handles differ "
+                "between the two. Start it with the library built for its MPI, or "
+                "without vargr mpi-run.\n",
+                runs_on);
+        exit(EXIT_FAILURE);
+    }
+}
+
+/* ---- communicators ---------------------------------------------------------------------- */
+
+typedef struct {
+    uint32_t id;
+    int me;   /* this process's rank in it */
+    int size; /* of the group peers are ranks of (the remote one of an intercommunicator) */
+    uint32_t *world; /* world rank of each peer rank; NULL: the identity (the world) */
+    uint32_t seq;    /* collective calls so far: the same on every member */
+} comm_info;
+
+/* Whether records are kept: set once by MPI_Init, before other threads call MPI. */
+static int on;
+static int keyval = MPI_KEYVAL_INVALID;
+static comm_info world_info;
+static uint32_t next_id = 1;
+static pthread_mutex_t comm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Ids in order of first use by this process (world = 0). Processes that use their
+ * communicators in another order give one communicator different ids; the trace
+ * analysis still groups ranks by the messages between them. */
+static comm_info *new_info(MPI_Comm comm) {
+    comm_info *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        return NULL;
+    }
+    int inter = 0;
+    MPI_Group g, wg;
+    PMPI_Comm_test_inter(comm, &inter);
+    PMPI_Comm_rank(comm, &c->me);
+    if (inter) {
+        PMPI_Comm_remote_size(comm, &c->size);
+        PMPI_Comm_remote_group(comm, &g);
+    } else {
+        PMPI_Comm_size(comm, &c->size);
+        PMPI_Comm_group(comm, &g);
+    }
+    PMPI_Comm_group(MPI_COMM_WORLD, &wg);
+    int n = c->size > 0 ? c->size : 1;
+    int *ranks = malloc(sizeof(int) * (size_t)n);
+    int *out = malloc(sizeof(int) * (size_t)n);
+    c->world = malloc(sizeof(uint32_t) * (size_t)n);
+    uint32_t low = NO_PEER;
+    if (ranks && out && c->world) {
+        for (int i = 0; i < c->size; i++) {
+            ranks[i] = i;
+        }
+        PMPI_Group_translate_ranks(g, c->size, ranks, wg, out);
+        for (int i = 0; i < c->size; i++) {
+            /* Processes outside the world (spawned) have no world rank. */
+            c->world[i] = out[i] == MPI_UNDEFINED ? NO_PEER : (uint32_t)out[i];
+            if (c->world[i] < low) {
+                low = c->world[i];
+            }
+        }
+    } else {
+        c->size = 0;
+    }
+    free(ranks);
+    free(out);
+    PMPI_Group_free(&g);
+    PMPI_Group_free(&wg);
+    pthread_mutex_lock(&comm_lock);
+    c->id = next_id++;
+    pthread_mutex_unlock(&comm_lock);
+    /* Kept with the communicator, never freed: requests still pending when it is freed
+     * point at it. */
+    PMPI_Comm_set_attr(comm, keyval, c);
+    vargr_mpi_comm(c->id, low, (uint32_t)c->size);
+    return c;
+}
+
+static comm_info *info_of(MPI_Comm comm) {
+    if (comm == MPI_COMM_WORLD) {
+        return &world_info;
+    }
+    if (comm == MPI_COMM_NULL) {
+        return NULL;
+    }
+    void *v = NULL;
+    int flag = 0;
+    if (PMPI_Comm_get_attr(comm, keyval, &v, &flag) == MPI_SUCCESS && flag) {
+        return v;
+    }
+    pthread_mutex_lock(&comm_lock);
+    /* Another thread may have made it meanwhile. */
+    comm_info *c = NULL;
+    if (PMPI_Comm_get_attr(comm, keyval, &v, &flag) == MPI_SUCCESS && flag) {
+        c = v;
+    }
+    pthread_mutex_unlock(&comm_lock);
+    return c ? c : new_info(comm);
+}
+
+static uint32_t world_of(const comm_info *c, int rank) {
+    if (c == NULL || rank < 0 || rank >= c->size) {
+        return NO_PEER; /* MPI_ANY_SOURCE, MPI_PROC_NULL, MPI_ROOT */
+    }
+    return c->world ? c->world[rank] : (uint32_t)rank;
+}
+
+static uint64_t bytes_of(int count, MPI_Datatype t) {
+    int s = 0;
+    if (count <= 0 || PMPI_Type_size(t, &s) != MPI_SUCCESS || s <= 0) {
+        return 0;
+    }
+    return (uint64_t)count * (uint64_t)s;
+}
+
+static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
+
+static void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
+                 uint64_t start, uint64_t end, int rc) {
+    vargr_mpi_event e = {
+        .start = start,
+        .end = end,
+        .bytes = bytes,
+        .comm = c ? c->id : NO_COMM,
+        .peer = peer,
+        .seq = (uint32_t)seq,
+        .kind = (uint16_t)kind,
+        .op = (uint8_t)op,
+        .status = rc != MPI_SUCCESS,
+    };
+    vargr_mpi_record(&e);
+}
+
+/* ---- pending non-blocking operations, by request handle --------------------------------- */
+
+typedef struct {
+    uint64_t key; /* the handle's bits; 0: free */
+    uint64_t start, bytes;
+    comm_info *comm;
+    uint32_t peer;
+    int tag;
+    int send;
+} pending;
+
+static pending *table;
+static size_t cap, used;
+static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t key_of(MPI_Request r) {
+    uint64_t k = 0;
+    memcpy(&k, &r, sizeof r < sizeof k ? sizeof r : sizeof k);
+    return k;
+}
+
+static size_t slot_of(uint64_t k) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1); }
+
+/* Linear probing; the caller holds req_lock. */
+static void put_locked(const pending *p) {
+    if (2 * (used + 1) > cap) {
+        size_t old = cap;
+        pending *was = table;
+        size_t ncap = cap ? 2 * cap : 1024;
+        pending *t = calloc(ncap, sizeof *t);
+        if (t == NULL) {
+            return; /* untracked: its completion goes unrecorded */
+        }
+        table = t;
+        cap = ncap;
+        used = 0;
+        for (size_t i = 0; i < old; i++) {
+            if (was[i].key) {
+                put_locked(&was[i]);
+            }
+        }
+        free(was);
+    }
+    size_t i = slot_of(p->key);
+    while (table[i].key && table[i].key != p->key) {
+        i = (i + 1) & (cap - 1);
+    }
+    if (!table[i].key) {
+        used++;
+    }
+    /* A handle seen again (freed with MPI_Request_free, then reused) replaces the old. */
+    table[i] = *p;
+}
+
+static void track(MPI_Request r, int send, comm_info *c, uint32_t peer, int tag, uint64_t bytes,
+                  uint64_t start) {
+    pending p = {key_of(r), start, bytes, c, peer, tag, send};
+    if (p.key == 0 || r == MPI_REQUEST_NULL) {
+        return;
+    }
+    pthread_mutex_lock(&req_lock);
+    put_locked(&p);
+    pthread_mutex_unlock(&req_lock);
+}
+
+/* Removes and returns the operation of `r` (deletion by backward shift). */
+static int take(MPI_Request r, pending *out) {
+    uint64_t k = key_of(r);
+    int found = 0;
+    if (k == 0 || r == MPI_REQUEST_NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&req_lock);
+    if (cap) {
+        size_t i = slot_of(k);
+        while (table[i].key && table[i].key != k) {
+            i = (i + 1) & (cap - 1);
+        }
+        if (table[i].key == k) {
+            found = 1;
+            *out = table[i];
+            table[i].key = 0;
+            used--;
+            size_t j = i;
+            for (;;) {
+                j = (j + 1) & (cap - 1);
+                if (!table[j].key) {
+                    break;
+                }
+                size_t home = slot_of(table[j].key);
+                /* Move j back to the hole at i unless its home lies in (i, j]. */
+                int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+                if (!between) {
+                    table[i] = table[j];
+                    table[j].key = 0;
+                    i = j;
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&req_lock);
+    return found;
+}
+
+/* Records the message of a completed request `r` (its handle before completion). */
+static void complete(MPI_Request r, const MPI_Status *st, uint64_t end) {
+    pending p;
+    if (!take(r, &p)) {
+        return; /* persistent, or from a call not wrapped (MPI_Ibcast, ...) */
+    }
+    if (p.send) {
+        emit(K_P2P, OP_SEND, p.comm, p.peer, p.tag, p.bytes, p.start, end, MPI_SUCCESS);
+        return;
+    }
+    int cancelled = 0;
+    PMPI_Test_cancelled(st, &cancelled);
+    if (cancelled || st->MPI_SOURCE == MPI_PROC_NULL) {
+        return;
+    }
+    int n = 0;
+    PMPI_Get_count(st, MPI_BYTE, &n);
+    emit(K_P2P, OP_RECV, p.comm, world_of(p.comm, st->MPI_SOURCE), st->MPI_TAG,
+         n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, p.start, end, MPI_SUCCESS);
+}
+
+/* A received message, from its status. */
+static void received(const comm_info *c, const MPI_Status *st, uint64_t start, uint64_t end) {
+    if (st->MPI_SOURCE == MPI_PROC_NULL) {
+        return;
+    }
+    int n = 0;
+    PMPI_Get_count(st, MPI_BYTE, &n);
+    emit(K_P2P, OP_RECV, c, world_of(c, st->MPI_SOURCE), st->MPI_TAG,
+         n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, start, end, MPI_SUCCESS);
+}
+
+/* ---- start and end ---------------------------------------------------------------------- */
+
+static void started(const char *runs_on) {
+    int rank = 0, size = 1;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    PMPI_Comm_size(MPI_COMM_WORLD, &size);
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &keyval, NULL);
+    world_info.id = 0;
+    world_info.me = rank;
+    world_info.size = size;
+    world_info.world = NULL;
+    on = vargr_mpi_start(rank, size, K_COUNT, BUILT_FOR, runs_on);
+}
+
+int vargr_w_MPI_Init(int *argc, char ***argv) {
+    char runs_on[MPI_MAX_LIBRARY_VERSION_STRING];
+    check_abi(runs_on, sizeof runs_on);
+    int rc = PMPI_Init(argc, argv);
+    if (rc == MPI_SUCCESS) {
+        started(runs_on);
+    }
+    return rc;
+}
+
+int vargr_w_MPI_Init_thread(int *argc, char ***argv, int required, int *provided) {
+    char runs_on[MPI_MAX_LIBRARY_VERSION_STRING];
+    check_abi(runs_on, sizeof runs_on);
+    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    if (rc == MPI_SUCCESS) {
+        started(runs_on);
+    }
+    return rc;
+}
+
+int vargr_w_MPI_Finalize(void) {
+    if (on) {
+        /* Writes the trace file while MPI still runs (nothing of it is used, but a
+         * launcher may end the job soon after the last rank finalizes). */
+        on = 0;
+        vargr_mpi_finish();
+    }
+    return PMPI_Finalize();
+}
+
+/* ---- point to point --------------------------------------------------------------------- */
+
+/* A blocking send: the message and the call. */
+static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                uint64_t t0) {
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
+    uint32_t peer = world_of(c, dest);
+    if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
+        emit(K_P2P, OP_SEND, c, peer, tag, b, t0, t1, rc);
+    }
+    emit(kind, OP_USER, c, peer, tag, b, t0, t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Send(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                     MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Send(buf, count, t, dest, tag, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Send(buf, count, t, dest, tag, comm);
+    return sent(K_SEND, rc, count, t, dest, tag, comm, t0);
+}
+
+int vargr_w_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                      MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Ssend(buf, count, t, dest, tag, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Ssend(buf, count, t, dest, tag, comm);
+    return sent(K_SSEND, rc, count, t, dest, tag, comm, t0);
+}
+
+int vargr_w_MPI_Isend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                      MPI_Comm comm, MPI_Request *req) {
+    if (!on) {
+        return PMPI_Isend(buf, count, t, dest, tag, comm, req);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Isend(buf, count, t, dest, tag, comm, req);
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
+    uint32_t peer = world_of(c, dest);
+    if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
+        track(*req, 1, c, peer, tag, b, t0);
+    }
+    emit(K_ISEND, OP_USER, c, peer, tag, b, t0, t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                     MPI_Status *st) {
+    if (!on) {
+        return PMPI_Recv(buf, count, t, src, tag, comm, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Recv(buf, count, t, src, tag, comm, s);
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    if (rc == MPI_SUCCESS) {
+        received(c, s, t0, t1);
+    }
+    emit(K_RECV, OP_USER, c, world_of(c, rc == MPI_SUCCESS ? s->MPI_SOURCE : src),
+         rc == MPI_SUCCESS ? s->MPI_TAG : tag, rc == MPI_SUCCESS ? bytes_of(count, t) : 0, t0,
+         t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    if (!on) {
+        return PMPI_Irecv(buf, count, t, src, tag, comm, req);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Irecv(buf, count, t, src, tag, comm, req);
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
+    if (rc == MPI_SUCCESS) {
+        track(*req, 0, c, world_of(c, src), tag, b, t0);
+    }
+    emit(K_IRECV, OP_USER, c, world_of(c, src), tag, b, t0, t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag,
+                         void *rbuf, int rcount, MPI_Datatype rtype, int src, int rtag,
+                         MPI_Comm comm, MPI_Status *st) {
+    if (!on) {
+        return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
+                             comm, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm,
+                           s);
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    uint64_t b = rc == MPI_SUCCESS ? bytes_of(scount, stype) : 0;
+    if (rc == MPI_SUCCESS) {
+        if (dest != MPI_PROC_NULL) {
+            emit(K_P2P, OP_SEND, c, world_of(c, dest), stag, b, t0, t1, rc);
+        }
+        received(c, s, t0, t1);
+    }
+    emit(K_SENDRECV, OP_USER, c, world_of(c, dest), stag, b, t0, t1, rc);
+    return rc;
+}
+
+/* ---- completion ------------------------------------------------------------------------- */
+
+int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
+    if (!on) {
+        return PMPI_Wait(req, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    MPI_Request r = *req; /* MPI_Wait resets it */
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Wait(req, s);
+    uint64_t t1 = vargr_mpi_now();
+    if (rc == MPI_SUCCESS) {
+        complete(r, s, t1);
+    }
+    emit(K_WAIT, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
+    if (!on) {
+        return PMPI_Test(req, flag, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    MPI_Request r = *req;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Test(req, flag, s);
+    uint64_t t1 = vargr_mpi_now();
+    if (rc == MPI_SUCCESS && *flag) {
+        complete(r, s, t1);
+    }
+    emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
+    return rc;
+}
+
+/* Copies of the handles (completion resets them) and statuses when the caller ignores
+ * them; on the stack for a few. */
+#define FEW 32
+typedef struct {
+    MPI_Request few_r[FEW];
+    MPI_Status few_s[FEW];
+    MPI_Request *r;
+    MPI_Status *s;
+    int heap;
+} many;
+
+static int many_init(many *m, int n, const MPI_Request *reqs, MPI_Status *stats) {
+    m->heap = n > FEW;
+    m->r = m->heap ? malloc(sizeof(MPI_Request) * (size_t)n) : m->few_r;
+    m->s = stats != MPI_STATUSES_IGNORE ? stats
+           : m->heap                    ? malloc(sizeof(MPI_Status) * (size_t)n)
+                                        : m->few_s;
+    if (m->r == NULL || m->s == NULL) {
+        if (m->heap) {
+            free(m->r);
+            if (m->s != stats) {
+                free(m->s);
+            }
+        }
+        return 0;
+    }
+    if (n > 0) {
+        memcpy(m->r, reqs, sizeof(MPI_Request) * (size_t)n);
+    }
+    return 1;
+}
+
+static void many_free(many *m, MPI_Status *stats) {
+    if (m->heap) {
+        free(m->r);
+        if (m->s != stats) {
+            free(m->s);
+        }
+    }
+}
+
+int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
+    many m;
+    if (!on || !many_init(&m, n, reqs, stats)) {
+        return PMPI_Waitall(n, reqs, stats);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Waitall(n, reqs, m.s);
+    uint64_t t1 = vargr_mpi_now();
+    if (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) {
+        for (int i = 0; i < n; i++) {
+            if (rc == MPI_SUCCESS || m.s[i].MPI_ERROR == MPI_SUCCESS) {
+                complete(m.r[i], &m.s[i], t1);
+            }
+        }
+    }
+    many_free(&m, stats);
+    emit(K_WAITALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
+    many m;
+    if (!on || !many_init(&m, n, reqs, stats)) {
+        return PMPI_Testall(n, reqs, flag, stats);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Testall(n, reqs, flag, m.s);
+    uint64_t t1 = vargr_mpi_now();
+    if (rc == MPI_SUCCESS && *flag) {
+        for (int i = 0; i < n; i++) {
+            complete(m.r[i], &m.s[i], t1);
+        }
+    }
+    many_free(&m, stats);
+    emit(K_TESTALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
+    many m;
+    if (!on || !many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
+        return PMPI_Waitany(n, reqs, index, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Waitany(n, reqs, index, s);
+    uint64_t t1 = vargr_mpi_now();
+    if (rc == MPI_SUCCESS && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
+        complete(m.r[*index], s, t1);
+    }
+    many_free(&m, MPI_STATUSES_IGNORE);
+    emit(K_WAITANY, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    return rc;
+}
+
+/* ---- probes ----------------------------------------------------------------------------- */
+
+static void probed(int kind, int rc, int found, const MPI_Status *s, int src, int tag,
+                   MPI_Comm comm, uint64_t t0) {
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    int n = 0;
+    if (rc == MPI_SUCCESS && found) {
+        PMPI_Get_count(s, MPI_BYTE, &n);
+        src = s->MPI_SOURCE;
+        tag = s->MPI_TAG;
+    }
+    emit(kind, OP_USER, c, world_of(c, src), tag, n > 0 ? (uint64_t)n : 0, t0, t1, rc);
+}
+
+int vargr_w_MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
+    if (!on) {
+        return PMPI_Probe(src, tag, comm, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Probe(src, tag, comm, s);
+    probed(K_PROBE, rc, 1, s, src, tag, comm, t0);
+    return rc;
+}
+
+int vargr_w_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
+    if (!on) {
+        return PMPI_Iprobe(src, tag, comm, flag, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Iprobe(src, tag, comm, flag, s);
+    probed(K_IPROBE, rc, *flag, s, src, tag, comm, t0);
+    return rc;
+}
+
+/* ---- collectives ------------------------------------------------------------------------ */
+
+/* One Call record: bytes are the larger of what this rank's buffers send and receive;
+ * the peer is the root's world rank for rooted collectives. */
+static int called(int kind, int rc, MPI_Comm comm, int root, uint64_t bytes, uint64_t t0) {
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    if (c == NULL) {
+        return rc;
+    }
+    uint32_t seq = c->seq++;
+    emit(kind, OP_CALL, c, root < 0 ? NO_PEER : world_of(c, root), (int)seq,
+         rc == MPI_SUCCESS ? bytes : 0, t0, t1, rc);
+    return rc;
+}
+
+static int is_root(MPI_Comm comm, int root) {
+    comm_info *c = info_of(comm);
+    return root == MPI_ROOT || (c != NULL && root == c->me);
+}
+
+static int size_of(MPI_Comm comm) {
+    comm_info *c = info_of(comm);
+    return c ? c->size : 0;
+}
+
+int vargr_w_MPI_Barrier(MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Barrier(comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Barrier(comm);
+    return called(K_BARRIER, rc, comm, -1, 0, t0);
+}
+
+int vargr_w_MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Bcast(buf, count, t, root, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Bcast(buf, count, t, root, comm);
+    return called(K_BCAST, rc, comm, root, bytes_of(count, t), t0);
+}
+
+int vargr_w_MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t, MPI_Op op,
+                       int root, MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
+    return called(K_REDUCE, rc, comm, root, bytes_of(count, t), t0);
+}
+
+int vargr_w_MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t, MPI_Op op,
+                          MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Allreduce(sbuf, rbuf, count, t, op, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Allreduce(sbuf, rbuf, count, t, op, comm);
+    return called(K_ALLREDUCE, rc, comm, -1, bytes_of(count, t), t0);
+}
+
+int vargr_w_MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                       MPI_Datatype rtype, int root, MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+    uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype);
+    uint64_t got = is_root(comm, root) ? bytes_of(rcount, rtype) * (uint64_t)size_of(comm) : 0;
+    return called(K_GATHER, rc, comm, root, max64(sent, got), t0);
+}
+
+int vargr_w_MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+                          int rcount, MPI_Datatype rtype, MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype);
+    uint64_t got = bytes_of(rcount, rtype) * (uint64_t)size_of(comm);
+    return called(K_ALLGATHER, rc, comm, -1, max64(sent, got), t0);
+}
+
+int vargr_w_MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                        MPI_Datatype rtype, int root, MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+    uint64_t sent = is_root(comm, root) ? bytes_of(scount, stype) * (uint64_t)size_of(comm) : 0;
+    uint64_t got = rbuf == MPI_IN_PLACE ? 0 : bytes_of(rcount, rtype);
+    return called(K_SCATTER, rc, comm, root, max64(sent, got), t0);
+}
+
+int vargr_w_MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+                         int rcount, MPI_Datatype rtype, MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    uint64_t n = (uint64_t)size_of(comm);
+    uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype) * n;
+    return called(K_ALLTOALL, rc, comm, -1, max64(sent, bytes_of(rcount, rtype) * n), t0);
+}
+
+static uint64_t sum_bytes(const int counts[], int n, MPI_Datatype t) {
+    uint64_t total = 0;
+    for (int i = 0; i < n; i++) {
+        total += bytes_of(counts[i], t);
+    }
+    return total;
+}
+
+int vargr_w_MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdispls[],
+                          MPI_Datatype stype, void *rbuf, const int rcounts[],
+                          const int rdispls[], MPI_Datatype rtype, MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
+                              comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+    int n = size_of(comm);
+    uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : sum_bytes(scounts, n, stype);
+    return called(K_ALLTOALLV, rc, comm, -1, max64(sent, sum_bytes(rcounts, n, rtype)), t0);
+}

@@ -1,0 +1,368 @@
+//! The C ABI between the wrappers (`c/wrappers.c`) and the Rust core, and the
+//! vargr-trace records it writes. Every record is on the calling thread's track,
+//! labelled `rank R` with the process's world rank.
+//!
+//! | what | collector | op | seq | peer | bytes | start..end |
+//! |---|---|---|---|---|---|---|
+//! | a message sent or received | `CTX/p2p` | send / recv | tag | world rank of the other end | sent; received (from the status) | send or receive call's entry .. its completion (in `MPI_Wait`/`MPI_Test*` for non-blocking ones) |
+//! | a point-to-point call, probe | `CTX/send`, `CTX/irecv`, `CTX/probe`, ... | user | tag (the matched one once known) | peer's world rank (the matched source once known) | as above (receives: the buffer's size) | call entry .. return |
+//! | a wait or test | `mpi/wait`, `mpi/waitall`, ... | user | requests given | – | – | call entry .. return |
+//! | a collective | `CTX/allreduce`, ... | call | call number on the communicator | root's world rank (rooted ones) | the larger of what this rank's buffers send and receive | call entry .. return |
+//!
+//! `CTX` is `ctx0` for `MPI_COMM_WORLD` and `ctxN.L` for the N-th other communicator this
+//! process used, L being its lowest world rank (vargr-coll's naming, which the trace
+//! analysis groups by). Message records pair up in the analysis as vargr's own do: the
+//! k-th send from A to B with a tag is the k-th receive of B from A with it, MPI's
+//! non-overtaking rule.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, CStr};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+
+use vargr_trace::{Record, ThreadTrace, Tracer};
+
+use crate::settings::Settings;
+
+/// One event from the wrappers (`vargr_mpi_event` in C).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Event {
+    pub start: u64,
+    pub end: u64,
+    pub bytes: u64,
+    /// Communicator id (0: the world) or [`NO_COMM`].
+    pub comm: u32,
+    pub peer: u32,
+    pub seq: u32,
+    /// Index into [`KINDS`].
+    pub kind: u16,
+    /// A `vargr_trace::EventOp`.
+    pub op: u8,
+    pub status: u8,
+}
+
+/// Calls on no communicator (waits and tests).
+pub const NO_COMM: u32 = u32::MAX;
+
+/// The last part of each collector's name, in the order of the C enum.
+pub const KINDS: [&str; 23] = [
+    "p2p",
+    "send",
+    "ssend",
+    "isend",
+    "recv",
+    "irecv",
+    "sendrecv",
+    "wait",
+    "waitall",
+    "waitany",
+    "test",
+    "testall",
+    "probe",
+    "iprobe",
+    "barrier",
+    "bcast",
+    "reduce",
+    "allreduce",
+    "gather",
+    "allgather",
+    "scatter",
+    "alltoall",
+    "alltoallv",
+];
+
+/// Communicators with collectors of their own; later ones share the last slot.
+const COMM_SLOTS: usize = 1024;
+
+/// Records kept in memory per process before the oldest go (128 MiB): rings are
+/// drained into it as they fill, and it is written at `MPI_Finalize`.
+const HELD: usize = 4 << 20;
+
+struct State {
+    rank: u32,
+    process: String,
+    dir: PathBuf,
+    /// Context names by communicator id.
+    contexts: Mutex<Vec<Option<String>>>,
+    /// Collector id + 1 for (communicator slot, kind); 0: not registered yet.
+    collectors: Box<[AtomicU32]>,
+    held: Mutex<(Tracer, Vec<ThreadTrace>)>,
+}
+
+static STATE: OnceLock<State> = OnceLock::new();
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl State {
+    fn slot(comm: u32) -> usize {
+        match comm {
+            NO_COMM => 0,
+            c => (c as usize + 1).min(COMM_SLOTS - 1),
+        }
+    }
+
+    fn context(&self, comm: u32) -> String {
+        if comm == NO_COMM {
+            return "mpi".into();
+        }
+        if Self::slot(comm) == COMM_SLOTS - 1 {
+            return "ctx-more".into();
+        }
+        lock(&self.contexts)
+            .get(comm as usize)
+            .cloned()
+            .flatten()
+            .unwrap_or_else(|| format!("ctx{comm}"))
+    }
+
+    fn collector(&self, comm: u32, kind: u16) -> u16 {
+        let kind = usize::from(kind).min(KINDS.len() - 1);
+        let cell = &self.collectors[Self::slot(comm) * KINDS.len() + kind];
+        match cell.load(Ordering::Relaxed) {
+            0 => {
+                let id = vargr_trace::collector(&format!("{}/{}", self.context(comm), KINDS[kind]));
+                cell.store(u32::from(id) + 1, Ordering::Relaxed);
+                id
+            }
+            v => (v - 1) as u16,
+        }
+    }
+
+    /// Moves what every thread's ring holds into memory.
+    fn drain(&self) {
+        let mut h = lock(&self.held);
+        let (tracer, held) = &mut *h;
+        tracer.drain_into(held, HELD);
+    }
+}
+
+thread_local! {
+    /// Records this thread wrote since it last drained the rings.
+    static SINCE_DRAIN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Starts recording for world rank `rank` of `size` into `settings.trace_dir`; returns
+/// whether records are kept. `kinds` is the C side's count of [`KINDS`]: a library whose
+/// two halves disagree records nothing rather than mislabel.
+pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &str) -> bool {
+    if kinds != KINDS.len() {
+        eprintln!(
+            "vargr-mpi: the wrappers know {kinds} kinds of call, the Rust core {}: \
+             rebuild libvargr_mpi.so; not tracing",
+            KINDS.len()
+        );
+        return false;
+    }
+    let Some(dir) = &settings.trace_dir else {
+        vargr_trace::set_enabled(false);
+        return false;
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        eprintln!(
+            "vargr-mpi: rank {rank}: cannot make the trace directory {}: {e}; not tracing",
+            dir.display()
+        );
+        vargr_trace::set_enabled(false);
+        return false;
+    }
+    let state = State {
+        rank,
+        process: format!("rank {rank} of {size} ({runs_on})"),
+        dir: dir.clone(),
+        contexts: Mutex::new(vec![Some("ctx0".into())]),
+        collectors: (0..COMM_SLOTS * KINDS.len())
+            .map(|_| AtomicU32::new(0))
+            .collect(),
+        held: Mutex::new((Tracer::new(), Vec::new())),
+    };
+    if STATE.set(state).is_err() {
+        // MPI is initialised once per process; a second start keeps the first.
+        return STATE.get().is_some_and(|s| s.rank == rank);
+    }
+    vargr_trace::set_enabled(true);
+    vargr_trace::set_thread_label(&format!("rank {rank}"), Some(rank));
+    true
+}
+
+/// Names communicator `id` (not the world's) by its lowest world rank.
+pub fn comm(id: u32, low: u32) {
+    if let Some(st) = STATE.get() {
+        let mut c = lock(&st.contexts);
+        let i = id as usize;
+        if i < COMM_SLOTS {
+            if c.len() <= i {
+                c.resize(i + 1, None);
+            }
+            c[i] = Some(format!("ctx{id}.{low}"));
+        }
+    }
+}
+
+/// Writes one event as a record of the calling thread.
+pub fn record(e: &Event) {
+    let Some(st) = STATE.get() else { return };
+    vargr_trace::ensure_rank_label(st.rank);
+    vargr_trace::record(&Record {
+        start: e.start,
+        end: e.end,
+        seq: e.seq,
+        bytes: e.bytes.min(u64::from(u32::MAX)) as u32,
+        collector: st.collector(e.comm, e.kind),
+        op: e.op,
+        status: e.status,
+        peer: e.peer,
+    });
+    // Drain before this thread's ring would overwrite what was not read yet.
+    let n = SINCE_DRAIN.with(|c| {
+        c.set(c.get() + 1);
+        c.get()
+    });
+    if n >= vargr_trace::ring_capacity() / 2 {
+        SINCE_DRAIN.with(|c| c.set(0));
+        st.drain();
+    }
+}
+
+/// Writes this rank's trace file; returns its path.
+pub fn finish() -> Result<PathBuf, vargr_trace::FileError> {
+    let Some(st) = STATE.get() else {
+        return Err(vargr_trace::FileError::Format {
+            path: PathBuf::new(),
+            what: "tracing never started".into(),
+        });
+    };
+    st.drain();
+    let threads = std::mem::take(&mut lock(&st.held).1);
+    let file = Tracer::file_of(&st.process, threads);
+    let path = st.dir.join(format!("{}-{:05}.vtr", file.host, st.rank));
+    file.write(&path)?;
+    Ok(path)
+}
+
+// ---- the C ABI -------------------------------------------------------------------------
+
+/// The trace clock (`vargr_trace::now`).
+#[no_mangle]
+pub extern "C" fn vargr_mpi_now() -> u64 {
+    vargr_trace::now()
+}
+
+/// Called by `MPI_Init` once MPI runs: 1 if the wrappers should record.
+///
+/// # Safety
+/// `built_for` and `runs_on` are NUL-terminated strings or NULL.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_mpi_start(
+    rank: c_int,
+    size: c_int,
+    kinds: c_int,
+    built_for: *const c_char,
+    runs_on: *const c_char,
+) -> c_int {
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: the caller passes a NUL-terminated string.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    let (_built_for, runs_on) = (text(built_for), text(runs_on));
+    c_int::from(start(
+        &Settings::from_env(),
+        u32::try_from(rank).unwrap_or(0),
+        u32::try_from(size).unwrap_or(0),
+        usize::try_from(kinds).unwrap_or(0),
+        &runs_on,
+    ))
+}
+
+/// A communicator seen for the first time.
+#[no_mangle]
+pub extern "C" fn vargr_mpi_comm(id: u32, low: u32, _size: u32) {
+    comm(id, low);
+}
+
+/// One event.
+///
+/// # Safety
+/// `e` points to a valid event.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_mpi_record(e: *const Event) {
+    // SAFETY: the caller passes a valid pointer (NULL is ignored).
+    if let Some(e) = unsafe { e.as_ref() } {
+        record(e);
+    }
+}
+
+/// Called by `MPI_Finalize`: writes the trace file, or says why it could not.
+#[no_mangle]
+pub extern "C" fn vargr_mpi_finish() {
+    if let Err(e) = finish() {
+        eprintln!("vargr-mpi: could not write the trace: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use vargr_trace::{EventOp, TraceFile, NO_PEER};
+
+    // One test: the state is per process, as MPI's is.
+    #[test]
+    fn events_become_named_records_in_the_ranks_trace_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let settings = Settings {
+            trace_dir: Some(dir.path().join("t")),
+        };
+        assert!(!start(&settings, 2, 4, KINDS.len() - 1, "MPI"));
+        assert!(start(&settings, 2, 4, KINDS.len(), "Some MPI v1"));
+        comm(1, 2);
+        let ev = |comm, kind: usize, op: EventOp, seq, peer, bytes| Event {
+            start: vargr_mpi_now(),
+            end: vargr_mpi_now(),
+            bytes,
+            comm,
+            peer,
+            seq,
+            kind: kind as u16,
+            op: op as u8,
+            status: 0,
+        };
+        record(&ev(0, 0, EventOp::Send, 7, 3, 4000));
+        record(&ev(0, 1, EventOp::User, 7, 3, 4000));
+        record(&ev(NO_COMM, 7, EventOp::User, 1, NO_PEER, 0));
+        record(&ev(1, 17, EventOp::Call, 0, NO_PEER, 1 << 40));
+        // More than a ring holds: draining keeps them all.
+        let many = vargr_trace::ring_capacity() * 2;
+        for i in 0..many {
+            record(&ev(0, 14, EventOp::Call, i as u32, NO_PEER, 0));
+        }
+        let path = finish().unwrap();
+        assert_eq!(
+            path.file_name().unwrap().to_str().unwrap(),
+            format!("{}-00002.vtr", TraceFile::read(&path).unwrap().host)
+        );
+        let f = TraceFile::read(&path).unwrap();
+        assert_eq!(f.process, "rank 2 of 4 (Some MPI v1)");
+        let t: Vec<_> = f.threads.iter().filter(|t| t.rank == Some(2)).collect();
+        assert_eq!(t.len(), 1);
+        assert_eq!(t[0].label, "rank 2");
+        assert_eq!(t[0].lost, 0);
+        let recs = &t[0].records;
+        assert_eq!(recs.len(), 4 + many);
+        let name = |r: &Record| f.collectors[usize::from(r.collector)].as_str();
+        assert_eq!(name(&recs[0]), "ctx0/p2p");
+        assert_eq!((recs[0].seq, recs[0].peer, recs[0].bytes), (7, 3, 4000));
+        assert_eq!(name(&recs[1]), "ctx0/send");
+        assert_eq!(name(&recs[2]), "mpi/wait");
+        assert_eq!(name(&recs[3]), "ctx1.2/allreduce");
+        assert_eq!(recs[3].bytes, u32::MAX, "bytes saturate");
+        assert!(recs[4..].iter().all(|r| name(r) == "ctx0/barrier"));
+        assert!(recs[4..].iter().enumerate().all(|(i, r)| r.seq == i as u32));
+    }
+}

@@ -1,0 +1,193 @@
+/* The wrapped calls and one that is not, on 4 ranks, for tests/mpi_shim.rs: its output
+ * must be the same with and without libvargr_mpi.so, and its trace must hold the
+ * records the test counts. Rank 0 prints every rank's line, in rank order. */
+
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LINE 512
+
+static void check(int ok, const char *what, int rank) {
+    if (!ok) {
+        fprintf(stderr, "rank %d: %s\n", rank, what);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+int main(int argc, char **argv) {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SINGLE, &provided);
+    int rank, n;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    check(n == 4, "run me on 4 ranks", rank);
+    char line[LINE];
+    int at = snprintf(line, LINE, "rank %d:", rank);
+    int right = (rank + 1) % n, left = (rank + n - 1) % n;
+
+    /* Sendrecv around the ring: 1000 ints, tag 7. */
+    int out[1000], in[1000];
+    for (int i = 0; i < 1000; i++) {
+        out[i] = rank * 1000 + i;
+    }
+    MPI_Sendrecv(out, 1000, MPI_INT, right, 7, in, 1000, MPI_INT, left, 7, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    long sum = 0;
+    for (int i = 0; i < 1000; i++) {
+        sum += in[i];
+    }
+    at += snprintf(line + at, LINE - at, " ring %ld", sum);
+
+    /* Everyone to everyone, non-blocking, received from MPI_ANY_SOURCE: 100 doubles,
+     * tag 9; receives completed by one Waitall, sends by a Wait each. */
+    double dout[100], din[3][100];
+    for (int i = 0; i < 100; i++) {
+        dout[i] = rank + i / 100.0;
+    }
+    MPI_Request rr[3], sr[3];
+    for (int k = 0; k < 3; k++) {
+        MPI_Irecv(din[k], 100, MPI_DOUBLE, MPI_ANY_SOURCE, 9, MPI_COMM_WORLD, &rr[k]);
+    }
+    for (int k = 0, p = 0; p < n; p++) {
+        if (p != rank) {
+            MPI_Isend(dout, 100, MPI_DOUBLE, p, 9, MPI_COMM_WORLD, &sr[k++]);
+        }
+    }
+    MPI_Status st[3];
+    MPI_Waitall(3, rr, st);
+    int from = 0;
+    for (int k = 0; k < 3; k++) {
+        from |= 1 << st[k].MPI_SOURCE;
+        check(din[k][0] == st[k].MPI_SOURCE, "any-source payload", rank);
+    }
+    for (int k = 0; k < 3; k++) {
+        MPI_Wait(&sr[k], MPI_STATUS_IGNORE);
+    }
+    at += snprintf(line + at, LINE - at, " any-source-from %x", from);
+
+    /* Rank 0 Ssends 10 ints to 1 (tag 11), which probes for the size first; rank 2
+     * Isends 5 ints to 3 (tag 12), which polls with Iprobe, then Irecv and Test. */
+    if (rank == 0) {
+        int v[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+        MPI_Ssend(v, 10, MPI_INT, 1, 11, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        MPI_Status s;
+        int count = 0;
+        MPI_Probe(MPI_ANY_SOURCE, 11, MPI_COMM_WORLD, &s);
+        MPI_Get_count(&s, MPI_INT, &count);
+        int *v = malloc(sizeof(int) * (size_t)count);
+        MPI_Recv(v, count, MPI_INT, s.MPI_SOURCE, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        at += snprintf(line + at, LINE - at, " probed %d last %d", count, v[count - 1]);
+        free(v);
+    } else if (rank == 2) {
+        int v[5] = {5, 4, 3, 2, 1};
+        MPI_Request r;
+        MPI_Isend(v, 5, MPI_INT, 3, 12, MPI_COMM_WORLD, &r);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+    } else {
+        int flag = 0, v[5];
+        MPI_Status s;
+        while (!flag) {
+            MPI_Iprobe(2, 12, MPI_COMM_WORLD, &flag, &s);
+        }
+        MPI_Request r;
+        MPI_Irecv(v, 5, MPI_INT, 2, 12, MPI_COMM_WORLD, &r);
+        flag = 0;
+        while (!flag) {
+            MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
+        }
+        at += snprintf(line + at, LINE - at, " tested %d", v[0]);
+    }
+
+    /* Ranks 1..3 send one int each to 0 (tag 13), which takes them with Waitany; the
+     * senders poll with Testall. */
+    if (rank == 0) {
+        int v[3];
+        MPI_Request r[3];
+        for (int k = 0; k < 3; k++) {
+            MPI_Irecv(&v[k], 1, MPI_INT, k + 1, 13, MPI_COMM_WORLD, &r[k]);
+        }
+        int total = 0;
+        for (int k = 0; k < 3; k++) {
+            int idx = -1;
+            MPI_Waitany(3, r, &idx, MPI_STATUS_IGNORE);
+            total += v[idx];
+        }
+        at += snprintf(line + at, LINE - at, " waitany %d", total);
+    } else {
+        int v = rank * 10, flag = 0;
+        MPI_Request r;
+        MPI_Isend(&v, 1, MPI_INT, 0, 13, MPI_COMM_WORLD, &r);
+        while (!flag) {
+            MPI_Testall(1, &r, &flag, MPI_STATUSES_IGNORE);
+        }
+    }
+
+    /* The collectives. */
+    MPI_Barrier(MPI_COMM_WORLD);
+    int b[16];
+    for (int i = 0; i < 16; i++) {
+        b[i] = rank == 2 ? i * i : -1;
+    }
+    MPI_Bcast(b, 16, MPI_INT, 2, MPI_COMM_WORLD);
+    double x[8], y[8];
+    for (int i = 0; i < 8; i++) {
+        x[i] = rank + i;
+    }
+    MPI_Reduce(x, y, 8, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        at += snprintf(line + at, LINE - at, " reduce %g", y[7]);
+    }
+    MPI_Allreduce(x, y, 8, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    int g[4 * 2], me2[2] = {rank, rank * rank};
+    MPI_Gather(me2, 2, MPI_INT, g, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Allgather(me2, 2, MPI_INT, g, 2, MPI_INT, MPI_COMM_WORLD);
+    int sc[4 * 3], mine[3];
+    for (int i = 0; i < 12; i++) {
+        sc[i] = 100 + i;
+    }
+    MPI_Scatter(sc, 3, MPI_INT, mine, 3, MPI_INT, 1, MPI_COMM_WORLD);
+    int a2a_out[4], a2a_in[4];
+    for (int i = 0; i < 4; i++) {
+        a2a_out[i] = rank * 10 + i;
+    }
+    MPI_Alltoall(a2a_out, 1, MPI_INT, a2a_in, 1, MPI_INT, MPI_COMM_WORLD);
+    /* Alltoallv: rank r sends r+1 ints to each. */
+    int vc[4], vd[4], rc[4], rd[4], vout[16], vin[16];
+    for (int p = 0; p < 4; p++) {
+        vc[p] = rank + 1;
+        vd[p] = p * 4;
+        rc[p] = p + 1;
+        rd[p] = p * 4;
+    }
+    for (int i = 0; i < 16; i++) {
+        vout[i] = rank;
+    }
+    MPI_Alltoallv(vout, vc, vd, MPI_INT, vin, rc, rd, MPI_INT, MPI_COMM_WORLD);
+    at += snprintf(line + at, LINE - at, " bcast %d allreduce %g allgather %d scatter %d "
+                                         "alltoall %d alltoallv %d",
+                   b[15], y[7], g[7], mine[2], a2a_in[3], vin[12]);
+
+    /* Not wrapped: MPI_Scan and MPI_Comm_split go to MPI untouched; the split
+     * communicator's Allreduce is wrapped and named after it. */
+    int scan = 0, one = rank + 1;
+    MPI_Scan(&one, &scan, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &half);
+    int hs = 0;
+    MPI_Allreduce(&one, &hs, 1, MPI_INT, MPI_SUM, half);
+    MPI_Comm_free(&half);
+    at += snprintf(line + at, LINE - at, " scan %d half %d", scan, hs);
+
+    char all[4 * LINE];
+    MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+        for (int p = 0; p < n; p++) {
+            printf("%s\n", all + p * LINE);
+        }
+    }
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,458 @@
+//! libvargr_mpi.so with real MPI programs under Open MPI's mpirun: a C program of ours
+//! (`c/shim_check.c`: point to point, blocking and not, `MPI_ANY_SOURCE`, probes, the
+//! wrapped collectives, and calls the library does not wrap) gives the same output with
+//! and without the library, and its trace holds the records it should; and NetPIPE,
+//! installed from Debian (`netpipe-openmpi`), runs under `vargr mpi-run --trace` with
+//! the same output, and `vargr trace report` reads its trace; a program built with
+//! MPICH is refused at start, with the reason (when MPICH is installed beside Open MPI).
+//!
+//! Needs `mpirun` and `mpicc` (Open MPI); skipped with a message without mpirun, unless
+//! `VARGR_REQUIRE_MPIRUN=1`. `vargr` is `$VARGR_BIN`, else the one in this test's
+//! target directory (built if missing); `vargr mpi-run` takes the library beside it.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use vargr_trace::analysis;
+use vargr_trace::{EventOp, TraceFile, NO_PEER};
+
+const MPIRUN: &[&str] = &[
+    "--allow-run-as-root",
+    "--oversubscribe",
+    "--bind-to",
+    "none",
+];
+
+fn have_mpirun() -> bool {
+    let found = Command::new("mpirun").arg("--version").output().is_ok();
+    if !found {
+        assert!(
+            std::env::var_os("VARGR_REQUIRE_MPIRUN").is_none(),
+            "mpirun is required (VARGR_REQUIRE_MPIRUN is set) but not on the PATH"
+        );
+        eprintln!("skipped: mpirun not found (install openmpi-bin and libopenmpi-dev)");
+    }
+    found
+}
+
+/// target/<profile>: two levels above this test's executable (target/<profile>/deps).
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// Runs `cargo build ARGS` in this test's target directory and profile.
+fn cargo_build(args: &[&str]) {
+    let profile = target_dir();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("build")
+        .args(args)
+        .env("CARGO_TARGET_DIR", profile.parent().unwrap());
+    if profile.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().unwrap().success(),
+        "cargo build {args:?} failed"
+    );
+}
+
+fn lib() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        // `cargo test` builds the cdylib for the tests but leaves target/<profile>/
+        // libvargr_mpi.so as it was: refresh it (a no-op when up to date).
+        cargo_build(&["-p", "vargr-mpi"]);
+        let l = target_dir().join("libvargr_mpi.so");
+        assert!(l.is_file(), "{} missing", l.display());
+        l
+    })
+    .clone()
+}
+
+/// `$VARGR_BIN`, else the profile's vargr (built if missing), with the library beside it
+/// fresh.
+fn vargr() -> PathBuf {
+    lib();
+    let v = match std::env::var_os("VARGR_BIN") {
+        Some(v) => PathBuf::from(v),
+        None => {
+            let v = target_dir().join("vargr");
+            if !v.is_file() {
+                cargo_build(&["-p", "vargr-cli", "--bin", "vargr"]);
+            }
+            v
+        }
+    };
+    assert!(v.is_file(), "{} missing", v.display());
+    v
+}
+
+fn ok(what: &str, o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn mpirun(n: usize, prog: &[&str]) -> Command {
+    let mut c = Command::new("mpirun");
+    c.args(MPIRUN).args(["-n", &n.to_string()]).args(prog);
+    c.env_remove("VARGR_MPI_TRACE").env_remove("LD_PRELOAD");
+    c
+}
+
+/// `vargr mpi-run --trace DIR -- mpirun ... PROG`; its stdout without its own last line.
+fn traced(dir: &Path, n: usize, prog: &[&str]) -> String {
+    let mut c = Command::new(vargr());
+    c.arg("mpi-run")
+        .arg("--trace")
+        .arg(dir)
+        .arg("--")
+        .arg("mpirun")
+        .args(MPIRUN)
+        .args(["-n", &n.to_string()])
+        .args(prog)
+        .env_remove("LD_PRELOAD");
+    let out = ok("vargr mpi-run", c.output().unwrap());
+    let (program, ours) = out
+        .trim_end()
+        .rsplit_once('\n')
+        .unwrap_or(("", out.trim_end()));
+    assert!(
+        ours.starts_with(&format!("vargr mpi-run: {n} trace files in ")),
+        "{out}"
+    );
+    format!("{program}\n")
+}
+
+fn report(dir: &Path) -> String {
+    let out = ok(
+        "vargr trace report",
+        Command::new(vargr())
+            .args(["trace", "report"])
+            .arg(dir)
+            .output()
+            .unwrap(),
+    );
+    assert!(dir.join("report.html").is_file());
+    out
+}
+
+/// (rank, collector, op) → records, over every file.
+type Counts = HashMap<(u32, String, EventOp), Vec<vargr_trace::Record>>;
+
+fn by_kind(files: &[TraceFile]) -> Counts {
+    let mut m = Counts::new();
+    for f in files {
+        for t in &f.threads {
+            for r in &t.records {
+                let rank = t.rank.expect("every track is a rank's");
+                let name = f.collectors[usize::from(r.collector)].clone();
+                m.entry((rank, name, r.event_op().unwrap()))
+                    .or_default()
+                    .push(*r);
+            }
+        }
+    }
+    m
+}
+
+fn count(c: &Counts, rank: u32, collector: &str, op: EventOp) -> usize {
+    c.get(&(rank, collector.to_string(), op))
+        .map_or(0, Vec::len)
+}
+
+#[test]
+fn our_program_runs_the_same_and_its_trace_holds_every_call() {
+    if !have_mpirun() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("shim_check");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_check.c");
+    ok(
+        "mpicc",
+        Command::new("mpicc")
+            .args(["-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .output()
+            .unwrap(),
+    );
+    let prog = prog.to_str().unwrap();
+    let plain = ok("plain run", mpirun(4, &[prog]).output().unwrap());
+    assert_eq!(plain.lines().count(), 4, "{plain}");
+    assert!(
+        plain.contains("rank 3: ring 2499500 any-source-from 7 tested 5"),
+        "{plain}"
+    );
+
+    // Preloaded without a trace directory: the wrappers only call MPI.
+    let mut c = mpirun(4, &["-x", "LD_PRELOAD", prog]);
+    c.env("LD_PRELOAD", lib());
+    assert_eq!(ok("preloaded run", c.output().unwrap()), plain);
+    // A trace directory that cannot be made: each rank says so and runs untraced.
+    let mut c = mpirun(4, &["-x", "LD_PRELOAD", "-x", "VARGR_MPI_TRACE", prog]);
+    c.env("LD_PRELOAD", lib())
+        .env("VARGR_MPI_TRACE", "/proc/self/no/such/dir");
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert_eq!(ok("untraceable run", o), plain);
+    assert_eq!(
+        err.matches("cannot make the trace directory /proc/self/no/such/dir")
+            .count(),
+        4,
+        "{err}"
+    );
+
+    let dir = tmp.path().join("trace");
+    assert_eq!(traced(&dir, 4, &[prog]), plain);
+    let files = TraceFile::read_dir(&dir).unwrap();
+    assert_eq!(files.len(), 4);
+    let c = by_kind(&files);
+    let names: BTreeSet<&str> = c.keys().map(|k| k.1.as_str()).collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.contains("scan") || n.contains("split")),
+        "calls not wrapped leave no record: {names:?}"
+    );
+    for r in 0..4u32 {
+        use EventOp::{Call, Recv, Send, User};
+        assert_eq!(count(&c, r, "ctx0/sendrecv", User), 1);
+        // 3 to everyone, plus part c (rank 2) and part d (ranks 1..3).
+        let isends = [3, 4, 5, 4][r as usize];
+        assert_eq!(count(&c, r, "ctx0/isend", User), isends, "rank {r}");
+        assert_eq!(count(&c, r, "mpi/waitall", User), 1);
+        for coll in [
+            "barrier",
+            "bcast",
+            "reduce",
+            "allreduce",
+            "allgather",
+            "scatter",
+            "alltoall",
+            "alltoallv",
+        ] {
+            assert_eq!(count(&c, r, &format!("ctx0/{coll}"), Call), 1, "{coll}");
+        }
+        // The program's, and the one that collects its lines.
+        assert_eq!(count(&c, r, "ctx0/gather", Call), 2);
+        let calls = |n: &str| c[&(r, format!("ctx0/{n}"), Call)][0];
+        assert_eq!((calls("bcast").bytes, calls("bcast").peer), (64, 2));
+        assert_eq!((calls("reduce").bytes, calls("reduce").peer), (64, 0));
+        assert_eq!(calls("allreduce").peer, NO_PEER);
+        // Rank r sends 4 × (r+1) ints and receives 1+2+3+4 ints.
+        assert_eq!(calls("alltoallv").bytes, (16 * (r + 1)).max(40));
+        assert_eq!(calls("scatter").bytes, if r == 1 { 48 } else { 12 });
+        // The split communicator (the first other one this process used).
+        let half = format!("ctx1.{}/allreduce", r % 2);
+        assert_eq!(count(&c, r, &half, Call), 1, "{names:?}");
+        // Non-blocking receives end when the Waitall completes them, not when posted.
+        let wait = c[&(r, "mpi/waitall".to_string(), User)][0];
+        let any: Vec<_> = c[&(r, "ctx0/p2p".to_string(), Recv)]
+            .iter()
+            .filter(|m| m.seq == 9)
+            .copied()
+            .collect();
+        assert_eq!(any.len(), 3);
+        assert!(any
+            .iter()
+            .all(|m| m.start < wait.start && m.end >= wait.start));
+        // Received from MPI_ANY_SOURCE: the status's sources, every other rank once.
+        let from: BTreeSet<u32> = any.iter().map(|m| m.peer).collect();
+        assert_eq!(from, (0..4).filter(|&p| p != r).collect());
+        assert!(any.iter().all(|m| m.bytes == 800));
+        assert!(count(&c, r, "ctx0/p2p", Send) >= 4);
+    }
+    assert_eq!(count(&c, 0, "ctx0/ssend", EventOp::User), 1);
+    let probe = c[&(1, "ctx0/probe".to_string(), EventOp::User)][0];
+    assert_eq!((probe.peer, probe.seq, probe.bytes), (0, 11, 40));
+    assert!(count(&c, 3, "ctx0/iprobe", EventOp::User) >= 1);
+    assert!(count(&c, 3, "mpi/test", EventOp::User) >= 1);
+    assert_eq!(count(&c, 0, "mpi/waitany", EventOp::User), 3);
+    assert!(count(&c, 1, "mpi/testall", EventOp::User) >= 1);
+
+    // Every message pairs with its receive: the ring, everyone to everyone, parts c, d.
+    let a = analysis::analyze(&files);
+    let m = &a.messages;
+    assert_eq!((m.unmatched_sends, m.unmatched_recvs), (0, 0));
+    assert_eq!(m.matched.len(), 4 + 12 + 2 + 3);
+    let ring: BTreeSet<(u32, u32, u32)> = m
+        .matched
+        .iter()
+        .filter(|x| x.seq == 7)
+        .map(|x| (x.src, x.dst, x.bytes))
+        .collect();
+    assert_eq!(ring, (0..4).map(|r| (r, (r + 1) % 4, 4000)).collect());
+    assert!(
+        a.summary.warnings().is_empty(),
+        "{:?}",
+        a.summary.warnings()
+    );
+    // Ten collectives on the world, each instance with all four ranks. (The split
+    // communicator's calls are one instance per rank: the analysis joins ranks of a
+    // context through messages on it, and there are none.)
+    let world: Vec<usize> = a
+        .instances
+        .list
+        .iter()
+        .filter(|i| a.timeline.collectors[i.collector].starts_with("ctx0/"))
+        .map(|i| i.ranks.len())
+        .collect();
+    assert_eq!(world, [4; 10]);
+    let out = report(&dir);
+    assert!(out.contains("on 4 ranks in 4 processes"), "{out}");
+}
+
+fn netpipe() -> String {
+    let np = "NPopenmpi";
+    if Command::new(np).arg("-h").output().is_err() {
+        // The test installs it, as scripts/test.sh installs the tests' other programs.
+        let apt = Command::new("apt-get")
+            .args(["install", "-y", "-qq", "netpipe-openmpi"])
+            .env("DEBIAN_FRONTEND", "noninteractive")
+            .output();
+        assert!(
+            apt.is_ok_and(|o| o.status.success()) && Command::new(np).arg("-h").output().is_ok(),
+            "{np} missing and not installable: apt-get install netpipe-openmpi"
+        );
+    }
+    np.into()
+}
+
+#[test]
+fn netpipe_runs_the_same_traced_and_its_trace_reads() {
+    if !have_mpirun() {
+        return;
+    }
+    let np = netpipe();
+    let tmp = tempfile::tempdir().unwrap();
+    // Integrity mode checks every message's bytes and prints no times, so the outputs
+    // compare; -a posts receives early (MPI_Irecv), -z receives from MPI_ANY_SOURCE.
+    let args = [np.as_str(), "-i", "-a", "-z", "-u", "8192", "-n", "3"];
+    // NetPIPE reports on stderr.
+    let both = |what: &str, o: Output| {
+        format!(
+            "{}{}",
+            ok(what, o.clone()),
+            String::from_utf8_lossy(&o.stderr)
+        )
+    };
+    let plain = both(
+        "NetPIPE",
+        mpirun(2, &args).current_dir(tmp.path()).output().unwrap(),
+    );
+    let dir = tmp.path().join("trace");
+    let mut c = Command::new(vargr());
+    c.arg("mpi-run")
+        .arg("--trace")
+        .arg(&dir)
+        .arg("--")
+        .arg("mpirun")
+        .args(MPIRUN)
+        .args(["-n", "2"])
+        .args(args)
+        .current_dir(tmp.path());
+    let out = both("NetPIPE traced", c.output().unwrap());
+    let lines = |s: &str| -> Vec<String> {
+        s.lines()
+            .filter(|l| l.contains("Integrity check"))
+            .map(String::from)
+            .collect()
+    };
+    assert!(lines(&plain).len() > 20, "{plain}");
+    assert!(
+        lines(&plain).iter().all(|l| l.contains("passed")),
+        "{plain}"
+    );
+    assert_eq!(lines(&out), lines(&plain));
+    // Every size NetPIPE sent is a message of the trace.
+    let sizes: BTreeSet<u32> = lines(&plain)
+        .iter()
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    let files = TraceFile::read_dir(&dir).unwrap();
+    assert_eq!(files.len(), 2);
+    let a = analysis::analyze(&files);
+    let sent: BTreeSet<u32> = a.messages.matched.iter().map(|m| m.bytes).collect();
+    assert!(sizes.is_subset(&sent), "{sizes:?} not in {sent:?}");
+    assert_eq!(
+        (a.messages.unmatched_sends, a.messages.unmatched_recvs),
+        (0, 0)
+    );
+    let r = report(&dir);
+    assert!(r.contains("on 2 ranks in 2 processes"), "{r}");
+}
+
+#[test]
+fn a_program_of_another_mpi_is_refused_at_start() {
+    if !have_mpirun() {
+        return;
+    }
+    // Debian's MPICH, beside Open MPI (its alternatives rank below Open MPI's).
+    let (cc, run) = ("mpicc.mpich", "mpirun.mpich");
+    if Command::new(cc).arg("-show").output().is_err() {
+        eprintln!("skipped: {cc} not found (apt-get install mpich libmpich-dev)");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = tmp.path().join("shim_check_mpich");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_check.c");
+    ok(
+        cc,
+        Command::new(cc)
+            // MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, trips GCC's bounds check.
+            .args([
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-Wno-stringop-overflow",
+                "-o",
+            ])
+            .arg(&prog)
+            .arg(&src)
+            .output()
+            .unwrap(),
+    );
+    let plain = ok(
+        "MPICH run",
+        Command::new(run)
+            .args(["-n", "4"])
+            .arg(&prog)
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(plain.lines().count(), 4, "{plain}");
+    let dir = tmp.path().join("trace");
+    let o = Command::new(vargr())
+        .arg("mpi-run")
+        .arg("--trace")
+        .arg(&dir)
+        .args(["--", run, "-n", "2"])
+        .arg(&prog)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert_eq!(
+        err.matches("vargr-mpi: refusing to start: libvargr_mpi.so was built for Open MPI 4.")
+            .count(),
+        2,
+        "{err}"
+    );
+    assert!(
+        err.contains("this program runs on \"MPICH Version: "),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&o.stdout).is_empty());
+}
