@@ -19,6 +19,11 @@ fi
 need cc || apt_install build-essential
 # Attach-mode tests start back-ends with a real mpirun (and the benchmarks compare with MPI).
 need mpirun || apt_install openmpi-bin libopenmpi-dev
+# libvargr_mpi.so's tests run NetPIPE (a program no one here wrote) under the shim, and
+# check that a program of MPICH, the other MPI ABI, is refused at start. MPICH's
+# alternatives rank below Open MPI's: mpirun and mpicc stay Open MPI's.
+need NPopenmpi || apt_install netpipe-openmpi
+need mpicc.mpich || apt_install mpich libmpich-dev
 # vargr bench dedup compares with rsync and zstd --patch-from.
 need rsync || apt_install rsync
 need zstd || apt_install zstd
