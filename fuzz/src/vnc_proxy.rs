@@ -8,8 +8,8 @@
 use bytes::BytesMut;
 use vargr_dedup::cache::MemCache;
 use vargr_vnc::{
-    FarConfig, FarLink, FarSide, LinkConfig, NearConfig, NearLink, NearSide, ProxyLimits,
-    ProxyMsg, RecordReader,
+    FarConfig, FarLink, FarSide, LinkConfig, NearConfig, NearLink, NearSide, ProxyLimits, ProxyMsg,
+    RecordReader,
 };
 
 /// Small bounds, so that a fuzzer's input cannot ask for much memory.
