@@ -155,6 +155,15 @@ fn wait_sessions_ended(p: &Proxy, n: usize) {
     );
 }
 
+/// Waits for a line of `p`'s log that `pred` accepts; fails with `what` and the log.
+fn logged(p: &Proxy, what: &str, pred: impl Fn(&str) -> bool) {
+    assert!(
+        p.wait_for(GUARD, |lines| lines.iter().any(|l| pred(l))),
+        "{what}:\n{}",
+        p.text()
+    );
+}
+
 /// Reads until the peer closes (or resets) the connection; false if it stays open.
 fn closed_within(s: &mut TcpStream, guard: Duration) -> bool {
     s.set_read_timeout(Some(guard)).unwrap();
@@ -313,11 +322,9 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
         closed_within(&mut bad, GUARD),
         "the bad viewer stays connected"
     );
-    assert!(
-        near.wait_for(GUARD, |lines| lines.iter().any(|l| l.contains("ended:"))),
-        "no reason given for the bad viewer:\n{}",
-        near.text()
-    );
+    logged(&near, "no reason given for the bad viewer", |l| {
+        l.contains("ended:")
+    });
     // A viewer that sends garbage after the handshake ends too.
     let (mut garbage, _, _) = Viewer::open(TcpStream::connect(near_addr).unwrap(), None);
     garbage.sock.write_all(&[0xee; 64]).unwrap();
@@ -340,13 +347,9 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
         closed_within(&mut refused, GUARD),
         "a viewer of the wrong pair was served"
     );
-    assert!(
-        wrong.wait_for(GUARD, |lines| lines
-            .iter()
-            .any(|l| l.contains("failed to start") && l.contains("secret"))),
-        "no reason for the refused session:\n{}",
-        wrong.text()
-    );
+    logged(&wrong, "no reason for the refused session", |l| {
+        l.contains("failed to start") && l.contains("secret")
+    });
     until_shows(
         &mut good,
         ZRLE,
@@ -362,13 +365,9 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
         closed_within(&mut good.sock, GUARD),
         "the viewer outlived the far proxy"
     );
-    assert!(
-        near.wait_for(GUARD, |lines| lines
-            .iter()
-            .any(|l| l.contains("session failed") && l.contains("far proxy"))),
-        "no reason for the lost session:\n{}",
-        near.text()
-    );
+    logged(&near, "no reason for the lost session", |l| {
+        l.contains("session failed") && l.contains("far proxy")
+    });
 }
 
 /// A VNC server written here, on a port it returns: connection `k` (from 0) is served
@@ -541,18 +540,12 @@ fn a_viewer_that_stops_reading_holds_one_update_and_a_bad_server_ends_only_its_s
         closed_within(&mut second, GUARD),
         "the bad server's viewer stays connected"
     );
-    assert!(
-        far2.wait_for(GUARD, |lines| lines
-            .iter()
-            .any(|l| l.contains("session failed") && l.contains("encoding"))),
-        "the far proxy gave no reason:\n{}",
-        far2.text()
-    );
-    assert!(
-        near_second.wait_for(GUARD, |lines| lines.iter().any(|l| l.contains("encoding"))),
-        "the near proxy gave no reason:\n{}",
-        near_second.text()
-    );
+    logged(&far2, "the far proxy gave no reason", |l| {
+        l.contains("session failed") && l.contains("encoding")
+    });
+    logged(&near_second, "the near proxy gave no reason", |l| {
+        l.contains("encoding")
+    });
     until_shows(
         &mut first,
         ZRLE,
