@@ -140,6 +140,13 @@ impl State {
     }
 }
 
+/// Writes a line on stderr in one write: the ranks of a job share the stream, and a
+/// line written in pieces interleaves with theirs.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
 thread_local! {
     /// Records this thread wrote since it last drained the rings.
     static SINCE_DRAIN: Cell<usize> = const { Cell::new(0) };
@@ -150,11 +157,11 @@ thread_local! {
 /// two halves disagree records nothing rather than mislabel.
 pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &str) -> bool {
     if kinds != KINDS.len() {
-        eprintln!(
+        say(&format!(
             "vargr-mpi: the wrappers know {kinds} kinds of call, the Rust core {}: \
              rebuild libvargr_mpi.so; not tracing",
             KINDS.len()
-        );
+        ));
         return false;
     }
     let Some(dir) = &settings.trace_dir else {
@@ -162,10 +169,10 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
         return false;
     };
     if let Err(e) = std::fs::create_dir_all(dir) {
-        eprintln!(
+        say(&format!(
             "vargr-mpi: rank {rank}: cannot make the trace directory {}: {e}; not tracing",
             dir.display()
-        );
+        ));
         vargr_trace::set_enabled(false);
         return false;
     }
@@ -303,7 +310,7 @@ pub unsafe extern "C" fn vargr_mpi_record(e: *const Event) {
 #[no_mangle]
 pub extern "C" fn vargr_mpi_finish() {
     if let Err(e) = finish() {
-        eprintln!("vargr-mpi: could not write the trace: {e}");
+        say(&format!("vargr-mpi: could not write the trace: {e}"));
     }
 }
 
