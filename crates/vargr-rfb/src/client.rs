@@ -147,6 +147,22 @@ impl ClientSide {
         Ok(())
     }
 
+    /// Asks for the whole framebuffer, at its size as the server last gave it (what a
+    /// viewer and the far proxy ask for after every update).
+    pub fn request_screen(&mut self, incremental: bool) -> Result<(), RfbError> {
+        let Some(ctx) = &self.ctx else {
+            return Err(RfbError::WrongState("send before ServerInit"));
+        };
+        let (width, height) = (ctx.width, ctx.height);
+        self.send(&ClientMsg::FramebufferUpdateRequest {
+            incremental,
+            x: 0,
+            y: 0,
+            width,
+            height,
+        })
+    }
+
     /// Decodes the next event from the bytes received, or `None` until more arrive.
     /// An error ends the connection: every later call returns it again.
     pub fn poll_event(&mut self) -> Result<Option<ClientEvent>, RfbError> {

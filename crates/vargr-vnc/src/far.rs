@@ -228,7 +228,7 @@ impl FarSide {
                         .send(&ClientMsg::SetPixelFormat(PixelFormat::RGB888))?;
                     self.rfb
                         .send(&ClientMsg::SetEncodings(SERVER_ENCODINGS.to_vec()))?;
-                    self.request(false)?;
+                    self.rfb.request_screen(false)?;
                     self.shadow = Some(Framebuffer::new(init.width, init.height));
                     self.dirty = Some(Dirty::clean(init.width, init.height));
                     let msg = ProxyMsg::Init {
@@ -305,7 +305,7 @@ impl FarSide {
                     if let Some(rec) = &mut self.recorded {
                         rec.push_back(ProxyMsg::Update(pixels));
                     }
-                    self.request(true)?;
+                    self.rfb.request_screen(true)?;
                 }
                 ClientEvent::Message(ServerMsg::Bell) => self.send_near(ProxyMsg::Bell),
                 ClientEvent::Message(ServerMsg::ServerCutText(t)) => {
@@ -345,19 +345,6 @@ impl FarSide {
                 }
             }
         }
-        Ok(())
-    }
-
-    fn request(&mut self, incremental: bool) -> Result<(), VncError> {
-        let ctx = self.rfb.context().expect("after ServerInit");
-        let (width, height) = (ctx.width, ctx.height);
-        self.rfb.send(&ClientMsg::FramebufferUpdateRequest {
-            incremental,
-            x: 0,
-            y: 0,
-            width,
-            height,
-        })?;
         Ok(())
     }
 

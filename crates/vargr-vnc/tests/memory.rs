@@ -183,20 +183,6 @@ impl TestViewer {
         }
     }
 
-    fn request(&mut self, incremental: bool) {
-        let ctx = self.c.context().unwrap();
-        let (width, height) = (ctx.width, ctx.height);
-        self.c
-            .send(&ClientMsg::FramebufferUpdateRequest {
-                incremental,
-                x: 0,
-                y: 0,
-                width,
-                height,
-            })
-            .unwrap();
-    }
-
     fn step(&mut self) {
         while let Some(ev) = self.c.poll_event().unwrap() {
             match ev {
@@ -207,7 +193,7 @@ impl TestViewer {
                     self.c
                         .send(&ClientMsg::SetEncodings(self.encodings.clone()))
                         .unwrap();
-                    self.request(false);
+                    self.c.request_screen(false).unwrap();
                 }
                 ClientEvent::Message(ServerMsg::FramebufferUpdate(rects)) => {
                     let fb = self.fb.as_mut().unwrap();
@@ -219,7 +205,7 @@ impl TestViewer {
                             self.last_area += r.width as u64 * r.height as u64;
                         }
                     }
-                    self.request(true);
+                    self.c.request_screen(true).unwrap();
                 }
                 ClientEvent::Message(ServerMsg::Bell) => self.bells += 1,
                 ClientEvent::Message(ServerMsg::ServerCutText(t)) => self.cut.push(t),

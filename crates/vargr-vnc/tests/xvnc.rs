@@ -37,20 +37,6 @@ struct ProxiedViewer {
 }
 
 impl ProxiedViewer {
-    fn request(&mut self, incremental: bool) {
-        let ctx = self.c.context().unwrap();
-        let (width, height) = (ctx.width, ctx.height);
-        self.c
-            .send(&ClientMsg::FramebufferUpdateRequest {
-                incremental,
-                x: 0,
-                y: 0,
-                width,
-                height,
-            })
-            .unwrap();
-    }
-
     fn step(&mut self) {
         while let Some(ev) = self.c.poll_event().unwrap() {
             match ev {
@@ -61,7 +47,7 @@ impl ProxiedViewer {
                     self.c
                         .send(&ClientMsg::SetEncodings(vec![self.encoding, DESKTOP_SIZE]))
                         .unwrap();
-                    self.request(false);
+                    self.c.request_screen(false).unwrap();
                 }
                 ClientEvent::Message(ServerMsg::FramebufferUpdate(rects)) => {
                     let fb = self.fb.as_mut().unwrap();
@@ -69,7 +55,7 @@ impl ProxiedViewer {
                         self.dec.apply(r, &self.pf, fb).unwrap();
                         self.seen.push(r.encoding);
                     }
-                    self.request(true);
+                    self.c.request_screen(true).unwrap();
                 }
                 _ => {}
             }

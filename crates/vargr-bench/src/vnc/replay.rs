@@ -464,7 +464,7 @@ fn view(
                 ClientEvent::ServerInit(init) => {
                     fb = Some(Framebuffer::new(init.width, init.height));
                     c.send(&ClientMsg::SetEncodings(vec![encoding, COPY_RECT]))?;
-                    c.send(&request(false, &init))?;
+                    c.request_screen(false)?;
                 }
                 ClientEvent::Message(ServerMsg::FramebufferUpdate(rects)) => {
                     let f = fb.as_mut().expect("after ServerInit");
@@ -474,15 +474,7 @@ fn view(
                     }
                     hash = Some(screen_hash(f));
                     updates += 1;
-                    let ctx = c.context().expect("after ServerInit");
-                    let (width, height) = (ctx.width, ctx.height);
-                    c.send(&ClientMsg::FramebufferUpdateRequest {
-                        incremental: true,
-                        x: 0,
-                        y: 0,
-                        width,
-                        height,
-                    })?;
+                    c.request_screen(true)?;
                 }
                 _ => {}
             }
@@ -540,14 +532,4 @@ fn view(
         bytes_in,
         bytes_out,
     })
-}
-
-fn request(incremental: bool, init: &vargr_rfb::ServerInit) -> ClientMsg {
-    ClientMsg::FramebufferUpdateRequest {
-        incremental,
-        x: 0,
-        y: 0,
-        width: init.width,
-        height: init.height,
-    }
 }
