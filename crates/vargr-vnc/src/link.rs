@@ -236,11 +236,28 @@ impl<C: SegmentCache> FarLink<C> {
         match out {
             Outgoing::Msg(m) => self.send(m),
             Outgoing::Choice { regions, changed } => {
-                let unknown = self.unknown(regions);
-                if self.plain_is_cheaper(regions, &unknown, changed) {
+                // Each region's bytes and fingerprint, once for the estimate, the
+                // lessons and the sender alike.
+                let bytes: Vec<Vec<u8>> = regions.iter().map(|r| rgb_bytes(&r.pixels)).collect();
+                let full: Vec<Fingerprint> = bytes.iter().map(|b| Fingerprint::full(b)).collect();
+                let unknown = self.unknown(&full);
+                if self.plain_is_cheaper(&bytes, &unknown, changed) {
                     self.plains += 1;
                     let lessons: Vec<&Region> = unknown.iter().map(|&k| &regions[k]).collect();
-                    self.send_plain(changed, &lessons)
+                    self.send_plain(changed, &lessons)?;
+                    for &k in &unknown {
+                        self.sender
+                            .cache()
+                            .insert(full[k], &bytes[k])
+                            .map_err(|e| link_error("segment cache", e))?;
+                    }
+                    Ok(())
+                } else if bytes
+                    .iter()
+                    .all(|b| b.len() <= self.sender.config().max_segment)
+                {
+                    self.send_regions(regions, &bytes, &full)
+                        .map_err(|e| link_error("dedup sender", e))
                 } else {
                     self.send_update(regions)
                         .map_err(|e| link_error("dedup sender", e))
@@ -249,13 +266,14 @@ impl<C: SegmentCache> FarLink<C> {
         }
     }
 
-    /// Which of `regions` the sender's cache surely lacks (each content once).
-    fn unknown(&mut self, regions: &[Region]) -> Vec<usize> {
+    /// Which regions, by their fingerprints, the sender's cache surely lacks (each
+    /// content once).
+    fn unknown(&mut self, full: &[Fingerprint]) -> Vec<usize> {
         let bits = self.sender.config().bits;
         let mut seen = HashSet::new();
         let mut unknown = Vec::new();
-        for (k, r) in regions.iter().enumerate() {
-            let fp = Fingerprint::full(&rgb_bytes(&r.pixels)).truncate(bits);
+        for (k, f) in full.iter().enumerate() {
+            let fp = f.truncate(bits);
             if seen.insert(fp) && !self.sender.cache().may_contain(fp) {
                 unknown.push(k);
             }
@@ -265,18 +283,18 @@ impl<C: SegmentCache> FarLink<C> {
 
     fn plain_is_cheaper(
         &mut self,
-        regions: &[Region],
+        bytes: &[Vec<u8>],
         unknown: &[usize],
         changed: &[Region],
     ) -> bool {
         let new: Vec<u8> = unknown
             .iter()
-            .flat_map(|&k| rgb_bytes(&regions[k].pixels))
+            .flat_map(|&k| bytes[k].iter().copied())
             .collect();
         // A region's layout entry costs about 2 bytes after zstd, a fingerprint or a
         // prediction 1 to 5, and so does a lesson.
-        let known = regions.len() - unknown.len();
-        let varg = 2 * regions.len() + 3 * known + zstd_len(&new);
+        let known = bytes.len() - unknown.len();
+        let varg = 2 * bytes.len() + 3 * known + zstd_len(&new);
         let plain = 2 * changed.len() + 2 * unknown.len() + zstd_len(&packed(changed));
         // Lessons are guesses (the near side learns what its mirror holds when it gets
         // to them): give regions up only for a clear saving (a line of text in a large
@@ -287,8 +305,8 @@ impl<C: SegmentCache> FarLink<C> {
     /// An update as packed tiles (ZRLE's, without zlib: the link's zstd stream
     /// follows) in the layouts of segment-less messages, each below the limit. The
     /// first also carries the boxes of `lessons`: regions the update makes that the
-    /// caches lack, which both sides then store as if they had crossed, so that the
-    /// screen, seen again, costs fingerprints.
+    /// caches lack, which both sides then store as if they had crossed (the caller
+    /// stores them here), so that the screen, seen again, costs fingerprints.
     fn send_plain(&mut self, changed: &[Region], lessons: &[&Region]) -> Result<(), VncError> {
         let mut taught = BytesMut::new();
         taught.put_u32(lessons.len() as u32);
@@ -331,19 +349,35 @@ impl<C: SegmentCache> FarLink<C> {
                 .map_err(|e| link_error("dedup sender", e))?;
             start = end;
         }
-        for r in lessons {
-            let bytes = rgb_bytes(&r.pixels);
-            self.sender
-                .cache()
-                .insert(Fingerprint::full(&bytes), &bytes)
-                .map_err(|e| link_error("segment cache", e))?;
-        }
         Ok(())
     }
 
     /// Updates sent as changed tiles rather than regions, so far.
     pub fn plain_updates(&self) -> u64 {
         self.plains
+    }
+
+    /// An update of regions that each fit a segment, whose bytes and fingerprints are
+    /// already known.
+    fn send_regions(
+        &mut self,
+        regions: &[Region],
+        bytes: &[Vec<u8>],
+        full: &[Fingerprint],
+    ) -> Result<(), ProtocolError> {
+        for start in (0..regions.len()).step_by(REGIONS_PER_MESSAGE) {
+            let end = (start + REGIONS_PER_MESSAGE).min(regions.len());
+            let mut layout = Vec::with_capacity(8 * (end - start));
+            for r in &regions[start..end] {
+                for v in [r.x, r.y, r.width, r.height] {
+                    layout.extend_from_slice(&v.to_be_bytes());
+                }
+            }
+            let segs: Vec<&[u8]> = bytes[start..end].iter().map(Vec::as_slice).collect();
+            self.sender
+                .send_message_hashed(CH_UPDATE, &layout, &segs, &full[start..end])?;
+        }
+        Ok(())
     }
 
     fn send_update(&mut self, regions: &[Region]) -> Result<(), ProtocolError> {
