@@ -80,10 +80,30 @@ impl LinkConn {
     pub fn take_plain(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.plain)
     }
+
+    /// Best effort, within a few seconds: writes what `out` still holds and a frame
+    /// `kind` saying `why` after it, ends the write side, and reads until the peer
+    /// closes, so that closing with its bytes unread does not reset the connection
+    /// and lose the reason.
+    pub fn say_why(&mut self, out: &mut OutBuf, kind: u8, why: &str) {
+        let mut f = Vec::new();
+        vargr_sync::put_frame(&mut f, kind, why.as_bytes());
+        self.seal.seal(&f, &mut out.data);
+        if set_nonblocking(&self.conn, false).is_err()
+            || self.conn.set_timeout(Some(Duration::from_secs(2))).is_err()
+        {
+            return;
+        }
+        if out.write_to(&mut self.conn).is_err() || shutdown(&self.conn, Shutdown::Write).is_err() {
+            return;
+        }
+        let mut scratch = [0u8; 4096];
+        while matches!(self.conn.read(&mut scratch), Ok(n) if n > 0) {}
+    }
 }
 
 /// Writes until the socket would block; returns the bytes written.
-pub(crate) fn write_until_blocked(w: &mut impl Write, data: &[u8]) -> io::Result<usize> {
+fn write_until_blocked(w: &mut impl Write, data: &[u8]) -> io::Result<usize> {
     let mut n = 0;
     while n < data.len() {
         match w.write(&data[n..]) {

@@ -42,9 +42,7 @@ use vargr_vnc::{
 };
 
 use crate::caches::{save_cache, Caches};
-use crate::driver::{
-    connect_now, pollfd, set_nonblocking, tune_link, write_until_blocked, LinkConn, OutBuf,
-};
+use crate::driver::{connect_now, pollfd, set_nonblocking, tune_link, LinkConn, OutBuf};
 use crate::error::{error_chain, ProxyError};
 use crate::setup::{open_link, serve_links, SetupKinds, MAX_HELLO, SETUP_TIMEOUT};
 
@@ -313,11 +311,7 @@ impl VncProxy {
 
     fn end_near(&self, mut s: NearSession, error: Option<String>) {
         if let Some(e) = &error {
-            let mut out = Vec::new();
-            let mut f = Vec::new();
-            vargr_sync::put_frame(&mut f, F_ABORT, e.as_bytes());
-            s.link.seal.seal(&f, &mut out);
-            let _ = write_until_blocked(&mut s.link.conn, &out);
+            s.link.say_why(&mut s.out, F_ABORT, e);
         }
         for (id, v) in std::mem::take(&mut s.viewers) {
             (self.report)(VncEvent::ViewerLeft {
@@ -426,11 +420,7 @@ impl VncProxy {
         };
         let (error, sent) = self.far_loop(&mut run, cache.clone());
         if let Some(e) = &error {
-            let mut f = Vec::new();
-            vargr_sync::put_frame(&mut f, F_ABORT, e.as_bytes());
-            let mut out = Vec::new();
-            run.link.seal.seal(&f, &mut out);
-            let _ = write_until_blocked(&mut run.link.conn, &out);
+            run.link.say_why(&mut run.out, F_ABORT, e);
         }
         let report = SessionReport {
             route: format!("{} ({near}) → {forward}", hello.name),
