@@ -624,6 +624,24 @@ pub fn vnc_proxy() -> Seeds {
         far_link.send(m).unwrap();
     }
     far_link.flush().unwrap();
+    // An update of one changed tile in a flat screen goes plain and teaches.
+    let region = |x: u16, w: u16, h: u16, px: u32| Region {
+        x,
+        y: 0,
+        width: w,
+        height: h,
+        pixels: vec![px; w as usize * h as usize],
+    };
+    let mut changed = region(0, 4, 4, 0x203040);
+    changed.pixels[5] = 0xffffff;
+    far_link
+        .send_outgoing(&vargr_vnc::Outgoing::Choice {
+            regions: vec![region(0, 16, 32, 0x203040), region(16, 16, 32, 0x203040)],
+            changed: vec![changed],
+            horizontal: false,
+        })
+        .unwrap();
+    far_link.flush().unwrap();
     let frames = far_link.take_output();
     let mut near_link = vargr_vnc::NearLink::new(&config, crate::vnc_proxy::cache()).unwrap();
     near_link.receive(&frames).unwrap();

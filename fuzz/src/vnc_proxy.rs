@@ -25,6 +25,7 @@ pub fn link_config() -> LinkConfig {
     let mut c = LinkConfig {
         max_frame: 1 << 20,
         limits: limits(),
+        lessons: Some(vargr_dedup::segment::VargParams::default()),
         ..LinkConfig::default()
     };
     c.dedup.max_pending = 4 << 20;
@@ -68,6 +69,10 @@ pub fn run(data: &[u8]) {
             let _ = link.receive(rest);
             while let Some(m) = link.poll_msg() {
                 near.receive_far_msg(m);
+                if link.lesson_pending() {
+                    let _ = near.apply_far();
+                    let _ = link.learn(near.mirror());
+                }
             }
             let _ = near.process();
             let _ = link.take_output();

@@ -88,7 +88,7 @@ pub struct ProxyArgs {
 }
 
 pub fn run(a: ProxyArgs, config: &vargr_config::Config) -> Result<()> {
-    let d = a.dedup.settings(config)?;
+    let d = a.dedup.settings(config, 3)?;
     let hold = vargr_emu::parse_duration(&a.hold).context("--hold")?;
     let settings = ProxySettings {
         secret: a.pair.secret()?,

@@ -39,9 +39,10 @@ pub struct DedupArgs {
     /// Segments per conservative hash.
     #[arg(long, default_value_t = 20)]
     group: u32,
-    /// zstd level of the stream that carries new segments (-7..=22).
-    #[arg(long, default_value_t = 3)]
-    zstd_level: i32,
+    /// zstd level of the stream that carries new segments (-7..=22; default 3, and 9
+    /// for `vargr vnc`, whose updates are small and links slow).
+    #[arg(long)]
+    zstd_level: Option<i32>,
     /// Segment caches live here (default $VARGR_CACHE_DIR or ~/.cache/vargr/dedup).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -60,15 +61,21 @@ pub struct DedupSettings {
 }
 
 impl DedupArgs {
-    /// `config`: where caches live unless `--cache-dir` says.
-    pub fn settings(&self, config: &vargr_config::Config) -> Result<DedupSettings> {
+    /// `config`: where caches live unless `--cache-dir` says; `zstd_level`: the
+    /// command's default level.
+    pub fn settings(
+        &self,
+        config: &vargr_config::Config,
+        zstd_level: i32,
+    ) -> Result<DedupSettings> {
+        let zstd_level = self.zstd_level.unwrap_or(zstd_level);
         let bits = vargr_dedup::FpBits::new(self.fp_bits)
             .ok_or_else(|| anyhow!("--fp-bits {}: must be 8 to 64", self.fp_bits))?;
         if self.group == 0 {
             bail!("--group 0: a group holds at least one segment");
         }
-        if !vargr_codec::ZSTD_LEVELS.contains(&self.zstd_level) {
-            bail!("--zstd-level {}: expected -7..=22", self.zstd_level);
+        if !vargr_codec::ZSTD_LEVELS.contains(&zstd_level) {
+            bail!("--zstd-level {zstd_level}: expected -7..=22");
         }
         let cache = vargr_dedup::cache::DiskConfig {
             bits,
@@ -79,7 +86,7 @@ impl DedupArgs {
         Ok(DedupSettings {
             bits,
             group: self.group,
-            zstd_level: self.zstd_level,
+            zstd_level,
             cache_root: cache_root(self.cache_dir.as_ref(), config),
             cache,
         })
@@ -164,7 +171,7 @@ pub fn run(a: SyncArgs, quiet: bool, config: &vargr_config::Config) -> Result<()
         cache_root,
         cache,
         ..
-    } = a.dedup.settings(config)?;
+    } = a.dedup.settings(config, 3)?;
     if let Some(dest) = &a.server {
         let t = Transport {
             reader: Box::new(std::io::stdin()),

@@ -73,7 +73,7 @@ fn password(file: &Option<PathBuf>, flag: &str) -> Result<Option<Vec<u8>>> {
 }
 
 pub fn run(a: VncArgs, config: &vargr_config::Config) -> Result<()> {
-    let d = a.dedup.settings(config)?;
+    let d = a.dedup.settings(config, 9)?;
     let regions = match a.regions.as_str() {
         "varg" => RegionCut::Varg(VargParams::default()),
         "tiles" => RegionCut::Tiles,

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use vargr_dedup::cache::{DiskCache, DiskConfig, SharedCache};
 use vargr_dedup::protocol::Stats;
+use vargr_dedup::segment::VargParams;
 use vargr_net::auth::Secret;
 use vargr_net::{Addr, Conn, LinkSecurity, Listener, NetError};
 use vargr_vnc::link::{F_ABORT, F_HELLO, F_WELCOME};
@@ -47,7 +48,9 @@ use crate::error::{error_chain, ProxyError};
 use crate::setup::{open_link, serve_links, SetupKinds, MAX_HELLO, SETUP_TIMEOUT};
 
 /// Version of the set-up and frames between the two proxies.
-pub const VNC_LINK_VERSION: u32 = 1;
+/// 2: plain updates teach by the orientation of the cut (the welcome names the far
+/// proxy's Varg parameters), small control messages travel in layouts.
+pub const VNC_LINK_VERSION: u32 = 2;
 const KINDS: SetupKinds = SetupKinds {
     hello: F_HELLO,
     welcome: F_WELCOME,
@@ -90,6 +93,9 @@ struct Hello {
 #[derive(Debug, Serialize, Deserialize)]
 struct Welcome {
     name: String,
+    /// The far proxy's Varg parameters (none when it cuts tiles): the near proxy cuts
+    /// its mirror with them to learn what plain updates teach.
+    lessons: Option<VargParams>,
 }
 
 /// What a session did, when it ended.
@@ -350,7 +356,11 @@ impl VncProxy {
         })?;
         let what = peer.to_string();
         let cache = self.caches.get("vnc-to-", &welcome.name)?;
-        let nl = NearLink::new(&s.link, cache.clone()).map_err(vnc_error)?;
+        let link_config = LinkConfig {
+            lessons: welcome.lessons,
+            ..s.link.clone()
+        };
+        let nl = NearLink::new(&link_config, cache.clone()).map_err(vnc_error)?;
         let near = NearSide::new(NearConfig {
             limits: s.link.limits.clone(),
             password: s.viewer_password.clone(),
@@ -477,6 +487,10 @@ impl VncProxy {
         )))?;
         let welcome = Welcome {
             name: s.name.clone(),
+            lessons: match &s.regions {
+                RegionCut::Varg(p) => Some(p.clone()),
+                RegionCut::Tiles => None,
+            },
         };
         link.write_frame(
             F_WELCOME,
@@ -634,6 +648,15 @@ impl NearSession {
             .map_err(|e| format!("from the far proxy: {e}"))?;
         while let Some(m) = self.nl.poll_msg() {
             self.near.receive_far_msg(m);
+            if self.nl.lesson_pending() {
+                // Learnt from the mirror as of this message, before later ones.
+                self.near
+                    .apply_far()
+                    .map_err(|e| format!("from the far proxy: {e}"))?;
+                self.nl
+                    .learn(self.near.mirror())
+                    .map_err(|e| format!("near cache: {e}"))?;
+            }
         }
         if eof {
             return Err("the far proxy closed the link".into());
@@ -676,9 +699,6 @@ impl NearSession {
         for (id, e) in failed {
             gone.push((id, Some(e.to_string())));
         }
-        self.nl
-            .learn(self.near.mirror())
-            .map_err(|e| format!("near cache: {e}"))?;
         for (&id, v) in &mut self.viewers {
             if let Ok(b) = self.near.take_viewer_output(id) {
                 v.out.data.extend_from_slice(&b);

@@ -48,6 +48,9 @@ pub enum Outgoing {
     Choice {
         regions: Vec<Region>,
         changed: Vec<Region>,
+        /// How the segmenter cut the screen (bands, not columns): a near side told it
+        /// cuts its mirror into the same regions ([`Varg::regions_oriented`]).
+        horizontal: bool,
     },
 }
 
@@ -182,11 +185,11 @@ impl FarSide {
         for p in shadow.pixels() {
             self.image.extend_from_slice(&p.to_le_bytes());
         }
-        let boxes = varg
+        let cut = varg
             .regions(&self.image, h as usize, w as usize, 4)
-            .expect("the image has the screen's size")
-            .boxes;
-        let touched: Vec<_> = boxes
+            .expect("the image has the screen's size");
+        let touched: Vec<_> = cut
+            .boxes
             .iter()
             .map(|b| (b.col as u16, b.row as u16, b.width as u16, b.height as u16))
             .filter(|&(x, y, bw, bh)| dirty.any(x, y, bw, bh))
@@ -195,6 +198,7 @@ impl FarSide {
         let choice = Outgoing::Choice {
             regions: self.regions(&touched),
             changed: self.regions(&changed),
+            horizontal: cut.horizontal,
         };
         self.near_out.push_back(choice);
         true

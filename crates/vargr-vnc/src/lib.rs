@@ -32,6 +32,7 @@ pub mod link;
 mod near;
 mod proto;
 pub mod record;
+mod squeeze;
 
 pub use error::VncError;
 pub use far::{FarConfig, FarSide, Outgoing, RegionCut};

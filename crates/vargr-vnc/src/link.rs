@@ -1,8 +1,9 @@
 //! The link between the two proxies: Varg's deduplication of screen regions.
 //!
 //! The far side's messages cross as the two-level fingerprint protocol of
-//! vargr-dedup, its output compressed by one zstd stream flushed after every update
-//! ([`vargr_sync::zpieces`]). An update's regions are the protocol's segments, in
+//! vargr-dedup, its output compressed piece by piece, a piece an update: a small one
+//! as a zstd frame against what the link sent last, a large one in a zstd stream
+//! ([`crate::squeeze`]). An update's regions are the protocol's segments, in
 //! canonical RGB, three bytes a pixel: a region the near side has seen before, on this
 //! screen or in an earlier session (the caches persist), costs a fingerprint or, when
 //! it follows where the stream left off, one byte; a new one goes whole and zstd
@@ -24,29 +25,40 @@
 //! | kind | way | body |
 //! |---|---|---|
 //! | `DATA` | far → near | the next bytes of the zstd stream of the dedup sender's output |
+//! | `SMALL` | far → near | the dedup sender's next output, a zstd frame against the link's history |
 //! | `REPLY` | near → far | the dedup receiver's output (requests, acknowledgements) |
 //! | `CONTROL` | near → far | the next bytes of the near side's [`ProxyMsg`]s (Input, Request) |
-//! | `CREDIT` | near → far | u64 BE: `DATA` body bytes taken off the link so far |
+//! | `CREDIT` | near → far | u64 BE: `DATA` and `SMALL` body bytes taken off the link so far |
 //! | `ABORT` | either | why the side gave up, UTF-8 |
 //!
 //! Inside the dedup stream, channel 0 holds a whole [`ProxyMsg`] (Init, Resize, Bell,
-//! Copy, CutText) cut into segments, channel 1 an update: the layout lists the regions
-//! (x, y, width, height as u16 BE), one segment per region; channel 2 an update whose
-//! changed tiles cost less than its regions ([`FarLink::send_outgoing`]), as a whole
-//! [`ProxyMsg::Update`] in the layout and no segments.
+//! Copy, CutText): in the layout when it is small (a Copy is not worth a cache entry
+//! and a group hash), else cut into segments. Channel 1 holds an update: the layout
+//! lists the regions (x, y, width, height as u16 BE), one segment per region. Channel
+//! 2 holds an update whose changed tiles cost less than its regions
+//! ([`FarLink::send_outgoing`]), in the layout and no segments: a lesson byte, then
+//! each area's header and [packed tiles](vargr_rfb::encoding::packed_tiles).
+//!
+//! A plain update still teaches both caches the Varg regions it touches, so a screen
+//! first sent as tiles costs fingerprints when it comes back. The regions do not
+//! cross: the lesson byte says how the far side's segmenter cut the screen (columns
+//! or bands, the one choice that depends on earlier screens), and the near side cuts
+//! its mirror, which then equals the far side's shadow, the same way
+//! ([`Varg::regions_oriented`]).
 
 use std::collections::{HashSet, VecDeque};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use vargr_dedup::cache::SegmentCache;
 use vargr_dedup::protocol::{Config as DedupConfig, ProtocolError, Receiver, Sender, Stats};
+use vargr_dedup::segment::{Varg, VargParams};
 use vargr_dedup::Fingerprint;
 use vargr_rfb::encoding::{packed_tiles, paint_packed_tiles};
 use vargr_rfb::Framebuffer;
-use vargr_sync::zpieces::{PieceDecoder, PieceEncoder};
 use vargr_sync::FRAME_HEAD_LEN;
 
 use crate::far::Outgoing;
+use crate::squeeze::{Piece, Squeezer, Tiers, Unsqueezer};
 use crate::{ProxyLimits, ProxyMsg, Region, VncError};
 
 /// Canonical pixels as they cross: three bytes each, red first.
@@ -76,15 +88,10 @@ fn packed(regions: &[Region]) -> BytesMut {
     out
 }
 
-/// What zstd at level 1 makes of `bytes` alone: an estimate of their cost.
-fn zstd_len(bytes: &[u8]) -> usize {
-    if bytes.is_empty() {
-        return 0;
-    }
-    zstd::bulk::compress(bytes, 1).map_or(bytes.len(), |c| c.len())
-}
-
 pub const F_DATA: u8 = 1;
+/// Far → near: a small piece as a zstd frame against the link's history
+/// ([`crate::squeeze`]).
+pub const F_SMALL: u8 = 8;
 pub const F_REPLY: u8 = 2;
 pub const F_CONTROL: u8 = 3;
 pub const F_CREDIT: u8 = 4;
@@ -99,6 +106,12 @@ const CH_UPDATE: u32 = 1;
 const CH_PLAIN: u32 = 2;
 /// Bytes of a channel-0 message per segment.
 const MSG_SEGMENT: usize = 64 << 10;
+/// Largest channel-0 message carried in the layout instead of segments.
+const MSG_INLINE: usize = 4 << 10;
+/// A plain update's first layout byte: what it teaches.
+const TEACH_NOTHING: u8 = 0;
+const TEACH_COLUMNS: u8 = 1;
+const TEACH_BANDS: u8 = 2;
 /// Regions per dedup message: 8 bytes each stays within the default layout limit.
 const REGIONS_PER_MESSAGE: usize = 4096;
 /// Groups the near side lets the far side's sender hold unacknowledged before it
@@ -106,18 +119,30 @@ const REGIONS_PER_MESSAGE: usize = 4096;
 const ACK_GROUPS: u64 = 64;
 /// Largest plain update in one message (the layout limit both sides set).
 const PLAIN_MAX: usize = 4 << 20;
+/// Most areas of one plain update the near side keeps to learn from (a screen of
+/// 32-pixel tiles has fewer).
+const MAX_TAUGHT: usize = 1 << 16;
 
 /// What both ends of a link agree on, and what each enforces.
 #[derive(Debug, Clone)]
 pub struct LinkConfig {
     pub dedup: DedupConfig,
+    /// zstd level of the stream that carries large pieces.
     pub zstd_level: i32,
+    /// Largest piece sent as a zstd frame of its own at `small_level`, against the
+    /// link's history (0: every piece in the stream).
+    pub small_piece: usize,
+    pub small_level: i32,
     /// Largest frame either side accepts.
     pub max_frame: usize,
     /// `DATA` bytes the far side may have on the link before the near side's credit
     /// (the link's bandwidth × round trip is enough; more only queues).
     pub window: u64,
     pub limits: ProxyLimits,
+    /// The far side's Varg parameters, which the near side learns from its welcome:
+    /// it cuts its mirror with them to learn what plain updates teach. `None` at the
+    /// far side, and at a near side whose far side sends no lessons.
+    pub lessons: Option<VargParams>,
 }
 
 impl Default for LinkConfig {
@@ -132,10 +157,16 @@ impl Default for LinkConfig {
                 max_layout: PLAIN_MAX,
                 ..DedupConfig::default()
             },
-            zstd_level: 3,
+            // Updates are small and links slow: level 9 takes a fifth off level 3's
+            // bytes on the benchmark's sessions for little CPU.
+            zstd_level: 9,
+            // A few milliseconds of CPU for a tenth of a small update's bytes.
+            small_piece: 64 << 10,
+            small_level: 19,
             max_frame: 1 << 20,
             window: 64 << 10,
             limits: ProxyLimits::default(),
+            lessons: None,
         }
     }
 }
@@ -170,7 +201,7 @@ fn next_frame(input: &mut BytesMut, max: usize) -> Result<Option<(u8, Bytes)>, V
 /// The far proxy's end: sends the far side's messages, takes the near side's.
 pub struct FarLink<C: SegmentCache> {
     sender: Sender<C>,
-    zstd: PieceEncoder,
+    zstd: Squeezer,
     max_frame: usize,
     window: u64,
     input: BytesMut,
@@ -188,7 +219,12 @@ impl<C: SegmentCache> FarLink<C> {
     pub fn new(config: &LinkConfig, cache: C) -> Result<FarLink<C>, VncError> {
         Ok(FarLink {
             sender: Sender::new(config.dedup, cache).map_err(|e| link_error("dedup sender", e))?,
-            zstd: PieceEncoder::new(config.zstd_level).map_err(|e| link_error("zstd", e))?,
+            zstd: Squeezer::new(Tiers {
+                stream_level: config.zstd_level,
+                small: config.small_piece,
+                small_level: config.small_level,
+            })
+            .map_err(|e| link_error("zstd", e))?,
             max_frame: config.max_frame,
             window: config.window,
             input: BytesMut::new(),
@@ -215,8 +251,12 @@ impl<C: SegmentCache> FarLink<C> {
             other => {
                 let mut b = BytesMut::new();
                 other.encode(&mut b);
-                let segs: Vec<&[u8]> = b.chunks(MSG_SEGMENT).collect();
-                self.sender.send_message(CH_MSG, &[], &segs)
+                if b.len() <= MSG_INLINE {
+                    self.sender.send_message(CH_MSG, &b, &[])
+                } else {
+                    let segs: Vec<&[u8]> = b.chunks(MSG_SEGMENT).collect();
+                    self.sender.send_message(CH_MSG, &[], &segs)
+                }
             }
         };
         r.map_err(|e| link_error("dedup sender", e))
@@ -227,15 +267,18 @@ impl<C: SegmentCache> FarLink<C> {
     /// the estimate below finds cheaper.
     ///
     /// The estimate: a region whose fingerprint the sender's cache may hold costs a
-    /// few bytes, and the rest what zstd (level 1, alone) makes of its pixels; the
-    /// changed tiles cost what zstd makes of theirs. Text drawn into a large flat
+    /// few bytes, and the rest what zstd makes of its pixels after what the link sent
+    /// last ([`Squeezer::estimate`]); the changed tiles cost what zstd makes of theirs. Text drawn into a large flat
     /// region then goes as the few changed tiles, a picture seen before as
-    /// fingerprints. Tiles sent plain do not enter the caches, so they must save a
-    /// fifth to be chosen.
+    /// fingerprints. Both teach the caches the same regions.
     pub fn send_outgoing(&mut self, out: &Outgoing) -> Result<(), VncError> {
         match out {
             Outgoing::Msg(m) => self.send(m),
-            Outgoing::Choice { regions, changed } => {
+            Outgoing::Choice {
+                regions,
+                changed,
+                horizontal,
+            } => {
                 // Each region's bytes and fingerprint, once for the estimate, the
                 // lessons and the sender alike.
                 let bytes: Vec<Vec<u8>> = regions.iter().map(|r| rgb_bytes(&r.pixels)).collect();
@@ -243,8 +286,14 @@ impl<C: SegmentCache> FarLink<C> {
                 let unknown = self.unknown(&full);
                 if self.plain_is_cheaper(&bytes, &unknown, changed) {
                     self.plains += 1;
-                    let lessons: Vec<&Region> = unknown.iter().map(|&k| &regions[k]).collect();
-                    self.send_plain(changed, &lessons)?;
+                    let teach = if *horizontal {
+                        TEACH_BANDS
+                    } else {
+                        TEACH_COLUMNS
+                    };
+                    self.send_plain(changed, teach)?;
+                    // What the near side stores as it learns (it stores the regions
+                    // this cache may hold too, which changes nothing here).
                     for &k in &unknown {
                         self.sender
                             .cache()
@@ -292,42 +341,28 @@ impl<C: SegmentCache> FarLink<C> {
             .flat_map(|&k| bytes[k].iter().copied())
             .collect();
         // A region's layout entry costs about 2 bytes after zstd, a fingerprint or a
-        // prediction 1 to 5, and so does a lesson.
+        // prediction 1 to 5, the group's hash 17.
         let known = bytes.len() - unknown.len();
-        let varg = 2 * bytes.len() + 3 * known + zstd_len(&new);
-        let plain = 2 * changed.len() + 2 * unknown.len() + zstd_len(&packed(changed));
-        // Lessons are guesses (the near side learns what its mirror holds when it gets
-        // to them): give regions up only for a clear saving (a line of text in a large
-        // flat region, a clock's tick).
-        plain * 5 < varg * 4
+        let varg = 17 + 2 * bytes.len() + 3 * known + self.zstd.estimate(&new);
+        let plain = 2 * changed.len() + self.zstd.estimate(&packed(changed));
+        plain < varg
     }
 
     /// An update as packed tiles (ZRLE's, without zlib: the link's zstd stream
     /// follows) in the layouts of segment-less messages, each below the limit. The
-    /// first also carries the boxes of `lessons`: regions the update makes that the
-    /// caches lack, which both sides then store as if they had crossed (the caller
-    /// stores them here), so that the screen, seen again, costs fingerprints.
-    fn send_plain(&mut self, changed: &[Region], lessons: &[&Region]) -> Result<(), VncError> {
-        let mut taught = BytesMut::new();
-        taught.put_u32(lessons.len() as u32);
-        for r in lessons {
-            for v in [r.x, r.y, r.width, r.height] {
-                taught.put_u16(v);
-            }
-        }
+    /// last carries `teach`: how the near side cuts its mirror, once it holds the
+    /// update, into the regions the update touches, which it stores as if they had
+    /// crossed (the caller stores them here).
+    fn send_plain(&mut self, changed: &[Region], teach: u8) -> Result<(), VncError> {
         let mut start = 0;
         let mut first = true;
         while start < changed.len() || first {
+            first = false;
+            // The lesson byte, set below on the last message.
+            let mut layout = BytesMut::new();
+            layout.put_u8(TEACH_NOTHING);
             // Regions until half the layout limit (a region alone may be larger: it
             // is cut in bands of rows, each packed below the limit).
-            let mut layout = if first {
-                std::mem::take(&mut taught)
-            } else {
-                let mut none = BytesMut::new();
-                none.put_u32(0);
-                none
-            };
-            first = false;
             let mut end = start;
             while end < changed.len() {
                 let r = &changed[end];
@@ -343,6 +378,9 @@ impl<C: SegmentCache> FarLink<C> {
                 }
                 layout.extend_from_slice(&piece);
                 end += 1;
+            }
+            if end == changed.len() {
+                layout[0] = teach;
             }
             self.sender
                 .send_message(CH_PLAIN, &layout, &[])
@@ -431,9 +469,15 @@ impl<C: SegmentCache> FarLink<C> {
         if plain.is_empty() {
             return Ok(());
         }
-        let piece = self.zstd.piece(&plain).map_err(|e| link_error("zstd", e))?;
+        let (kind, piece) = match self.zstd.piece(&plain).map_err(|e| link_error("zstd", e))? {
+            Piece::Stream(p) => (F_DATA, p),
+            Piece::Frame(f) => (F_SMALL, f),
+        };
+        if kind == F_SMALL && piece.len() > self.max_frame {
+            return Err(link_error("zstd", "a small piece that grew beyond a frame"));
+        }
         for body in piece.chunks(self.max_frame) {
-            put_frame(&mut self.out, F_DATA, body);
+            put_frame(&mut self.out, kind, body);
             self.data_sent += body.len() as u64;
         }
         Ok(())
@@ -514,7 +558,7 @@ fn aborted(body: &[u8]) -> VncError {
 /// The near proxy's end: takes the far side's messages, sends the near side's.
 pub struct NearLink<C: SegmentCache> {
     receiver: Receiver<C>,
-    zstd: PieceDecoder,
+    zstd: Unsqueezer,
     max_frame: usize,
     limits: ProxyLimits,
     input: BytesMut,
@@ -527,9 +571,16 @@ pub struct NearLink<C: SegmentCache> {
     reply: Vec<u8>,
     requested: u64,
     acked_groups: u64,
-    /// Regions of plain updates to store once the mirror holds them.
-    lessons: Vec<(u16, u16, u16, u16)>,
+    /// Cuts the mirror as the far side cut its shadow (with [`LinkConfig::lessons`]).
+    cutter: Option<Varg>,
+    /// The areas of the plain update arriving, and of those complete whose regions
+    /// are still to be stored (with the orientation of their cut).
+    taught: Vec<Area>,
+    lessons: Vec<(bool, Vec<Area>)>,
 }
+
+/// x, y, width, height.
+type Area = (u16, u16, u16, u16);
 
 impl<C: SegmentCache> NearLink<C> {
     pub fn new(config: &LinkConfig, cache: C) -> Result<NearLink<C>, VncError> {
@@ -537,7 +588,7 @@ impl<C: SegmentCache> NearLink<C> {
             receiver: Receiver::new(config.dedup, cache)
                 .map_err(|e| link_error("dedup receiver", e))?,
             // A piece expands to at most what the receiver would hold anyway.
-            zstd: PieceDecoder::new(config.dedup.max_pending).map_err(|e| link_error("zstd", e))?,
+            zstd: Unsqueezer::new(config.dedup.max_pending).map_err(|e| link_error("zstd", e))?,
             max_frame: config.max_frame,
             limits: config.limits.clone(),
             input: BytesMut::new(),
@@ -549,6 +600,13 @@ impl<C: SegmentCache> NearLink<C> {
             reply: Vec::new(),
             requested: 0,
             acked_groups: 0,
+            cutter: config
+                .lessons
+                .clone()
+                .map(Varg::new)
+                .transpose()
+                .map_err(|e| link_error("Varg parameters", e))?,
+            taught: Vec::new(),
             lessons: Vec::new(),
         })
     }
@@ -558,9 +616,14 @@ impl<C: SegmentCache> NearLink<C> {
         self.input.extend_from_slice(bytes);
         while let Some((kind, body)) = next_frame(&mut self.input, self.max_frame)? {
             match kind {
-                F_DATA => {
+                F_DATA | F_SMALL => {
                     self.data_received += body.len() as u64;
-                    let plain = self.zstd.piece(&body).map_err(|e| link_error("zstd", e))?;
+                    let plain = if kind == F_DATA {
+                        self.zstd.stream(&body)
+                    } else {
+                        self.zstd.frame(&body)
+                    }
+                    .map_err(|e| link_error("zstd", e))?;
                     self.receiver
                         .handle_input(&plain)
                         .map_err(|e| link_error("dedup receiver", e))?;
@@ -616,7 +679,13 @@ impl<C: SegmentCache> NearLink<C> {
         match channel {
             CH_MSG => {
                 let mut b = BytesMut::new();
-                segments.iter().for_each(|s| b.put_slice(s));
+                if segments.is_empty() {
+                    b.put_slice(layout);
+                } else if layout.is_empty() {
+                    segments.iter().for_each(|s| b.put_slice(s));
+                } else {
+                    return Err(corrupt("a control message in layout and segments".into()));
+                }
                 match ProxyMsg::decode(&mut b, &self.limits)? {
                     Some(ProxyMsg::Update(_)) | None => Err(VncError::Corrupt {
                         message: "link message",
@@ -666,19 +735,21 @@ impl<C: SegmentCache> NearLink<C> {
                     message: "plain update",
                     what,
                 };
-                let Some(n) = layout.get(..4) else {
-                    return Err(corrupt_plain("no lesson count".into()));
+                let Some((&teach, mut rest)) = layout.split_first() else {
+                    return Err(corrupt_plain("no lesson byte".into()));
                 };
-                let n = u32::from_be_bytes(n.try_into().expect("4")) as usize;
-                let boxes = layout.get(4..4 + 8 * n).ok_or_else(|| {
-                    corrupt_plain(format!("{n} lessons in {} bytes", layout.len()))
-                })?;
-                for b in boxes.chunks_exact(8) {
-                    let f = |k: usize| u16::from_be_bytes([b[2 * k], b[2 * k + 1]]);
-                    self.lessons.push((f(0), f(1), f(2), f(3)));
+                let horizontal = match teach {
+                    TEACH_NOTHING => None,
+                    TEACH_COLUMNS => Some(false),
+                    TEACH_BANDS => Some(true),
+                    t => return Err(corrupt_plain(format!("lesson byte {t}"))),
+                };
+                if horizontal.is_some() && self.cutter.is_none() {
+                    return Err(corrupt_plain(
+                        "a lesson, but the far side named no Varg parameters".into(),
+                    ));
                 }
                 let mut regions = Vec::new();
-                let mut rest = &layout[4 + 8 * n..];
                 while !rest.is_empty() {
                     if rest.len() < 8 {
                         return Err(corrupt_plain(format!(
@@ -702,6 +773,16 @@ impl<C: SegmentCache> NearLink<C> {
                     });
                     rest = &rest[8 + used..];
                 }
+                if self.taught.len() + regions.len() > MAX_TAUGHT {
+                    return Err(corrupt_plain(format!(
+                        "more than {MAX_TAUGHT} areas in one update"
+                    )));
+                }
+                self.taught
+                    .extend(regions.iter().map(|r| (r.x, r.y, r.width, r.height)));
+                if let Some(h) = horizontal {
+                    self.lessons.push((h, std::mem::take(&mut self.taught)));
+                }
                 Ok(ProxyMsg::Update(regions))
             }
             c => Err(corrupt(format!(
@@ -715,24 +796,56 @@ impl<C: SegmentCache> NearLink<C> {
         self.msgs.pop_front()
     }
 
-    /// Stores the regions that plain updates taught, as `mirror` (the near side's,
-    /// after it took the updates) holds them. A region the mirror no longer holds as
-    /// the far side did is stored as it is: its fingerprint then differs from the far
-    /// side's, which costs a request later, never a wrong pixel.
+    /// Whether a plain update polled last taught regions: [`NearLink::learn`] them
+    /// once the mirror holds that update and nothing after it.
+    pub fn lesson_pending(&self) -> bool {
+        !self.lessons.is_empty()
+    }
+
+    /// Stores the regions that plain updates taught, cut from `mirror` (the near
+    /// side's, holding the update that taught them and nothing after it: it then
+    /// equals the far side's shadow when it sent the update). Cut from a later mirror,
+    /// a region's fingerprint may differ from the far side's, which costs a request
+    /// later, never a wrong pixel.
     pub fn learn(&mut self, mirror: Option<&Framebuffer>) -> Result<(), VncError> {
-        let Some(mirror) = mirror else {
-            self.lessons.clear();
+        let lessons = std::mem::take(&mut self.lessons);
+        let (Some(mirror), Some(cutter)) = (mirror, &self.cutter) else {
             return Ok(());
         };
-        for (x, y, w, h) in std::mem::take(&mut self.lessons) {
-            let Ok(pixels) = mirror.get_rect(x, y, w, h) else {
-                continue;
-            };
-            let bytes = rgb_bytes(&pixels);
-            self.receiver
-                .cache()
-                .insert(Fingerprint::full(&bytes), &bytes)
-                .map_err(|e| link_error("segment cache", e))?;
+        if lessons.is_empty() {
+            return Ok(());
+        }
+        let (w, h) = (mirror.width(), mirror.height());
+        let image: Vec<u8> = mirror
+            .pixels()
+            .iter()
+            .flat_map(|p| p.to_le_bytes())
+            .collect();
+        for (horizontal, areas) in lessons {
+            let cut = cutter
+                .regions_oriented(&image, h as usize, w as usize, 4, horizontal)
+                .map_err(|e| link_error("Varg", e))?;
+            for b in cut.boxes {
+                let (bx, by, bw, bh) =
+                    (b.col as u16, b.row as u16, b.width as u16, b.height as u16);
+                let touches = areas.iter().any(|&(x, y, aw, ah)| {
+                    bx < x.saturating_add(aw)
+                        && x < bx + bw
+                        && by < y.saturating_add(ah)
+                        && y < by + bh
+                });
+                if !touches {
+                    continue;
+                }
+                let pixels = mirror
+                    .get_rect(bx, by, bw, bh)
+                    .expect("a region of the mirror");
+                let bytes = rgb_bytes(&pixels);
+                self.receiver
+                    .cache()
+                    .insert(Fingerprint::full(&bytes), &bytes)
+                    .map_err(|e| link_error("segment cache", e))?;
+            }
         }
         Ok(())
     }

@@ -67,6 +67,8 @@ pub struct NearSide {
     far_out: BytesMut,
     viewers: BTreeMap<ViewerId, Viewer>,
     next_id: u64,
+    /// Viewers that failed in [`NearSide::apply_far`], for the next `process`.
+    failed: Vec<(ViewerId, VncError)>,
     error: Option<VncError>,
 }
 
@@ -82,6 +84,7 @@ impl NearSide {
             far_out: BytesMut::new(),
             viewers: BTreeMap::new(),
             next_id: 0,
+            failed: Vec::new(),
             error: None,
         }
     }
@@ -184,14 +187,8 @@ impl NearSide {
     /// are returned with their errors, stay silent from then on, and are for the
     /// caller to close and remove.
     pub fn process(&mut self) -> Result<Vec<(ViewerId, VncError)>, VncError> {
-        if let Some(e) = &self.error {
-            return Err(e.clone());
-        }
-        let mut failed = Vec::new();
-        if let Err(e) = self.handle_far(&mut failed) {
-            self.error = Some(e.clone());
-            return Err(e);
-        }
+        self.apply_far()?;
+        let mut failed = std::mem::take(&mut self.failed);
         let ids: Vec<ViewerId> = self.viewers.keys().copied().collect();
         for id in ids {
             if let Err(e) = self.serve(id) {
@@ -200,6 +197,22 @@ impl NearSide {
             }
         }
         Ok(failed)
+    }
+
+    /// Applies what the far side sent to the mirror without serving the viewers yet
+    /// (they are served, and any that failed returned, by the next
+    /// [`NearSide::process`]): for a caller that needs the mirror as of one message.
+    pub fn apply_far(&mut self) -> Result<(), VncError> {
+        if let Some(e) = &self.error {
+            return Err(e.clone());
+        }
+        let mut failed = std::mem::take(&mut self.failed);
+        let r = self.handle_far(&mut failed);
+        self.failed = failed;
+        if let Err(e) = &r {
+            self.error = Some(e.clone());
+        }
+        r
     }
 
     fn handle_far(&mut self, failed: &mut Vec<(ViewerId, VncError)>) -> Result<(), VncError> {

@@ -58,7 +58,7 @@ const TAG: u8 = b'V';
 const MOTION_STRIDE: usize = 32;
 
 /// Parameters of [`Varg`]; see the module documentation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct VargParams {
     /// Width of the static columns in pixels (height of the bands when horizontal).
     pub width: usize,
@@ -260,12 +260,32 @@ impl Varg {
             elem_size: elem,
         };
         let grid = Grid::of(NAME, &shape, data, true)?;
-        Ok(self.regions_of(&grid, data))
+        let horizontal = height > 0 && width > 0 && self.horizontal(&grid, data);
+        Ok(self.regions_of(&grid, data, horizontal))
     }
 
-    fn regions_of(&self, grid: &Grid, data: &[u8]) -> Regions {
+    /// The regions of an image cut the way `horizontal` says, as [`Varg::regions`]
+    /// would make them had movement estimation chose it, leaving the remembered image
+    /// alone: movement estimation is the only part that depends on earlier images, so
+    /// a peer told the orientation cuts the image it holds the same way.
+    pub fn regions_oriented(
+        &self,
+        data: &[u8],
+        height: usize,
+        width: usize,
+        elem: usize,
+        horizontal: bool,
+    ) -> Result<Regions, SegmentError> {
+        let shape = Shape::Grid {
+            dims: vec![height, width],
+            elem_size: elem,
+        };
+        let grid = Grid::of(NAME, &shape, data, true)?;
+        Ok(self.regions_of(&grid, data, horizontal))
+    }
+
+    fn regions_of(&self, grid: &Grid, data: &[u8], horizontal: bool) -> Regions {
         let (h, w, e) = (grid.dims[0], grid.dims[1], grid.elem);
-        let horizontal = h > 0 && w > 0 && self.horizontal(grid, data);
         let sw = self.params.width;
         let mut boxes = Vec::new();
         if h == 0 || w == 0 {
@@ -348,7 +368,9 @@ impl Segmenter for Varg {
 
     fn cut<'a>(&self, data: &'a [u8], shape: &Shape) -> Result<Cut<'a>, SegmentError> {
         let grid = Grid::of(NAME, shape, data, true)?;
-        let regions = self.regions_of(&grid, data);
+        let (h, w) = (grid.dims[0], grid.dims[1]);
+        let horizontal = h > 0 && w > 0 && self.horizontal(&grid, data);
+        let regions = self.regions_of(&grid, data, horizontal);
         let mut layout = vec![TAG, u8::from(regions.horizontal)];
         grid.put(&mut layout);
         layout::put_usize(&mut layout, self.params.width);
@@ -526,6 +548,16 @@ mod tests {
         // An unchanged screen keeps the orientation, so every segment repeats.
         let c3 = v.cut(&f2, &shape(h, w)).unwrap();
         assert_eq!(c3, c2);
+        // A segmenter that saw none of this cuts the same regions when told the
+        // orientation, and remembers nothing of it.
+        let fresh = Varg::default();
+        let told = fresh.regions_oriented(&f2, h, w, 4, true).unwrap();
+        let seen = Varg::default();
+        for f in [&f0, &f1] {
+            seen.regions(f, h, w, 4).unwrap();
+        }
+        assert_eq!(told, seen.regions(&f2, h, w, 4).unwrap());
+        assert!(!fresh.regions(&f2, h, w, 4).unwrap().horizontal);
         // Without estimation it stays in columns, and shifted columns rarely repeat.
         let still = Varg::new(VargParams {
             motion: false,
