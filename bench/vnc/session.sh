@@ -7,7 +7,8 @@
 # With HOLD=1 it then stops drawing but keeps its windows, prints "holding" and waits
 # for SIGTERM, so that a test can compare still pictures of a busy screen.
 #
-# Sessions: scrolling-text, panning-image, redrawn-plot, idle. No window manager is
+# Sessions: scrolling-text, panning-image, redrawn-plot, idle, revisited-slides (a
+# presenter flipping back and forth through three slides). No window manager is
 # assumed: windows are placed at 0,0 with -geometry and sized from the screen. What is
 # drawn is fixed (generated text and pictures, fixed rates), so two recordings of one
 # session look alike: each draws a fixed number of steps (SECONDS times its rate), so
@@ -24,7 +25,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 script="$here/$(basename "${BASH_SOURCE[0]}")"
 
 usage() {
-  echo "usage: DISPLAY=:N [SECONDS=20] $0 scrolling-text|panning-image|redrawn-plot|idle" >&2
+  echo "usage: DISPLAY=:N [SECONDS=20] $0 scrolling-text|panning-image|redrawn-plot|idle|revisited-slides" >&2
   exit 2
 }
 
@@ -87,7 +88,7 @@ static_text() {
 case ${1:-} in
   --log-lines) log_lines "$2" "$3" "$4" ;;
   --static-text) static_text ;;
-  scrolling-text | panning-image | redrawn-plot | idle) ;;
+  scrolling-text | panning-image | redrawn-plot | idle | revisited-slides) ;;
   *) usage ;;
 esac
 
@@ -268,6 +269,45 @@ EOF
   hold sleep 0.5
 }
 
+# Slide $1 of a deck, the screen's size: a title band, a few lines of text, a
+# photo-like picture and a patterned chart, from fixed seeds.
+make_slide() {
+  local n=$1 out=$2 w=$sw h=$((sh - 32))
+  local -a bg=("245 245 240" "235 240 250" "250 240 235")
+  ppmmake "rgb:$(printf '%02x/%02x/%02x' ${bg[n - 1]})" "$w" "$h" >"$work/slide-bg.ppm"
+  pgmramp -lr "$w" 70 | pgmtoppm "#203060-#4080c0" >"$work/slide-band.ppm"
+  # A grainy photo (smoothed noise) and a patterned chart.
+  pgmnoise -randomseed $((n * 13)) $((w / 3)) $((h / 3)) | pnmsmooth -width 5 -height 5 2>/dev/null |
+    pgmtoppm "#402010-#f0d0a0" >"$work/slide-photo.ppm"
+  ppmpat -camo -randomseed $((n * 11)) $((w / 3)) $((h / 4)) >"$work/slide-chart.ppm"
+  pnmpaste "$work/slide-band.ppm" 0 0 "$work/slide-bg.ppm" |
+    pnmpaste "$work/slide-photo.ppm" $((w * 3 / 5)) $((h / 5)) |
+    pnmpaste "$work/slide-chart.ppm" $((w / 12)) $((h * 3 / 5)) >"$work/slide-pasted.ppm"
+  ppmdraw -script="
+    setcolor white; text 30 50 30 0 \"Slide $n: slow links\";
+    setcolor black; text 40 140 18 0 \"Boston 2.13 MB/s, 11 ms\";
+    setcolor black; text 40 175 18 0 \"San Diego 0.38 MB/s, 72 ms\";
+    setcolor black; text 40 210 18 0 \"Tromso 0.20 MB/s, 120 ms\";
+    setcolor red; text 40 270 18 0 \"Point $n: seen is cheap\"
+  " "$work/slide-pasted.ppm" >"$out"
+}
+
+revisited_slides() {
+  local n
+  for n in 1 2 3; do make_slide "$n" "$work/slide$n.ppm"; done
+  start feh --geometry "${sw}x$((sh - 32))+0+0" --no-menus "$work/slide1.ppm" "$work/slide2.ppm" "$work/slide3.ppm"
+  wait_window feh
+  xdotool search --onlyvisible --class feh windowfocus
+  # 1 2 3 2 1 2 3 2 …: forward twice, back twice, a flip every half second.
+  local -a keys=(Right Right Left Left) step
+  for ((step = 0; step < duration * 2; step++)); do
+    xdotool key "${keys[step % 4]}"
+    sleep 0.5
+    check_alive
+  done
+  hold sleep 0.3
+}
+
 idle() {
   # 80×24 where it fits, leaving room for the clock and the parked pointer.
   local cols=$(((sw - 190) / 6)) rows=$(((sh - 40) / 13))
@@ -284,6 +324,7 @@ idle() {
 }
 
 case $1 in
+  revisited-slides) revisited_slides ;;
   scrolling-text) scrolling_text ;;
   panning-image) panning_image ;;
   redrawn-plot) redrawn_plot ;;

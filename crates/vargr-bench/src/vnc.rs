@@ -53,7 +53,13 @@ pub const PROFILES: [(&str, &str); 3] = [
     ("tromso", "rtt=120ms,bandwidth=0.20MB/s"),
 ];
 
-pub const SESSIONS: [&str; 4] = ["scrolling-text", "panning-image", "redrawn-plot", "idle"];
+pub const SESSIONS: [&str; 5] = [
+    "scrolling-text",
+    "panning-image",
+    "redrawn-plot",
+    "idle",
+    "revisited-slides",
+];
 
 const METHODS: [&str; 5] = [
     "direct-raw",
@@ -78,7 +84,8 @@ pub struct VncBenchArgs {
     )]
     json: Option<PathBuf>,
     /// Sessions to replay (comma-separated; default scrolling-text, panning-image,
-    /// redrawn-plot, idle). A session not yet in --recordings is recorded first.
+    /// redrawn-plot, idle, revisited-slides). A session not yet in --recordings is
+    /// recorded first.
     #[arg(long, value_delimiter = ',')]
     sessions: Vec<String>,
     /// WAN profiles (comma-separated): boston (11 ms RTT, 2.13 MB/s), san-diego (72 ms,
@@ -151,6 +158,11 @@ struct Row {
     bytes_to_server: u64,
     /// Bytes of the best direct method for this session and profile ÷ this method's.
     ratio_vs_direct: Option<f64>,
+    /// The recording's updates as uncompressed pixels, 3 bytes each (every rectangle
+    /// of every update, a CopyRect as its area): what the seed's ratios (30:1 to 289:1)
+    /// were against.
+    uncompressed_bytes: u64,
+    ratio_vs_uncompressed: f64,
     updates: usize,
     never_shown: usize,
     /// Nearest-rank percentiles over all updates, never-shown ones as infinitely slow
@@ -210,6 +222,7 @@ fn row(
     let n = ms.len();
     let under = ms.iter().filter(|m| m.is_some_and(|v| v < 100.0)).count();
     let last = *rec.hashes.last().expect("a recording has steps");
+    let uncompressed = rec.uncompressed_bytes();
     Row {
         benchmark: "vnc",
         session: session.into(),
@@ -220,6 +233,8 @@ fn row(
         bytes_to_viewer: o.backward,
         bytes_to_server: o.forward,
         ratio_vs_direct: None,
+        uncompressed_bytes: uncompressed,
+        ratio_vs_uncompressed: uncompressed as f64 / (o.forward + o.backward).max(1) as f64,
         updates: n,
         never_shown: ms.iter().filter(|m| m.is_none()).count(),
         p50_update_ms: percentile(&ms, 0.5),
@@ -271,17 +286,27 @@ fn print_tables(rows: &[Row], profiles: &[(&str, &str)]) {
     for (name, spec) in profiles {
         println!("\n{name} ({spec})");
         println!(
-            "{:<16} {:<15} {:>10} {:>7} {:>8} {:>7} {:>7} {:>7} {:>6}",
-            "session", "method", "KB", "ratio", "updates", "p50 ms", "p90 ms", "<100ms", "never"
+            "{:<16} {:<15} {:>10} {:>7} {:>7} {:>8} {:>7} {:>7} {:>7} {:>6}",
+            "session",
+            "method",
+            "KB",
+            "ratio",
+            "vs unc",
+            "updates",
+            "p50 ms",
+            "p90 ms",
+            "<100ms",
+            "never"
         );
         for r in rows.iter().filter(|r| r.profile == *name) {
             println!(
-                "{:<16} {:<15} {:>10.1} {:>7} {:>8} {:>7} {:>7} {:>6.1}% {:>6}",
+                "{:<16} {:<15} {:>10.1} {:>7} {:>7.1} {:>8} {:>7} {:>7} {:>6.1}% {:>6}",
                 r.session,
                 r.method,
                 r.bytes_on_wire as f64 / 1e3,
                 r.ratio_vs_direct
                     .map_or_else(|| "-".into(), |x| format!("{x:.2}")),
+                r.ratio_vs_uncompressed,
                 r.updates,
                 ms(r.p50_update_ms),
                 ms(r.p90_update_ms),

@@ -146,6 +146,14 @@ fn a_short_session_replays_to_every_method_and_every_update_is_shown() {
         assert_eq!(r["final_screen_xxh3"], final_hash.as_str(), "{what}");
         assert_eq!(r["recording_final_xxh3"], final_hash.as_str(), "{what}");
         assert!(r["p90_update_ms"].as_f64().is_some(), "{what}");
+        // Every update's pixels uncompressed: at least the first screen, 3 bytes a pixel.
+        let uncompressed = u(r, "uncompressed_bytes");
+        assert!(uncompressed >= 3 * 320 * 200, "{what}");
+        let ratio = r["ratio_vs_uncompressed"].as_f64().unwrap();
+        assert!(
+            (ratio - uncompressed as f64 / u(r, "bytes_on_wire") as f64).abs() < 1e-9,
+            "{what}"
+        );
         let direct = r["method"].as_str().unwrap().starts_with("direct-");
         if direct {
             // The relay delivered exactly what the sockets at both ends counted.

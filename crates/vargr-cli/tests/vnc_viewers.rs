@@ -119,7 +119,13 @@ fn real_viewers_through_the_pair_show_the_server_screen_after_each_session() {
         v.window(Duration::from_secs(15))
             .unwrap_or_else(|e| panic!("{e}\n{}\n{}", v.log(), near.text()));
     }
-    for name in ["scrolling-text", "panning-image", "redrawn-plot", "idle"] {
+    for name in [
+        "scrolling-text",
+        "panning-image",
+        "redrawn-plot",
+        "idle",
+        "revisited-slides",
+    ] {
         let mut session = Session::start(&display, name, 3, true);
         session.wait_holding(Duration::from_secs(30));
         for ((_, enc), v) in cases.iter().zip(&mut viewers) {

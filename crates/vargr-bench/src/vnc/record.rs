@@ -44,6 +44,21 @@ impl Recording {
         self.steps.last().map_or(0.0, |s| s.at.as_secs_f64())
     }
 
+    /// Every update's rectangles as uncompressed pixels, 3 bytes each (a CopyRect as
+    /// its area, the first screen included).
+    pub fn uncompressed_bytes(&self) -> u64 {
+        let area = |w: u16, h: u16| 3 * w as u64 * h as u64;
+        self.steps
+            .iter()
+            .flat_map(|s| &s.msgs)
+            .map(|m| match m {
+                ProxyMsg::Update(regions) => regions.iter().map(|r| area(r.width, r.height)).sum(),
+                ProxyMsg::Copy { width, height, .. } => area(*width, *height),
+                _ => 0,
+            })
+            .sum()
+    }
+
     /// The newest step before `applied` (steps applied so far) whose screen hashes to
     /// `hash`: a viewer showing that picture is current up to it.
     pub fn newest_match(&self, hash: u64, applied: usize) -> Option<usize> {
