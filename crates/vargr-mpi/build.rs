@@ -27,6 +27,8 @@ fn showme(mpicc: &str, what: &str) -> Option<Vec<String>> {
 
 fn main() {
     println!("cargo:rerun-if-changed=c/wrappers.c");
+    println!("cargo:rerun-if-changed=c/compress.c");
+    println!("cargo:rerun-if-changed=c/shim.h");
     println!("cargo:rerun-if-env-changed=VARGR_MPICC");
     println!("cargo::rustc-check-cfg=cfg(vargr_mpi_abi, values(\"openmpi\", \"none\"))");
     let mpicc = std::env::var("VARGR_MPICC").unwrap_or_else(|_| "mpicc".into());
@@ -43,6 +45,7 @@ fn main() {
     let mut build = cc::Build::new();
     build
         .file("c/wrappers.c")
+        .file("c/compress.c")
         .std("c11")
         .warnings(true)
         .extra_warnings(true)

@@ -1,4 +1,5 @@
-//! `vargr mpi-run [--trace DIR] -- mpirun -n 4 ./app`: runs an unmodified MPI program
+//! `vargr mpi-run [--trace DIR] [--codec MODE --sites SITES] -- mpirun -n 4 ./app`: runs
+//! an unmodified MPI program
 //! under libvargr_mpi.so (crates/vargr-mpi). It finds the library beside this binary,
 //! puts it in `LD_PRELOAD` with the library's documented variables
 //! (`vargr_mpi::settings`), runs the launcher, and says where the traces are.
@@ -15,6 +16,21 @@ pub struct MpiRunArgs {
     /// Write each rank's trace file into DIR (read them with `vargr trace report DIR`).
     #[arg(long, value_name = "DIR")]
     trace: Option<PathBuf>,
+    /// Compress messages between sites: off, adaptive (vargr's engine decides per
+    /// message), or fixed:CODEC (fixed:lz4, fixed:zstd:3, fixed:fpc, ...).
+    #[arg(long, value_name = "MODE")]
+    codec: Option<String>,
+    /// Messages between sites of at least this many bytes are compressed [default: 16k].
+    #[arg(long, value_name = "BYTES", requires = "codec")]
+    codec_min: Option<String>,
+    /// Which ranks share a site: hosts (the default), blocks:N (the world in N blocks of
+    /// consecutive ranks, for sites emulated on one machine) or list:A,A,B,B.
+    #[arg(long, value_name = "SITES", requires = "codec")]
+    sites: Option<String>,
+    /// The WAN between sites, for the adaptive engine (e.g. rtt=40ms,bandwidth=100mbit);
+    /// without it the engine learns from the sends.
+    #[arg(long, value_name = "PROFILE", requires = "codec")]
+    link: Option<String>,
     /// The interposition library [default: libvargr_mpi.so beside this vargr].
     #[arg(long, value_name = "FILE")]
     lib: Option<PathBuf>,
@@ -26,9 +42,15 @@ pub struct MpiRunArgs {
 /// The library's file name.
 const LIB: &str = "libvargr_mpi.so";
 
-/// The library's trace-directory variable (`vargr_mpi::settings::TRACE_VAR`; not a
-/// dependency, which would link the MPI wrappers and libmpi into vargr itself).
+/// The library's variables (`vargr_mpi::settings`; not a dependency, which would link
+/// the MPI wrappers and libmpi into vargr itself).
 const TRACE_VAR: &str = "VARGR_MPI_TRACE";
+const CODEC_VARS: [&str; 4] = [
+    "VARGR_MPI_CODEC",
+    "VARGR_MPI_CODEC_MIN",
+    "VARGR_MPI_SITES",
+    "VARGR_MPI_LINK",
+];
 
 pub fn run(a: MpiRunArgs) -> Result<()> {
     let lib = match a.lib {
@@ -62,6 +84,19 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
         }
         None => lib.clone().into_os_string(),
     };
+    // Checked here, so a typo is one message rather than one per rank.
+    if let Some(m) = &a.codec {
+        m.parse::<vargr_codec::stage::CodecMode>()
+            .with_context(|| format!("--codec {m}"))?;
+    }
+    if let Some(l) = &a.link {
+        l.parse::<vargr_emu::WanProfile>()
+            .with_context(|| format!("--link {l}"))?;
+    }
+    let codec: Vec<(&str, &Option<String>)> = CODEC_VARS
+        .into_iter()
+        .zip([&a.codec, &a.codec_min, &a.sites, &a.link])
+        .collect();
     let (launcher, rest) = a.command.split_first().expect("clap requires a command");
     let mut cmd = Command::new(launcher);
     // Open MPI's mpirun passes only the variables named with -x to ranks on other hosts.
@@ -70,6 +105,17 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
         if trace.is_some() {
             cmd.args(["-x", TRACE_VAR]);
         }
+        for (var, value) in &codec {
+            if value.is_some() {
+                cmd.args(["-x", var]);
+            }
+        }
+    }
+    for (var, value) in &codec {
+        match value {
+            Some(v) => cmd.env(var, v),
+            None => cmd.env_remove(var),
+        };
     }
     cmd.args(rest).env("LD_PRELOAD", &preload);
     match &trace {

@@ -15,6 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "shim.h"
+
 /* ---- the C ABI of the Rust core (src/events.rs) -------------------------------------- */
 
 typedef struct {
@@ -38,13 +40,14 @@ enum {
     K_WAIT, K_WAITALL, K_WAITANY, K_TEST, K_TESTALL, K_PROBE, K_IPROBE,
     K_BARRIER, K_BCAST, K_REDUCE, K_ALLREDUCE, K_GATHER, K_ALLGATHER, K_SCATTER,
     K_ALLTOALL, K_ALLTOALLV,
+    K_BSEND, K_RSEND, K_IBSEND, K_ISSEND, K_IRSEND, K_SENDRECV_REPLACE, K_WAITSOME, K_TESTANY,
+    K_TESTSOME, K_MPROBE, K_IMPROBE, K_MRECV, K_IMRECV,
     K_COUNT
 };
 
 /* vargr_trace::EventOp */
 enum { OP_CALL = 1, OP_SEND = 2, OP_RECV = 3, OP_USER = 7 };
 
-#define NO_PEER UINT32_MAX
 /* Calls on no communicator (waits, tests): Rust names them "mpi/...". */
 #define NO_COMM UINT32_MAX
 
@@ -88,14 +91,6 @@ static void check_abi(char *runs_on, size_t cap) {
 
 /* ---- communicators ---------------------------------------------------------------------- */
 
-typedef struct {
-    uint32_t id;
-    int me;   /* this process's rank in it */
-    int size; /* of the group peers are ranks of (the remote one of an intercommunicator) */
-    uint32_t *world; /* world rank of each peer rank; NULL: the identity (the world) */
-    uint32_t seq;    /* collective calls so far: the same on every member */
-} comm_info;
-
 /* Whether records are kept: set once by MPI_Init, before other threads call MPI. */
 static int on;
 static int keyval = MPI_KEYVAL_INVALID;
@@ -111,6 +106,7 @@ static comm_info *new_info(MPI_Comm comm) {
     if (c == NULL) {
         return NULL;
     }
+    c->remote = -1;
     int inter = 0;
     MPI_Group g, wg;
     PMPI_Comm_test_inter(comm, &inter);
@@ -157,7 +153,7 @@ static comm_info *new_info(MPI_Comm comm) {
     return c;
 }
 
-static comm_info *info_of(MPI_Comm comm) {
+comm_info *vargr_info_of(MPI_Comm comm) {
     if (comm == MPI_COMM_WORLD) {
         return &world_info;
     }
@@ -179,20 +175,34 @@ static comm_info *info_of(MPI_Comm comm) {
     return c ? c : new_info(comm);
 }
 
-static uint32_t world_of(const comm_info *c, int rank) {
+uint32_t vargr_world_of(const comm_info *c, int rank) {
     if (c == NULL || rank < 0 || rank >= c->size) {
         return NO_PEER; /* MPI_ANY_SOURCE, MPI_PROC_NULL, MPI_ROOT */
     }
     return c->world ? c->world[rank] : (uint32_t)rank;
 }
 
-static uint64_t bytes_of(int count, MPI_Datatype t) {
+uint64_t vargr_bytes_of(int count, MPI_Datatype t) {
     int s = 0;
     if (count <= 0 || PMPI_Type_size(t, &s) != MPI_SUCCESS || s <= 0) {
         return 0;
     }
     return (uint64_t)count * (uint64_t)s;
 }
+
+#define info_of vargr_info_of
+#define world_of vargr_world_of
+#define bytes_of vargr_bytes_of
+
+/* The MPI calls the wrappers make: through compress.c while compression is on. */
+#define SEND(...) (cx_min ? cx_send(CX_SEND, __VA_ARGS__) : PMPI_Send(__VA_ARGS__))
+#define SSEND(...) (cx_min ? cx_send(CX_SSEND, __VA_ARGS__) : PMPI_Ssend(__VA_ARGS__))
+#define ISEND(...) (cx_min ? cx_isend(CX_SEND, __VA_ARGS__) : PMPI_Isend(__VA_ARGS__))
+#define RECV(...) (cx_min ? cx_recv(__VA_ARGS__) : PMPI_Recv(__VA_ARGS__))
+#define IRECV(...) (cx_min ? cx_irecv(__VA_ARGS__) : PMPI_Irecv(__VA_ARGS__))
+#define SENDRECV(...) (cx_min ? cx_sendrecv(__VA_ARGS__) : PMPI_Sendrecv(__VA_ARGS__))
+#define PROBE(...) (cx_min ? cx_probe(__VA_ARGS__) : PMPI_Probe(__VA_ARGS__))
+#define IPROBE(...) (cx_min ? cx_iprobe(__VA_ARGS__) : PMPI_Iprobe(__VA_ARGS__))
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
@@ -359,7 +369,9 @@ static void started(const char *runs_on) {
     world_info.me = rank;
     world_info.size = size;
     world_info.world = NULL;
+    world_info.remote = -1;
     on = vargr_mpi_start(rank, size, K_COUNT, BUILT_FOR, runs_on);
+    cx_init(rank, size);
 }
 
 int vargr_w_MPI_Init(int *argc, char ***argv) {
@@ -383,6 +395,7 @@ int vargr_w_MPI_Init_thread(int *argc, char ***argv, int required, int *provided
 }
 
 int vargr_w_MPI_Finalize(void) {
+    cx_finalize();
     if (on) {
         /* Writes the trace file while MPI still runs (nothing of it is used, but a
          * launcher may end the job soon after the last rank finalizes). */
@@ -411,30 +424,43 @@ static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, 
 int vargr_w_MPI_Send(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                      MPI_Comm comm) {
     if (!on) {
-        return PMPI_Send(buf, count, t, dest, tag, comm);
+        return SEND(buf, count, t, dest, tag, comm);
     }
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Send(buf, count, t, dest, tag, comm);
+    int rc = SEND(buf, count, t, dest, tag, comm);
     return sent(K_SEND, rc, count, t, dest, tag, comm, t0);
 }
 
 int vargr_w_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                       MPI_Comm comm) {
     if (!on) {
-        return PMPI_Ssend(buf, count, t, dest, tag, comm);
+        return SSEND(buf, count, t, dest, tag, comm);
     }
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Ssend(buf, count, t, dest, tag, comm);
+    int rc = SSEND(buf, count, t, dest, tag, comm);
     return sent(K_SSEND, rc, count, t, dest, tag, comm, t0);
 }
 
-int vargr_w_MPI_Isend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+static int isend_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
                       MPI_Comm comm, MPI_Request *req) {
+    if (cx_min) {
+        return cx_isend(mode, buf, count, t, dest, tag, comm, req);
+    }
+    switch (mode) {
+    case CX_SSEND: return PMPI_Issend(buf, count, t, dest, tag, comm, req);
+    case CX_BSEND: return PMPI_Ibsend(buf, count, t, dest, tag, comm, req);
+    case CX_RSEND: return PMPI_Irsend(buf, count, t, dest, tag, comm, req);
+    default: return PMPI_Isend(buf, count, t, dest, tag, comm, req);
+    }
+}
+
+static int isend_traced(int kind, int mode, const void *buf, int count, MPI_Datatype t,
+                        int dest, int tag, MPI_Comm comm, MPI_Request *req) {
     if (!on) {
-        return PMPI_Isend(buf, count, t, dest, tag, comm, req);
+        return isend_mode(mode, buf, count, t, dest, tag, comm, req);
     }
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Isend(buf, count, t, dest, tag, comm, req);
+    int rc = isend_mode(mode, buf, count, t, dest, tag, comm, req);
     uint64_t t1 = vargr_mpi_now();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
@@ -442,19 +468,95 @@ int vargr_w_MPI_Isend(const void *buf, int count, MPI_Datatype t, int dest, int 
     if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
         track(*req, 1, c, peer, tag, b, t0);
     }
-    emit(K_ISEND, OP_USER, c, peer, tag, b, t0, t1, rc);
+    emit(kind, OP_USER, c, peer, tag, b, t0, t1, rc);
     return rc;
+}
+
+int vargr_w_MPI_Isend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                      MPI_Comm comm, MPI_Request *req) {
+    return isend_traced(K_ISEND, CX_SEND, buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Ibsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                       MPI_Comm comm, MPI_Request *req) {
+    return isend_traced(K_IBSEND, CX_BSEND, buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Issend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                       MPI_Comm comm, MPI_Request *req) {
+    return isend_traced(K_ISSEND, CX_SSEND, buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                       MPI_Comm comm, MPI_Request *req) {
+    return isend_traced(K_IRSEND, CX_RSEND, buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Bsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                      MPI_Comm comm) {
+    if (!on) {
+        return cx_min ? cx_send(CX_BSEND, buf, count, t, dest, tag, comm)
+                      : PMPI_Bsend(buf, count, t, dest, tag, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = cx_min ? cx_send(CX_BSEND, buf, count, t, dest, tag, comm)
+                    : PMPI_Bsend(buf, count, t, dest, tag, comm);
+    return sent(K_BSEND, rc, count, t, dest, tag, comm, t0);
+}
+
+int vargr_w_MPI_Rsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                      MPI_Comm comm) {
+    if (!on) {
+        return cx_min ? cx_send(CX_RSEND, buf, count, t, dest, tag, comm)
+                      : PMPI_Rsend(buf, count, t, dest, tag, comm);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = cx_min ? cx_send(CX_RSEND, buf, count, t, dest, tag, comm)
+                    : PMPI_Rsend(buf, count, t, dest, tag, comm);
+    return sent(K_RSEND, rc, count, t, dest, tag, comm, t0);
+}
+
+/* Persistent requests: only compression needs to see them (their messages are not in
+ * the trace yet). */
+int vargr_w_MPI_Send_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                          MPI_Comm comm, MPI_Request *req) {
+    return cx_min ? cx_send_init(CX_SEND, buf, count, t, dest, tag, comm, req)
+                  : PMPI_Send_init(buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Bsend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                           MPI_Comm comm, MPI_Request *req) {
+    return cx_min ? cx_send_init(CX_BSEND, buf, count, t, dest, tag, comm, req)
+                  : PMPI_Bsend_init(buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Ssend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                           MPI_Comm comm, MPI_Request *req) {
+    return cx_min ? cx_send_init(CX_SSEND, buf, count, t, dest, tag, comm, req)
+                  : PMPI_Ssend_init(buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Rsend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                           MPI_Comm comm, MPI_Request *req) {
+    return cx_min ? cx_send_init(CX_RSEND, buf, count, t, dest, tag, comm, req)
+                  : PMPI_Rsend_init(buf, count, t, dest, tag, comm, req);
+}
+
+int vargr_w_MPI_Recv_init(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                          MPI_Request *req) {
+    return cx_min ? cx_recv_init(buf, count, t, src, tag, comm, req)
+                  : PMPI_Recv_init(buf, count, t, src, tag, comm, req);
 }
 
 int vargr_w_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
                      MPI_Status *st) {
     if (!on) {
-        return PMPI_Recv(buf, count, t, src, tag, comm, st);
+        return RECV(buf, count, t, src, tag, comm, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Recv(buf, count, t, src, tag, comm, s);
+    int rc = RECV(buf, count, t, src, tag, comm, s);
     uint64_t t1 = vargr_mpi_now();
     comm_info *c = info_of(comm);
     if (rc == MPI_SUCCESS) {
@@ -469,10 +571,10 @@ int vargr_w_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI
 int vargr_w_MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
                       MPI_Request *req) {
     if (!on) {
-        return PMPI_Irecv(buf, count, t, src, tag, comm, req);
+        return IRECV(buf, count, t, src, tag, comm, req);
     }
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Irecv(buf, count, t, src, tag, comm, req);
+    int rc = IRECV(buf, count, t, src, tag, comm, req);
     uint64_t t1 = vargr_mpi_now();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
@@ -487,13 +589,13 @@ int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int d
                          void *rbuf, int rcount, MPI_Datatype rtype, int src, int rtag,
                          MPI_Comm comm, MPI_Status *st) {
     if (!on) {
-        return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
+        return SENDRECV(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
                              comm, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm,
+    int rc = SENDRECV(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm,
                            s);
     uint64_t t1 = vargr_mpi_now();
     comm_info *c = info_of(comm);
@@ -510,8 +612,13 @@ int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int d
 
 /* ---- completion ------------------------------------------------------------------------- */
 
+/* Finishes what compress.c started for completed request `r`; the error it reports. */
+static int finish(MPI_Request r, MPI_Status *s) {
+    return cx_min ? cx_finish(r, s) : MPI_SUCCESS;
+}
+
 int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
-    if (!on) {
+    if (!on && !cx_min) {
         return PMPI_Wait(req, st);
     }
     MPI_Status mine;
@@ -521,14 +628,19 @@ int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
     int rc = PMPI_Wait(req, s);
     uint64_t t1 = vargr_mpi_now();
     if (rc == MPI_SUCCESS) {
-        complete(r, s, t1);
+        rc = finish(r, s);
     }
-    emit(K_WAIT, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
+    if (on) {
+        if (rc == MPI_SUCCESS) {
+            complete(r, s, t1);
+        }
+        emit(K_WAIT, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
+    }
     return rc;
 }
 
 int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
-    if (!on) {
+    if (!on && !cx_min) {
         return PMPI_Test(req, flag, st);
     }
     MPI_Status mine;
@@ -538,9 +650,14 @@ int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
     int rc = PMPI_Test(req, flag, s);
     uint64_t t1 = vargr_mpi_now();
     if (rc == MPI_SUCCESS && *flag) {
-        complete(r, s, t1);
+        rc = finish(r, s);
     }
-    emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
+    if (on) {
+        if (rc == MPI_SUCCESS && *flag) {
+            complete(r, s, t1);
+        }
+        emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
+    }
     return rc;
 }
 
@@ -585,48 +702,93 @@ static void many_free(many *m, MPI_Status *stats) {
     }
 }
 
+/* Without memory for the copies, compressed messages could not be finished. */
+static int no_copies(void) {
+    fprintf(stderr, "vargr-mpi: out of memory for a wait on many requests\n");
+    return MPI_ERR_NO_MEM;
+}
+
+/* Finishes the requests `idx` (n of them, or all of m when idx is NULL) that completed;
+ * an error puts every status's error in place and returns MPI_ERR_IN_STATUS. */
+static int finish_many(many *m, int n, const int *idx, int rc, uint64_t t1) {
+    if (rc != MPI_SUCCESS && rc != MPI_ERR_IN_STATUS) {
+        return rc;
+    }
+    int failed = rc == MPI_ERR_IN_STATUS;
+    int errs[FEW];
+    int *err = n > FEW ? malloc(sizeof(int) * (size_t)n) : errs;
+    for (int k = 0; k < n; k++) {
+        int i = idx ? idx[k] : k;
+        int e = failed ? m->s[i].MPI_ERROR : MPI_SUCCESS;
+        if (e == MPI_SUCCESS) {
+            e = finish(m->r[i], &m->s[i]);
+            if (e == MPI_SUCCESS && on) {
+                complete(m->r[i], &m->s[i], t1);
+            }
+        }
+        if (err) {
+            err[k] = e;
+        }
+        failed |= e != MPI_SUCCESS;
+    }
+    if (failed && err) {
+        for (int k = 0; k < n; k++) {
+            m->s[idx ? idx[k] : k].MPI_ERROR = err[k];
+        }
+    }
+    if (err != errs) {
+        free(err);
+    }
+    return failed ? MPI_ERR_IN_STATUS : MPI_SUCCESS;
+}
+
 int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
     many m;
-    if (!on || !many_init(&m, n, reqs, stats)) {
+    if (!on && !cx_min) {
         return PMPI_Waitall(n, reqs, stats);
+    }
+    if (!many_init(&m, n, reqs, stats)) {
+        return cx_min ? no_copies() : PMPI_Waitall(n, reqs, stats);
     }
     uint64_t t0 = vargr_mpi_now();
     int rc = PMPI_Waitall(n, reqs, m.s);
     uint64_t t1 = vargr_mpi_now();
-    if (rc == MPI_SUCCESS || rc == MPI_ERR_IN_STATUS) {
-        for (int i = 0; i < n; i++) {
-            if (rc == MPI_SUCCESS || m.s[i].MPI_ERROR == MPI_SUCCESS) {
-                complete(m.r[i], &m.s[i], t1);
-            }
-        }
-    }
+    rc = finish_many(&m, n, NULL, rc, t1);
     many_free(&m, stats);
-    emit(K_WAITALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    if (on) {
+        emit(K_WAITALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    }
     return rc;
 }
 
 int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
     many m;
-    if (!on || !many_init(&m, n, reqs, stats)) {
+    if (!on && !cx_min) {
         return PMPI_Testall(n, reqs, flag, stats);
+    }
+    if (!many_init(&m, n, reqs, stats)) {
+        return cx_min ? no_copies() : PMPI_Testall(n, reqs, flag, stats);
     }
     uint64_t t0 = vargr_mpi_now();
     int rc = PMPI_Testall(n, reqs, flag, m.s);
     uint64_t t1 = vargr_mpi_now();
-    if (rc == MPI_SUCCESS && *flag) {
-        for (int i = 0; i < n; i++) {
-            complete(m.r[i], &m.s[i], t1);
-        }
+    if (*flag) {
+        rc = finish_many(&m, n, NULL, rc, t1);
     }
     many_free(&m, stats);
-    emit(K_TESTALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    if (on) {
+        emit(K_TESTALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    }
     return rc;
 }
 
 int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
     many m;
-    if (!on || !many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
+    if (!on && !cx_min) {
         return PMPI_Waitany(n, reqs, index, st);
+    }
+    if (!many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
+        return cx_min ? no_copies() : PMPI_Waitany(n, reqs, index, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
@@ -634,11 +796,111 @@ int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
     int rc = PMPI_Waitany(n, reqs, index, s);
     uint64_t t1 = vargr_mpi_now();
     if (rc == MPI_SUCCESS && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
-        complete(m.r[*index], s, t1);
+        rc = finish(m.r[*index], s);
+        if (rc == MPI_SUCCESS && on) {
+            complete(m.r[*index], s, t1);
+        }
     }
     many_free(&m, MPI_STATUSES_IGNORE);
-    emit(K_WAITANY, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    if (on) {
+        emit(K_WAITANY, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    }
     return rc;
+}
+
+int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st) {
+    many m;
+    if (!on && !cx_min) {
+        return PMPI_Testany(n, reqs, index, flag, st);
+    }
+    if (!many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
+        return cx_min ? no_copies() : PMPI_Testany(n, reqs, index, flag, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = PMPI_Testany(n, reqs, index, flag, s);
+    uint64_t t1 = vargr_mpi_now();
+    if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
+        rc = finish(m.r[*index], s);
+        if (rc == MPI_SUCCESS && on) {
+            complete(m.r[*index], s, t1);
+        }
+    }
+    many_free(&m, MPI_STATUSES_IGNORE);
+    if (on) {
+        emit(K_TESTANY, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    }
+    return rc;
+}
+
+static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
+                MPI_Status stats[], int test) {
+    many m;
+    if (!many_init(&m, n, reqs, stats)) {
+        return cx_min ? no_copies()
+               : test ? PMPI_Testsome(n, reqs, outcount, idx, stats)
+                      : PMPI_Waitsome(n, reqs, outcount, idx, stats);
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = test ? PMPI_Testsome(n, reqs, outcount, idx, m.s)
+                  : PMPI_Waitsome(n, reqs, outcount, idx, m.s);
+    uint64_t t1 = vargr_mpi_now();
+    if (*outcount != MPI_UNDEFINED && *outcount > 0) {
+        /* Waitsome puts the k-th completed request's status at k, not at its index. */
+        MPI_Status few[FEW];
+        MPI_Status *byreq = n > FEW ? malloc(sizeof(MPI_Status) * (size_t)n) : few;
+        if (byreq == NULL) {
+            many_free(&m, stats);
+            return no_copies();
+        }
+        for (int k = 0; k < *outcount; k++) {
+            byreq[idx[k]] = m.s[k];
+        }
+        MPI_Status *keep = m.s;
+        m.s = byreq;
+        rc = finish_many(&m, *outcount, idx, rc, t1);
+        for (int k = 0; k < *outcount; k++) {
+            keep[k] = byreq[idx[k]];
+        }
+        m.s = keep;
+        if (byreq != few) {
+            free(byreq);
+        }
+    }
+    many_free(&m, stats);
+    if (on) {
+        emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+    }
+    return rc;
+}
+
+int vargr_w_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[],
+                         MPI_Status stats[]) {
+    if (!on && !cx_min) {
+        return PMPI_Waitsome(n, reqs, outcount, idx, stats);
+    }
+    return some(K_WAITSOME, n, reqs, outcount, idx, stats, 0);
+}
+
+int vargr_w_MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[],
+                         MPI_Status stats[]) {
+    if (!on && !cx_min) {
+        return PMPI_Testsome(n, reqs, outcount, idx, stats);
+    }
+    return some(K_TESTSOME, n, reqs, outcount, idx, stats, 1);
+}
+
+int vargr_w_MPI_Request_free(MPI_Request *req) {
+    return cx_min ? cx_request_free(req) : PMPI_Request_free(req);
+}
+
+int vargr_w_MPI_Start(MPI_Request *req) {
+    return cx_min ? cx_start(req) : PMPI_Start(req);
+}
+
+int vargr_w_MPI_Startall(int n, MPI_Request reqs[]) {
+    return cx_min ? cx_startall(n, reqs) : PMPI_Startall(n, reqs);
 }
 
 /* ---- probes ----------------------------------------------------------------------------- */
@@ -658,25 +920,153 @@ static void probed(int kind, int rc, int found, const MPI_Status *s, int src, in
 
 int vargr_w_MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
     if (!on) {
-        return PMPI_Probe(src, tag, comm, st);
+        return PROBE(src, tag, comm, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Probe(src, tag, comm, s);
+    int rc = PROBE(src, tag, comm, s);
     probed(K_PROBE, rc, 1, s, src, tag, comm, t0);
     return rc;
 }
 
 int vargr_w_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
     if (!on) {
-        return PMPI_Iprobe(src, tag, comm, flag, st);
+        return IPROBE(src, tag, comm, flag, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Iprobe(src, tag, comm, flag, s);
+    int rc = IPROBE(src, tag, comm, flag, s);
     probed(K_IPROBE, rc, *flag, s, src, tag, comm, t0);
+    return rc;
+}
+
+/* Matched probes hand out messages without their communicator, which MPI_Mrecv's
+ * records need: kept here from the probe (a few at a time, as programs probe and
+ * then receive). */
+#define MATCHED 64
+static struct {
+    MPI_Message m;
+    comm_info *c;
+} matched_comm[MATCHED];
+static int matched_next;
+static pthread_mutex_t matched_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void note_matched(MPI_Message m, MPI_Comm comm) {
+    comm_info *c = info_of(comm);
+    pthread_mutex_lock(&matched_lock);
+    matched_comm[matched_next].m = m;
+    matched_comm[matched_next].c = c;
+    matched_next = (matched_next + 1) % MATCHED;
+    pthread_mutex_unlock(&matched_lock);
+}
+
+static comm_info *comm_of_matched(MPI_Message m) {
+    comm_info *c = NULL;
+    pthread_mutex_lock(&matched_lock);
+    for (int i = 0; i < MATCHED; i++) {
+        if (matched_comm[i].c != NULL && matched_comm[i].m == m) {
+            c = matched_comm[i].c;
+            matched_comm[i].c = NULL;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&matched_lock);
+    return c;
+}
+
+int vargr_w_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
+    if (!on) {
+        return cx_min ? cx_mprobe(src, tag, comm, msg, st)
+                      : PMPI_Mprobe(src, tag, comm, msg, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = cx_min ? cx_mprobe(src, tag, comm, msg, s) : PMPI_Mprobe(src, tag, comm, msg, s);
+    if (rc == MPI_SUCCESS) {
+        note_matched(*msg, comm);
+    }
+    probed(K_MPROBE, rc, 1, s, src, tag, comm, t0);
+    return rc;
+}
+
+int vargr_w_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg,
+                        MPI_Status *st) {
+    if (!on) {
+        return cx_min ? cx_improbe(src, tag, comm, flag, msg, st)
+                      : PMPI_Improbe(src, tag, comm, flag, msg, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = cx_min ? cx_improbe(src, tag, comm, flag, msg, s)
+                    : PMPI_Improbe(src, tag, comm, flag, msg, s);
+    if (rc == MPI_SUCCESS && *flag) {
+        note_matched(*msg, comm);
+    }
+    probed(K_IMPROBE, rc, *flag, s, src, tag, comm, t0);
+    return rc;
+}
+
+int vargr_w_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Status *st) {
+    if (!on) {
+        return cx_min ? cx_mrecv(buf, count, t, msg, st) : PMPI_Mrecv(buf, count, t, msg, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    comm_info *c = comm_of_matched(*msg);
+    uint64_t t0 = vargr_mpi_now();
+    int rc = cx_min ? cx_mrecv(buf, count, t, msg, s) : PMPI_Mrecv(buf, count, t, msg, s);
+    uint64_t t1 = vargr_mpi_now();
+    if (rc == MPI_SUCCESS) {
+        received(c, s, t0, t1);
+    }
+    emit(K_MRECV, OP_USER, c, rc == MPI_SUCCESS ? world_of(c, s->MPI_SOURCE) : NO_PEER,
+         rc == MPI_SUCCESS ? s->MPI_TAG : 0, rc == MPI_SUCCESS ? bytes_of(count, t) : 0, t0, t1,
+         rc);
+    return rc;
+}
+
+int vargr_w_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
+                       MPI_Request *req) {
+    if (!on) {
+        return cx_min ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
+    }
+    comm_info *c = comm_of_matched(*msg);
+    uint64_t t0 = vargr_mpi_now();
+    int rc = cx_min ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
+    uint64_t t1 = vargr_mpi_now();
+    uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
+    if (rc == MPI_SUCCESS) {
+        track(*req, 0, c, NO_PEER, 0, b, t0);
+    }
+    emit(K_IMRECV, OP_USER, c, NO_PEER, 0, b, t0, t1, rc);
+    return rc;
+}
+
+int vargr_w_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int stag,
+                                 int src, int rtag, MPI_Comm comm, MPI_Status *st) {
+    if (!on) {
+        return cx_min ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st)
+                      : PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = vargr_mpi_now();
+    int rc = cx_min ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, s)
+                    : PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, s);
+    uint64_t t1 = vargr_mpi_now();
+    comm_info *c = info_of(comm);
+    uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
+    if (rc == MPI_SUCCESS) {
+        if (dest != MPI_PROC_NULL) {
+            emit(K_P2P, OP_SEND, c, world_of(c, dest), stag, b, t0, t1, rc);
+        }
+        received(c, s, t0, t1);
+    }
+    emit(K_SENDRECV_REPLACE, OP_USER, c, world_of(c, dest), stag, b, t0, t1, rc);
     return rc;
 }
 

@@ -47,7 +47,7 @@ pub struct Event {
 pub const NO_COMM: u32 = u32::MAX;
 
 /// The last part of each collector's name, in the order of the C enum.
-pub const KINDS: [&str; 23] = [
+pub const KINDS: [&str; 36] = [
     "p2p",
     "send",
     "ssend",
@@ -71,6 +71,19 @@ pub const KINDS: [&str; 23] = [
     "scatter",
     "alltoall",
     "alltoallv",
+    "bsend",
+    "rsend",
+    "ibsend",
+    "issend",
+    "irsend",
+    "sendrecv_replace",
+    "waitsome",
+    "testany",
+    "testsome",
+    "mprobe",
+    "improbe",
+    "mrecv",
+    "imrecv",
 ];
 
 /// Communicators with collectors of their own; later ones share the last slot.
@@ -142,7 +155,7 @@ impl State {
 
 /// Writes a line on stderr in one write: the ranks of a job share the stream, and a
 /// line written in pieces interleaves with theirs.
-fn say(line: &str) {
+pub(crate) fn say(line: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
 }
@@ -325,6 +338,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let settings = Settings {
             trace_dir: Some(dir.path().join("t")),
+            codec: Ok(None),
         };
         assert!(!start(&settings, 2, 4, KINDS.len() - 1, "MPI"));
         assert!(start(&settings, 2, 4, KINDS.len(), "Some MPI v1"));

@@ -11,10 +11,10 @@
 //! MPI they will run on, and linked with its libmpi; they hand Rust only plain numbers
 //! (communicator ids, world ranks, tags, bytes, times) through a small C ABI
 //! ([`events`]). Rust never sees a handle, so the Rust core is the same for every MPI
-//! and only the C file is compiled once per ABI. C rather than Rust bindings to each
+//! and only the C files are compiled once per ABI. C rather than Rust bindings to each
 //! mpi.h because the header is the definition (macros, `MPI_STATUS_IGNORE`, handle
-//! types), and because the next session's compression layer needs `MPI_Pack`,
-//! datatypes and statuses at the same level.
+//! types), and because the compression layer needs `MPI_Pack`, datatypes and statuses
+//! at the same level.
 //!
 //! A cdylib exports only the Rust functions it defines (rust-lang/rust#99411), so each
 //! wrapped `MPI_X` is a naked Rust function holding one jump to the C `vargr_w_MPI_X`
@@ -45,8 +45,7 @@
 //! `mpi_send_f08_`) calling `pmpi_send_`; that is not built yet. mpi4py calls the C
 //! API (`MPI_Init_thread`, `MPI_Send`, ...) through libmpi's dynamic symbols, so
 //! preloading reaches it (Debian's python3-mpi4py 3.1.4 traced); its pickled `recv`
-//! uses matched probes (`MPI_Mprobe`, `MPI_Mrecv`), not wrapped yet, so those
-//! receives are missing from its traces.
+//! uses matched probes (`MPI_Mprobe`, `MPI_Mrecv`), which are wrapped too.
 //!
 //! # An MPI the library was not built for
 //! `MPI_Init` and `MPI_Init_thread` first ask the running MPI for its version
@@ -62,20 +61,19 @@
 //! `vargr trace report DIR` and `vargr trace export DIR` read. Without it, each wrapper
 //! checks one flag and calls MPI.
 //!
-//! # Where compression will sit
-//! In the point-to-point wrappers, between the caller's buffer and `PMPI_*`: a send
-//! above the threshold to a rank of another host or site compresses the buffer (typed
-//! by its datatype) with vargr-codec's adaptive engine behind a small header and sends
-//! those bytes; a receive of unknown size probes first (`PMPI_Probe`/`PMPI_Get_count`)
-//! or reads a size prefix, then decodes into the caller's buffer before returning. The
-//! C side will pass Rust the buffer, element kind and peer's host; the Rust core will
-//! own the engine per link, as vargr-links does for vargr's own links. Non-blocking
-//! receives complete in the wait/test wrappers, where the pending table already is.
+//! # Compression between sites (CoMPI)
+//! With `VARGR_MPI_CODEC` (or `vargr mpi-run --codec`), messages between ranks of
+//! different sites are compressed: [`compress`] says which and how they are framed, and
+//! `c/compress.c` moves the frames with the real MPI so that matching, statuses,
+//! truncation and errors stay the program's. The point-to-point wrappers call it in
+//! place of `PMPI_*`; every wait and test wrapper finishes the requests it started.
+//! Collectives pass untouched.
 
 #[cfg(vargr_mpi_abi = "openmpi")]
 #[allow(non_snake_case)]
 pub mod trampolines;
 
+pub mod compress;
 pub mod events;
 pub mod settings;
 

@@ -1,9 +1,12 @@
 //! libvargr_mpi.so with real MPI programs under Open MPI's mpirun: a C program of ours
 //! (`c/shim_check.c`: point to point, blocking and not, `MPI_ANY_SOURCE`, probes, the
 //! wrapped collectives, and calls the library does not wrap) gives the same output with
-//! and without the library, and its trace holds the records it should; and NetPIPE,
-//! installed from Debian (`netpipe-openmpi`), runs under `vargr mpi-run --trace` with
-//! the same output, and `vargr trace report` reads its trace; a program built with
+//! and without the library, and its trace holds the records it should; another
+//! (`c/codec_check.c`: every way a message crosses between two emulated sites, with
+//! truncation, derived types, probes, persistent requests and every send mode) gives
+//! the same output compressed as not, and a damaged frame is an MPI error; NetPIPE,
+//! installed from Debian (`netpipe-openmpi`), runs under `vargr mpi-run --trace` and
+//! `--codec` with the same output, and `vargr trace report` reads its trace; a program built with
 //! MPICH is refused at start, with the reason (when MPICH is installed beside Open MPI).
 //!
 //! Needs `mpirun` and `mpicc` (Open MPI); skipped with a message without mpirun, unless
@@ -392,6 +395,27 @@ fn netpipe_runs_the_same_traced_and_its_trace_reads() {
     );
     let r = report(&dir);
     assert!(r.contains("on 2 ranks in 2 processes"), "{r}");
+
+    // The two ranks on two sites, every message of 1 KiB or more compressed: NetPIPE's
+    // own integrity check passes for every size.
+    for mode in ["fixed:lz4", "adaptive"] {
+        let mut c = Command::new(vargr());
+        c.arg("mpi-run")
+            .args(["--codec", mode, "--sites", "blocks:2", "--codec-min", "1k"])
+            .args(["--link", "rtt=1ms,bandwidth=100mbit"])
+            .arg("--")
+            .arg("mpirun")
+            .args(MPIRUN)
+            .args(["-n", "2"])
+            .args(args)
+            .current_dir(tmp.path());
+        let out = both(mode, c.output().unwrap());
+        assert_eq!(lines(&out), lines(&plain), "{mode}");
+        assert!(
+            out.contains(&format!("vargr-mpi: compression {mode}:")),
+            "{mode}: {out}"
+        );
+    }
 }
 
 #[test]
@@ -455,4 +479,184 @@ fn a_program_of_another_mpi_is_refused_at_start() {
         "{err}"
     );
     assert!(String::from_utf8_lossy(&o.stdout).is_empty());
+}
+
+/// Builds one of the tests' C programs into `dir`.
+fn build_c(dir: &Path, name: &str) -> String {
+    let prog = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    ok(
+        "mpicc",
+        Command::new("mpicc")
+            .args(["-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .output()
+            .unwrap(),
+    );
+    prog.to_str().unwrap().to_string()
+}
+
+/// The lines of `out`, sorted (ranks print in any order).
+fn sorted(out: &str) -> Vec<String> {
+    let mut l: Vec<String> = out.lines().map(String::from).collect();
+    l.sort();
+    l
+}
+
+/// `mpirun -n 4 PROG ARGS` preloaded, with `vars` set for every rank.
+fn preloaded(prog: &str, args: &[&str], vars: &[(&str, &str)]) -> Output {
+    let mut a: Vec<&str> = vec!["-x", "LD_PRELOAD"];
+    for (k, _) in vars {
+        a.extend(["-x", k]);
+    }
+    a.push(prog);
+    a.extend(args);
+    let mut c = mpirun(4, &a);
+    c.env("LD_PRELOAD", lib());
+    for (k, v) in vars {
+        c.env(k, v);
+    }
+    c.output().unwrap()
+}
+
+const SITES: (&str, &str) = ("VARGR_MPI_SITES", "blocks:2");
+const MIN_1K: (&str, &str) = ("VARGR_MPI_CODEC_MIN", "1k");
+
+#[test]
+fn messages_between_sites_compress_and_arrive_as_sent() {
+    if !have_mpirun() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build_c(tmp.path(), "codec_check");
+    let plain = ok("plain run", mpirun(4, &[&prog]).output().unwrap());
+    assert!(
+        plain.contains("rank 2: truncated: MPI_ERR_TRUNCATE"),
+        "{plain}"
+    );
+    assert!(plain.contains("rank 0: probed 3000 doubles"), "{plain}");
+    for mode in ["fixed:lz4", "fixed:zstd:3", "adaptive"] {
+        let o = preloaded(
+            &prog,
+            &[],
+            &[
+                ("VARGR_MPI_CODEC", mode),
+                SITES,
+                MIN_1K,
+                ("VARGR_MPI_LINK", "rtt=2ms,bandwidth=100mbit"),
+            ],
+        );
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let out = ok(mode, o);
+        assert_eq!(sorted(&out), sorted(&plain), "{mode}\n{err}");
+        // One line for the job: frames sent, and fewer bytes than they held.
+        let line = err
+            .lines()
+            .find(|l| l.starts_with(&format!("vargr-mpi: compression {mode}:")))
+            .unwrap_or_else(|| panic!("{mode}: no summary in {err}"));
+        let ratio: f64 = line
+            .rsplit_once("(x")
+            .unwrap()
+            .1
+            .trim_end_matches(')')
+            .parse()
+            .unwrap();
+        assert!(ratio > 2.0, "{mode}: {line}");
+    }
+    // Traced and compressed at once, as `vargr mpi-run` starts it.
+    let dir = tmp.path().join("trace");
+    let mut c = Command::new(vargr());
+    c.arg("mpi-run")
+        .arg("--trace")
+        .arg(&dir)
+        .args([
+            "--codec",
+            "fixed:lz4",
+            "--sites",
+            "blocks:2",
+            "--codec-min",
+            "1k",
+        ])
+        .arg("--")
+        .arg("mpirun")
+        .args(MPIRUN)
+        .args(["-n", "4", &prog])
+        .env_remove("LD_PRELOAD");
+    let out = ok("vargr mpi-run --codec", c.output().unwrap());
+    let (program, ours) = out.trim_end().rsplit_once('\n').unwrap();
+    assert!(
+        ours.starts_with("vargr mpi-run: 4 trace files in "),
+        "{out}"
+    );
+    assert_eq!(sorted(program), sorted(&plain));
+    let files = TraceFile::read_dir(&dir).unwrap();
+    let a = analysis::analyze(&files);
+    // The trace holds the program's messages as it sent them, not the frames.
+    assert!(
+        a.messages.matched.iter().any(|m| m.bytes == 65536),
+        "{:?}",
+        a.messages.matched.len()
+    );
+}
+
+#[test]
+fn a_damaged_frame_is_an_mpi_error_and_ranks_that_disagree_do_not_start() {
+    if !have_mpirun() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build_c(tmp.path(), "codec_check");
+    let o = preloaded(
+        &prog,
+        &["corrupt"],
+        &[("VARGR_MPI_CODEC", "fixed:lz4"), SITES, MIN_1K],
+    );
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let out = ok("corrupt", o);
+    assert!(out.contains("rank 2: corrupt: rc error"), "{out}\n{err}");
+    assert!(out.contains("rank 2: corrupt: class other"), "{out}\n{err}");
+    assert!(err.contains("is damaged"), "{err}");
+
+    // Ranks 2 and 3 without the codec: refused at MPI_Init, with the reason.
+    let mut c = Command::new("mpirun");
+    c.args(MPIRUN)
+        .args([
+            "-n",
+            "2",
+            "-x",
+            "LD_PRELOAD",
+            "-x",
+            "VARGR_MPI_CODEC=fixed:lz4",
+        ])
+        .arg(&prog)
+        .args([":", "-n", "2", "-x", "LD_PRELOAD"])
+        .arg(&prog)
+        .env("LD_PRELOAD", lib())
+        .env_remove("VARGR_MPI_CODEC");
+    let o = c.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(
+        err.contains("compression is on for some ranks and not others"),
+        "{err}"
+    );
+    // A setting that does not parse is named, by the ranks or at once by mpi-run.
+    let o = preloaded(
+        &prog,
+        &[],
+        &[
+            ("VARGR_MPI_CODEC", "fixed:lz4"),
+            ("VARGR_MPI_SITES", "rings"),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert!(err.contains("VARGR_MPI_SITES"), "{err}");
+    let o = Command::new(vargr())
+        .args(["mpi-run", "--codec", "sometimes", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--codec sometimes"));
 }

@@ -1,0 +1,1116 @@
+/* CoMPI's MPI side: messages between ranks of different sites travel as frames
+ * (src/compress.rs says which, and what a frame holds; Rust writes and reads them).
+ * This file moves them with the real MPI so that the program's matching (source, tag,
+ * communicator, order), statuses and errors stay what they would be without us:
+ *
+ * - A send of n >= cx_min bytes to another site sends the frame (never shorter than
+ *   cx_min: padded) as MPI_BYTE with the program's tag and communicator. Ready sends
+ *   become standard ones (a receive of ours may not be posted yet); buffered ones go in
+ *   the background (a frame may not fit the program's attached buffer).
+ * - A receive that may get a frame (from another site, or from any source when some
+ *   are on other sites, into a buffer of cx_min bytes or more; a smaller buffer would
+ *   truncate a frame's message anyway) first learns the message's size: blocking ones
+ *   with MPI_Mprobe, then receive it in place or as a frame; non-blocking and
+ *   persistent ones receive into a buffer large enough for either, and are finished
+ *   (decoded, the status rewritten) where they complete: cx_finish, called by every
+ *   wait and test wrapper.
+ * - A probe that finds a frame must report the original size, which only the frame
+ *   says: the message is received into the stash, and every receive looks there first
+ *   (in order, so matching stays MPI's). A matched probe (MPI_Mprobe) of a frame
+ *   returns a handle of our own (a zero-byte message to ourselves on a private
+ *   communicator), which our MPI_Mrecv recognises.
+ *
+ * What is not done: collectives pass untouched (their messages do not cross PMPI's
+ * point-to-point calls); a persistent receive started while the stash holds a message
+ * it would match gets the next one; a request freed while active keeps its buffer. */
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+
+/* ---- the Rust side (src/compress.rs) ------------------------------------------------------ */
+
+extern int vargr_mpi_cx_site(int rank, int size, const char *host, uint64_t *key);
+extern uint64_t vargr_mpi_cx_setup(const uint64_t *keys, int size, uint64_t *agreement);
+extern uint64_t vargr_mpi_cx_bound(uint64_t len);
+extern uint64_t vargr_mpi_cx_encode(uint32_t peer, uint8_t elem, const void *data, uint64_t len,
+                                    int stored, void *out);
+extern int vargr_mpi_cx_decode(const void *wire, uint64_t wire_len, void *out, uint64_t cap,
+                               uint64_t *original, const char *what);
+extern int64_t vargr_mpi_cx_original(const void *wire, uint64_t wire_len);
+extern void vargr_mpi_cx_sent(uint32_t peer, uint64_t wire, double seconds);
+extern void vargr_mpi_cx_summary(const uint64_t totals[3]);
+extern uint64_t vargr_mpi_now(void);
+
+uint64_t cx_min;
+
+static uint64_t *site;   /* site key of each world rank */
+/* Frames sent, their original bytes and their bytes on the wire (padding included). */
+static uint64_t framed[3];
+static pthread_mutex_t framed_lock = PTHREAD_MUTEX_INITIALIZER;
+static int world_size, my_world;
+static MPI_Comm cx_self; /* for handles of matched probes of frames */
+#define MINT_TAG 1
+
+/* ---- set-up ------------------------------------------------------------------------------ */
+
+void cx_init(int rank, int size) {
+    char host[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+    int len = 0;
+    PMPI_Get_processor_name(host, &len);
+    uint64_t key = 0;
+    int on = vargr_mpi_cx_site(rank, size, host, &key);
+    /* Every rank takes part in the exchanges, on or off, so that they agree. */
+    int any = on, all = on;
+    PMPI_Allreduce(&on, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    PMPI_Allreduce(&on, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (all < 0) {
+        if (rank == 0) {
+            fprintf(stderr, "vargr-mpi: a rank's compression settings are not valid (it said "
+                            "why above); refusing to start\n");
+        }
+        PMPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (any != all) {
+        if (rank == 0) {
+            fprintf(stderr, "vargr-mpi: compression is on for some ranks and not others "
+                            "(VARGR_MPI_CODEC and its settings must be the same on every "
+                            "rank, and valid); refusing to start\n");
+        }
+        PMPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (on != 1) {
+        return;
+    }
+    site = malloc(sizeof(uint64_t) * (size_t)size);
+    if (site == NULL) {
+        PMPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    PMPI_Allgather(&key, 1, MPI_UINT64_T, site, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+    uint64_t agreement = 0, lo = 0, hi = 0;
+    uint64_t min = vargr_mpi_cx_setup(site, size, &agreement);
+    PMPI_Allreduce(&agreement, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
+    PMPI_Allreduce(&agreement, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
+    if (lo != hi || min == 0) {
+        if (rank == 0) {
+            fprintf(stderr, "vargr-mpi: the ranks do not agree on compression (codec, "
+                            "threshold or sites differ between them, or a rank could not "
+                            "set it up); refusing to start\n");
+        }
+        PMPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    world_size = size;
+    my_world = rank;
+    PMPI_Comm_dup(MPI_COMM_SELF, &cx_self);
+    cx_min = min;
+}
+
+/* ---- who is where ------------------------------------------------------------------------ */
+
+static int remote_world(uint32_t w) {
+    return w != NO_PEER && (int)w < world_size && site[w] != site[my_world];
+}
+
+static int is_remote(const comm_info *c, int rank) {
+    return c != NULL && remote_world(vargr_world_of(c, rank));
+}
+
+/* Whether a receive from `src` may get a frame. */
+static int may_be_remote(comm_info *c, int src) {
+    if (c == NULL || src == MPI_PROC_NULL) {
+        return 0;
+    }
+    if (src != MPI_ANY_SOURCE) {
+        return is_remote(c, src);
+    }
+    if (c->remote < 0) {
+        int any = 0;
+        for (int i = 0; i < c->size && !any; i++) {
+            any = is_remote(c, i);
+        }
+        c->remote = any;
+    }
+    return c->remote;
+}
+
+/* ---- the caller's buffers as bytes --------------------------------------------------------- */
+
+/* vargr_codec::ElemKind of a predefined type; derived ones are bytes. */
+static uint8_t elem_of(MPI_Datatype t) {
+    if (t == MPI_DOUBLE) return 9;
+    if (t == MPI_FLOAT) return 8;
+    if (t == MPI_INT || t == MPI_INT32_T) return 5;
+    if (t == MPI_UNSIGNED || t == MPI_UINT32_T) return 4;
+    if (t == MPI_LONG_LONG || t == MPI_INT64_T || (t == MPI_LONG && sizeof(long) == 8)) return 7;
+    if (t == MPI_UNSIGNED_LONG_LONG || t == MPI_UINT64_T ||
+        (t == MPI_UNSIGNED_LONG && sizeof(long) == 8))
+        return 6;
+    if (t == MPI_SHORT || t == MPI_INT16_T) return 3;
+    if (t == MPI_UNSIGNED_SHORT || t == MPI_UINT16_T) return 2;
+    return 0;
+}
+
+/* The bytes of `count` elements of `t` at `buf`, where they lie contiguously; NULL when
+ * they must be packed. */
+static const unsigned char *contiguous(const void *buf, int count, MPI_Datatype t) {
+    MPI_Aint lb = 0, extent = 0, tlb = 0, textent = 0;
+    int size = 0;
+    if (count <= 0 || buf == MPI_BOTTOM || PMPI_Type_size(t, &size) != MPI_SUCCESS ||
+        PMPI_Type_get_extent(t, &lb, &extent) != MPI_SUCCESS ||
+        PMPI_Type_get_true_extent(t, &tlb, &textent) != MPI_SUCCESS) {
+        return count <= 0 ? (const unsigned char *)buf : NULL;
+    }
+    if (textent != size || (count > 1 && extent != size)) {
+        return NULL;
+    }
+    return (const unsigned char *)buf + tlb;
+}
+
+/* ---- pending operations, by request handle ------------------------------------------------ */
+
+enum { OP_ISEND, OP_IRECV, OP_STASHED, OP_PSEND, OP_PRECV };
+
+typedef struct {
+    uint64_t key; /* the handle's bits; 0: free */
+    int kind;
+    void *buf; /* the caller's */
+    int count;
+    MPI_Datatype type;
+    MPI_Comm comm;
+    unsigned char *temp; /* the frame, or where it lands */
+    size_t temp_len;
+    /* OP_STASHED: the message taken from the stash */
+    int source, tag;
+    /* OP_PSEND: the peer */
+    uint32_t peer;
+} op;
+
+static op *ops;
+static size_t ops_cap, ops_used;
+static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t key_of(MPI_Request r) {
+    uint64_t k = 0;
+    memcpy(&k, &r, sizeof r < sizeof k ? sizeof r : sizeof k);
+    return k;
+}
+
+static size_t slot_of(uint64_t k) {
+    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (ops_cap - 1);
+}
+
+static void put_locked(const op *p) {
+    if (2 * (ops_used + 1) > ops_cap) {
+        size_t old = ops_cap;
+        op *was = ops;
+        size_t ncap = ops_cap ? 2 * ops_cap : 256;
+        op *t = calloc(ncap, sizeof *t);
+        if (t == NULL) {
+            fprintf(stderr, "vargr-mpi: out of memory for pending messages\n");
+            PMPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        ops = t;
+        ops_cap = ncap;
+        ops_used = 0;
+        for (size_t i = 0; i < old; i++) {
+            if (was[i].key) {
+                put_locked(&was[i]);
+            }
+        }
+        free(was);
+    }
+    size_t i = slot_of(p->key);
+    while (ops[i].key && ops[i].key != p->key) {
+        i = (i + 1) & (ops_cap - 1);
+    }
+    if (!ops[i].key) {
+        ops_used++;
+    }
+    ops[i] = *p;
+}
+
+static void remember(MPI_Request r, op *p) {
+    p->key = key_of(r);
+    if (p->key == 0 || r == MPI_REQUEST_NULL) {
+        return;
+    }
+    pthread_mutex_lock(&ops_lock);
+    put_locked(p);
+    pthread_mutex_unlock(&ops_lock);
+}
+
+/* Finds the operation of `r`; removes it unless `keep`. */
+static int find(MPI_Request r, op *out, int keep) {
+    uint64_t k = key_of(r);
+    int found = 0;
+    if (k == 0 || r == MPI_REQUEST_NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&ops_lock);
+    if (ops_cap) {
+        size_t i = slot_of(k);
+        while (ops[i].key && ops[i].key != k) {
+            i = (i + 1) & (ops_cap - 1);
+        }
+        if (ops[i].key == k) {
+            found = 1;
+            *out = ops[i];
+            if (!keep) {
+                ops[i].key = 0;
+                ops_used--;
+                size_t j = i;
+                for (;;) {
+                    j = (j + 1) & (ops_cap - 1);
+                    if (!ops[j].key) {
+                        break;
+                    }
+                    size_t home = slot_of(ops[j].key);
+                    int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
+                    if (!between) {
+                        ops[i] = ops[j];
+                        ops[j].key = 0;
+                        i = j;
+                    }
+                }
+            }
+        }
+    }
+    pthread_mutex_unlock(&ops_lock);
+    return found;
+}
+
+int cx_tracks(MPI_Request r) {
+    op o;
+    return cx_min && find(r, &o, 1);
+}
+
+/* ---- frames out ---------------------------------------------------------------------------- */
+
+/* The frame of the caller's message, padded to cx_min, in a new buffer (NULL when
+ * memory runs out). `stored`: no compression. */
+static unsigned char *frame_of(const void *buf, int count, MPI_Datatype t, MPI_Comm comm,
+                               uint32_t peer, int stored, size_t *len) {
+    uint64_t n = vargr_bytes_of(count, t);
+    const unsigned char *data = contiguous(buf, count, t);
+    unsigned char *packed = NULL;
+    if (data == NULL) {
+        int psize = 0, pos = 0;
+        PMPI_Pack_size(count, t, comm, &psize);
+        packed = malloc(psize > 0 ? (size_t)psize : 1);
+        if (packed == NULL) {
+            return NULL;
+        }
+        PMPI_Pack(buf, count, t, packed, psize, &pos, comm);
+        n = (uint64_t)pos;
+        data = packed;
+    }
+    size_t bound = (size_t)vargr_mpi_cx_bound(n);
+    size_t cap = bound > cx_min ? bound : (size_t)cx_min;
+    unsigned char *f = calloc(cap, 1);
+    if (f != NULL) {
+        size_t used = (size_t)vargr_mpi_cx_encode(peer, data == packed ? 0 : elem_of(t), data, n,
+                                                  stored, f);
+        *len = used > cx_min ? used : (size_t)cx_min;
+        pthread_mutex_lock(&framed_lock);
+        framed[0] += 1;
+        framed[1] += n;
+        framed[2] += *len;
+        pthread_mutex_unlock(&framed_lock);
+    }
+    free(packed);
+    return f;
+}
+
+static int wants_frame(comm_info *c, int dest, int count, MPI_Datatype t) {
+    return cx_min && dest != MPI_PROC_NULL && is_remote(c, dest) &&
+           vargr_bytes_of(count, t) >= cx_min;
+}
+
+static int no_memory(MPI_Comm comm) {
+    fprintf(stderr, "vargr-mpi: out of memory for a compressed message\n");
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+    return MPI_ERR_NO_MEM;
+}
+
+/* Buffered sends of frames, in the background: finished ones are freed as others start. */
+typedef struct bg {
+    MPI_Request r;
+    unsigned char *frame;
+    struct bg *next;
+} bg;
+static bg *background;
+static pthread_mutex_t bg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void reap(int wait) {
+    pthread_mutex_lock(&bg_lock);
+    bg **p = &background;
+    while (*p) {
+        int done = 0;
+        if (wait) {
+            PMPI_Wait(&(*p)->r, MPI_STATUS_IGNORE);
+            done = 1;
+        } else {
+            PMPI_Test(&(*p)->r, &done, MPI_STATUS_IGNORE);
+        }
+        if (done) {
+            bg *d = *p;
+            *p = d->next;
+            free(d->frame);
+            free(d);
+        } else {
+            p = &(*p)->next;
+        }
+    }
+    pthread_mutex_unlock(&bg_lock);
+}
+
+void cx_finalize(void) {
+    if (!cx_min) {
+        return;
+    }
+    reap(1);
+    /* One line for the job, from world rank 0 (every rank finalizes). */
+    uint64_t total[3] = {0, 0, 0};
+    PMPI_Reduce(framed, total, 3, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (my_world == 0) {
+        vargr_mpi_cx_summary(total);
+    }
+}
+
+int cx_send(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
+            MPI_Comm comm) {
+    comm_info *c = vargr_info_of(comm);
+    if (!wants_frame(c, dest, count, t)) {
+        switch (mode) {
+        case CX_SSEND: return PMPI_Ssend(buf, count, t, dest, tag, comm);
+        case CX_BSEND: return PMPI_Bsend(buf, count, t, dest, tag, comm);
+        case CX_RSEND: return PMPI_Rsend(buf, count, t, dest, tag, comm);
+        default: return PMPI_Send(buf, count, t, dest, tag, comm);
+        }
+    }
+    uint32_t peer = vargr_world_of(c, dest);
+    size_t len = 0;
+    unsigned char *f = frame_of(buf, count, t, comm, peer, 0, &len);
+    if (f == NULL) {
+        return no_memory(comm);
+    }
+    if (mode == CX_BSEND) {
+        bg *b = malloc(sizeof *b);
+        if (b == NULL) {
+            free(f);
+            return no_memory(comm);
+        }
+        int rc = PMPI_Isend(f, (int)len, MPI_BYTE, dest, tag, comm, &b->r);
+        if (rc != MPI_SUCCESS) {
+            free(f);
+            free(b);
+            return rc;
+        }
+        b->frame = f;
+        reap(0);
+        pthread_mutex_lock(&bg_lock);
+        b->next = background;
+        background = b;
+        pthread_mutex_unlock(&bg_lock);
+        return MPI_SUCCESS;
+    }
+    uint64_t t0 = vargr_mpi_now();
+    int rc = mode == CX_SSEND ? PMPI_Ssend(f, (int)len, MPI_BYTE, dest, tag, comm)
+                              : PMPI_Send(f, (int)len, MPI_BYTE, dest, tag, comm);
+    if (rc == MPI_SUCCESS) {
+        vargr_mpi_cx_sent(peer, len, (double)(vargr_mpi_now() - t0) * 1e-9);
+    }
+    free(f);
+    return rc;
+}
+
+int cx_isend(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
+             MPI_Comm comm, MPI_Request *req) {
+    comm_info *c = vargr_info_of(comm);
+    if (!wants_frame(c, dest, count, t)) {
+        switch (mode) {
+        case CX_SSEND: return PMPI_Issend(buf, count, t, dest, tag, comm, req);
+        case CX_BSEND: return PMPI_Ibsend(buf, count, t, dest, tag, comm, req);
+        case CX_RSEND: return PMPI_Irsend(buf, count, t, dest, tag, comm, req);
+        default: return PMPI_Isend(buf, count, t, dest, tag, comm, req);
+        }
+    }
+    size_t len = 0;
+    unsigned char *f = frame_of(buf, count, t, comm, vargr_world_of(c, dest), 0, &len);
+    if (f == NULL) {
+        return no_memory(comm);
+    }
+    int rc = mode == CX_SSEND ? PMPI_Issend(f, (int)len, MPI_BYTE, dest, tag, comm, req)
+                              : PMPI_Isend(f, (int)len, MPI_BYTE, dest, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        free(f);
+        return rc;
+    }
+    op o = {.kind = OP_ISEND, .temp = f, .temp_len = len, .comm = comm};
+    remember(*req, &o);
+    return MPI_SUCCESS;
+}
+
+int cx_send_init(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                 MPI_Comm comm, MPI_Request *req) {
+    comm_info *c = vargr_info_of(comm);
+    if (!wants_frame(c, dest, count, t)) {
+        switch (mode) {
+        case CX_SSEND: return PMPI_Ssend_init(buf, count, t, dest, tag, comm, req);
+        case CX_BSEND: return PMPI_Bsend_init(buf, count, t, dest, tag, comm, req);
+        case CX_RSEND: return PMPI_Rsend_init(buf, count, t, dest, tag, comm, req);
+        default: return PMPI_Send_init(buf, count, t, dest, tag, comm, req);
+        }
+    }
+    /* A persistent request's size is fixed: its frames go stored, all of one size. */
+    uint64_t n = vargr_bytes_of(count, t);
+    int psize = 0;
+    if (contiguous(buf, count, t) == NULL) {
+        PMPI_Pack_size(count, t, comm, &psize);
+        n = (uint64_t)psize;
+    }
+    size_t bound = (size_t)vargr_mpi_cx_bound(n);
+    size_t len = bound > cx_min ? bound : (size_t)cx_min;
+    unsigned char *f = calloc(len, 1);
+    if (f == NULL) {
+        return no_memory(comm);
+    }
+    int rc = mode == CX_SSEND ? PMPI_Ssend_init(f, (int)len, MPI_BYTE, dest, tag, comm, req)
+                              : PMPI_Send_init(f, (int)len, MPI_BYTE, dest, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        free(f);
+        return rc;
+    }
+    op o = {.kind = OP_PSEND,
+            .buf = (void *)buf,
+            .count = count,
+            .type = t,
+            .comm = comm,
+            .temp = f,
+            .temp_len = len,
+            .peer = vargr_world_of(c, dest)};
+    remember(*req, &o);
+    return MPI_SUCCESS;
+}
+
+/* ---- frames in ----------------------------------------------------------------------------- */
+
+/* Decodes `wire` into the caller's buffer and sets the status's count; returns the
+ * error to report (truncation or a damaged frame). */
+static int deliver(const unsigned char *wire, size_t wire_len, void *buf, int count,
+                   MPI_Datatype t, MPI_Comm comm, MPI_Status *st) {
+    uint64_t cap = vargr_bytes_of(count, t), got = 0;
+    unsigned char *out = (unsigned char *)contiguous(buf, count, t);
+    unsigned char *packed = NULL;
+    int psize = 0;
+    if (out == NULL && count > 0) {
+        PMPI_Pack_size(count, t, comm, &psize);
+        cap = (uint64_t)psize;
+        packed = malloc(psize > 0 ? (size_t)psize : 1);
+        if (packed == NULL) {
+            return no_memory(comm);
+        }
+        out = packed;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "from rank %d (tag %d)", st->MPI_SOURCE, st->MPI_TAG);
+    int r = vargr_mpi_cx_decode(wire, wire_len, out, cap, &got, what);
+    int rc = MPI_SUCCESS;
+    if (r == 0) {
+        if (packed != NULL) {
+            /* Whole elements only: a message shorter than the buffer fills part of it. */
+            int pos = 0, size = 0;
+            PMPI_Type_size(t, &size);
+            int whole = size > 0 ? (int)(got / (uint64_t)size) : 0;
+            rc = PMPI_Unpack(packed, (int)got, &pos, buf, whole < count ? whole : count, t, comm);
+        }
+        PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)got);
+    } else {
+        rc = r == 1 ? MPI_ERR_TRUNCATE : MPI_ERR_OTHER;
+        PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)(r == 1 ? cap : 0));
+    }
+    free(packed);
+    st->MPI_ERROR = rc;
+    if (rc != MPI_SUCCESS) {
+        PMPI_Comm_call_errhandler(comm, rc);
+    }
+    return rc;
+}
+
+/* A message received whole into `temp` (`n` bytes, as MPI_PACKED, from st's source): a
+ * frame if it came from another site with at least cx_min bytes, else the sender's
+ * bytes, which the caller's type unpacks. */
+static int land(const unsigned char *temp, size_t n, void *buf, int count, MPI_Datatype t,
+                MPI_Comm comm, MPI_Status *st) {
+    comm_info *c = vargr_info_of(comm);
+    if (is_remote(c, st->MPI_SOURCE) && n >= cx_min) {
+        return deliver(temp, n, buf, count, t, comm, st);
+    }
+    unsigned char *out = (unsigned char *)contiguous(buf, count, t);
+    int cap = 0, rc = MPI_SUCCESS;
+    if (out != NULL) {
+        cap = (int)vargr_bytes_of(count, t);
+    } else {
+        PMPI_Pack_size(count, t, comm, &cap);
+    }
+    if (n > (size_t)cap) {
+        rc = MPI_ERR_TRUNCATE;
+        n = (size_t)cap;
+    }
+    if (out != NULL) {
+        memcpy(out, temp, n);
+    } else if (n > 0) {
+        int pos = 0;
+        /* Whole elements only: a truncated tail of one is not the caller's. */
+        int size = 0;
+        PMPI_Type_size(t, &size);
+        int whole = size > 0 ? (int)(n / (size_t)size) : 0;
+        PMPI_Unpack(temp, (int)n, &pos, buf, whole < count ? whole : count, t, comm);
+    }
+    PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)n);
+    st->MPI_ERROR = rc;
+    if (rc != MPI_SUCCESS) {
+        PMPI_Comm_call_errhandler(comm, rc);
+    }
+    return rc;
+}
+
+/* Where a receive of `count` elements that may get a frame lands first. */
+static size_t landing_size(int count, MPI_Datatype t) {
+    size_t b = (size_t)vargr_mpi_cx_bound(vargr_bytes_of(count, t));
+    return b > cx_min ? b : (size_t)cx_min;
+}
+
+static int may_get_frame(comm_info *c, int src, int count, MPI_Datatype t) {
+    return cx_min && vargr_bytes_of(count, t) >= cx_min && may_be_remote(c, src);
+}
+
+/* ---- the stash: frames a probe took out of MPI, in order -------------------------------- */
+
+typedef struct stashed {
+    MPI_Comm comm;
+    int source, tag;
+    unsigned char *wire;
+    size_t len;
+    MPI_Message minted; /* the handle a matched probe gave out, or MPI_MESSAGE_NULL */
+    struct stashed *next;
+} stashed;
+
+static stashed *stash_head, **stash_tail = &stash_head;
+static int stash_count;
+static pthread_mutex_t stash_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int matches(const stashed *s, MPI_Comm comm, int src, int tag) {
+    return s->comm == comm && (src == MPI_ANY_SOURCE || src == s->source) &&
+           (tag == MPI_ANY_TAG || tag == s->tag) && s->minted == MPI_MESSAGE_NULL;
+}
+
+/* Takes the first stashed message a receive would match (NULL if none). */
+static stashed *stash_take(MPI_Comm comm, int src, int tag) {
+    if (__atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0) {
+        return NULL;
+    }
+    pthread_mutex_lock(&stash_lock);
+    stashed **p = &stash_head, *found = NULL;
+    while (*p) {
+        if (matches(*p, comm, src, tag)) {
+            found = *p;
+            *p = found->next;
+            if (stash_tail == &found->next) {
+                stash_tail = p;
+            }
+            __atomic_sub_fetch(&stash_count, 1, __ATOMIC_RELEASE);
+            break;
+        }
+        p = &(*p)->next;
+    }
+    pthread_mutex_unlock(&stash_lock);
+    return found;
+}
+
+static const stashed *stash_peek(MPI_Comm comm, int src, int tag, MPI_Status *st) {
+    if (__atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0) {
+        return NULL;
+    }
+    pthread_mutex_lock(&stash_lock);
+    stashed *s = stash_head;
+    while (s && !matches(s, comm, src, tag)) {
+        s = s->next;
+    }
+    if (s && st != MPI_STATUS_IGNORE) {
+        st->MPI_SOURCE = s->source;
+        st->MPI_TAG = s->tag;
+        st->MPI_ERROR = MPI_SUCCESS;
+        int64_t n = vargr_mpi_cx_original(s->wire, s->len);
+        PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)(n < 0 ? 0 : n));
+    }
+    pthread_mutex_unlock(&stash_lock);
+    return s;
+}
+
+static void stash_put(stashed *s) {
+    pthread_mutex_lock(&stash_lock);
+    s->next = NULL;
+    *stash_tail = s;
+    stash_tail = &s->next;
+    __atomic_add_fetch(&stash_count, 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&stash_lock);
+}
+
+/* Removes the stashed message a minted handle stands for. */
+static stashed *stash_minted(MPI_Message m) {
+    if (m == MPI_MESSAGE_NULL || m == MPI_MESSAGE_NO_PROC ||
+        __atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0) {
+        return NULL;
+    }
+    pthread_mutex_lock(&stash_lock);
+    stashed **p = &stash_head, *found = NULL;
+    while (*p) {
+        if ((*p)->minted == m) {
+            found = *p;
+            *p = found->next;
+            if (stash_tail == &found->next) {
+                stash_tail = p;
+            }
+            __atomic_sub_fetch(&stash_count, 1, __ATOMIC_RELEASE);
+            break;
+        }
+        p = &(*p)->next;
+    }
+    pthread_mutex_unlock(&stash_lock);
+    return found;
+}
+
+/* Takes the matched message `m` (of `n` bytes) out of MPI into a new stash entry. */
+static stashed *take_frame(MPI_Message *m, MPI_Comm comm, const MPI_Status *st, size_t n) {
+    stashed *s = calloc(1, sizeof *s);
+    unsigned char *w = malloc(n ? n : 1);
+    if (s == NULL || w == NULL) {
+        free(s);
+        free(w);
+        return NULL;
+    }
+    PMPI_Mrecv(w, (int)n, MPI_BYTE, m, MPI_STATUS_IGNORE);
+    s->comm = comm;
+    s->source = st->MPI_SOURCE;
+    s->tag = st->MPI_TAG;
+    s->wire = w;
+    s->len = n;
+    s->minted = MPI_MESSAGE_NULL;
+    return s;
+}
+
+/* Whether the message a probe found (`st`) is a frame; its size in `*n`. */
+static int is_frame(MPI_Comm comm, const MPI_Status *st, size_t *n) {
+    int count = 0;
+    PMPI_Get_count(st, MPI_BYTE, &count);
+    *n = count > 0 ? (size_t)count : 0;
+    return st->MPI_SOURCE != MPI_PROC_NULL && is_remote(vargr_info_of(comm), st->MPI_SOURCE) &&
+           *n >= cx_min;
+}
+
+/* Delivers a stashed message to the caller and frees it. */
+static int from_stash(stashed *s, void *buf, int count, MPI_Datatype t, MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *out = st == MPI_STATUS_IGNORE ? &mine : st;
+    out->MPI_SOURCE = s->source;
+    out->MPI_TAG = s->tag;
+    int rc = deliver(s->wire, s->len, buf, count, t, s->comm, out);
+    free(s->wire);
+    free(s);
+    return rc;
+}
+
+/* ---- receives ------------------------------------------------------------------------------ */
+
+int cx_recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+            MPI_Status *st) {
+    stashed *s = stash_take(comm, src, tag);
+    if (s) {
+        return from_stash(s, buf, count, t, st);
+    }
+    comm_info *c = vargr_info_of(comm);
+    if (!may_get_frame(c, src, count, t)) {
+        return PMPI_Recv(buf, count, t, src, tag, comm, st);
+    }
+    MPI_Status mine;
+    MPI_Status *out = st == MPI_STATUS_IGNORE ? &mine : st;
+    MPI_Message m;
+    int rc = PMPI_Mprobe(src, tag, comm, &m, out);
+    if (rc != MPI_SUCCESS) {
+        return rc;
+    }
+    size_t n = 0;
+    if (!is_frame(comm, out, &n)) {
+        return PMPI_Mrecv(buf, count, t, &m, st);
+    }
+    unsigned char *w = malloc(n);
+    if (w == NULL) {
+        return no_memory(comm);
+    }
+    rc = PMPI_Mrecv(w, (int)n, MPI_BYTE, &m, out);
+    if (rc == MPI_SUCCESS) {
+        rc = deliver(w, n, buf, count, t, comm, out);
+    }
+    free(w);
+    return rc;
+}
+
+/* A request that is complete at once (a receive from MPI_PROC_NULL), which cx_finish
+ * fills with stashed message `s`. */
+static int stashed_request(stashed *s, void *buf, int count, MPI_Datatype t, MPI_Comm comm,
+                           MPI_Request *req) {
+    int rc = PMPI_Irecv(NULL, 0, MPI_BYTE, MPI_PROC_NULL, 0, comm, req);
+    if (rc != MPI_SUCCESS) {
+        return rc;
+    }
+    op o = {.kind = OP_STASHED,
+            .buf = buf,
+            .count = count,
+            .type = t,
+            .comm = comm,
+            .temp = s->wire,
+            .temp_len = s->len,
+            .source = s->source,
+            .tag = s->tag};
+    free(s);
+    remember(*req, &o);
+    return MPI_SUCCESS;
+}
+
+int cx_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+             MPI_Request *req) {
+    stashed *s = stash_take(comm, src, tag);
+    if (s) {
+        return stashed_request(s, buf, count, t, comm, req);
+    }
+    comm_info *c = vargr_info_of(comm);
+    if (!may_get_frame(c, src, count, t)) {
+        return PMPI_Irecv(buf, count, t, src, tag, comm, req);
+    }
+    size_t len = landing_size(count, t);
+    unsigned char *w = malloc(len);
+    if (w == NULL) {
+        return no_memory(comm);
+    }
+    int rc = PMPI_Irecv(w, (int)len, MPI_PACKED, src, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        free(w);
+        return rc;
+    }
+    op o = {.kind = OP_IRECV,
+            .buf = buf,
+            .count = count,
+            .type = t,
+            .comm = comm,
+            .temp = w,
+            .temp_len = len};
+    remember(*req, &o);
+    return MPI_SUCCESS;
+}
+
+int cx_recv_init(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                 MPI_Request *req) {
+    comm_info *c = vargr_info_of(comm);
+    if (!may_get_frame(c, src, count, t)) {
+        return PMPI_Recv_init(buf, count, t, src, tag, comm, req);
+    }
+    size_t len = landing_size(count, t);
+    unsigned char *w = malloc(len);
+    if (w == NULL) {
+        return no_memory(comm);
+    }
+    int rc = PMPI_Recv_init(w, (int)len, MPI_PACKED, src, tag, comm, req);
+    if (rc != MPI_SUCCESS) {
+        free(w);
+        return rc;
+    }
+    op o = {.kind = OP_PRECV,
+            .buf = buf,
+            .count = count,
+            .type = t,
+            .comm = comm,
+            .temp = w,
+            .temp_len = len};
+    remember(*req, &o);
+    return MPI_SUCCESS;
+}
+
+int cx_sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag, void *rbuf,
+                int rcount, MPI_Datatype rtype, int src, int rtag, MPI_Comm comm,
+                MPI_Status *st) {
+    comm_info *c = vargr_info_of(comm);
+    if (!wants_frame(c, dest, scount, stype) && !may_get_frame(c, src, rcount, rtype) &&
+        __atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0) {
+        return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
+                             comm, st);
+    }
+    MPI_Request r[2];
+    MPI_Status s[2];
+    int rc = cx_irecv(rbuf, rcount, rtype, src, rtag, comm, &r[0]);
+    if (rc != MPI_SUCCESS) {
+        return rc;
+    }
+    rc = cx_isend(CX_SEND, sbuf, scount, stype, dest, stag, comm, &r[1]);
+    if (rc != MPI_SUCCESS) {
+        return rc;
+    }
+    MPI_Request was[2] = {r[0], r[1]};
+    rc = PMPI_Waitall(2, r, s);
+    if (rc == MPI_ERR_IN_STATUS) {
+        rc = s[0].MPI_ERROR != MPI_SUCCESS ? s[0].MPI_ERROR : s[1].MPI_ERROR;
+    } else if (rc == MPI_SUCCESS) {
+        int sent = cx_tracks(was[1]) ? cx_finish(was[1], &s[1]) : MPI_SUCCESS;
+        int got = cx_tracks(was[0]) ? cx_finish(was[0], &s[0]) : MPI_SUCCESS;
+        rc = got != MPI_SUCCESS ? got : sent;
+    }
+    if (st != MPI_STATUS_IGNORE) {
+        *st = s[0];
+    }
+    return rc;
+}
+
+int cx_sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int stag, int src,
+                        int rtag, MPI_Comm comm, MPI_Status *st) {
+    comm_info *c = vargr_info_of(comm);
+    if (!wants_frame(c, dest, count, t) && !may_get_frame(c, src, count, t) &&
+        __atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0) {
+        return PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st);
+    }
+    /* The outgoing bytes first, as MPI does: then the buffer can take the reply. */
+    int psize = 0, pos = 0;
+    PMPI_Pack_size(count, t, comm, &psize);
+    void *copy = malloc(psize > 0 ? (size_t)psize : 1);
+    if (copy == NULL) {
+        return no_memory(comm);
+    }
+    PMPI_Pack(buf, count, t, copy, psize, &pos, comm);
+    int rc = cx_sendrecv(copy, pos, MPI_PACKED, dest, stag, buf, count, t, src, rtag, comm, st);
+    free(copy);
+    return rc;
+}
+
+/* ---- probes -------------------------------------------------------------------------------- */
+
+/* A probe found `st`; a frame is taken into the stash and reported by its original size. */
+static int probed(MPI_Comm comm, MPI_Status *st) {
+    size_t n = 0;
+    if (!is_frame(comm, st, &n)) {
+        return MPI_SUCCESS;
+    }
+    MPI_Message m;
+    MPI_Status again;
+    /* The first message of that source and tag is the one just found. */
+    int rc = PMPI_Mprobe(st->MPI_SOURCE, st->MPI_TAG, comm, &m, &again);
+    if (rc != MPI_SUCCESS) {
+        return rc;
+    }
+    stashed *s = take_frame(&m, comm, &again, n);
+    if (s == NULL) {
+        return no_memory(comm);
+    }
+    stash_put(s);
+    stash_peek(comm, s->source, s->tag, st);
+    return MPI_SUCCESS;
+}
+
+int cx_probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *out = st == MPI_STATUS_IGNORE ? &mine : st;
+    if (stash_peek(comm, src, tag, out)) {
+        return MPI_SUCCESS;
+    }
+    int rc = PMPI_Probe(src, tag, comm, out);
+    return rc == MPI_SUCCESS ? probed(comm, out) : rc;
+}
+
+int cx_iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *out = st == MPI_STATUS_IGNORE ? &mine : st;
+    if (stash_peek(comm, src, tag, out)) {
+        *flag = 1;
+        return MPI_SUCCESS;
+    }
+    int rc = PMPI_Iprobe(src, tag, comm, flag, out);
+    return rc == MPI_SUCCESS && *flag ? probed(comm, out) : rc;
+}
+
+/* A handle for stashed message `s`: a zero-byte message to ourselves, matched. */
+static int mint(stashed *s, MPI_Message *msg) {
+    MPI_Request r;
+    int rc = PMPI_Isend(NULL, 0, MPI_BYTE, 0, MINT_TAG, cx_self, &r);
+    if (rc == MPI_SUCCESS) {
+        rc = PMPI_Mprobe(0, MINT_TAG, cx_self, msg, MPI_STATUS_IGNORE);
+        PMPI_Wait(&r, MPI_STATUS_IGNORE);
+    }
+    if (rc == MPI_SUCCESS) {
+        s->minted = *msg;
+        stash_put(s);
+    }
+    return rc;
+}
+
+/* A matched probe found `st` with handle `*msg`: a frame becomes a minted handle. */
+static int matched(MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
+    size_t n = 0;
+    if (!is_frame(comm, st, &n)) {
+        return MPI_SUCCESS;
+    }
+    stashed *s = take_frame(msg, comm, st, n);
+    if (s == NULL) {
+        return no_memory(comm);
+    }
+    int64_t orig = vargr_mpi_cx_original(s->wire, s->len);
+    PMPI_Status_set_elements_x(st, MPI_BYTE, (MPI_Count)(orig < 0 ? 0 : orig));
+    return mint(s, msg);
+}
+
+/* A stashed message a plain receive would take, as a matched probe's minted handle. */
+static int mint_stashed(MPI_Comm comm, int src, int tag, MPI_Message *msg, MPI_Status *st,
+                        int *found) {
+    MPI_Status mine;
+    MPI_Status *out = st == MPI_STATUS_IGNORE ? &mine : st;
+    *found = 0;
+    if (!stash_peek(comm, src, tag, out)) {
+        return MPI_SUCCESS;
+    }
+    stashed *s = stash_take(comm, src, tag);
+    if (s == NULL) {
+        return MPI_SUCCESS; /* another thread took it */
+    }
+    *found = 1;
+    return mint(s, msg);
+}
+
+int cx_mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *out = st == MPI_STATUS_IGNORE ? &mine : st;
+    int found = 0;
+    int rc = mint_stashed(comm, src, tag, msg, out, &found);
+    if (rc != MPI_SUCCESS || found) {
+        return rc;
+    }
+    rc = PMPI_Mprobe(src, tag, comm, msg, out);
+    return rc == MPI_SUCCESS ? matched(comm, msg, out) : rc;
+}
+
+int cx_improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg, MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *out = st == MPI_STATUS_IGNORE ? &mine : st;
+    int found = 0;
+    int rc = mint_stashed(comm, src, tag, msg, out, &found);
+    if (rc != MPI_SUCCESS || found) {
+        *flag = found;
+        return rc;
+    }
+    rc = PMPI_Improbe(src, tag, comm, flag, msg, out);
+    return rc == MPI_SUCCESS && *flag ? matched(comm, msg, out) : rc;
+}
+
+int cx_mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Status *st) {
+    stashed *s = stash_minted(*msg);
+    if (s == NULL) {
+        return PMPI_Mrecv(buf, count, t, msg, st);
+    }
+    /* Consumes the zero-byte message behind the handle. */
+    PMPI_Mrecv(NULL, 0, MPI_BYTE, msg, MPI_STATUS_IGNORE);
+    return from_stash(s, buf, count, t, st);
+}
+
+int cx_imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Request *req) {
+    stashed *s = stash_minted(*msg);
+    if (s == NULL) {
+        return PMPI_Imrecv(buf, count, t, msg, req);
+    }
+    PMPI_Mrecv(NULL, 0, MPI_BYTE, msg, MPI_STATUS_IGNORE);
+    return stashed_request(s, buf, count, t, s->comm, req);
+}
+
+/* ---- persistent requests and completion ------------------------------------------------------ */
+
+int cx_start(MPI_Request *req) {
+    op o;
+    if (find(*req, &o, 1) && o.kind == OP_PSEND) {
+        size_t len = 0;
+        unsigned char *f = frame_of(o.buf, o.count, o.type, o.comm, o.peer, 1, &len);
+        if (f == NULL) {
+            return no_memory(o.comm);
+        }
+        /* Stored frames of one message size are all of one length. */
+        memcpy(o.temp, f, len < o.temp_len ? len : o.temp_len);
+        free(f);
+    }
+    return PMPI_Start(req);
+}
+
+int cx_startall(int n, MPI_Request reqs[]) {
+    for (int i = 0; i < n; i++) {
+        op o;
+        if (find(reqs[i], &o, 1) && o.kind == OP_PSEND) {
+            size_t len = 0;
+            unsigned char *f = frame_of(o.buf, o.count, o.type, o.comm, o.peer, 1, &len);
+            if (f == NULL) {
+                return no_memory(o.comm);
+            }
+            memcpy(o.temp, f, len < o.temp_len ? len : o.temp_len);
+            free(f);
+        }
+    }
+    return PMPI_Startall(n, reqs);
+}
+
+int cx_request_free(MPI_Request *req) {
+    op o;
+    MPI_Request r = *req;
+    int rc = PMPI_Request_free(req);
+    if (rc == MPI_SUCCESS && find(r, &o, 0)) {
+        /* A persistent request is inactive when freed by a correct program; another may
+         * still be moving its bytes, which then must stay. */
+        if (o.kind == OP_PSEND || o.kind == OP_PRECV) {
+            free(o.temp);
+        }
+    }
+    return rc;
+}
+
+int cx_finish(MPI_Request r, MPI_Status *st) {
+    op o;
+    if (!find(r, &o, 1)) {
+        return MPI_SUCCESS;
+    }
+    /* Persistent operations stay for the next start. */
+    if (o.kind != OP_PSEND && o.kind != OP_PRECV && !find(r, &o, 0)) {
+        return MPI_SUCCESS;
+    }
+    int cancelled = 0;
+    PMPI_Test_cancelled(st, &cancelled);
+    int rc = MPI_SUCCESS;
+    switch (o.kind) {
+    case OP_ISEND:
+        free(o.temp);
+        break;
+    case OP_PSEND:
+        break;
+    case OP_STASHED:
+        st->MPI_SOURCE = o.source;
+        st->MPI_TAG = o.tag;
+        rc = deliver(o.temp, o.temp_len, o.buf, o.count, o.type, o.comm, st);
+        free(o.temp);
+        break;
+    case OP_IRECV:
+    case OP_PRECV:
+        if (!cancelled && st->MPI_SOURCE != MPI_PROC_NULL) {
+            int n = 0;
+            PMPI_Get_count(st, MPI_BYTE, &n);
+            rc = land(o.temp, n > 0 ? (size_t)n : 0, o.buf, o.count, o.type, o.comm, st);
+        }
+        if (o.kind == OP_IRECV) {
+            free(o.temp);
+        }
+        break;
+    }
+    return rc;
+}
