@@ -17,6 +17,7 @@ pub mod dedup_layout;
 pub mod dedup_protocol;
 pub mod link_seal;
 pub mod monitor_reply;
+pub mod mpi_frame;
 pub mod mutate;
 pub mod rfb_decode;
 pub mod seeds;
@@ -100,6 +101,11 @@ pub const TARGETS: &[Target] = &[
         name: "rfb_decode",
         run: rfb_decode::run,
         seeds: seeds::rfb_decode,
+    },
+    Target {
+        name: "mpi_frame",
+        run: mpi_frame::run,
+        seeds: seeds::mpi_frame,
     },
     Target {
         name: "vnc_proxy",

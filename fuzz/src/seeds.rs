@@ -567,6 +567,27 @@ pub fn rfb_decode() -> Seeds {
     out
 }
 
+pub fn mpi_frame() -> Seeds {
+    use vargr_codec::{Codec, ElemKind};
+    use vargr_mpi::compress::write_frame;
+    let doubles: Vec<u8> = (0..512)
+        .flat_map(|i| (f64::from(i % 50) * 0.5).to_le_bytes())
+        .collect();
+    let mut out = Vec::new();
+    for (name, codec, elem) in [
+        ("lz4", Codec::Lz4, ElemKind::F64),
+        ("fpc", Codec::Fpc { table_bits: 16 }, ElemKind::F64),
+        ("stored", Codec::None, ElemKind::BYTES),
+    ] {
+        let mut f = Vec::new();
+        write_frame(codec, elem, &doubles, &mut f);
+        // Padded, as frames below the threshold are.
+        f.resize(f.len() + 64, 0);
+        out.push((name.to_string(), f));
+    }
+    out
+}
+
 pub fn vnc_proxy() -> Seeds {
     use vargr_rfb::ClientMsg;
     use vargr_vnc::{ProxyMsg, Region};
