@@ -817,3 +817,42 @@ fn read_sealed(
     }
     Ok((plain, eof))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_recording_never_follows_a_link_planted_where_it_would_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, b"keep").unwrap();
+        let rec = dir.path().join("rec");
+        std::fs::create_dir(&rec).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // Links on the first names of this second and the next few.
+        for secs in now..now + 3 {
+            for n in 0..3 {
+                std::os::unix::fs::symlink(&outside, rec.join(format!("vnc-{secs}-{n}.vncrec")))
+                    .unwrap();
+            }
+        }
+        let w = new_recording(&rec).unwrap();
+        w.finish().unwrap();
+        assert_eq!(std::fs::read(&outside).unwrap(), b"keep");
+        let files: Vec<_> = std::fs::read_dir(&rec)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| !p.is_symlink())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        let mode = std::fs::metadata(&files[0]).unwrap().permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600
+        );
+    }
+}
