@@ -781,27 +781,27 @@ static int stashed_request(stashed *s, void *buf, int count, MPI_Datatype t, MPI
     return MPI_SUCCESS;
 }
 
-int cx_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
-             MPI_Request *req) {
-    stashed *s = stash_take(comm, src, tag);
-    if (s) {
-        return stashed_request(s, buf, count, t, comm, req);
-    }
+/* A non-blocking (OP_IRECV) or persistent (OP_PRECV) receive: into the caller's buffer
+ * when no frame can come, else into one large enough for either, finished by cx_finish. */
+static int landing(int kind, void *buf, int count, MPI_Datatype t, int src, int tag,
+                   MPI_Comm comm, MPI_Request *req) {
     comm_info *c = vargr_info_of(comm);
     if (!may_get_frame(c, src, count, t)) {
-        return PMPI_Irecv(buf, count, t, src, tag, comm, req);
+        return kind == OP_IRECV ? PMPI_Irecv(buf, count, t, src, tag, comm, req)
+                                : PMPI_Recv_init(buf, count, t, src, tag, comm, req);
     }
     size_t len = landing_size(count, t);
     unsigned char *w = malloc(len);
     if (w == NULL) {
         return no_memory(comm);
     }
-    int rc = PMPI_Irecv(w, (int)len, MPI_PACKED, src, tag, comm, req);
+    int rc = kind == OP_IRECV ? PMPI_Irecv(w, (int)len, MPI_PACKED, src, tag, comm, req)
+                              : PMPI_Recv_init(w, (int)len, MPI_PACKED, src, tag, comm, req);
     if (rc != MPI_SUCCESS) {
         free(w);
         return rc;
     }
-    op o = {.kind = OP_IRECV,
+    op o = {.kind = kind,
             .buf = buf,
             .count = count,
             .type = t,
@@ -812,31 +812,18 @@ int cx_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm co
     return MPI_SUCCESS;
 }
 
+int cx_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+             MPI_Request *req) {
+    stashed *s = stash_take(comm, src, tag);
+    if (s) {
+        return stashed_request(s, buf, count, t, comm, req);
+    }
+    return landing(OP_IRECV, buf, count, t, src, tag, comm, req);
+}
+
 int cx_recv_init(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
                  MPI_Request *req) {
-    comm_info *c = vargr_info_of(comm);
-    if (!may_get_frame(c, src, count, t)) {
-        return PMPI_Recv_init(buf, count, t, src, tag, comm, req);
-    }
-    size_t len = landing_size(count, t);
-    unsigned char *w = malloc(len);
-    if (w == NULL) {
-        return no_memory(comm);
-    }
-    int rc = PMPI_Recv_init(w, (int)len, MPI_PACKED, src, tag, comm, req);
-    if (rc != MPI_SUCCESS) {
-        free(w);
-        return rc;
-    }
-    op o = {.kind = OP_PRECV,
-            .buf = buf,
-            .count = count,
-            .type = t,
-            .comm = comm,
-            .temp = w,
-            .temp_len = len};
-    remember(*req, &o);
-    return MPI_SUCCESS;
+    return landing(OP_PRECV, buf, count, t, src, tag, comm, req);
 }
 
 int cx_sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag, void *rbuf,
@@ -1031,32 +1018,33 @@ int cx_imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Reques
 
 /* ---- persistent requests and completion ------------------------------------------------------ */
 
-int cx_start(MPI_Request *req) {
+/* A persistent send of ours about to start: its frame, from the caller's buffer now. */
+static int refill(MPI_Request r) {
     op o;
-    if (find(*req, &o, 1) && o.kind == OP_PSEND) {
-        size_t len = 0;
-        unsigned char *f = frame_of(o.buf, o.count, o.type, o.comm, o.peer, 1, &len);
-        if (f == NULL) {
-            return no_memory(o.comm);
-        }
-        /* Stored frames of one message size are all of one length. */
-        memcpy(o.temp, f, len < o.temp_len ? len : o.temp_len);
-        free(f);
+    if (!find(r, &o, 1) || o.kind != OP_PSEND) {
+        return MPI_SUCCESS;
     }
-    return PMPI_Start(req);
+    size_t len = 0;
+    unsigned char *f = frame_of(o.buf, o.count, o.type, o.comm, o.peer, 1, &len);
+    if (f == NULL) {
+        return no_memory(o.comm);
+    }
+    /* Stored frames of one message size are all of one length. */
+    memcpy(o.temp, f, len < o.temp_len ? len : o.temp_len);
+    free(f);
+    return MPI_SUCCESS;
+}
+
+int cx_start(MPI_Request *req) {
+    int rc = refill(*req);
+    return rc == MPI_SUCCESS ? PMPI_Start(req) : rc;
 }
 
 int cx_startall(int n, MPI_Request reqs[]) {
     for (int i = 0; i < n; i++) {
-        op o;
-        if (find(reqs[i], &o, 1) && o.kind == OP_PSEND) {
-            size_t len = 0;
-            unsigned char *f = frame_of(o.buf, o.count, o.type, o.comm, o.peer, 1, &len);
-            if (f == NULL) {
-                return no_memory(o.comm);
-            }
-            memcpy(o.temp, f, len < o.temp_len ? len : o.temp_len);
-            free(f);
+        int rc = refill(reqs[i]);
+        if (rc != MPI_SUCCESS) {
+            return rc;
         }
     }
     return PMPI_Startall(n, reqs);

@@ -492,28 +492,24 @@ int vargr_w_MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int
     return isend_traced(K_IRSEND, CX_RSEND, buf, count, t, dest, tag, comm, req);
 }
 
+/* A buffered or ready send, traced. */
+static int send_traced(int kind, int mode, const void *buf, int count, MPI_Datatype t,
+                       int dest, int tag, MPI_Comm comm) {
+    uint64_t t0 = on ? vargr_mpi_now() : 0;
+    int rc = cx_min                ? cx_send(mode, buf, count, t, dest, tag, comm)
+             : mode == CX_BSEND ? PMPI_Bsend(buf, count, t, dest, tag, comm)
+                                : PMPI_Rsend(buf, count, t, dest, tag, comm);
+    return on ? sent(kind, rc, count, t, dest, tag, comm, t0) : rc;
+}
+
 int vargr_w_MPI_Bsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                       MPI_Comm comm) {
-    if (!on) {
-        return cx_min ? cx_send(CX_BSEND, buf, count, t, dest, tag, comm)
-                      : PMPI_Bsend(buf, count, t, dest, tag, comm);
-    }
-    uint64_t t0 = vargr_mpi_now();
-    int rc = cx_min ? cx_send(CX_BSEND, buf, count, t, dest, tag, comm)
-                    : PMPI_Bsend(buf, count, t, dest, tag, comm);
-    return sent(K_BSEND, rc, count, t, dest, tag, comm, t0);
+    return send_traced(K_BSEND, CX_BSEND, buf, count, t, dest, tag, comm);
 }
 
 int vargr_w_MPI_Rsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                       MPI_Comm comm) {
-    if (!on) {
-        return cx_min ? cx_send(CX_RSEND, buf, count, t, dest, tag, comm)
-                      : PMPI_Rsend(buf, count, t, dest, tag, comm);
-    }
-    uint64_t t0 = vargr_mpi_now();
-    int rc = cx_min ? cx_send(CX_RSEND, buf, count, t, dest, tag, comm)
-                    : PMPI_Rsend(buf, count, t, dest, tag, comm);
-    return sent(K_RSEND, rc, count, t, dest, tag, comm, t0);
+    return send_traced(K_RSEND, CX_RSEND, buf, count, t, dest, tag, comm);
 }
 
 /* Persistent requests: only compression needs to see them (their messages are not in

@@ -16,51 +16,8 @@ use std::process::{Command, Output};
 
 const VERSION: &str = "3.1.4";
 
-const MPIRUN: &[&str] = &[
-    "--allow-run-as-root",
-    "--oversubscribe",
-    "--bind-to",
-    "none",
-];
-
-fn have_mpirun() -> bool {
-    let found = Command::new("mpirun").arg("--version").output().is_ok();
-    if !found {
-        assert!(
-            std::env::var_os("VARGR_REQUIRE_MPIRUN").is_none(),
-            "mpirun is required (VARGR_REQUIRE_MPIRUN is set) but not on the PATH"
-        );
-        eprintln!("skipped: mpirun not found (install openmpi-bin and libopenmpi-dev)");
-    }
-    found
-}
-
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-fn lib() -> PathBuf {
-    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    LIB.get_or_init(build_lib).clone()
-}
-
-fn build_lib() -> PathBuf {
-    let profile = target_dir();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["build", "-p", "vargr-mpi"])
-        .env("CARGO_TARGET_DIR", profile.parent().unwrap());
-    if profile.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(
-        cmd.status().unwrap().success(),
-        "cargo build -p vargr-mpi failed"
-    );
-    profile.join("libvargr_mpi.so")
-}
+mod common;
+use common::{have_mpirun, lib, target_dir, MPIRUN};
 
 /// The Python that Debian's mpi4py is built for (a `python3` earlier on the PATH, such
 /// as pyenv's, does not have it).

@@ -16,66 +16,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 
 use vargr_trace::analysis;
 use vargr_trace::{EventOp, TraceFile, NO_PEER};
 
-const MPIRUN: &[&str] = &[
-    "--allow-run-as-root",
-    "--oversubscribe",
-    "--bind-to",
-    "none",
-];
-
-fn have_mpirun() -> bool {
-    let found = Command::new("mpirun").arg("--version").output().is_ok();
-    if !found {
-        assert!(
-            std::env::var_os("VARGR_REQUIRE_MPIRUN").is_none(),
-            "mpirun is required (VARGR_REQUIRE_MPIRUN is set) but not on the PATH"
-        );
-        eprintln!("skipped: mpirun not found (install openmpi-bin and libopenmpi-dev)");
-    }
-    found
-}
-
-/// target/<profile>: two levels above this test's executable (target/<profile>/deps).
-fn target_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-/// Runs `cargo build ARGS` in this test's target directory and profile.
-fn cargo_build(args: &[&str]) {
-    let profile = target_dir();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
-        .arg("build")
-        .args(args)
-        .env("CARGO_TARGET_DIR", profile.parent().unwrap());
-    if profile.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(
-        cmd.status().unwrap().success(),
-        "cargo build {args:?} failed"
-    );
-}
-
-fn lib() -> PathBuf {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        // `cargo test` builds the cdylib for the tests but leaves target/<profile>/
-        // libvargr_mpi.so as it was: refresh it (a no-op when up to date).
-        cargo_build(&["-p", "vargr-mpi"]);
-        let l = target_dir().join("libvargr_mpi.so");
-        assert!(l.is_file(), "{} missing", l.display());
-        l
-    })
-    .clone()
-}
+mod common;
+use common::{cargo_build, have_mpirun, lib, target_dir, MPIRUN};
 
 /// `$VARGR_BIN`, else the profile's vargr (built if missing), with the library beside it
 /// fresh.
@@ -180,18 +126,8 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
-    let prog = tmp.path().join("shim_check");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_check.c");
-    ok(
-        "mpicc",
-        Command::new("mpicc")
-            .args(["-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&prog)
-            .arg(&src)
-            .output()
-            .unwrap(),
-    );
-    let prog = prog.to_str().unwrap();
+    let prog = build_c(tmp.path(), "shim_check");
+    let prog = prog.as_str();
     let plain = ok("plain run", mpirun(4, &[prog]).output().unwrap());
     assert_eq!(plain.lines().count(), 4, "{plain}");
     assert!(

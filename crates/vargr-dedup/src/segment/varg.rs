@@ -180,6 +180,15 @@ fn column_hashes(grid: &Grid, data: &[u8], rows: std::ops::Range<usize>) -> Vec<
     h
 }
 
+/// An image `height × width` pixels of `elem` bytes as the segmenter's grid.
+fn image_grid(data: &[u8], height: usize, width: usize, elem: usize) -> Result<Grid, SegmentError> {
+    let shape = Shape::Grid {
+        dims: vec![height, width],
+        elem_size: elem,
+    };
+    Grid::of(NAME, &shape, data, true)
+}
+
 impl Varg {
     /// Needs `width >= 1` and `every >= 1`.
     pub fn new(params: VargParams) -> Result<Varg, SegmentError> {
@@ -255,11 +264,7 @@ impl Varg {
         width: usize,
         elem: usize,
     ) -> Result<Regions, SegmentError> {
-        let shape = Shape::Grid {
-            dims: vec![height, width],
-            elem_size: elem,
-        };
-        let grid = Grid::of(NAME, &shape, data, true)?;
+        let grid = image_grid(data, height, width, elem)?;
         let horizontal = height > 0 && width > 0 && self.horizontal(&grid, data);
         Ok(self.regions_of(&grid, data, horizontal))
     }
@@ -276,11 +281,7 @@ impl Varg {
         elem: usize,
         horizontal: bool,
     ) -> Result<Regions, SegmentError> {
-        let shape = Shape::Grid {
-            dims: vec![height, width],
-            elem_size: elem,
-        };
-        let grid = Grid::of(NAME, &shape, data, true)?;
+        let grid = image_grid(data, height, width, elem)?;
         Ok(self.regions_of(&grid, data, horizontal))
     }
 

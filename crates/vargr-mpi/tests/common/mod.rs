@@ -1,0 +1,62 @@
+//! What the tests of libvargr_mpi.so share: mpirun's flags, the check that it is there,
+//! and the library, built fresh for the test's profile.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub const MPIRUN: &[&str] = &[
+    "--allow-run-as-root",
+    "--oversubscribe",
+    "--bind-to",
+    "none",
+];
+
+pub fn have_mpirun() -> bool {
+    let found = Command::new("mpirun").arg("--version").output().is_ok();
+    if !found {
+        assert!(
+            std::env::var_os("VARGR_REQUIRE_MPIRUN").is_none(),
+            "mpirun is required (VARGR_REQUIRE_MPIRUN is set) but not on the PATH"
+        );
+        eprintln!("skipped: mpirun not found (install openmpi-bin and libopenmpi-dev)");
+    }
+    found
+}
+
+/// target/<profile>: two levels above this test's executable (target/<profile>/deps).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// Runs `cargo build ARGS` in this test's target directory and profile.
+pub fn cargo_build(args: &[&str]) {
+    let profile = target_dir();
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"))
+        .arg("build")
+        .args(args)
+        .env("CARGO_TARGET_DIR", profile.parent().unwrap());
+    if profile.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().unwrap().success(),
+        "cargo build {args:?} failed"
+    );
+}
+
+pub fn lib() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        // `cargo test` builds the cdylib for the tests but leaves target/<profile>/
+        // libvargr_mpi.so as it was: refresh it (a no-op when up to date).
+        cargo_build(&["-p", "vargr-mpi"]);
+        let l = target_dir().join("libvargr_mpi.so");
+        assert!(l.is_file(), "{} missing", l.display());
+        l
+    })
+    .clone()
+}
