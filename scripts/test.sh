@@ -27,6 +27,8 @@ need mpicc.mpich || apt_install mpich libmpich-dev
 # ... and mpi4py's demos (from its sdist, which the test downloads with pip) with
 # Debian's mpi4py, built for /usr/bin/python3 and the system's Open MPI.
 /usr/bin/python3 -c "import mpi4py" 2>/dev/null || apt_install python3-mpi4py
+# ... and the HPC Challenge, whose kernels verify their own results.
+need hpcc || apt_install hpcc
 # vargr bench dedup compares with rsync and zstd --patch-from.
 need rsync || apt_install rsync
 need zstd || apt_install zstd

@@ -486,7 +486,9 @@ fn messages_between_sites_compress_and_arrive_as_sent() {
         let err = String::from_utf8_lossy(&o.stderr).into_owned();
         let out = ok(mode, o);
         assert_eq!(sorted(&out), sorted(&plain), "{mode}\n{err}");
-        // One line for the job: frames sent, and fewer bytes than they held.
+        // One line for the job: frames sent, and (with a fixed codec) fewer bytes than
+        // they held. The adaptive engine's choices depend on how fast the codecs run on
+        // the machine at that moment, so only its results are checked here.
         let line = err
             .lines()
             .find(|l| l.starts_with(&format!("vargr-mpi: compression {mode}:")))
@@ -498,7 +500,7 @@ fn messages_between_sites_compress_and_arrive_as_sent() {
             .trim_end_matches(')')
             .parse()
             .unwrap();
-        assert!(ratio > 2.0, "{mode}: {line}");
+        assert!(mode == "adaptive" || ratio > 2.0, "{mode}: {line}");
     }
     // Traced and compressed at once, as `vargr mpi-run` starts it.
     let dir = tmp.path().join("trace");

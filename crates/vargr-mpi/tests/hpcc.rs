@@ -1,0 +1,166 @@
+//! Debian's HPC Challenge (`hpcc`: HPL, PTRANS, DGEMM, STREAM, RandomAccess, FFT, b_eff;
+//! a program no one here wrote, installed by this test with apt when missing) under
+//! libvargr_mpi.so, traced and compressing between two emulated sites: every kernel
+//! verifies its own result, and the library must leave every verification passing.
+//!
+//! Needs `mpirun`; skipped with a message without it, unless `VARGR_REQUIRE_MPIRUN=1`.
+
+use std::path::Path;
+use std::process::Command;
+
+mod common;
+use common::{have_mpirun, lib, MPIRUN};
+
+fn hpcc() {
+    if Command::new("hpcc").arg("-h").output().is_ok() {
+        return;
+    }
+    let apt = Command::new("apt-get")
+        .args(["install", "-y", "-qq", "hpcc"])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .output();
+    assert!(
+        apt.is_ok_and(|o| o.status.success()),
+        "hpcc missing and not installable: apt-get install hpcc"
+    );
+}
+
+/// A small problem for 4 ranks (2 x 2): seconds, not minutes, on two cores.
+const INPUT: &str = "HPLinpack benchmark input file
+Innovative Computing Laboratory, University of Tennessee
+HPL.out      output file name (if any)
+8            device out (6=stdout,7=stderr,file)
+1            # of problems sizes (N)
+600          Ns
+1            # of NBs
+60           NBs
+0            PMAP process mapping (0=Row-,1=Column-major)
+1            # of process grids (P x Q)
+2            Ps
+2            Qs
+16.0         threshold
+1            # of panel fact
+2            PFACTs (0=left, 1=Crout, 2=Right)
+1            # of recursive stopping criterium
+4            NBMINs (>= 1)
+1            # of panels in recursion
+2            NDIVs
+1            # of recursive panel fact.
+1            RFACTs (0=left, 1=Crout, 2=Right)
+1            # of broadcast
+1            BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
+1            # of lookahead depth
+1            DEPTHs (>=0)
+2            SWAP (0=bin-exch,1=long,2=mix)
+64           swapping threshold
+0            L1 in (0=transposed,1=no-transposed) form
+0            U  in (0=transposed,1=no-transposed) form
+1            Equilibration (0=no,1=yes)
+8            memory alignment in double (> 0)
+##### This line (no. 32) is ignored (it serves as a separator). ######
+0                      		Number of additional problem sizes for PTRANS
+1200 10000 30000        	values of N
+0                       	number of additional blocking sizes for PTRANS
+40 9 8 13 13 20 16 32 64       	values of NB
+";
+
+/// Runs hpcc in `dir` (with the library when `with`); returns its output file and
+/// mpirun's stderr.
+fn run(dir: &Path, with: bool) -> (String, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("hpccinf.txt"), INPUT).unwrap();
+    let mut c = Command::new("mpirun");
+    c.args(MPIRUN).args(["-n", "4"]);
+    c.env_remove("LD_PRELOAD");
+    if with {
+        for v in [
+            "LD_PRELOAD",
+            "VARGR_MPI_TRACE",
+            "VARGR_MPI_CODEC",
+            "VARGR_MPI_SITES",
+            "VARGR_MPI_CODEC_MIN",
+        ] {
+            c.args(["-x", v]);
+        }
+        c.env("LD_PRELOAD", lib())
+            .env("VARGR_MPI_TRACE", dir.join("trace"))
+            .env("VARGR_MPI_CODEC", "fixed:lz4")
+            .env("VARGR_MPI_SITES", "blocks:2")
+            .env("VARGR_MPI_CODEC_MIN", "4k");
+    }
+    let o = c.arg("hpcc").current_dir(dir).output().unwrap();
+    assert!(
+        o.status.success(),
+        "hpcc (library: {with}): {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    (
+        std::fs::read_to_string(dir.join("hpccoutf.txt")).unwrap(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+/// The kernels' verdicts: every line of the output that says PASSED or FAILED, with
+/// the kernel it belongs to, and the summary's success and error counts.
+fn verdicts(out: &str) -> Vec<String> {
+    let mut section = String::new();
+    let mut v = Vec::new();
+    for l in out.lines() {
+        if l.starts_with("Begin of ") {
+            section = l.trim_start_matches("Begin of ").to_string();
+        }
+        if l.contains("PASSED") || l.contains("FAILED") {
+            let word = if l.contains("FAILED") {
+                "FAILED"
+            } else {
+                "PASSED"
+            };
+            v.push(format!("{section}: {word}"));
+        }
+        // The summary's own verdicts: RandomAccess's errors across ranks, and success.
+        if section.starts_with("Summary") && (l.starts_with("Success=") || l.contains("_Errors=")) {
+            v.push(l.to_string());
+        }
+    }
+    v
+}
+
+/// MPIFFT's largest error after its inverse transform (the summary's `MPIFFT_maxErr`).
+fn fft_error(out: &str) -> f64 {
+    out.lines()
+        .find_map(|l| l.strip_prefix("MPIFFT_maxErr="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(f64::INFINITY)
+}
+
+#[test]
+fn hpcc_verifies_every_kernel_traced_and_compressed() {
+    if !have_mpirun() {
+        return;
+    }
+    hpcc();
+    let tmp = tempfile::tempdir().unwrap();
+    let (plain_out, _) = run(&tmp.path().join("plain"), false);
+    let plain = verdicts(&plain_out);
+    let (out, err) = run(&tmp.path().join("with"), true);
+    let with = verdicts(&out);
+    // PTRANS's ten checks, HPL's residual, Success=1 and RandomAccess's error counts.
+    assert!(plain.len() >= 14, "{plain:?}");
+    assert!(
+        plain
+            .iter()
+            .all(|v| v.ends_with("PASSED") || v.ends_with("=0") || v == "Success=1"),
+        "{plain:?}"
+    );
+    assert_eq!(with, plain, "{out}");
+    for o in [&plain_out, &out] {
+        assert!(fft_error(o) < 1e-10, "MPIFFT_maxErr {}", fft_error(o));
+    }
+    // The job compressed: PTRANS and HPL's panels cross between the sites.
+    assert!(err.contains("vargr-mpi: compression fixed:lz4:"), "{err}");
+    let traces = std::fs::read_dir(tmp.path().join("with/trace"))
+        .unwrap()
+        .count();
+    assert_eq!(traces, 4);
+}
