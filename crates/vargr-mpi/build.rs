@@ -29,6 +29,7 @@ fn main() {
     println!("cargo:rerun-if-changed=c/wrappers.c");
     println!("cargo:rerun-if-changed=c/compress.c");
     println!("cargo:rerun-if-changed=c/shim.h");
+    println!("cargo:rerun-if-changed=c/reqmap.h");
     println!("cargo:rerun-if-env-changed=VARGR_MPICC");
     println!("cargo::rustc-check-cfg=cfg(vargr_mpi_abi, values(\"openmpi\", \"none\"))");
     let mpicc = std::env::var("VARGR_MPICC").unwrap_or_else(|_| "mpicc".into());

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reqmap.h"
 #include "shim.h"
 
 /* ---- the Rust side (src/compress.rs) ------------------------------------------------------ */
@@ -188,99 +189,12 @@ typedef struct {
     uint32_t peer;
 } op;
 
-static op *ops;
-static size_t ops_cap, ops_used;
-static pthread_mutex_t ops_lock = PTHREAD_MUTEX_INITIALIZER;
+REQMAP(ops, op)
 
-static uint64_t key_of(MPI_Request r) {
-    uint64_t k = 0;
-    memcpy(&k, &r, sizeof r < sizeof k ? sizeof r : sizeof k);
-    return k;
-}
-
-static size_t slot_of(uint64_t k) {
-    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (ops_cap - 1);
-}
-
-static void put_locked(const op *p) {
-    if (2 * (ops_used + 1) > ops_cap) {
-        size_t old = ops_cap;
-        op *was = ops;
-        size_t ncap = ops_cap ? 2 * ops_cap : 256;
-        op *t = calloc(ncap, sizeof *t);
-        if (t == NULL) {
-            fprintf(stderr, "vargr-mpi: out of memory for pending messages\n");
-            PMPI_Abort(MPI_COMM_WORLD, 1);
-        }
-        ops = t;
-        ops_cap = ncap;
-        ops_used = 0;
-        for (size_t i = 0; i < old; i++) {
-            if (was[i].key) {
-                put_locked(&was[i]);
-            }
-        }
-        free(was);
-    }
-    size_t i = slot_of(p->key);
-    while (ops[i].key && ops[i].key != p->key) {
-        i = (i + 1) & (ops_cap - 1);
-    }
-    if (!ops[i].key) {
-        ops_used++;
-    }
-    ops[i] = *p;
-}
-
-static void remember(MPI_Request r, op *p) {
-    p->key = key_of(r);
-    if (p->key == 0 || r == MPI_REQUEST_NULL) {
-        return;
-    }
-    pthread_mutex_lock(&ops_lock);
-    put_locked(p);
-    pthread_mutex_unlock(&ops_lock);
-}
+static void remember(MPI_Request r, op *p) { ops_put(r, p); }
 
 /* Finds the operation of `r`; removes it unless `keep`. */
-static int find(MPI_Request r, op *out, int keep) {
-    uint64_t k = key_of(r);
-    int found = 0;
-    if (k == 0 || r == MPI_REQUEST_NULL) {
-        return 0;
-    }
-    pthread_mutex_lock(&ops_lock);
-    if (ops_cap) {
-        size_t i = slot_of(k);
-        while (ops[i].key && ops[i].key != k) {
-            i = (i + 1) & (ops_cap - 1);
-        }
-        if (ops[i].key == k) {
-            found = 1;
-            *out = ops[i];
-            if (!keep) {
-                ops[i].key = 0;
-                ops_used--;
-                size_t j = i;
-                for (;;) {
-                    j = (j + 1) & (ops_cap - 1);
-                    if (!ops[j].key) {
-                        break;
-                    }
-                    size_t home = slot_of(ops[j].key);
-                    int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-                    if (!between) {
-                        ops[i] = ops[j];
-                        ops[j].key = 0;
-                        i = j;
-                    }
-                }
-            }
-        }
-    }
-    pthread_mutex_unlock(&ops_lock);
-    return found;
-}
+static int find(MPI_Request r, op *out, int keep) { return ops_find(r, out, keep); }
 
 int cx_tracks(MPI_Request r) {
     op o;
@@ -608,15 +522,18 @@ static int matches(const stashed *s, MPI_Comm comm, int src, int tag) {
            (tag == MPI_ANY_TAG || tag == s->tag) && s->minted == MPI_MESSAGE_NULL;
 }
 
-/* Takes the first stashed message a receive would match (NULL if none). */
-static stashed *stash_take(MPI_Comm comm, int src, int tag) {
+/* Removes and returns the first stashed message that a receive of (comm, src, tag)
+ * would match or, with `minted` not MPI_MESSAGE_NULL, that handle stands for. */
+static stashed *stash_remove(MPI_Comm comm, int src, int tag, MPI_Message minted) {
     if (__atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0) {
         return NULL;
     }
     pthread_mutex_lock(&stash_lock);
     stashed **p = &stash_head, *found = NULL;
     while (*p) {
-        if (matches(*p, comm, src, tag)) {
+        int hit = minted != MPI_MESSAGE_NULL ? (*p)->minted == minted
+                                             : matches(*p, comm, src, tag);
+        if (hit) {
             found = *p;
             *p = found->next;
             if (stash_tail == &found->next) {
@@ -629,6 +546,11 @@ static stashed *stash_take(MPI_Comm comm, int src, int tag) {
     }
     pthread_mutex_unlock(&stash_lock);
     return found;
+}
+
+/* Takes the first stashed message a receive would match (NULL if none). */
+static stashed *stash_take(MPI_Comm comm, int src, int tag) {
+    return stash_remove(comm, src, tag, MPI_MESSAGE_NULL);
 }
 
 static const stashed *stash_peek(MPI_Comm comm, int src, int tag, MPI_Status *st) {
@@ -662,26 +584,10 @@ static void stash_put(stashed *s) {
 
 /* Removes the stashed message a minted handle stands for. */
 static stashed *stash_minted(MPI_Message m) {
-    if (m == MPI_MESSAGE_NULL || m == MPI_MESSAGE_NO_PROC ||
-        __atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0) {
+    if (m == MPI_MESSAGE_NULL || m == MPI_MESSAGE_NO_PROC) {
         return NULL;
     }
-    pthread_mutex_lock(&stash_lock);
-    stashed **p = &stash_head, *found = NULL;
-    while (*p) {
-        if ((*p)->minted == m) {
-            found = *p;
-            *p = found->next;
-            if (stash_tail == &found->next) {
-                stash_tail = p;
-            }
-            __atomic_sub_fetch(&stash_count, 1, __ATOMIC_RELEASE);
-            break;
-        }
-        p = &(*p)->next;
-    }
-    pthread_mutex_unlock(&stash_lock);
-    return found;
+    return stash_remove(MPI_COMM_NULL, 0, 0, m);
 }
 
 /* Takes the matched message `m` (of `n` bytes) out of MPI into a new stash entry. */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reqmap.h"
 #include "shim.h"
 
 /* ---- the C ABI of the Rust core (src/events.rs) -------------------------------------- */
@@ -233,98 +234,16 @@ typedef struct {
     int send;
 } pending;
 
-static pending *table;
-static size_t cap, used;
-static pthread_mutex_t req_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t key_of(MPI_Request r) {
-    uint64_t k = 0;
-    memcpy(&k, &r, sizeof r < sizeof k ? sizeof r : sizeof k);
-    return k;
-}
-
-static size_t slot_of(uint64_t k) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (cap - 1); }
-
-/* Linear probing; the caller holds req_lock. */
-static void put_locked(const pending *p) {
-    if (2 * (used + 1) > cap) {
-        size_t old = cap;
-        pending *was = table;
-        size_t ncap = cap ? 2 * cap : 1024;
-        pending *t = calloc(ncap, sizeof *t);
-        if (t == NULL) {
-            return; /* untracked: its completion goes unrecorded */
-        }
-        table = t;
-        cap = ncap;
-        used = 0;
-        for (size_t i = 0; i < old; i++) {
-            if (was[i].key) {
-                put_locked(&was[i]);
-            }
-        }
-        free(was);
-    }
-    size_t i = slot_of(p->key);
-    while (table[i].key && table[i].key != p->key) {
-        i = (i + 1) & (cap - 1);
-    }
-    if (!table[i].key) {
-        used++;
-    }
-    /* A handle seen again (freed with MPI_Request_free, then reused) replaces the old. */
-    table[i] = *p;
-}
+REQMAP(pending_map, pending)
 
 static void track(MPI_Request r, int send, comm_info *c, uint32_t peer, int tag, uint64_t bytes,
                   uint64_t start) {
-    pending p = {key_of(r), start, bytes, c, peer, tag, send};
-    if (p.key == 0 || r == MPI_REQUEST_NULL) {
-        return;
-    }
-    pthread_mutex_lock(&req_lock);
-    put_locked(&p);
-    pthread_mutex_unlock(&req_lock);
+    pending p = {0, start, bytes, c, peer, tag, send};
+    pending_map_put(r, &p);
 }
 
-/* Removes and returns the operation of `r` (deletion by backward shift). */
-static int take(MPI_Request r, pending *out) {
-    uint64_t k = key_of(r);
-    int found = 0;
-    if (k == 0 || r == MPI_REQUEST_NULL) {
-        return 0;
-    }
-    pthread_mutex_lock(&req_lock);
-    if (cap) {
-        size_t i = slot_of(k);
-        while (table[i].key && table[i].key != k) {
-            i = (i + 1) & (cap - 1);
-        }
-        if (table[i].key == k) {
-            found = 1;
-            *out = table[i];
-            table[i].key = 0;
-            used--;
-            size_t j = i;
-            for (;;) {
-                j = (j + 1) & (cap - 1);
-                if (!table[j].key) {
-                    break;
-                }
-                size_t home = slot_of(table[j].key);
-                /* Move j back to the hole at i unless its home lies in (i, j]. */
-                int between = i <= j ? (home > i && home <= j) : (home > i || home <= j);
-                if (!between) {
-                    table[i] = table[j];
-                    table[j].key = 0;
-                    i = j;
-                }
-            }
-        }
-    }
-    pthread_mutex_unlock(&req_lock);
-    return found;
-}
+/* Removes and returns the operation of `r`. */
+static int take(MPI_Request r, pending *out) { return pending_map_find(r, out, 0); }
 
 /* Records the message of a completed request `r` (its handle before completion). */
 static void complete(MPI_Request r, const MPI_Status *st, uint64_t end) {

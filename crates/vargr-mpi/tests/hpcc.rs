@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::Command;
 
 mod common;
-use common::{have_mpirun, lib, MPIRUN};
+use common::{have_mpirun, with_library, MPIRUN};
 
 fn hpcc() {
     if Command::new("hpcc").arg("-h").output().is_ok() {
@@ -73,20 +73,16 @@ fn run(dir: &Path, with: bool) -> (String, String) {
     c.args(MPIRUN).args(["-n", "4"]);
     c.env_remove("LD_PRELOAD");
     if with {
-        for v in [
-            "LD_PRELOAD",
-            "VARGR_MPI_TRACE",
-            "VARGR_MPI_CODEC",
-            "VARGR_MPI_SITES",
-            "VARGR_MPI_CODEC_MIN",
-        ] {
-            c.args(["-x", v]);
-        }
-        c.env("LD_PRELOAD", lib())
-            .env("VARGR_MPI_TRACE", dir.join("trace"))
-            .env("VARGR_MPI_CODEC", "fixed:lz4")
-            .env("VARGR_MPI_SITES", "blocks:2")
-            .env("VARGR_MPI_CODEC_MIN", "4k");
+        let trace = dir.join("trace");
+        with_library(
+            &mut c,
+            &[
+                ("VARGR_MPI_TRACE", trace.as_os_str()),
+                ("VARGR_MPI_CODEC", "fixed:lz4".as_ref()),
+                ("VARGR_MPI_SITES", "blocks:2".as_ref()),
+                ("VARGR_MPI_CODEC_MIN", "4k".as_ref()),
+            ],
+        );
     }
     let o = c.arg("hpcc").current_dir(dir).output().unwrap();
     assert!(

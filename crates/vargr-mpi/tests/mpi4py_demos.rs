@@ -17,7 +17,7 @@ use std::process::{Command, Output};
 const VERSION: &str = "3.1.4";
 
 mod common;
-use common::{have_mpirun, lib, target_dir, MPIRUN};
+use common::{have_mpirun, target_dir, with_library, MPIRUN};
 
 /// The Python that Debian's mpi4py is built for (a `python3` earlier on the PATH, such
 /// as pyenv's, does not have it).
@@ -100,20 +100,15 @@ fn run(dir: &Path, n: usize, args: &[&str], trace: Option<&Path>) -> Ran {
     c.arg("--output-filename").arg(files.path());
     c.env_remove("LD_PRELOAD").env_remove("VARGR_MPI_TRACE");
     if let Some(t) = trace {
-        for v in [
-            "LD_PRELOAD",
-            "VARGR_MPI_TRACE",
-            "VARGR_MPI_CODEC",
-            "VARGR_MPI_SITES",
-            "VARGR_MPI_CODEC_MIN",
-        ] {
-            c.args(["-x", v]);
-        }
-        c.env("LD_PRELOAD", lib())
-            .env("VARGR_MPI_TRACE", t)
-            .env("VARGR_MPI_CODEC", "fixed:lz4")
-            .env("VARGR_MPI_SITES", "blocks:2")
-            .env("VARGR_MPI_CODEC_MIN", "1k");
+        with_library(
+            &mut c,
+            &[
+                ("VARGR_MPI_TRACE", t.as_os_str()),
+                ("VARGR_MPI_CODEC", "fixed:lz4".as_ref()),
+                ("VARGR_MPI_SITES", "blocks:2".as_ref()),
+                ("VARGR_MPI_CODEC_MIN", "1k".as_ref()),
+            ],
+        );
     }
     c.arg(PYTHON).args(args).current_dir(dir);
     let out = c.output().unwrap();

@@ -1,6 +1,7 @@
 //! What the tests of libvargr_mpi.so share: mpirun's flags, the check that it is there,
 //! and the library, built fresh for the test's profile.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
@@ -59,4 +60,14 @@ pub fn lib() -> PathBuf {
         l
     })
     .clone()
+}
+
+/// Preloads the library into mpirun's ranks with `vars` set for every rank (`-x` passes
+/// each on); call before the program's arguments.
+#[allow(dead_code)] // not every test file preloads this way
+pub fn with_library(c: &mut Command, vars: &[(&str, &OsStr)]) {
+    c.args(["-x", "LD_PRELOAD"]).env("LD_PRELOAD", lib());
+    for (k, v) in vars {
+        c.args(["-x", k]).env(k, v);
+    }
 }
