@@ -196,11 +196,6 @@ static void remember(MPI_Request r, op *p) { ops_put(r, p); }
 /* Finds the operation of `r`; removes it unless `keep`. */
 static int find(MPI_Request r, op *out, int keep) { return ops_find(r, out, keep); }
 
-int cx_tracks(MPI_Request r) {
-    op o;
-    return cx_min && find(r, &o, 1);
-}
-
 /* ---- frames out ---------------------------------------------------------------------------- */
 
 /* The frame of the caller's message, padded to cx_min, in a new buffer (NULL when
@@ -294,16 +289,31 @@ void cx_finalize(void) {
     }
 }
 
+int pmpi_send_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                   MPI_Comm comm) {
+    switch (mode) {
+    case CX_SSEND: return PMPI_Ssend(buf, count, t, dest, tag, comm);
+    case CX_BSEND: return PMPI_Bsend(buf, count, t, dest, tag, comm);
+    case CX_RSEND: return PMPI_Rsend(buf, count, t, dest, tag, comm);
+    default: return PMPI_Send(buf, count, t, dest, tag, comm);
+    }
+}
+
+int pmpi_isend_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                    MPI_Comm comm, MPI_Request *req) {
+    switch (mode) {
+    case CX_SSEND: return PMPI_Issend(buf, count, t, dest, tag, comm, req);
+    case CX_BSEND: return PMPI_Ibsend(buf, count, t, dest, tag, comm, req);
+    case CX_RSEND: return PMPI_Irsend(buf, count, t, dest, tag, comm, req);
+    default: return PMPI_Isend(buf, count, t, dest, tag, comm, req);
+    }
+}
+
 int cx_send(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
             MPI_Comm comm) {
     comm_info *c = vargr_info_of(comm);
     if (!wants_frame(c, dest, count, t)) {
-        switch (mode) {
-        case CX_SSEND: return PMPI_Ssend(buf, count, t, dest, tag, comm);
-        case CX_BSEND: return PMPI_Bsend(buf, count, t, dest, tag, comm);
-        case CX_RSEND: return PMPI_Rsend(buf, count, t, dest, tag, comm);
-        default: return PMPI_Send(buf, count, t, dest, tag, comm);
-        }
+        return pmpi_send_mode(mode, buf, count, t, dest, tag, comm);
     }
     uint32_t peer = vargr_world_of(c, dest);
     size_t len = 0;
@@ -345,12 +355,7 @@ int cx_isend(int mode, const void *buf, int count, MPI_Datatype t, int dest, int
              MPI_Comm comm, MPI_Request *req) {
     comm_info *c = vargr_info_of(comm);
     if (!wants_frame(c, dest, count, t)) {
-        switch (mode) {
-        case CX_SSEND: return PMPI_Issend(buf, count, t, dest, tag, comm, req);
-        case CX_BSEND: return PMPI_Ibsend(buf, count, t, dest, tag, comm, req);
-        case CX_RSEND: return PMPI_Irsend(buf, count, t, dest, tag, comm, req);
-        default: return PMPI_Isend(buf, count, t, dest, tag, comm, req);
-        }
+        return pmpi_isend_mode(mode, buf, count, t, dest, tag, comm, req);
     }
     size_t len = 0;
     unsigned char *f = frame_of(buf, count, t, comm, vargr_world_of(c, dest), 0, &len);
@@ -756,8 +761,9 @@ int cx_sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int 
     if (rc == MPI_ERR_IN_STATUS) {
         rc = s[0].MPI_ERROR != MPI_SUCCESS ? s[0].MPI_ERROR : s[1].MPI_ERROR;
     } else if (rc == MPI_SUCCESS) {
-        int sent = cx_tracks(was[1]) ? cx_finish(was[1], &s[1]) : MPI_SUCCESS;
-        int got = cx_tracks(was[0]) ? cx_finish(was[0], &s[0]) : MPI_SUCCESS;
+        /* cx_finish leaves requests that are not ours alone. */
+        int sent = cx_finish(was[1], &s[1]);
+        int got = cx_finish(was[0], &s[0]);
         rc = got != MPI_SUCCESS ? got : sent;
     }
     if (st != MPI_STATUS_IGNORE) {

@@ -36,6 +36,12 @@ void cx_finalize(void);
 
 enum { CX_SEND, CX_SSEND, CX_BSEND, CX_RSEND };
 
+/* The plain MPI send of a mode, blocking or not (no compression). */
+int pmpi_send_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                   MPI_Comm comm);
+int pmpi_isend_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                    MPI_Comm comm, MPI_Request *req);
+
 int cx_send(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
             MPI_Comm comm);
 int cx_isend(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
@@ -63,12 +69,10 @@ int cx_start(MPI_Request *req);
 int cx_startall(int n, MPI_Request reqs[]);
 int cx_request_free(MPI_Request *req);
 
-/* Whether request `r` is one compress.c must finish when it completes. */
-int cx_tracks(MPI_Request r);
 /* Finishes request `r` (its handle before completion), completed by PMPI with status
  * `st` (never MPI_STATUS_IGNORE): decodes into the caller's buffer and makes the
  * status the caller's view. Returns MPI_SUCCESS or the error to report (also set in
- * st->MPI_ERROR). */
+ * st->MPI_ERROR); a request compress.c did not start is left alone (MPI_SUCCESS). */
 int cx_finish(MPI_Request r, MPI_Status *st);
 
 #endif

@@ -362,15 +362,8 @@ int vargr_w_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int 
 
 static int isend_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
                       MPI_Comm comm, MPI_Request *req) {
-    if (cx_min) {
-        return cx_isend(mode, buf, count, t, dest, tag, comm, req);
-    }
-    switch (mode) {
-    case CX_SSEND: return PMPI_Issend(buf, count, t, dest, tag, comm, req);
-    case CX_BSEND: return PMPI_Ibsend(buf, count, t, dest, tag, comm, req);
-    case CX_RSEND: return PMPI_Irsend(buf, count, t, dest, tag, comm, req);
-    default: return PMPI_Isend(buf, count, t, dest, tag, comm, req);
-    }
+    return cx_min ? cx_isend(mode, buf, count, t, dest, tag, comm, req)
+                  : pmpi_isend_mode(mode, buf, count, t, dest, tag, comm, req);
 }
 
 static int isend_traced(int kind, int mode, const void *buf, int count, MPI_Datatype t,
@@ -415,9 +408,8 @@ int vargr_w_MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int
 static int send_traced(int kind, int mode, const void *buf, int count, MPI_Datatype t,
                        int dest, int tag, MPI_Comm comm) {
     uint64_t t0 = on ? vargr_mpi_now() : 0;
-    int rc = cx_min                ? cx_send(mode, buf, count, t, dest, tag, comm)
-             : mode == CX_BSEND ? PMPI_Bsend(buf, count, t, dest, tag, comm)
-                                : PMPI_Rsend(buf, count, t, dest, tag, comm);
+    int rc = cx_min ? cx_send(mode, buf, count, t, dest, tag, comm)
+                    : pmpi_send_mode(mode, buf, count, t, dest, tag, comm);
     return on ? sent(kind, rc, count, t, dest, tag, comm, t0) : rc;
 }
 
