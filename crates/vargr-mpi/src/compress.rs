@@ -467,7 +467,7 @@ pub unsafe extern "C" fn vargr_mpi_cx_site(
     host: *const c_char,
     key: *mut u64,
 ) -> c_int {
-    let settings = match crate::settings::Settings::from_env().codec {
+    let settings = match &crate::settings::Settings::process().codec {
         Ok(Some(s)) => s,
         Ok(None) => return 0,
         Err(e) => {
@@ -504,9 +504,10 @@ pub unsafe extern "C" fn vargr_mpi_cx_setup(
 ) -> u64 {
     // SAFETY: the caller's contract.
     let keys = unsafe { std::slice::from_raw_parts(keys, size.max(0) as usize) }.to_vec();
-    let Ok(Some(settings)) = crate::settings::Settings::from_env().codec else {
+    let Ok(Some(settings)) = &crate::settings::Settings::process().codec else {
         return 0;
     };
+    let settings = settings.clone();
     // SAFETY: the caller's contract.
     unsafe { *agreement = settings.agreement(&keys) };
     match setup(settings, keys) {

@@ -293,7 +293,7 @@ pub unsafe extern "C" fn vargr_mpi_start(
     };
     let (_built_for, runs_on) = (text(built_for), text(runs_on));
     c_int::from(start(
-        &Settings::from_env(),
+        Settings::process(),
         u32::try_from(rank).unwrap_or(0),
         u32::try_from(size).unwrap_or(0),
         usize::try_from(kinds).unwrap_or(0),

@@ -55,6 +55,13 @@ impl Settings {
         Settings::from_vars(|k| std::env::var_os(k))
     }
 
+    /// This process's settings, read from its environment once (at `MPI_Init`, where
+    /// tracing and compression each need them).
+    pub fn process() -> &'static Settings {
+        static SETTINGS: std::sync::OnceLock<Settings> = std::sync::OnceLock::new();
+        SETTINGS.get_or_init(Settings::from_env)
+    }
+
     /// From any source of variables (the environment, or a test's map).
     pub fn from_vars(var: impl Fn(&str) -> Option<OsString>) -> Settings {
         let text = |k: &str| {
