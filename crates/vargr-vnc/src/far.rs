@@ -65,6 +65,16 @@ pub enum RegionCut {
     Varg(VargParams),
 }
 
+/// A screen as the Varg segmenter reads it, four bytes a pixel, into `out` (whose
+/// memory is reused): the far side cuts its shadow and the near side its mirror alike.
+pub(crate) fn segmenter_image(fb: &Framebuffer, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(fb.pixels().len() * 4);
+    for p in fb.pixels() {
+        out.extend_from_slice(&p.to_le_bytes());
+    }
+}
+
 pub struct FarSide {
     limits: ProxyLimits,
     rfb: ClientSide,
@@ -180,11 +190,7 @@ impl FarSide {
             }
             return true;
         };
-        self.image.clear();
-        self.image.reserve(shadow.pixels().len() * 4);
-        for p in shadow.pixels() {
-            self.image.extend_from_slice(&p.to_le_bytes());
-        }
+        segmenter_image(shadow, &mut self.image);
         let cut = varg
             .regions(&self.image, h as usize, w as usize, 4)
             .expect("the image has the screen's size");

@@ -157,10 +157,10 @@ impl Default for LinkConfig {
                 max_layout: PLAIN_MAX,
                 ..DedupConfig::default()
             },
-            // Updates are small and links slow: level 9 takes a fifth off level 3's
-            // bytes on the benchmark's sessions for little CPU.
+            // Updates are small and links slow, so CPU spent on the ratio pays;
+            // docs/benchmarks.md ("How Varg got here") has what each level saved.
             zstd_level: 9,
-            // A few milliseconds of CPU for a tenth of a small update's bytes.
+            // Small updates take a strong level against the history (squeeze.rs).
             small_piece: 64 << 10,
             small_level: 19,
             max_frame: 1 << 20,
@@ -284,14 +284,15 @@ impl<C: SegmentCache> FarLink<C> {
                 let bytes: Vec<Vec<u8>> = regions.iter().map(|r| rgb_bytes(&r.pixels)).collect();
                 let full: Vec<Fingerprint> = bytes.iter().map(|b| Fingerprint::full(b)).collect();
                 let unknown = self.unknown(&full);
-                if self.plain_is_cheaper(&bytes, &unknown, changed) {
+                let tiles = packed(changed);
+                if self.plain_is_cheaper(&bytes, &unknown, changed.len(), &tiles) {
                     self.plains += 1;
                     let teach = if *horizontal {
                         TEACH_BANDS
                     } else {
                         TEACH_COLUMNS
                     };
-                    self.send_plain(changed, teach)?;
+                    self.send_plain(changed, tiles, teach)?;
                     // What the near side stores as it learns (it stores the regions
                     // this cache may hold too, which changes nothing here).
                     for &k in &unknown {
@@ -330,11 +331,13 @@ impl<C: SegmentCache> FarLink<C> {
         unknown
     }
 
+    /// `tiles`: the changed areas as [`packed`] makes them.
     fn plain_is_cheaper(
         &mut self,
         bytes: &[Vec<u8>],
         unknown: &[usize],
-        changed: &[Region],
+        changed: usize,
+        tiles: &[u8],
     ) -> bool {
         let new: Vec<u8> = unknown
             .iter()
@@ -344,7 +347,7 @@ impl<C: SegmentCache> FarLink<C> {
         // prediction 1 to 5, the group's hash 17.
         let known = bytes.len() - unknown.len();
         let varg = 17 + 2 * bytes.len() + 3 * known + self.zstd.estimate(&new);
-        let plain = 2 * changed.len() + self.zstd.estimate(&packed(changed));
+        let plain = 2 * changed + self.zstd.estimate(tiles);
         plain < varg
     }
 
@@ -353,7 +356,23 @@ impl<C: SegmentCache> FarLink<C> {
     /// last carries `teach`: how the near side cuts its mirror, once it holds the
     /// update, into the regions the update touches, which it stores as if they had
     /// crossed (the caller stores them here).
-    fn send_plain(&mut self, changed: &[Region], teach: u8) -> Result<(), VncError> {
+    /// `tiles`: the changed areas packed already (for the estimate), sent as they are
+    /// when they fit one message.
+    fn send_plain(
+        &mut self,
+        changed: &[Region],
+        tiles: BytesMut,
+        teach: u8,
+    ) -> Result<(), VncError> {
+        if tiles.len() < PLAIN_MAX / 2 {
+            let mut layout = BytesMut::with_capacity(1 + tiles.len());
+            layout.put_u8(teach);
+            layout.extend_from_slice(&tiles);
+            return self
+                .sender
+                .send_message(CH_PLAIN, &layout, &[])
+                .map_err(|e| link_error("dedup sender", e));
+        }
         let mut start = 0;
         let mut first = true;
         while start < changed.len() || first {
@@ -577,6 +596,8 @@ pub struct NearLink<C: SegmentCache> {
     /// are still to be stored (with the orientation of their cut).
     taught: Vec<Area>,
     lessons: Vec<(bool, Vec<Area>)>,
+    /// The mirror as the cutter reads it (kept to reuse its memory).
+    image: Vec<u8>,
 }
 
 /// x, y, width, height.
@@ -608,6 +629,7 @@ impl<C: SegmentCache> NearLink<C> {
                 .map_err(|e| link_error("Varg parameters", e))?,
             taught: Vec::new(),
             lessons: Vec::new(),
+            image: Vec::new(),
         })
     }
 
@@ -816,14 +838,10 @@ impl<C: SegmentCache> NearLink<C> {
             return Ok(());
         }
         let (w, h) = (mirror.width(), mirror.height());
-        let image: Vec<u8> = mirror
-            .pixels()
-            .iter()
-            .flat_map(|p| p.to_le_bytes())
-            .collect();
+        crate::far::segmenter_image(mirror, &mut self.image);
         for (horizontal, areas) in lessons {
             let cut = cutter
-                .regions_oriented(&image, h as usize, w as usize, 4, horizontal)
+                .regions_oriented(&self.image, h as usize, w as usize, 4, horizontal)
                 .map_err(|e| link_error("Varg", e))?;
             for b in cut.boxes {
                 let (bx, by, bw, bh) =

@@ -7,9 +7,9 @@
 //! level on a whole stream would cost the large ones dearly. So a piece up to
 //! [`Tiers::small`] bytes goes as a zstd frame of its own at [`Tiers::small_level`]
 //! with the last [`HISTORY`] bytes of everything sent as its prefix, which both ends
-//! keep; a larger one goes into the stream. On the benchmark's sessions this takes a
-//! tenth off an idle desktop's bytes and a twelfth off a redrawn plot's against the
-//! stream alone at level 9, for a few milliseconds of CPU an update.
+//! keep; a larger one goes into the stream. What that saves, and what it costs in
+//! latency, is in docs/benchmarks.md (Varg, "How Varg got here"); `cargo run --release -p
+//! vargr-vnc --example link_bytes` shows it per update of a recording.
 
 use std::io;
 
