@@ -54,6 +54,12 @@ if need Xvnc; then
 fi
 rustup component list --installed 2>/dev/null | grep -q clippy || rustup component add clippy rustfmt || true
 cargo --version
+# Disk is shared and sometimes short: a run once died of "No space left on device". A run
+# builds everything once, so incremental caches only cost space, and full debug info
+# more than doubles every test binary; line tables keep backtraces readable.
+export CARGO_INCREMENTAL=0
+export CARGO_PROFILE_DEV_DEBUG=line-tables-only
+df -h . 2>/dev/null | tail -n 1 | awk '{print "disk: " $4 " free of " $2}'
 
 echo "== format and lints"
 cargo fmt --all -- --check
@@ -116,3 +122,4 @@ WHEEL=$(PATH="$PYVENV/bin:$PATH" PYTHON="$PYVENV/bin/python" scripts/build-wheel
 
 echo "== python tests"
 VARGR_REQUIRE_MPIRUN=1 VARGR_REQUIRE_WHEEL=1 "$PYVENV/bin/python" -m pytest -q python/tests 2>&1 | tee target/pytest.log
+du -sh target 2>/dev/null | awk '{print "target directory: " $1}'
