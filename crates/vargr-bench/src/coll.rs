@@ -492,7 +492,15 @@ fn run_one(
 
 /// Runs `cmd` in its own process group, returns its stdout; kills the whole group (the
 /// launcher and every rank) when it takes longer than `timeout`.
-pub(crate) fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<String> {
+pub(crate) fn run_with_timeout(cmd: Command, timeout: Duration) -> Result<String> {
+    run_with_timeout_both(cmd, timeout).map(|(out, _)| out)
+}
+
+/// [`run_with_timeout`], returning the job's standard error too.
+pub(crate) fn run_with_timeout_both(
+    mut cmd: Command,
+    timeout: Duration,
+) -> Result<(String, String)> {
     use std::os::unix::process::CommandExt;
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -549,7 +557,7 @@ pub(crate) fn run_with_timeout(mut cmd: Command, timeout: Duration) -> Result<St
             tail(&stderr)
         ),
         Some(s) if !s.success() => bail!("the job failed ({s}):\n{}", tail(&stderr)),
-        Some(_) => Ok(stdout),
+        Some(_) => Ok((stdout, stderr)),
     }
 }
 

@@ -644,7 +644,7 @@ fn print_table(records: &[IoRecord]) {
 }
 
 /// Removes the scratch directory when the benchmark ends, however it ends.
-fn scopeguard(dir: &std::path::Path) -> impl Drop + '_ {
+pub(crate) fn scopeguard(dir: &std::path::Path) -> impl Drop + '_ {
     struct Remove<'a>(&'a std::path::Path);
     impl Drop for Remove<'_> {
         fn drop(&mut self) {

@@ -15,6 +15,7 @@ mod ffi;
 mod io;
 mod job_check;
 mod link;
+mod mpi_shim;
 mod procs;
 mod sor;
 mod trace;
@@ -104,6 +105,9 @@ enum Cmd {
     /// Varg against direct VNC (Raw, Hextile, ZRLE, Tight) over the seed's slow links:
     /// bytes on the wire and update latency of recorded screen sessions.
     Vnc(vnc::VncBenchArgs),
+    /// libvargr_mpi.so on unmodified MPI programs (NetPIPE, an IS exchange, HPCC): what
+    /// tracing costs and what compression between two emulated sites gains.
+    MpiShim(mpi_shim::MpiShimArgs),
     /// Joins the job it was started in and prints what it learned (tests of `vargr run`).
     #[command(hide = true)]
     RankInfo,
@@ -182,6 +186,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Ffi(a) => ffi::run(a, programs),
         Cmd::Link(a) => link::run(a),
         Cmd::Vnc(a) => vnc::run(a, programs),
+        Cmd::MpiShim(a) => mpi_shim::run(a, programs),
         Cmd::RankInfo => job_check::rank_info(),
         Cmd::MeshCheck { shm_stats } => job_check::mesh_check(shm_stats),
         Cmd::CollCheck => coll_check::run(),

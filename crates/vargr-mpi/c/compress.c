@@ -3,12 +3,12 @@
  * This file moves them with the real MPI so that the program's matching (source, tag,
  * communicator, order), statuses and errors stay what they would be without us:
  *
- * - A send of n >= cx_min bytes to another site sends the frame (never shorter than
- *   cx_min: padded) as MPI_BYTE with the program's tag and communicator. Ready sends
+ * - A send of n >= cx_floor bytes to another site sends the frame (never shorter than
+ *   cx_floor: padded) as MPI_BYTE with the program's tag and communicator. Ready sends
  *   become standard ones (a receive of ours may not be posted yet); buffered ones go in
  *   the background (a frame may not fit the program's attached buffer).
  * - A receive that may get a frame (from another site, or from any source when some
- *   are on other sites, into a buffer of cx_min bytes or more; a smaller buffer would
+ *   are on other sites, into a buffer of cx_floor bytes or more; a smaller buffer would
  *   truncate a frame's message anyway) first learns the message's size: blocking ones
  *   with MPI_Mprobe, then receive it in place or as a frame; non-blocking and
  *   persistent ones receive into a buffer large enough for either, and are finished
@@ -19,9 +19,15 @@
  *   (in order, so matching stays MPI's). A matched probe (MPI_Mprobe) of a frame
  *   returns a handle of our own (a zero-byte message to ourselves on a private
  *   communicator), which our MPI_Mrecv recognises.
+ * - MPI_Alltoall (with messages of cx_floor bytes or more) and MPI_Alltoallv on a
+ *   communicator that spans sites are rebuilt on point-to-point messages of a private
+ *   duplicate, those between sites as frames: an exchange of large blocks, where a slow
+ *   link pays for the codec (the seed's IS). Other collectives pass untouched: their
+ *   messages do not cross PMPI's point-to-point calls, and rebuilding reductions and
+ *   broadcasts on frames would trade MPI's tuned trees for a codec that pays only on
+ *   large, compressible data.
  *
- * What is not done: collectives pass untouched (their messages do not cross PMPI's
- * point-to-point calls); a persistent receive started while the stash holds a message
+ * What is not done: a persistent receive started while the stash holds a message
  * it would match gets the next one; a request freed while active keeps its buffer. */
 
 #include <pthread.h>
@@ -46,7 +52,7 @@ extern void vargr_mpi_cx_sent(uint32_t peer, uint64_t wire, double seconds);
 extern void vargr_mpi_cx_summary(const uint64_t totals[3]);
 extern uint64_t vargr_mpi_now(void);
 
-uint64_t cx_min;
+uint64_t cx_floor;
 
 static uint64_t *site;   /* site key of each world rank */
 /* Frames sent, their original bytes and their bytes on the wire (padding included). */
@@ -92,10 +98,10 @@ void cx_init(int rank, int size) {
     }
     PMPI_Allgather(&key, 1, MPI_UINT64_T, site, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     uint64_t agreement = 0, lo = 0, hi = 0;
-    uint64_t min = vargr_mpi_cx_setup(site, size, &agreement);
+    uint64_t from = vargr_mpi_cx_setup(site, size, &agreement);
     PMPI_Allreduce(&agreement, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     PMPI_Allreduce(&agreement, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
-    if (lo != hi || min == 0) {
+    if (lo != hi || from == 0) {
         if (rank == 0) {
             fprintf(stderr, "vargr-mpi: the ranks do not agree on compression (codec, "
                             "threshold or sites differ between them, or a rank could not "
@@ -106,7 +112,7 @@ void cx_init(int rank, int size) {
     world_size = size;
     my_world = rank;
     PMPI_Comm_dup(MPI_COMM_SELF, &cx_self);
-    cx_min = min;
+    cx_floor = from;
 }
 
 /* ---- who is where ------------------------------------------------------------------------ */
@@ -198,7 +204,7 @@ static int find(MPI_Request r, op *out, int keep) { return ops_find(r, out, keep
 
 /* ---- frames out ---------------------------------------------------------------------------- */
 
-/* The frame of the caller's message, padded to cx_min, in a new buffer (NULL when
+/* The frame of the caller's message, padded to cx_floor, in a new buffer (NULL when
  * memory runs out). `stored`: no compression. */
 static unsigned char *frame_of(const void *buf, int count, MPI_Datatype t, MPI_Comm comm,
                                uint32_t peer, int stored, size_t *len) {
@@ -217,12 +223,12 @@ static unsigned char *frame_of(const void *buf, int count, MPI_Datatype t, MPI_C
         data = packed;
     }
     size_t bound = (size_t)vargr_mpi_cx_bound(n);
-    size_t cap = bound > cx_min ? bound : (size_t)cx_min;
+    size_t cap = bound > cx_floor ? bound : (size_t)cx_floor;
     unsigned char *f = calloc(cap, 1);
     if (f != NULL) {
         size_t used = (size_t)vargr_mpi_cx_encode(peer, data == packed ? 0 : elem_of(t), data, n,
                                                   stored, f);
-        *len = used > cx_min ? used : (size_t)cx_min;
+        *len = used > cx_floor ? used : (size_t)cx_floor;
         pthread_mutex_lock(&framed_lock);
         framed[0] += 1;
         framed[1] += n;
@@ -234,8 +240,8 @@ static unsigned char *frame_of(const void *buf, int count, MPI_Datatype t, MPI_C
 }
 
 static int wants_frame(comm_info *c, int dest, int count, MPI_Datatype t) {
-    return cx_min && dest != MPI_PROC_NULL && is_remote(c, dest) &&
-           vargr_bytes_of(count, t) >= cx_min;
+    return cx_floor && dest != MPI_PROC_NULL && is_remote(c, dest) &&
+           vargr_bytes_of(count, t) >= cx_floor;
 }
 
 static int no_memory(MPI_Comm comm) {
@@ -277,7 +283,7 @@ static void reap(int wait) {
 }
 
 void cx_finalize(void) {
-    if (!cx_min) {
+    if (!cx_floor) {
         return;
     }
     reap(1);
@@ -392,7 +398,7 @@ int cx_send_init(int mode, const void *buf, int count, MPI_Datatype t, int dest,
         n = (uint64_t)psize;
     }
     size_t bound = (size_t)vargr_mpi_cx_bound(n);
-    size_t len = bound > cx_min ? bound : (size_t)cx_min;
+    size_t len = bound > cx_floor ? bound : (size_t)cx_floor;
     unsigned char *f = calloc(len, 1);
     if (f == NULL) {
         return no_memory(comm);
@@ -460,12 +466,12 @@ static int deliver(const unsigned char *wire, size_t wire_len, void *buf, int co
 }
 
 /* A message received whole into `temp` (`n` bytes, as MPI_PACKED, from st's source): a
- * frame if it came from another site with at least cx_min bytes, else the sender's
+ * frame if it came from another site with at least cx_floor bytes, else the sender's
  * bytes, which the caller's type unpacks. */
 static int land(const unsigned char *temp, size_t n, void *buf, int count, MPI_Datatype t,
                 MPI_Comm comm, MPI_Status *st) {
     comm_info *c = vargr_info_of(comm);
-    if (is_remote(c, st->MPI_SOURCE) && n >= cx_min) {
+    if (is_remote(c, st->MPI_SOURCE) && n >= cx_floor) {
         return deliver(temp, n, buf, count, t, comm, st);
     }
     unsigned char *out = (unsigned char *)contiguous(buf, count, t);
@@ -500,11 +506,11 @@ static int land(const unsigned char *temp, size_t n, void *buf, int count, MPI_D
 /* Where a receive of `count` elements that may get a frame lands first. */
 static size_t landing_size(int count, MPI_Datatype t) {
     size_t b = (size_t)vargr_mpi_cx_bound(vargr_bytes_of(count, t));
-    return b > cx_min ? b : (size_t)cx_min;
+    return b > cx_floor ? b : (size_t)cx_floor;
 }
 
 static int may_get_frame(comm_info *c, int src, int count, MPI_Datatype t) {
-    return cx_min && vargr_bytes_of(count, t) >= cx_min && may_be_remote(c, src);
+    return cx_floor && vargr_bytes_of(count, t) >= cx_floor && may_be_remote(c, src);
 }
 
 /* ---- the stash: frames a probe took out of MPI, in order -------------------------------- */
@@ -620,7 +626,7 @@ static int is_frame(MPI_Comm comm, const MPI_Status *st, size_t *n) {
     PMPI_Get_count(st, MPI_BYTE, &count);
     *n = count > 0 ? (size_t)count : 0;
     return st->MPI_SOURCE != MPI_PROC_NULL && is_remote(vargr_info_of(comm), st->MPI_SOURCE) &&
-           *n >= cx_min;
+           *n >= cx_floor;
 }
 
 /* Delivers a stashed message to the caller and frees it. */
@@ -1012,5 +1018,147 @@ int cx_finish(MPI_Request r, MPI_Status *st) {
         }
         break;
     }
+    return rc;
+}
+
+/* ---- all-to-all, rebuilt on frames ------------------------------------------------------- */
+
+/* Where a rebuilt collective's messages go: a private duplicate of the communicator, made
+ * on first use (a collective call, as the program's collective is), so that they never
+ * match the program's own messages. */
+static int twin_of(comm_info *c, MPI_Comm comm, MPI_Comm *twin) {
+    if (!c->twin_made) {
+        int rc = PMPI_Comm_dup(comm, &c->twin);
+        if (rc != MPI_SUCCESS) {
+            return rc;
+        }
+        c->twin_made = 1;
+    }
+    *twin = c->twin;
+    return MPI_SUCCESS;
+}
+
+/* Whether the message between this rank and `peer` of `count` elements of `t` goes as a
+ * frame: both ends decide alike, since MPI makes the bytes sent and received agree. */
+static int pair_framed(comm_info *c, int peer, int count, MPI_Datatype t) {
+    return peer != c->me && is_remote(c, peer) && vargr_bytes_of(count, t) >= cx_floor;
+}
+
+/* MPI_Alltoallv as point-to-point messages on the twin, those between sites as frames.
+ * Taken whenever the communicator spans sites, which every member knows alike (a rank
+ * cannot know whether the others' messages are large): the messages are posted all at
+ * once, as Open MPI's own linear algorithm for Alltoallv does, frames encoded one by one
+ * while the earlier ones travel. */
+int cx_alltoallv(const void *sbuf, const int scounts[], const int sdispls[], MPI_Datatype stype,
+                 void *rbuf, const int rcounts[], const int rdispls[], MPI_Datatype rtype,
+                 MPI_Comm comm) {
+    comm_info *c = vargr_info_of(comm);
+    int inter = 1;
+    PMPI_Comm_test_inter(comm, &inter);
+    MPI_Comm twin;
+    if (c == NULL || inter || sbuf == MPI_IN_PLACE || !may_be_remote(c, MPI_ANY_SOURCE) ||
+        twin_of(c, comm, &twin) != MPI_SUCCESS) {
+        return PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
+                              comm);
+    }
+    int n = c->size, me = c->me;
+    MPI_Aint lb = 0, sext = 0, rext = 0;
+    PMPI_Type_get_extent(stype, &lb, &sext);
+    PMPI_Type_get_extent(rtype, &lb, &rext);
+    MPI_Request *reqs = malloc(sizeof(MPI_Request) * 2 * (size_t)n);
+    MPI_Status *stats = malloc(sizeof(MPI_Status) * 2 * (size_t)n);
+    unsigned char **landed = calloc((size_t)n, sizeof *landed);
+    unsigned char **frames = calloc((size_t)n, sizeof *frames);
+    if (!reqs || !stats || !landed || !frames) {
+        free(reqs);
+        free(stats);
+        free(landed);
+        free(frames);
+        return no_memory(comm);
+    }
+    int rc = MPI_SUCCESS;
+    for (int k = 0; k < n; k++) {
+        int p = (me - k + n) % n;
+        reqs[p] = MPI_REQUEST_NULL;
+        if (rc != MPI_SUCCESS) {
+            continue;
+        }
+        if (pair_framed(c, p, rcounts[p], rtype)) {
+            size_t cap = landing_size(rcounts[p], rtype);
+            landed[p] = malloc(cap);
+            rc = landed[p] == NULL ? MPI_ERR_NO_MEM
+                                   : PMPI_Irecv(landed[p], (int)cap, MPI_BYTE, p, 0, twin, &reqs[p]);
+        } else {
+            rc = PMPI_Irecv((char *)rbuf + (MPI_Aint)rdispls[p] * rext, rcounts[p], rtype, p, 0,
+                            twin, &reqs[p]);
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        int p = (me + k) % n;
+        reqs[n + p] = MPI_REQUEST_NULL;
+        if (rc != MPI_SUCCESS) {
+            continue;
+        }
+        const char *src = (const char *)sbuf + (MPI_Aint)sdispls[p] * sext;
+        if (pair_framed(c, p, scounts[p], stype)) {
+            size_t len = 0;
+            frames[p] = frame_of(src, scounts[p], stype, comm, vargr_world_of(c, p), 0, &len);
+            rc = frames[p] == NULL
+                     ? MPI_ERR_NO_MEM
+                     : PMPI_Isend(frames[p], (int)len, MPI_BYTE, p, 0, twin, &reqs[n + p]);
+        } else {
+            rc = PMPI_Isend(src, scounts[p], stype, p, 0, twin, &reqs[n + p]);
+        }
+    }
+    /* Whatever was posted completes before its buffers go, even after an error. */
+    int wrc = PMPI_Waitall(2 * n, reqs, stats);
+    if (rc == MPI_SUCCESS && wrc != MPI_SUCCESS) {
+        rc = wrc;
+    }
+    for (int p = 0; p < n && rc == MPI_SUCCESS; p++) {
+        if (landed[p] != NULL) {
+            int got = 0;
+            PMPI_Get_count(&stats[p], MPI_BYTE, &got);
+            rc = deliver(landed[p], got > 0 ? (size_t)got : 0,
+                         (char *)rbuf + (MPI_Aint)rdispls[p] * rext, rcounts[p], rtype, comm,
+                         &stats[p]);
+        }
+    }
+    for (int p = 0; p < n; p++) {
+        free(landed[p]);
+        free(frames[p]);
+    }
+    free(reqs);
+    free(stats);
+    free(landed);
+    free(frames);
+    if (rc == MPI_ERR_NO_MEM) {
+        return no_memory(comm);
+    }
+    return rc;
+}
+
+/* MPI_Alltoall: the same, when its messages are large enough to be framed (every rank
+ * sends and receives the same number of bytes, so all decide alike). */
+int cx_alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                MPI_Datatype rtype, MPI_Comm comm) {
+    comm_info *c = vargr_info_of(comm);
+    if (c == NULL || sbuf == MPI_IN_PLACE || vargr_bytes_of(rcount, rtype) < cx_floor) {
+        return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    }
+    int n = c->size;
+    int *counts = malloc(sizeof(int) * 4 * (size_t)(n > 0 ? n : 1));
+    if (counts == NULL) {
+        return no_memory(comm);
+    }
+    int *sd = counts + n, *rc_ = counts + 2 * n, *rd = counts + 3 * n;
+    for (int i = 0; i < n; i++) {
+        counts[i] = scount;
+        sd[i] = i * scount;
+        rc_[i] = rcount;
+        rd[i] = i * rcount;
+    }
+    int rc = cx_alltoallv(sbuf, counts, sd, stype, rbuf, rc_, rd, rtype, comm);
+    free(counts);
     return rc;
 }

@@ -18,6 +18,8 @@ typedef struct {
     uint32_t *world; /* world rank of each peer rank; NULL: the identity (the world) */
     uint32_t seq;    /* collective calls so far: the same on every member */
     int remote;      /* compression: -1 not known yet, 0 no peer on another site, 1 some */
+    int twin_made;   /* compression: whether `twin` exists */
+    MPI_Comm twin;   /* compression: a private duplicate for rebuilt collectives */
 } comm_info;
 
 comm_info *vargr_info_of(MPI_Comm comm);
@@ -26,8 +28,9 @@ uint64_t vargr_bytes_of(int count, MPI_Datatype t);
 
 /* ---- compress.c ---------------------------------------------------------------------- */
 
-/* The threshold in bytes while compression is on, else 0. */
-extern uint64_t cx_min;
+/* While compression is on, the size from which messages between sites travel as
+ * frames (src/compress.rs says why it is not the compression threshold), else 0. */
+extern uint64_t cx_floor;
 
 /* Set up at MPI_Init (collective: every rank calls it), after the trace's start. */
 void cx_init(int rank, int size);
@@ -68,6 +71,11 @@ int cx_imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Reques
 int cx_start(MPI_Request *req);
 int cx_startall(int n, MPI_Request reqs[]);
 int cx_request_free(MPI_Request *req);
+int cx_alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                MPI_Datatype rtype, MPI_Comm comm);
+int cx_alltoallv(const void *sbuf, const int scounts[], const int sdispls[], MPI_Datatype stype,
+                 void *rbuf, const int rcounts[], const int rdispls[], MPI_Datatype rtype,
+                 MPI_Comm comm);
 
 /* Finishes request `r` (its handle before completion), completed by PMPI with status
  * `st` (never MPI_STATUS_IGNORE): decodes into the caller's buffer and makes the

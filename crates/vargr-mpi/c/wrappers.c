@@ -196,14 +196,16 @@ uint64_t vargr_bytes_of(int count, MPI_Datatype t) {
 #define bytes_of vargr_bytes_of
 
 /* The MPI calls the wrappers make: through compress.c while compression is on. */
-#define SEND(...) (cx_min ? cx_send(CX_SEND, __VA_ARGS__) : PMPI_Send(__VA_ARGS__))
-#define SSEND(...) (cx_min ? cx_send(CX_SSEND, __VA_ARGS__) : PMPI_Ssend(__VA_ARGS__))
-#define ISEND(...) (cx_min ? cx_isend(CX_SEND, __VA_ARGS__) : PMPI_Isend(__VA_ARGS__))
-#define RECV(...) (cx_min ? cx_recv(__VA_ARGS__) : PMPI_Recv(__VA_ARGS__))
-#define IRECV(...) (cx_min ? cx_irecv(__VA_ARGS__) : PMPI_Irecv(__VA_ARGS__))
-#define SENDRECV(...) (cx_min ? cx_sendrecv(__VA_ARGS__) : PMPI_Sendrecv(__VA_ARGS__))
-#define PROBE(...) (cx_min ? cx_probe(__VA_ARGS__) : PMPI_Probe(__VA_ARGS__))
-#define IPROBE(...) (cx_min ? cx_iprobe(__VA_ARGS__) : PMPI_Iprobe(__VA_ARGS__))
+#define SEND(...) (cx_floor ? cx_send(CX_SEND, __VA_ARGS__) : PMPI_Send(__VA_ARGS__))
+#define SSEND(...) (cx_floor ? cx_send(CX_SSEND, __VA_ARGS__) : PMPI_Ssend(__VA_ARGS__))
+#define ISEND(...) (cx_floor ? cx_isend(CX_SEND, __VA_ARGS__) : PMPI_Isend(__VA_ARGS__))
+#define RECV(...) (cx_floor ? cx_recv(__VA_ARGS__) : PMPI_Recv(__VA_ARGS__))
+#define IRECV(...) (cx_floor ? cx_irecv(__VA_ARGS__) : PMPI_Irecv(__VA_ARGS__))
+#define SENDRECV(...) (cx_floor ? cx_sendrecv(__VA_ARGS__) : PMPI_Sendrecv(__VA_ARGS__))
+#define PROBE(...) (cx_floor ? cx_probe(__VA_ARGS__) : PMPI_Probe(__VA_ARGS__))
+#define IPROBE(...) (cx_floor ? cx_iprobe(__VA_ARGS__) : PMPI_Iprobe(__VA_ARGS__))
+#define ALLTOALL(...) (cx_floor ? cx_alltoall(__VA_ARGS__) : PMPI_Alltoall(__VA_ARGS__))
+#define ALLTOALLV(...) (cx_floor ? cx_alltoallv(__VA_ARGS__) : PMPI_Alltoallv(__VA_ARGS__))
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
@@ -362,7 +364,7 @@ int vargr_w_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int 
 
 static int isend_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
                       MPI_Comm comm, MPI_Request *req) {
-    return cx_min ? cx_isend(mode, buf, count, t, dest, tag, comm, req)
+    return cx_floor ? cx_isend(mode, buf, count, t, dest, tag, comm, req)
                   : pmpi_isend_mode(mode, buf, count, t, dest, tag, comm, req);
 }
 
@@ -408,7 +410,7 @@ int vargr_w_MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int
 static int send_traced(int kind, int mode, const void *buf, int count, MPI_Datatype t,
                        int dest, int tag, MPI_Comm comm) {
     uint64_t t0 = on ? vargr_mpi_now() : 0;
-    int rc = cx_min ? cx_send(mode, buf, count, t, dest, tag, comm)
+    int rc = cx_floor ? cx_send(mode, buf, count, t, dest, tag, comm)
                     : pmpi_send_mode(mode, buf, count, t, dest, tag, comm);
     return on ? sent(kind, rc, count, t, dest, tag, comm, t0) : rc;
 }
@@ -427,31 +429,31 @@ int vargr_w_MPI_Rsend(const void *buf, int count, MPI_Datatype t, int dest, int 
  * the trace yet). */
 int vargr_w_MPI_Send_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                           MPI_Comm comm, MPI_Request *req) {
-    return cx_min ? cx_send_init(CX_SEND, buf, count, t, dest, tag, comm, req)
+    return cx_floor ? cx_send_init(CX_SEND, buf, count, t, dest, tag, comm, req)
                   : PMPI_Send_init(buf, count, t, dest, tag, comm, req);
 }
 
 int vargr_w_MPI_Bsend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                            MPI_Comm comm, MPI_Request *req) {
-    return cx_min ? cx_send_init(CX_BSEND, buf, count, t, dest, tag, comm, req)
+    return cx_floor ? cx_send_init(CX_BSEND, buf, count, t, dest, tag, comm, req)
                   : PMPI_Bsend_init(buf, count, t, dest, tag, comm, req);
 }
 
 int vargr_w_MPI_Ssend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                            MPI_Comm comm, MPI_Request *req) {
-    return cx_min ? cx_send_init(CX_SSEND, buf, count, t, dest, tag, comm, req)
+    return cx_floor ? cx_send_init(CX_SSEND, buf, count, t, dest, tag, comm, req)
                   : PMPI_Ssend_init(buf, count, t, dest, tag, comm, req);
 }
 
 int vargr_w_MPI_Rsend_init(const void *buf, int count, MPI_Datatype t, int dest, int tag,
                            MPI_Comm comm, MPI_Request *req) {
-    return cx_min ? cx_send_init(CX_RSEND, buf, count, t, dest, tag, comm, req)
+    return cx_floor ? cx_send_init(CX_RSEND, buf, count, t, dest, tag, comm, req)
                   : PMPI_Rsend_init(buf, count, t, dest, tag, comm, req);
 }
 
 int vargr_w_MPI_Recv_init(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
                           MPI_Request *req) {
-    return cx_min ? cx_recv_init(buf, count, t, src, tag, comm, req)
+    return cx_floor ? cx_recv_init(buf, count, t, src, tag, comm, req)
                   : PMPI_Recv_init(buf, count, t, src, tag, comm, req);
 }
 
@@ -521,11 +523,11 @@ int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int d
 
 /* Finishes what compress.c started for completed request `r`; the error it reports. */
 static int finish(MPI_Request r, MPI_Status *s) {
-    return cx_min ? cx_finish(r, s) : MPI_SUCCESS;
+    return cx_floor ? cx_finish(r, s) : MPI_SUCCESS;
 }
 
 int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Wait(req, st);
     }
     MPI_Status mine;
@@ -547,7 +549,7 @@ int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
 }
 
 int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Test(req, flag, st);
     }
     MPI_Status mine;
@@ -651,11 +653,11 @@ static int finish_many(many *m, int n, const int *idx, int rc, uint64_t t1) {
 
 int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
     many m;
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Waitall(n, reqs, stats);
     }
     if (!many_init(&m, n, reqs, stats)) {
-        return cx_min ? no_copies() : PMPI_Waitall(n, reqs, stats);
+        return cx_floor ? no_copies() : PMPI_Waitall(n, reqs, stats);
     }
     uint64_t t0 = vargr_mpi_now();
     int rc = PMPI_Waitall(n, reqs, m.s);
@@ -670,11 +672,11 @@ int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
 
 int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
     many m;
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Testall(n, reqs, flag, stats);
     }
     if (!many_init(&m, n, reqs, stats)) {
-        return cx_min ? no_copies() : PMPI_Testall(n, reqs, flag, stats);
+        return cx_floor ? no_copies() : PMPI_Testall(n, reqs, flag, stats);
     }
     uint64_t t0 = vargr_mpi_now();
     int rc = PMPI_Testall(n, reqs, flag, m.s);
@@ -691,11 +693,11 @@ int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]
 
 int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
     many m;
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Waitany(n, reqs, index, st);
     }
     if (!many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
-        return cx_min ? no_copies() : PMPI_Waitany(n, reqs, index, st);
+        return cx_floor ? no_copies() : PMPI_Waitany(n, reqs, index, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
@@ -717,11 +719,11 @@ int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
 
 int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st) {
     many m;
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Testany(n, reqs, index, flag, st);
     }
     if (!many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
-        return cx_min ? no_copies() : PMPI_Testany(n, reqs, index, flag, st);
+        return cx_floor ? no_copies() : PMPI_Testany(n, reqs, index, flag, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
@@ -745,7 +747,7 @@ static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
                 MPI_Status stats[], int test) {
     many m;
     if (!many_init(&m, n, reqs, stats)) {
-        return cx_min ? no_copies()
+        return cx_floor ? no_copies()
                : test ? PMPI_Testsome(n, reqs, outcount, idx, stats)
                       : PMPI_Waitsome(n, reqs, outcount, idx, stats);
     }
@@ -784,7 +786,7 @@ static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
 
 int vargr_w_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[],
                          MPI_Status stats[]) {
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Waitsome(n, reqs, outcount, idx, stats);
     }
     return some(K_WAITSOME, n, reqs, outcount, idx, stats, 0);
@@ -792,22 +794,22 @@ int vargr_w_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[],
 
 int vargr_w_MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[],
                          MPI_Status stats[]) {
-    if (!on && !cx_min) {
+    if (!on && !cx_floor) {
         return PMPI_Testsome(n, reqs, outcount, idx, stats);
     }
     return some(K_TESTSOME, n, reqs, outcount, idx, stats, 1);
 }
 
 int vargr_w_MPI_Request_free(MPI_Request *req) {
-    return cx_min ? cx_request_free(req) : PMPI_Request_free(req);
+    return cx_floor ? cx_request_free(req) : PMPI_Request_free(req);
 }
 
 int vargr_w_MPI_Start(MPI_Request *req) {
-    return cx_min ? cx_start(req) : PMPI_Start(req);
+    return cx_floor ? cx_start(req) : PMPI_Start(req);
 }
 
 int vargr_w_MPI_Startall(int n, MPI_Request reqs[]) {
-    return cx_min ? cx_startall(n, reqs) : PMPI_Startall(n, reqs);
+    return cx_floor ? cx_startall(n, reqs) : PMPI_Startall(n, reqs);
 }
 
 /* ---- probes ----------------------------------------------------------------------------- */
@@ -885,13 +887,13 @@ static comm_info *comm_of_matched(MPI_Message m) {
 
 int vargr_w_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
     if (!on) {
-        return cx_min ? cx_mprobe(src, tag, comm, msg, st)
+        return cx_floor ? cx_mprobe(src, tag, comm, msg, st)
                       : PMPI_Mprobe(src, tag, comm, msg, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = vargr_mpi_now();
-    int rc = cx_min ? cx_mprobe(src, tag, comm, msg, s) : PMPI_Mprobe(src, tag, comm, msg, s);
+    int rc = cx_floor ? cx_mprobe(src, tag, comm, msg, s) : PMPI_Mprobe(src, tag, comm, msg, s);
     if (rc == MPI_SUCCESS) {
         note_matched(*msg, comm);
     }
@@ -902,13 +904,13 @@ int vargr_w_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_St
 int vargr_w_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg,
                         MPI_Status *st) {
     if (!on) {
-        return cx_min ? cx_improbe(src, tag, comm, flag, msg, st)
+        return cx_floor ? cx_improbe(src, tag, comm, flag, msg, st)
                       : PMPI_Improbe(src, tag, comm, flag, msg, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = vargr_mpi_now();
-    int rc = cx_min ? cx_improbe(src, tag, comm, flag, msg, s)
+    int rc = cx_floor ? cx_improbe(src, tag, comm, flag, msg, s)
                     : PMPI_Improbe(src, tag, comm, flag, msg, s);
     if (rc == MPI_SUCCESS && *flag) {
         note_matched(*msg, comm);
@@ -919,13 +921,13 @@ int vargr_w_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message 
 
 int vargr_w_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Status *st) {
     if (!on) {
-        return cx_min ? cx_mrecv(buf, count, t, msg, st) : PMPI_Mrecv(buf, count, t, msg, st);
+        return cx_floor ? cx_mrecv(buf, count, t, msg, st) : PMPI_Mrecv(buf, count, t, msg, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     comm_info *c = comm_of_matched(*msg);
     uint64_t t0 = vargr_mpi_now();
-    int rc = cx_min ? cx_mrecv(buf, count, t, msg, s) : PMPI_Mrecv(buf, count, t, msg, s);
+    int rc = cx_floor ? cx_mrecv(buf, count, t, msg, s) : PMPI_Mrecv(buf, count, t, msg, s);
     uint64_t t1 = vargr_mpi_now();
     if (rc == MPI_SUCCESS) {
         received(c, s, t0, t1);
@@ -939,11 +941,11 @@ int vargr_w_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MP
 int vargr_w_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
                        MPI_Request *req) {
     if (!on) {
-        return cx_min ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
+        return cx_floor ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
     }
     comm_info *c = comm_of_matched(*msg);
     uint64_t t0 = vargr_mpi_now();
-    int rc = cx_min ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
+    int rc = cx_floor ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
     uint64_t t1 = vargr_mpi_now();
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     if (rc == MPI_SUCCESS) {
@@ -956,13 +958,13 @@ int vargr_w_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
 int vargr_w_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int stag,
                                  int src, int rtag, MPI_Comm comm, MPI_Status *st) {
     if (!on) {
-        return cx_min ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st)
+        return cx_floor ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st)
                       : PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st);
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = vargr_mpi_now();
-    int rc = cx_min ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, s)
+    int rc = cx_floor ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, s)
                     : PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, s);
     uint64_t t1 = vargr_mpi_now();
     comm_info *c = info_of(comm);
@@ -1080,10 +1082,10 @@ int vargr_w_MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *
 int vargr_w_MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
                          int rcount, MPI_Datatype rtype, MPI_Comm comm) {
     if (!on) {
-        return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+        return ALLTOALL(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     }
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    int rc = ALLTOALL(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     uint64_t n = (uint64_t)size_of(comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype) * n;
     return called(K_ALLTOALL, rc, comm, -1, max64(sent, bytes_of(rcount, rtype) * n), t0);
@@ -1101,11 +1103,10 @@ int vargr_w_MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdisp
                           MPI_Datatype stype, void *rbuf, const int rcounts[],
                           const int rdispls[], MPI_Datatype rtype, MPI_Comm comm) {
     if (!on) {
-        return PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
-                              comm);
+        return ALLTOALLV(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
     }
     uint64_t t0 = vargr_mpi_now();
-    int rc = PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+    int rc = ALLTOALLV(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
     int n = size_of(comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : sum_bytes(scounts, n, stype);
     return called(K_ALLTOALLV, rc, comm, -1, max64(sent, sum_bytes(rcounts, n, rtype)), t0);

@@ -8,17 +8,20 @@
 //! depends only on what each end knows, and the frame travels in the message itself
 //! with the program's own source, tag and communicator:
 //!
-//! - a send of `n` bytes to a rank of another site is framed when `n >= min` (the
-//!   threshold, the same on every rank);
-//! - a framed message is never shorter than `min` bytes on the wire (a frame that
+//! - a send of `n` bytes to a rank of another site is framed when `n >= floor`, where
+//!   `floor` is the smaller of the compression threshold `min` and [`FRAME_FLOOR`] (the
+//!   same on every rank); frames of fewer than `min` bytes go stored (not compressed);
+//! - a framed message is never shorter than `floor` bytes on the wire (a frame that
 //!   compressed below it is padded up to it), and an unframed one between sites always
-//!   is (it has fewer than `min` bytes);
-//! - so a receiver that got `w` bytes from a rank of another site knows: `w >= min`
+//!   is (it has fewer than `floor` bytes);
+//! - so a receiver that got `w` bytes from a rank of another site knows: `w >= floor`
 //!   means a frame.
 //!
-//! The padding costs at most `min` bytes on a message of at least `min`, and only
-//! when that message compressed below `min`. Every rank checks at `MPI_Init` that all
-//! ranks run with the same settings and sites, and refuses to start otherwise.
+//! The padding bounds a message's ratio at `n / floor`: the floor is small so that
+//! compressible messages of tens of KiB are not held to a few times smaller, and not
+//! smaller still because every message between sites above it is copied once more and
+//! its receive probed first. Every rank checks at `MPI_Init` that all ranks run with
+//! the same settings and sites, and refuses to start otherwise.
 //!
 //! # The frame
 //! ```text
@@ -26,7 +29,7 @@
 //! L bytes    a vargr-codec frame (its header names the codec, element kind and the
 //!            original length; codec `none` when compression did not pay)
 //! u64 LE     xxh3 of the original bytes
-//! zeros      up to `min` bytes in all
+//! zeros      up to `floor` bytes in all
 //! ```
 //! A frame that does not parse, decode, or match its checksum is an MPI error on the
 //! receiver (`MPI_ERR_OTHER` through the communicator's error handler), never wrong
@@ -50,6 +53,10 @@ use vargr_codec::{
     decode, encode, Codec, CodecId, ElemKind, Engine, EngineConfig, Header, LinkKey, LinkModel,
 };
 use xxhash_rust::xxh3::xxh3_64;
+
+/// The largest size below which messages between sites travel as they are (see the
+/// module's docs); a lower compression threshold lowers it.
+pub const FRAME_FLOOR: usize = 4096;
 
 /// Bytes a frame adds to its codec frame: the length before it, the checksum after.
 pub const FRAME_EXTRA: usize = 4 + 8;
@@ -238,6 +245,7 @@ impl Shim {
 
     fn codec_for(&self, peer: u32, elem: ElemKind, data: &[u8]) -> Codec {
         match &self.settings.mode {
+            _ if data.len() < self.settings.min => Codec::None,
             CodecMode::Fixed(c) if c.supports(elem) => *c,
             CodecMode::Adaptive => match &self.engine {
                 Some(e) => {
@@ -256,7 +264,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Sets compression up with the sites of every world rank (in rank order); returns
-/// the threshold, or 0 when compression is off.
+/// the size from which messages between sites are framed, or 0 when compression is off.
 pub fn setup(settings: CodecSettings, sites: Vec<u64>) -> Result<usize, String> {
     let engine = match &settings.mode {
         CodecMode::Off => return Ok(0),
@@ -281,13 +289,13 @@ pub fn setup(settings: CodecSettings, sites: Vec<u64>) -> Result<usize, String> 
             Some(Mutex::new(e))
         }
     };
-    let min = settings.min;
+    let floor = settings.min.min(FRAME_FLOOR);
     let _ = SHIM.set(Shim {
         settings,
         sites,
         engine,
     });
-    Ok(min)
+    Ok(floor)
 }
 
 // ---- the C ABI (c/compress.c) ------------------------------------------------------

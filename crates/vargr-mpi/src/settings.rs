@@ -9,7 +9,8 @@
 //!   ([`crate::compress`]); `fixed:lz4`, `fixed:zstd:3`, `fixed:fpc`, ... name a codec
 //!   as `vargr codec` does. Unset: off.
 //! - `VARGR_MPI_CODEC_MIN=BYTES` (default 16k): messages between sites of at least this
-//!   many bytes are compressed (or sent stored in a frame), smaller ones untouched.
+//!   many bytes may be compressed; from 4 KiB (or this size, if smaller) they travel in
+//!   a frame, smaller ones untouched.
 //! - `VARGR_MPI_SITES=hosts|blocks:N|list:A,B,...` (default hosts): which ranks share a
 //!   site. `blocks:2` splits the world in two halves, for sites emulated on one machine.
 //! - `VARGR_MPI_LINK=rtt=40ms,bandwidth=100mbit`: the WAN between sites, for the

@@ -294,6 +294,56 @@ int main(int argc, char **argv) {
         free(y);
     }
 
+    /* 11. All-to-all, rebuilt on frames between sites: blocks above and below the
+     * threshold and empty ones, a derived type, and a message of the program's own in
+     * flight across the collective with the tag the rebuilt one uses on its twin. */
+    {
+        enum { B = 3000 }; /* doubles per block at most */
+        double *out = malloc(4 * B * sizeof(double)), *in = malloc(4 * B * sizeof(double));
+        int sc[4], sd[4], rc[4], rd[4];
+        for (int p = 0; p < 4; p++) {
+            /* rank r sends ((r + p) % 3) * 1400 + 10 doubles to p, none from 3 to 1. */
+            sc[p] = (rank == 3 && p == 1) ? 0 : ((rank + p) % 3) * 1400 + 10;
+            rc[p] = (p == 3 && rank == 1) ? 0 : ((p + rank) % 3) * 1400 + 10;
+            sd[p] = p * B;
+            rd[p] = p * B;
+        }
+        fill(out, 4 * B, rank * 7);
+        memset(in, 0, 4 * B * sizeof(double));
+        MPI_Request early;
+        int token = -1, mine = 1000 + rank;
+        MPI_Irecv(&token, 1, MPI_INT, far_peer(), 0, MPI_COMM_WORLD, &early);
+        MPI_Alltoallv(out, sc, sd, MPI_DOUBLE, in, rc, rd, MPI_DOUBLE, MPI_COMM_WORLD);
+        MPI_Send(&mine, 1, MPI_INT, far_peer(), 0, MPI_COMM_WORLD);
+        MPI_Wait(&early, &st);
+        say("alltoallv", in, 4 * B * sizeof(double), NULL, MPI_DOUBLE);
+        printf("rank %d: token %d from %d\n", rank, token, st.MPI_SOURCE);
+
+        int *ints = malloc(4 * 2000 * sizeof(int)), *got = malloc(4 * 2000 * sizeof(int));
+        for (int i = 0; i < 4 * 2000; i++) {
+            ints[i] = (i / 2000) * 100000 + rank * 1000 + i % 50;
+        }
+        MPI_Alltoall(ints, 2000, MPI_INT, got, 2000, MPI_INT, MPI_COMM_WORLD);
+        say("alltoall", got, 4 * 2000 * sizeof(int), NULL, MPI_INT);
+
+        /* Every other double of a block, received contiguous. */
+        MPI_Datatype every_other;
+        MPI_Type_vector(B / 2, 1, 2, MPI_DOUBLE, &every_other);
+        MPI_Type_commit(&every_other);
+        MPI_Datatype strided;
+        MPI_Type_create_resized(every_other, 0, (MPI_Aint)(B * sizeof(double)), &strided);
+        MPI_Type_commit(&strided);
+        memset(in, 0, 4 * B * sizeof(double));
+        MPI_Alltoall(out, 1, strided, in, B / 2, MPI_DOUBLE, MPI_COMM_WORLD);
+        say("alltoall strided", in, 4 * B * sizeof(double), NULL, MPI_DOUBLE);
+        MPI_Type_free(&strided);
+        MPI_Type_free(&every_other);
+        free(ints);
+        free(got);
+        free(out);
+        free(in);
+    }
+
     free(a);
     free(b);
     MPI_Finalize();

@@ -1,0 +1,621 @@
+//! `vargr bench mpi-shim`: what libvargr_mpi.so costs and gains unmodified MPI programs.
+//!
+//! Each program runs under Open MPI's `mpirun` without the library (mode `off`), traced
+//! (`trace`) and compressing between sites (`codec-adaptive`, `codec-fixed:CODEC`), in
+//! interleaved rounds so that every mode sees the same machine state. Two networks:
+//! `local` (one machine, ranks on shared memory: what tracing costs a program) and `wan`
+//! (two sites in network namespaces joined by a link shaped with tc tbf,
+//! bench/mpi/sites.sh, needing root: what compression gains). A program's time is its
+//! own measure (NetPIPE's message times, IS's timed iterations, HPCC's kernel times), so
+//! mpirun's start-up is not in it; the statistic is the median over rounds. Bytes between
+//! sites are the link's device counters around each run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{bail, ensure, Context, Result};
+use clap::Args;
+use serde::Serialize;
+
+#[derive(Debug, Clone, Args)]
+pub struct MpiShimArgs {
+    /// Programs: netpipe (NetPIPE, 64 KiB to 4 MiB), is (an integer sort's exchange like
+    /// NAS IS, bench/mpi/is_exchange.c), hpcc (the HPC Challenge: one row per kernel).
+    #[arg(long, value_delimiter = ',', default_value = "netpipe,is,hpcc")]
+    pub programs: Vec<String>,
+    /// Modes: off, trace, codec-adaptive, codec-fixed:CODEC (codec modes run on wan only).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "off,trace,codec-adaptive,codec-fixed:lz4"
+    )]
+    pub modes: Vec<String>,
+    /// Networks: local (one machine's shared memory), wan (two emulated sites; root).
+    #[arg(long, value_delimiter = ',', default_value = "local,wan")]
+    pub networks: Vec<String>,
+    /// Ranks of IS and HPCC (half on each site); NetPIPE runs two.
+    #[arg(long, default_value_t = 4)]
+    pub ranks: usize,
+    /// The link between the sites, as tc tbf takes rates.
+    #[arg(long, default_value = "100mbit")]
+    pub link: String,
+    /// Rounds: every mode of every program once per round; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Smaller problems (a check of the harness, not a measurement).
+    #[arg(long)]
+    pub quick: bool,
+    /// Seconds one run may take.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Where the records go (default bench/results/mpi-shim.json).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// One (program, network, mode): the issue's fields and the runs behind the median.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShimRecord {
+    pub benchmark: String,
+    pub program: String,
+    pub ranks: usize,
+    pub sites: usize,
+    pub link: String,
+    pub mode: String,
+    /// Median over rounds of the program's own time.
+    pub seconds: f64,
+    /// Against mode off on the same network; positive is slower.
+    pub overhead_pct: Option<f64>,
+    /// Median over rounds of the bytes both directions of the link carried (wan only).
+    pub bytes_between_sites: Option<u64>,
+    pub times_s: Vec<f64>,
+    /// What the program's time is.
+    pub measure: String,
+    /// The program's own check passed and its result equals the one without the library.
+    pub verified: bool,
+    /// The library's summary line (compression modes), from the last round.
+    pub summary: Option<String>,
+}
+
+/// A program's figures from one run: kernel name to seconds, and what must match mode
+/// off's (a checksum, or the verdicts).
+struct Outcome {
+    times: Vec<(String, f64)>,
+    result: String,
+    passed: bool,
+}
+
+/// The programs and the inputs they need, in one scratch directory.
+struct Programs {
+    dir: PathBuf,
+    is_exchange: Option<PathBuf>,
+}
+
+const HPCC_INPUT: &str = "HPLinpack benchmark input file
+Innovative Computing Laboratory, University of Tennessee
+HPL.out      output file name (if any)
+8            device out (6=stdout,7=stderr,file)
+1            # of problems sizes (N)
+NS           Ns
+1            # of NBs
+80           NBs
+0            PMAP process mapping (0=Row-,1=Column-major)
+1            # of process grids (P x Q)
+2            Ps
+Q            Qs
+16.0         threshold
+1            # of panel fact
+2            PFACTs (0=left, 1=Crout, 2=Right)
+1            # of recursive stopping criterium
+4            NBMINs (>= 1)
+1            # of panels in recursion
+2            NDIVs
+1            # of recursive panel fact.
+1            RFACTs (0=left, 1=Crout, 2=Right)
+1            # of broadcast
+1            BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
+1            # of lookahead depth
+1            DEPTHs (>=0)
+2            SWAP (0=bin-exch,1=long,2=mix)
+64           swapping threshold
+0            L1 in (0=transposed,1=no-transposed) form
+0            U  in (0=transposed,1=no-transposed) form
+1            Equilibration (0=no,1=yes)
+8            memory alignment in double (> 0)
+##### This line (no. 32) is ignored (it serves as a separator). ######
+0                      		Number of additional problem sizes for PTRANS
+1200 10000 30000        	values of N
+0                       	number of additional blocking sizes for PTRANS
+40 9 8 13 13 20 16 32 64       	values of NB
+";
+
+fn repo_file(rel: &str) -> Result<PathBuf> {
+    [
+        PathBuf::from(rel),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(rel),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+    .with_context(|| format!("{rel} not found (run from the repository root)"))
+}
+
+fn need(program: &str, package: &str) -> Result<()> {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    ensure!(found, "{program} not found: apt-get install {package}");
+    Ok(())
+}
+
+impl Programs {
+    fn prepare(a: &MpiShimArgs, dir: &Path) -> Result<Programs> {
+        need("mpirun", "openmpi-bin libopenmpi-dev")?;
+        let mut is_exchange = None;
+        for p in &a.programs {
+            match p.as_str() {
+                "netpipe" => need("NPopenmpi", "netpipe-openmpi")?,
+                "hpcc" => need("hpcc", "hpcc")?,
+                "is" => {
+                    let exe = dir.join("is_exchange");
+                    let out = Command::new("mpicc")
+                        .args(["-O2", "-o"])
+                        .arg(&exe)
+                        .arg(repo_file("bench/mpi/is_exchange.c")?)
+                        .output()
+                        .context("running mpicc (apt-get install libopenmpi-dev)")?;
+                    ensure!(
+                        out.status.success(),
+                        "mpicc failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    is_exchange = Some(exe);
+                }
+                other => bail!("program {other:?}: netpipe, is or hpcc"),
+            }
+        }
+        Ok(Programs {
+            dir: dir.to_path_buf(),
+            is_exchange,
+        })
+    }
+
+    /// The program's command line, and how many ranks it runs.
+    fn command(
+        &self,
+        program: &str,
+        a: &MpiShimArgs,
+        run_dir: &Path,
+    ) -> Result<(Vec<String>, usize)> {
+        Ok(match program {
+            "netpipe" => {
+                let upper = if a.quick { "262144" } else { "4194304" };
+                let out = run_dir.join("np.out");
+                (
+                    vec![
+                        "NPopenmpi".into(),
+                        "-l".into(),
+                        "65536".into(),
+                        "-u".into(),
+                        upper.into(),
+                        "-n".into(),
+                        "10".into(),
+                        "-p".into(),
+                        "0".into(),
+                        "-o".into(),
+                        out.display().to_string(),
+                    ],
+                    2,
+                )
+            }
+            "is" => {
+                let keys = if a.quick { "18" } else { "22" };
+                let exe = self.is_exchange.as_ref().context("is_exchange not built")?;
+                (
+                    vec![
+                        exe.display().to_string(),
+                        keys.into(),
+                        "19".into(),
+                        "5".into(),
+                    ],
+                    a.ranks,
+                )
+            }
+            "hpcc" => {
+                let n = if a.quick { "600" } else { "2000" };
+                let q = (a.ranks / 2).max(1).to_string();
+                let input = HPCC_INPUT
+                    .replace("NS    ", &format!("{n:<6}"))
+                    .replace("Q            Qs", &format!("{q:<13}Qs"));
+                std::fs::write(run_dir.join("hpccinf.txt"), input)?;
+                (vec!["hpcc".into()], a.ranks)
+            }
+            other => bail!("program {other:?}"),
+        })
+    }
+}
+
+/// Reads a program's figures from its output (and files in its run directory).
+fn outcome(program: &str, stdout: &str, run_dir: &Path) -> Result<Outcome> {
+    match program {
+        "netpipe" => {
+            // np.out: one line per message size: bytes, Mbit/s, seconds one way.
+            let out = std::fs::read_to_string(run_dir.join("np.out"))
+                .context("NetPIPE wrote no np.out")?;
+            let mut total = 0.0;
+            let mut sizes = 0;
+            for l in out.lines().filter(|l| !l.trim().is_empty()) {
+                let seconds: f64 = l
+                    .split_whitespace()
+                    .nth(2)
+                    .and_then(|t| t.parse().ok())
+                    .with_context(|| format!("np.out line {l:?}"))?;
+                total += seconds;
+                sizes += 1;
+            }
+            ensure!(sizes > 0, "np.out holds no results");
+            Ok(Outcome {
+                times: vec![("netpipe".into(), total)],
+                result: format!("{sizes} sizes"),
+                passed: true,
+            })
+        }
+        "is" => {
+            let l = stdout
+                .lines()
+                .find(|l| l.starts_with("IS "))
+                .with_context(|| format!("no IS line in:\n{stdout}"))?;
+            let field = |k: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(k).and_then(|v| v.strip_prefix('=')))
+                    .map(str::to_string)
+                    .with_context(|| format!("{k} missing in {l:?}"))
+            };
+            let per: f64 = field("seconds_per_iteration")?.parse()?;
+            let iters: f64 = field("iterations")?.parse()?;
+            Ok(Outcome {
+                times: vec![("is".into(), per * iters)],
+                result: field("checksum")?,
+                passed: field("verification")? == "SUCCESSFUL",
+            })
+        }
+        "hpcc" => {
+            let out = std::fs::read_to_string(run_dir.join("hpccoutf.txt"))
+                .context("hpcc wrote no hpccoutf.txt")?;
+            // The summary's key=value lines, the last run's.
+            let summary = out
+                .rsplit_once("Begin of Summary section.")
+                .map(|(_, s)| s)
+                .context("no summary in hpccoutf.txt")?;
+            let kv: BTreeMap<&str, &str> = summary
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.trim(), v.trim()))
+                .collect();
+            let num = |k: &str| -> Result<f64> {
+                kv.get(k)
+                    .with_context(|| format!("{k} missing in hpcc's summary"))?
+                    .parse::<f64>()
+                    .with_context(|| format!("{k} in hpcc's summary"))
+            };
+            let fft: f64 = (0..7)
+                .map(|i| num(&format!("MPIFFT_time{i}")))
+                .sum::<Result<f64>>()?;
+            // HPCC verifies its own kernels; every verdict is compared with mode off's.
+            let verdicts: Vec<&str> = out
+                .lines()
+                .filter(|l| l.contains("PASSED") || l.contains("FAILED"))
+                .map(|l| if l.contains("FAILED") { "F" } else { "P" })
+                .collect();
+            let passed = num("Success")? == 1.0
+                && !verdicts.contains(&"F")
+                && num("MPIRandomAccess_Errors")? == 0.0
+                && num("MPIFFT_maxErr")? < 1e-10;
+            Ok(Outcome {
+                times: vec![
+                    ("hpcc-hpl".into(), num("HPL_time")?),
+                    ("hpcc-ptrans".into(), num("PTRANS_time")?),
+                    ("hpcc-randomaccess".into(), num("MPIRandomAccess_time")?),
+                    ("hpcc-fft".into(), fft),
+                ],
+                result: verdicts.concat(),
+                passed,
+            })
+        }
+        other => bail!("program {other:?}"),
+    }
+}
+
+/// The two emulated sites, taken down however the benchmark ends.
+struct Sites {
+    script: PathBuf,
+}
+
+impl Sites {
+    fn up(link: &str) -> Result<Sites> {
+        let script = repo_file("bench/mpi/sites.sh")?;
+        let _ = Command::new(&script).arg("down").status();
+        let out = Command::new(&script)
+            .args(["up", link])
+            .output()
+            .context("running bench/mpi/sites.sh")?;
+        let sites = Sites { script };
+        ensure!(
+            out.status.success(),
+            "bench/mpi/sites.sh up failed (it needs root, ip and tc): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok(sites)
+    }
+
+    /// Bytes the link carried so far, both directions.
+    fn bytes(&self) -> Result<u64> {
+        let out = Command::new(&self.script).arg("bytes").output()?;
+        ensure!(out.status.success(), "bench/mpi/sites.sh bytes failed");
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+            .sum())
+    }
+}
+
+impl Drop for Sites {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.script).arg("down").status();
+    }
+}
+
+/// The whole command of one run: the launcher (under `vargr mpi-run` unless off), the
+/// placement on the network, and the program.
+fn launch(
+    vargr: &Path,
+    mode: &str,
+    wan: bool,
+    prog: &[String],
+    ranks: usize,
+    trace_dir: &Path,
+) -> Result<Command> {
+    let mut cmd = if mode == "off" {
+        Command::new("mpirun")
+    } else {
+        let mut c = Command::new(vargr);
+        c.arg("mpi-run");
+        match mode {
+            "trace" => {
+                c.arg("--trace").arg(trace_dir);
+            }
+            m => {
+                let codec = m
+                    .strip_prefix("codec-")
+                    .with_context(|| format!("mode {m:?}: off, trace or codec-MODE"))?;
+                c.args(["--codec", codec, "--sites", "blocks:2"]);
+            }
+        }
+        c.args(["--", "mpirun"]);
+        c
+    };
+    cmd.args([
+        "--allow-run-as-root",
+        "--oversubscribe",
+        "--bind-to",
+        "none",
+    ])
+    // More ranks than cores: waiting ranks yield instead of spinning.
+    .args(["--mca", "mpi_yield_when_idle", "1"])
+    .env_remove("LD_PRELOAD")
+    .env_remove("VARGR_JOB");
+    if wan {
+        // PMIx and mpirun's own traffic go over the sites' control links to the root
+        // namespace; the ranks' messages over the shaped link only.
+        cmd.env("PMIX_MCA_ptl_tcp_remote_connections", "1")
+            .env("PMIX_MCA_ptl_tcp_if_include", "10.78.0.0/16")
+            .env("OMPI_MCA_oob_tcp_if_include", "10.78.0.0/16")
+            .args(["--mca", "btl", "tcp,self"])
+            .args(["--mca", "btl_tcp_if_include", "10.77.0.0/24"]);
+        let half = ranks / 2;
+        for (i, site) in ["vargr-site-a", "vargr-site-b"].into_iter().enumerate() {
+            if i == 1 {
+                cmd.arg(":");
+            }
+            let n = if i == 0 { half } else { ranks - half };
+            cmd.args(["-n", &n.to_string(), "ip", "netns", "exec", site]);
+            cmd.args(prog);
+        }
+    } else {
+        cmd.args(["-n", &ranks.to_string()]).args(prog);
+    }
+    Ok(cmd)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    if s.is_empty() {
+        return f64::NAN;
+    }
+    let m = s.len() / 2;
+    if s.len() % 2 == 1 {
+        s[m]
+    } else {
+        (s[m - 1] + s[m]) / 2.0
+    }
+}
+
+fn measure_of(program: &str) -> &'static str {
+    match program {
+        "netpipe" => "sum over message sizes (64 KiB to 4 MiB, doubling and between) of NetPIPE's one-way time",
+        "is" => "the slowest rank's time over the timed iterations (a barrier, then bucket, Alltoall, Alltoallv, local sort)",
+        "hpcc-hpl" => "HPCC's HPL_time",
+        "hpcc-ptrans" => "HPCC's PTRANS_time",
+        "hpcc-randomaccess" => "HPCC's MPIRandomAccess_time",
+        "hpcc-fft" => "HPCC's MPIFFT phases (MPIFFT_time0..6) summed",
+        _ => "",
+    }
+}
+
+pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
+    ensure!(a.runs >= 1, "--runs must be at least 1");
+    ensure!(
+        a.ranks >= 2 && a.ranks.is_multiple_of(2),
+        "--ranks: an even number, 2 or more"
+    );
+    for n in &a.networks {
+        ensure!(n == "local" || n == "wan", "network {n:?}: local or wan");
+    }
+    for m in &a.modes {
+        ensure!(
+            m == "off" || m == "trace" || m.starts_with("codec-"),
+            "mode {m:?}: off, trace, codec-adaptive or codec-fixed:CODEC"
+        );
+    }
+    let vargr = programs.vargr()?.to_path_buf();
+    let dir = std::env::temp_dir().join(format!("vargr-bench-mpi-shim-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let _cleanup = crate::io::scopeguard(&dir);
+    let progs = Programs::prepare(&a, &dir)?;
+    let timeout = Duration::from_secs(a.timeout);
+    let mut records = Vec::new();
+    for network in &a.networks {
+        let wan = network == "wan";
+        let sites = if wan { Some(Sites::up(&a.link)?) } else { None };
+        let modes: Vec<&String> = a
+            .modes
+            .iter()
+            .filter(|m| wan || !m.starts_with("codec-"))
+            .collect();
+        // (program, mode) -> rows of (kernel, seconds, bytes), one per round.
+        type Runs = Vec<(Vec<(String, f64)>, u64, String, bool, Option<String>)>;
+        let mut runs: BTreeMap<(String, String), Runs> = BTreeMap::new();
+        let total = a.runs * a.programs.len() * modes.len();
+        let mut step = 0;
+        for round in 0..a.runs {
+            for program in &a.programs {
+                for mode in &modes {
+                    step += 1;
+                    let run_dir = progs
+                        .dir
+                        .join(format!("{network}-{program}-{round}-{mode}"));
+                    std::fs::create_dir_all(&run_dir)?;
+                    let (prog, ranks) = progs.command(program, &a, &run_dir)?;
+                    let mut cmd = launch(&vargr, mode, wan, &prog, ranks, &run_dir.join("trace"))?;
+                    cmd.current_dir(&run_dir);
+                    let before = match &sites {
+                        Some(s) => s.bytes()?,
+                        None => 0,
+                    };
+                    let (stdout, stderr) = crate::coll::run_with_timeout_both(cmd, timeout)
+                        .with_context(|| format!("{program} ({mode}, {network})"))?;
+                    let bytes = match &sites {
+                        Some(s) => s.bytes()? - before,
+                        None => 0,
+                    };
+                    let o = outcome(program, &stdout, &run_dir)
+                        .with_context(|| format!("{program} ({mode}, {network})"))?;
+                    let summary = stderr
+                        .lines()
+                        .find(|l| l.starts_with("vargr-mpi: compression "))
+                        .map(str::to_string);
+                    eprintln!(
+                        "[{step}/{total}] {network} {program} {mode}: {}{}",
+                        o.times
+                            .iter()
+                            .map(|(k, s)| format!("{k} {s:.4} s"))
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        if wan {
+                            format!(", {bytes} B between sites")
+                        } else {
+                            String::new()
+                        }
+                    );
+                    let _ = std::fs::remove_dir_all(&run_dir);
+                    runs.entry((program.clone(), mode.to_string()))
+                        .or_default()
+                        .push((o.times, bytes, o.result, o.passed, summary));
+                }
+            }
+        }
+        for program in &a.programs {
+            let reference = runs
+                .get(&(program.clone(), "off".into()))
+                .and_then(|r| r.first())
+                .map(|r| r.2.clone());
+            let mut off_seconds: BTreeMap<String, f64> = BTreeMap::new();
+            for mode in &modes {
+                let Some(rs) = runs.get(&(program.clone(), mode.to_string())) else {
+                    continue;
+                };
+                let kernels: Vec<String> = rs[0].0.iter().map(|(k, _)| k.clone()).collect();
+                let verified = rs
+                    .iter()
+                    .all(|r| r.3 && reference.as_ref().is_none_or(|x| *x == r.2));
+                let mut bytes: Vec<f64> = rs.iter().map(|r| r.1 as f64).collect();
+                bytes.sort_by(f64::total_cmp);
+                for (i, kernel) in kernels.iter().enumerate() {
+                    let times_s: Vec<f64> = rs.iter().map(|r| r.0[i].1).collect();
+                    let seconds = median(&times_s);
+                    if mode.as_str() == "off" {
+                        off_seconds.insert(kernel.clone(), seconds);
+                    }
+                    records.push(ShimRecord {
+                        benchmark: "mpi-shim".into(),
+                        program: kernel.clone(),
+                        ranks: if program == "netpipe" { 2 } else { a.ranks },
+                        sites: if wan { 2 } else { 1 },
+                        link: if wan {
+                            a.link.clone()
+                        } else {
+                            "shared memory".into()
+                        },
+                        mode: mode.to_string(),
+                        seconds,
+                        overhead_pct: off_seconds
+                            .get(kernel)
+                            .map(|off| (seconds / off - 1.0) * 100.0),
+                        bytes_between_sites: wan.then(|| median(&bytes) as u64),
+                        times_s,
+                        measure: measure_of(kernel).into(),
+                        verified,
+                        summary: rs.last().and_then(|r| r.4.clone()),
+                    });
+                }
+            }
+        }
+        drop(sites);
+    }
+    print_table(&records);
+    let path = a
+        .json
+        .unwrap_or_else(|| crate::results_dir().join("mpi-shim.json"));
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(&path, serde_json::to_string_pretty(&records)?)?;
+    eprintln!("wrote {} records to {}", records.len(), path.display());
+    ensure!(
+        records.iter().all(|r| r.verified),
+        "some runs failed their checks or differ from mode off (see `verified`)"
+    );
+    Ok(())
+}
+
+fn print_table(records: &[ShimRecord]) {
+    println!(
+        "{:<18} {:<6} {:<20} {:>10} {:>9} {:>14} {:>8}",
+        "program", "sites", "mode", "seconds", "overhead", "between_sites", "verified"
+    );
+    for r in records {
+        println!(
+            "{:<18} {:<6} {:<20} {:>10.4} {:>9} {:>14} {:>8}",
+            r.program,
+            r.sites,
+            r.mode,
+            r.seconds,
+            r.overhead_pct.map_or("-".into(), |p| format!("{p:+.1}%")),
+            r.bytes_between_sites.map_or("-".into(), |b| b.to_string()),
+            r.verified
+        );
+    }
+}
