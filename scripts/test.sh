@@ -24,6 +24,8 @@ need mpirun || apt_install openmpi-bin libopenmpi-dev
 # alternatives rank below Open MPI's: mpirun and mpicc stay Open MPI's.
 need NPopenmpi || apt_install netpipe-openmpi
 need mpicc.mpich || apt_install mpich libmpich-dev
+# ... and Fortran programs (mpifort needs gfortran).
+need gfortran || apt_install gfortran
 # ... and mpi4py's demos (from its sdist, which the test downloads with pip) with
 # Debian's mpi4py, built for /usr/bin/python3 and the system's Open MPI.
 /usr/bin/python3 -c "import mpi4py" 2>/dev/null || apt_install python3-mpi4py

@@ -28,6 +28,7 @@ fn showme(mpicc: &str, what: &str) -> Option<Vec<String>> {
 fn main() {
     println!("cargo:rerun-if-changed=c/wrappers.c");
     println!("cargo:rerun-if-changed=c/compress.c");
+    println!("cargo:rerun-if-changed=c/fortran.c");
     println!("cargo:rerun-if-changed=c/shim.h");
     println!("cargo:rerun-if-changed=c/reqmap.h");
     println!("cargo:rerun-if-env-changed=VARGR_MPICC");
@@ -47,6 +48,7 @@ fn main() {
     build
         .file("c/wrappers.c")
         .file("c/compress.c")
+        .file("c/fortran.c")
         .std("c11")
         .warnings(true)
         .extra_warnings(true)

@@ -140,9 +140,8 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
             .count();
         if files == 0 {
             bail!(
-                "{}: no trace files: did the program call MPI_Finalize, run on Open MPI \
-                 (the library's MPI), and call MPI from C or Python? (Fortran calls reach \
-                 PMPI directly in Open MPI and are not recorded yet)",
+                "{}: no trace files: did the program call MPI_Finalize and run on Open MPI \
+                 (the library's MPI)?",
                 d.display()
             );
         }

@@ -67,7 +67,11 @@
 //! `c/compress.c` moves the frames with the real MPI so that matching, statuses,
 //! truncation and errors stay the program's. The point-to-point wrappers call it in
 //! place of `PMPI_*`; every wait and test wrapper finishes the requests it started.
-//! Collectives pass untouched.
+//! `MPI_Alltoall` and `MPI_Alltoallv` between sites are rebuilt on compressed
+//! point-to-point messages; other collectives pass untouched.
+//!
+//! Fortran programs reach the same wrappers through `c/fortran.c`: Open MPI's Fortran
+//! bindings call `PMPI_*` directly, so the library replaces them.
 
 #[cfg(vargr_mpi_abi = "openmpi")]
 #[allow(non_snake_case)]

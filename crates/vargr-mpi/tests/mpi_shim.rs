@@ -598,3 +598,74 @@ fn a_damaged_frame_is_an_mpi_error_and_ranks_that_disagree_do_not_start() {
     assert!(!o.status.success());
     assert!(String::from_utf8_lossy(&o.stderr).contains("--codec sometimes"));
 }
+
+/// Builds one of the tests' Fortran programs into `dir`.
+fn build_fortran(dir: &Path, name: &str) -> String {
+    let prog = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fortran/{name}.f90"));
+    ok(
+        "mpifort",
+        Command::new("mpifort")
+            .args(["-Wall", "-Werror", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .current_dir(dir)
+            .output()
+            .unwrap(),
+    );
+    prog.to_str().unwrap().to_string()
+}
+
+#[test]
+fn fortran_programs_are_traced_and_compressed_like_c_ones() {
+    if !have_mpirun() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    // mpif.h-style calls (`use mpi`), and `use mpi_f08`, which reaches MPI another way.
+    for (name, messages) in [("shim_check", 12), ("f08_check", 4)] {
+        let prog = build_fortran(tmp.path(), name);
+        let plain = ok(name, mpirun(4, &[&prog]).output().unwrap());
+        let dir = tmp.path().join(format!("{name}-trace"));
+        let mut c = Command::new(vargr());
+        c.arg("mpi-run")
+            .arg("--trace")
+            .arg(&dir)
+            .args(["--codec", "fixed:lz4", "--sites", "blocks:2"])
+            .args(["--codec-min", "1k", "--", "mpirun"])
+            .args(MPIRUN)
+            .args(["-n", "4", &prog])
+            .env_remove("LD_PRELOAD");
+        let o = c.output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let out = ok(name, o);
+        let (program, ours) = out.trim_end().rsplit_once('\n').unwrap();
+        assert!(
+            ours.starts_with("vargr mpi-run: 4 trace files in "),
+            "{out}"
+        );
+        assert_eq!(sorted(program), sorted(&plain), "{name}\n{err}");
+        // The frames crossed between the sites, compressed.
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("vargr-mpi: compression fixed:lz4:"))
+            .unwrap_or_else(|| panic!("{name}: no summary in {err}"));
+        let ratio: f64 = line
+            .rsplit_once("(x")
+            .unwrap()
+            .1
+            .trim_end_matches(')')
+            .parse()
+            .unwrap();
+        assert!(ratio > 2.0, "{line}");
+        // The trace holds the program's messages of 8192 doubles, matched send to receive.
+        let a = analysis::analyze(&TraceFile::read_dir(&dir).unwrap());
+        let big = a
+            .messages
+            .matched
+            .iter()
+            .filter(|m| m.bytes == 65536)
+            .count();
+        assert!(big >= messages, "{name}: {big} messages of 64 KiB matched");
+    }
+}
