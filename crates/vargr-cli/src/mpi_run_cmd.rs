@@ -1,6 +1,7 @@
 //! `vargr mpi-run [--trace DIR] [--codec MODE --sites SITES] -- mpirun -n 4 ./app`: runs
 //! an unmodified MPI program
-//! under libvargr_mpi.so (crates/vargr-mpi). It finds the library beside this binary,
+//! under libvargr_mpi.so (crates/vargr-mpi; libvargr_mpi_mpich.so under MPICH's
+//! launcher). It finds the library beside this binary,
 //! puts it in `LD_PRELOAD` with the library's documented variables
 //! (`vargr_mpi::settings`), runs the launcher, and says where the traces are.
 
@@ -31,7 +32,8 @@ pub struct MpiRunArgs {
     /// without it the engine learns from the sends.
     #[arg(long, value_name = "PROFILE", requires = "codec")]
     link: Option<String>,
-    /// The interposition library [default: libvargr_mpi.so beside this vargr].
+    /// The interposition library [default: beside this vargr, libvargr_mpi.so for Open
+    /// MPI's launcher, libvargr_mpi_mpich.so for MPICH's].
     #[arg(long, value_name = "FILE")]
     lib: Option<PathBuf>,
     /// The launcher and the program: `mpirun -n 4 ./app ARGS`.
@@ -39,8 +41,17 @@ pub struct MpiRunArgs {
     command: Vec<OsString>,
 }
 
-/// The library's file name.
+/// The library's file name for each MPI ABI.
 const LIB: &str = "libvargr_mpi.so";
+const LIB_MPICH: &str = "libvargr_mpi_mpich.so";
+
+/// The MPI whose launcher starts the program.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Launcher {
+    OpenMpi,
+    Mpich,
+    Other,
+}
 
 /// The library's variables (`vargr_mpi::settings`; not a dependency, which would link
 /// the MPI wrappers and libmpi into vargr itself).
@@ -53,14 +64,31 @@ const CODEC_VARS: [&str; 4] = [
 ];
 
 pub fn run(a: MpiRunArgs) -> Result<()> {
+    let (launcher, rest) = a.command.split_first().expect("clap requires a command");
+    let mpi = launcher_mpi(launcher);
     let lib = match a.lib {
         Some(l) => l,
-        None => beside_exe()?,
+        None => beside_exe(if mpi == Launcher::Mpich {
+            LIB_MPICH
+        } else {
+            LIB
+        })?,
     };
     if !lib.is_file() {
+        let (package, headers) = if mpi == Launcher::Mpich {
+            (
+                "vargr-mpi-mpich",
+                "MPICH's headers: apt-get install libmpich-dev",
+            )
+        } else {
+            (
+                "vargr-mpi",
+                "Open MPI's headers: apt-get install libopenmpi-dev",
+            )
+        };
         bail!(
-            "{}: no such file; build it with `cargo build -p vargr-mpi` (it needs Open MPI's \
-             headers: apt-get install libopenmpi-dev) or give --lib FILE",
+            "{}: no such file; build it with `cargo build -p {package}` (it needs {headers}) \
+             or give --lib FILE",
             lib.display()
         );
     }
@@ -97,10 +125,10 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
         .into_iter()
         .zip([&a.codec, &a.codec_min, &a.sites, &a.link])
         .collect();
-    let (launcher, rest) = a.command.split_first().expect("clap requires a command");
     let mut cmd = Command::new(launcher);
-    // Open MPI's mpirun passes only the variables named with -x to ranks on other hosts.
-    if is_open_mpi(launcher) {
+    // Open MPI's mpirun passes only the variables named with -x to ranks on other hosts
+    // (MPICH's passes the whole environment).
+    if mpi == Launcher::OpenMpi {
         cmd.args(["-x", "LD_PRELOAD"]);
         if trace.is_some() {
             cmd.args(["-x", TRACE_VAR]);
@@ -140,9 +168,10 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
             .count();
         if files == 0 {
             bail!(
-                "{}: no trace files: did the program call MPI_Finalize and run on Open MPI \
-                 (the library's MPI)?",
-                d.display()
+                "{}: no trace files: did the program call MPI_Finalize, and run on the MPI \
+                 {} was built for?",
+                d.display(),
+                lib.display()
             );
         }
         println!(
@@ -155,25 +184,39 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
     Ok(())
 }
 
-fn beside_exe() -> Result<PathBuf> {
+fn beside_exe(name: &str) -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find the vargr binary")?;
-    Ok(exe.with_file_name(LIB))
+    Ok(exe.with_file_name(name))
 }
 
-/// Whether `launcher` is Open MPI's (`mpirun --version` names it).
-fn is_open_mpi(launcher: &std::ffi::OsStr) -> bool {
+/// Whose `launcher` is: `--version` names Open MPI, or MPICH's Hydra.
+fn launcher_mpi(launcher: &std::ffi::OsStr) -> Launcher {
     let name = Path::new(launcher)
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     if !matches!(
         name.as_str(),
-        "mpirun" | "mpiexec" | "orterun" | "mpirun.openmpi" | "mpiexec.openmpi"
+        "mpirun"
+            | "mpiexec"
+            | "orterun"
+            | "mpirun.openmpi"
+            | "mpiexec.openmpi"
+            | "mpirun.mpich"
+            | "mpiexec.mpich"
+            | "mpiexec.hydra"
     ) {
-        return false;
+        return Launcher::Other;
     }
-    Command::new(launcher)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("Open MPI"))
+    let Ok(o) = Command::new(launcher).arg("--version").output() else {
+        return Launcher::Other;
+    };
+    let said = String::from_utf8_lossy(&o.stdout);
+    if said.contains("Open MPI") {
+        Launcher::OpenMpi
+    } else if said.contains("HYDRA") {
+        Launcher::Mpich
+    } else {
+        Launcher::Other
+    }
 }

@@ -521,6 +521,7 @@ typedef struct stashed {
     unsigned char *wire;
     size_t len;
     MPI_Message minted; /* the handle a matched probe gave out, or MPI_MESSAGE_NULL */
+    MPI_Request mint_send; /* the zero-byte send behind `minted`, done once it is received */
     struct stashed *next;
 } stashed;
 
@@ -617,6 +618,7 @@ static stashed *take_frame(MPI_Message *m, MPI_Comm comm, const MPI_Status *st, 
     s->wire = w;
     s->len = n;
     s->minted = MPI_MESSAGE_NULL;
+    s->mint_send = MPI_REQUEST_NULL;
     return s;
 }
 
@@ -843,19 +845,27 @@ int cx_iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
     return rc == MPI_SUCCESS && *flag ? probed(comm, out) : rc;
 }
 
-/* A handle for stashed message `s`: a zero-byte message to ourselves, matched. */
+/* A handle for stashed message `s`: a zero-byte message to ourselves, matched. Its send
+ * is waited for once the message is received (MPICH completes a send to oneself only
+ * then). */
 static int mint(stashed *s, MPI_Message *msg) {
     MPI_Request r;
     int rc = PMPI_Isend(NULL, 0, MPI_BYTE, 0, MINT_TAG, cx_self, &r);
     if (rc == MPI_SUCCESS) {
         rc = PMPI_Mprobe(0, MINT_TAG, cx_self, msg, MPI_STATUS_IGNORE);
-        PMPI_Wait(&r, MPI_STATUS_IGNORE);
     }
     if (rc == MPI_SUCCESS) {
         s->minted = *msg;
+        s->mint_send = r;
         stash_put(s);
     }
     return rc;
+}
+
+/* Receives the zero-byte message behind a minted handle, and finishes its send. */
+static void unmint(stashed *s, MPI_Message *msg) {
+    PMPI_Mrecv(NULL, 0, MPI_BYTE, msg, MPI_STATUS_IGNORE);
+    PMPI_Wait(&s->mint_send, MPI_STATUS_IGNORE);
 }
 
 /* A matched probe found `st` with handle `*msg`: a frame becomes a minted handle. */
@@ -920,8 +930,7 @@ int cx_mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Status 
     if (s == NULL) {
         return PMPI_Mrecv(buf, count, t, msg, st);
     }
-    /* Consumes the zero-byte message behind the handle. */
-    PMPI_Mrecv(NULL, 0, MPI_BYTE, msg, MPI_STATUS_IGNORE);
+    unmint(s, msg);
     return from_stash(s, buf, count, t, st);
 }
 
@@ -930,7 +939,7 @@ int cx_imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Reques
     if (s == NULL) {
         return PMPI_Imrecv(buf, count, t, msg, req);
     }
-    PMPI_Mrecv(NULL, 0, MPI_BYTE, msg, MPI_STATUS_IGNORE);
+    unmint(s, msg);
     return stashed_request(s, buf, count, t, s->comm, req);
 }
 

@@ -60,8 +60,12 @@ enum { OP_CALL = 1, OP_SEND = 2, OP_RECV = 3, OP_USER = 7 };
 #define BUILT_FOR "Open MPI " STR(OMPI_MAJOR_VERSION) "." STR(OMPI_MINOR_VERSION)
 /* Open MPI keeps its ABI within a major version. */
 #define RUNS_ON_PREFIX "Open MPI v" STR(OMPI_MAJOR_VERSION) "."
+#elif defined(MPICH)
+#define BUILT_FOR "MPICH " MPICH_VERSION
+/* MPICH and its derivatives keep one ABI since 3.1 (the MPICH ABI initiative). */
+#define RUNS_ON_PREFIX "MPICH Version:"
 #else
-#error "libvargr_mpi's wrappers are built for Open MPI (MPICH's build comes next)"
+#error "libvargr_mpi's wrappers are built for Open MPI or MPICH"
 #endif
 
 /* Refuses to start, with the reason, when the MPI the program runs on is not the one
@@ -81,7 +85,7 @@ static void check_abi(char *runs_on, size_t cap) {
     }
     if (strncmp(v, RUNS_ON_PREFIX, strlen(RUNS_ON_PREFIX)) != 0) {
         fprintf(stderr,
-                "vargr-mpi: refusing to start: libvargr_mpi.so was built for " BUILT_FOR
+                "vargr-mpi: refusing to start: " VARGR_MPI_LIB " was built for " BUILT_FOR
                 " (its mpi.h), but this program runs on \"%s\"; MPI handles differ "
                 "between the two. Start it with the library built for its MPI, or "
                 "without vargr mpi-run.\n",

@@ -73,7 +73,7 @@
 //! Fortran programs reach the same wrappers through `c/fortran.c`: Open MPI's Fortran
 //! bindings call `PMPI_*` directly, so the library replaces them.
 
-#[cfg(vargr_mpi_abi = "openmpi")]
+#[cfg(any(vargr_mpi_abi = "openmpi", vargr_mpi_abi = "mpich"))]
 #[allow(non_snake_case)]
 pub mod trampolines;
 
@@ -81,9 +81,11 @@ pub mod compress;
 pub mod events;
 pub mod settings;
 
-/// The MPI this library's wrappers were built for (`"openmpi"`), or `"none"`.
+/// The MPI this library's wrappers were built for (`"openmpi"`, `"mpich"`), or `"none"`.
 pub const BUILT_FOR: &str = if cfg!(vargr_mpi_abi = "openmpi") {
     "openmpi"
+} else if cfg!(vargr_mpi_abi = "mpich") {
+    "mpich"
 } else {
     "none"
 };

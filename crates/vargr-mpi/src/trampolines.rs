@@ -89,6 +89,7 @@ trampolines! {
     MPI_Imrecv => vargr_w_MPI_Imrecv,
 }
 
+#[cfg(vargr_mpi_abi = "openmpi")]
 macro_rules! fortran_trampolines {
     ($($wrapper:ident : $($name:ident),+ ;)*) => {
         extern "C" {
@@ -106,54 +107,58 @@ macro_rules! fortran_trampolines {
     };
 }
 
-// Open MPI's Fortran bindings call PMPI directly (c/fortran.c says why): each function
-// under the names Open MPI exports it by (mpif.h and `use mpi` with and without
-// underscores, upper case) and ompi_X_f, which `use mpi_f08` calls.
-fortran_trampolines! {
-    vargr_f_init: mpi_init_, mpi_init__, mpi_init, MPI_INIT, ompi_init_f;
-    vargr_f_init_thread: mpi_init_thread_, mpi_init_thread__, mpi_init_thread, MPI_INIT_THREAD, ompi_init_thread_f;
-    vargr_f_finalize: mpi_finalize_, mpi_finalize__, mpi_finalize, MPI_FINALIZE, ompi_finalize_f;
-    vargr_f_send: mpi_send_, mpi_send__, mpi_send, MPI_SEND, ompi_send_f;
-    vargr_f_ssend: mpi_ssend_, mpi_ssend__, mpi_ssend, MPI_SSEND, ompi_ssend_f;
-    vargr_f_bsend: mpi_bsend_, mpi_bsend__, mpi_bsend, MPI_BSEND, ompi_bsend_f;
-    vargr_f_rsend: mpi_rsend_, mpi_rsend__, mpi_rsend, MPI_RSEND, ompi_rsend_f;
-    vargr_f_isend: mpi_isend_, mpi_isend__, mpi_isend, MPI_ISEND, ompi_isend_f;
-    vargr_f_issend: mpi_issend_, mpi_issend__, mpi_issend, MPI_ISSEND, ompi_issend_f;
-    vargr_f_ibsend: mpi_ibsend_, mpi_ibsend__, mpi_ibsend, MPI_IBSEND, ompi_ibsend_f;
-    vargr_f_irsend: mpi_irsend_, mpi_irsend__, mpi_irsend, MPI_IRSEND, ompi_irsend_f;
-    vargr_f_send_init: mpi_send_init_, mpi_send_init__, mpi_send_init, MPI_SEND_INIT, ompi_send_init_f;
-    vargr_f_ssend_init: mpi_ssend_init_, mpi_ssend_init__, mpi_ssend_init, MPI_SSEND_INIT, ompi_ssend_init_f;
-    vargr_f_bsend_init: mpi_bsend_init_, mpi_bsend_init__, mpi_bsend_init, MPI_BSEND_INIT, ompi_bsend_init_f;
-    vargr_f_rsend_init: mpi_rsend_init_, mpi_rsend_init__, mpi_rsend_init, MPI_RSEND_INIT, ompi_rsend_init_f;
-    vargr_f_irecv: mpi_irecv_, mpi_irecv__, mpi_irecv, MPI_IRECV, ompi_irecv_f;
-    vargr_f_recv_init: mpi_recv_init_, mpi_recv_init__, mpi_recv_init, MPI_RECV_INIT, ompi_recv_init_f;
-    vargr_f_recv: mpi_recv_, mpi_recv__, mpi_recv, MPI_RECV, ompi_recv_f;
-    vargr_f_sendrecv: mpi_sendrecv_, mpi_sendrecv__, mpi_sendrecv, MPI_SENDRECV, ompi_sendrecv_f;
-    vargr_f_sendrecv_replace: mpi_sendrecv_replace_, mpi_sendrecv_replace__, mpi_sendrecv_replace, MPI_SENDRECV_REPLACE, ompi_sendrecv_replace_f;
-    vargr_f_probe: mpi_probe_, mpi_probe__, mpi_probe, MPI_PROBE, ompi_probe_f;
-    vargr_f_iprobe: mpi_iprobe_, mpi_iprobe__, mpi_iprobe, MPI_IPROBE, ompi_iprobe_f;
-    vargr_f_mprobe: mpi_mprobe_, mpi_mprobe__, mpi_mprobe, MPI_MPROBE, ompi_mprobe_f;
-    vargr_f_improbe: mpi_improbe_, mpi_improbe__, mpi_improbe, MPI_IMPROBE, ompi_improbe_f;
-    vargr_f_mrecv: mpi_mrecv_, mpi_mrecv__, mpi_mrecv, MPI_MRECV, ompi_mrecv_f;
-    vargr_f_imrecv: mpi_imrecv_, mpi_imrecv__, mpi_imrecv, MPI_IMRECV, ompi_imrecv_f;
-    vargr_f_wait: mpi_wait_, mpi_wait__, mpi_wait, MPI_WAIT, ompi_wait_f;
-    vargr_f_test: mpi_test_, mpi_test__, mpi_test, MPI_TEST, ompi_test_f;
-    vargr_f_waitall: mpi_waitall_, mpi_waitall__, mpi_waitall, MPI_WAITALL, ompi_waitall_f;
-    vargr_f_testall: mpi_testall_, mpi_testall__, mpi_testall, MPI_TESTALL, ompi_testall_f;
-    vargr_f_waitany: mpi_waitany_, mpi_waitany__, mpi_waitany, MPI_WAITANY, ompi_waitany_f;
-    vargr_f_testany: mpi_testany_, mpi_testany__, mpi_testany, MPI_TESTANY, ompi_testany_f;
-    vargr_f_waitsome: mpi_waitsome_, mpi_waitsome__, mpi_waitsome, MPI_WAITSOME, ompi_waitsome_f;
-    vargr_f_testsome: mpi_testsome_, mpi_testsome__, mpi_testsome, MPI_TESTSOME, ompi_testsome_f;
-    vargr_f_request_free: mpi_request_free_, mpi_request_free__, mpi_request_free, MPI_REQUEST_FREE, ompi_request_free_f;
-    vargr_f_start: mpi_start_, mpi_start__, mpi_start, MPI_START, ompi_start_f;
-    vargr_f_startall: mpi_startall_, mpi_startall__, mpi_startall, MPI_STARTALL, ompi_startall_f;
-    vargr_f_barrier: mpi_barrier_, mpi_barrier__, mpi_barrier, MPI_BARRIER, ompi_barrier_f;
-    vargr_f_bcast: mpi_bcast_, mpi_bcast__, mpi_bcast, MPI_BCAST, ompi_bcast_f;
-    vargr_f_reduce: mpi_reduce_, mpi_reduce__, mpi_reduce, MPI_REDUCE, ompi_reduce_f;
-    vargr_f_allreduce: mpi_allreduce_, mpi_allreduce__, mpi_allreduce, MPI_ALLREDUCE, ompi_allreduce_f;
-    vargr_f_gather: mpi_gather_, mpi_gather__, mpi_gather, MPI_GATHER, ompi_gather_f;
-    vargr_f_scatter: mpi_scatter_, mpi_scatter__, mpi_scatter, MPI_SCATTER, ompi_scatter_f;
-    vargr_f_allgather: mpi_allgather_, mpi_allgather__, mpi_allgather, MPI_ALLGATHER, ompi_allgather_f;
-    vargr_f_alltoall: mpi_alltoall_, mpi_alltoall__, mpi_alltoall, MPI_ALLTOALL, ompi_alltoall_f;
-    vargr_f_alltoallv: mpi_alltoallv_, mpi_alltoallv__, mpi_alltoallv, MPI_ALLTOALLV, ompi_alltoallv_f;
+/// Open MPI's Fortran bindings call PMPI directly (c/fortran.c says why): each function
+/// under the names Open MPI exports it by (mpif.h and `use mpi` with and without
+/// underscores, upper case) and ompi_X_f, which `use mpi_f08` calls. MPICH's bindings
+/// call the C functions, which need nothing more.
+#[cfg(vargr_mpi_abi = "openmpi")]
+pub mod fortran {
+    fortran_trampolines! {
+        vargr_f_init: mpi_init_, mpi_init__, mpi_init, MPI_INIT, ompi_init_f;
+        vargr_f_init_thread: mpi_init_thread_, mpi_init_thread__, mpi_init_thread, MPI_INIT_THREAD, ompi_init_thread_f;
+        vargr_f_finalize: mpi_finalize_, mpi_finalize__, mpi_finalize, MPI_FINALIZE, ompi_finalize_f;
+        vargr_f_send: mpi_send_, mpi_send__, mpi_send, MPI_SEND, ompi_send_f;
+        vargr_f_ssend: mpi_ssend_, mpi_ssend__, mpi_ssend, MPI_SSEND, ompi_ssend_f;
+        vargr_f_bsend: mpi_bsend_, mpi_bsend__, mpi_bsend, MPI_BSEND, ompi_bsend_f;
+        vargr_f_rsend: mpi_rsend_, mpi_rsend__, mpi_rsend, MPI_RSEND, ompi_rsend_f;
+        vargr_f_isend: mpi_isend_, mpi_isend__, mpi_isend, MPI_ISEND, ompi_isend_f;
+        vargr_f_issend: mpi_issend_, mpi_issend__, mpi_issend, MPI_ISSEND, ompi_issend_f;
+        vargr_f_ibsend: mpi_ibsend_, mpi_ibsend__, mpi_ibsend, MPI_IBSEND, ompi_ibsend_f;
+        vargr_f_irsend: mpi_irsend_, mpi_irsend__, mpi_irsend, MPI_IRSEND, ompi_irsend_f;
+        vargr_f_send_init: mpi_send_init_, mpi_send_init__, mpi_send_init, MPI_SEND_INIT, ompi_send_init_f;
+        vargr_f_ssend_init: mpi_ssend_init_, mpi_ssend_init__, mpi_ssend_init, MPI_SSEND_INIT, ompi_ssend_init_f;
+        vargr_f_bsend_init: mpi_bsend_init_, mpi_bsend_init__, mpi_bsend_init, MPI_BSEND_INIT, ompi_bsend_init_f;
+        vargr_f_rsend_init: mpi_rsend_init_, mpi_rsend_init__, mpi_rsend_init, MPI_RSEND_INIT, ompi_rsend_init_f;
+        vargr_f_irecv: mpi_irecv_, mpi_irecv__, mpi_irecv, MPI_IRECV, ompi_irecv_f;
+        vargr_f_recv_init: mpi_recv_init_, mpi_recv_init__, mpi_recv_init, MPI_RECV_INIT, ompi_recv_init_f;
+        vargr_f_recv: mpi_recv_, mpi_recv__, mpi_recv, MPI_RECV, ompi_recv_f;
+        vargr_f_sendrecv: mpi_sendrecv_, mpi_sendrecv__, mpi_sendrecv, MPI_SENDRECV, ompi_sendrecv_f;
+        vargr_f_sendrecv_replace: mpi_sendrecv_replace_, mpi_sendrecv_replace__, mpi_sendrecv_replace, MPI_SENDRECV_REPLACE, ompi_sendrecv_replace_f;
+        vargr_f_probe: mpi_probe_, mpi_probe__, mpi_probe, MPI_PROBE, ompi_probe_f;
+        vargr_f_iprobe: mpi_iprobe_, mpi_iprobe__, mpi_iprobe, MPI_IPROBE, ompi_iprobe_f;
+        vargr_f_mprobe: mpi_mprobe_, mpi_mprobe__, mpi_mprobe, MPI_MPROBE, ompi_mprobe_f;
+        vargr_f_improbe: mpi_improbe_, mpi_improbe__, mpi_improbe, MPI_IMPROBE, ompi_improbe_f;
+        vargr_f_mrecv: mpi_mrecv_, mpi_mrecv__, mpi_mrecv, MPI_MRECV, ompi_mrecv_f;
+        vargr_f_imrecv: mpi_imrecv_, mpi_imrecv__, mpi_imrecv, MPI_IMRECV, ompi_imrecv_f;
+        vargr_f_wait: mpi_wait_, mpi_wait__, mpi_wait, MPI_WAIT, ompi_wait_f;
+        vargr_f_test: mpi_test_, mpi_test__, mpi_test, MPI_TEST, ompi_test_f;
+        vargr_f_waitall: mpi_waitall_, mpi_waitall__, mpi_waitall, MPI_WAITALL, ompi_waitall_f;
+        vargr_f_testall: mpi_testall_, mpi_testall__, mpi_testall, MPI_TESTALL, ompi_testall_f;
+        vargr_f_waitany: mpi_waitany_, mpi_waitany__, mpi_waitany, MPI_WAITANY, ompi_waitany_f;
+        vargr_f_testany: mpi_testany_, mpi_testany__, mpi_testany, MPI_TESTANY, ompi_testany_f;
+        vargr_f_waitsome: mpi_waitsome_, mpi_waitsome__, mpi_waitsome, MPI_WAITSOME, ompi_waitsome_f;
+        vargr_f_testsome: mpi_testsome_, mpi_testsome__, mpi_testsome, MPI_TESTSOME, ompi_testsome_f;
+        vargr_f_request_free: mpi_request_free_, mpi_request_free__, mpi_request_free, MPI_REQUEST_FREE, ompi_request_free_f;
+        vargr_f_start: mpi_start_, mpi_start__, mpi_start, MPI_START, ompi_start_f;
+        vargr_f_startall: mpi_startall_, mpi_startall__, mpi_startall, MPI_STARTALL, ompi_startall_f;
+        vargr_f_barrier: mpi_barrier_, mpi_barrier__, mpi_barrier, MPI_BARRIER, ompi_barrier_f;
+        vargr_f_bcast: mpi_bcast_, mpi_bcast__, mpi_bcast, MPI_BCAST, ompi_bcast_f;
+        vargr_f_reduce: mpi_reduce_, mpi_reduce__, mpi_reduce, MPI_REDUCE, ompi_reduce_f;
+        vargr_f_allreduce: mpi_allreduce_, mpi_allreduce__, mpi_allreduce, MPI_ALLREDUCE, ompi_allreduce_f;
+        vargr_f_gather: mpi_gather_, mpi_gather__, mpi_gather, MPI_GATHER, ompi_gather_f;
+        vargr_f_scatter: mpi_scatter_, mpi_scatter__, mpi_scatter, MPI_SCATTER, ompi_scatter_f;
+        vargr_f_allgather: mpi_allgather_, mpi_allgather__, mpi_allgather, MPI_ALLGATHER, ompi_allgather_f;
+        vargr_f_alltoall: mpi_alltoall_, mpi_alltoall__, mpi_alltoall, MPI_ALLTOALL, ompi_alltoall_f;
+        vargr_f_alltoallv: mpi_alltoallv_, mpi_alltoallv__, mpi_alltoallv, MPI_ALLTOALLV, ompi_alltoallv_f;
+    }
 }

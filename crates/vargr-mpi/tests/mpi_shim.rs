@@ -354,8 +354,24 @@ fn netpipe_runs_the_same_traced_and_its_trace_reads() {
     }
 }
 
+/// `vargr mpi-run [--lib LIB] VARGS -- LAUNCHER -n N PROG`, without a preload of its own.
+fn mpi_run(lib: Option<&Path>, vargs: &[&str], launcher: &[&str], n: usize, prog: &str) -> Output {
+    let mut c = Command::new(vargr());
+    c.arg("mpi-run");
+    if let Some(l) = lib {
+        c.arg("--lib").arg(l);
+    }
+    c.args(vargs)
+        .arg("--")
+        .args(launcher)
+        .args(["-n", &n.to_string(), prog])
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap()
+}
+
 #[test]
-fn a_program_of_another_mpi_is_refused_at_start() {
+fn mpich_programs_run_traced_and_compressed_and_the_other_abi_is_refused() {
     if !have_mpirun() {
         return;
     }
@@ -365,43 +381,77 @@ fn a_program_of_another_mpi_is_refused_at_start() {
         eprintln!("skipped: {cc} not found (apt-get install mpich libmpich-dev)");
         return;
     }
+    common::lib_mpich();
     let tmp = tempfile::tempdir().unwrap();
-    let prog = tmp.path().join("shim_check_mpich");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/c/shim_check.c");
-    ok(
-        cc,
-        Command::new(cc)
-            // MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, trips GCC's bounds check.
-            .args([
-                "-Wall",
-                "-Wextra",
-                "-Werror",
-                "-Wno-stringop-overflow",
-                "-o",
-            ])
-            .arg(&prog)
-            .arg(&src)
-            .output()
-            .unwrap(),
-    );
-    let plain = ok(
-        "MPICH run",
-        Command::new(run)
-            .args(["-n", "4"])
-            .arg(&prog)
-            .output()
-            .unwrap(),
-    );
-    assert_eq!(plain.lines().count(), 4, "{plain}");
-    let dir = tmp.path().join("trace");
-    let o = Command::new(vargr())
-        .arg("mpi-run")
-        .arg("--trace")
-        .arg(&dir)
-        .args(["--", run, "-n", "2"])
-        .arg(&prog)
-        .output()
-        .unwrap();
+    let build = |name: &str| {
+        let prog = tmp.path().join(format!("{name}_mpich"));
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+        ok(
+            cc,
+            Command::new(cc)
+                // MPICH's MPI_STATUSES_IGNORE, (MPI_Status *)1, trips GCC's bounds check.
+                .args([
+                    "-Wall",
+                    "-Wextra",
+                    "-Werror",
+                    "-Wno-stringop-overflow",
+                    "-o",
+                ])
+                .arg(&prog)
+                .arg(&src)
+                .output()
+                .unwrap(),
+        );
+        prog.to_str().unwrap().to_string()
+    };
+    let shim_check = build("shim_check");
+    let codec_check = build("codec_check");
+    let plain = |prog: &str| {
+        ok(
+            "MPICH run",
+            Command::new(run).args(["-n", "4", prog]).output().unwrap(),
+        )
+    };
+
+    // vargr mpi-run picks the MPICH build for MPICH's launcher: traced and compressed,
+    // the programs print what they print without it.
+    for prog in [&shim_check, &codec_check] {
+        let dir = tmp.path().join(format!("trace-{}", prog.len()));
+        let o = mpi_run(
+            None,
+            &[
+                "--trace",
+                dir.to_str().unwrap(),
+                "--codec",
+                "fixed:lz4",
+                "--sites",
+                "blocks:2",
+                "--codec-min",
+                "1k",
+            ],
+            &[run],
+            4,
+            prog,
+        );
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let out = ok(prog, o);
+        let (program, ours) = out.trim_end().rsplit_once('\n').unwrap();
+        assert!(
+            ours.starts_with("vargr mpi-run: 4 trace files in "),
+            "{out}"
+        );
+        assert_eq!(sorted(program), sorted(&plain(prog)), "{prog}\n{err}");
+        assert!(
+            err.contains("vargr-mpi: compression fixed:lz4: "),
+            "{prog}: {err}"
+        );
+        let files = TraceFile::read_dir(&dir).unwrap();
+        assert_eq!(files.len(), 4);
+        assert!(analysis::analyze(&files).messages.matched.len() > 10);
+    }
+
+    // A library built for one ABI refuses a program of the other, naming both.
+    let o = mpi_run(Some(&lib()), &[], &[run], 2, &shim_check);
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
     assert_eq!(
@@ -415,6 +465,23 @@ fn a_program_of_another_mpi_is_refused_at_start() {
         "{err}"
     );
     assert!(String::from_utf8_lossy(&o.stdout).is_empty());
+    let open_mpi_prog = build_c(tmp.path(), "shim_check");
+    let mut launcher = vec!["mpirun"];
+    launcher.extend(MPIRUN);
+    let o = mpi_run(
+        Some(&common::lib_mpich()),
+        &[],
+        &launcher,
+        2,
+        &open_mpi_prog,
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "{err}");
+    assert!(
+        err.contains("vargr-mpi: refusing to start: libvargr_mpi_mpich.so was built for MPICH 4."),
+        "{err}"
+    );
+    assert!(err.contains("this program runs on \"Open MPI v4."), "{err}");
 }
 
 /// Builds one of the tests' C programs into `dir`.

@@ -62,6 +62,19 @@ pub fn lib() -> PathBuf {
     .clone()
 }
 
+/// The library built for MPICH (crates/vargr-mpi-mpich), fresh.
+#[allow(dead_code)] // not every test file runs MPICH
+pub fn lib_mpich() -> PathBuf {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        cargo_build(&["-p", "vargr-mpi-mpich"]);
+        let l = target_dir().join("libvargr_mpi_mpich.so");
+        assert!(l.is_file(), "{} missing", l.display());
+        l
+    })
+    .clone()
+}
+
 /// Preloads the library into mpirun's ranks with `vars` set for every rank (`-x` passes
 /// each on); call before the program's arguments.
 #[allow(dead_code)] // not every test file preloads this way
