@@ -32,6 +32,10 @@ pub struct MpiRunArgs {
     /// without it the engine learns from the sends.
     #[arg(long, value_name = "PROFILE", requires = "codec")]
     link: Option<String>,
+    /// Record samples of the messages between sites into DIR, for `vargr codec plan
+    /// DIR`, whose plan a later run uses with `--codec guided:DIR/plan.json`.
+    #[arg(long, value_name = "DIR", requires = "codec")]
+    codec_samples: Option<PathBuf>,
     /// The interposition library [default: beside this vargr, libvargr_mpi.so for Open
     /// MPI's launcher, libvargr_mpi_mpich.so for MPICH's].
     #[arg(long, value_name = "FILE")]
@@ -56,11 +60,12 @@ enum Launcher {
 /// The library's variables (`vargr_mpi::settings`; not a dependency, which would link
 /// the MPI wrappers and libmpi into vargr itself).
 const TRACE_VAR: &str = "VARGR_MPI_TRACE";
-const CODEC_VARS: [&str; 4] = [
+const CODEC_VARS: [&str; 5] = [
     "VARGR_MPI_CODEC",
     "VARGR_MPI_CODEC_MIN",
     "VARGR_MPI_SITES",
     "VARGR_MPI_LINK",
+    "VARGR_MPI_CODEC_SAMPLES",
 ];
 
 pub fn run(a: MpiRunArgs) -> Result<()> {
@@ -121,9 +126,19 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
         l.parse::<vargr_emu::WanProfile>()
             .with_context(|| format!("--link {l}"))?;
     }
+    // Absolute, since ranks may start in another directory (mpirun --wdir).
+    let samples = match &a.codec_samples {
+        Some(d) => {
+            let d = std::path::absolute(d).with_context(|| format!("{}", d.display()))?;
+            std::fs::create_dir_all(&d)
+                .with_context(|| format!("{}: cannot make the samples directory", d.display()))?;
+            Some(d.display().to_string())
+        }
+        None => None,
+    };
     let codec: Vec<(&str, &Option<String>)> = CODEC_VARS
         .into_iter()
-        .zip([&a.codec, &a.codec_min, &a.sites, &a.link])
+        .zip([&a.codec, &a.codec_min, &a.sites, &a.link, &samples])
         .collect();
     let mut cmd = Command::new(launcher);
     // Open MPI's mpirun passes only the variables named with -x to ranks on other hosts

@@ -43,13 +43,15 @@
 extern int vargr_mpi_cx_site(int rank, int size, const char *host, uint64_t *key);
 extern uint64_t vargr_mpi_cx_setup(const uint64_t *keys, int size, uint64_t *agreement);
 extern uint64_t vargr_mpi_cx_bound(uint64_t len);
-extern uint64_t vargr_mpi_cx_encode(uint32_t peer, uint8_t elem, const void *data, uint64_t len,
+extern uint64_t vargr_mpi_cx_encode(uint32_t peer, uint8_t kind, uint32_t comm, int32_t tag,
+                                    uint8_t elem, const void *data, uint64_t len,
                                     int stored, void *out);
 extern int vargr_mpi_cx_decode(const void *wire, uint64_t wire_len, void *out, uint64_t cap,
                                uint64_t *original, const char *what);
 extern int64_t vargr_mpi_cx_original(const void *wire, uint64_t wire_len);
 extern void vargr_mpi_cx_sent(uint32_t peer, uint64_t wire, double seconds);
 extern void vargr_mpi_cx_summary(const uint64_t totals[3]);
+extern void vargr_mpi_cx_samples(int rank, const char *host);
 extern uint64_t vargr_mpi_now(void);
 
 uint64_t cx_floor;
@@ -204,10 +206,13 @@ static int find(MPI_Request r, op *out, int keep) { return ops_find(r, out, keep
 
 /* ---- frames out ---------------------------------------------------------------------------- */
 
+/* What the guided strategy tells messages apart by (src/compress.rs: Message). */
+enum { KIND_P2P = 1, KIND_ALLTOALL = 2 };
+
 /* The frame of the caller's message, padded to cx_floor, in a new buffer (NULL when
  * memory runs out). `stored`: no compression. */
 static unsigned char *frame_of(const void *buf, int count, MPI_Datatype t, MPI_Comm comm,
-                               uint32_t peer, int stored, size_t *len) {
+                               uint32_t peer, int kind, int tag, int stored, size_t *len) {
     uint64_t n = vargr_bytes_of(count, t);
     const unsigned char *data = contiguous(buf, count, t);
     unsigned char *packed = NULL;
@@ -226,7 +231,9 @@ static unsigned char *frame_of(const void *buf, int count, MPI_Datatype t, MPI_C
     size_t cap = bound > cx_floor ? bound : (size_t)cx_floor;
     unsigned char *f = calloc(cap, 1);
     if (f != NULL) {
-        size_t used = (size_t)vargr_mpi_cx_encode(peer, data == packed ? 0 : elem_of(t), data, n,
+        comm_info *c = vargr_info_of(comm);
+        size_t used = (size_t)vargr_mpi_cx_encode(peer, (uint8_t)kind, c ? c->id : 0, tag,
+                                                  data == packed ? 0 : elem_of(t), data, n,
                                                   stored, f);
         *len = used > cx_floor ? used : (size_t)cx_floor;
         pthread_mutex_lock(&framed_lock);
@@ -287,6 +294,10 @@ void cx_finalize(void) {
         return;
     }
     reap(1);
+    char host[MPI_MAX_PROCESSOR_NAME + 1] = {0};
+    int hlen = 0;
+    PMPI_Get_processor_name(host, &hlen);
+    vargr_mpi_cx_samples(my_world, host);
     /* One line for the job, from world rank 0 (every rank finalizes). */
     uint64_t total[3] = {0, 0, 0};
     PMPI_Reduce(framed, total, 3, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
@@ -323,7 +334,7 @@ int cx_send(int mode, const void *buf, int count, MPI_Datatype t, int dest, int 
     }
     uint32_t peer = vargr_world_of(c, dest);
     size_t len = 0;
-    unsigned char *f = frame_of(buf, count, t, comm, peer, 0, &len);
+    unsigned char *f = frame_of(buf, count, t, comm, peer, KIND_P2P, tag, 0, &len);
     if (f == NULL) {
         return no_memory(comm);
     }
@@ -364,7 +375,8 @@ int cx_isend(int mode, const void *buf, int count, MPI_Datatype t, int dest, int
         return pmpi_isend_mode(mode, buf, count, t, dest, tag, comm, req);
     }
     size_t len = 0;
-    unsigned char *f = frame_of(buf, count, t, comm, vargr_world_of(c, dest), 0, &len);
+    unsigned char *f =
+        frame_of(buf, count, t, comm, vargr_world_of(c, dest), KIND_P2P, tag, 0, &len);
     if (f == NULL) {
         return no_memory(comm);
     }
@@ -952,7 +964,7 @@ static int refill(MPI_Request r) {
         return MPI_SUCCESS;
     }
     size_t len = 0;
-    unsigned char *f = frame_of(o.buf, o.count, o.type, o.comm, o.peer, 1, &len);
+    unsigned char *f = frame_of(o.buf, o.count, o.type, o.comm, o.peer, KIND_P2P, 0, 1, &len);
     if (f == NULL) {
         return no_memory(o.comm);
     }
@@ -1111,7 +1123,8 @@ int cx_alltoallv(const void *sbuf, const int scounts[], const int sdispls[], MPI
         const char *src = (const char *)sbuf + (MPI_Aint)sdispls[p] * sext;
         if (pair_framed(c, p, scounts[p], stype)) {
             size_t len = 0;
-            frames[p] = frame_of(src, scounts[p], stype, comm, vargr_world_of(c, p), 0, &len);
+            frames[p] = frame_of(src, scounts[p], stype, comm, vargr_world_of(c, p), KIND_ALLTOALL,
+                                 0, 0, &len);
             rc = frames[p] == NULL
                      ? MPI_ERR_NO_MEM
                      : PMPI_Isend(frames[p], (int)len, MPI_BYTE, p, 0, twin, &reqs[n + p]);

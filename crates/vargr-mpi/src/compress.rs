@@ -40,7 +40,10 @@
 //! `fixed:CODEC` compresses every framed message with one codec; `adaptive` asks
 //! vargr-codec's engine per message (the seed's runtime strategy), per link to the
 //! other site, with the link's model from `VARGR_MPI_LINK` (the emulated or known WAN)
-//! or learned from the sends themselves.
+//! or learned from the sends themselves; `guided:PLAN` (the seed's guided strategy) looks
+//! each message up in a plan that `vargr codec plan` made from the samples an earlier run
+//! recorded (`VARGR_MPI_CODEC_SAMPLES`), by the [`Message`]'s kind, communicator, tag,
+//! element type and size, and pays no study.
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr};
@@ -48,6 +51,9 @@ use std::str::FromStr;
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
+use std::collections::HashMap;
+
+use vargr_codec::guided::{encode_sample, trace_header, MessageKey, Sample, MAX_SAMPLE};
 use vargr_codec::stage::CodecMode;
 use vargr_codec::{
     decode, encode, Codec, CodecId, ElemKind, Engine, EngineConfig, Header, LinkKey, LinkModel,
@@ -137,6 +143,9 @@ pub struct CodecSettings {
     pub sites: SiteRule,
     /// The WAN between sites, if known: one-way latency (s) and bytes per second.
     pub link: Option<(f64, f64)>,
+    /// Where this rank records samples of its messages between sites for `vargr codec
+    /// plan` (the guided strategy's first run).
+    pub samples: Option<std::path::PathBuf>,
 }
 
 impl CodecSettings {
@@ -234,6 +243,59 @@ struct Shim {
     /// Site key of each world rank.
     sites: Vec<u64>,
     engine: Option<Mutex<Engine>>,
+    samples: Option<Mutex<Samples>>,
+}
+
+/// A message as the guided strategy tells messages apart: what it is (a point-to-point
+/// message, or a block of an all-to-all), its element type, communicator, tag and size.
+/// Communicators are numbered in each process's order of first use, which a program that
+/// runs the same way twice repeats.
+#[derive(Debug, Clone, Copy)]
+pub struct Message {
+    pub kind: u8,
+    pub comm: u32,
+    pub tag: i32,
+}
+
+/// Kinds of [`Message`].
+pub const KIND_P2P: u8 = 1;
+pub const KIND_ALLTOALL: u8 = 2;
+
+fn key_of(m: Message, elem: ElemKind, len: usize) -> MessageKey {
+    MessageKey {
+        kind: m.kind,
+        elem,
+        stream: m.comm,
+        tag: m.tag,
+        len: len.min(u32::MAX as usize) as u32,
+    }
+}
+
+/// The first few payloads of each kind of message, kept for the rank's samples file.
+struct Samples {
+    seen: HashMap<MessageKey, u32>,
+    file: Vec<u8>,
+}
+
+impl Samples {
+    /// As `vargr run --codec-samples` keeps them: two per kind, up to 64 MiB a rank.
+    const PER_KEY: u32 = 2;
+    const MAX_FILE: usize = 64 << 20;
+
+    fn record(&mut self, key: MessageKey, payload: &[u8]) {
+        let n = self.seen.entry(key).or_insert(0);
+        if *n >= Self::PER_KEY || self.file.len() > Self::MAX_FILE {
+            return;
+        }
+        *n += 1;
+        encode_sample(
+            &Sample {
+                key,
+                payload: payload[..payload.len().min(MAX_SAMPLE)].to_vec(),
+            },
+            &mut self.file,
+        );
+    }
 }
 
 static SHIM: OnceLock<Shim> = OnceLock::new();
@@ -243,9 +305,20 @@ impl Shim {
         LinkKey(self.sites.get(peer as usize).copied().unwrap_or(0))
     }
 
-    fn codec_for(&self, peer: u32, elem: ElemKind, data: &[u8]) -> Codec {
+    fn codec_for(&self, peer: u32, msg: Message, elem: ElemKind, data: &[u8]) -> Codec {
+        if data.len() < self.settings.min {
+            return Codec::None;
+        }
+        if let Some(s) = &self.samples {
+            lock(s).record(key_of(msg, elem, data.len()), data);
+        }
         match &self.settings.mode {
-            _ if data.len() < self.settings.min => Codec::None,
+            CodecMode::Guided { plan, .. } => {
+                match plan.codec_for(&key_of(msg, elem, data.len())) {
+                    c if c.supports(elem) => c,
+                    _ => Codec::None,
+                }
+            }
             CodecMode::Fixed(c) if c.supports(elem) => *c,
             CodecMode::Adaptive => match &self.engine {
                 Some(e) => {
@@ -268,10 +341,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub fn setup(settings: CodecSettings, sites: Vec<u64>) -> Result<usize, String> {
     let engine = match &settings.mode {
         CodecMode::Off => return Ok(0),
-        CodecMode::Guided { .. } => {
-            return Err("guided mode is not available for MPI programs yet".into())
-        }
-        CodecMode::Fixed(_) => None,
+        CodecMode::Fixed(_) | CodecMode::Guided { .. } => None,
         CodecMode::Adaptive => {
             let mut e = Engine::new(EngineConfig {
                 min_size: settings.min,
@@ -290,10 +360,17 @@ pub fn setup(settings: CodecSettings, sites: Vec<u64>) -> Result<usize, String> 
         }
     };
     let floor = settings.min.min(FRAME_FLOOR);
+    let samples = settings.samples.as_ref().map(|_| {
+        Mutex::new(Samples {
+            seen: HashMap::new(),
+            file: trace_header().to_vec(),
+        })
+    });
     let _ = SHIM.set(Shim {
         settings,
         sites,
         engine,
+        samples,
     });
     Ok(floor)
 }
@@ -309,6 +386,9 @@ pub fn setup(settings: CodecSettings, sites: Vec<u64>) -> Result<usize, String> 
 #[no_mangle]
 pub unsafe extern "C" fn vargr_mpi_cx_encode(
     peer: u32,
+    kind: u8,
+    comm: u32,
+    tag: i32,
     elem: u8,
     data: *const u8,
     len: u64,
@@ -320,7 +400,7 @@ pub unsafe extern "C" fn vargr_mpi_cx_encode(
     let data = unsafe { slice_or_empty(data, len) };
     let elem = ElemKind::from_u8(elem).unwrap_or(ElemKind::BYTES);
     let codec = match SHIM.get() {
-        Some(s) if stored == 0 => s.codec_for(peer, elem, data),
+        Some(s) if stored == 0 => s.codec_for(peer, Message { kind, comm, tag }, elem, data),
         _ => Codec::None,
     };
     let t0 = Instant::now();
@@ -421,6 +501,41 @@ pub extern "C" fn vargr_mpi_cx_sent(peer: u32, wire: u64, seconds: f64) {
         if let (Some(e), true) = (&s.engine, seconds > 0.0) {
             lock(e).observe_transfer(s.link(peer), wire as usize, seconds);
         }
+    }
+}
+
+/// Writes this rank's samples file (`<host>-<rank>.ctr` in the samples directory), if
+/// it records them; at `MPI_Finalize`.
+///
+/// # Safety
+/// `host` must be a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_mpi_cx_samples(rank: c_int, host: *const c_char) {
+    let Some(shim) = SHIM.get() else { return };
+    let (Some(dir), Some(samples)) = (&shim.settings.samples, &shim.samples) else {
+        return;
+    };
+    // SAFETY: the caller's contract.
+    let host = unsafe { CStr::from_ptr(host) }.to_string_lossy();
+    let host: String = host
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let path = dir.join(format!("{host}-{rank:05}.ctr"));
+    let file = std::mem::take(&mut lock(samples).file);
+    let written =
+        std::fs::create_dir_all(dir).and_then(|_| vargr_trace::write_atomic(&path, &file));
+    if let Err(e) = written {
+        crate::events::say(&format!(
+            "vargr-mpi: rank {rank}: cannot write codec samples to {}: {e}",
+            path.display()
+        ));
     }
 }
 

@@ -15,6 +15,9 @@
 //!   site. `blocks:2` splits the world in two halves, for sites emulated on one machine.
 //! - `VARGR_MPI_LINK=rtt=40ms,bandwidth=100mbit`: the WAN between sites, for the
 //!   adaptive engine's model; without it the engine learns from the sends.
+//! - `VARGR_MPI_CODEC_SAMPLES=DIR`: each rank records samples of its messages between
+//!   sites into `DIR/<host>-<rank>.ctr` for `vargr codec plan DIR`, whose plan a later
+//!   run uses with `VARGR_MPI_CODEC=guided:PLAN`.
 //!
 //! Every rank must see the same codec settings: `MPI_Init` checks and refuses to start
 //! when they differ. `vargr mpi-run --trace DIR --codec MODE ...` sets them (with
@@ -34,8 +37,16 @@ pub const CODEC_VAR: &str = "VARGR_MPI_CODEC";
 pub const CODEC_MIN_VAR: &str = "VARGR_MPI_CODEC_MIN";
 pub const SITES_VAR: &str = "VARGR_MPI_SITES";
 pub const LINK_VAR: &str = "VARGR_MPI_LINK";
+pub const SAMPLES_VAR: &str = "VARGR_MPI_CODEC_SAMPLES";
 /// Every variable the library reads, for launchers that pass them on.
-pub const ALL_VARS: [&str; 5] = [TRACE_VAR, CODEC_VAR, CODEC_MIN_VAR, SITES_VAR, LINK_VAR];
+pub const ALL_VARS: [&str; 6] = [
+    TRACE_VAR,
+    CODEC_VAR,
+    CODEC_MIN_VAR,
+    SITES_VAR,
+    LINK_VAR,
+    SAMPLES_VAR,
+];
 
 /// The default threshold: below 16 KiB a message's transfer time on a WAN is its
 /// latency, which compression does not shorten.
@@ -78,12 +89,19 @@ impl Settings {
 }
 
 fn codec(text: &impl Fn(&str) -> Option<String>) -> Result<Option<CodecSettings>, String> {
+    let samples = text(SAMPLES_VAR).map(PathBuf::from);
     let mode = match text(CODEC_VAR) {
-        None => return Ok(None),
+        None => CodecMode::Off,
         Some(m) => CodecMode::from_str(&m).map_err(|e| format!("{CODEC_VAR}={m}: {e}"))?,
     };
     if mode == CodecMode::Off {
-        return Ok(None);
+        return match samples {
+            // Samples are taken where messages are framed.
+            Some(_) => Err(format!(
+                "{SAMPLES_VAR} needs {CODEC_VAR} (record with adaptive or fixed:CODEC)"
+            )),
+            None => Ok(None),
+        };
     }
     let min = match text(CODEC_MIN_VAR) {
         None => DEFAULT_MIN,
@@ -110,6 +128,7 @@ fn codec(text: &impl Fn(&str) -> Option<String>) -> Result<Option<CodecSettings>
         min,
         sites,
         link,
+        samples,
     }))
 }
 
@@ -169,5 +188,16 @@ mod tests {
             let e = vars(&pairs).codec.unwrap_err();
             assert!(e.contains(k), "{k}={v}: {e}");
         }
+    }
+
+    #[test]
+    fn samples_need_a_codec_to_take_them_from() {
+        let s = vars(&[(SAMPLES_VAR, "/tmp/samples")]);
+        assert!(s.codec.unwrap_err().contains(CODEC_VAR));
+        let s = vars(&[(SAMPLES_VAR, "/tmp/samples"), (CODEC_VAR, "adaptive")]);
+        assert_eq!(
+            s.codec.unwrap().unwrap().samples,
+            Some(PathBuf::from("/tmp/samples"))
+        );
     }
 }

@@ -736,3 +736,71 @@ fn fortran_programs_are_traced_and_compressed_like_c_ones() {
         assert!(big >= messages, "{name}: {big} messages of 64 KiB matched");
     }
 }
+
+#[test]
+fn a_plan_made_from_recorded_samples_guides_compression() {
+    if !have_mpirun() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let prog = build_c(tmp.path(), "codec_check");
+    let plain = ok("plain run", mpirun(4, &[&prog]).output().unwrap());
+    let samples = tmp.path().join("samples");
+    let run = |codec: &str, extra: &[&std::ffi::OsStr]| {
+        let o = Command::new(vargr())
+            .arg("mpi-run")
+            .args(["--codec", codec, "--sites", "blocks:2", "--codec-min", "1k"])
+            .args(extra)
+            .arg("--")
+            .arg("mpirun")
+            .args(MPIRUN)
+            .args(["-n", "4", &prog])
+            .env_remove("LD_PRELOAD")
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        let out = ok(codec, o);
+        assert_eq!(sorted(&out), sorted(&plain), "{codec}\n{err}");
+        err
+    };
+    // The first run records; every rank writes its samples at MPI_Finalize.
+    run(
+        "adaptive",
+        &["--codec-samples".as_ref(), samples.as_os_str()],
+    );
+    let files = std::fs::read_dir(&samples)
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "ctr")
+        })
+        .count();
+    assert_eq!(files, 4);
+    let o = Command::new(vargr())
+        .args(["codec", "plan"])
+        .arg(&samples)
+        .args(["--bandwidth", "100mbit", "--latency", "1ms"])
+        .output()
+        .unwrap();
+    let said = ok("vargr codec plan", o);
+    let plan = samples.join("plan.json");
+    assert!(plan.is_file(), "{said}");
+    // The plan's run compresses what the plan says, and the program sees the same.
+    let mode = format!("guided:{}", plan.display());
+    let err = run(&mode, &[]);
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(&format!("vargr-mpi: compression {mode}:")))
+        .unwrap_or_else(|| panic!("no summary in {err}"));
+    let ratio: f64 = line
+        .rsplit_once("(x")
+        .unwrap()
+        .1
+        .trim_end_matches(')')
+        .parse()
+        .unwrap();
+    assert!(ratio > 1.5, "{line}\n{said}");
+}
