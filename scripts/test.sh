@@ -69,6 +69,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 
 echo "== build"
 cargo build --workspace --bins --quiet
+# The MPI interposition libraries beside vargr, where `vargr mpi-run` finds them (tests
+# of other crates, such as `vargr bench mpi-shim`'s, start programs under them).
+cargo build --quiet -p vargr-mpi -p vargr-mpi-mpich
 # Integration tests start real processes: point them at the freshly built binary.
 export VARGR_BIN="$PWD/target/debug/vargr"
 export VARGR_COMMNODE="$VARGR_BIN"
