@@ -8,11 +8,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+# A run started in the background by a shell without job control (`cmd &` in a script,
+# nohup) ignores SIGINT, and every process it starts inherits that: Python then installs
+# no KeyboardInterrupt handler, and the Ctrl-C tests would wait for an interrupt that
+# never comes. Restoring Python's handler here makes the processes the tests start
+# inherit the default disposition, as under a terminal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 TESTS = Path(__file__).resolve().parent
 SCRIPTS = TESTS / "scripts"
