@@ -93,43 +93,9 @@ struct Programs {
     is_exchange: Option<PathBuf>,
 }
 
-const HPCC_INPUT: &str = "HPLinpack benchmark input file
-Innovative Computing Laboratory, University of Tennessee
-HPL.out      output file name (if any)
-8            device out (6=stdout,7=stderr,file)
-1            # of problems sizes (N)
-NS           Ns
-1            # of NBs
-80           NBs
-0            PMAP process mapping (0=Row-,1=Column-major)
-1            # of process grids (P x Q)
-1            Ps
-Q            Qs
-16.0         threshold
-1            # of panel fact
-2            PFACTs (0=left, 1=Crout, 2=Right)
-1            # of recursive stopping criterium
-4            NBMINs (>= 1)
-1            # of panels in recursion
-2            NDIVs
-1            # of recursive panel fact.
-1            RFACTs (0=left, 1=Crout, 2=Right)
-1            # of broadcast
-1            BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
-1            # of lookahead depth
-1            DEPTHs (>=0)
-2            SWAP (0=bin-exch,1=long,2=mix)
-64           swapping threshold
-0            L1 in (0=transposed,1=no-transposed) form
-0            U  in (0=transposed,1=no-transposed) form
-1            Equilibration (0=no,1=yes)
-8            memory alignment in double (> 0)
-##### This line (no. 32) is ignored (it serves as a separator). ######
-0                      		Number of additional problem sizes for PTRANS
-1200 10000 30000        	values of N
-0                       	number of additional blocking sizes for PTRANS
-40 9 8 13 13 20 16 32 64       	values of NB
-";
+/// HPCC's input, with the problem size, block size and process grid to fill in (shared
+/// with vargr-mpi's HPCC test).
+const HPCC_INPUT: &str = include_str!("../../../bench/mpi/hpccinf.txt.in");
 
 fn repo_file(rel: &str) -> Result<PathBuf> {
     [
@@ -233,14 +199,14 @@ impl Programs {
             }
             "hpcc" => {
                 let n = if a.quick { "600" } else { "2000" };
-                // One row of processes: on a square grid between two sites, PTRANS's
-                // time (and rate) said 3 ms in runs whose transpose had to cross
-                // 100 Mbit/s (the timed rank's own blocks stay put); on one row every
-                // repetition shows the crossing.
-                let q = a.ranks.to_string();
+                // One row of processes: on a square grid between two sites, PTRANS
+                // times a rank whose own blocks stay put, so its time misses the
+                // crossing (docs/benchmarks.md); on one row every repetition has it.
                 let input = HPCC_INPUT
-                    .replace("NS    ", &format!("{n:<6}"))
-                    .replace("Q            Qs", &format!("{q:<13}Qs"));
+                    .replace("@N@", n)
+                    .replace("@NB@", "80")
+                    .replace("@P@", "1")
+                    .replace("@Q@", &a.ranks.to_string());
                 std::fs::write(run_dir.join("hpccinf.txt"), input)?;
                 (vec!["hpcc".into()], a.ranks)
             }
@@ -441,20 +407,6 @@ fn launch(
     Ok(cmd)
 }
 
-fn median(v: &[f64]) -> f64 {
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    if s.is_empty() {
-        return f64::NAN;
-    }
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    }
-}
-
 fn measure_of(program: &str) -> &'static str {
     match program {
         "netpipe" => "sum over message sizes (64 KiB to 4 MiB, doubling and between) of NetPIPE's one-way time",
@@ -564,11 +516,10 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
                 let verified = rs
                     .iter()
                     .all(|r| r.3 && reference.as_ref().is_none_or(|x| *x == r.2));
-                let mut bytes: Vec<f64> = rs.iter().map(|r| r.1 as f64).collect();
-                bytes.sort_by(f64::total_cmp);
+                let bytes: Vec<f64> = rs.iter().map(|r| r.1 as f64).collect();
                 for (i, kernel) in kernels.iter().enumerate() {
                     let times_s: Vec<f64> = rs.iter().map(|r| r.0[i].1).collect();
-                    let seconds = median(&times_s);
+                    let seconds = crate::tree::median(&times_s);
                     if mode.as_str() == "off" {
                         off_seconds.insert(kernel.clone(), seconds);
                     }
@@ -587,7 +538,7 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
                         overhead_pct: off_seconds
                             .get(kernel)
                             .map(|off| (seconds / off - 1.0) * 100.0),
-                        bytes_between_sites: wan.then(|| median(&bytes) as u64),
+                        bytes_between_sites: wan.then(|| crate::tree::median(&bytes) as u64),
                         times_s,
                         measure: measure_of(kernel).into(),
                         verified,
@@ -599,14 +550,7 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
         drop(sites);
     }
     print_table(&records);
-    let path = a
-        .json
-        .unwrap_or_else(|| crate::results_dir().join("mpi-shim.json"));
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)?;
-    }
-    std::fs::write(&path, serde_json::to_string_pretty(&records)?)?;
-    eprintln!("wrote {} records to {}", records.len(), path.display());
+    crate::tree::write_records(a.json.as_deref(), "mpi-shim.json", &records)?;
     ensure!(
         records.iter().all(|r| r.verified),
         "some runs failed their checks or differ from mode off (see `verified`)"

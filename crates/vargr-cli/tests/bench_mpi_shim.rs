@@ -9,10 +9,10 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use common::{vargr, wait_guarded};
+use common::run_cli;
 use serde_json::Value;
 
 fn have(program: &str) -> bool {
@@ -39,9 +39,8 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
     }
     let tmp = tempfile::tempdir().unwrap();
     let json = tmp.path().join("mpi-shim.json");
-    let repo = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let mut child = Command::new(vargr())
-        .args([
+    let run = run_cli(
+        &[
             "bench",
             "mpi-shim",
             "--quick",
@@ -52,26 +51,12 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
             "--modes",
             "off,trace,codec-fixed:lz4",
             "--json",
-        ])
-        .arg(&json)
-        .current_dir(repo)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let read = |mut r: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut s = String::new();
-            r.read_to_string(&mut s).unwrap();
-            s
-        })
-    };
-    let out = read(Box::new(child.stdout.take().unwrap()));
-    let err = read(Box::new(child.stderr.take().unwrap()));
-    let status = wait_guarded(&mut child, Duration::from_secs(300)).expect("bench mpi-shim hung");
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
-    assert!(status.success(), "{out}\n{err}");
+            json.to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    let (out, err) = (&run.stdout, &run.stderr);
+    assert!(run.status.success(), "{out}\n{err}");
     let records: Vec<Value> = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let find = |program: &str, sites: u64, mode: &str| {
         records

@@ -309,16 +309,15 @@ impl Shim {
         if data.len() < self.settings.min {
             return Codec::None;
         }
+        let key = key_of(msg, elem, data.len());
         if let Some(s) = &self.samples {
-            lock(s).record(key_of(msg, elem, data.len()), data);
+            lock(s).record(key, data);
         }
         match &self.settings.mode {
-            CodecMode::Guided { plan, .. } => {
-                match plan.codec_for(&key_of(msg, elem, data.len())) {
-                    c if c.supports(elem) => c,
-                    _ => Codec::None,
-                }
-            }
+            CodecMode::Guided { plan, .. } => match plan.codec_for(&key) {
+                c if c.supports(elem) => c,
+                _ => Codec::None,
+            },
             CodecMode::Fixed(c) if c.supports(elem) => *c,
             CodecMode::Adaptive => match &self.engine {
                 Some(e) => {

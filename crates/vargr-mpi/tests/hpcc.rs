@@ -32,50 +32,21 @@ fn hpcc() {
     );
 }
 
-/// A small problem for 4 ranks (2 x 2): seconds, not minutes, on two cores.
-const INPUT: &str = "HPLinpack benchmark input file
-Innovative Computing Laboratory, University of Tennessee
-HPL.out      output file name (if any)
-8            device out (6=stdout,7=stderr,file)
-1            # of problems sizes (N)
-600          Ns
-1            # of NBs
-60           NBs
-0            PMAP process mapping (0=Row-,1=Column-major)
-1            # of process grids (P x Q)
-2            Ps
-2            Qs
-16.0         threshold
-1            # of panel fact
-2            PFACTs (0=left, 1=Crout, 2=Right)
-1            # of recursive stopping criterium
-4            NBMINs (>= 1)
-1            # of panels in recursion
-2            NDIVs
-1            # of recursive panel fact.
-1            RFACTs (0=left, 1=Crout, 2=Right)
-1            # of broadcast
-1            BCASTs (0=1rg,1=1rM,2=2rg,3=2rM,4=Lng,5=LnM)
-1            # of lookahead depth
-1            DEPTHs (>=0)
-2            SWAP (0=bin-exch,1=long,2=mix)
-64           swapping threshold
-0            L1 in (0=transposed,1=no-transposed) form
-0            U  in (0=transposed,1=no-transposed) form
-1            Equilibration (0=no,1=yes)
-8            memory alignment in double (> 0)
-##### This line (no. 32) is ignored (it serves as a separator). ######
-0                      		Number of additional problem sizes for PTRANS
-1200 10000 30000        	values of N
-0                       	number of additional blocking sizes for PTRANS
-40 9 8 13 13 20 16 32 64       	values of NB
-";
+/// HPCC's input (bench/mpi/hpccinf.txt.in, shared with `vargr bench mpi-shim`) for a
+/// small problem on 4 ranks (2 x 2): seconds, not minutes, on two cores.
+fn input() -> String {
+    include_str!("../../../bench/mpi/hpccinf.txt.in")
+        .replace("@N@", "600")
+        .replace("@NB@", "60")
+        .replace("@P@", "2")
+        .replace("@Q@", "2")
+}
 
 /// Runs hpcc in `dir` (with the library when `with`); returns its output file and
 /// mpirun's stderr.
 fn run(dir: &Path, with: bool) -> (String, String) {
     std::fs::create_dir_all(dir).unwrap();
-    std::fs::write(dir.join("hpccinf.txt"), INPUT).unwrap();
+    std::fs::write(dir.join("hpccinf.txt"), input()).unwrap();
     let mut c = Command::new("mpirun");
     c.args(MPIRUN).args(["-n", "4"]);
     c.env_remove("LD_PRELOAD");

@@ -523,6 +523,19 @@ fn preloaded(prog: &str, args: &[&str], vars: &[(&str, &str)]) -> Output {
     c.output().unwrap()
 }
 
+/// The job's compression summary line for `mode` in mpirun's stderr, and its ratio.
+fn compression<'a>(err: &'a str, mode: &str) -> (&'a str, f64) {
+    let line = err
+        .lines()
+        .find(|l| l.starts_with(&format!("vargr-mpi: compression {mode}:")))
+        .unwrap_or_else(|| panic!("{mode}: no summary in {err}"));
+    let ratio = line
+        .rsplit_once("(x")
+        .and_then(|(_, r)| r.trim_end_matches(')').parse().ok())
+        .unwrap_or_else(|| panic!("no ratio in {line}"));
+    (line, ratio)
+}
+
 const SITES: (&str, &str) = ("VARGR_MPI_SITES", "blocks:2");
 const MIN_1K: (&str, &str) = ("VARGR_MPI_CODEC_MIN", "1k");
 
@@ -556,17 +569,7 @@ fn messages_between_sites_compress_and_arrive_as_sent() {
         // One line for the job: frames sent, and (with a fixed codec) fewer bytes than
         // they held. The adaptive engine's choices depend on how fast the codecs run on
         // the machine at that moment, so only its results are checked here.
-        let line = err
-            .lines()
-            .find(|l| l.starts_with(&format!("vargr-mpi: compression {mode}:")))
-            .unwrap_or_else(|| panic!("{mode}: no summary in {err}"));
-        let ratio: f64 = line
-            .rsplit_once("(x")
-            .unwrap()
-            .1
-            .trim_end_matches(')')
-            .parse()
-            .unwrap();
+        let (line, ratio) = compression(&err, mode);
         assert!(mode == "adaptive" || ratio > 2.0, "{mode}: {line}");
     }
     // Traced and compressed at once, as `vargr mpi-run` starts it.
@@ -713,18 +716,8 @@ fn fortran_programs_are_traced_and_compressed_like_c_ones() {
         );
         assert_eq!(sorted(program), sorted(&plain), "{name}\n{err}");
         // The frames crossed between the sites, compressed.
-        let line = err
-            .lines()
-            .find(|l| l.starts_with("vargr-mpi: compression fixed:lz4:"))
-            .unwrap_or_else(|| panic!("{name}: no summary in {err}"));
-        let ratio: f64 = line
-            .rsplit_once("(x")
-            .unwrap()
-            .1
-            .trim_end_matches(')')
-            .parse()
-            .unwrap();
-        assert!(ratio > 2.0, "{line}");
+        let (line, ratio) = compression(&err, "fixed:lz4");
+        assert!(ratio > 2.0, "{name}: {line}");
         // The trace holds the program's messages of 8192 doubles, matched send to receive.
         let a = analysis::analyze(&TraceFile::read_dir(&dir).unwrap());
         let big = a
@@ -791,16 +784,6 @@ fn a_plan_made_from_recorded_samples_guides_compression() {
     // The plan's run compresses what the plan says, and the program sees the same.
     let mode = format!("guided:{}", plan.display());
     let err = run(&mode, &[]);
-    let line = err
-        .lines()
-        .find(|l| l.starts_with(&format!("vargr-mpi: compression {mode}:")))
-        .unwrap_or_else(|| panic!("no summary in {err}"));
-    let ratio: f64 = line
-        .rsplit_once("(x")
-        .unwrap()
-        .1
-        .trim_end_matches(')')
-        .parse()
-        .unwrap();
+    let (line, ratio) = compression(&err, &mode);
     assert!(ratio > 1.5, "{line}\n{said}");
 }
