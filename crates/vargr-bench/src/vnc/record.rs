@@ -232,11 +232,15 @@ impl Xvnc {
         bail!("Xvnc did not start on any of 10 displays")
     }
 
-    /// Whether Xvnc listens; false if it exited first (its display was taken).
+    /// Whether Xvnc listens, for the recorder and for X clients; false if it exited
+    /// first (its display was taken). Its RFB port opens before its X socket.
     fn wait_listening(&mut self) -> Result<bool> {
         let deadline = Instant::now() + Duration::from_secs(15);
+        let x_socket = format!("/tmp/.X11-unix/X{}", self.display);
         loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && std::os::unix::net::UnixStream::connect(&x_socket).is_ok()
+            {
                 return Ok(true);
             }
             if self.child.try_wait()?.is_some() {

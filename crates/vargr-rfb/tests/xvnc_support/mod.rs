@@ -122,11 +122,16 @@ impl Xvnc {
         panic!("Xvnc did not start on any of 10 displays");
     }
 
-    /// Whether Xvnc listens; false if it exited first.
+    /// Whether Xvnc listens, for viewers and for X clients; false if it exited first.
+    /// Xvnc opens its RFB port before its X socket, so an X client started on the
+    /// port alone may find no display.
     pub fn wait_listening(&mut self) -> bool {
         let deadline = Instant::now() + Duration::from_secs(15);
+        let x_socket = format!("/tmp/.X11-unix/X{}", self.display);
         loop {
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if TcpStream::connect(("127.0.0.1", self.port)).is_ok()
+                && std::os::unix::net::UnixStream::connect(&x_socket).is_ok()
+            {
                 return true;
             }
             if let Ok(Some(status)) = self.child.try_wait() {
