@@ -121,9 +121,9 @@ WHEEL=$(PATH="$PYVENV/bin:$PATH" PYTHON="$PYVENV/bin/python" scripts/build-wheel
 # this wheel instead of finding the requirement already satisfied.
 "$PYVENV/bin/pip" uninstall -qq -y vargr
 "$PYVENV/bin/pip" install -q "$WHEEL"
-"$PYVENV/bin/ruff" format --check python examples/python
-"$PYVENV/bin/ruff" check python examples/python
-"$PYVENV/bin/mypy" python/vargr python/tests python/bench examples/python
+"$PYVENV/bin/ruff" format --check python examples/python crates/vargr-mpi/tests/py
+"$PYVENV/bin/ruff" check python examples/python crates/vargr-mpi/tests/py
+"$PYVENV/bin/mypy" python/vargr python/tests python/bench examples/python crates/vargr-mpi/tests/py
 
 echo "== python tests"
 VARGR_REQUIRE_MPIRUN=1 VARGR_REQUIRE_WHEEL=1 "$PYVENV/bin/python" -m pytest -q python/tests 2>&1 | tee target/pytest.log

@@ -140,7 +140,7 @@ fn main() {
         Cmd::Vnc(a) => vnc_cmd::run(a, &config),
         Cmd::Dedup(c) => dedup_cmd::run(c, &config),
         Cmd::Run(a) => run_cmd::run(a, cli.config.as_deref()),
-        Cmd::MpiRun(a) => mpi_run_cmd::run(a),
+        Cmd::MpiRun(a) => mpi_run_cmd::run(a, cli.config.as_deref()),
         Cmd::Commnode => roles::commnode(),
         Cmd::Backend { role } => roles::backend(&role),
     };

@@ -1,9 +1,10 @@
-//! `vargr mpi-run [--trace DIR] [--codec MODE --sites SITES] -- mpirun -n 4 ./app`: runs
-//! an unmodified MPI program
-//! under libvargr_mpi.so (crates/vargr-mpi; libvargr_mpi_mpich.so under MPICH's
-//! launcher). It finds the library beside this binary,
-//! puts it in `LD_PRELOAD` with the library's documented variables
-//! (`vargr_mpi::settings`), runs the launcher, and says where the traces are.
+//! `vargr mpi-run [--trace DIR] [--monitor KINDS] [--codec MODE --sites SITES] -- mpirun
+//! -n 4 ./app`: runs an unmodified MPI program under libvargr_mpi.so (crates/vargr-mpi;
+//! libvargr_mpi_mpich.so under MPICH's launcher). It finds the library beside this
+//! binary, puts it in `LD_PRELOAD` with the library's documented variables
+//! (`vargr_mpi::settings`), runs the launcher, and says where the traces are. With
+//! `--monitor` it also runs the live monitor (`vargr_coll::open_plane`), which the
+//! ranks' agents join, and keeps the status `vargr top` shows.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,8 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use vargr_coll::open_plane::OpenMonitor;
+use vargr_net::runtime_dir::RuntimeDir;
 
 #[derive(Args)]
 pub struct MpiRunArgs {
@@ -36,6 +39,21 @@ pub struct MpiRunArgs {
     /// DIR`, whose plan a later run uses with `--codec guided:DIR/plan.json`.
     #[arg(long, value_name = "DIR", requires = "codec")]
     codec_samples: Option<PathBuf>,
+    /// Run the live monitor: every rank's agent sends it the records of the world's
+    /// collectives during the run, and it reports on stderr which rank arrives last,
+    /// how often, and how long the others wait for it (`load-balance`, the default);
+    /// `stats` adds latency statistics, `distributed` computes them in the ranks.
+    /// Watch it with `vargr top`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "load-balance")]
+    monitor: Option<String>,
+    /// Collectors the monitor watches, as name patterns [default: the world's
+    /// collectives, ctx0/barrier,ctx0/bcast,...; ctx1.0/* is another communicator's].
+    #[arg(long, requires = "monitor")]
+    monitor_scope: Option<String>,
+    /// Where the monitor keeps the status `vargr top` shows [default: a file per run in
+    /// the user's runtime directory, which `vargr top` finds by itself].
+    #[arg(long, requires = "monitor")]
+    status: Option<PathBuf>,
     /// The interposition library [default: beside this vargr, libvargr_mpi.so for Open
     /// MPI's launcher, libvargr_mpi_mpich.so for MPICH's].
     #[arg(long, value_name = "FILE")]
@@ -60,6 +78,20 @@ enum Launcher {
 /// The library's variables (`vargr_mpi::settings`; not a dependency, which would link
 /// the MPI wrappers and libmpi into vargr itself).
 const TRACE_VAR: &str = "VARGR_MPI_TRACE";
+const MONITOR_VARS: [&str; 2] = ["VARGR_MPI_MONITOR", "VARGR_MPI_MONITOR_SECRET"];
+/// What the monitor watches unless told: the world's collectives (the world's
+/// point-to-point collectors share the `ctx0/` prefix but are not calls every rank makes).
+const WORLD_COLLECTIVES: [&str; 9] = [
+    "barrier",
+    "bcast",
+    "reduce",
+    "allreduce",
+    "gather",
+    "allgather",
+    "scatter",
+    "alltoall",
+    "alltoallv",
+];
 const CODEC_VARS: [&str; 5] = [
     "VARGR_MPI_CODEC",
     "VARGR_MPI_CODEC_MIN",
@@ -68,11 +100,11 @@ const CODEC_VARS: [&str; 5] = [
     "VARGR_MPI_CODEC_SAMPLES",
 ];
 
-pub fn run(a: MpiRunArgs) -> Result<()> {
+pub fn run(a: MpiRunArgs, config_file: Option<&Path>) -> Result<()> {
     let (launcher, rest) = a.command.split_first().expect("clap requires a command");
     let mpi = launcher_mpi(launcher);
-    let lib = match a.lib {
-        Some(l) => l,
+    let lib = match &a.lib {
+        Some(l) => l.clone(),
         None => beside_exe(if mpi == Launcher::Mpich {
             LIB_MPICH
         } else {
@@ -136,6 +168,14 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
         }
         None => None,
     };
+    let monitor = match &a.monitor {
+        Some(kinds) => Some(start_monitor(&a, kinds, config_file)?),
+        None => None,
+    };
+    let monitor_vars = monitor.as_ref().map(|m| {
+        let at = m.monitor.address();
+        [at.addrs_text(), at.secret.to_hex()]
+    });
     let codec: Vec<(&str, &Option<String>)> = CODEC_VARS
         .into_iter()
         .zip([&a.codec, &a.codec_min, &a.sites, &a.link, &samples])
@@ -153,6 +193,23 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
                 cmd.args(["-x", var]);
             }
         }
+        if monitor_vars.is_some() {
+            for var in MONITOR_VARS {
+                cmd.args(["-x", var]);
+            }
+        }
+    }
+    match &monitor_vars {
+        Some(values) => {
+            for (var, v) in MONITOR_VARS.iter().zip(values) {
+                cmd.env(var, v);
+            }
+        }
+        None => {
+            for var in MONITOR_VARS {
+                cmd.env_remove(var);
+            }
+        }
     }
     for (var, value) in &codec {
         match value {
@@ -165,9 +222,16 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
         Some(d) => cmd.env(TRACE_VAR, d),
         None => cmd.env_remove(TRACE_VAR),
     };
+    // Ctrl-C reaches the launcher too, which ends the ranks and then itself; waiting for
+    // it lets the monitor pull what they recorded and its status file go.
+    ctrlc::set_handler(|| {}).context("installing the Ctrl-C handler")?;
     let status = cmd
         .status()
-        .with_context(|| format!("cannot start {}", launcher.to_string_lossy()))?;
+        .with_context(|| format!("cannot start {}", launcher.to_string_lossy()));
+    if let Some(m) = monitor {
+        m.stop();
+    }
+    let status = status?;
     if !status.success() {
         return Err(crate::run_cmd::JobFailed {
             message: format!("{} ended with {status}", Path::new(launcher).display()),
@@ -197,6 +261,59 @@ pub fn run(a: MpiRunArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The run's monitor, and the status file it keeps.
+struct RunMonitor {
+    monitor: OpenMonitor,
+    /// The status file, when it is ours to remove at the end.
+    own_status: Option<PathBuf>,
+}
+
+impl RunMonitor {
+    /// Pulls the last records, logs the final summary and removes our status file.
+    fn stop(self) {
+        if let Some(lb) = self.monitor.stop() {
+            lb.log_final();
+        }
+        if let Some(f) = self.own_status {
+            // `vargr top` must not show a finished run as live.
+            let _ = std::fs::remove_file(f);
+        }
+    }
+}
+
+/// Resolves the monitor's settings (flags over the configuration) and starts it.
+fn start_monitor(a: &MpiRunArgs, kinds: &str, config_file: Option<&Path>) -> Result<RunMonitor> {
+    let runtime = vargr_net::runtime_dir::default_path();
+    let (status, own_status) = match &a.status {
+        Some(p) => (std::path::absolute(p)?, None),
+        None => {
+            let dir = RuntimeDir::open(&runtime)?.subdir("top")?;
+            let f = dir.join(format!("mpi-run-{}.json", std::process::id()));
+            (f.clone(), Some(f))
+        }
+    };
+    let (mut layers, _) = crate::config_cmd::layers(config_file)?;
+    layers.flag("monitor.kinds", "--monitor", kinds);
+    layers.flag("monitor.status", "--status", status.display().to_string());
+    if let Some(s) = &a.monitor_scope {
+        layers.flag("monitor.scope", "--monitor-scope", s);
+    }
+    let mut cfg = vargr_config::Config::resolve(&layers)?
+        .monitor
+        .context("--monitor: no monitor configured")?;
+    if cfg.collectors == ["ctx0/*"] {
+        cfg.collectors = WORLD_COLLECTIVES
+            .iter()
+            .map(|k| format!("ctx0/{k}"))
+            .collect();
+    }
+    let monitor = OpenMonitor::start(&runtime, cfg).context("starting the monitor")?;
+    Ok(RunMonitor {
+        monitor,
+        own_status,
+    })
 }
 
 fn beside_exe(name: &str) -> Result<PathBuf> {

@@ -44,8 +44,11 @@ fn bad(from: usize, what: &str) -> CollError {
     }
 }
 
-fn encode(a: Alignment) -> Bytes {
-    let mut b = Vec::with_capacity(21);
+/// Bytes of an encoded alignment.
+pub(crate) const ENCODED_LEN: usize = 21;
+
+pub(crate) fn encode(a: Alignment) -> Bytes {
+    let mut b = Vec::with_capacity(ENCODED_LEN);
     b.push(SET);
     b.extend_from_slice(&a.offset_ns.to_le_bytes());
     b.extend_from_slice(&a.error_ns.to_le_bytes());
@@ -53,8 +56,8 @@ fn encode(a: Alignment) -> Bytes {
     Bytes::from(b)
 }
 
-fn decode(b: &[u8], from: usize) -> Result<Alignment> {
-    if b.len() != 21 {
+pub(crate) fn decode(b: &[u8], from: usize) -> Result<Alignment> {
+    if b.len() != ENCODED_LEN {
         return Err(bad(from, &format!("{}-byte alignment", b.len())));
     }
     let word = |i: usize| <[u8; 8]>::try_from(&b[i..i + 8]).expect("8 bytes");

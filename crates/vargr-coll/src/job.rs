@@ -609,19 +609,7 @@ impl Job {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(lb) = monitor.and_then(MonitorHandle::stop) {
-            for l in lb.summary() {
-                tracing::info!(target: "vargr::monitor", "vargr monitor (final): {l}");
-            }
-            for l in lb.stats_summary() {
-                tracing::info!(target: "vargr::monitor", "vargr monitor (final): {l}");
-            }
-            tracing::info!(
-                target: "vargr::monitor",
-                "vargr monitor: gathered {} records, {} overwritten before a pull (gather rate {:.4})",
-                lb.records,
-                lb.records_lost,
-                lb.gather_rate()
-            );
+            lb.log_final();
         }
         let agent = self.agent.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(agent) = agent {

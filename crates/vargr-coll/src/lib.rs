@@ -51,6 +51,7 @@ mod inproc;
 mod job;
 pub mod monitor;
 mod op;
+pub mod open_plane;
 mod rank_scheduler;
 mod schedule;
 mod select;

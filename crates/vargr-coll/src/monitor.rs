@@ -87,7 +87,7 @@ const AGENT_HOLD: usize = 1 << 20;
 /// Largest pull request (a scope) an agent accepts.
 const MAX_REQUEST: usize = 64 << 10;
 /// How long the monitor waits for agents to connect, and for one answer.
-const PLANE_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const PLANE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the monitor sends the agents over the mesh to open the plane.
 #[derive(Serialize, Deserialize)]
@@ -156,14 +156,13 @@ fn run_agent(
     let capacity = vargr_trace::ring_capacity() as f64;
     let mut last_drain = Instant::now();
     // Drains, and picks the next interval from the busiest thread's rate.
-    let mut drain = |tracer: &mut Tracer, red: &mut ScopeReducer| {
+    let mut drain = |red: &mut ScopeReducer| {
         let threads = tracer.read();
         let busiest = threads.iter().map(|t| t.records.len()).max().unwrap_or(0);
         let rate = busiest as f64 / last_drain.elapsed().as_secs_f64().max(1e-6);
         last_drain = Instant::now();
         red.add(&Tracer::file_of(process, threads));
-        Duration::from_secs_f64(capacity / 4.0 / rate.max(1.0))
-            .clamp(AGENT_POLL_MIN, AGENT_POLL_MAX)
+        next_drain(capacity, rate)
     };
     // Until the invitation comes, records are kept as they are.
     let mut red = ScopeReducer::new(
@@ -184,7 +183,7 @@ fn run_agent(
                     .map_err(|e| format!("bad invitation from the monitor: {e}"))?
             }
             Ok(None) => {
-                let wait = drain(&mut tracer, &mut red);
+                let wait = drain(&mut red);
                 std::thread::sleep(wait.min(Duration::from_millis(20)));
             }
             Err(_) => return Ok(()),
@@ -208,11 +207,27 @@ fn run_agent(
     .map_err(|e| e.to_string())?;
     conn.conn().set_low_priority();
     conn.set_timeout(None);
+    answer_pulls(&mut conn, &peer, process, &mut red, &mut drain, None)
+}
+
+/// The agent's side of a plane connection once it is open: drains the rings while
+/// nobody asks (`drain` returns how long to wait before the next drain), and answers
+/// each pull with what `red` reduced since the last. Returns when the monitor says stop
+/// or goes, or, once `finishing` is set, after the first pull that came later (so the
+/// monitor has everything recorded before it was set).
+pub(crate) fn answer_pulls(
+    conn: &mut SecureConn,
+    peer: &str,
+    process: &str,
+    red: &mut ScopeReducer,
+    drain: &mut dyn FnMut(&mut ScopeReducer) -> Duration,
+    finishing: Option<&AtomicBool>,
+) -> Result<(), String> {
     let mut wait = AGENT_POLL_MIN;
     loop {
         match conn.conn().wait_readable(wait) {
             Ok(false) => {
-                wait = drain(&mut tracer, &mut red);
+                wait = drain(red);
                 continue;
             }
             Ok(true) => {}
@@ -226,19 +241,27 @@ fn run_agent(
         if req.payload.as_ref() == b"stop" {
             return Ok(());
         }
+        let last = finishing.is_some_and(|f| f.load(Ordering::Acquire));
         let scope: Scope = serde_json::from_slice(&req.payload)
             .map_err(|e| format!("{peer}: bad pull request: {e}"))?;
         red.set_scope(scope);
-        wait = drain(&mut tracer, &mut red);
+        wait = drain(red);
         let reply = red.reply(Tracer::file_of(process, Vec::new()));
         let f = Frame::new(FrameKind::Data, 0, 0, Bytes::from(reply.encode()));
-        if conn.write_frame(&f).is_err() {
+        if conn.write_frame(&f).is_err() || last {
             return Ok(());
         }
     }
 }
 
-fn lowest_priority() {
+/// How long an agent may wait before it drains again, given the busiest thread's
+/// records per second: a quarter of a ring, within bounds.
+pub fn next_drain(ring_capacity: f64, records_per_s: f64) -> Duration {
+    Duration::from_secs_f64(ring_capacity / 4.0 / records_per_s.max(1.0))
+        .clamp(AGENT_POLL_MIN, AGENT_POLL_MAX)
+}
+
+pub(crate) fn lowest_priority() {
     // SAFETY: setpriority on the calling thread (who = 0 with PRIO_PROCESS names the
     // calling thread on Linux) only changes its scheduling niceness.
     unsafe {
@@ -297,6 +320,12 @@ impl LoadBalance {
             size,
             ..LoadBalance::default()
         }
+    }
+
+    /// Makes calls complete only when `size` ranks took part (for monitors whose ranks
+    /// say how many they are as they join).
+    pub fn grow_to(&mut self, size: usize) {
+        self.size = self.size.max(size);
     }
 
     fn count<T>(&mut self, r: &Reduced<T>) {
@@ -398,6 +427,20 @@ impl LoadBalance {
             }
         }
         out
+    }
+
+    /// Logs the final culprits, statistics and gather rate (at the end of a run).
+    pub fn log_final(&self) {
+        for l in self.summary().into_iter().chain(self.stats_summary()) {
+            tracing::info!(target: "vargr::monitor", "vargr monitor (final): {l}");
+        }
+        tracing::info!(
+            target: "vargr::monitor",
+            "vargr monitor: gathered {} records, {} overwritten before a pull (gather rate {:.4})",
+            self.records,
+            self.records_lost,
+            self.gather_rate()
+        );
     }
 
     /// Fraction of the records written that reached the monitor.
@@ -515,7 +558,7 @@ pub struct MonitorConfig {
 }
 
 impl MonitorConfig {
-    fn scope(&self) -> Scope {
+    pub(crate) fn scope(&self) -> Scope {
         Scope {
             collectors: self.collectors.clone(),
             reduce: if self.distributed {
@@ -569,9 +612,9 @@ impl MonitorHandle {
 }
 
 /// One agent's connection.
-struct AgentConn {
-    conn: SecureConn,
-    name: String,
+pub(crate) struct AgentConn {
+    pub(crate) conn: SecureConn,
+    pub(crate) name: String,
 }
 
 /// Listens, invites every agent over the mesh and accepts their connections.
@@ -641,32 +684,70 @@ fn monitor_loop(
     cfg: &MonitorConfig,
     s: &AtomicBool,
 ) {
-    let t0 = Instant::now();
-    let mut last_culprits = Vec::new();
-    let mut last_print = Instant::now();
-    let mut status = Status::default();
-    let mut last_status = Instant::now();
-    let request = request_frame(Some(&cfg.scope()));
+    let mut g = Gatherer::new(cfg);
     while !conns.is_empty() {
         // Once stopped, one last pull: the ranks have finished, and every process keeps
         // its agent up for it (`AgentHandle::linger`).
         let last = s.load(Ordering::Relaxed);
-        if !last {
-            std::thread::sleep(cfg.period);
-            if !ACTIVE.load(Ordering::Relaxed) {
-                continue;
-            }
-            if cfg.coschedule {
-                // Wait (a period at most) for a moment when a rank here is blocked.
-                let until = Instant::now() + cfg.period;
-                while BLOCKED.load(Ordering::Relaxed) == 0 && Instant::now() < until {
-                    std::thread::sleep(Duration::from_micros(50));
-                }
+        if !last && !g.wait_for_turn() {
+            continue;
+        }
+        g.pull(&mut conns, lb);
+        if last {
+            // `MonitorHandle::stop`'s caller prints the final summary.
+            break;
+        }
+        g.speak(lb);
+    }
+    release(&mut conns);
+}
+
+/// The monitor's side of a plane, one pull at a time: gathers, keeps the status file,
+/// and speaks when a culprit changes.
+pub(crate) struct Gatherer<'a> {
+    cfg: &'a MonitorConfig,
+    request: Frame,
+    t0: Instant,
+    status: Status,
+    last_status: Instant,
+    last_culprits: Vec<(String, Option<u32>)>,
+    last_print: Instant,
+}
+
+impl<'a> Gatherer<'a> {
+    pub(crate) fn new(cfg: &'a MonitorConfig) -> Gatherer<'a> {
+        Gatherer {
+            cfg,
+            request: request_frame(Some(&cfg.scope())),
+            t0: Instant::now(),
+            status: Status::default(),
+            last_status: Instant::now(),
+            last_culprits: Vec::new(),
+            last_print: Instant::now(),
+        }
+    }
+
+    /// Sleeps a period; false when monitors are paused, so this turn has no pull.
+    pub(crate) fn wait_for_turn(&self) -> bool {
+        std::thread::sleep(self.cfg.period);
+        if !ACTIVE.load(Ordering::Relaxed) {
+            return false;
+        }
+        if self.cfg.coschedule {
+            // Wait (a period at most) for a moment when a rank here is blocked.
+            let until = Instant::now() + self.cfg.period;
+            while BLOCKED.load(Ordering::Relaxed) == 0 && Instant::now() < until {
+                std::thread::sleep(Duration::from_micros(50));
             }
         }
+        true
+    }
+
+    /// One parallel gather (all requests first, then the answers); agents that do not
+    /// answer leave `conns`. Rewrites the status file if there is one.
+    pub(crate) fn pull(&mut self, conns: &mut Vec<AgentConn>, lb: &mut LoadBalance) {
         let pull = Instant::now();
-        // Parallel gather: all requests first, then the answers.
-        conns.retain_mut(|a| a.conn.write_frame(&request).is_ok());
+        conns.retain_mut(|a| a.conn.write_frame(&self.request).is_ok());
         conns.retain_mut(|a| match a.conn.read_frame(vargr_trace::scope::MAX_REPLY) {
             Ok(f) => {
                 match Reply::decode(&f.payload, &a.name) {
@@ -678,30 +759,29 @@ fn monitor_loop(
             Err(_) => false,
         });
         let pull_ms = pull.elapsed().as_secs_f64() * 1e3;
-        if let Some(path) = &cfg.status_file {
-            let mut next = Status::of(lb, &status, last_status.elapsed().as_secs_f64());
-            next.uptime_s = t0.elapsed().as_secs_f64();
-            next.pulls = status.pulls + 1;
+        if let Some(path) = &self.cfg.status_file {
+            let mut next = Status::of(lb, &self.status, self.last_status.elapsed().as_secs_f64());
+            next.uptime_s = self.t0.elapsed().as_secs_f64();
+            next.pulls = self.status.pulls + 1;
             next.last_pull_ms = pull_ms;
-            next.period_ms = cfg.period.as_millis() as u64;
+            next.period_ms = self.cfg.period.as_millis() as u64;
             if let Err(e) = next.write(path) {
                 tracing::warn!(path = %path.display(), "monitor status: {e}");
             }
-            status = next;
-            last_status = Instant::now();
+            self.status = next;
+            self.last_status = Instant::now();
         }
-        if last {
-            // `MonitorHandle::stop`'s caller prints the final summary.
-            break;
-        }
-        // Speak when a culprit changes, and otherwise every few seconds.
+    }
+
+    /// Logs the culprits (or statistics) when a culprit changes, else every few seconds.
+    pub(crate) fn speak(&mut self, lb: &LoadBalance) {
         let culprits: Vec<(String, Option<u32>)> = lb
             .by_collector
             .iter()
             .map(|(n, c)| (n.clone(), c.culprit().map(|x| x.0)))
             .collect();
-        if culprits != last_culprits || last_print.elapsed() >= Duration::from_secs(5) {
-            let lines = if cfg.stats || cfg.distributed {
+        if culprits != self.last_culprits || self.last_print.elapsed() >= Duration::from_secs(5) {
+            let lines = if self.cfg.stats || self.cfg.distributed {
                 lb.stats_summary()
             } else {
                 lb.summary()
@@ -710,16 +790,19 @@ fn monitor_loop(
                 tracing::info!(
                     target: "vargr::monitor",
                     "vargr monitor {:.1} s: {l}",
-                    t0.elapsed().as_secs_f64()
+                    self.t0.elapsed().as_secs_f64()
                 );
             }
-            last_culprits = culprits;
-            last_print = Instant::now();
+            self.last_culprits = culprits;
+            self.last_print = Instant::now();
         }
     }
-    // Let the agents go; the final pull happened above.
+}
+
+/// Lets the agents go (after the final pull).
+pub(crate) fn release(conns: &mut [AgentConn]) {
     let stop = request_frame(None);
-    for a in &mut conns {
+    for a in conns {
         let _ = a.conn.write_frame(&stop);
     }
 }

@@ -20,7 +20,11 @@ use std::ffi::{c_char, c_int, CStr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
+use vargr_coll::monitor::next_drain;
+use vargr_coll::open_plane::{AgentSpec, JoinedAgent};
+use vargr_trace::scope::ScopeReducer;
 use vargr_trace::{Record, ThreadTrace, Tracer};
 
 use crate::settings::Settings;
@@ -92,16 +96,33 @@ const COMM_SLOTS: usize = 1024;
 /// Records kept in memory per process before the oldest go (128 MiB): rings are
 /// drained into it as they fill, and it is written at `MPI_Finalize`.
 const HELD: usize = 4 << 20;
+/// Records kept for the monitor's agent between its drains.
+const MONITOR_HELD: usize = 1 << 20;
+/// How long `MPI_Finalize` waits for the monitor's last pull of this rank's records
+/// (it pulls every period, 200 ms unless told otherwise).
+const MONITOR_LINGER: Duration = Duration::from_secs(5);
 
 struct State {
     rank: u32,
     process: String,
-    dir: PathBuf,
+    /// Where the trace file goes; `None`: records only feed the monitor.
+    dir: Option<PathBuf>,
     /// Context names by communicator id.
     contexts: Mutex<Vec<Option<String>>>,
     /// Collector id + 1 for (communicator slot, kind); 0: not registered yet.
     collectors: Box<[AtomicU32]>,
-    held: Mutex<(Tracer, Vec<ThreadTrace>)>,
+    held: Mutex<Held>,
+    /// The live monitor's agent, if the run has one.
+    agent: Mutex<Option<JoinedAgent>>,
+}
+
+/// The rings' one reader, and what it read for each consumer.
+struct Held {
+    tracer: Tracer,
+    /// For the trace file (when there is one).
+    trace: Vec<ThreadTrace>,
+    /// For the monitor's agent, until it drains them (when there is one).
+    monitor: Option<Vec<ThreadTrace>>,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -145,11 +166,35 @@ impl State {
         }
     }
 
-    /// Moves what every thread's ring holds into memory.
+    /// Moves what every thread's ring holds into memory, for the trace file and the
+    /// monitor: one reader, so the recording threads' own drains (when a ring is half
+    /// full) keep the monitor's records too.
     fn drain(&self) {
         let mut h = lock(&self.held);
-        let (tracer, held) = &mut *h;
-        tracer.drain_into(held, HELD);
+        let threads = h.tracer.read();
+        match (&mut h.monitor, &self.dir) {
+            (Some(m), Some(_)) => Tracer::hold(m, threads.clone(), MONITOR_HELD),
+            (Some(m), None) => return Tracer::hold(m, threads, MONITOR_HELD),
+            (None, _) => {}
+        }
+        if self.dir.is_some() {
+            Tracer::hold(&mut h.trace, threads, HELD);
+        }
+    }
+
+    /// The agent's drain: what the rings held since its last one, into its reducer.
+    fn feed(&self, red: &mut ScopeReducer, last: &mut Instant) -> Duration {
+        self.drain();
+        let threads = lock(&self.held)
+            .monitor
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default();
+        let busiest = threads.iter().map(|t| t.records.len()).max().unwrap_or(0);
+        let rate = busiest as f64 / last.elapsed().as_secs_f64().max(1e-6);
+        *last = Instant::now();
+        red.add(&Tracer::file_of(&self.process, threads));
+        next_drain(vargr_trace::ring_capacity() as f64, rate)
     }
 }
 
@@ -177,27 +222,42 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
         ));
         return false;
     }
-    let Some(dir) = &settings.trace_dir else {
-        vargr_trace::set_enabled(false);
-        return false;
+    let monitor = match &settings.monitor {
+        Ok(m) => m.clone(),
+        Err(e) => {
+            say(&format!("vargr-mpi: rank {rank}: {e}; not monitoring"));
+            None
+        }
     };
-    if let Err(e) = std::fs::create_dir_all(dir) {
-        say(&format!(
-            "vargr-mpi: rank {rank}: cannot make the trace directory {}: {e}; not tracing",
-            dir.display()
-        ));
+    let mut dir = settings.trace_dir.clone();
+    if let Some(d) = &dir {
+        if let Err(e) = std::fs::create_dir_all(d) {
+            say(&format!(
+                "vargr-mpi: rank {rank}: cannot make the trace directory {}: {e}; not tracing",
+                d.display()
+            ));
+            dir = None;
+        }
+    }
+    if dir.is_none() && monitor.is_none() {
         vargr_trace::set_enabled(false);
         return false;
     }
+    let process = format!("rank {rank} of {size} ({runs_on})");
     let state = State {
         rank,
-        process: format!("rank {rank} of {size} ({runs_on})"),
-        dir: dir.clone(),
+        process: process.clone(),
+        dir,
         contexts: Mutex::new(vec![Some("ctx0".into())]),
         collectors: (0..COMM_SLOTS * KINDS.len())
             .map(|_| AtomicU32::new(0))
             .collect(),
-        held: Mutex::new((Tracer::new(), Vec::new())),
+        held: Mutex::new(Held {
+            tracer: Tracer::new(),
+            trace: Vec::new(),
+            monitor: monitor.as_ref().map(|_| Vec::new()),
+        }),
+        agent: Mutex::new(None),
     };
     if STATE.set(state).is_err() {
         // MPI is initialised once per process; a second start keeps the first.
@@ -205,6 +265,19 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
     }
     vargr_trace::set_enabled(true);
     vargr_trace::set_thread_label(&format!("rank {rank}"), Some(rank));
+    if let (Some(address), Some(st)) = (monitor, STATE.get()) {
+        let mut last = Instant::now();
+        let agent = JoinedAgent::spawn(
+            AgentSpec {
+                address,
+                rank,
+                size,
+                process,
+            },
+            Box::new(move |red| st.feed(red, &mut last)),
+        );
+        *lock(&st.agent) = Some(agent);
+    }
     true
 }
 
@@ -247,20 +320,25 @@ pub fn record(e: &Event) {
     }
 }
 
-/// Writes this rank's trace file; returns its path.
-pub fn finish() -> Result<PathBuf, vargr_trace::FileError> {
+/// Lets the monitor pull this rank's last records, and writes its trace file (if
+/// traced); returns the file's path.
+pub fn finish() -> Result<Option<PathBuf>, vargr_trace::FileError> {
     let Some(st) = STATE.get() else {
         return Err(vargr_trace::FileError::Format {
             path: PathBuf::new(),
             what: "tracing never started".into(),
         });
     };
+    if let Some(agent) = lock(&st.agent).take() {
+        agent.finish(MONITOR_LINGER);
+    }
+    let Some(dir) = &st.dir else { return Ok(None) };
     st.drain();
-    let threads = std::mem::take(&mut lock(&st.held).1);
+    let threads = std::mem::take(&mut lock(&st.held).trace);
     let file = Tracer::file_of(&st.process, threads);
-    let path = st.dir.join(format!("{}-{:05}.vtr", file.host, st.rank));
+    let path = dir.join(format!("{}-{:05}.vtr", file.host, st.rank));
     file.write(&path)?;
-    Ok(path)
+    Ok(Some(path))
 }
 
 // ---- the C ABI -------------------------------------------------------------------------
@@ -339,6 +417,7 @@ mod tests {
         let settings = Settings {
             trace_dir: Some(dir.path().join("t")),
             codec: Ok(None),
+            monitor: Ok(None),
         };
         assert!(!start(&settings, 2, 4, KINDS.len() - 1, "MPI"));
         assert!(start(&settings, 2, 4, KINDS.len(), "Some MPI v1"));
@@ -363,7 +442,7 @@ mod tests {
         for i in 0..many {
             record(&ev(0, 14, EventOp::Call, i as u32, NO_PEER, 0));
         }
-        let path = finish().unwrap();
+        let path = finish().unwrap().unwrap();
         assert_eq!(
             path.file_name().unwrap().to_str().unwrap(),
             format!("{}-00002.vtr", TraceFile::read(&path).unwrap().host)

@@ -22,10 +22,9 @@
 //! C function untouched whatever their types, so the trampolines are ABI-neutral too.
 //!
 //! This build is for Open MPI (found with `mpicc --showme`; `VARGR_MPICC` names another
-//! Open MPI). MPICH comes next as a sibling crate, `vargr-mpi-mpich`, making
-//! `libvargr_mpi_mpich.so` from the same `wrappers.c` against MPICH's header (its mpicc
-//! `-show`) with this crate's Rust core as an rlib; `vargr mpi-run` will pick the library
-//! from what the launcher says it is (`mpirun --version`). Without Open MPI the library
+//! Open MPI). The sibling crate `vargr-mpi-mpich` makes `libvargr_mpi_mpich.so` from
+//! the same sources against MPICH's header (its mpicc `-show`); `vargr mpi-run` picks
+//! the library from what the launcher says it is (`mpirun --version`). Without Open MPI the library
 //! is built with no wrappers, so that a workspace build never needs MPI.
 //!
 //! # How it is loaded
@@ -40,9 +39,8 @@
 //! Open MPI 4.1's Fortran bindings do **not** reach these wrappers: `libmpi_mpifh.so`'s
 //! `mpi_send_` (and the `mpi_f08` module's `mpi_send_f08_`, through `ompi_send_f`)
 //! call `PMPI_Send` directly (`nm -D libmpi_mpifh.so` lists `U PMPI_Send`, no
-//! `U MPI_Send`), so a Fortran program's calls bypass any C `MPI_Send`. Catching them
-//! needs Fortran-symbol wrappers (`mpi_send_`, `mpi_send__`, `MPI_SEND`,
-//! `mpi_send_f08_`) calling `pmpi_send_`; that is not built yet. mpi4py calls the C
+//! `U MPI_Send`), so a Fortran program's calls bypass any C `MPI_Send`; `c/fortran.c`
+//! replaces them (see the end of this page). mpi4py calls the C
 //! API (`MPI_Init_thread`, `MPI_Send`, ...) through libmpi's dynamic symbols, so
 //! preloading reaches it (Debian's python3-mpi4py 3.1.4 traced); its pickled `recv`
 //! uses matched probes (`MPI_Mprobe`, `MPI_Mrecv`), which are wrapped too.
@@ -58,8 +56,10 @@
 //! # What is recorded
 //! With `VARGR_MPI_TRACE=DIR`, every wrapped call writes vargr-trace records ([`events`]
 //! lists them), and at `MPI_Finalize` each rank writes `DIR/<host>-<rank>.vtr`, which
-//! `vargr trace report DIR` and `vargr trace export DIR` read. Without it, each wrapper
-//! checks one flag and calls MPI.
+//! `vargr trace report DIR` and `vargr trace export DIR` read. With `VARGR_MPI_MONITOR`
+//! (`vargr mpi-run --monitor`), an agent thread sends the same records, reduced, to the
+//! run's live monitor (`vargr_coll::open_plane`), which `vargr top` shows. Without
+//! either, each wrapper checks one flag and calls MPI.
 //!
 //! # Compression between sites (CoMPI)
 //! With `VARGR_MPI_CODEC` (or `vargr mpi-run --codec`), messages between ranks of

@@ -19,6 +19,11 @@
 //!   sites into `DIR/<host>-<rank>.ctr` for `vargr codec plan DIR`, whose plan a later
 //!   run uses with `VARGR_MPI_CODEC=guided:PLAN`.
 //!
+//! - `VARGR_MPI_MONITOR=ADDRS` and `VARGR_MPI_MONITOR_SECRET=HEX`: join the live
+//!   monitor of `vargr mpi-run --monitor` (`vargr_coll::open_plane`) at the first of
+//!   ADDRS (`unix:PATH,tcp:HOST:PORT`) that answers, proving the run's secret. The
+//!   ranks' environment is readable only by their user; `vargr mpi-run` makes both.
+//!
 //! Every rank must see the same codec settings: `MPI_Init` checks and refuses to start
 //! when they differ. `vargr mpi-run --trace DIR --codec MODE ...` sets them (with
 //! `LD_PRELOAD`); under another launcher set them yourself.
@@ -28,6 +33,8 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use vargr_codec::stage::CodecMode;
+use vargr_coll::open_plane::PlaneAddress;
+use vargr_net::auth::Secret;
 
 use crate::compress::{CodecSettings, SiteRule};
 
@@ -38,14 +45,18 @@ pub const CODEC_MIN_VAR: &str = "VARGR_MPI_CODEC_MIN";
 pub const SITES_VAR: &str = "VARGR_MPI_SITES";
 pub const LINK_VAR: &str = "VARGR_MPI_LINK";
 pub const SAMPLES_VAR: &str = "VARGR_MPI_CODEC_SAMPLES";
+pub const MONITOR_VAR: &str = "VARGR_MPI_MONITOR";
+pub const MONITOR_SECRET_VAR: &str = "VARGR_MPI_MONITOR_SECRET";
 /// Every variable the library reads, for launchers that pass them on.
-pub const ALL_VARS: [&str; 6] = [
+pub const ALL_VARS: [&str; 8] = [
     TRACE_VAR,
     CODEC_VAR,
     CODEC_MIN_VAR,
     SITES_VAR,
     LINK_VAR,
     SAMPLES_VAR,
+    MONITOR_VAR,
+    MONITOR_SECRET_VAR,
 ];
 
 /// The default threshold: below 16 KiB a message's transfer time on a WAN is its
@@ -59,6 +70,8 @@ pub struct Settings {
     pub trace_dir: Option<PathBuf>,
     /// Compression, if on; an error names the variable that is wrong.
     pub codec: Result<Option<CodecSettings>, String>,
+    /// The live monitor to join, if any; an error names the variable that is wrong.
+    pub monitor: Result<Option<PlaneAddress>, String>,
 }
 
 impl Settings {
@@ -84,8 +97,22 @@ impl Settings {
         Settings {
             trace_dir: var(TRACE_VAR).filter(|d| !d.is_empty()).map(PathBuf::from),
             codec: codec(&text),
+            monitor: monitor(&text),
         }
     }
+}
+
+fn monitor(text: &impl Fn(&str) -> Option<String>) -> Result<Option<PlaneAddress>, String> {
+    let (addrs, secret) = match (text(MONITOR_VAR), text(MONITOR_SECRET_VAR)) {
+        (None, None) => return Ok(None),
+        (Some(a), Some(s)) => (a, s),
+        (Some(_), None) => return Err(format!("{MONITOR_VAR} needs {MONITOR_SECRET_VAR}")),
+        (None, Some(_)) => return Err(format!("{MONITOR_SECRET_VAR} without {MONITOR_VAR}")),
+    };
+    Ok(Some(PlaneAddress {
+        addrs: PlaneAddress::parse_addrs(&addrs).map_err(|e| format!("{MONITOR_VAR}: {e}"))?,
+        secret: Secret::from_hex(&secret).map_err(|e| format!("{MONITOR_SECRET_VAR}: {e}"))?,
+    }))
 }
 
 fn codec(text: &impl Fn(&str) -> Option<String>) -> Result<Option<CodecSettings>, String> {
@@ -187,6 +214,30 @@ mod tests {
             pairs.push((k, v));
             let e = vars(&pairs).codec.unwrap_err();
             assert!(e.contains(k), "{k}={v}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_monitor_needs_an_address_and_its_secret() {
+        assert!(matches!(vars(&[]).monitor, Ok(None)));
+        let hex = Secret::random().to_hex();
+        let m = vars(&[
+            (MONITOR_VAR, "unix:/run/x.sock,tcp:h:4711"),
+            (MONITOR_SECRET_VAR, &hex),
+        ])
+        .monitor
+        .unwrap()
+        .unwrap();
+        assert_eq!(m.addrs.len(), 2);
+        assert_eq!(m.secret.to_hex(), hex);
+        for pairs in [
+            vec![(MONITOR_VAR, "unix:/run/x.sock")],
+            vec![(MONITOR_SECRET_VAR, hex.as_str())],
+            vec![(MONITOR_VAR, "carrier-pigeon"), (MONITOR_SECRET_VAR, &hex)],
+            vec![(MONITOR_VAR, "tcp:h:1"), (MONITOR_SECRET_VAR, "abc")],
+        ] {
+            let e = vars(&pairs).monitor.unwrap_err();
+            assert!(e.contains("VARGR_MPI_MONITOR"), "{pairs:?}: {e}");
         }
     }
 

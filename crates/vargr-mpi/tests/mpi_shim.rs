@@ -14,43 +14,14 @@
 //! target directory (built if missing); `vargr mpi-run` takes the library beside it.
 
 use std::collections::{BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use vargr_trace::analysis;
 use vargr_trace::{EventOp, TraceFile, NO_PEER};
 
 mod common;
-use common::{cargo_build, have_mpirun, lib, target_dir, MPIRUN};
-
-/// `$VARGR_BIN`, else the profile's vargr (built if missing), with the library beside it
-/// fresh.
-fn vargr() -> PathBuf {
-    lib();
-    let v = match std::env::var_os("VARGR_BIN") {
-        Some(v) => PathBuf::from(v),
-        None => {
-            let v = target_dir().join("vargr");
-            if !v.is_file() {
-                cargo_build(&["-p", "vargr-cli", "--bin", "vargr"]);
-            }
-            v
-        }
-    };
-    assert!(v.is_file(), "{} missing", v.display());
-    v
-}
-
-fn ok(what: &str, o: Output) -> String {
-    assert!(
-        o.status.success(),
-        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
-}
+use common::{build_c, have_mpirun, lib, ok, vargr, MPIRUN};
 
 fn mpirun(n: usize, prog: &[&str]) -> Command {
     let mut c = Command::new("mpirun");
@@ -482,22 +453,6 @@ fn mpich_programs_run_traced_and_compressed_and_the_other_abi_is_refused() {
         "{err}"
     );
     assert!(err.contains("this program runs on \"Open MPI v4."), "{err}");
-}
-
-/// Builds one of the tests' C programs into `dir`.
-fn build_c(dir: &Path, name: &str) -> String {
-    let prog = dir.join(name);
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
-    ok(
-        "mpicc",
-        Command::new("mpicc")
-            .args(["-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&prog)
-            .arg(&src)
-            .output()
-            .unwrap(),
-    );
-    prog.to_str().unwrap().to_string()
 }
 
 /// The lines of `out`, sorted (ranks print in any order).

@@ -233,7 +233,12 @@ impl Tracer {
     /// reader that answers rarely can still empty the rings often. Holds at most `cap`
     /// records per thread; beyond that the oldest go and count as lost.
     pub fn drain_into(&mut self, held: &mut Vec<ThreadTrace>, cap: usize) {
-        for (i, t) in self.read().into_iter().enumerate() {
+        Tracer::hold(held, self.read(), cap);
+    }
+
+    /// Appends what [`Tracer::read`] returned to `held`, as [`Tracer::drain_into`] does.
+    pub fn hold(held: &mut Vec<ThreadTrace>, threads: Vec<ThreadTrace>, cap: usize) {
+        for (i, t) in threads.into_iter().enumerate() {
             if held.len() <= i {
                 held.push(ThreadTrace {
                     label: t.label.clone(),

@@ -2,8 +2,8 @@
 //! and the library, built fresh for the test's profile.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 
 pub const MPIRUN: &[&str] = &[
@@ -83,4 +83,53 @@ pub fn with_library(c: &mut Command, vars: &[(&str, &OsStr)]) {
     for (k, v) in vars {
         c.args(["-x", k]).env(k, v);
     }
+}
+
+/// `$VARGR_BIN`, else the profile's vargr (built if missing), with the library beside it
+/// fresh.
+#[allow(dead_code)] // not every test file runs vargr
+pub fn vargr() -> PathBuf {
+    lib();
+    let v = match std::env::var_os("VARGR_BIN") {
+        Some(v) => PathBuf::from(v),
+        None => {
+            let v = target_dir().join("vargr");
+            if !v.is_file() {
+                cargo_build(&["-p", "vargr-cli", "--bin", "vargr"]);
+            }
+            v
+        }
+    };
+    assert!(v.is_file(), "{} missing", v.display());
+    v
+}
+
+/// `o`'s stdout, after checking that it succeeded.
+#[allow(dead_code)]
+pub fn ok(what: &str, o: Output) -> String {
+    assert!(
+        o.status.success(),
+        "{what}: {}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Builds one of the tests' C programs into `dir`.
+#[allow(dead_code)]
+pub fn build_c(dir: &Path, name: &str) -> String {
+    let prog = dir.join(name);
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/c/{name}.c"));
+    ok(
+        "mpicc",
+        Command::new("mpicc")
+            .args(["-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&prog)
+            .arg(&src)
+            .output()
+            .unwrap(),
+    );
+    prog.to_str().unwrap().to_string()
 }

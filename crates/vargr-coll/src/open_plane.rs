@@ -1,0 +1,344 @@
+//! A monitor plane that agents join by address, for processes that are not one vargr
+//! job: the ranks of an MPI program under `libvargr_mpi.so` (crates/vargr-mpi) have no
+//! vargr mesh to be invited over, so `vargr mpi-run` runs an [`OpenMonitor`] and tells
+//! every rank, through the launcher's environment, where it listens and the secret
+//! that admits an agent. Pulls, replies, the status file and the culprits are those of
+//! [`crate::monitor`]; what differs is how agents arrive and leave:
+//!
+//! - The monitor listens on a Unix socket in the user's private runtime directory (ranks
+//!   of this host, also inside network namespaces) and on TCP (ranks of other hosts);
+//!   an agent tries the addresses in that order.
+//! - Agents come whenever their rank starts: each says which rank of how many it is,
+//!   and the monitor measures the agent's clock ([`SkewProbe`]) before its first pull,
+//!   so records from every host land on the monitor's time axis.
+//! - An agent whose rank finishes answers one more pull and leaves
+//!   ([`JoinedAgent::finish`]); the monitor keeps pulling from the others.
+//!
+//! Frame after frame, the connection is the monitor plane's: authenticated by the
+//! handshake with the run's secret, then sealed.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use vargr_net::auth::{self, Secret};
+use vargr_net::gate::{Gate, GateConfig};
+use vargr_net::mesh::{Bound, Mesh};
+use vargr_net::{Addr, LinkSecurity, NetError, SecureConn};
+use vargr_trace::clock::trace_ns;
+use vargr_trace::scope::{Scope, ScopeReducer};
+use vargr_trace::{Alignment, SkewProbe};
+use vargr_wire::{Frame, FrameKind};
+
+use crate::clocksync;
+use crate::monitor::{
+    answer_pulls, lowest_priority, release, AgentConn, Gatherer, LoadBalance, MonitorConfig,
+};
+
+/// How long one agent's greeting and clock probe may take.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest greeting or clock frame.
+const MAX_SETUP: usize = 64 << 10;
+/// Records an agent holds between pulls (as the job agents do).
+const AGENT_HOLD: usize = 1 << 20;
+const PING: u8 = b'P';
+const SET: u8 = b'S';
+
+/// What an agent says first.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Hello {
+    rank: u32,
+    size: u32,
+}
+
+/// Where an [`OpenMonitor`] listens and what admits an agent: what its ranks are told.
+#[derive(Debug, Clone)]
+pub struct PlaneAddress {
+    /// Addresses to try in order (`unix:PATH`, `tcp:HOST:PORT`).
+    pub addrs: Vec<Addr>,
+    pub secret: Secret,
+}
+
+impl PlaneAddress {
+    /// The addresses as one line (`unix:/run/...,tcp:host:4711`), for an environment
+    /// variable; [`PlaneAddress::parse_addrs`] reads it back.
+    pub fn addrs_text(&self) -> String {
+        let list: Vec<String> = self.addrs.iter().map(Addr::to_string).collect();
+        list.join(",")
+    }
+
+    pub fn parse_addrs(text: &str) -> Result<Vec<Addr>, NetError> {
+        let addrs = text
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(str::parse)
+            .collect::<Result<Vec<Addr>, NetError>>()?;
+        if addrs.is_empty() {
+            return Err(NetError::BadAddr {
+                addr: text.to_string(),
+                reason: "no address".into(),
+            });
+        }
+        Ok(addrs)
+    }
+}
+
+/// A monitor whose agents join by address; see the module docs.
+pub struct OpenMonitor {
+    address: PlaneAddress,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<LoadBalance>>,
+}
+
+impl OpenMonitor {
+    /// Listens (a Unix socket in the runtime directory `dir`, and TCP on every
+    /// interface) and pulls from whoever joins, every `cfg.period`.
+    pub fn start(dir: &Path, cfg: MonitorConfig) -> Result<OpenMonitor, NetError> {
+        let secret = Secret::random();
+        let unix = Mesh::bind(true, dir)?;
+        let tcp = Mesh::bind(false, dir)?;
+        let address = PlaneAddress {
+            addrs: vec![unix.addr.clone(), tcp.addr.clone()],
+            secret: secret.clone(),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("vargr-monitor".into())
+            .spawn(move || {
+                let gates = [gate(unix, &secret), gate(tcp, &secret)];
+                let mut lb = LoadBalance::new(0);
+                serve(&gates, &mut lb, &cfg, &s);
+                lb
+            })
+            .map_err(|e| NetError::Job {
+                reason: format!("cannot start the monitor thread: {e}"),
+            })?;
+        Ok(OpenMonitor {
+            address,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// What agents need to join.
+    pub fn address(&self) -> &PlaneAddress {
+        &self.address
+    }
+
+    /// Pulls once more from the agents still there, lets them go, and returns what the
+    /// monitor saw.
+    pub fn stop(mut self) -> Option<LoadBalance> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take()?.join().ok()
+    }
+}
+
+impl Drop for OpenMonitor {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A gate on `bound`'s listener; the socket file (if any) lives as long as the gate's
+/// owner keeps `bound`'s guard, which moves into the gate's reporter.
+fn gate(bound: Bound, secret: &Secret) -> Gate {
+    let Bound {
+        listener, socket, ..
+    } = bound;
+    Gate::open(
+        listener,
+        secret.clone(),
+        GateConfig {
+            deadline: JOIN_TIMEOUT,
+            ..GateConfig::default()
+        },
+        Box::new(move |e| {
+            let _keep = &socket;
+            tracing::warn!("monitor refused a plane connection: {e}")
+        }),
+    )
+}
+
+fn serve(gates: &[Gate], lb: &mut LoadBalance, cfg: &MonitorConfig, s: &AtomicBool) {
+    let mut g = Gatherer::new(cfg);
+    let mut conns: Vec<AgentConn> = Vec::new();
+    let scope = cfg.scope();
+    loop {
+        let last = s.load(Ordering::Relaxed);
+        for gate in gates {
+            while let Ok(a) = gate.accept_timeout(Duration::ZERO) {
+                let name = format!("agent of rank {}", a.node);
+                match admit(a.conn, &scope) {
+                    Ok((conn, hello)) => {
+                        lb.grow_to(hello.size as usize);
+                        conns.push(AgentConn { conn, name });
+                    }
+                    Err(e) => tracing::warn!("monitor: {name}: {e}"),
+                }
+            }
+        }
+        if !last && !g.wait_for_turn() {
+            continue;
+        }
+        g.pull(&mut conns, lb);
+        if last {
+            break;
+        }
+        g.speak(lb);
+    }
+    release(&mut conns);
+}
+
+/// Reads an agent's greeting, measures its clock and sends it its alignment and the
+/// scope it will be pulled for.
+fn admit(mut conn: SecureConn, scope: &Scope) -> Result<(SecureConn, Hello), String> {
+    conn.set_timeout(Some(JOIN_TIMEOUT));
+    conn.conn().set_low_priority();
+    let f = conn.read_frame(MAX_SETUP).map_err(|e| e.to_string())?;
+    let hello: Hello =
+        serde_json::from_slice(&f.payload).map_err(|e| format!("bad greeting: {e}"))?;
+    let mut probe = SkewProbe::new();
+    for _ in 0..SkewProbe::ROUNDS {
+        let sent = trace_ns();
+        conn.write_frame(&frame(vec![PING]))
+            .map_err(|e| e.to_string())?;
+        let f = conn.read_frame(MAX_SETUP).map_err(|e| e.to_string())?;
+        let got = trace_ns();
+        let clock: [u8; 8] = f
+            .payload
+            .as_ref()
+            .try_into()
+            .map_err(|_| format!("{}-byte clock reading", f.payload.len()))?;
+        probe.sample(sent, u64::from_le_bytes(clock), got);
+    }
+    let align = Alignment::ROOT.then(probe.estimate().expect("sampled"));
+    let mut set = clocksync::encode(align).to_vec();
+    set.extend_from_slice(&serde_json::to_vec(scope).expect("a scope serializes"));
+    conn.write_frame(&frame(set)).map_err(|e| e.to_string())?;
+    conn.set_timeout(Some(crate::monitor::PLANE_TIMEOUT));
+    Ok((conn, hello))
+}
+
+fn frame(body: Vec<u8>) -> Frame {
+    Frame::new(FrameKind::Data, 0, 0, Bytes::from(body))
+}
+
+/// Who an agent is and where it goes.
+pub struct AgentSpec {
+    pub address: PlaneAddress,
+    pub rank: u32,
+    pub size: u32,
+    /// The process's name in replies and in `vargr top`.
+    pub process: String,
+}
+
+/// Moves this process's records to a reducer; returns how long the agent may wait before
+/// it drains again (see [`crate::monitor::next_drain`]).
+pub type Drain = Box<dyn FnMut(&mut ScopeReducer) -> Duration + Send>;
+
+/// A running agent of this process.
+pub struct JoinedAgent {
+    finishing: Arc<AtomicBool>,
+    ended: mpsc::Receiver<()>,
+}
+
+impl JoinedAgent {
+    /// Joins the plane on a thread of the lowest priority and answers pulls until the
+    /// monitor goes; a monitor that cannot be reached is reported on stderr once, and
+    /// the process runs on unmonitored.
+    pub fn spawn(spec: AgentSpec, mut drain: Drain) -> JoinedAgent {
+        let finishing = Arc::new(AtomicBool::new(false));
+        let (alive, ended) = mpsc::channel::<()>();
+        let f = finishing.clone();
+        let _ = std::thread::Builder::new()
+            .name("vargr-monitor-agent".into())
+            .spawn(move || {
+                let _alive = alive;
+                lowest_priority();
+                if let Err(e) = join(&spec, &mut drain, &f) {
+                    eprintln!("vargr: rank {}: monitor agent: {e}", spec.rank);
+                }
+            });
+        JoinedAgent { finishing, ended }
+    }
+
+    /// Called when the process has recorded its last: waits (up to `timeout`) until the
+    /// monitor has pulled everything recorded so far.
+    pub fn finish(self, timeout: Duration) {
+        self.finishing.store(true, Ordering::Release);
+        let _ = self.ended.recv_timeout(timeout);
+    }
+}
+
+fn join(spec: &AgentSpec, drain: &mut Drain, finishing: &AtomicBool) -> Result<(), String> {
+    let mut last_err = String::new();
+    let mut conn = None;
+    let deadline = Instant::now() + crate::monitor::PLANE_TIMEOUT;
+    'found: while Instant::now() < deadline {
+        for addr in &spec.address.addrs {
+            let peer = format!("monitor at {addr}");
+            let c = match vargr_net::connect_once(addr, JOIN_TIMEOUT) {
+                Ok(c) => c,
+                Err(e) => {
+                    last_err = e.to_string();
+                    continue;
+                }
+            };
+            // A refused handshake is final: the secret is wrong.
+            let c = auth::connect(
+                c,
+                &spec.address.secret,
+                spec.rank,
+                LinkSecurity::Auto,
+                JOIN_TIMEOUT,
+                &peer,
+            )
+            .map_err(|e| e.to_string())?;
+            conn = Some((c, peer));
+            break 'found;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let Some((mut conn, peer)) = conn else {
+        return Err(format!("no monitor to join: {last_err}"));
+    };
+    conn.conn().set_low_priority();
+    let hello = serde_json::to_vec(&Hello {
+        rank: spec.rank,
+        size: spec.size,
+    })
+    .expect("a greeting serializes");
+    let io = |e: NetError| format!("{peer}: {e}");
+    conn.write_frame(&frame(hello)).map_err(io)?;
+    let scope = loop {
+        let f = conn.read_frame(MAX_SETUP).map_err(io)?;
+        match f.payload.first() {
+            Some(&PING) => conn
+                .write_frame(&frame(trace_ns().to_le_bytes().to_vec()))
+                .map_err(io)?,
+            Some(&SET) if f.payload.len() >= clocksync::ENCODED_LEN => {
+                let (align, scope) = f.payload.split_at(clocksync::ENCODED_LEN);
+                vargr_trace::set_alignment(clocksync::decode(align, 0).map_err(|e| e.to_string())?);
+                break serde_json::from_slice::<Scope>(scope)
+                    .map_err(|e| format!("{peer}: bad scope: {e}"))?;
+            }
+            _ => return Err(format!("{peer}: unexpected frame while joining")),
+        }
+    };
+    conn.set_timeout(None);
+    let mut red = ScopeReducer::new(scope, 1, AGENT_HOLD);
+    answer_pulls(
+        &mut conn,
+        &peer,
+        &spec.process,
+        &mut red,
+        &mut **drain,
+        Some(finishing),
+    )
+}
