@@ -1,14 +1,17 @@
 //! `vargr bench mpi-shim`: what libvargr_mpi.so costs and gains unmodified MPI programs.
 //!
 //! Each program runs under Open MPI's `mpirun` without the library (mode `off`), traced
-//! (`trace`) and compressing between sites (`codec-adaptive`, `codec-fixed:CODEC`), in
-//! interleaved rounds so that every mode sees the same machine state. Two networks:
-//! `local` (one machine, ranks on shared memory: what tracing costs a program) and `wan`
-//! (two sites in network namespaces joined by a link shaped with tc tbf,
-//! bench/mpi/sites.sh, needing root: what compression gains). A program's time is its
-//! own measure (NetPIPE's message times, IS's timed iterations, HPCC's kernel times), so
-//! mpirun's start-up is not in it; the statistic is the median over rounds. Bytes between
-//! sites are the link's device counters around each run.
+//! (`trace`), watched by the live monitor (`monitor`) and compressing between sites
+//! (`codec-adaptive`, `codec-fixed:CODEC`), in interleaved rounds so that every mode sees
+//! the same machine state. Three networks: `local` (one machine, ranks on shared memory,
+//! where a message takes a fraction of a microsecond: the harshest view of what tracing
+//! costs), `tcp` (one machine, ranks over TCP on loopback, where a message takes
+//! microseconds, as on a cluster's network) and `wan` (two sites in network namespaces
+//! joined by a link shaped with tc tbf, bench/mpi/sites.sh, needing root: what
+//! compression gains). A program's time is its own measure (NetPIPE's message times,
+//! IS's timed iterations, HPCC's kernel times, the IMB-like loops' time per call), so
+//! mpirun's start-up is not in it; the statistic is the median over rounds. Bytes
+//! between sites are the link's device counters around each run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,18 +25,22 @@ use serde::Serialize;
 #[derive(Debug, Clone, Args)]
 pub struct MpiShimArgs {
     /// Programs: netpipe (NetPIPE, 64 KiB to 4 MiB), is (an integer sort's exchange like
-    /// NAS IS, bench/mpi/is_exchange.c), hpcc (the HPC Challenge: one row per kernel).
-    #[arg(long, value_delimiter = ',', default_value = "netpipe,is,hpcc")]
+    /// NAS IS, bench/mpi/is_exchange.c), hpcc (the HPC Challenge: one row per kernel),
+    /// imb (IMB-like loops of small calls, bench/mpi/imb_loops.c: PingPong of 8 bytes,
+    /// Allreduce of one double, Barrier, on 2 ranks; one machine only).
+    #[arg(long, value_delimiter = ',', default_value = "netpipe,is,hpcc,imb")]
     pub programs: Vec<String>,
-    /// Modes: off, trace, codec-adaptive, codec-fixed:CODEC (codec modes run on wan only).
+    /// Modes: off, trace, monitor, codec-adaptive, codec-fixed:CODEC (codec modes run on
+    /// wan only).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "off,trace,codec-adaptive,codec-fixed:lz4"
+        default_value = "off,trace,monitor,codec-adaptive,codec-fixed:lz4"
     )]
     pub modes: Vec<String>,
-    /// Networks: local (one machine's shared memory), wan (two emulated sites; root).
-    #[arg(long, value_delimiter = ',', default_value = "local,wan")]
+    /// Networks: local (one machine's shared memory), tcp (one machine, TCP on
+    /// loopback), wan (two emulated sites; root).
+    #[arg(long, value_delimiter = ',', default_value = "local,tcp,wan")]
     pub networks: Vec<String>,
     /// Ranks of IS and HPCC (half on each site); NetPIPE runs two.
     #[arg(long, default_value_t = 4)]
@@ -91,6 +98,24 @@ struct Outcome {
 struct Programs {
     dir: PathBuf,
     is_exchange: Option<PathBuf>,
+    imb_loops: Option<PathBuf>,
+}
+
+/// Builds one of bench/mpi's C programs with Open MPI's mpicc.
+fn build_c(dir: &Path, name: &str) -> Result<PathBuf> {
+    let exe = dir.join(name);
+    let out = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(repo_file(&format!("bench/mpi/{name}.c"))?)
+        .output()
+        .context("running mpicc (apt-get install libopenmpi-dev)")?;
+    ensure!(
+        out.status.success(),
+        "mpicc failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(exe)
 }
 
 /// HPCC's input, with the problem size, block size and process grid to fill in (shared
@@ -120,31 +145,20 @@ impl Programs {
     fn prepare(a: &MpiShimArgs, dir: &Path) -> Result<Programs> {
         need("mpirun", "openmpi-bin libopenmpi-dev")?;
         let mut is_exchange = None;
+        let mut imb_loops = None;
         for p in &a.programs {
             match p.as_str() {
                 "netpipe" => need("NPopenmpi", "netpipe-openmpi")?,
                 "hpcc" => need("hpcc", "hpcc")?,
-                "is" => {
-                    let exe = dir.join("is_exchange");
-                    let out = Command::new("mpicc")
-                        .args(["-O2", "-o"])
-                        .arg(&exe)
-                        .arg(repo_file("bench/mpi/is_exchange.c")?)
-                        .output()
-                        .context("running mpicc (apt-get install libopenmpi-dev)")?;
-                    ensure!(
-                        out.status.success(),
-                        "mpicc failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
-                    is_exchange = Some(exe);
-                }
-                other => bail!("program {other:?}: netpipe, is or hpcc"),
+                "is" => is_exchange = Some(build_c(dir, "is_exchange")?),
+                "imb" => imb_loops = Some(build_c(dir, "imb_loops")?),
+                other => bail!("program {other:?}: netpipe, is, hpcc or imb"),
             }
         }
         Ok(Programs {
             dir: dir.to_path_buf(),
             is_exchange,
+            imb_loops,
         })
     }
 
@@ -153,9 +167,10 @@ impl Programs {
         &self,
         program: &str,
         a: &MpiShimArgs,
-        wan: bool,
+        network: &str,
         run_dir: &Path,
     ) -> Result<(Vec<String>, usize)> {
+        let wan = network == "wan";
         Ok(match program {
             "netpipe" => {
                 // Between sites, the large messages compression is for; on one machine,
@@ -209,6 +224,16 @@ impl Programs {
                     .replace("@Q@", &a.ranks.to_string());
                 std::fs::write(run_dir.join("hpccinf.txt"), input)?;
                 (vec!["hpcc".into()], a.ranks)
+            }
+            "imb" => {
+                // About a second per loop on each network.
+                let iters = match (network, a.quick) {
+                    (_, true) => "2000",
+                    ("local", false) => "1000000",
+                    _ => "100000",
+                };
+                let exe = self.imb_loops.as_ref().context("imb_loops not built")?;
+                (vec![exe.display().to_string(), iters.into(), "8".into()], 2)
             }
             other => bail!("program {other:?}"),
         })
@@ -302,6 +327,35 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
                 passed,
             })
         }
+        "imb" => {
+            // "PingPong 8 B: 0.3526 us", "Allreduce 8 B: ...", "Barrier: ...", "check: N".
+            let value = |prefix: &str| -> Result<f64> {
+                let l = stdout
+                    .lines()
+                    .find(|l| l.starts_with(prefix))
+                    .with_context(|| format!("no {prefix} line in:\n{stdout}"))?;
+                let us: f64 = l
+                    .rsplit(':')
+                    .next()
+                    .and_then(|v| v.trim().strip_suffix(" us"))
+                    .and_then(|v| v.parse().ok())
+                    .with_context(|| format!("line {l:?}"))?;
+                Ok(us / 1e6)
+            };
+            let check = stdout
+                .lines()
+                .find_map(|l| l.strip_prefix("check: "))
+                .context("no check line")?;
+            Ok(Outcome {
+                times: vec![
+                    ("imb-pingpong".into(), value("PingPong")?),
+                    ("imb-allreduce".into(), value("Allreduce")?),
+                    ("imb-barrier".into(), value("Barrier")?),
+                ],
+                result: check.to_string(),
+                passed: true,
+            })
+        }
         other => bail!("program {other:?}"),
     }
 }
@@ -350,11 +404,12 @@ impl Drop for Sites {
 fn launch(
     vargr: &Path,
     mode: &str,
-    wan: bool,
+    network: &str,
     prog: &[String],
     ranks: usize,
-    trace_dir: &Path,
+    run_dir: &Path,
 ) -> Result<Command> {
+    let wan = network == "wan";
     let mut cmd = if mode == "off" {
         Command::new("mpirun")
     } else {
@@ -362,7 +417,11 @@ fn launch(
         c.arg("mpi-run");
         match mode {
             "trace" => {
-                c.arg("--trace").arg(trace_dir);
+                c.arg("--trace").arg(run_dir.join("trace"));
+            }
+            "monitor" => {
+                c.args(["--monitor", "load-balance", "--status"])
+                    .arg(run_dir.join("status.json"));
             }
             m => {
                 let codec = m
@@ -402,6 +461,9 @@ fn launch(
             cmd.args(prog);
         }
     } else {
+        if network == "tcp" {
+            cmd.args(["--mca", "btl", "tcp,self"]);
+        }
         cmd.args(["-n", &ranks.to_string()]).args(prog);
     }
     Ok(cmd)
@@ -416,6 +478,9 @@ fn measure_of(program: &str) -> &'static str {
         "hpcc-ptrans" => "HPCC's PTRANS_time (on a 1 x RANKS grid)",
         "hpcc-randomaccess" => "HPCC's MPIRandomAccess_time",
         "hpcc-fft" => "HPCC's MPIFFT phases (MPIFFT_time0..6) summed",
+        "imb-pingpong" => "half the round trip of an 8-byte PingPong between 2 ranks (IMB's t)",
+        "imb-allreduce" => "the slowest rank's mean time per Allreduce of one double (IMB's t_max)",
+        "imb-barrier" => "the slowest rank's mean time per Barrier (IMB's t_max)",
         _ => "",
     }
 }
@@ -427,12 +492,15 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
         "--ranks: an even number, 2 or more"
     );
     for n in &a.networks {
-        ensure!(n == "local" || n == "wan", "network {n:?}: local or wan");
+        ensure!(
+            ["local", "tcp", "wan"].contains(&n.as_str()),
+            "network {n:?}: local, tcp or wan"
+        );
     }
     for m in &a.modes {
         ensure!(
-            m == "off" || m == "trace" || m.starts_with("codec-"),
-            "mode {m:?}: off, trace, codec-adaptive or codec-fixed:CODEC"
+            ["off", "trace", "monitor"].contains(&m.as_str()) || m.starts_with("codec-"),
+            "mode {m:?}: off, trace, monitor, codec-adaptive or codec-fixed:CODEC"
         );
     }
     let vargr = programs.vargr()?.to_path_buf();
@@ -450,21 +518,27 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
             .iter()
             .filter(|m| wan || !m.starts_with("codec-"))
             .collect();
+        // The small-call loops measure what the library costs on one machine.
+        let net_programs: Vec<&String> = a
+            .programs
+            .iter()
+            .filter(|p| !(wan && p.as_str() == "imb"))
+            .collect();
         // (program, mode) -> rows of (kernel, seconds, bytes), one per round.
         type Runs = Vec<(Vec<(String, f64)>, u64, String, bool, Option<String>)>;
         let mut runs: BTreeMap<(String, String), Runs> = BTreeMap::new();
-        let total = a.runs * a.programs.len() * modes.len();
+        let total = a.runs * net_programs.len() * modes.len();
         let mut step = 0;
         for round in 0..a.runs {
-            for program in &a.programs {
+            for &program in &net_programs {
                 for mode in &modes {
                     step += 1;
                     let run_dir = progs
                         .dir
                         .join(format!("{network}-{program}-{round}-{mode}"));
                     std::fs::create_dir_all(&run_dir)?;
-                    let (prog, ranks) = progs.command(program, &a, wan, &run_dir)?;
-                    let mut cmd = launch(&vargr, mode, wan, &prog, ranks, &run_dir.join("trace"))?;
+                    let (prog, ranks) = progs.command(program, &a, network, &run_dir)?;
+                    let mut cmd = launch(&vargr, mode, network, &prog, ranks, &run_dir)?;
                     cmd.current_dir(&run_dir);
                     let before = match &sites {
                         Some(s) => s.bytes()?,
@@ -502,7 +576,7 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
                 }
             }
         }
-        for program in &a.programs {
+        for &program in &net_programs {
             let reference = runs
                 .get(&(program.clone(), "off".into()))
                 .and_then(|r| r.first())
@@ -526,12 +600,16 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
                     records.push(ShimRecord {
                         benchmark: "mpi-shim".into(),
                         program: kernel.clone(),
-                        ranks: if program == "netpipe" { 2 } else { a.ranks },
-                        sites: if wan { 2 } else { 1 },
-                        link: if wan {
-                            a.link.clone()
+                        ranks: if ["netpipe", "imb"].contains(&program.as_str()) {
+                            2
                         } else {
-                            "shared memory".into()
+                            a.ranks
+                        },
+                        sites: if wan { 2 } else { 1 },
+                        link: match network.as_str() {
+                            "wan" => a.link.clone(),
+                            "tcp" => "TCP on loopback".into(),
+                            _ => "shared memory".into(),
                         },
                         mode: mode.to_string(),
                         seconds,
@@ -558,18 +636,27 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
     Ok(())
 }
 
+/// Seconds, in the unit that keeps a few digits (the loops' times per call are µs).
+fn time_cell(s: f64) -> String {
+    if s < 1e-3 {
+        format!("{:.4} µs", s * 1e6)
+    } else {
+        format!("{s:.4} s")
+    }
+}
+
 fn print_table(records: &[ShimRecord]) {
     println!(
-        "{:<18} {:<6} {:<20} {:>10} {:>9} {:>14} {:>8}",
-        "program", "sites", "mode", "seconds", "overhead", "between_sites", "verified"
+        "{:<18} {:<16} {:<20} {:>12} {:>9} {:>14} {:>8}",
+        "program", "link", "mode", "time", "overhead", "between_sites", "verified"
     );
     for r in records {
         println!(
-            "{:<18} {:<6} {:<20} {:>10.4} {:>9} {:>14} {:>8}",
+            "{:<18} {:<16} {:<20} {:>12} {:>9} {:>14} {:>8}",
             r.program,
-            r.sites,
+            r.link,
             r.mode,
-            r.seconds,
+            time_cell(r.seconds),
             r.overhead_pct.map_or("-".into(), |p| format!("{p:+.1}%")),
             r.bytes_between_sites.map_or("-".into(), |b| b.to_string()),
             r.verified

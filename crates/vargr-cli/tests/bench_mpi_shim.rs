@@ -1,6 +1,7 @@
-//! `vargr bench mpi-shim` end to end, small: NetPIPE and the IS exchange under Open MPI,
-//! on one machine and between two emulated sites (network namespaces joined by a link
-//! shaped to 100 Mbit/s), without the library, traced and compressed. Checks what holds
+//! `vargr bench mpi-shim` end to end, small: NetPIPE, the IS exchange and the IMB-like
+//! loops under Open MPI, on one machine (shared memory and TCP) and between two emulated
+//! sites (network namespaces joined by a link shaped to 100 Mbit/s), without the
+//! library, traced, monitored and compressed. Checks what holds
 //! whatever the machine's speed: every record verified (IS's checksum equal to the run
 //! without the library), bytes between sites counted on the wan rows only, and NetPIPE's
 //! constant payload crossing the link in far fewer bytes compressed than not.
@@ -47,9 +48,11 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
             "--runs",
             "1",
             "--programs",
-            "netpipe,is",
+            "netpipe,is,imb",
             "--modes",
-            "off,trace,codec-fixed:lz4",
+            "off,trace,monitor,codec-fixed:lz4",
+            "--networks",
+            "local,tcp,wan",
             "--json",
             json.to_str().unwrap(),
         ],
@@ -64,8 +67,22 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
             .find(|r| r["program"] == program && r["sites"] == sites && r["mode"] == mode)
             .unwrap_or_else(|| panic!("no record {program} {sites} {mode} in {records:?}"))
     };
-    // Codec modes run between sites only.
-    assert_eq!(records.len(), 2 * 2 + 2 * 3, "{records:?}");
+    // On each machine-local network: netpipe, is and imb's three loops, in three modes;
+    // between sites: netpipe and is in four (codec modes run there only).
+    assert_eq!(records.len(), 2 * 5 * 3 + 2 * 4, "{records:?}");
+    for link in ["shared memory", "TCP on loopback"] {
+        for mode in ["off", "trace", "monitor"] {
+            let loops = records
+                .iter()
+                .filter(|r| {
+                    r["link"] == link
+                        && r["mode"] == mode
+                        && r["program"].as_str().unwrap().starts_with("imb-")
+                })
+                .count();
+            assert_eq!(loops, 3, "{link} {mode}: {records:?}");
+        }
+    }
     for r in &records {
         assert_eq!(r["benchmark"], "mpi-shim");
         assert_eq!(r["verified"], true, "{r}");

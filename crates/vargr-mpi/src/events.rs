@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use vargr_coll::monitor::next_drain;
 use vargr_coll::open_plane::{AgentSpec, JoinedAgent};
 use vargr_trace::scope::ScopeReducer;
-use vargr_trace::{Record, ThreadTrace, Tracer};
+use vargr_trace::{Held, Record, Tracer};
 
 use crate::settings::Settings;
 
@@ -111,18 +111,18 @@ struct State {
     contexts: Mutex<Vec<Option<String>>>,
     /// Collector id + 1 for (communicator slot, kind); 0: not registered yet.
     collectors: Box<[AtomicU32]>,
-    held: Mutex<Held>,
+    held: Mutex<Reader>,
     /// The live monitor's agent, if the run has one.
     agent: Mutex<Option<JoinedAgent>>,
 }
 
 /// The rings' one reader, and what it read for each consumer.
-struct Held {
+struct Reader {
     tracer: Tracer,
     /// For the trace file (when there is one).
-    trace: Vec<ThreadTrace>,
+    trace: Held,
     /// For the monitor's agent, until it drains them (when there is one).
-    monitor: Option<Vec<ThreadTrace>>,
+    monitor: Option<Held>,
 }
 
 static STATE: OnceLock<State> = OnceLock::new();
@@ -173,12 +173,12 @@ impl State {
         let mut h = lock(&self.held);
         let threads = h.tracer.read();
         match (&mut h.monitor, &self.dir) {
-            (Some(m), Some(_)) => Tracer::hold(m, threads.clone(), MONITOR_HELD),
-            (Some(m), None) => return Tracer::hold(m, threads, MONITOR_HELD),
+            (Some(m), Some(_)) => m.add(threads.clone()),
+            (Some(m), None) => return m.add(threads),
             (None, _) => {}
         }
         if self.dir.is_some() {
-            Tracer::hold(&mut h.trace, threads, HELD);
+            h.trace.add(threads);
         }
     }
 
@@ -188,7 +188,7 @@ impl State {
         let threads = lock(&self.held)
             .monitor
             .as_mut()
-            .map(std::mem::take)
+            .map(Held::take)
             .unwrap_or_default();
         let busiest = threads.iter().map(|t| t.records.len()).max().unwrap_or(0);
         let rate = busiest as f64 / last.elapsed().as_secs_f64().max(1e-6);
@@ -252,10 +252,10 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
         collectors: (0..COMM_SLOTS * KINDS.len())
             .map(|_| AtomicU32::new(0))
             .collect(),
-        held: Mutex::new(Held {
+        held: Mutex::new(Reader {
             tracer: Tracer::new(),
-            trace: Vec::new(),
-            monitor: monitor.as_ref().map(|_| Vec::new()),
+            trace: Held::new(HELD),
+            monitor: monitor.as_ref().map(|_| Held::new(MONITOR_HELD)),
         }),
         agent: Mutex::new(None),
     };
@@ -334,7 +334,7 @@ pub fn finish() -> Result<Option<PathBuf>, vargr_trace::FileError> {
     }
     let Some(dir) = &st.dir else { return Ok(None) };
     st.drain();
-    let threads = std::mem::take(&mut lock(&st.held).trace);
+    let threads = lock(&st.held).trace.take();
     let file = Tracer::file_of(&st.process, threads);
     let path = dir.join(format!("{}-{:05}.vtr", file.host, st.rank));
     file.write(&path)?;

@@ -7,7 +7,8 @@
 //! - [`collector`] registers a named collector (e.g. `"coll/allreduce"`) and returns its
 //!   id; [`record`] writes one event; [`now`] is the cheap clock to time it with.
 //! - [`set_thread_label`] names the calling thread's track (e.g. its rank).
-//! - [`Tracer::read`] pulls everything new from every ring of the process;
+//! - [`Tracer::read`] pulls everything new from every ring of the process, and [`Held`]
+//!   keeps what was pulled until it is written;
 //!   [`TraceFile`] writes and reads the per-process trace files of `vargr run --trace`.
 //! - [`set_enabled`] turns collectors off at run time (`VARGR_TRACE=off`, read by the
 //!   front ends); the `off` feature compiles them out. [`set_ring_capacity`] sets
@@ -17,6 +18,7 @@ pub mod analysis;
 pub mod clock;
 pub mod export;
 mod file;
+mod held;
 mod record;
 pub mod report;
 mod ring;
@@ -28,6 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 pub use clock::{now, Alignment, Calibration, ClockPoint, SkewProbe};
 pub use file::{write_atomic, FileError, ThreadTrace, TraceFile};
+pub use held::Held;
 pub use record::{EventOp, Record, NO_PEER};
 pub use ring::{Batch, Ring};
 
@@ -227,37 +230,6 @@ impl Tracer {
     pub fn snapshot(&mut self, process: &str) -> TraceFile {
         let threads = self.read();
         Tracer::file_of(process, threads)
-    }
-
-    /// Drains the rings into `held` (one entry per thread, by registration order), so a
-    /// reader that answers rarely can still empty the rings often. Holds at most `cap`
-    /// records per thread; beyond that the oldest go and count as lost.
-    pub fn drain_into(&mut self, held: &mut Vec<ThreadTrace>, cap: usize) {
-        Tracer::hold(held, self.read(), cap);
-    }
-
-    /// Appends what [`Tracer::read`] returned to `held`, as [`Tracer::drain_into`] does.
-    pub fn hold(held: &mut Vec<ThreadTrace>, threads: Vec<ThreadTrace>, cap: usize) {
-        for (i, t) in threads.into_iter().enumerate() {
-            if held.len() <= i {
-                held.push(ThreadTrace {
-                    label: t.label.clone(),
-                    rank: t.rank,
-                    lost: 0,
-                    records: Vec::new(),
-                });
-            }
-            let h = &mut held[i];
-            h.label = t.label;
-            h.rank = t.rank;
-            h.lost += t.lost;
-            h.records.extend(t.records);
-            if h.records.len() > cap {
-                let over = h.records.len() - cap;
-                h.records.drain(..over);
-                h.lost += over as u64;
-            }
-        }
     }
 
     /// A trace file of `threads` with this process's calibration and collector names.
