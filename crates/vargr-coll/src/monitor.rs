@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};
 use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::{auth, mesh::Mesh, LinkSecurity, NetError, SecureConn};
@@ -256,7 +257,7 @@ pub(crate) fn answer_pulls(
 
 /// How long an agent may wait before it drains again, given the busiest thread's
 /// records per second: a quarter of a ring, within bounds.
-pub fn next_drain(ring_capacity: f64, records_per_s: f64) -> Duration {
+pub(crate) fn next_drain(ring_capacity: f64, records_per_s: f64) -> Duration {
     Duration::from_secs_f64(ring_capacity / 4.0 / records_per_s.max(1.0))
         .clamp(AGENT_POLL_MIN, AGENT_POLL_MAX)
 }
@@ -304,8 +305,12 @@ pub struct NodeStatus {
 #[derive(Debug, Default)]
 pub struct LoadBalance {
     size: usize,
-    /// (collector, seq) → the call so far, until every rank's part is in.
-    pending: HashMap<(String, u32), CallSummary>,
+    /// (collector id, seq) → the call so far, until every rank's part is in. Fx: keys
+    /// are two small numbers from authenticated agents, hashed a million times a second.
+    pending: FxHashMap<(u32, u32), CallSummary>,
+    /// Collector ids (into `collector_names`), so that a call's key is two numbers.
+    collector_ids: HashMap<String, u32>,
+    collector_names: Vec<String>,
     pub by_collector: BTreeMap<String, Culprits>,
     /// Distributed statistics, per process and collector, as the agents computed them.
     pub node_stats: BTreeMap<String, Vec<CollectorStats>>,
@@ -361,28 +366,34 @@ impl LoadBalance {
 
     /// Adds per-process call summaries (collector indices into `names`).
     pub fn add_calls(&mut self, names: &[String], calls: &[CallSummary]) {
+        // This monitor's id of each of the reply's collectors, once per reply: the
+        // world communicator's (context 0) only, since others have other members.
+        let ids: Vec<Option<u32>> = names
+            .iter()
+            .map(|n| n.starts_with("ctx0/").then(|| self.collector_id(n)))
+            .collect();
         for c in calls {
-            let Some(name) = names.get(c.collector as usize) else {
+            let Some(&Some(id)) = ids.get(c.collector as usize) else {
                 continue;
             };
-            // The world communicator is context 0; others have other members.
-            if !name.starts_with("ctx0/") {
-                continue;
-            }
-            let key = (name.clone(), c.seq);
+            let key = (id, c.seq);
             let done = match self.pending.get_mut(&key) {
                 Some(p) => {
                     p.merge(c);
                     p.ranks as usize >= self.size
                 }
                 None => {
-                    self.pending.insert(key.clone(), *c);
+                    self.pending.insert(key, *c);
                     c.ranks as usize >= self.size
                 }
             };
             if done {
                 let v = self.pending.remove(&key).expect("present");
-                let cu = self.by_collector.entry(key.0).or_default();
+                let name = &self.collector_names[id as usize];
+                let cu = match self.by_collector.get_mut(name) {
+                    Some(cu) => cu,
+                    None => self.by_collector.entry(name.clone()).or_default(),
+                };
                 cu.calls += 1;
                 *cu.last.entry(v.last_rank).or_default() += 1;
                 cu.longest_wait_ns = cu
@@ -396,6 +407,16 @@ impl LoadBalance {
         if self.pending.len() > 100_000 {
             self.pending.clear();
         }
+    }
+
+    fn collector_id(&mut self, name: &str) -> u32 {
+        if let Some(&i) = self.collector_ids.get(name) {
+            return i;
+        }
+        let i = self.collector_names.len() as u32;
+        self.collector_names.push(name.to_string());
+        self.collector_ids.insert(name.to_string(), i);
+        i
     }
 
     /// One line per collector with the latency statistics (the statistics monitor).

@@ -111,6 +111,8 @@ impl OpenMonitor {
         let thread = std::thread::Builder::new()
             .name("vargr-monitor".into())
             .spawn(move || {
+                // The monitor shares the machine with ranks that may use every core.
+                lowest_priority();
                 let gates = [gate(unix, &secret), gate(tcp, &secret)];
                 let mut lb = LoadBalance::new(0);
                 serve(&gates, &mut lb, &cfg, &s);
@@ -239,7 +241,7 @@ pub struct AgentSpec {
 }
 
 /// Moves this process's records to a reducer; returns how long the agent may wait before
-/// it drains again (see [`crate::monitor::next_drain`]).
+/// it drains again (if no pull comes first).
 pub type Drain = Box<dyn FnMut(&mut ScopeReducer) -> Duration + Send>;
 
 /// A running agent of this process.

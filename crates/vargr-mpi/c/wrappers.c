@@ -28,10 +28,19 @@ typedef struct {
 } vargr_mpi_event;
 
 extern uint64_t vargr_mpi_now(void);
+
+/* vargr_trace::now() without a call into Rust on every wrapped call: the time-stamp
+ * counter on x86-64 (what the Rust core reads there too), elsewhere the core's clock. */
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#define NOW() __rdtsc()
+#else
+#define NOW() vargr_mpi_now()
+#endif
 extern int vargr_mpi_start(int rank, int size, int kinds, const char *built_for,
                            const char *runs_on);
 extern void vargr_mpi_comm(uint32_t id, uint32_t low, uint32_t size);
-extern void vargr_mpi_record(const vargr_mpi_event *e);
+extern void vargr_mpi_record(const vargr_mpi_event *e, int n);
 extern void vargr_mpi_finish(void);
 
 /* In the order of KINDS in src/events.rs; vargr_mpi_start checks the count. */
@@ -43,6 +52,8 @@ enum {
     K_ALLTOALL, K_ALLTOALLV,
     K_BSEND, K_RSEND, K_IBSEND, K_ISSEND, K_IRSEND, K_SENDRECV_REPLACE, K_WAITSOME, K_TESTANY,
     K_TESTSOME, K_MPROBE, K_IMPROBE, K_MRECV, K_IMRECV,
+    /* runs of unsuccessful tests and probes (see poll_run) */
+    K_TEST_POLLS, K_TESTANY_POLLS, K_TESTALL_POLLS, K_TESTSOME_POLLS, K_IPROBE_POLLS,
     K_COUNT
 };
 
@@ -213,9 +224,15 @@ uint64_t vargr_bytes_of(int count, MPI_Datatype t) {
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-static void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
-                 uint64_t start, uint64_t end, int rc) {
-    vargr_mpi_event e = {
+/* Events of one call, handed to the Rust core in one call (a message and its call). */
+typedef struct {
+    vargr_mpi_event e[3];
+    int n;
+} batch;
+
+static void add(batch *b, int kind, int op, const comm_info *c, uint32_t peer, int seq,
+                uint64_t bytes, uint64_t start, uint64_t end, int rc) {
+    b->e[b->n++] = (vargr_mpi_event){
         .start = start,
         .end = end,
         .bytes = bytes,
@@ -226,7 +243,75 @@ static void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, u
         .op = (uint8_t)op,
         .status = rc != MPI_SUCCESS,
     };
-    vargr_mpi_record(&e);
+}
+
+/* Unsuccessful tests and probes of one kind in a row, recorded as one event when the
+ * run ends (at the thread's next recorded call, or MPI_Finalize): from the first one's
+ * entry to the last one's return, seq = how many. A program that polls makes millions
+ * of them (HPCC's RandomAccess calls MPI_Testany two million times a second), and a
+ * record each would cost it more than the polls. Per thread, in the static TLS block
+ * (the library is loaded at start-up), so that a poll pays no TLS lookup. */
+typedef struct {
+    uint32_t polls; /* 0: no run */
+    int kind;
+    const comm_info *comm;
+    uint32_t peer;
+    int tag;
+    uint64_t start, end;
+} poll_run;
+
+static __thread poll_run run __attribute__((tls_model("initial-exec")));
+
+static void close_run(void) {
+    if (run.polls == 0) {
+        return;
+    }
+    vargr_mpi_event e = {
+        .start = run.start,
+        .end = run.end,
+        .bytes = 0,
+        .comm = run.comm ? run.comm->id : NO_COMM,
+        .peer = run.peer,
+        .seq = run.polls,
+        .kind = (uint16_t)run.kind,
+        .op = OP_USER,
+        .status = 0,
+    };
+    run.polls = 0;
+    vargr_mpi_record(&e, 1);
+}
+
+/* One unsuccessful test or probe (`kind` a K_*_POLLS). */
+static void polled(int kind, const comm_info *c, uint32_t peer, int tag, uint64_t t0,
+                   uint64_t t1) {
+    if (run.polls != 0 && (run.kind != kind || run.comm != c || run.peer != peer ||
+                           run.tag != tag || run.polls == UINT32_MAX)) {
+        close_run();
+    }
+    if (run.polls == 0) {
+        run.kind = kind;
+        run.comm = c;
+        run.peer = peer;
+        run.tag = tag;
+        run.start = t0;
+    }
+    run.polls++;
+    run.end = t1;
+}
+
+static void flush(batch *b) {
+    close_run();
+    if (b->n > 0) {
+        vargr_mpi_record(b->e, b->n);
+    }
+    b->n = 0;
+}
+
+static void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
+                 uint64_t start, uint64_t end, int rc) {
+    batch b = {.n = 0};
+    add(&b, kind, op, c, peer, seq, bytes, start, end, rc);
+    flush(&b);
 }
 
 /* ---- pending non-blocking operations, by request handle --------------------------------- */
@@ -272,15 +357,23 @@ static void complete(MPI_Request r, const MPI_Status *st, uint64_t end) {
          n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, p.start, end, MPI_SUCCESS);
 }
 
-/* A received message, from its status. */
-static void received(const comm_info *c, const MPI_Status *st, uint64_t start, uint64_t end) {
+/* A received message, from its status, into the call's batch. */
+static void received_into(batch *b, const comm_info *c, const MPI_Status *st, uint64_t start,
+                          uint64_t end) {
     if (st->MPI_SOURCE == MPI_PROC_NULL) {
         return;
     }
     int n = 0;
     PMPI_Get_count(st, MPI_BYTE, &n);
-    emit(K_P2P, OP_RECV, c, world_of(c, st->MPI_SOURCE), st->MPI_TAG,
-         n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, start, end, MPI_SUCCESS);
+    add(b, K_P2P, OP_RECV, c, world_of(c, st->MPI_SOURCE), st->MPI_TAG,
+        n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, start, end, MPI_SUCCESS);
+}
+
+/* A received message, from its status. */
+static void received(const comm_info *c, const MPI_Status *st, uint64_t start, uint64_t end) {
+    batch b = {.n = 0};
+    received_into(&b, c, st, start, end);
+    flush(&b);
 }
 
 /* ---- start and end ---------------------------------------------------------------------- */
@@ -324,6 +417,7 @@ int vargr_w_MPI_Finalize(void) {
     if (on) {
         /* Writes the trace file while MPI still runs (nothing of it is used, but a
          * launcher may end the job soon after the last rank finalizes). */
+        close_run();
         on = 0;
         vargr_mpi_finish();
     }
@@ -335,14 +429,16 @@ int vargr_w_MPI_Finalize(void) {
 /* A blocking send: the message and the call. */
 static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
                 uint64_t t0) {
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     uint32_t peer = world_of(c, dest);
+    batch ev = {.n = 0};
     if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
-        emit(K_P2P, OP_SEND, c, peer, tag, b, t0, t1, rc);
+        add(&ev, K_P2P, OP_SEND, c, peer, tag, b, t0, t1, rc);
     }
-    emit(kind, OP_USER, c, peer, tag, b, t0, t1, rc);
+    add(&ev, kind, OP_USER, c, peer, tag, b, t0, t1, rc);
+    flush(&ev);
     return rc;
 }
 
@@ -351,7 +447,7 @@ int vargr_w_MPI_Send(const void *buf, int count, MPI_Datatype t, int dest, int t
     if (!on) {
         return SEND(buf, count, t, dest, tag, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = SEND(buf, count, t, dest, tag, comm);
     return sent(K_SEND, rc, count, t, dest, tag, comm, t0);
 }
@@ -361,7 +457,7 @@ int vargr_w_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int 
     if (!on) {
         return SSEND(buf, count, t, dest, tag, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = SSEND(buf, count, t, dest, tag, comm);
     return sent(K_SSEND, rc, count, t, dest, tag, comm, t0);
 }
@@ -377,9 +473,9 @@ static int isend_traced(int kind, int mode, const void *buf, int count, MPI_Data
     if (!on) {
         return isend_mode(mode, buf, count, t, dest, tag, comm, req);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = isend_mode(mode, buf, count, t, dest, tag, comm, req);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     uint32_t peer = world_of(c, dest);
@@ -413,7 +509,7 @@ int vargr_w_MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int
 /* A buffered or ready send, traced. */
 static int send_traced(int kind, int mode, const void *buf, int count, MPI_Datatype t,
                        int dest, int tag, MPI_Comm comm) {
-    uint64_t t0 = on ? vargr_mpi_now() : 0;
+    uint64_t t0 = on ? NOW() : 0;
     int rc = cx_floor ? cx_send(mode, buf, count, t, dest, tag, comm)
                     : pmpi_send_mode(mode, buf, count, t, dest, tag, comm);
     return on ? sent(kind, rc, count, t, dest, tag, comm, t0) : rc;
@@ -468,16 +564,18 @@ int vargr_w_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = RECV(buf, count, t, src, tag, comm, s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
+    batch ev = {.n = 0};
     if (rc == MPI_SUCCESS) {
-        received(c, s, t0, t1);
+        received_into(&ev, c, s, t0, t1);
     }
-    emit(K_RECV, OP_USER, c, world_of(c, rc == MPI_SUCCESS ? s->MPI_SOURCE : src),
-         rc == MPI_SUCCESS ? s->MPI_TAG : tag, rc == MPI_SUCCESS ? bytes_of(count, t) : 0, t0,
-         t1, rc);
+    add(&ev, K_RECV, OP_USER, c, world_of(c, rc == MPI_SUCCESS ? s->MPI_SOURCE : src),
+        rc == MPI_SUCCESS ? s->MPI_TAG : tag, rc == MPI_SUCCESS ? bytes_of(count, t) : 0, t0,
+        t1, rc);
+    flush(&ev);
     return rc;
 }
 
@@ -486,9 +584,9 @@ int vargr_w_MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MP
     if (!on) {
         return IRECV(buf, count, t, src, tag, comm, req);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = IRECV(buf, count, t, src, tag, comm, req);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     if (rc == MPI_SUCCESS) {
@@ -507,19 +605,21 @@ int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int d
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = SENDRECV(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm,
                            s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(scount, stype) : 0;
+    batch ev = {.n = 0};
     if (rc == MPI_SUCCESS) {
         if (dest != MPI_PROC_NULL) {
-            emit(K_P2P, OP_SEND, c, world_of(c, dest), stag, b, t0, t1, rc);
+            add(&ev, K_P2P, OP_SEND, c, world_of(c, dest), stag, b, t0, t1, rc);
         }
-        received(c, s, t0, t1);
+        received_into(&ev, c, s, t0, t1);
     }
-    emit(K_SENDRECV, OP_USER, c, world_of(c, dest), stag, b, t0, t1, rc);
+    add(&ev, K_SENDRECV, OP_USER, c, world_of(c, dest), stag, b, t0, t1, rc);
+    flush(&ev);
     return rc;
 }
 
@@ -537,9 +637,9 @@ int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     MPI_Request r = *req; /* MPI_Wait resets it */
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Wait(req, s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS) {
         rc = finish(r, s);
     }
@@ -559,14 +659,18 @@ int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     MPI_Request r = *req;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Test(req, flag, s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag) {
         rc = finish(r, s);
     }
     if (on) {
-        if (rc == MPI_SUCCESS && *flag) {
+        if (rc == MPI_SUCCESS && !*flag) {
+            polled(K_TEST_POLLS, NULL, NO_PEER, 0, t0, t1);
+            return rc;
+        }
+        if (rc == MPI_SUCCESS) {
             complete(r, s, t1);
         }
         emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
@@ -663,9 +767,9 @@ int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
     if (!many_init(&m, n, reqs, stats)) {
         return cx_floor ? no_copies() : PMPI_Waitall(n, reqs, stats);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Waitall(n, reqs, m.s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     rc = finish_many(&m, n, NULL, rc, t1);
     many_free(&m, stats);
     if (on) {
@@ -682,15 +786,19 @@ int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]
     if (!many_init(&m, n, reqs, stats)) {
         return cx_floor ? no_copies() : PMPI_Testall(n, reqs, flag, stats);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Testall(n, reqs, flag, m.s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     if (*flag) {
         rc = finish_many(&m, n, NULL, rc, t1);
     }
     many_free(&m, stats);
     if (on) {
-        emit(K_TESTALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+        if (rc == MPI_SUCCESS && !*flag) {
+            polled(K_TESTALL_POLLS, NULL, NO_PEER, 0, t0, t1);
+        } else {
+            emit(K_TESTALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+        }
     }
     return rc;
 }
@@ -705,9 +813,9 @@ int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Waitany(n, reqs, index, s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
         rc = finish(m.r[*index], s);
         if (rc == MPI_SUCCESS && on) {
@@ -731,9 +839,9 @@ int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_St
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Testany(n, reqs, index, flag, s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
         rc = finish(m.r[*index], s);
         if (rc == MPI_SUCCESS && on) {
@@ -742,7 +850,11 @@ int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_St
     }
     many_free(&m, MPI_STATUSES_IGNORE);
     if (on) {
-        emit(K_TESTANY, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+        if (rc == MPI_SUCCESS && !*flag) {
+            polled(K_TESTANY_POLLS, NULL, NO_PEER, 0, t0, t1);
+        } else {
+            emit(K_TESTANY, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+        }
     }
     return rc;
 }
@@ -755,10 +867,10 @@ static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
                : test ? PMPI_Testsome(n, reqs, outcount, idx, stats)
                       : PMPI_Waitsome(n, reqs, outcount, idx, stats);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = test ? PMPI_Testsome(n, reqs, outcount, idx, m.s)
                   : PMPI_Waitsome(n, reqs, outcount, idx, m.s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     if (*outcount != MPI_UNDEFINED && *outcount > 0) {
         /* Waitsome puts the k-th completed request's status at k, not at its index. */
         MPI_Status few[FEW];
@@ -783,7 +895,11 @@ static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
     }
     many_free(&m, stats);
     if (on) {
-        emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+        if (test && rc == MPI_SUCCESS && *outcount == 0) {
+            polled(K_TESTSOME_POLLS, NULL, NO_PEER, 0, t0, t1);
+        } else {
+            emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+        }
     }
     return rc;
 }
@@ -820,7 +936,7 @@ int vargr_w_MPI_Startall(int n, MPI_Request reqs[]) {
 
 static void probed(int kind, int rc, int found, const MPI_Status *s, int src, int tag,
                    MPI_Comm comm, uint64_t t0) {
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     int n = 0;
     if (rc == MPI_SUCCESS && found) {
@@ -837,7 +953,7 @@ int vargr_w_MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PROBE(src, tag, comm, s);
     probed(K_PROBE, rc, 1, s, src, tag, comm, t0);
     return rc;
@@ -849,8 +965,14 @@ int vargr_w_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *s
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = IPROBE(src, tag, comm, flag, s);
+    if (rc == MPI_SUCCESS && !*flag) {
+        uint64_t t1 = NOW();
+        comm_info *c = info_of(comm);
+        polled(K_IPROBE_POLLS, c, world_of(c, src), tag, t0, t1);
+        return rc;
+    }
     probed(K_IPROBE, rc, *flag, s, src, tag, comm, t0);
     return rc;
 }
@@ -896,7 +1018,7 @@ int vargr_w_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_St
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = cx_floor ? cx_mprobe(src, tag, comm, msg, s) : PMPI_Mprobe(src, tag, comm, msg, s);
     if (rc == MPI_SUCCESS) {
         note_matched(*msg, comm);
@@ -913,7 +1035,7 @@ int vargr_w_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message 
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = cx_floor ? cx_improbe(src, tag, comm, flag, msg, s)
                     : PMPI_Improbe(src, tag, comm, flag, msg, s);
     if (rc == MPI_SUCCESS && *flag) {
@@ -930,9 +1052,9 @@ int vargr_w_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MP
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     comm_info *c = comm_of_matched(*msg);
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = cx_floor ? cx_mrecv(buf, count, t, msg, s) : PMPI_Mrecv(buf, count, t, msg, s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS) {
         received(c, s, t0, t1);
     }
@@ -948,9 +1070,9 @@ int vargr_w_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
         return cx_floor ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
     }
     comm_info *c = comm_of_matched(*msg);
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = cx_floor ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     if (rc == MPI_SUCCESS) {
         track(*req, 0, c, NO_PEER, 0, b, t0);
@@ -967,10 +1089,10 @@ int vargr_w_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest,
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = cx_floor ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, s)
                     : PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, s);
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     if (rc == MPI_SUCCESS) {
@@ -988,7 +1110,7 @@ int vargr_w_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest,
 /* One Call record: bytes are the larger of what this rank's buffers send and receive;
  * the peer is the root's world rank for rooted collectives. */
 static int called(int kind, int rc, MPI_Comm comm, int root, uint64_t bytes, uint64_t t0) {
-    uint64_t t1 = vargr_mpi_now();
+    uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     if (c == NULL) {
         return rc;
@@ -1013,7 +1135,7 @@ int vargr_w_MPI_Barrier(MPI_Comm comm) {
     if (!on) {
         return PMPI_Barrier(comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Barrier(comm);
     return called(K_BARRIER, rc, comm, -1, 0, t0);
 }
@@ -1022,7 +1144,7 @@ int vargr_w_MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm c
     if (!on) {
         return PMPI_Bcast(buf, count, t, root, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Bcast(buf, count, t, root, comm);
     return called(K_BCAST, rc, comm, root, bytes_of(count, t), t0);
 }
@@ -1032,7 +1154,7 @@ int vargr_w_MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t, 
     if (!on) {
         return PMPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
     return called(K_REDUCE, rc, comm, root, bytes_of(count, t), t0);
 }
@@ -1042,7 +1164,7 @@ int vargr_w_MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype 
     if (!on) {
         return PMPI_Allreduce(sbuf, rbuf, count, t, op, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Allreduce(sbuf, rbuf, count, t, op, comm);
     return called(K_ALLREDUCE, rc, comm, -1, bytes_of(count, t), t0);
 }
@@ -1052,7 +1174,7 @@ int vargr_w_MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *r
     if (!on) {
         return PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype);
     uint64_t got = is_root(comm, root) ? bytes_of(rcount, rtype) * (uint64_t)size_of(comm) : 0;
@@ -1064,7 +1186,7 @@ int vargr_w_MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void
     if (!on) {
         return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype);
     uint64_t got = bytes_of(rcount, rtype) * (uint64_t)size_of(comm);
@@ -1076,7 +1198,7 @@ int vargr_w_MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *
     if (!on) {
         return PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     uint64_t sent = is_root(comm, root) ? bytes_of(scount, stype) * (uint64_t)size_of(comm) : 0;
     uint64_t got = rbuf == MPI_IN_PLACE ? 0 : bytes_of(rcount, rtype);
@@ -1088,7 +1210,7 @@ int vargr_w_MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void 
     if (!on) {
         return ALLTOALL(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = ALLTOALL(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     uint64_t n = (uint64_t)size_of(comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype) * n;
@@ -1109,7 +1231,7 @@ int vargr_w_MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdisp
     if (!on) {
         return ALLTOALLV(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
     }
-    uint64_t t0 = vargr_mpi_now();
+    uint64_t t0 = NOW();
     int rc = ALLTOALLV(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
     int n = size_of(comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : sum_bytes(scounts, n, stype);

@@ -7,6 +7,7 @@
 //! | a message sent or received | `CTX/p2p` | send / recv | tag | world rank of the other end | sent; received (from the status) | send or receive call's entry .. its completion (in `MPI_Wait`/`MPI_Test*` for non-blocking ones) |
 //! | a point-to-point call, probe | `CTX/send`, `CTX/irecv`, `CTX/probe`, ... | user | tag (the matched one once known) | peer's world rank (the matched source once known) | as above (receives: the buffer's size) | call entry .. return |
 //! | a wait or test | `mpi/wait`, `mpi/waitall`, ... | user | requests given | – | – | call entry .. return |
+//! | unsuccessful tests or probes in a row (nothing completed, nothing found), one record when the thread next records or finalizes | `mpi/test-polls`, `mpi/testany-polls`, ..., `CTX/iprobe-polls` | user | how many | probes: the source asked for | – | the first one's entry .. the last one's return |
 //! | a collective | `CTX/allreduce`, ... | call | call number on the communicator | root's world rank (rooted ones) | the larger of what this rank's buffers send and receive | call entry .. return |
 //!
 //! `CTX` is `ctx0` for `MPI_COMM_WORLD` and `ctxN.L` for the N-th other communicator this
@@ -15,14 +16,12 @@
 //! k-th send from A to B with a tag is the k-th receive of B from A with it, MPI's
 //! non-overtaking rule.
 
-use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use vargr_coll::monitor::next_drain;
 use vargr_coll::open_plane::{AgentSpec, JoinedAgent};
 use vargr_trace::scope::ScopeReducer;
 use vargr_trace::{Held, Record, Tracer};
@@ -51,7 +50,7 @@ pub struct Event {
 pub const NO_COMM: u32 = u32::MAX;
 
 /// The last part of each collector's name, in the order of the C enum.
-pub const KINDS: [&str; 36] = [
+pub const KINDS: [&str; 41] = [
     "p2p",
     "send",
     "ssend",
@@ -88,6 +87,11 @@ pub const KINDS: [&str; 36] = [
     "improbe",
     "mrecv",
     "imrecv",
+    "test-polls",
+    "testany-polls",
+    "testall-polls",
+    "testsome-polls",
+    "iprobe-polls",
 ];
 
 /// Communicators with collectors of their own; later ones share the last slot.
@@ -96,6 +100,8 @@ const COMM_SLOTS: usize = 1024;
 /// Records kept in memory per process before the oldest go (128 MiB): rings are
 /// drained into it as they fill, and it is written at `MPI_Finalize`.
 const HELD: usize = 4 << 20;
+/// How long the monitor's agent sleeps when no pull comes.
+const AGENT_IDLE: Duration = Duration::from_secs(1);
 /// Records kept for the monitor's agent between its drains.
 const MONITOR_HELD: usize = 1 << 20;
 /// How long `MPI_Finalize` waits for the monitor's last pull of this rank's records
@@ -183,18 +189,18 @@ impl State {
     }
 
     /// The agent's drain: what the rings held since its last one, into its reducer.
-    fn feed(&self, red: &mut ScopeReducer, last: &mut Instant) -> Duration {
+    /// Returns how long the agent may sleep before draining again: until the next pull,
+    /// since the recording threads drain their rings themselves (`record`) and an agent
+    /// that woke up more often would take a core from the ranks each time.
+    fn feed(&self, red: &mut ScopeReducer) -> Duration {
         self.drain();
         let threads = lock(&self.held)
             .monitor
             .as_mut()
             .map(Held::take)
             .unwrap_or_default();
-        let busiest = threads.iter().map(|t| t.records.len()).max().unwrap_or(0);
-        let rate = busiest as f64 / last.elapsed().as_secs_f64().max(1e-6);
-        *last = Instant::now();
         red.add(&Tracer::file_of(&self.process, threads));
-        next_drain(vargr_trace::ring_capacity() as f64, rate)
+        AGENT_IDLE
     }
 }
 
@@ -203,11 +209,6 @@ impl State {
 pub(crate) fn say(line: &str) {
     use std::io::Write;
     let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
-}
-
-thread_local! {
-    /// Records this thread wrote since it last drained the rings.
-    static SINCE_DRAIN: Cell<usize> = const { Cell::new(0) };
 }
 
 /// Starts recording for world rank `rank` of `size` into `settings.trace_dir`; returns
@@ -266,7 +267,6 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
     vargr_trace::set_enabled(true);
     vargr_trace::set_thread_label(&format!("rank {rank}"), Some(rank));
     if let (Some(address), Some(st)) = (monitor, STATE.get()) {
-        let mut last = Instant::now();
         let agent = JoinedAgent::spawn(
             AgentSpec {
                 address,
@@ -274,7 +274,7 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
                 size,
                 process,
             },
-            Box::new(move |red| st.feed(red, &mut last)),
+            Box::new(move |red| st.feed(red)),
         );
         *lock(&st.agent) = Some(agent);
     }
@@ -295,11 +295,11 @@ pub fn comm(id: u32, low: u32) {
     }
 }
 
-/// Writes one event as a record of the calling thread.
-pub fn record(e: &Event) {
+/// Writes events as records of the calling thread (the wrappers pass a message and its
+/// call together).
+pub fn record(events: &[Event]) {
     let Some(st) = STATE.get() else { return };
-    vargr_trace::ensure_rank_label(st.rank);
-    vargr_trace::record(&Record {
+    let to_record = |e: &Event| Record {
         start: e.start,
         end: e.end,
         seq: e.seq,
@@ -308,15 +308,17 @@ pub fn record(e: &Event) {
         op: e.op,
         status: e.status,
         peer: e.peer,
-    });
-    // Drain before this thread's ring would overwrite what was not read yet.
-    let n = SINCE_DRAIN.with(|c| {
-        c.set(c.get() + 1);
-        c.get()
-    });
-    if n >= vargr_trace::ring_capacity() / 2 {
-        SINCE_DRAIN.with(|c| c.set(0));
-        st.drain();
+    };
+    let half = (vargr_trace::ring_capacity() as u64 / 2).max(1);
+    for pair in events.chunks(2) {
+        let records = [to_record(&pair[0]), to_record(&pair[pair.len() - 1])];
+        let n = pair.len() as u64;
+        let written = vargr_trace::record_as(st.rank, &records[..pair.len()]);
+        // Drain each time the ring passes another half of itself, before it would
+        // overwrite what was not read yet.
+        if written / half != written.saturating_sub(n) / half {
+            st.drain();
+        }
     }
 }
 
@@ -385,16 +387,18 @@ pub extern "C" fn vargr_mpi_comm(id: u32, low: u32, _size: u32) {
     comm(id, low);
 }
 
-/// One event.
+/// `n` events (a message and its call, or one event).
 ///
 /// # Safety
-/// `e` points to a valid event.
+/// `e` points to `n` valid events.
 #[no_mangle]
-pub unsafe extern "C" fn vargr_mpi_record(e: *const Event) {
-    // SAFETY: the caller passes a valid pointer (NULL is ignored).
-    if let Some(e) = unsafe { e.as_ref() } {
-        record(e);
+pub unsafe extern "C" fn vargr_mpi_record(e: *const Event, n: c_int) {
+    let Ok(n) = usize::try_from(n) else { return };
+    if e.is_null() || n == 0 {
+        return;
     }
+    // SAFETY: the caller passes `n` valid events.
+    record(unsafe { std::slice::from_raw_parts(e, n) });
 }
 
 /// Called by `MPI_Finalize`: writes the trace file, or says why it could not.
@@ -433,14 +437,16 @@ mod tests {
             op: op as u8,
             status: 0,
         };
-        record(&ev(0, 0, EventOp::Send, 7, 3, 4000));
-        record(&ev(0, 1, EventOp::User, 7, 3, 4000));
-        record(&ev(NO_COMM, 7, EventOp::User, 1, NO_PEER, 0));
-        record(&ev(1, 17, EventOp::Call, 0, NO_PEER, 1 << 40));
+        record(&[
+            ev(0, 0, EventOp::Send, 7, 3, 4000),
+            ev(0, 1, EventOp::User, 7, 3, 4000),
+        ]);
+        record(&[ev(NO_COMM, 7, EventOp::User, 1, NO_PEER, 0)]);
+        record(&[ev(1, 17, EventOp::Call, 0, NO_PEER, 1 << 40)]);
         // More than a ring holds: draining keeps them all.
         let many = vargr_trace::ring_capacity() * 2;
         for i in 0..many {
-            record(&ev(0, 14, EventOp::Call, i as u32, NO_PEER, 0));
+            record(&[ev(0, 14, EventOp::Call, i as u32, NO_PEER, 0)]);
         }
         let path = finish().unwrap().unwrap();
         assert_eq!(

@@ -187,10 +187,18 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
     assert_eq!(count(&c, 0, "ctx0/ssend", EventOp::User), 1);
     let probe = c[&(1, "ctx0/probe".to_string(), EventOp::User)][0];
     assert_eq!((probe.peer, probe.seq, probe.bytes), (0, 11, 40));
-    assert!(count(&c, 3, "ctx0/iprobe", EventOp::User) >= 1);
-    assert!(count(&c, 3, "mpi/test", EventOp::User) >= 1);
+    // A test or probe that finds something is a record of its own; those that find
+    // nothing before it are one record of the run (how many in seq), ending before it.
+    assert_eq!(count(&c, 3, "ctx0/iprobe", EventOp::User), 1);
+    let found = c[&(3, "ctx0/iprobe".to_string(), EventOp::User)][0];
+    let polls = &c[&(3, "ctx0/iprobe-polls".to_string(), EventOp::User)];
+    assert_eq!(polls.len(), 1, "{polls:?}");
+    assert!(polls[0].seq >= 1 && polls[0].peer == 2, "{polls:?}");
+    assert!(polls[0].start <= polls[0].end && polls[0].end <= found.start);
+    assert_eq!(count(&c, 3, "mpi/test", EventOp::User), 1);
+    assert!(count(&c, 3, "mpi/test-polls", EventOp::User) <= 1);
     assert_eq!(count(&c, 0, "mpi/waitany", EventOp::User), 3);
-    assert!(count(&c, 1, "mpi/testall", EventOp::User) >= 1);
+    assert_eq!(count(&c, 1, "mpi/testall", EventOp::User), 1);
 
     // Every message pairs with its receive: the ring, everyone to everyone, parts c, d.
     let a = analysis::analyze(&files);

@@ -43,6 +43,8 @@ pub struct ThreadRing {
     pub label: Mutex<String>,
     /// Rank of the thread, when it runs one.
     pub rank: Mutex<Option<u32>>,
+    /// The rank the track is labelled with (`u32::MAX`: none), read without the lock.
+    labeled: std::sync::atomic::AtomicU32,
 }
 
 struct Registry {
@@ -139,6 +141,7 @@ fn with_ring<R>(f: impl FnOnce(&ThreadRing) -> R) -> R {
                 ring: Ring::new(reg.ring_size),
                 label: Mutex::new(name),
                 rank: Mutex::new(None),
+                labeled: std::sync::atomic::AtomicU32::new(u32::MAX),
             });
             lock(&reg.threads).push(t.clone());
             t
@@ -155,18 +158,42 @@ pub fn record(r: &Record) {
     }
 }
 
+/// Writes `records` to the calling thread's ring, labelling its track as rank `rank`
+/// first unless it is; returns how many records the ring has taken in all. One
+/// thread-local lookup for all of it: the path of every call an interposed MPI program
+/// makes (crates/vargr-mpi).
+#[inline]
+pub fn record_as(rank: u32, records: &[Record]) -> u64 {
+    if !enabled() {
+        return 0;
+    }
+    with_ring(|t| {
+        if t.labeled.load(Ordering::Relaxed) != rank {
+            label(t, &format!("rank {rank}"), Some(rank));
+            LABELED.with(|l| l.set(rank));
+        }
+        for r in records {
+            t.ring.push(r);
+        }
+        t.ring.written()
+    })
+}
+
 /// Records the calling thread has written so far (benchmarks count events per call).
 pub fn thread_records() -> u64 {
     with_ring(|t| t.ring.written())
 }
 
 /// Names the calling thread's track and the rank it runs.
-pub fn set_thread_label(label: &str, rank: Option<u32>) {
+pub fn set_thread_label(name: &str, rank: Option<u32>) {
     LABELED.with(|l| l.set(rank.unwrap_or(u32::MAX)));
-    with_ring(|t| {
-        *lock(&t.label) = label.to_string();
-        *lock(&t.rank) = rank;
-    });
+    with_ring(|t| label(t, name, rank));
+}
+
+fn label(t: &ThreadRing, name: &str, rank: Option<u32>) {
+    *lock(&t.label) = name.to_string();
+    *lock(&t.rank) = rank;
+    t.labeled.store(rank.unwrap_or(u32::MAX), Ordering::Relaxed);
 }
 
 thread_local! {

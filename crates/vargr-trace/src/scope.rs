@@ -160,6 +160,21 @@ pub struct Reduced<T> {
     pub body: T,
 }
 
+impl<T> Reduced<T> {
+    /// Everything but the body.
+    fn head(&self) -> Reduced<()> {
+        Reduced {
+            process: self.process.clone(),
+            host: self.host.clone(),
+            records: self.records,
+            lost: self.lost,
+            collectors: self.collectors.clone(),
+            clock_error_ns: self.clock_error_ns,
+            body: (),
+        }
+    }
+}
+
 impl Reduced<()> {
     fn with<T>(self, body: T) -> Reduced<T> {
         Reduced {
@@ -174,6 +189,62 @@ impl Reduced<()> {
     }
 }
 
+/// Bytes of one [`CallSummary`] on the wire.
+const CALL_LEN: usize = 40;
+
+/// A call-summary reply: the length of the head (little-endian u32), the head in JSON,
+/// then the summaries at [`CALL_LEN`] bytes each. A busy agent sends hundreds of
+/// thousands of them a second, which JSON made the monitor's and the agents' main work.
+fn encode_calls(r: &Reduced<Vec<CallSummary>>) -> Vec<u8> {
+    let head = serde_json::to_vec(&r.head()).expect("serializable");
+    let mut out = Vec::with_capacity(4 + head.len() + r.body.len() * CALL_LEN);
+    out.extend_from_slice(&(head.len() as u32).to_le_bytes());
+    out.extend_from_slice(&head);
+    for c in &r.body {
+        out.extend_from_slice(&c.collector.to_le_bytes());
+        out.extend_from_slice(&c.seq.to_le_bytes());
+        out.extend_from_slice(&c.ranks.to_le_bytes());
+        out.extend_from_slice(&c.last_rank.to_le_bytes());
+        out.extend_from_slice(&c.first_arrival_ns.to_le_bytes());
+        out.extend_from_slice(&c.last_arrival_ns.to_le_bytes());
+        out.extend_from_slice(&c.last_departure_ns.to_le_bytes());
+    }
+    out
+}
+
+fn decode_calls(b: &[u8]) -> Result<Reduced<Vec<CallSummary>>, String> {
+    let (len, rest) = b
+        .split_first_chunk::<4>()
+        .ok_or("shorter than its head's length")?;
+    let len = u32::from_le_bytes(*len) as usize;
+    if len > rest.len() {
+        return Err(format!("a {len}-byte head in {} bytes", rest.len()));
+    }
+    let (head, calls) = rest.split_at(len);
+    let head: Reduced<()> = serde_json::from_slice(head).map_err(|e| e.to_string())?;
+    if calls.len() % CALL_LEN != 0 {
+        return Err(format!(
+            "{} bytes of summaries, not a multiple of {CALL_LEN}",
+            calls.len()
+        ));
+    }
+    let u32_at = |c: &[u8], i: usize| u32::from_le_bytes(c[i..i + 4].try_into().expect("4 bytes"));
+    let u64_at = |c: &[u8], i: usize| u64::from_le_bytes(c[i..i + 8].try_into().expect("8 bytes"));
+    let body = calls
+        .chunks_exact(CALL_LEN)
+        .map(|c| CallSummary {
+            collector: u32_at(c, 0),
+            seq: u32_at(c, 4),
+            ranks: u32_at(c, 8),
+            last_rank: u32_at(c, 12),
+            first_arrival_ns: u64_at(c, 16),
+            last_arrival_ns: u64_at(c, 24),
+            last_departure_ns: u64_at(c, 32),
+        })
+        .collect();
+    Ok(head.with(body))
+}
+
 /// Largest reply accepted.
 pub const MAX_REPLY: usize = 256 << 20;
 
@@ -181,7 +252,7 @@ impl Reply {
     pub fn encode(&self) -> Vec<u8> {
         let (tag, mut body) = match self {
             Reply::Records(f) => (b'R', f.encode()),
-            Reply::Calls(r) => (b'C', serde_json::to_vec(r).expect("serializable")),
+            Reply::Calls(r) => (b'C', encode_calls(r)),
             Reply::Stats(r) => (b'S', serde_json::to_vec(r).expect("serializable")),
             Reply::Counts(r) => (b'N', serde_json::to_vec(r).expect("serializable")),
         };
@@ -203,9 +274,9 @@ impl Reply {
             .ok_or_else(|| bad("empty monitor reply".into()))?;
         Ok(match tag {
             b'R' => Reply::Records(TraceFile::decode(body, std::path::Path::new(from))?),
-            b'C' => Reply::Calls(
-                serde_json::from_slice(body).map_err(|e| bad(format!("call summaries: {e}")))?,
-            ),
+            b'C' => {
+                Reply::Calls(decode_calls(body).map_err(|e| bad(format!("call summaries: {e}")))?)
+            }
             b'S' => Reply::Stats(
                 serde_json::from_slice(body).map_err(|e| bad(format!("statistics: {e}")))?,
             ),
@@ -281,6 +352,17 @@ impl ScopeReducer {
     pub fn add(&mut self, f: &TraceFile) {
         let selected: Vec<bool> = f.collectors.iter().map(|n| self.scope.matches(n)).collect();
         let picked = |c: u16| selected.get(usize::from(c)).copied().unwrap_or(false);
+        // The reply's index of each selected collector, interned once per drain rather
+        // than once per record.
+        let ids: Vec<Option<u32>> = if self.scope.reduce == Reduce::LastArrival {
+            f.collectors
+                .iter()
+                .zip(&selected)
+                .map(|(n, &on)| on.then(|| self.intern(n)))
+                .collect()
+        } else {
+            Vec::new()
+        };
         for (i, t) in f.threads.iter().enumerate() {
             self.records += t.records.len() as u64;
             self.lost += t.lost;
@@ -309,10 +391,12 @@ impl ScopeReducer {
                 Reduce::LastArrival => {
                     let Some(rank) = t.rank else { continue };
                     for r in &t.records {
-                        if r.event_op() != Some(EventOp::Call) || !picked(r.collector) {
+                        if r.event_op() != Some(EventOp::Call) {
                             continue;
                         }
-                        let c = self.intern(f.collector_name(r.collector));
+                        let Some(&Some(c)) = ids.get(usize::from(r.collector)) else {
+                            continue;
+                        };
                         let (a, d) = (f.to_ns(r.start), f.to_ns(r.end));
                         let part = CallSummary {
                             collector: c,
@@ -323,6 +407,11 @@ impl ScopeReducer {
                             last_rank: rank,
                             last_departure_ns: d,
                         };
+                        if self.local_ranks == 1 {
+                            // The call is whole here: one rank's part is all there is.
+                            self.done.push(part);
+                            continue;
+                        }
                         let key = (c, r.seq);
                         let full = match self.pending.get_mut(&key) {
                             Some(p) => {
@@ -540,9 +629,17 @@ mod tests {
         };
         assert_eq!(c.body.len(), 1);
         assert_eq!((c.body[0].last_rank, c.body[0].last_arrival_ns), (4, 900));
-        // Round trip through bytes.
-        let back = Reply::decode(&Reply::Calls(c.clone()).encode(), "agent").unwrap();
+        // Round trip through bytes; a cut or padded body is refused, naming the sender.
+        let bytes = Reply::Calls(c.clone()).encode();
+        let back = Reply::decode(&bytes, "agent").unwrap();
         assert_eq!(back, Reply::Calls(c));
+        for bad in [&bytes[..bytes.len() - 1], &bytes[..3]] {
+            let e = Reply::decode(bad, "agent 7").unwrap_err().to_string();
+            assert!(e.contains("agent 7") && e.contains("call summaries"), "{e}");
+        }
+        let mut long_head = bytes.clone();
+        long_head[1..5].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Reply::decode(&long_head, "agent").is_err());
     }
 
     #[test]

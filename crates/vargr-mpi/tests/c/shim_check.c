@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define LINE 512
 
@@ -84,6 +85,9 @@ int main(int argc, char **argv) {
     } else if (rank == 2) {
         int v[5] = {5, 4, 3, 2, 1};
         MPI_Request r;
+        /* Late, so that rank 3's probes find nothing first. */
+        struct timespec late = {0, 20 * 1000 * 1000};
+        nanosleep(&late, NULL);
         MPI_Isend(v, 5, MPI_INT, 3, 12, MPI_COMM_WORLD, &r);
         MPI_Wait(&r, MPI_STATUS_IGNORE);
     } else {
