@@ -214,10 +214,18 @@ pub fn render(path: &Path, st: &Status, age: Duration) -> String {
         staleness(age, st.period_ms)
     );
     o += &format!(
-        "records gathered {}  lost {}  gather rate {:.2} %\n\n",
+        "records gathered {}  lost {}  gather rate {:.2} %{}\n\n",
         st.records,
         st.lost,
-        st.gather_rate * 100.0
+        st.gather_rate * 100.0,
+        if st.sample > 1 {
+            format!(
+                "  analysing 1 call in {} (calls too frequent for every one; CALLS counts those)",
+                st.sample
+            )
+        } else {
+            String::new()
+        }
     );
     o += &format!(
         "{:<24} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}  {:<22} {:>9}\n",
@@ -252,13 +260,21 @@ pub fn render(path: &Path, st: &Status, age: Duration) -> String {
     if st.collectors.is_empty() {
         o += "(no complete collective call yet)\n";
     }
+    // MPI ranks name their MPI too ("rank 0 of 4 (Open MPI v4.1.4)").
+    let w = st
+        .nodes
+        .iter()
+        .map(|n| n.process.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(28);
     o += &format!(
-        "\n{:<28} {:<16} {:>12} {:>8} {:>12}\n",
+        "\n{:<w$} {:<16} {:>12} {:>8} {:>12}\n",
         "PROCESS", "HOST", "RECORDS", "LOST", "CLOCK ±µs"
     );
     for n in &st.nodes {
         o += &format!(
-            "{:<28} {:<16} {:>12} {:>8} {:>12.1}\n",
+            "{:<w$} {:<16} {:>12} {:>8} {:>12.1}\n",
             n.process,
             n.host,
             n.records,

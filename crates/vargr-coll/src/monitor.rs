@@ -171,6 +171,7 @@ fn run_agent(
             collectors: Vec::new(),
             reduce: Reduce::All,
             by_seq: false,
+            sample: 0,
         },
         local_ranks,
         AGENT_HOLD,
@@ -311,6 +312,8 @@ pub struct LoadBalance {
     /// Collector ids (into `collector_names`), so that a call's key is two numbers.
     collector_ids: HashMap<String, u32>,
     collector_names: Vec<String>,
+    /// Call summaries received (every rank's part of every call analysed).
+    pub parts: u64,
     pub by_collector: BTreeMap<String, Culprits>,
     /// Distributed statistics, per process and collector, as the agents computed them.
     pub node_stats: BTreeMap<String, Vec<CollectorStats>>,
@@ -403,7 +406,13 @@ impl LoadBalance {
                     .push(v.last_departure_ns.saturating_sub(v.first_arrival_ns) as f64 / 1e3);
             }
         }
-        // Calls whose records were lost never complete; keep the map bounded.
+        self.parts += calls.len() as u64;
+    }
+
+    /// Called after each pull, when every agent's part of a call had its chance to
+    /// arrive: calls whose records were lost never complete, so the map is kept bounded
+    /// (between the replies of one pull it may hold a whole pull's calls).
+    pub fn end_pull(&mut self) {
         if self.pending.len() > 100_000 {
             self.pending.clear();
         }
@@ -492,6 +501,10 @@ impl LoadBalance {
     }
 }
 
+fn one() -> u32 {
+    1
+}
+
 /// What `vargr top` reads: the monitor's view after its latest pull.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Status {
@@ -502,6 +515,9 @@ pub struct Status {
     /// Time the last parallel gather took (ms).
     pub last_pull_ms: f64,
     pub period_ms: u64,
+    /// One call in this many is analysed (1: every call); calls and rates count those.
+    #[serde(default = "one")]
+    pub sample: u32,
     pub records: u64,
     pub lost: u64,
     pub gather_rate: f64,
@@ -579,7 +595,8 @@ pub struct MonitorConfig {
 }
 
 impl MonitorConfig {
-    pub(crate) fn scope(&self) -> Scope {
+    /// What agents are asked for, analysing one call in `sample`.
+    pub(crate) fn scope(&self, sample: u32) -> Scope {
         Scope {
             collectors: self.collectors.clone(),
             reduce: if self.distributed {
@@ -588,9 +605,19 @@ impl MonitorConfig {
                 Reduce::LastArrival
             },
             by_seq: false,
+            sample,
         }
     }
 }
+
+/// Call summaries (one per rank per call) a second the load-balance monitor takes
+/// before it samples: merging one costs the monitor a few hundred nanoseconds, taken
+/// from cores the ranks may need, so a program making a million collective calls a
+/// second would otherwise feed the monitor a core. Sampled, it analyses every K-th call
+/// of each collector (the same calls on every rank; K a power of two, halved again when
+/// the rate falls).
+const PARTS_PER_S: f64 = 50_000.0;
+const MAX_SAMPLE: u32 = 1 << 20;
 
 /// The monitor thread of rank 0's process.
 pub(crate) struct MonitorHandle {
@@ -615,7 +642,7 @@ impl MonitorHandle {
             .name("vargr-monitor".into())
             .spawn(move || {
                 let mut lb = LoadBalance::new(size);
-                match open_plane(&*t, &mesh, &processes, &cfg.scope()) {
+                match open_plane(&*t, &mesh, &processes, &cfg.scope(1)) {
                     Ok(conns) => monitor_loop(conns, &mut lb, &cfg, &s),
                     Err(e) => tracing::warn!("monitor: {e}"),
                 }
@@ -728,23 +755,31 @@ fn monitor_loop(
 pub(crate) struct Gatherer<'a> {
     cfg: &'a MonitorConfig,
     request: Frame,
+    /// One call in this many is analysed ([`PARTS_PER_S`]).
+    sample: u32,
     t0: Instant,
     status: Status,
     last_status: Instant,
     last_culprits: Vec<(String, Option<u32>)>,
     last_print: Instant,
+    /// Call summaries received by the last pull, and when, for the rate.
+    parts_before: u64,
+    last_rate: Instant,
 }
 
 impl<'a> Gatherer<'a> {
     pub(crate) fn new(cfg: &'a MonitorConfig) -> Gatherer<'a> {
         Gatherer {
             cfg,
-            request: request_frame(Some(&cfg.scope())),
+            request: request_frame(Some(&cfg.scope(1))),
+            sample: 1,
             t0: Instant::now(),
             status: Status::default(),
             last_status: Instant::now(),
             last_culprits: Vec::new(),
             last_print: Instant::now(),
+            parts_before: 0,
+            last_rate: Instant::now(),
         }
     }
 
@@ -780,8 +815,11 @@ impl<'a> Gatherer<'a> {
             Err(_) => false,
         });
         let pull_ms = pull.elapsed().as_secs_f64() * 1e3;
+        lb.end_pull();
+        self.resample(lb);
         if let Some(path) = &self.cfg.status_file {
             let mut next = Status::of(lb, &self.status, self.last_status.elapsed().as_secs_f64());
+            next.sample = self.sample;
             next.uptime_s = self.t0.elapsed().as_secs_f64();
             next.pulls = self.status.pulls + 1;
             next.last_pull_ms = pull_ms;
@@ -791,6 +829,27 @@ impl<'a> Gatherer<'a> {
             }
             self.status = next;
             self.last_status = Instant::now();
+        }
+    }
+
+    /// Samples more calls, or fewer, from the rate of call summaries since the last pull.
+    fn resample(&mut self, lb: &LoadBalance) {
+        let dt = self.last_rate.elapsed().as_secs_f64().max(1e-3);
+        let rate = lb.parts.saturating_sub(self.parts_before) as f64 / dt;
+        self.parts_before = lb.parts;
+        self.last_rate = Instant::now();
+        let next = if rate > PARTS_PER_S {
+            // Enough to land under the budget at once, if the rate holds.
+            let factor = (rate / PARTS_PER_S).ceil() as u32;
+            (self.sample.saturating_mul(factor.next_power_of_two())).min(MAX_SAMPLE)
+        } else if rate < PARTS_PER_S / 4.0 {
+            (self.sample / 2).max(1)
+        } else {
+            self.sample
+        };
+        if next != self.sample && !self.cfg.distributed {
+            self.sample = next;
+            self.request = request_frame(Some(&self.cfg.scope(next)));
         }
     }
 
@@ -873,12 +932,46 @@ mod tests {
                 collectors: vec!["ctx0/*".into()],
                 reduce: Reduce::LastArrival,
                 by_seq: false,
+                sample: 0,
             },
             1,
             1000,
         );
         r.add(&file(rank, arrivals));
         r.reply(file(rank, &[]))
+    }
+
+    #[test]
+    fn the_monitor_samples_calls_when_they_come_too_fast_and_stops_when_they_slow() {
+        let cfg = MonitorConfig {
+            period: Duration::from_millis(200),
+            stats: false,
+            distributed: false,
+            coschedule: false,
+            collectors: vec!["ctx0/*".into()],
+            status_file: None,
+        };
+        let mut g = Gatherer::new(&cfg);
+        let mut lb = LoadBalance::new(1);
+        let analysed = |lb: &mut LoadBalance, parts: u64| lb.parts += parts;
+        // 250,000 call summaries in a second: five times the budget, so 1 in 8 from now.
+        analysed(&mut lb, 250_000);
+        g.last_rate = Instant::now() - Duration::from_secs(1);
+        g.resample(&lb);
+        assert_eq!(g.sample, 8);
+        let asked: Scope = serde_json::from_slice(&g.request.payload).unwrap();
+        assert_eq!(asked.sample, 8);
+        // Within the budget: kept; far below it: halved, down to every call.
+        analysed(&mut lb, 40_000);
+        g.last_rate = Instant::now() - Duration::from_secs(1);
+        g.resample(&lb);
+        assert_eq!(g.sample, 8);
+        for want in [4, 2, 1, 1] {
+            analysed(&mut lb, 100);
+            g.last_rate = Instant::now() - Duration::from_secs(1);
+            g.resample(&lb);
+            assert_eq!(g.sample, want);
+        }
     }
 
     #[test]

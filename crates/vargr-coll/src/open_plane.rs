@@ -170,7 +170,7 @@ fn gate(bound: Bound, secret: &Secret) -> Gate {
 fn serve(gates: &[Gate], lb: &mut LoadBalance, cfg: &MonitorConfig, s: &AtomicBool) {
     let mut g = Gatherer::new(cfg);
     let mut conns: Vec<AgentConn> = Vec::new();
-    let scope = cfg.scope();
+    let scope = cfg.scope(1);
     loop {
         let last = s.load(Ordering::Relaxed);
         for gate in gates {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use vargr_coll::open_plane::{AgentSpec, JoinedAgent};
 use vargr_trace::scope::ScopeReducer;
-use vargr_trace::{Held, Record, Tracer};
+use vargr_trace::{EventOp, Held, Record, ThreadTrace, Tracer};
 
 use crate::settings::Settings;
 
@@ -178,10 +178,24 @@ impl State {
     fn drain(&self) {
         let mut h = lock(&self.held);
         let threads = h.tracer.read();
-        match (&mut h.monitor, &self.dir) {
-            (Some(m), Some(_)) => m.add(threads.clone()),
-            (Some(m), None) => return m.add(threads),
-            (None, _) => {}
+        if let Some(m) = &mut h.monitor {
+            // The monitor of an MPI run analyses collective calls (load balance and
+            // latency statistics): the other records are not kept for it.
+            m.add(
+                threads
+                    .iter()
+                    .map(|t| ThreadTrace {
+                        records: t
+                            .records
+                            .iter()
+                            .filter(|r| r.op == EventOp::Call as u8)
+                            .copied()
+                            .collect(),
+                        label: t.label.clone(),
+                        ..*t
+                    })
+                    .collect(),
+            );
         }
         if self.dir.is_some() {
             h.trace.add(threads);
@@ -311,7 +325,8 @@ pub fn record(events: &[Event]) {
     };
     let half = (vargr_trace::ring_capacity() as u64 / 2).max(1);
     for pair in events.chunks(2) {
-        let records = [to_record(&pair[0]), to_record(&pair[pair.len() - 1])];
+        let first = to_record(&pair[0]);
+        let records = [first, pair.get(1).map_or(first, to_record)];
         let n = pair.len() as u64;
         let written = vargr_trace::record_as(st.rank, &records[..pair.len()]);
         // Drain each time the ring passes another half of itself, before it would

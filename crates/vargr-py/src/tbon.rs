@@ -699,6 +699,7 @@ impl PyNetwork {
             collectors: collectors.unwrap_or_default(),
             reduce,
             by_seq,
+            sample: 0,
         };
         let budget = seconds("budget", budget)?;
         let pulled = self.with(|n| Ok(py.detach(|| n.pull(&scope, budget))))?;

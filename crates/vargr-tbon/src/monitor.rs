@@ -549,6 +549,7 @@ impl NetworkStatus {
             collectors: vec!["tbon/*".into()],
             reduce: vargr_trace::scope::Reduce::Counts,
             by_seq: true,
+            sample: 0,
         }
     }
 

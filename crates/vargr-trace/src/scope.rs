@@ -47,6 +47,11 @@ pub struct Scope {
     /// the stream id there, so this gives per-stream rates).
     #[serde(default)]
     pub by_seq: bool,
+    /// [`Reduce::LastArrival`] only: summarise only the calls whose sequence number is a
+    /// multiple of this (0 and 1: every call). Every agent picks the same calls, so a
+    /// monitor flooded with calls still sees whole calls, fewer of them.
+    #[serde(default)]
+    pub sample: u32,
 }
 
 impl Scope {
@@ -55,6 +60,7 @@ impl Scope {
             collectors: collectors.iter().map(|c| c.to_string()).collect(),
             reduce,
             by_seq: false,
+            sample: 0,
         }
     }
 
@@ -341,11 +347,21 @@ impl ScopeReducer {
         &self.scope
     }
 
-    /// Changes the scope; what was held under the old one is dropped.
+    /// Changes the scope; what was held under the old one is dropped (unless only the
+    /// sampling changed).
     pub fn set_scope(&mut self, scope: Scope) {
-        if scope != self.scope {
-            *self = ScopeReducer::new(scope, self.local_ranks, self.hold);
+        if scope == self.scope {
+            return;
         }
+        let resampled = Scope {
+            sample: self.scope.sample,
+            ..scope.clone()
+        } == self.scope;
+        if resampled {
+            self.scope.sample = scope.sample;
+            return;
+        }
+        *self = ScopeReducer::new(scope, self.local_ranks, self.hold);
     }
 
     /// Takes in records drained from the rings (a [`TraceFile`] of this process).
@@ -390,8 +406,9 @@ impl ScopeReducer {
                 }
                 Reduce::LastArrival => {
                     let Some(rank) = t.rank else { continue };
+                    let sample = self.scope.sample.max(1);
                     for r in &t.records {
-                        if r.event_op() != Some(EventOp::Call) {
+                        if r.event_op() != Some(EventOp::Call) || r.seq % sample != 0 {
                             continue;
                         }
                         let Some(&Some(c)) = ids.get(usize::from(r.collector)) else {
@@ -583,11 +600,56 @@ mod tests {
     }
 
     #[test]
+    fn a_sampled_scope_summarises_every_kth_call_and_resampling_keeps_what_is_held() {
+        let scope = |sample| Scope {
+            sample,
+            ..Scope::new(&["ctx0/*"], Reduce::LastArrival)
+        };
+        let mut r = ScopeReducer::new(scope(4), 1, 100);
+        r.add(&file(&[(0, &[10, 20, 30, 40, 50, 60, 70, 80, 90])]));
+        // Only the sample changes: what was summarised stays.
+        r.set_scope(scope(2));
+        r.add(&TraceFile {
+            threads: vec![ThreadTrace {
+                label: "rank 0".into(),
+                rank: Some(0),
+                lost: 0,
+                records: (9..13)
+                    .map(|seq| Record {
+                        start: 100,
+                        end: 110,
+                        seq,
+                        bytes: 8,
+                        collector: 0,
+                        op: EventOp::Call as u8,
+                        status: 0,
+                        peer: NO_PEER,
+                    })
+                    .collect(),
+            }],
+            ..file(&[])
+        });
+        let Reply::Calls(c) = r.reply(file(&[])) else {
+            panic!("not calls")
+        };
+        let seqs: Vec<u32> = c.body.iter().map(|c| c.seq).collect();
+        assert_eq!(seqs, vec![0, 4, 8, 10, 12]);
+        // Another scope starts afresh.
+        r.add(&file(&[(0, &[10])]));
+        r.set_scope(Scope::new(&["tbon/*"], Reduce::LastArrival));
+        let Reply::Calls(c) = r.reply(file(&[])) else {
+            panic!("not calls")
+        };
+        assert!(c.body.is_empty());
+    }
+
+    #[test]
     fn last_arrival_sends_one_summary_per_complete_call() {
         let scope = Scope {
             collectors: vec!["ctx0/*".into()],
             reduce: Reduce::LastArrival,
             by_seq: false,
+            sample: 0,
         };
         let mut r = ScopeReducer::new(scope, 2, 1000);
         // Rank 5 has recorded two calls, rank 4 only the first so far.
@@ -649,6 +711,7 @@ mod tests {
                 collectors: vec!["ctx0/*".into()],
                 reduce: Reduce::Stats,
                 by_seq: false,
+                sample: 0,
             },
             1,
             1000,
@@ -666,6 +729,7 @@ mod tests {
                 collectors: vec!["tbon/*".into()],
                 reduce: Reduce::All,
                 by_seq: false,
+                sample: 0,
             },
             1,
             2,
@@ -683,6 +747,7 @@ mod tests {
                 collectors: vec!["tbon/*".into()],
                 reduce: Reduce::Counts,
                 by_seq: false,
+                sample: 0,
             },
             1,
             100,
