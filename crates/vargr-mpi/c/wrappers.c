@@ -247,28 +247,30 @@ static void add(batch *b, int kind, int op, const comm_info *c, uint32_t peer, i
 
 /* Unsuccessful tests and probes of one kind in a row, recorded as one event when the
  * run ends (at the thread's next recorded call, or MPI_Finalize): from the first one's
- * entry to the last one's return, seq = how many. A program that polls makes millions
- * of them (HPCC's RandomAccess calls MPI_Testany two million times a second), and a
- * record each would cost it more than the polls. Per thread, in the static TLS block
- * (the library is loaded at start-up), so that a poll pays no TLS lookup. */
+ * entry to the entry of that next call, seq = how many. A program that polls makes
+ * millions of them (HPCC's RandomAccess calls MPI_Testany two million times a second)
+ * and a record each, or even a clock read each, would cost it more than the polls: only
+ * a run's first poll reads the clock. Per thread, in the static TLS block (the library
+ * is loaded at start-up), so that a poll pays no TLS lookup either. */
 typedef struct {
     uint32_t polls; /* 0: no run */
     int kind;
     const comm_info *comm;
     uint32_t peer;
     int tag;
-    uint64_t start, end;
+    uint64_t start;
 } poll_run;
 
 static __thread poll_run run __attribute__((tls_model("initial-exec")));
 
-static void close_run(void) {
+/* Records the open run, if any, as ending at `end`. */
+static void close_run(uint64_t end) {
     if (run.polls == 0) {
         return;
     }
     vargr_mpi_event e = {
         .start = run.start,
-        .end = run.end,
+        .end = end > run.start ? end : run.start,
         .bytes = 0,
         .comm = run.comm ? run.comm->id : NO_COMM,
         .peer = run.peer,
@@ -281,26 +283,35 @@ static void close_run(void) {
     vargr_mpi_record(&e, 1);
 }
 
-/* One unsuccessful test or probe (`kind` a K_*_POLLS). */
-static void polled(int kind, const comm_info *c, uint32_t peer, int tag, uint64_t t0,
-                   uint64_t t1) {
+/* The entry time of a test or probe of run kind `kind`: none (0) while a run of that
+ * kind is open. A poll that does find something is then timed from its return. */
+static uint64_t poll_start(int kind) {
+    return run.polls != 0 && run.kind == kind ? 0 : NOW();
+}
+
+/* One unsuccessful test or probe (`kind` a K_*_POLLS) that entered at `t0` (0: not
+ * read, inside a run of its kind). */
+static void polled(int kind, const comm_info *c, uint32_t peer, int tag, uint64_t t0) {
     if (run.polls != 0 && (run.kind != kind || run.comm != c || run.peer != peer ||
                            run.tag != tag || run.polls == UINT32_MAX)) {
-        close_run();
+        t0 = t0 ? t0 : NOW();
+        close_run(t0);
     }
     if (run.polls == 0) {
         run.kind = kind;
         run.comm = c;
         run.peer = peer;
         run.tag = tag;
-        run.start = t0;
+        run.start = t0 ? t0 : NOW();
     }
     run.polls++;
-    run.end = t1;
 }
 
 static void flush(batch *b) {
-    close_run();
+    if (run.polls != 0) {
+        /* The run ends where the call after it began. */
+        close_run(b->n > 0 ? b->e[0].start : NOW());
+    }
     if (b->n > 0) {
         vargr_mpi_record(b->e, b->n);
     }
@@ -417,7 +428,7 @@ int vargr_w_MPI_Finalize(void) {
     if (on) {
         /* Writes the trace file while MPI still runs (nothing of it is used, but a
          * launcher may end the job soon after the last rank finalizes). */
-        close_run();
+        close_run(NOW());
         on = 0;
         vargr_mpi_finish();
     }
@@ -659,21 +670,21 @@ int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     MPI_Request r = *req;
-    uint64_t t0 = NOW();
+    uint64_t t0 = poll_start(K_TEST_POLLS);
     int rc = PMPI_Test(req, flag, s);
+    if (on && rc == MPI_SUCCESS && !*flag) {
+        polled(K_TEST_POLLS, NULL, NO_PEER, 0, t0);
+        return rc;
+    }
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag) {
         rc = finish(r, s);
     }
     if (on) {
-        if (rc == MPI_SUCCESS && !*flag) {
-            polled(K_TEST_POLLS, NULL, NO_PEER, 0, t0, t1);
-            return rc;
-        }
         if (rc == MPI_SUCCESS) {
             complete(r, s, t1);
         }
-        emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
+        emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
 }
@@ -786,19 +797,20 @@ int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]
     if (!many_init(&m, n, reqs, stats)) {
         return cx_floor ? no_copies() : PMPI_Testall(n, reqs, flag, stats);
     }
-    uint64_t t0 = NOW();
+    uint64_t t0 = poll_start(K_TESTALL_POLLS);
     int rc = PMPI_Testall(n, reqs, flag, m.s);
+    if (on && rc == MPI_SUCCESS && !*flag) {
+        many_free(&m, stats);
+        polled(K_TESTALL_POLLS, NULL, NO_PEER, 0, t0);
+        return rc;
+    }
     uint64_t t1 = NOW();
     if (*flag) {
         rc = finish_many(&m, n, NULL, rc, t1);
     }
     many_free(&m, stats);
     if (on) {
-        if (rc == MPI_SUCCESS && !*flag) {
-            polled(K_TESTALL_POLLS, NULL, NO_PEER, 0, t0, t1);
-        } else {
-            emit(K_TESTALL, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
-        }
+        emit(K_TESTALL, OP_USER, NULL, NO_PEER, n, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
 }
@@ -839,8 +851,13 @@ int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_St
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = NOW();
+    uint64_t t0 = poll_start(K_TESTANY_POLLS);
     int rc = PMPI_Testany(n, reqs, index, flag, s);
+    if (on && rc == MPI_SUCCESS && !*flag) {
+        many_free(&m, MPI_STATUSES_IGNORE);
+        polled(K_TESTANY_POLLS, NULL, NO_PEER, 0, t0);
+        return rc;
+    }
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
         rc = finish(m.r[*index], s);
@@ -850,11 +867,7 @@ int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_St
     }
     many_free(&m, MPI_STATUSES_IGNORE);
     if (on) {
-        if (rc == MPI_SUCCESS && !*flag) {
-            polled(K_TESTANY_POLLS, NULL, NO_PEER, 0, t0, t1);
-        } else {
-            emit(K_TESTANY, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
-        }
+        emit(K_TESTANY, OP_USER, NULL, NO_PEER, n, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
 }
@@ -896,7 +909,7 @@ static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
     many_free(&m, stats);
     if (on) {
         if (test && rc == MPI_SUCCESS && *outcount == 0) {
-            polled(K_TESTSOME_POLLS, NULL, NO_PEER, 0, t0, t1);
+            polled(K_TESTSOME_POLLS, NULL, NO_PEER, 0, t0);
         } else {
             emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
         }
@@ -937,6 +950,7 @@ int vargr_w_MPI_Startall(int n, MPI_Request reqs[]) {
 static void probed(int kind, int rc, int found, const MPI_Status *s, int src, int tag,
                    MPI_Comm comm, uint64_t t0) {
     uint64_t t1 = NOW();
+    t0 = t0 ? t0 : t1; /* a probe inside a run of them (poll_start) */
     comm_info *c = info_of(comm);
     int n = 0;
     if (rc == MPI_SUCCESS && found) {
@@ -965,12 +979,11 @@ int vargr_w_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *s
     }
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = NOW();
+    uint64_t t0 = poll_start(K_IPROBE_POLLS);
     int rc = IPROBE(src, tag, comm, flag, s);
     if (rc == MPI_SUCCESS && !*flag) {
-        uint64_t t1 = NOW();
         comm_info *c = info_of(comm);
-        polled(K_IPROBE_POLLS, c, world_of(c, src), tag, t0, t1);
+        polled(K_IPROBE_POLLS, c, world_of(c, src), tag, t0);
         return rc;
     }
     probed(K_IPROBE, rc, *flag, s, src, tag, comm, t0);

@@ -7,7 +7,7 @@
 //! | a message sent or received | `CTX/p2p` | send / recv | tag | world rank of the other end | sent; received (from the status) | send or receive call's entry .. its completion (in `MPI_Wait`/`MPI_Test*` for non-blocking ones) |
 //! | a point-to-point call, probe | `CTX/send`, `CTX/irecv`, `CTX/probe`, ... | user | tag (the matched one once known) | peer's world rank (the matched source once known) | as above (receives: the buffer's size) | call entry .. return |
 //! | a wait or test | `mpi/wait`, `mpi/waitall`, ... | user | requests given | – | – | call entry .. return |
-//! | unsuccessful tests or probes in a row (nothing completed, nothing found), one record when the thread next records or finalizes | `mpi/test-polls`, `mpi/testany-polls`, ..., `CTX/iprobe-polls` | user | how many | probes: the source asked for | – | the first one's entry .. the last one's return |
+//! | unsuccessful tests or probes of one kind in a row (nothing completed, nothing found), one record when the thread next records or finalizes | `mpi/test-polls`, `mpi/testany-polls`, ..., `CTX/iprobe-polls` | user | how many | probes: the source asked for | – | the first one's entry .. the entry of the thread's next recorded call (a test or probe that finds something after a run is timed from its return) |
 //! | a collective | `CTX/allreduce`, ... | call | call number on the communicator | root's world rank (rooted ones) | the larger of what this rank's buffers send and receive | call entry .. return |
 //!
 //! `CTX` is `ctx0` for `MPI_COMM_WORLD` and `ctxN.L` for the N-th other communicator this

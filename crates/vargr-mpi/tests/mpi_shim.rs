@@ -429,14 +429,20 @@ fn mpich_programs_run_traced_and_compressed_and_the_other_abi_is_refused() {
         assert!(analysis::analyze(&files).messages.matched.len() > 10);
     }
 
-    // A library built for one ABI refuses a program of the other, naming both.
-    let o = mpi_run(Some(&lib()), &[], &[run], 2, &shim_check);
+    // A library built for one ABI refuses a program of the other, naming both. The
+    // MPICH program runs on its own (a singleton): the refusal comes before MPI starts,
+    // and Hydra, whose ranks end that early, at times dies of SIGPIPE before it has
+    // passed their stderr on.
+    let o = Command::new(&shim_check)
+        .env("LD_PRELOAD", lib())
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "{err}");
     assert_eq!(
         err.matches("vargr-mpi: refusing to start: libvargr_mpi.so was built for Open MPI 4.")
             .count(),
-        2,
+        1,
         "{err}"
     );
     assert!(
