@@ -285,13 +285,13 @@ static void close_run(uint64_t end) {
 
 /* The entry time of a test or probe of run kind `kind`: none (0) while a run of that
  * kind is open. A poll that does find something is then timed from its return. */
-static uint64_t poll_start(int kind) {
+static inline __attribute__((always_inline)) uint64_t poll_start(int kind) {
     return run.polls != 0 && run.kind == kind ? 0 : NOW();
 }
 
 /* One unsuccessful test or probe (`kind` a K_*_POLLS) that entered at `t0` (0: not
  * read, inside a run of its kind). */
-static void polled(int kind, const comm_info *c, uint32_t peer, int tag, uint64_t t0) {
+static inline __attribute__((always_inline)) void polled(int kind, const comm_info *c, uint32_t peer, int tag, uint64_t t0) {
     if (run.polls != 0 && (run.kind != kind || run.comm != c || run.peer != peer ||
                            run.tag != tag || run.polls == UINT32_MAX)) {
         t0 = t0 ? t0 : NOW();
