@@ -31,7 +31,7 @@ use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::{auth, mesh::Mesh, LinkSecurity, NetError, SecureConn};
 use vargr_trace::analysis::{Stats, StatsMonitor, MEDIAN_WINDOW};
 use vargr_trace::scope::{
-    CallSummary, CollectorStats, Reduce, Reduced, Reply, Scope, ScopeReducer,
+    CallSummary, CollectorStats, Reduce, Reduced, Reply, Scope, ScopeReducer, MAX_SAMPLE,
 };
 use vargr_trace::Tracer;
 use vargr_wire::{Frame, FrameKind};
@@ -314,6 +314,9 @@ pub struct LoadBalance {
     collector_names: Vec<String>,
     /// Call summaries received (every rank's part of every call analysed).
     pub parts: u64,
+    /// The sparsest sampling an agent applied since the last pull (it had more calls
+    /// than a reply carries, `vargr_trace::scope::REPLY_CALLS`).
+    pub agent_sample: u32,
     pub by_collector: BTreeMap<String, Culprits>,
     /// Distributed statistics, per process and collector, as the agents computed them.
     pub node_stats: BTreeMap<String, Vec<CollectorStats>>,
@@ -352,6 +355,7 @@ impl LoadBalance {
         match reply {
             Reply::Calls(r) => {
                 self.count(r);
+                self.agent_sample = self.agent_sample.max(r.sample);
                 self.add_calls(&r.collectors, &r.body);
             }
             Reply::Stats(r) => {
@@ -617,7 +621,6 @@ impl MonitorConfig {
 /// of each collector (the same calls on every rank; K a power of two, halved again when
 /// the rate falls).
 const PARTS_PER_S: f64 = 50_000.0;
-const MAX_SAMPLE: u32 = 1 << 20;
 
 /// The monitor thread of rank 0's process.
 pub(crate) struct MonitorHandle {
@@ -833,19 +836,21 @@ impl<'a> Gatherer<'a> {
     }
 
     /// Samples more calls, or fewer, from the rate of call summaries since the last pull.
-    fn resample(&mut self, lb: &LoadBalance) {
+    fn resample(&mut self, lb: &mut LoadBalance) {
         let dt = self.last_rate.elapsed().as_secs_f64().max(1e-3);
         let rate = lb.parts.saturating_sub(self.parts_before) as f64 / dt;
         self.parts_before = lb.parts;
         self.last_rate = Instant::now();
+        // An agent that had to sample harder than asked sets the pace for all.
+        let base = self.sample.max(std::mem::take(&mut lb.agent_sample));
         let next = if rate > PARTS_PER_S {
             // Enough to land under the budget at once, if the rate holds.
             let factor = (rate / PARTS_PER_S).ceil() as u32;
-            (self.sample.saturating_mul(factor.next_power_of_two())).min(MAX_SAMPLE)
+            (base.saturating_mul(factor.next_power_of_two())).min(MAX_SAMPLE)
         } else if rate < PARTS_PER_S / 4.0 {
-            (self.sample / 2).max(1)
+            (base / 2).max(1)
         } else {
-            self.sample
+            base
         };
         if next != self.sample && !self.cfg.distributed {
             self.sample = next;
@@ -957,21 +962,28 @@ mod tests {
         // 250,000 call summaries in a second: five times the budget, so 1 in 8 from now.
         analysed(&mut lb, 250_000);
         g.last_rate = Instant::now() - Duration::from_secs(1);
-        g.resample(&lb);
+        g.resample(&mut lb);
         assert_eq!(g.sample, 8);
         let asked: Scope = serde_json::from_slice(&g.request.payload).unwrap();
         assert_eq!(asked.sample, 8);
         // Within the budget: kept; far below it: halved, down to every call.
         analysed(&mut lb, 40_000);
         g.last_rate = Instant::now() - Duration::from_secs(1);
-        g.resample(&lb);
+        g.resample(&mut lb);
         assert_eq!(g.sample, 8);
         for want in [4, 2, 1, 1] {
             analysed(&mut lb, 100);
             g.last_rate = Instant::now() - Duration::from_secs(1);
-            g.resample(&lb);
+            g.resample(&mut lb);
             assert_eq!(g.sample, want);
         }
+        // An agent that had more calls than a reply carries sampled harder: everyone
+        // is asked for that from the next pull.
+        lb.agent_sample = 16;
+        analysed(&mut lb, 30_000);
+        g.last_rate = Instant::now() - Duration::from_secs(1);
+        g.resample(&mut lb);
+        assert_eq!((g.sample, lb.agent_sample), (16, 0));
     }
 
     #[test]

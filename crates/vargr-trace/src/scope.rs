@@ -163,6 +163,11 @@ pub struct Reduced<T> {
     pub lost: u64,
     pub collectors: Vec<String>,
     pub clock_error_ns: u64,
+    /// [`Reduce::LastArrival`]: the calls summarised are those whose sequence number is
+    /// a multiple of this (the scope's sample, or more when the agent had more calls
+    /// than one reply carries, [`REPLY_CALLS`]); 0 and 1: every call.
+    #[serde(default)]
+    pub sample: u32,
     pub body: T,
 }
 
@@ -176,6 +181,7 @@ impl<T> Reduced<T> {
             lost: self.lost,
             collectors: self.collectors.clone(),
             clock_error_ns: self.clock_error_ns,
+            sample: self.sample,
             body: (),
         }
     }
@@ -190,10 +196,19 @@ impl Reduced<()> {
             lost: self.lost,
             collectors: self.collectors,
             clock_error_ns: self.clock_error_ns,
+            sample: self.sample,
             body,
         }
     }
 }
+
+/// Most call summaries one reply carries: beyond, an agent keeps every K-th call
+/// (K a power of two) and says so in [`Reduced::sample`], which the monitor then asks of
+/// every agent. A monitor merging a reply's calls works for every one of them, on a
+/// machine whose cores the ranks may need.
+pub const REPLY_CALLS: usize = 10_000;
+/// The sparsest sampling.
+pub const MAX_SAMPLE: u32 = 1 << 20;
 
 /// Bytes of one [`CallSummary`] on the wire.
 const CALL_LEN: usize = 40;
@@ -516,6 +531,7 @@ impl ScopeReducer {
             lost,
             collectors: self.names.clone(),
             clock_error_ns: file.align.error_ns,
+            sample: self.scope.sample,
             body: (),
         };
         match self.scope.reduce {
@@ -523,7 +539,17 @@ impl ScopeReducer {
                 threads: std::mem::take(&mut self.held),
                 ..file
             }),
-            Reduce::LastArrival => Reply::Calls(head.with(std::mem::take(&mut self.done))),
+            Reduce::LastArrival => {
+                let mut done = std::mem::take(&mut self.done);
+                let mut sample = self.scope.sample.max(1);
+                // More calls than a reply carries: every agent drops the same ones (the
+                // ranks of a collective make the same calls), and says how many it kept.
+                while done.len() > REPLY_CALLS && sample < MAX_SAMPLE {
+                    sample *= 2;
+                    done.retain(|c| c.seq % sample == 0);
+                }
+                Reply::Calls(Reduced { sample, ..head }.with(done))
+            }
             Reduce::Counts => {
                 Reply::Counts(head.with(std::mem::take(&mut self.counts).into_values().collect()))
             }
@@ -634,6 +660,37 @@ mod tests {
         };
         let seqs: Vec<u32> = c.body.iter().map(|c| c.seq).collect();
         assert_eq!(seqs, vec![0, 4, 8, 10, 12]);
+        assert_eq!(c.sample, 2);
+        // More calls than a reply carries: the agent keeps every K-th and says K.
+        let many = REPLY_CALLS as u32 * 3;
+        r.add(&TraceFile {
+            threads: vec![ThreadTrace {
+                label: "rank 0".into(),
+                rank: Some(0),
+                lost: 0,
+                records: (0..many)
+                    .map(|seq| Record {
+                        start: 100,
+                        end: 110,
+                        seq,
+                        bytes: 8,
+                        collector: 0,
+                        op: EventOp::Call as u8,
+                        status: 0,
+                        peer: NO_PEER,
+                    })
+                    .collect(),
+            }],
+            ..file(&[])
+        });
+        let Reply::Calls(c) = r.reply(file(&[])) else {
+            panic!("not calls")
+        };
+        // 30,000 calls, every 2nd in scope: 15,000; every 4th: 7,500.
+        assert_eq!((c.sample, c.body.len()), (4, 7_500));
+        assert!(c.body.iter().all(|c| c.seq % 4 == 0));
+        let back = Reply::decode(&Reply::Calls(c.clone()).encode(), "agent").unwrap();
+        assert_eq!(back, Reply::Calls(c));
         // Another scope starts afresh.
         r.add(&file(&[(0, &[10])]));
         r.set_scope(Scope::new(&["tbon/*"], Reduce::LastArrival));
