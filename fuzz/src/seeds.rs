@@ -284,7 +284,7 @@ pub fn sample_trace() -> vargr_trace::TraceFile {
 }
 
 fn replies() -> Vec<(&'static str, vargr_trace::scope::Reply)> {
-    use vargr_trace::scope::{Count, Reduced, Reply};
+    use vargr_trace::scope::{CallSummary, Count, Reduced, Reply};
     let counts = Reduced {
         process: "ranks 0..2".into(),
         host: "h".into(),
@@ -292,6 +292,7 @@ fn replies() -> Vec<(&'static str, vargr_trace::scope::Reply)> {
         lost: 0,
         collectors: vec!["coll/allreduce".into()],
         clock_error_ns: 10,
+        sample: 0,
         body: vec![Count {
             collector: "coll/allreduce".into(),
             peer: Some(1),
@@ -302,9 +303,31 @@ fn replies() -> Vec<(&'static str, vargr_trace::scope::Reply)> {
             max_ns: 400,
         }],
     };
+    // Call summaries travel in binary after a JSON head.
+    let calls = Reduced {
+        process: "rank 1 of 2".into(),
+        host: "h".into(),
+        records: 3,
+        lost: 0,
+        collectors: vec!["ctx0/allreduce".into()],
+        clock_error_ns: 10,
+        sample: 4,
+        body: (0..3)
+            .map(|i| CallSummary {
+                collector: 0,
+                seq: i * 4,
+                ranks: 1,
+                first_arrival_ns: 100,
+                last_arrival_ns: 100,
+                last_rank: 1,
+                last_departure_ns: 150,
+            })
+            .collect(),
+    };
     vec![
         ("records", Reply::Records(sample_trace())),
         ("counts", Reply::Counts(counts)),
+        ("calls", Reply::Calls(calls)),
     ]
 }
 
