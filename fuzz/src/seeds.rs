@@ -351,7 +351,7 @@ pub fn tbon_monitor() -> Seeds {
     // Entries as vargr-tbon's `push_entry` lays them out: node, length (u32::MAX for a
     // node that did not answer), the reply's bytes.
     let mut all = Vec::new();
-    for (node, (_, r)) in replies().into_iter().enumerate() {
+    for (node, (_, r)) in replies().into_iter().take(2).enumerate() {
         let b = r.encode();
         all.extend_from_slice(&(node as u32).to_le_bytes());
         all.extend_from_slice(&(b.len() as u32).to_le_bytes());
