@@ -331,7 +331,7 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
             })
         }
         "imb" => {
-            // "PingPong 8 B: 0.3526 us", "Allreduce 8 B: ...", "Barrier: ...", "check: N".
+            // Lines "PingPong 8 B: T us", "Allreduce 8 B: T us", "Barrier: T us", "check: N".
             let value = |prefix: &str| -> Result<f64> {
                 let l = stdout
                     .lines()

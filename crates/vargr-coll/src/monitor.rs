@@ -736,20 +736,10 @@ fn monitor_loop(
     s: &AtomicBool,
 ) {
     let mut g = Gatherer::new(cfg);
-    while !conns.is_empty() {
-        // Once stopped, one last pull: the ranks have finished, and every process keeps
-        // its agent up for it (`AgentHandle::linger`).
-        let last = s.load(Ordering::Relaxed);
-        if !last && !g.wait_for_turn() {
-            continue;
-        }
-        g.pull(&mut conns, lb);
-        if last {
-            // `MonitorHandle::stop`'s caller prints the final summary.
-            break;
-        }
-        g.speak(lb);
-    }
+    // Once stopped, one last pull: the ranks have finished, and every process keeps its
+    // agent up for it (`AgentHandle::linger`); `MonitorHandle::stop`'s caller prints the
+    // final summary.
+    while !conns.is_empty() && g.turn(&mut conns, lb, s.load(Ordering::Relaxed)) {}
     release(&mut conns);
 }
 
@@ -786,8 +776,27 @@ impl<'a> Gatherer<'a> {
         }
     }
 
+    /// One turn: a period's wait (unless `last`), a pull, and the culprits said; false
+    /// once the last pull is done.
+    pub(crate) fn turn(
+        &mut self,
+        conns: &mut Vec<AgentConn>,
+        lb: &mut LoadBalance,
+        last: bool,
+    ) -> bool {
+        if !last && !self.wait_for_turn() {
+            return true;
+        }
+        self.pull(conns, lb);
+        if last {
+            return false;
+        }
+        self.speak(lb);
+        true
+    }
+
     /// Sleeps a period; false when monitors are paused, so this turn has no pull.
-    pub(crate) fn wait_for_turn(&self) -> bool {
+    fn wait_for_turn(&self) -> bool {
         std::thread::sleep(self.cfg.period);
         if !ACTIVE.load(Ordering::Relaxed) {
             return false;

@@ -185,14 +185,9 @@ fn serve(gates: &[Gate], lb: &mut LoadBalance, cfg: &MonitorConfig, s: &AtomicBo
                 }
             }
         }
-        if !last && !g.wait_for_turn() {
-            continue;
-        }
-        g.pull(&mut conns, lb);
-        if last {
+        if !g.turn(&mut conns, lb, last) {
             break;
         }
-        g.speak(lb);
     }
     release(&mut conns);
 }

@@ -105,7 +105,7 @@ const AGENT_IDLE: Duration = Duration::from_secs(1);
 /// Records kept for the monitor's agent between its drains.
 const MONITOR_HELD: usize = 1 << 20;
 /// How long `MPI_Finalize` waits for the monitor's last pull of this rank's records
-/// (it pulls every period, 200 ms unless told otherwise).
+/// (it pulls once every `monitor.period_ms`).
 const MONITOR_LINGER: Duration = Duration::from_secs(5);
 
 struct State {

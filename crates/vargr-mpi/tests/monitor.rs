@@ -8,7 +8,7 @@
 //! Needs `mpirun` and `mpicc` (Open MPI), and python3's mpi4py for the Python test;
 //! skipped with a message without mpirun, unless `VARGR_REQUIRE_MPIRUN=1`.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -138,6 +138,20 @@ fn check_status(live: &str, status: &serde_json::Value, err: &str) {
     );
 }
 
+/// Runs `prog` monitored with the status file `dir/status.json`, checks what it prints
+/// against `expected` and the live and final status ([`check_status`]); returns the file.
+fn with_named_status(dir: &Path, runtime: &Path, prog: &[&str], expected: &[String]) -> PathBuf {
+    let named = dir.join("status.json");
+    let mut run = monitored("load-balance", Some(&named), runtime, prog);
+    let live = watch_live(&mut run, Some(&named), runtime);
+    let (out, err) = finished(run);
+    assert_eq!(out, expected);
+    let status: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&named).unwrap()).unwrap();
+    check_status(&live, &status, &err);
+    named
+}
+
 #[test]
 fn a_c_programs_late_rank_is_named_live_and_every_record_reaches_the_monitor() {
     if !have_mpirun() {
@@ -168,14 +182,7 @@ fn a_c_programs_late_rank_is_named_live_and_every_record_reaches_the_monitor() {
     );
 
     // A named status file stays, with the final view.
-    let named = dir.path().join("status.json");
-    let mut run = monitored("load-balance", Some(&named), &runtime, &args);
-    let live = watch_live(&mut run, Some(&named), &runtime);
-    let (out, err) = finished(run);
-    assert_eq!(out, expected);
-    let status: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&named).unwrap()).unwrap();
-    check_status(&live, &status, &err);
+    let named = with_named_status(dir.path(), &runtime, &args, &expected);
     let o = top(Some(&named), &runtime);
     let view = ok("vargr top --once", o);
     assert!(view.contains(&format!("rank {LATE} (")), "{view}");
@@ -213,12 +220,5 @@ fn an_mpi4py_programs_late_rank_is_named_live() {
         "0.003",
     ];
     let expected = plain(&args);
-    let named = dir.path().join("status.json");
-    let mut run = monitored("load-balance", Some(&named), &runtime, &args);
-    let live = watch_live(&mut run, Some(&named), &runtime);
-    let (out, err) = finished(run);
-    assert_eq!(out, expected);
-    let status: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&named).unwrap()).unwrap();
-    check_status(&live, &status, &err);
+    with_named_status(dir.path(), &runtime, &args, &expected);
 }

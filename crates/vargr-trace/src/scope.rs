@@ -625,6 +625,30 @@ mod tests {
         assert!(glob("a**b", "axxb"));
     }
 
+    /// Rank 0's allreduce calls numbered `seqs`.
+    fn calls_of(seqs: std::ops::Range<u32>) -> TraceFile {
+        TraceFile {
+            threads: vec![ThreadTrace {
+                label: "rank 0".into(),
+                rank: Some(0),
+                lost: 0,
+                records: seqs
+                    .map(|seq| Record {
+                        start: 100,
+                        end: 110,
+                        seq,
+                        bytes: 8,
+                        collector: 0,
+                        op: EventOp::Call as u8,
+                        status: 0,
+                        peer: NO_PEER,
+                    })
+                    .collect(),
+            }],
+            ..file(&[])
+        }
+    }
+
     #[test]
     fn a_sampled_scope_summarises_every_kth_call_and_resampling_keeps_what_is_held() {
         let scope = |sample| Scope {
@@ -635,26 +659,7 @@ mod tests {
         r.add(&file(&[(0, &[10, 20, 30, 40, 50, 60, 70, 80, 90])]));
         // Only the sample changes: what was summarised stays.
         r.set_scope(scope(2));
-        r.add(&TraceFile {
-            threads: vec![ThreadTrace {
-                label: "rank 0".into(),
-                rank: Some(0),
-                lost: 0,
-                records: (9..13)
-                    .map(|seq| Record {
-                        start: 100,
-                        end: 110,
-                        seq,
-                        bytes: 8,
-                        collector: 0,
-                        op: EventOp::Call as u8,
-                        status: 0,
-                        peer: NO_PEER,
-                    })
-                    .collect(),
-            }],
-            ..file(&[])
-        });
+        r.add(&calls_of(9..13));
         let Reply::Calls(c) = r.reply(file(&[])) else {
             panic!("not calls")
         };
@@ -663,26 +668,7 @@ mod tests {
         assert_eq!(c.sample, 2);
         // More calls than a reply carries: the agent keeps every K-th and says K.
         let many = REPLY_CALLS as u32 * 3;
-        r.add(&TraceFile {
-            threads: vec![ThreadTrace {
-                label: "rank 0".into(),
-                rank: Some(0),
-                lost: 0,
-                records: (0..many)
-                    .map(|seq| Record {
-                        start: 100,
-                        end: 110,
-                        seq,
-                        bytes: 8,
-                        collector: 0,
-                        op: EventOp::Call as u8,
-                        status: 0,
-                        peer: NO_PEER,
-                    })
-                    .collect(),
-            }],
-            ..file(&[])
-        });
+        r.add(&calls_of(0..many));
         let Reply::Calls(c) = r.reply(file(&[])) else {
             panic!("not calls")
         };
