@@ -55,6 +55,15 @@ pub struct VncArgs {
     /// (for `vargr bench vnc --recordings DIR`).
     #[arg(long, value_name = "DIR")]
     record: Option<PathBuf>,
+    /// End a connection whose peer (VNC server, viewer or the other proxy) has not
+    /// finished its handshake, has sent part of a message and nothing more, or has
+    /// taken none of what it was sent, for this long. Silence between messages (a
+    /// still screen) is never timed out.
+    #[arg(long, default_value = "60s", value_name = "DURATION")]
+    stall_timeout: String,
+    /// Near proxy: most viewers at once; more are turned away.
+    #[arg(long, default_value_t = 64, value_name = "N")]
+    max_viewers: usize,
     #[command(flatten)]
     pair: PairArgs,
     #[command(flatten)]
@@ -98,6 +107,8 @@ pub fn run(a: VncArgs, config: &vargr_config::Config) -> Result<()> {
         server_password: password(&a.server_password_file, "--server-password-file")?,
         viewer_password: password(&a.viewer_password_file, "--viewer-password-file")?,
         record: a.record.clone(),
+        stall: vargr_emu::parse_duration(&a.stall_timeout).context("--stall-timeout")?,
+        max_viewers: a.max_viewers.max(1),
     };
     let proxy = VncProxy::new(settings, Box::new(print_event));
     let on_signal = proxy.clone();
@@ -144,6 +155,9 @@ fn print_event(e: VncEvent<'_>) {
             eprintln!("vargr vnc: session failed to start: {}", error_chain(error))
         }
         VncEvent::ViewerJoined { id, from } => eprintln!("vargr vnc: viewer {id} from {from}"),
+        VncEvent::ViewerRefused { from, reason } => {
+            eprintln!("vargr vnc: turned away a viewer from {from}: {reason}")
+        }
         VncEvent::ViewerLeft { id, error } => match error {
             None => eprintln!("vargr vnc: viewer {id} left"),
             Some(e) => eprintln!("vargr vnc: viewer {id} ended: {e}"),

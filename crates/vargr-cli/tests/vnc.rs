@@ -370,10 +370,26 @@ fn bad_viewers_a_wrong_secret_and_a_dead_far_proxy_end_only_what_they_touch() {
     });
 }
 
-/// A VNC server written here, on a port it returns: connection `k` (from 0) is served
-/// a fixed picture in Raw if `good(k)`, and otherwise answered with a rectangle in an
-/// encoding that does not exist. Runs until the test ends.
-fn fake_server(good: fn(usize) -> bool) -> u16 {
+/// What the fake server does after the handshake (or instead of it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Serves {
+    /// [`fake_picture`], in Raw, to every full request.
+    Picture,
+    /// A rectangle in encoding 0x7777, which no one knows.
+    UnknownEncoding,
+    /// A Raw rectangle 8 pixels wider than the framebuffer.
+    OutsideScreen,
+    /// Half a Raw rectangle of the whole screen, then it closes the connection.
+    HalfThenClose,
+    /// Half a Raw rectangle of the whole screen, then silence, the connection open.
+    HalfThenSilence,
+    /// Not even its protocol version: silence from the start.
+    Nothing,
+}
+
+/// A VNC server on a port of its own, serving its `k`th connection as `serves(k)`
+/// says: a picture, or one of the ways a broken or hostile server goes wrong.
+fn fake_server(serves: fn(usize) -> Serves) -> u16 {
     use vargr_rfb::{
         security, Encoder, ProtocolVersion, ServerConfig, ServerEvent, ServerInit, ServerMsg,
         ServerSide,
@@ -383,8 +399,15 @@ fn fake_server(good: fn(usize) -> bool) -> u16 {
     std::thread::spawn(move || {
         for (k, sock) in l.incoming().enumerate() {
             let Ok(mut sock) = sock else { continue };
+            let serves = serves(k);
             std::thread::spawn(move || {
                 sock.set_read_timeout(Some(GUARD)).unwrap();
+                let mut buf = [0u8; 4096];
+                // Until the proxy hangs up (or the guard passes).
+                let mut silence = |sock: &mut TcpStream| while let Ok(1..) = sock.read(&mut buf) {};
+                if serves == Serves::Nothing {
+                    return silence(&mut sock);
+                }
                 let mut rfb = ServerSide::new(ServerConfig {
                     max_version: ProtocolVersion::V3_8,
                     security_types: vec![security::NONE],
@@ -392,54 +415,77 @@ fn fake_server(good: fn(usize) -> bool) -> u16 {
                     challenge: [0; 16],
                     limits: Default::default(),
                 });
-                let mut fb = Framebuffer::new(W, H);
-                let n = W as u32 * H as u32;
-                let px: Vec<u32> = (0..n)
-                    .map(|i| i.wrapping_mul(2654435761) & 0xffffff)
-                    .collect();
-                fb.put_rect(0, 0, W, H, &px).unwrap();
+                let fb = fake_picture();
                 let mut enc = Encoder::new();
-                let mut buf = [0u8; 4096];
+                // A FramebufferUpdate of one rectangle, its header only.
+                let rect_head = |w: u16, h: u16, encoding: i32| {
+                    let mut b = vec![0u8, 0, 0, 1, 0, 0, 0, 0];
+                    b.extend_from_slice(&w.to_be_bytes());
+                    b.extend_from_slice(&h.to_be_bytes());
+                    b.extend_from_slice(&encoding.to_be_bytes());
+                    b
+                };
+                let mut rbuf = [0u8; 4096];
                 loop {
                     while let Ok(Some(ev)) = rfb.poll_event() {
-                        match ev {
-                            ServerEvent::ClientInit(_) => rfb
-                                .send_server_init(&ServerInit {
+                        let full = match ev {
+                            ServerEvent::ClientInit(_) => {
+                                rfb.send_server_init(&ServerInit {
                                     width: W,
                                     height: H,
                                     pixel_format: PixelFormat::RGB888,
                                     name: b"fake".to_vec(),
                                 })
-                                .unwrap(),
+                                .unwrap();
+                                continue;
+                            }
                             ServerEvent::Message(
                                 vargr_rfb::ClientMsg::FramebufferUpdateRequest {
-                                    incremental: false,
-                                    ..
+                                    incremental, ..
                                 },
-                            ) if good(k) => {
+                            ) => !incremental,
+                            _ => continue,
+                        };
+                        let bad = match serves {
+                            Serves::Picture if full => {
                                 let pf = rfb.pixel_format().unwrap();
                                 let r = enc.encode(&fb, RAW, 0, 0, W, H, &pf).unwrap();
                                 rfb.send(&ServerMsg::FramebufferUpdate(vec![r])).unwrap();
+                                continue;
                             }
-                            ServerEvent::Message(
-                                vargr_rfb::ClientMsg::FramebufferUpdateRequest { .. },
-                            ) if !good(k) => {
-                                // FramebufferUpdate, one rectangle, encoding 0x7777.
-                                let mut bad = vec![0u8, 0, 0, 1, 0, 0, 0, 0, 0, 8, 0, 8];
-                                bad.extend_from_slice(&0x7777i32.to_be_bytes());
-                                bad.extend_from_slice(&[0; 64]);
-                                let _ = sock.write_all(&rfb.take_output());
-                                let _ = sock.write_all(&bad);
+                            Serves::Picture => continue,
+                            Serves::UnknownEncoding => {
+                                let mut b = rect_head(8, 8, 0x7777);
+                                b.extend_from_slice(&[0; 64]);
+                                b
                             }
-                            _ => {}
+                            Serves::OutsideScreen => {
+                                let mut b = rect_head(W + 8, H, RAW);
+                                b.resize(b.len() + 4 * (W as usize + 8) * H as usize, 0x5a);
+                                b
+                            }
+                            Serves::HalfThenClose | Serves::HalfThenSilence => {
+                                let mut b = rect_head(W, H, RAW);
+                                b.resize(b.len() + 2 * W as usize * H as usize, 0x5a);
+                                b
+                            }
+                            Serves::Nothing => unreachable!("returned above"),
+                        };
+                        let _ = sock.write_all(&rfb.take_output());
+                        let _ = sock.write_all(&bad);
+                        if serves == Serves::HalfThenSilence {
+                            silence(&mut sock);
                         }
+                        return;
                     }
                     if sock.write_all(&rfb.take_output()).is_err() {
                         return;
                     }
-                    match sock.read(&mut buf) {
+                    match sock.read(&mut rbuf) {
+                        Ok(n @ 1..) => rfb.receive(&rbuf[..n]),
+                        // A good session outlives the read guard.
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                         Ok(0) | Err(_) => return,
-                        Ok(n) => rfb.receive(&buf[..n]),
                     }
                 }
             });
@@ -467,7 +513,7 @@ fn rss_kib(pid: u32) -> u64 {
 }
 
 #[test]
-fn a_viewer_that_stops_reading_holds_one_update_and_a_bad_server_ends_only_its_session() {
+fn a_viewer_that_stops_reading_holds_one_update() {
     let Some(xvnc) = xvnc_or_skip() else { return };
     let dir = tempfile::tempdir().unwrap();
     let mut server = Xvnc::start(&xvnc, &["-SecurityTypes", "None"]);
@@ -515,44 +561,121 @@ fn a_viewer_that_stops_reading_holds_one_update_and_a_bad_server_ends_only_its_s
     println!("the near proxy grew by {grown} KiB beside a viewer that does not read");
     assert!(grown < 16 << 10, "the near proxy grew by {grown} KiB");
     drop(greedy);
+}
 
-    // A server that sends an encoding no one knows ends its session, with the
-    // reason, while a session with a good server goes on through the same far proxy.
-    let fake = fake_server(|k| k == 0);
-    let fake_dir = dir.path().join("fake");
-    std::fs::create_dir(&fake_dir).unwrap();
-    let (far2, near_first) = pair(&fake_dir, fake, &"6a".repeat(32), &[]);
-    let (mut first, _, _) = Viewer::open(
-        TcpStream::connect(("127.0.0.1", near_first.ports[0])).unwrap(),
-        None,
+/// A viewer that asks for the screen and shows it.
+fn good_viewer(port: u16, picture: &Framebuffer, what: &str) -> Viewer {
+    let (mut v, _, _) = Viewer::open(TcpStream::connect(("127.0.0.1", port)).unwrap(), None);
+    until_shows(&mut v, ZRLE, &PixelFormat::RGB888, picture, what);
+    v
+}
+
+#[test]
+fn bad_servers_and_stalled_peers_end_only_their_own_sessions_with_the_reason() {
+    // Connection 0 is the good session, which must outlive every bad one; each later
+    // one goes wrong in its own way. Sessions start one at a time (a near proxy each),
+    // so the kth session is the server's kth connection.
+    const BAD: [(Serves, &str); 5] = [
+        (Serves::UnknownEncoding, "encoding 30583 is not supported"),
+        (Serves::OutsideScreen, "exceeds the framebuffer"),
+        (
+            Serves::HalfThenClose,
+            "closed the connection in the middle of a message",
+        ),
+        (
+            Serves::HalfThenSilence,
+            "the VNC server sent part of a message and nothing more for 2 s",
+        ),
+        (
+            Serves::Nothing,
+            "the VNC server did not finish its handshake in 2 s",
+        ),
+    ];
+    let fake = fake_server(|k| match k {
+        0 => Serves::Picture,
+        k => BAD.get(k - 1).map_or(Serves::Picture, |b| b.0),
+    });
+    let dir = tempfile::tempdir().unwrap();
+    // The near proxy's deadline leaves time to see a fourth viewer turned away while
+    // the stalled ones are still there.
+    let (far, near) = pair_with(
+        dir.path(),
+        fake,
+        &"6a".repeat(32),
+        &["--stall-timeout", "2s"],
+        &["--stall-timeout", "5s", "--max-viewers", "3"],
     );
     let picture = fake_picture();
-    until_shows(
-        &mut first,
-        ZRLE,
-        &PixelFormat::RGB888,
-        &picture,
-        "the good server",
+    let mut good = good_viewer(near.ports[0], &picture, "the good server");
+
+    for (k, (serves, reason)) in BAD.iter().enumerate() {
+        let near_bad = near_proxy(
+            &dir.path().join(format!("bad-{k}")),
+            far.ports[0],
+            &"6a".repeat(32),
+        );
+        let mut v = TcpStream::connect(("127.0.0.1", near_bad.ports[0])).unwrap();
+        assert!(
+            closed_within(&mut v, GUARD),
+            "{serves:?}: the bad server's viewer stays connected"
+        );
+        logged(
+            &far,
+            &format!("{serves:?}: the far proxy gave no reason"),
+            |l| l.contains("session failed") && l.contains(reason),
+        );
+        logged(
+            &near_bad,
+            &format!("{serves:?}: the near proxy gave no reason"),
+            |l| l.contains(reason),
+        );
+        until_shows(
+            &mut good,
+            ZRLE,
+            &PixelFormat::RGB888,
+            &picture,
+            &format!("the good session after {serves:?}"),
+        );
+    }
+
+    // Viewers that stop half-way, beside the good one: one silent from the start,
+    // one that stops inside a message (3 bytes of a 10-byte request).
+    let silent = TcpStream::connect(("127.0.0.1", near.ports[0])).unwrap();
+    let (mut halting, _, _) = Viewer::open(
+        TcpStream::connect(("127.0.0.1", near.ports[0])).unwrap(),
+        None,
     );
-    let near_second = near_proxy(&fake_dir.join("second"), far2.ports[0], &"6a".repeat(32));
-    let mut second = TcpStream::connect(("127.0.0.1", near_second.ports[0])).unwrap();
+    halting.sock.write_all(&[3, 0, 0]).unwrap();
+    // A fourth viewer is one too many while they are there.
+    let mut fourth = TcpStream::connect(("127.0.0.1", near.ports[0])).unwrap();
     assert!(
-        closed_within(&mut second, GUARD),
-        "the bad server's viewer stays connected"
+        closed_within(&mut fourth, GUARD),
+        "a fourth viewer was served"
     );
-    logged(&far2, "the far proxy gave no reason", |l| {
-        l.contains("session failed") && l.contains("encoding")
+    logged(&near, "the near proxy did not say why", |l| {
+        l.contains("turned away a viewer") && l.contains("3 viewers already")
     });
-    logged(&near_second, "the near proxy gave no reason", |l| {
-        l.contains("encoding")
-    });
+    for (mut s, why) in [
+        (silent, "did not finish its handshake in 5 s"),
+        (
+            halting.sock,
+            "sent part of a message and nothing more for 5 s",
+        ),
+    ] {
+        assert!(closed_within(&mut s, GUARD), "a viewer that {why} stays");
+        logged(&near, &format!("no viewer ended because it {why}"), |l| {
+            l.contains("ended: the viewer") && l.contains(why)
+        });
+    }
     until_shows(
-        &mut first,
+        &mut good,
         ZRLE,
         &PixelFormat::RGB888,
         &picture,
-        "the good server's session",
+        "the good session after the stalled viewers",
     );
+    // Their places are free again.
+    good_viewer(near.ports[0], &picture, "a viewer after the stalled ones");
 }
 
 #[test]

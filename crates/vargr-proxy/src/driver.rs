@@ -122,6 +122,8 @@ fn write_until_blocked(w: &mut impl Write, data: &[u8]) -> io::Result<usize> {
 pub(crate) struct OutBuf {
     pub data: Vec<u8>,
     at: usize,
+    /// Bytes the socket has taken, in all.
+    pub written: u64,
 }
 
 impl OutBuf {
@@ -133,6 +135,7 @@ impl OutBuf {
     pub(crate) fn write_to(&mut self, w: &mut impl Write) -> io::Result<usize> {
         let n = write_until_blocked(w, &self.data[self.at..])?;
         self.at += n;
+        self.written += n as u64;
         if self.at == self.data.len() {
             self.data.clear();
             self.at = 0;

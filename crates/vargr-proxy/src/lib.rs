@@ -92,6 +92,7 @@ mod error;
 mod service;
 mod setup;
 mod vnc;
+mod watch;
 mod wire;
 
 pub use error::{error_chain, ProxyError, SetupFrameError};

@@ -46,6 +46,7 @@ use crate::caches::{save_cache, Caches};
 use crate::driver::{connect_now, pollfd, set_nonblocking, tune_link, LinkConn, OutBuf};
 use crate::error::{error_chain, ProxyError};
 use crate::setup::{open_link, serve_links, SetupKinds, MAX_HELLO, SETUP_TIMEOUT};
+use crate::watch::{poll_timeout, Progress, Watch};
 
 /// Version of the set-up and frames between the two proxies.
 /// 2: plain updates teach by the orientation of the cut (the welcome names the far
@@ -80,6 +81,12 @@ pub struct VncSettings {
     /// Far proxy: write each session's server updates, timed, to a new file in this
     /// directory (`vargr bench vnc` replays such recordings).
     pub record: Option<PathBuf>,
+    /// How long a server, viewer or link peer may take to finish its handshake, or
+    /// stay silent in the middle of a message, or take none of what it is sent,
+    /// before its connection ends ([`crate::watch`]).
+    pub stall: Duration,
+    /// Near proxy: most viewers at once; more are refused.
+    pub max_viewers: usize,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -134,6 +141,11 @@ pub enum VncEvent<'a> {
         id: u64,
         from: &'a str,
     },
+    /// A viewer was turned away before it joined.
+    ViewerRefused {
+        from: &'a str,
+        reason: &'a str,
+    },
     ViewerLeft {
         id: u64,
         error: Option<&'a str>,
@@ -153,6 +165,8 @@ pub struct VncProxy {
 struct Viewer {
     conn: Conn,
     out: OutBuf,
+    read: u64,
+    watch: Watch,
 }
 
 /// The near proxy's shared link and the viewers on it.
@@ -165,7 +179,7 @@ struct NearSession {
     cache: SharedCache<DiskCache>,
     route: String,
     link_in: u64,
-    link_out: u64,
+    link_watch: Watch,
     started: Instant,
 }
 
@@ -221,14 +235,33 @@ impl VncProxy {
                     ids.push(*id);
                 }
             }
-            if poll(&mut fds, -1)? == 0 {
-                continue;
-            }
+            let stall = self.settings.stall;
+            let timeout = match &session {
+                Some(s) => poll_timeout(
+                    Instant::now(),
+                    s.viewers
+                        .values()
+                        .filter_map(|v| v.watch.wake_at(stall))
+                        .chain(s.link_watch.wake_at(stall)),
+                ),
+                None => -1,
+            };
+            // On a timeout nothing is ready, and the deadlines below are checked.
+            poll(&mut fds, timeout)?;
             let ready =
                 |f: &libc::pollfd| f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
             if ready(&fds[0]) {
                 let conn = listener.accept_timeout(Duration::ZERO)?;
                 let from = conn.peer_name();
+                let viewers = session.as_ref().map_or(0, |s| s.viewers.len());
+                if viewers >= self.settings.max_viewers {
+                    (self.report)(VncEvent::ViewerRefused {
+                        from: &from,
+                        reason: &format!("{viewers} viewers already, the most allowed"),
+                    });
+                    crate::driver::reset(conn);
+                    continue;
+                }
                 if session.is_none() {
                     match self.near_setup(&peer) {
                         Ok(s) => session = Some(s),
@@ -261,6 +294,8 @@ impl VncProxy {
                     Viewer {
                         conn,
                         out: OutBuf::default(),
+                        read: 0,
+                        watch: Watch::new(Instant::now()),
                     },
                 );
             }
@@ -296,6 +331,7 @@ impl VncProxy {
                     break Ok(());
                 }
             });
+            let result = result.and_then(|()| s.check_deadlines(stall, &mut gone));
             for (id, why) in gone {
                 if let Some(mut v) = s.viewers.remove(&id) {
                     s.near.remove_viewer(id);
@@ -329,7 +365,7 @@ impl VncProxy {
         let report = SessionReport {
             route: s.route.clone(),
             error,
-            link_out: s.link_out,
+            link_out: s.out.written,
             link_in: s.link_in,
             sent: Stats::default(),
             elapsed: s.started.elapsed(),
@@ -378,7 +414,7 @@ impl VncProxy {
             cache,
             route: format!("viewers → {} ({what})", welcome.name),
             link_in: 0,
-            link_out: 0,
+            link_watch: Watch::new(Instant::now()),
             started: Instant::now(),
         };
         // Bytes that came with the welcome.
@@ -426,7 +462,7 @@ impl VncProxy {
             out: OutBuf::default(),
             server_out: OutBuf::default(),
             link_in: 0,
-            link_out: 0,
+            server_in: 0,
         };
         let (error, sent) = self.far_loop(&mut run, cache.clone());
         if let Some(e) = &error {
@@ -435,7 +471,7 @@ impl VncProxy {
         let report = SessionReport {
             route: format!("{} ({near}) → {forward}", hello.name),
             error,
-            link_out: run.link_out,
+            link_out: run.out.written,
             link_in: run.link_in,
             sent,
             elapsed: started.elapsed(),
@@ -543,6 +579,9 @@ impl VncProxy {
         let plain = run.link.take_plain();
         fl.receive(&plain).map_err(|e| e.to_string())?;
         let mut scratch = vec![0u8; 256 << 10];
+        let stall = s.stall;
+        let mut server_watch = Watch::new(Instant::now());
+        let mut link_watch = Watch::new(Instant::now());
         loop {
             far.receive_near(&fl.take_control());
             far.process().map_err(|e| format!("VNC server: {e}"))?;
@@ -585,7 +624,41 @@ impl VncProxy {
                 pollfd(&run.link.conn, link_in | link_out),
                 pollfd(&run.server, libc::POLLIN | server_out),
             ];
-            poll(&mut fds, -1).map_err(|e| e.to_string())?;
+            let now = Instant::now();
+            let (ready, partial) = far.server_progress();
+            server_watch.observe(
+                now,
+                Progress {
+                    ready,
+                    partial: partial > 0,
+                    read: run.server_in,
+                    unsent: run.server_out.len() > 0,
+                    written: run.server_out.written,
+                },
+            );
+            link_watch.observe(
+                now,
+                Progress {
+                    ready: true,
+                    partial: run.link.open.pending() > 0,
+                    read: run.link_in,
+                    unsent: run.out.len() > 0,
+                    written: run.out.written,
+                },
+            );
+            if let Some(why) = server_watch.overdue(now, stall) {
+                return Err(format!("the VNC server {why}"));
+            }
+            if let Some(why) = link_watch.overdue(now, stall) {
+                return Err(format!("the near proxy {why}"));
+            }
+            let timeout = poll_timeout(
+                now,
+                [server_watch.wake_at(stall), link_watch.wake_at(stall)]
+                    .into_iter()
+                    .flatten(),
+            );
+            poll(&mut fds, timeout).map_err(|e| e.to_string())?;
             let ready =
                 |f: &libc::pollfd| f.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0;
             if ready(&fds[0]) {
@@ -603,10 +676,20 @@ impl VncProxy {
                 }
             }
             if ready(&fds[1]) {
-                let (_, eof) = read_some(&mut run.server, &mut scratch, |b| far.receive_server(b))
+                let (n, eof) = read_some(&mut run.server, &mut scratch, |b| far.receive_server(b))
                     .map_err(|e| format!("reading from the VNC server: {e}"))?;
+                run.server_in += n as u64;
                 if eof {
-                    return Err("the VNC server closed the connection".into());
+                    // What it sent last may be whole messages still to handle, or
+                    // the start of one that will never end.
+                    far.process().map_err(|e| format!("VNC server: {e}"))?;
+                    return Err(match far.server_progress().1 {
+                        0 => "the VNC server closed the connection".into(),
+                        n => format!(
+                            "the VNC server closed the connection in the middle of a \
+                             message ({n} bytes of it received)"
+                        ),
+                    });
                 }
             }
         }
@@ -619,7 +702,7 @@ struct FarRun {
     out: OutBuf,
     server_out: OutBuf,
     link_in: u64,
-    link_out: u64,
+    server_in: u64,
 }
 
 impl FarRun {
@@ -630,10 +713,9 @@ impl FarRun {
                 .map_err(|e| format!("writing to the VNC server: {e}"))?;
         }
         if self.out.len() > 0 {
-            self.link_out +=
-                self.out
-                    .write_to(&mut self.link.conn)
-                    .map_err(|e| format!("writing to the near proxy: {e}"))? as u64;
+            self.out
+                .write_to(&mut self.link.conn)
+                .map_err(|e| format!("writing to the near proxy: {e}"))?;
         }
         Ok(())
     }
@@ -668,14 +750,58 @@ impl NearSession {
     fn read_viewer(&mut self, id: ViewerId, scratch: &mut [u8]) -> Result<(), Option<String>> {
         let v = self.viewers.get_mut(&id).expect("listed");
         let near = &mut self.near;
-        let (_, eof) = read_some(&mut v.conn, scratch, |b| {
+        let (n, eof) = read_some(&mut v.conn, scratch, |b| {
             near.receive_viewer(id, b).expect("listed viewer")
         })
         .map_err(|e| Some(format!("reading from the viewer: {e}")))?;
+        v.read += n as u64;
         if eof {
             return Err(None);
         }
         Ok(())
+    }
+
+    /// Ends the viewers (into `gone`) and the link (an error) that passed a deadline.
+    fn check_deadlines(
+        &mut self,
+        stall: Duration,
+        gone: &mut Vec<(ViewerId, Option<String>)>,
+    ) -> Result<(), String> {
+        let now = Instant::now();
+        for (&id, v) in &mut self.viewers {
+            let Ok((ready, partial)) = self.near.viewer_progress(id) else {
+                continue;
+            };
+            v.watch.observe(
+                now,
+                Progress {
+                    ready,
+                    partial: partial > 0,
+                    read: v.read,
+                    unsent: v.out.len() > 0,
+                    written: v.out.written,
+                },
+            );
+            if let Some(why) = v.watch.overdue(now, stall) {
+                if !gone.iter().any(|(g, _)| *g == id) {
+                    gone.push((id, Some(format!("the viewer {why}"))));
+                }
+            }
+        }
+        self.link_watch.observe(
+            now,
+            Progress {
+                ready: true,
+                partial: self.link.open.pending() > 0,
+                read: self.link_in,
+                unsent: self.out.len() > 0,
+                written: self.out.written,
+            },
+        );
+        match self.link_watch.overdue(now, stall) {
+            Some(why) => Err(format!("the far proxy {why}")),
+            None => Ok(()),
+        }
     }
 
     /// Runs the near side over what arrived and queues what it answers.
@@ -715,10 +841,9 @@ impl NearSession {
     /// Writes what the sockets take; viewers whose socket failed join `gone`.
     fn write_out(&mut self, gone: &mut Vec<(ViewerId, Option<String>)>) -> Result<(), String> {
         if self.out.len() > 0 {
-            self.link_out +=
-                self.out
-                    .write_to(&mut self.link.conn)
-                    .map_err(|e| format!("writing to the far proxy: {e}"))? as u64;
+            self.out
+                .write_to(&mut self.link.conn)
+                .map_err(|e| format!("writing to the far proxy: {e}"))?;
         }
         for (&id, v) in &mut self.viewers {
             if v.out.len() > 0 && !gone.iter().any(|(g, _)| *g == id) {

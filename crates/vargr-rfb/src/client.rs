@@ -102,6 +102,12 @@ impl ClientSide {
         self.input.extend_from_slice(bytes);
     }
 
+    /// Bytes received and not yet handled: after [`ClientSide::poll_event`] has
+    /// returned `None`, the start of a message still incomplete.
+    pub fn pending_input(&self) -> usize {
+        self.input.len()
+    }
+
     /// Bytes to send to the server (empties the queue).
     pub fn take_output(&mut self) -> BytesMut {
         self.output.split()

@@ -97,6 +97,12 @@ impl ServerSide {
         self.output.split()
     }
 
+    /// Bytes received and not yet handled: after [`ServerSide::poll_event`] has
+    /// returned `None`, the start of a message still incomplete.
+    pub fn pending_input(&self) -> usize {
+        self.input.len()
+    }
+
     pub fn version(&self) -> ProtocolVersion {
         self.version
     }

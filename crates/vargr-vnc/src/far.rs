@@ -119,6 +119,13 @@ impl FarSide {
         self.rfb.receive(bytes);
     }
 
+    /// Whether the handshake with the server is done, and how many of its bytes are
+    /// the start of a message not complete yet (after [`FarSide::process`]): what a
+    /// caller needs to give a server that stops half-way a deadline.
+    pub fn server_progress(&self) -> (bool, usize) {
+        (self.rfb.is_ready(), self.rfb.pending_input())
+    }
+
     /// Bytes for the VNC server.
     pub fn take_server_output(&mut self) -> BytesMut {
         self.rfb.take_output()

@@ -153,6 +153,14 @@ impl NearSide {
         Ok(())
     }
 
+    /// Whether a viewer's handshake is done, and how many of its bytes are the start
+    /// of a message not complete yet (after [`NearSide::process`]): what a caller
+    /// needs to give a viewer that stops half-way a deadline.
+    pub fn viewer_progress(&self, id: ViewerId) -> Result<(bool, usize), VncError> {
+        let v = self.viewers.get(&id).ok_or(VncError::NoViewer(id.0))?;
+        Ok((v.rfb.is_ready(), v.rfb.pending_input()))
+    }
+
     /// Bytes for a viewer, including a failed one's last words (a refusal).
     pub fn take_viewer_output(&mut self, id: ViewerId) -> Result<BytesMut, VncError> {
         Ok(self.viewer(id)?.rfb.take_output())
