@@ -60,6 +60,7 @@ pub use recovery::{Recovery, TreeEvent};
 pub use spawn::Bootstrap;
 pub use stages::LinkStages;
 pub use trace::{TraceDump, TraceDumpError};
+pub use proto::{NodeFilters, NodeSel};
 pub use vargr_filter::SyncMode;
 pub use vargr_trace::Alignment;
 pub use vargr_wire::{Packet, Value};
