@@ -103,6 +103,10 @@ pub struct NetworkOptions {
     /// What the orphans of a dead commnode do (see [`crate::recovery`]). Default:
     /// adoption by the nearest live ancestor, as in MRNet.
     pub recovery: crate::Recovery,
+    /// Test-only, for measuring clock-skew estimation on one host: nanoseconds added to
+    /// the clock each node (by topology id) reads in the skew exchange, so that its
+    /// processes look like hosts whose clocks are that far off. Empty: real clocks.
+    pub clock_offsets_ns: BTreeMap<u32, i64>,
 }
 
 impl NetworkOptions {
@@ -144,6 +148,7 @@ impl Default for NetworkOptions {
             runtime_dir: vargr_net::runtime_dir::default_path(),
             link_security: vargr_net::LinkSecurity::Auto,
             recovery: crate::Recovery::default(),
+            clock_offsets_ns: BTreeMap::new(),
         }
     }
 }
@@ -403,6 +408,7 @@ impl Network {
             link_stages: opts.link_stages.clone(),
             trace_dir: trace_dir.as_ref().map(|d| d.display().to_string()),
             link_security: opts.link_security,
+            clock_offsets_ns: opts.clock_offsets_ns.clone(),
         };
         let mut config = config;
         let mut launched = None;
@@ -451,7 +457,8 @@ impl Network {
                 opts.recovery,
                 Vec::new(),
                 adopter.as_ref().map(|a| a.me.clone()),
-            );
+            )
+            .with_clock_offset(&opts.clock_offsets_ns);
         let engine = Engine::new(router, reactor, opts.queue_limit);
         engine.lock().adopter = adopter;
         trace::label_thread(root.id, "front-end");

@@ -99,6 +99,10 @@ pub struct RunConfig {
     /// ends wins).
     #[serde(default, with = "link_security")]
     pub link_security: vargr_net::LinkSecurity,
+    /// Test-only: ns added to the skew-exchange clock of nodes by id (see
+    /// [`crate::NetworkOptions::clock_offsets_ns`]).
+    #[serde(default)]
+    pub clock_offsets_ns: std::collections::BTreeMap<u32, i64>,
 }
 
 /// [`vargr_net::LinkSecurity`] by its name, as the CLI spells it.
