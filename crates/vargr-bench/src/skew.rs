@@ -157,10 +157,7 @@ fn summarise(
         let m = mean(v);
         (v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / n).sqrt()
     };
-    let depth = topo
-        .backends()
-        .first()
-        .map_or(0, |b| path_len(topo, b.id));
+    let depth = topo.backends().first().map_or(0, |b| path_len(topo, b.id));
     Record {
         method: method.into(),
         topology: topo_spec(method, a),
@@ -206,7 +203,10 @@ fn topo_spec(method: &str, a: &SkewArgs) -> String {
 }
 
 pub fn run(a: SkewArgs, programs: &Programs) -> Result<()> {
-    ensure!(a.backends > 0 && a.runs > 0, "--backends and --runs must be positive");
+    ensure!(
+        a.backends > 0 && a.runs > 0,
+        "--backends and --runs must be positive"
+    );
     ensure!(a.max_offset_ms >= 1.0, "--max-offset-ms must be at least 1");
     let tree = Topology::generate(&topo_spec("tree", &a))?;
     let flat = Topology::generate(&topo_spec("flat", &a))?;

@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use vargr_filter::{Registry, SyncMode};
 use vargr_tbon::{
-    AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions, NodeFilters,
-    NodeSel,
-    Stream, StreamOptions,
+    AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
+    NodeFilters, NodeSel, Stream, StreamOptions,
 };
 use vargr_topo::{Spec, Topology};
 use vargr_wire::{Format, Packet};

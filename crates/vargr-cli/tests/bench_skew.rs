@@ -15,7 +15,16 @@ fn skew_bench_estimates_known_offsets_within_their_bounds() {
     let d = tempfile::tempdir().unwrap();
     let json = d.path().join("skew.json");
     let out = Command::new(vargr())
-        .args(["bench", "skew", "--backends", "4", "--fanout", "2", "--runs", "1"])
+        .args([
+            "bench",
+            "skew",
+            "--backends",
+            "4",
+            "--fanout",
+            "2",
+            "--runs",
+            "1",
+        ])
         .arg("--json")
         .arg(&json)
         .output()

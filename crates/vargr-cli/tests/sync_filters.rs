@@ -78,12 +78,19 @@ fn a_c_sync_filter_releases_waves_of_k_children() {
     for _ in 0..4 {
         let wave = ints(&recv_ok(&s, GUARD).values);
         assert_eq!(wave.len(), 2, "{wave:?}");
-        assert_ne!(wave[0] % 100, wave[1] % 100, "two different back-ends: {wave:?}");
+        assert_ne!(
+            wave[0] % 100,
+            wave[1] % 100,
+            "two different back-ends: {wave:?}"
+        );
         all.extend(wave);
     }
     all.sort_unstable();
     assert_eq!(all, vec![0, 1, 2, 3, 100, 101, 102, 103]);
-    assert!(s.recv_timeout(Duration::from_millis(200)).unwrap().is_none());
+    assert!(s
+        .recv_timeout(Duration::from_millis(200))
+        .unwrap()
+        .is_none());
     // An unknown sync filter fails at creation, naming what is known.
     let e = net
         .open_stream(
@@ -137,7 +144,9 @@ fn a_sync_filter_that_never_releases_meets_the_wave_deadline() {
             }) => {
                 assert_eq!((stream, filter.as_str()), (s.id(), "never"));
                 assert!(
-                    reason.contains("sync filter never held a packet for the stream's wave deadline of 300ms"),
+                    reason.contains(
+                        "sync filter never held a packet for the stream's wave deadline of 300ms"
+                    ),
                     "{reason}"
                 );
                 nodes.push(node);

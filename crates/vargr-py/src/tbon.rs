@@ -20,9 +20,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 use vargr_filter::{SyncFilter, SyncMode};
 use vargr_tbon::{
-    AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions, NodeFilters,
-    NodeSel,
-    Packet, Stream, StreamOptions, TbonError, TreeEvent,
+    AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
+    NodeFilters, NodeSel, Packet, Stream, StreamOptions, TbonError, TreeEvent,
 };
 use vargr_topo::{Spec, Topology};
 
@@ -219,9 +218,8 @@ fn parse_sync(s: &str) -> PyResult<SyncMode> {
 /// One `per_node` rule: `{"depth": D}` or `{"node": N}`, with `up` and/or `sync`.
 fn node_rule(d: &Bound<'_, PyDict>) -> PyResult<NodeFilters> {
     let get = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> { d.get_item(k) };
-    let num = |k: &str| -> PyResult<Option<u32>> {
-        get(k)?.map(|v| v.extract::<u32>()).transpose()
-    };
+    let num =
+        |k: &str| -> PyResult<Option<u32>> { get(k)?.map(|v| v.extract::<u32>()).transpose() };
     let text = |k: &str| -> PyResult<Option<String>> {
         get(k)?.map(|v| v.extract::<String>()).transpose()
     };
@@ -613,10 +611,7 @@ impl PyNetwork {
                     .map(|(i, r)| (*r, i))
                     .collect(),
                 state: Mutex::new(FilterState {
-                    sync: SyncFilter::new(
-                        mode.unwrap_or(SyncMode::WaitForAll),
-                        comm.ranks().len(),
-                    ),
+                    sync: SyncFilter::new(mode.unwrap_or(SyncMode::WaitForAll), comm.ranks().len()),
                     waves: VecDeque::new(),
                     ready: VecDeque::new(),
                 }),

@@ -56,11 +56,11 @@ pub use network::{
     sockdir_prefix, AnyStream, AttachSpec, BackendSpec, Communicator, FilterRole, Network,
     NetworkOptions, Stream, StreamOptions, TreeEvents, FIRST_USER_STREAM,
 };
+pub use proto::{NodeFilters, NodeSel};
 pub use recovery::{Recovery, TreeEvent};
 pub use spawn::Bootstrap;
 pub use stages::LinkStages;
 pub use trace::{TraceDump, TraceDumpError};
-pub use proto::{NodeFilters, NodeSel};
 pub use vargr_filter::SyncMode;
 pub use vargr_trace::Alignment;
 pub use vargr_wire::{Packet, Value};

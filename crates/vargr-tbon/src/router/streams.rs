@@ -619,9 +619,8 @@ impl Router {
     /// spec fails at the front-end, naming the rule.
     fn check_per_node(&self, msg: &StreamOpenMsg) -> Result<(), TbonError> {
         for r in &msg.per_node {
-            let fail = |e: FilterError| {
-                TbonError::BadStream(format!("the filters for {:?}: {e}", r.at))
-            };
+            let fail =
+                |e: FilterError| TbonError::BadStream(format!("the filters for {:?}: {e}", r.at));
             if let Some(u) = &r.up {
                 self.registry.create(u).map_err(fail)?;
             }
