@@ -104,13 +104,16 @@ struct Sample {
     bound_ns: f64,
 }
 
+/// Per back-end rank: the estimated offset and the bound it gives for itself, in ns.
+type Estimates = BTreeMap<u32, (i64, u64)>;
+
 /// Starts `topo` with `offsets` (by node id), waits for every node's alignment and
-/// returns, per back-end rank, (estimate, bound) in ns, and the start-up time.
+/// returns each back-end's estimate and the start-up time.
 fn measure(
     programs: &Programs,
     topo: &Topology,
     offsets: BTreeMap<u32, i64>,
-) -> Result<(BTreeMap<u32, (i64, u64)>, f64)> {
+) -> Result<(Estimates, f64)> {
     let exe = programs.vargr()?;
     let mut opts = NetworkOptions {
         clock_offsets_ns: offsets,
