@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import select
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -81,6 +82,50 @@ def test_set_filter_and_filters_per_kind_of_node(net: vargr.Network) -> None:
     h.send(TAG_RANK, "%d", 0)
     (arr,) = h.recv(timeout=30).values
     assert arr.tolist() == [2 + 3]
+
+
+def test_nodes_run_the_filters_given_them_by_depth_and_node(net: vargr.Network) -> None:
+    # Commnode 1 (back-ends 0, 1) takes the max, commnode 2 (back-ends 2, 3) the min,
+    # the front-end concatenates; "sum" anywhere would give another answer.
+    s = net.open_stream(
+        up="sum",
+        per_node=[
+            {"depth": 1, "up": "max"},
+            {"node": 2, "up": "min"},
+            {"depth": 0, "up": "concat"},
+        ],
+    )
+    s.send(TAG_RANK, "%d", 100)
+    (arr,) = s.recv(timeout=30).values
+    assert arr.tolist() == [101, 102]
+    with pytest.raises(vargr.VargrError, match="k_of_m"):
+        net.open_stream(up="sum", per_node=[{"depth": 0, "sync": "k_of_m:1"}])
+    with pytest.raises(ValueError, match="exactly one of depth and node"):
+        net.open_stream(up="sum", per_node=[{"depth": 0, "node": 1, "up": "max"}])
+
+
+def test_a_plugin_sync_filter_waits_for_k_of_n(tmp_path: Any) -> None:
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    so = str(tmp_path / "libsync_filters.so")
+    subprocess.run(
+        [
+            "cc",
+            "-shared",
+            "-fPIC",
+            "-I",
+            os.path.join(root, "crates/vargr-filter/include"),
+            os.path.join(root, "examples/filter-plugin/sync_filters.c"),
+            "-o",
+            so,
+        ],
+        check=True,
+    )
+    with vargr.Network("flat:4", backend=ECHO, plugins=[so]) as n:
+        s = n.open_stream(up="concat", sync="k_of_n:2", wave_deadline=30.0)
+        s.send(TAG_RANK, "%d", 0)
+        waves = [s.recv(timeout=30).values[0].tolist() for _ in range(2)]
+        assert [len(w) for w in waves] == [2, 2]
+        assert sorted(waves[0] + waves[1]) == [0, 1, 2, 3]
 
 
 def test_back_ends_receive_per_stream_on_threads(net: vargr.Network) -> None:

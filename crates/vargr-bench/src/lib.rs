@@ -17,6 +17,7 @@ mod job_check;
 mod link;
 mod mpi_shim;
 mod procs;
+mod skew;
 mod sor;
 mod trace;
 mod tree;
@@ -78,6 +79,9 @@ pub struct Cli {
 enum Cmd {
     /// Start-up, round-trip latency and pipelined throughput of trees (MRNet figure 7).
     Tree(tree::TreeArgs),
+    /// Accuracy of the tree's clock-skew estimate against a direct one, on known
+    /// injected clock offsets (MRNet §4.2.1).
+    Skew(skew::SkewArgs),
     /// Accuracy of the Longcut WAN emulator relay (latency with 2 and 40 connections, bandwidth).
     Emu(emu::EmuBenchArgs),
     /// Collective latency, vargr (processes, threads) against Open MPI (TCP, shared memory).
@@ -175,6 +179,7 @@ enum Cmd {
 pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
     match cli.cmd {
         Cmd::Tree(a) => tree::run(a, programs),
+        Cmd::Skew(a) => skew::run(a, programs),
         Cmd::Emu(a) => emu::run(a),
         Cmd::Coll(a) => coll::run(a, programs),
         Cmd::Io(a) => io::bench(a, programs),

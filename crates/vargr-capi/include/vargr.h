@@ -161,6 +161,14 @@ typedef enum {
   VARGR_FILTER_DOWN = 2,
 } vargr_filter_role;
 
+// What a `vargr_node_filters` selects nodes by.
+typedef enum {
+  // Every node at depth `which` (the front-end is 0, its children 1, ...).
+  VARGR_AT_DEPTH = 0,
+  // The node with id `which` (a topology node id, not a back-end rank).
+  VARGR_AT_NODE = 1,
+} vargr_at;
+
 // Kinds of tree events (`vargr_event.kind`), and what a callback asks for.
 typedef enum {
   // Register for every kind (never an event's kind).
@@ -321,6 +329,19 @@ typedef struct {
   uint64_t bytes_kept;
   uint64_t bytes_sieved;
 } vargr_io_stats;
+
+// Filters of their own for some of a stream's nodes (the front-end and commnodes):
+// see `vargr_network_open_stream_spec`.
+typedef struct {
+  // A `vargr_at`.
+  int by;
+  // The depth or the node id.
+  uint32_t which;
+  // The up filter spec of these nodes; NULL: the stream's.
+  const char *up_filter;
+  // The sync filter spec of these nodes; NULL: the stream's.
+  const char *sync_filter;
+} vargr_node_filters;
 
 // A change of the tree, as passed to a `vargr_event_callback`. Fields that do not
 // apply to the kind are 0 (`host`: NULL).
@@ -815,7 +836,8 @@ int vargr_options_free(vargr_options *opts);
 // Loads filter `filter_name` from the plugin shared object `so_path` (MRNet's
 // `load_FilterFunc`): checks now that the plugin loads (ABI version, symbols) and
 // defines that filter, and makes every node of networks created with `opts` load it.
-// Open streams with `filter_name` (or `filter_name:params`) as the up-filter.
+// Open streams with `filter_name` (or `filter_name:params`) as the up-filter, or, for a
+// sync filter the plugin defines, as the sync filter of `vargr_network_open_stream_spec`.
 //
 // The plugin is written against `vargr_filter.h`. `so_path` is made absolute, since
 // nodes may start in other directories.
@@ -1017,6 +1039,35 @@ int vargr_network_open_stream_per_role(const vargr_network *net,
                                        uint32_t timeout_ms,
                                        const char *down_filter,
                                        vargr_stream **out);
+
+// Opens a stream with every filter named by a spec string, and filters of their own for
+// some nodes (heterogeneous filters). `up_filter` and `down_filter` are as for
+// `vargr_network_open_stream_filters`. `sync_filter` names the sync filter: a mode
+// (`"all"`, `"timeout:250ms"`, `"dontwait"`) or a user's sync filter loaded with
+// `vargr_options_load_filter` (`"k_of_n:2"`); NULL means `"all"`. `per_node` lists
+// `n_per_node` rules: the nodes a rule selects (by depth or node id; a node rule wins
+// over a depth rule, and among rules of one kind the first) run its up and sync
+// filters instead of the stream's. Back-ends are never selected (see
+// `vargr_network_open_stream_per_role` for theirs). `wave_deadline_ms` bounds how long
+// a packet may wait at a node whatever its sync filter decides (0: the default, 60 s);
+// the first overdue wave at a node is reported as that filter's error on the stream.
+// Every node's specs are checked here: a bad one fails the call, naming its rule.
+//
+// Ownership: `per_node` and its strings are read during the call only; `*out` belongs
+// to the caller; free it with `vargr_stream_free`.
+//
+// # Safety
+// As `vargr_network_open_stream_filters`; `per_node` points to `n_per_node` rules (or
+// is NULL with 0) whose strings are NULL or NUL-terminated.
+int vargr_network_open_stream_spec(const vargr_network *net,
+                                   const vargr_communicator *comm,
+                                   const char *up_filter,
+                                   const char *sync_filter,
+                                   const char *down_filter,
+                                   const vargr_node_filters *per_node,
+                                   size_t n_per_node,
+                                   uint32_t wave_deadline_ms,
+                                   vargr_stream **out);
 
 // Shuts the tree down: every node stops and every process exits (stragglers are
 // killed after a grace period). Later calls on the network fail with

@@ -13,7 +13,7 @@ use std::time::Duration;
 use vargr_filter::{Registry, SyncMode};
 use vargr_tbon::{
     AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
-    Stream, StreamOptions,
+    NodeFilters, NodeSel, Stream, StreamOptions,
 };
 use vargr_topo::{Spec, Topology};
 use vargr_wire::{Format, Packet};
@@ -97,6 +97,33 @@ pub enum vargr_sync {
     VARGR_SYNC_DONT_WAIT = 2,
 }
 
+/// What a `vargr_node_filters` selects nodes by.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum vargr_at {
+    /// Every node at depth `which` (the front-end is 0, its children 1, ...).
+    VARGR_AT_DEPTH = 0,
+    /// The node with id `which` (a topology node id, not a back-end rank).
+    VARGR_AT_NODE = 1,
+}
+
+/// Filters of their own for some of a stream's nodes (the front-end and commnodes):
+/// see `vargr_network_open_stream_spec`.
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct vargr_node_filters {
+    /// A `vargr_at`.
+    pub by: c_int,
+    /// The depth or the node id.
+    pub which: u32,
+    /// The up filter spec of these nodes; NULL: the stream's.
+    pub up_filter: *const c_char,
+    /// The sync filter spec of these nodes; NULL: the stream's.
+    pub sync_filter: *const c_char,
+}
+
 // The header promises that tree handles may be used from several threads.
 const _: () = {
     const fn shared<T: Send + Sync>() {}
@@ -177,7 +204,8 @@ unsafe fn options_mut<'a>(opts: *mut vargr_options) -> Result<&'a mut NetworkOpt
 /// Loads filter `filter_name` from the plugin shared object `so_path` (MRNet's
 /// `load_FilterFunc`): checks now that the plugin loads (ABI version, symbols) and
 /// defines that filter, and makes every node of networks created with `opts` load it.
-/// Open streams with `filter_name` (or `filter_name:params`) as the up-filter.
+/// Open streams with `filter_name` (or `filter_name:params`) as the up-filter, or, for a
+/// sync filter the plugin defines, as the sync filter of `vargr_network_open_stream_spec`.
 ///
 /// The plugin is written against `vargr_filter.h`. `so_path` is made absolute, since
 /// nodes may start in other directories.
@@ -766,6 +794,100 @@ pub unsafe extern "C" fn vargr_network_open_stream_per_role(
             )
         }
     })
+}
+
+/// Opens a stream with every filter named by a spec string, and filters of their own for
+/// some nodes (heterogeneous filters). `up_filter` and `down_filter` are as for
+/// `vargr_network_open_stream_filters`. `sync_filter` names the sync filter: a mode
+/// (`"all"`, `"timeout:250ms"`, `"dontwait"`) or a user's sync filter loaded with
+/// `vargr_options_load_filter` (`"k_of_n:2"`); NULL means `"all"`. `per_node` lists
+/// `n_per_node` rules: the nodes a rule selects (by depth or node id; a node rule wins
+/// over a depth rule, and among rules of one kind the first) run its up and sync
+/// filters instead of the stream's. Back-ends are never selected (see
+/// `vargr_network_open_stream_per_role` for theirs). `wave_deadline_ms` bounds how long
+/// a packet may wait at a node whatever its sync filter decides (0: the default, 60 s);
+/// the first overdue wave at a node is reported as that filter's error on the stream.
+/// Every node's specs are checked here: a bad one fails the call, naming its rule.
+///
+/// Ownership: `per_node` and its strings are read during the call only; `*out` belongs
+/// to the caller; free it with `vargr_stream_free`.
+///
+/// # Safety
+/// As `vargr_network_open_stream_filters`; `per_node` points to `n_per_node` rules (or
+/// is NULL with 0) whose strings are NULL or NUL-terminated.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn vargr_network_open_stream_spec(
+    net: *const vargr_network,
+    comm: *const vargr_communicator,
+    up_filter: *const c_char,
+    sync_filter: *const c_char,
+    down_filter: *const c_char,
+    per_node: *const vargr_node_filters,
+    n_per_node: usize,
+    wave_deadline_ms: u32,
+    out: *mut *mut vargr_stream,
+) -> c_int {
+    guard("vargr_network_open_stream_spec", || {
+        // SAFETY: the caller's contract.
+        let (sync, rules) = unsafe {
+            (
+                ptr::opt_string(sync_filter, "sync_filter")?,
+                node_rules(per_node, n_per_node)?,
+            )
+        };
+        let sync = sync.unwrap_or("all").to_string();
+        let deadline = match wave_deadline_ms {
+            0 => StreamOptions::DEFAULT_WAVE_DEADLINE,
+            ms => Duration::from_millis(ms.into()),
+        };
+        // SAFETY: forwarded contract.
+        unsafe {
+            open_stream_with(net, comm, up_filter, 0, 0, down_filter, out, |o| {
+                o.sync = sync;
+                o.per_node = rules;
+                o.wave_deadline = Some(deadline);
+            })
+        }
+    })
+}
+
+/// # Safety
+/// As `vargr_network_open_stream_spec`'s `per_node`.
+unsafe fn node_rules(p: *const vargr_node_filters, n: usize) -> Result<Vec<NodeFilters>> {
+    let rules = if n == 0 {
+        &[][..]
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { ptr::slice(p, n, "per_node")? }
+    };
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let at = match r.by {
+                0 => NodeSel::Depth(r.which),
+                1 => NodeSel::Node(r.which),
+                b => {
+                    return Err(Error::invalid(format!(
+                        "per_node[{i}].by is {b}, not a vargr_at (0 depth, 1 node)"
+                    )))
+                }
+            };
+            // SAFETY: the caller's contract.
+            let (up, sync) = unsafe {
+                (
+                    ptr::opt_string(r.up_filter, "per_node[].up_filter")?,
+                    ptr::opt_string(r.sync_filter, "per_node[].sync_filter")?,
+                )
+            };
+            Ok(NodeFilters {
+                at,
+                up: up.map(String::from),
+                sync: sync.map(String::from),
+            })
+        })
+        .collect()
 }
 
 fn sync_mode(sync: c_int, timeout_ms: u32) -> Result<SyncMode> {

@@ -345,6 +345,11 @@ fn int_filters() -> &'static PathBuf {
     SO.get_or_init(|| plugin("int_filters"))
 }
 
+fn sync_filters() -> &'static PathBuf {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    SO.get_or_init(|| plugin("sync_filters"))
+}
+
 /// Shared-library link flags plus the threads library.
 fn threaded_libs() -> Vec<String> {
     let mut v = shared_libs();
@@ -365,7 +370,10 @@ fn c_mrnet_api_test_passes() {
     };
     let (fe, be) = (compile_c("mrnet_fe"), compile_c("mrnet_be"));
     let mut cmd = Command::new(fe);
-    cmd.arg("1x2x4").arg(be).arg(int_filters());
+    cmd.arg("1x2x4")
+        .arg(be)
+        .arg(int_filters())
+        .arg(sync_filters());
     let r = run(cmd, Duration::from_secs(120));
     assert_ok(&r, "mrnet_fe");
     assert!(

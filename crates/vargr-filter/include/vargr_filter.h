@@ -1,15 +1,22 @@
 /*
- * vargr_filter.h - the C ABI for vargr transformation-filter plugins.
+ * vargr_filter.h - the C ABI for vargr filter plugins: transformation filters (what a
+ * wave becomes) and synchronization filters (when a wave leaves; see "Sync filters"
+ * below).
  *
- * A plugin is a shared object (cc -shared -fPIC -I<this dir>) exporting exactly two
- * symbols:
+ * A plugin is a shared object (cc -shared -fPIC -I<this dir>) exporting one or both of
+ * two pairs of symbols:
  *
  *     uint32_t vargr_filter_abi_version(void);          // return VARGR_FILTER_ABI_VERSION
  *     const vargr_filter_desc *vargr_filter_list(size_t *n);
  *
- * vargr refuses a plugin whose version differs from its own, or that lacks either symbol.
- * The list names one or more filters; each is used through the spec "name" or
- * "name:params" (so names use only letters, digits, '_', '-' and '.').
+ *     uint32_t vargr_sync_abi_version(void);            // return VARGR_SYNC_ABI_VERSION
+ *     const vargr_sync_desc *vargr_sync_list(size_t *n);
+ *
+ * vargr refuses a plugin whose version of a pair differs from its own, that exports a
+ * version without its list, or that exports neither pair. Each list names one or more
+ * filters; each is used through the spec "name" or "name:params" (so names use only
+ * letters, digits, '_', '-' and '.'). Transformation and sync filters have separate name
+ * spaces; a stream names its sync filter where it names its sync mode.
  *
  * Instances. vargr calls create() once per stream per tree node that runs the filter, and
  * passes the returned state to every apply() and finally to destroy(). Keep all mutable
@@ -129,6 +136,88 @@ typedef struct vargr_filter_desc {
 
 uint32_t vargr_filter_abi_version(void);
 const vargr_filter_desc *vargr_filter_list(size_t *n);
+
+/*
+ * Sync filters. A sync filter decides when the packets a stream's children sent to one
+ * node leave it together, as a wave, for the transformation filter. vargr keeps one FIFO
+ * queue per child (a fast child may run waves ahead) and asks decide() after every
+ * change: a packet or a hole queued, a child lost, a timer; and again after each release
+ * it asked for, until it answers VARGR_SYNC_WAIT. It never sees the packets, only the
+ * queues (MRNet's sync filters are independent of the packets' type). wait-for-all,
+ * timeout:T and dontwait are sync filters of this kind built into vargr.
+ *
+ * Instances and errors follow the transformation filters' rules above: create() once per
+ * stream per node, all mutable state in *state, one thread at a time, non-zero status =
+ * failure (quoted with last_error's message). A failed decide(), or a decision that does
+ * not fit the queues (releasing an empty or unknown child's queue, an unknown action),
+ * is reported to the front-end naming the filter, the node and the stream, and that node
+ * then waits for all on the stream.
+ *
+ * Deadline. A stream has a wave deadline: a packet that has waited that long leaves,
+ * with the heads of the other queues, whatever decide() says (and the first time is
+ * reported as a fault). A filter that never releases therefore delays a stream, it
+ * cannot stop it.
+ *
+ * Ownership. The view and its arrays belong to vargr and are valid during decide() only;
+ * decide() writes its answer into *out, which vargr owns and has set to WAIT, child -1,
+ * wake_after_ns 0 before the call.
+ */
+
+#define VARGR_SYNC_ABI_VERSION 1u
+
+/* Why decide() is called (vargr_sync_view.event). */
+#define VARGR_SYNC_EVENT_PACKET 1     /* a packet from event_child was queued */
+#define VARGR_SYNC_EVENT_HOLE 2       /* event_child has nothing for its next wave */
+#define VARGR_SYNC_EVENT_CHILD_LOST 3 /* event_child died: no longer live */
+#define VARGR_SYNC_EVENT_TIMER 4      /* the wake-up asked for came, or filters changed */
+#define VARGR_SYNC_EVENT_RELEASED 5   /* the previous answer released a wave */
+
+/* What decide() answers (vargr_sync_decision.action). */
+#define VARGR_SYNC_WAIT 0          /* nothing leaves now */
+#define VARGR_SYNC_RELEASE_HEADS 1 /* one wave: the head of every non-empty queue */
+#define VARGR_SYNC_RELEASE_CHILD 2 /* child's head alone, as a wave of one */
+
+/* The queues of one stream at one node. Children are numbered 0..num_children-1, live
+ * or lost; a queue holds packets and holes (a hole: the child's sub-tree missed a wave). */
+typedef struct vargr_sync_view {
+    uint32_t node_id;
+    uint32_t stream;
+    uint32_t num_children;
+    uint32_t live_children;
+    uint32_t ready_live;        /* live children with something queued */
+    uint32_t ready;             /* children (live or lost) with something queued */
+    int32_t event;              /* VARGR_SYNC_EVENT_* */
+    int32_t event_child;        /* the event's child, -1 for TIMER and RELEASED */
+    uint64_t released;          /* waves released so far at this node */
+    uint64_t oldest_wait_ns;    /* how long the oldest queued entry has waited (0: none) */
+    const uint32_t *queued;     /* [num_children] entries queued per child */
+    const uint8_t *live;        /* [num_children] non-zero while the child is live */
+    const uint64_t *waited_ns;  /* [num_children] how long each head has waited (0: none) */
+} vargr_sync_view;
+
+typedef struct vargr_sync_decision {
+    int32_t action;             /* VARGR_SYNC_* */
+    int32_t child;              /* the child of VARGR_SYNC_RELEASE_CHILD */
+    uint64_t wake_after_ns;     /* with WAIT: ask again after this long unless something
+                                   happens before (0: only on the next event) */
+} vargr_sync_decision;
+
+/* One sync filter of the plugin. */
+typedef struct vargr_sync_desc {
+    const char *name;           /* e.g. "k_of_n" */
+    const char *description;    /* may be NULL */
+    /* As vargr_filter_desc.create. */
+    int (*create)(const char *params, void **state, char *err, size_t err_len);
+    /* Reads the view, writes the answer to *out; returns VARGR_OK or an error status. */
+    int (*decide)(void *state, const vargr_sync_view *view, vargr_sync_decision *out);
+    /* Frees the instance. */
+    void (*destroy)(void *state);
+    /* Optional (may be NULL): message for the last failed decide() on this state. */
+    const char *(*last_error)(void *state);
+} vargr_sync_desc;
+
+uint32_t vargr_sync_abi_version(void);
+const vargr_sync_desc *vargr_sync_list(size_t *n);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@ use vargr_wire::WireError;
 pub enum FilterError {
     #[error("unknown filter {name:?} (known: {known})")]
     UnknownFilter { name: String, known: String },
+    #[error("unknown sync filter {name:?} (known: {known})")]
+    UnknownSyncFilter { name: String, known: String },
     #[error("{filter}: bad parameters {params:?}: {reason}")]
     BadParams {
         filter: String,
@@ -33,6 +35,21 @@ pub enum FilterError {
     },
     #[error("bad synchronization mode {input:?}: {reason}; expected all, wait-for-all, timeout:<n>[ms|s|us] or dontwait")]
     BadSyncMode { input: String, reason: String },
+    /// A synchronization policy answered something that does not fit the queues.
+    #[error("sync filter {filter}: {reason}")]
+    BadDecision { filter: String, reason: String },
+    /// A synchronization policy failed; the node waits for all from then on.
+    #[error(
+        "sync filter {filter} failed: {reason}; this node waits for all on the stream from now on"
+    )]
+    SyncFailed { filter: String, reason: String },
+    /// A packet waited for the stream's wave deadline: the wave left without the sync
+    /// filter's consent, as every overdue wave will from then on.
+    #[error("sync filter {filter} held a packet for the stream's wave deadline of {deadline:?}: the wave left without it releasing it (and overdue waves will from now on)")]
+    WaveDeadline {
+        filter: String,
+        deadline: std::time::Duration,
+    },
 }
 
 impl FilterError {

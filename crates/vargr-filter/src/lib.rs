@@ -4,10 +4,11 @@
 //! filter decides which packets belong together (a "wave"), and a *transformation* filter
 //! turns each wave into output packets. vargr keeps that split:
 //!
-//! - [`SyncFilter`] implements the three MRNet policies ([`SyncMode`]: wait-for-all,
-//!   time-out, don't-wait) as a sans-IO state machine: the runtime pushes packets with
-//!   the current [`Instant`](std::time::Instant), asks [`SyncFilter::poll_timeout`] when
-//!   to wake it, and gets waves back.
+//! - [`SyncFilter`] is a sans-IO state machine: the runtime pushes packets with the
+//!   current [`Instant`](std::time::Instant), asks [`SyncFilter::poll_timeout`] when to
+//!   wake it, and gets waves back. When a wave leaves is decided by a [`SyncPolicy`]:
+//!   MRNet's three ([`SyncMode`]: wait-for-all, time-out, don't-wait) or a user's, from
+//!   Rust or a C plugin, made by a [`Registry`] from a spec such as `"timeout:250ms"`.
 //! - [`TransformFilter`] is a trait whose implementors own their state (no `void**`, no
 //!   static storage), created per stream per node by a [`Registry`] from a spec such as
 //!   `"histogram:0,100,10"`.
@@ -20,9 +21,9 @@
 //! the tree, tagged by a leading `%s` marker, and produce the readable result only where
 //! [`FilterContext::is_root`] is set; each module documents its scheme.
 //!
-//! Filters can also be loaded at run time from shared objects through a small versioned
-//! C ABI (`include/vargr_filter.h`, [`Registry::load_plugin`]); a safe wrapper checks
-//! the version, the symbols and everything the plugin hands back.
+//! Filters of both kinds can also be loaded at run time from shared objects through a
+//! small versioned C ABI (`include/vargr_filter.h`, [`Registry::load_plugin`]); a safe
+//! wrapper checks the version, the symbols and everything the plugin hands back.
 //!
 //! A filter that panics must not take the tree down: [`apply_guarded`] turns a panic into
 //! [`FilterError::Panicked`].
@@ -42,8 +43,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 pub use error::FilterError;
 /// The C ABI version this build speaks (`VARGR_FILTER_ABI_VERSION` in `vargr_filter.h`).
 pub use plugin::ABI_VERSION as PLUGIN_ABI_VERSION;
-pub use registry::{Factory, Registry};
-pub use sync::{SyncFilter, SyncMode};
+/// The sync-filter C ABI version (`VARGR_SYNC_ABI_VERSION` in `vargr_filter.h`).
+pub use plugin::SYNC_PLUGIN_ABI_VERSION;
+pub use registry::{Factory, Registry, SyncFactory};
+pub use sync::{SyncDecision, SyncEvent, SyncFilter, SyncMode, SyncPolicy, SyncView};
 pub use vargr_wire::Packet;
 
 /// Where a filter instance runs: passed to every [`TransformFilter::apply`].

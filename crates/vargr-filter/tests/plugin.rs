@@ -4,43 +4,10 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 use vargr_filter::{apply_guarded, FilterError, Registry};
 use vargr_wire::Value;
-
-fn include_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
-}
-
-/// Compiles `src` (a path or C source text) into `dir/name`.
-fn compile(dir: &Path, name: &str, source: Source) -> PathBuf {
-    let src = match source {
-        Source::File(p) => p,
-        Source::Text(t) => {
-            let p = dir.join(format!("{name}.c"));
-            std::fs::write(&p, t).unwrap();
-            p
-        }
-    };
-    let out = dir.join(name);
-    let status = Command::new("cc")
-        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
-        .arg(include_dir())
-        .arg(&src)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("run cc");
-    assert!(status.success(), "cc failed for {}", src.display());
-    out
-}
-
-enum Source {
-    File(PathBuf),
-    Text(&'static str),
-}
 
 fn example(dir: &Path) -> PathBuf {
     let src =

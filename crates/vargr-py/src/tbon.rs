@@ -21,7 +21,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 use vargr_filter::{SyncFilter, SyncMode};
 use vargr_tbon::{
     AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
-    Packet, Stream, StreamOptions, TbonError, TreeEvent,
+    NodeFilters, NodeSel, Packet, Stream, StreamOptions, TbonError, TreeEvent,
 };
 use vargr_topo::{Spec, Topology};
 
@@ -213,6 +213,38 @@ fn parse_sync(s: &str) -> PyResult<SyncMode> {
     s.replace('_', "-")
         .parse()
         .map_err(|e: vargr_filter::FilterError| PyValueError::new_err(e.to_string()))
+}
+
+/// One `per_node` rule: `{"depth": D}` or `{"node": N}`, with `up` and/or `sync`.
+fn node_rule(d: &Bound<'_, PyDict>) -> PyResult<NodeFilters> {
+    let get = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> { d.get_item(k) };
+    let num =
+        |k: &str| -> PyResult<Option<u32>> { get(k)?.map(|v| v.extract::<u32>()).transpose() };
+    let text = |k: &str| -> PyResult<Option<String>> {
+        get(k)?.map(|v| v.extract::<String>()).transpose()
+    };
+    for k in d.keys() {
+        let k: String = k.extract()?;
+        if !matches!(k.as_str(), "depth" | "node" | "up" | "sync") {
+            return Err(PyValueError::new_err(format!(
+                "per_node rule key {k:?}: expected depth or node, up, sync"
+            )));
+        }
+    }
+    let at = match (num("node")?, num("depth")?) {
+        (Some(n), None) => NodeSel::Node(n),
+        (None, Some(depth)) => NodeSel::Depth(depth),
+        _ => {
+            return Err(PyValueError::new_err(
+                "a per_node rule has exactly one of depth and node",
+            ))
+        }
+    };
+    Ok(NodeFilters {
+        at,
+        up: text("up")?,
+        sync: text("sync")?,
+    })
 }
 
 /// The front-end's commnode program when neither the caller nor the configuration
@@ -495,9 +527,15 @@ impl PyNetwork {
     /// `up_backend` and `up_frontend` give the back-ends and the front-end up filters of
     /// their own (MRNet's per-node filter assignment): the back-ends run theirs on each
     /// packet they send, the front-end its own last; `up` is then the commnodes'.
+    /// `sync` may also name a user sync filter loaded from a plugin (`k_of_n:2`), for a
+    /// stream whose `up` is a filter name. `per_node` gives some of the front-end's and
+    /// commnodes' nodes filters of their own: dicts with `depth` (0 is the front-end) or
+    /// `node` (a node id; wins over `depth`), and `up` and/or `sync`. No packet waits at a
+    /// node longer than `wave_deadline` seconds whatever its sync filter decides (None:
+    /// no deadline); the first overdue wave at a node is reported as that filter's error.
     #[pyo3(signature = (
         comm = None, up = None, *, sync = "all", down = None, latest = false,
-        up_backend = None, up_frontend = None,
+        up_backend = None, up_frontend = None, per_node = None, wave_deadline = 60.0,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn open_stream(
@@ -510,9 +548,31 @@ impl PyNetwork {
         latest: bool,
         up_backend: Option<String>,
         up_frontend: Option<String>,
+        per_node: Option<Vec<Bound<'_, PyDict>>>,
+        wave_deadline: Option<f64>,
     ) -> PyResult<PyStream> {
-        let mode = parse_sync(sync)?;
         let filter = up.filter(|u| u.is_callable()).map(|u| u.clone().unbind());
+        // A Python filter's waves are made here, by a built-in mode; a tree's by any
+        // sync filter its nodes know.
+        let mode = match (parse_sync(sync), &filter) {
+            (Ok(m), _) => Some(m),
+            (Err(e), Some(_)) => return Err(e),
+            (Err(_), None) => None,
+        };
+        let rules = per_node
+            .unwrap_or_default()
+            .iter()
+            .map(node_rule)
+            .collect::<PyResult<Vec<_>>>()?;
+        let deadline = wave_deadline
+            .map(|s| {
+                Duration::try_from_secs_f64(s).map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "wave_deadline must be a non-negative number of seconds, not {s}"
+                    ))
+                })
+            })
+            .transpose()?;
         let up_name = match (up, &filter) {
             (_, Some(_)) => "null".to_string(),
             (None, None) => "null".to_string(),
@@ -520,14 +580,16 @@ impl PyNetwork {
                 PyTypeError::new_err("up must be a filter name (str) or a callable")
             })?,
         };
-        let tree_mode = if filter.is_some() {
-            SyncMode::DontWait
-        } else {
-            mode
+        let tree_sync = match (&filter, mode) {
+            (Some(_), _) => SyncMode::DontWait.to_string(),
+            (None, Some(m)) => m.to_string(),
+            (None, None) => sync.to_string(),
         };
         let mut opts = StreamOptions::new(&up_name)
-            .sync(tree_mode)
-            .per_role(up_backend.as_deref(), up_frontend.as_deref());
+            .sync(tree_sync)
+            .per_role(up_backend.as_deref(), up_frontend.as_deref())
+            .wave_deadline(deadline);
+        opts.per_node = rules;
         opts.down = down;
         if latest {
             opts = opts.latest();
@@ -549,7 +611,7 @@ impl PyNetwork {
                     .map(|(i, r)| (*r, i))
                     .collect(),
                 state: Mutex::new(FilterState {
-                    sync: SyncFilter::new(mode, comm.ranks().len()),
+                    sync: SyncFilter::new(mode.unwrap_or(SyncMode::WaitForAll), comm.ranks().len()),
                     waves: VecDeque::new(),
                     ready: VecDeque::new(),
                 }),

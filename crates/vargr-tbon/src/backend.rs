@@ -70,7 +70,8 @@ impl Backend {
             Duration::from_millis(msg.config.heartbeat_ms),
             Duration::from_millis(msg.config.heartbeat_timeout_ms),
         )
-        .with_recovery(msg.config.recovery, msg.ancestors.clone(), None);
+        .with_recovery(msg.config.recovery, msg.ancestors.clone(), None)
+        .with_clock_offset(&msg.config.clock_offsets_ns);
         let role = format!("back-end {rank}");
         crate::trace::label_thread(boot.node, &role);
         let dump = match crate::trace::in_process() {

@@ -105,7 +105,8 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
             config.recovery,
             msg.ancestors.clone(),
             adopter.as_ref().map(|a| a.me.clone()),
-        );
+        )
+        .with_clock_offset(&config.clock_offsets_ns);
     let engine = Engine::new(router, reactor, config.queue_limit);
     if config.recovery == crate::Recovery::Ancestor {
         let mut st = engine.lock();

@@ -56,6 +56,7 @@ pub use network::{
     sockdir_prefix, AnyStream, AttachSpec, BackendSpec, Communicator, FilterRole, Network,
     NetworkOptions, Stream, StreamOptions, TreeEvents, FIRST_USER_STREAM,
 };
+pub use proto::{NodeFilters, NodeSel};
 pub use recovery::{Recovery, TreeEvent};
 pub use spawn::Bootstrap;
 pub use stages::LinkStages;

@@ -19,7 +19,7 @@ use vargr_wire::{Packet, Value};
 
 use crate::commnode::{finish_children, registry};
 use crate::engine::{Engine, Watch};
-use crate::proto::{RunConfig, StreamOpenMsg};
+use crate::proto::{NodeFilters, NodeSel, RunConfig, StreamOpenMsg};
 use crate::rendezvous::Rendezvous;
 use crate::router::Router;
 use crate::spawn::{start_children, BackendFn, ChildHandle, Spawner};
@@ -103,6 +103,10 @@ pub struct NetworkOptions {
     /// What the orphans of a dead commnode do (see [`crate::recovery`]). Default:
     /// adoption by the nearest live ancestor, as in MRNet.
     pub recovery: crate::Recovery,
+    /// Test-only, for measuring clock-skew estimation on one host: nanoseconds added to
+    /// the clock each node (by topology id) reads in the skew exchange, so that its
+    /// processes look like hosts whose clocks are that far off. Empty: real clocks.
+    pub clock_offsets_ns: BTreeMap<u32, i64>,
 }
 
 impl NetworkOptions {
@@ -144,6 +148,7 @@ impl Default for NetworkOptions {
             runtime_dir: vargr_net::runtime_dir::default_path(),
             link_security: vargr_net::LinkSecurity::Auto,
             recovery: crate::Recovery::default(),
+            clock_offsets_ns: BTreeMap::new(),
         }
     }
 }
@@ -183,7 +188,9 @@ impl Communicator {
 pub struct StreamOptions {
     /// Upstream transformation filter spec (`sum`, `max`, `histogram:0,10,5`, …).
     pub up: String,
-    pub sync: SyncMode,
+    /// Sync filter spec: a [`SyncMode`] (`all`, `timeout:250ms`, `dontwait`) or a user
+    /// sync filter registered or loaded from a plugin (`k_of_n:2`).
+    pub sync: String,
     /// Downstream filter applied at every node on the way down.
     pub down: Option<String>,
     /// Latest mode: slow receivers see only the newest packet (PATHS last-observe).
@@ -194,21 +201,58 @@ pub struct StreamOptions {
     pub up_backend: Option<String>,
     /// The front-end runs this instead of `up`, last, on the waves of its children.
     pub up_frontend: Option<String>,
+    /// Heterogeneous filters beyond the three roles: up and sync filters of their own
+    /// for the front-end and commnodes chosen by depth or node id ([`NodeSel`]; a node
+    /// rule wins over a depth rule, and either over `up_frontend`).
+    pub per_node: Vec<NodeFilters>,
+    /// No packet waits longer than this at a node, whatever its sync filter decides
+    /// (the wave leaves, and the first time is reported as the filter's fault). None: no
+    /// deadline, which lets a sync filter that never releases hold the stream forever.
+    pub wave_deadline: Option<Duration>,
 }
 
 impl StreamOptions {
+    /// The default [`StreamOptions::wave_deadline`]: long enough for any live child of a
+    /// working tree, short enough that a stuck sync filter shows.
+    pub const DEFAULT_WAVE_DEADLINE: Duration = Duration::from_secs(60);
+
     pub fn new(up: &str) -> StreamOptions {
         StreamOptions {
             up: up.into(),
-            sync: SyncMode::WaitForAll,
+            sync: SyncMode::WaitForAll.to_string(),
             down: None,
             latest: false,
             up_backend: None,
             up_frontend: None,
+            per_node: Vec::new(),
+            wave_deadline: Some(Self::DEFAULT_WAVE_DEADLINE),
         }
     }
-    pub fn sync(mut self, s: SyncMode) -> Self {
-        self.sync = s;
+    /// The sync filter: a [`SyncMode`] or a sync filter spec (`"k_of_n:2"`).
+    pub fn sync(mut self, s: impl std::fmt::Display) -> Self {
+        self.sync = s.to_string();
+        self
+    }
+    /// Up and sync filters (None: the stream's) for the nodes at `depth` (the front-end
+    /// is 0).
+    pub fn at_depth(self, depth: u32, up: Option<&str>, sync: Option<&str>) -> Self {
+        self.at(NodeSel::Depth(depth), up, sync)
+    }
+    /// Up and sync filters (None: the stream's) for node `node` (a node id of the
+    /// topology, not a back-end rank).
+    pub fn at_node(self, node: u32, up: Option<&str>, sync: Option<&str>) -> Self {
+        self.at(NodeSel::Node(node), up, sync)
+    }
+    fn at(mut self, at: NodeSel, up: Option<&str>, sync: Option<&str>) -> Self {
+        self.per_node.push(NodeFilters {
+            at,
+            up: up.map(String::from),
+            sync: sync.map(String::from),
+        });
+        self
+    }
+    pub fn wave_deadline(mut self, d: Option<Duration>) -> Self {
+        self.wave_deadline = d;
         self
     }
     pub fn latest(mut self) -> Self {
@@ -364,6 +408,7 @@ impl Network {
             link_stages: opts.link_stages.clone(),
             trace_dir: trace_dir.as_ref().map(|d| d.display().to_string()),
             link_security: opts.link_security,
+            clock_offsets_ns: opts.clock_offsets_ns.clone(),
         };
         let mut config = config;
         let mut launched = None;
@@ -412,7 +457,8 @@ impl Network {
                 opts.recovery,
                 Vec::new(),
                 adopter.as_ref().map(|a| a.me.clone()),
-            );
+            )
+            .with_clock_offset(&opts.clock_offsets_ns);
         let engine = Engine::new(router, reactor, opts.queue_limit);
         engine.lock().adopter = adopter;
         trace::label_thread(root.id, "front-end");
@@ -492,12 +538,16 @@ impl Network {
             id,
             members: comm.ranks.clone(),
             up: opts.up.clone(),
-            sync: opts.sync.to_string(),
+            sync: opts.sync.clone(),
             down: opts.down.clone(),
             latest: opts.latest,
             update: false,
             up_backend: opts.up_backend.clone(),
             up_frontend: opts.up_frontend.clone(),
+            per_node: opts.per_node.clone(),
+            wave_deadline_ms: opts
+                .wave_deadline
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)),
         };
         self.engine.with_router(|r, out| r.open_stream(msg, out))?;
         Ok(Stream {

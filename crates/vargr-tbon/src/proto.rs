@@ -99,6 +99,10 @@ pub struct RunConfig {
     /// ends wins).
     #[serde(default, with = "link_security")]
     pub link_security: vargr_net::LinkSecurity,
+    /// Test-only: ns added to the skew-exchange clock of nodes by id (see
+    /// [`crate::NetworkOptions::clock_offsets_ns`]).
+    #[serde(default)]
+    pub clock_offsets_ns: std::collections::BTreeMap<u32, i64>,
 }
 
 /// [`vargr_net::LinkSecurity`] by its name, as the CLI spells it.
@@ -161,6 +165,37 @@ pub struct StreamOpenMsg {
     /// The up filter of the front-end, the last to run; None: `up`.
     #[serde(default)]
     pub up_frontend: Option<String>,
+    /// Heterogeneous filters: other up and sync filters for some nodes (the front-end
+    /// and commnodes), chosen by node id or depth (see [`NodeFilters`]).
+    #[serde(default)]
+    pub per_node: Vec<NodeFilters>,
+    /// The stream's wave deadline in ms: no packet waits longer at a node, whatever its
+    /// sync filter decides. None: no deadline.
+    #[serde(default)]
+    pub wave_deadline_ms: Option<u64>,
+}
+
+/// Which nodes a [`NodeFilters`] applies to.
+///
+/// By depth (the front-end is depth 0, its children 1, ...) because trees are built by
+/// level (`1x4x16`, `kary:4@64`) and a level's job is usually the same at every node of
+/// it (count at the leaves' parents, sum at the root), whatever the tree's size; by node
+/// id for the exceptions (one commnode on a host with more memory, a node whose children
+/// are of another kind). A node rule wins over a depth rule; within a kind, the first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeSel {
+    Depth(u32),
+    Node(u32),
+}
+
+/// The filters of the nodes `at` selects, where they differ from the stream's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeFilters {
+    pub at: NodeSel,
+    /// The up (transformation) filter spec; None: the stream's.
+    pub up: Option<String>,
+    /// The sync filter spec; None: the stream's.
+    pub sync: Option<String>,
 }
 
 impl StreamOpenMsg {
@@ -173,6 +208,31 @@ impl StreamOpenMsg {
             (false, false) => None,
         };
         own.unwrap_or(&self.up)
+    }
+
+    /// The per-node rule for node `node` at `depth`, if any (back-ends have none: they
+    /// run `up_backend`).
+    fn rule(&self, node: u32, depth: u32, leaf: bool) -> Option<&NodeFilters> {
+        if leaf {
+            return None;
+        }
+        let first = |want: NodeSel| self.per_node.iter().find(|r| r.at == want);
+        first(NodeSel::Node(node)).or_else(|| first(NodeSel::Depth(depth)))
+    }
+
+    /// The up filter spec node `node` at `depth` runs: its rule's, else
+    /// [`up_for`](Self::up_for).
+    pub fn up_at(&self, node: u32, depth: u32, root: bool, leaf: bool) -> &str {
+        self.rule(node, depth, leaf)
+            .and_then(|r| r.up.as_deref())
+            .unwrap_or_else(|| self.up_for(root, leaf))
+    }
+
+    /// The sync filter spec node `node` at `depth` runs: its rule's, else the stream's.
+    pub fn sync_at(&self, node: u32, depth: u32, leaf: bool) -> &str {
+        self.rule(node, depth, leaf)
+            .and_then(|r| r.sync.as_deref())
+            .unwrap_or(&self.sync)
     }
 }
 

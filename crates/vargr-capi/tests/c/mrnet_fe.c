@@ -4,10 +4,11 @@
  * per-stream receive on back-end threads, event callbacks, child pids, and the errors
  * of each.
  *
- *   mrnet_fe TOPOLOGY BACKEND_EXE FILTER_SO   (prints "mrnet_test: N checks OK")
+ *   mrnet_fe TOPOLOGY BACKEND_EXE FILTER_SO SYNC_SO   (prints "mrnet_test: N checks OK")
  *
- * TOPOLOGY must have one level of commnodes (e.g. 1x2x4): the down filter runs at the
- * front-end and at each commnode.
+ * TOPOLOGY must have one level of two commnodes with two back-ends each (1x2x4): the
+ * down filter runs at the front-end and at each commnode, and per-node filters tell
+ * commnode 2 from commnode 1. SYNC_SO is examples/filter-plugin/sync_filters.c built.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <poll.h>
@@ -60,21 +61,23 @@ int main(int argc, char **argv)
     vargr_options *opts;
     vargr_network *net;
     vargr_communicator *all;
-    vargr_stream *down, *a, *b, *again = NULL, *s1, *s2, *ctl;
+    vargr_stream *down, *a, *b, *again = NULL, *s1, *s2, *ctl, *hetero, *kofn, *bad = NULL;
+    vargr_node_filters rules[3];
     vargr_packet *p;
     uint32_t n, id_a, id_b, id, ids[2], seen_a = 0, seen_b = 0, pids[4];
     int32_t v;
     size_t npids;
     int fd_any, fd_b, fd_again, rc, i, k;
 
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s TOPOLOGY BACKEND_EXE FILTER_SO\n", argv[0]);
+    if (argc != 5) {
+        fprintf(stderr, "usage: %s TOPOLOGY BACKEND_EXE FILTER_SO SYNC_SO\n", argv[0]);
         return 2;
     }
     be_argv[0] = argv[2];
     be_argv[1] = NULL;
     CHECK(vargr_options_create(&opts));
     CHECK(vargr_options_load_filter(opts, argv[3], "int_max_plus"));
+    CHECK(vargr_options_load_filter(opts, argv[4], "k_of_n"));
     CHECK(vargr_network_create(argv[1], be_argv, opts, &net));
     vargr_options_free(opts);
     CHECK(vargr_network_num_backends(net, &n));
@@ -180,6 +183,44 @@ int main(int argc, char **argv)
         EXPECT(v == 10 * (int32_t)(n * (n - 1) / 2) + (int32_t)n * k);
     }
 
+    /* Heterogeneous filters: commnodes (depth 1) add 1 to their maximum, commnode 2
+     * adds 10 instead, and the front-end (depth 0) sums where the stream says max. */
+    rules[0].by = VARGR_AT_DEPTH;
+    rules[0].which = 1;
+    rules[0].up_filter = "int_max_plus:1";
+    rules[0].sync_filter = NULL;
+    rules[1].by = VARGR_AT_NODE;
+    rules[1].which = 2;
+    rules[1].up_filter = "int_max_plus:10";
+    rules[1].sync_filter = NULL;
+    rules[2].by = VARGR_AT_DEPTH;
+    rules[2].which = 0;
+    rules[2].up_filter = "sum";
+    rules[2].sync_filter = NULL;
+    CHECK(vargr_network_open_stream_spec(net, all, "max", "all", NULL, rules, 3, 0, &hetero));
+    EXPECT(echo(hetero, 5) == (5 + 1) + (5 + 10));
+    /* A sync filter from a plugin at the front-end only: k_of_n:1 lets each commnode's
+     * sum go as a wave of its own, where waiting for all would add the two. */
+    rules[0].by = VARGR_AT_DEPTH;
+    rules[0].which = 0;
+    rules[0].up_filter = NULL;
+    rules[0].sync_filter = "k_of_n:1";
+    CHECK(vargr_network_open_stream_spec(net, all, "sum", NULL, NULL, rules, 1, 5000, &kofn));
+    EXPECT(echo(kofn, 5) == 2 * 5);
+    CHECK(vargr_stream_recv_timeout(kofn, 30000, &p));
+    CHECK(vargr_packet_unpack(p, "%d", &v));
+    vargr_packet_free(p);
+    EXPECT(v == 2 * 5);
+    /* Bad rules fail the call and name what is wrong. */
+    rules[0].sync_filter = "k_of_m:1";
+    EXPECT(vargr_network_open_stream_spec(net, all, "sum", NULL, NULL, rules, 1, 0, &bad) !=
+               VARGR_OK &&
+           strstr(vargr_last_error(), "k_of_m") && bad == NULL);
+    rules[0].by = 7;
+    EXPECT(vargr_network_open_stream_spec(net, all, "sum", NULL, NULL, rules, 1, 0, &bad) ==
+               VARGR_ERR_INVALID_ARGUMENT &&
+           strstr(vargr_last_error(), "vargr_at"));
+
     /* The front-end's children: the commnodes. */
     CHECK(vargr_network_child_pids(net, NULL, 0, &npids));
     EXPECT(npids == 2);
@@ -193,6 +234,8 @@ int main(int argc, char **argv)
     EXPECT(vargr_network_recv(net, &id, &p) == VARGR_ERR_CLOSED);
     EXPECT(events_seen == 0);
     vargr_stream_free(down);
+    vargr_stream_free(hetero);
+    vargr_stream_free(kofn);
     vargr_stream_free(a);
     vargr_stream_free(b);
     vargr_stream_free(ctl);

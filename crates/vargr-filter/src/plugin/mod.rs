@@ -8,6 +8,7 @@
 //! Rust callbacks given to C never unwind into it.
 
 mod host;
+mod sync;
 
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::path::Path;
@@ -18,13 +19,17 @@ use vargr_wire::Packet;
 
 use crate::{FilterContext, FilterError, TransformFilter};
 use host::{values_bytes, CtxC, EmitSink, HostApi, PacketView, HOST, OK};
+pub(crate) use sync::SyncEntry;
+use sync::{SyncDescC, SYNC_ABI_VERSION};
 
 /// The ABI version this host speaks (`VARGR_FILTER_ABI_VERSION`).
 pub const ABI_VERSION: u32 = 1;
+pub use sync::SYNC_ABI_VERSION as SYNC_PLUGIN_ABI_VERSION;
 const MAX_FILTERS: usize = 1024;
 const MAX_MESSAGE: usize = 4096;
 
-type CreateFn = unsafe extern "C" fn(*const c_char, *mut *mut c_void, *mut c_char, usize) -> c_int;
+pub(super) type CreateFn =
+    unsafe extern "C" fn(*const c_char, *mut *mut c_void, *mut c_char, usize) -> c_int;
 type ApplyFn = unsafe extern "C" fn(
     *mut c_void,
     *const CtxC,
@@ -42,7 +47,7 @@ struct DescC {
     create: Option<CreateFn>,
     apply: Option<ApplyFn>,
     destroy: Option<unsafe extern "C" fn(*mut c_void)>,
-    last_error: Option<unsafe extern "C" fn(*mut c_void) -> *const c_char>,
+    last_error: Option<LastErrorFn>,
 }
 
 /// One filter listed by a loaded plugin: a factory for [`PluginFilter`]s.
@@ -52,7 +57,7 @@ pub(crate) struct PluginEntry {
     create: CreateFn,
     apply: ApplyFn,
     destroy: unsafe extern "C" fn(*mut c_void),
-    last_error: Option<unsafe extern "C" fn(*mut c_void) -> *const c_char>,
+    last_error: Option<LastErrorFn>,
     /// Keeps the library loaded while the entry or an instance lives.
     _lib: Arc<Library>,
 }
@@ -62,8 +67,14 @@ pub(crate) struct PluginEntry {
 unsafe impl Send for PluginEntry {}
 unsafe impl Sync for PluginEntry {}
 
-/// Loads a plugin and checks its version, symbols and filter list.
-pub(crate) fn load(path: &Path) -> Result<Vec<PluginEntry>, FilterError> {
+/// What one plugin file offers: transformation filters, sync filters, or both.
+pub(crate) struct Loaded {
+    pub(crate) transforms: Vec<PluginEntry>,
+    pub(crate) syncs: Vec<SyncEntry>,
+}
+
+/// Loads a plugin and checks the version, symbols and list of each family it exports.
+pub(crate) fn load(path: &Path) -> Result<Loaded, FilterError> {
     let fail = |reason: String| FilterError::Plugin {
         path: path.to_path_buf(),
         reason,
@@ -73,63 +84,26 @@ pub(crate) fn load(path: &Path) -> Result<Vec<PluginEntry>, FilterError> {
     }
     // SAFETY: loading runs the library's initializers; loading a plugin means trusting it.
     let lib = unsafe { Library::new(path) }.map_err(|e| fail(format!("cannot load: {e}")))?;
-    let missing = |sym: &str| {
-        fail(format!(
-            "missing symbol {sym}: not a vargr filter plugin (see include/vargr_filter.h)"
-        ))
-    };
-    // SAFETY: the signatures are those the header declares.
-    let version = unsafe {
-        let f = lib
-            .get::<unsafe extern "C" fn() -> u32>(b"vargr_filter_abi_version\0")
-            .map_err(|_| missing("vargr_filter_abi_version"))?;
-        f()
-    };
-    if version != ABI_VERSION {
-        return Err(fail(format!(
-            "plugin speaks filter ABI version {version}, this vargr speaks {ABI_VERSION}: rebuild it against this vargr's vargr_filter.h"
-        )));
+    let transforms = family::<DescC>(&lib, path, &TRANSFORMS)?;
+    let syncs = family::<SyncDescC>(&lib, path, &SYNCS)?;
+    if transforms.is_none() && syncs.is_none() {
+        return Err(fail(
+            "missing symbol vargr_filter_abi_version: not a vargr filter plugin (see include/vargr_filter.h; a sync-filter plugin exports vargr_sync_abi_version)".into(),
+        ));
     }
-    let mut n = 0usize;
-    // SAFETY: as above; the list must stay valid while the library is loaded.
-    let list = unsafe {
-        let f = lib
-            .get::<unsafe extern "C" fn(*mut usize) -> *const DescC>(b"vargr_filter_list\0")
-            .map_err(|_| missing("vargr_filter_list"))?;
-        f(&mut n)
-    };
-    if list.is_null() || n == 0 {
-        return Err(fail("vargr_filter_list returned no filters".into()));
-    }
-    if n > MAX_FILTERS {
-        return Err(fail(format!(
-            "vargr_filter_list claims {n} filters (limit {MAX_FILTERS})"
-        )));
-    }
-    // SAFETY: the plugin promises `n` descriptors at `list`.
-    let descs = unsafe { std::slice::from_raw_parts(list, n) }.to_vec();
     let lib = Arc::new(lib);
-    let mut out: Vec<PluginEntry> = Vec::with_capacity(n);
-    for (i, d) in descs.iter().enumerate() {
-        // SAFETY: a non-null name must be a NUL-terminated string.
-        let name = (!d.name.is_null())
-            .then(|| unsafe { CStr::from_ptr(d.name) }.to_str().ok())
-            .flatten();
-        let Some(name) = name.filter(|s| valid_name(s)) else {
-            return Err(fail(format!(
-                "filter {i} has no valid name (1-128 letters, digits, '_', '-', '.')"
-            )));
-        };
-        if out.iter().any(|e| e.name == name) {
-            return Err(fail(format!("filter name {name:?} is listed twice")));
-        }
+    let mut out = Loaded {
+        transforms: Vec::new(),
+        syncs: Vec::new(),
+    };
+    for (name, d) in transforms.unwrap_or_default() {
         let (Some(create), Some(apply), Some(destroy)) = (d.create, d.apply, d.destroy) else {
             return Err(fail(format!(
                 "filter {name:?} lacks create, apply or destroy"
             )));
         };
-        out.push(PluginEntry {
-            name: name.to_string(),
+        out.transforms.push(PluginEntry {
+            name,
             create,
             apply,
             destroy,
@@ -137,7 +111,131 @@ pub(crate) fn load(path: &Path) -> Result<Vec<PluginEntry>, FilterError> {
             _lib: lib.clone(),
         });
     }
+    for (name, d) in syncs.unwrap_or_default() {
+        let (Some(create), Some(decide), Some(destroy)) = (d.create, d.decide, d.destroy) else {
+            return Err(fail(format!(
+                "sync filter {name:?} lacks create, decide or destroy"
+            )));
+        };
+        out.syncs.push(SyncEntry {
+            name,
+            create,
+            decide,
+            destroy,
+            last_error: d.last_error,
+            _lib: lib.clone(),
+        });
+    }
     Ok(out)
+}
+
+/// The two symbols and the version of one family of filters.
+struct Family {
+    what: &'static str,
+    version_sym: &'static [u8],
+    list_sym: &'static [u8],
+    version: u32,
+}
+
+const TRANSFORMS: Family = Family {
+    what: "filter",
+    version_sym: b"vargr_filter_abi_version\0",
+    list_sym: b"vargr_filter_list\0",
+    version: ABI_VERSION,
+};
+
+const SYNCS: Family = Family {
+    what: "sync filter",
+    version_sym: b"vargr_sync_abi_version\0",
+    list_sym: b"vargr_sync_list\0",
+    version: SYNC_ABI_VERSION,
+};
+
+/// A descriptor whose first field is the filter's name.
+trait Named: Copy {
+    fn name_ptr(&self) -> *const c_char;
+}
+
+impl Named for DescC {
+    fn name_ptr(&self) -> *const c_char {
+        self.name
+    }
+}
+
+impl Named for SyncDescC {
+    fn name_ptr(&self) -> *const c_char {
+        self.name
+    }
+}
+
+/// One family's descriptors with their checked names; `None` if the plugin does not
+/// export the family's version symbol.
+fn family<D: Named>(
+    lib: &Library,
+    path: &Path,
+    fam: &Family,
+) -> Result<Option<Vec<(String, D)>>, FilterError> {
+    let fail = |reason: String| FilterError::Plugin {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let sym = |s: &[u8]| String::from_utf8_lossy(&s[..s.len() - 1]).into_owned();
+    // SAFETY: the signatures are those the header declares.
+    let version = unsafe {
+        match lib.get::<unsafe extern "C" fn() -> u32>(fam.version_sym) {
+            Ok(f) => f(),
+            Err(_) => return Ok(None),
+        }
+    };
+    if version != fam.version {
+        return Err(fail(format!(
+            "plugin speaks {} ABI version {version}, this vargr speaks {}: rebuild it against this vargr's vargr_filter.h",
+            fam.what, fam.version
+        )));
+    }
+    let mut n = 0usize;
+    // SAFETY: as above; the list must stay valid while the library is loaded.
+    let list = unsafe {
+        let f = lib
+            .get::<unsafe extern "C" fn(*mut usize) -> *const D>(fam.list_sym)
+            .map_err(|_| {
+                fail(format!(
+                    "missing symbol {}: not a vargr filter plugin (see include/vargr_filter.h)",
+                    sym(fam.list_sym)
+                ))
+            })?;
+        f(&mut n)
+    };
+    if list.is_null() || n == 0 {
+        return Err(fail(format!("{} returned no filters", sym(fam.list_sym))));
+    }
+    if n > MAX_FILTERS {
+        return Err(fail(format!(
+            "{} claims {n} filters (limit {MAX_FILTERS})",
+            sym(fam.list_sym)
+        )));
+    }
+    // SAFETY: the plugin promises `n` descriptors at `list`.
+    let descs = unsafe { std::slice::from_raw_parts(list, n) }.to_vec();
+    let mut out: Vec<(String, D)> = Vec::with_capacity(n);
+    for (i, d) in descs.into_iter().enumerate() {
+        let p = d.name_ptr();
+        // SAFETY: a non-null name must be a NUL-terminated string.
+        let name = (!p.is_null())
+            .then(|| unsafe { CStr::from_ptr(p) }.to_str().ok())
+            .flatten();
+        let Some(name) = name.filter(|s| valid_name(s)) else {
+            return Err(fail(format!(
+                "{} {i} has no valid name (1-128 letters, digits, '_', '-', '.')",
+                fam.what
+            )));
+        };
+        if out.iter().any(|(e, _)| e == name) {
+            return Err(fail(format!("{} name {name:?} is listed twice", fam.what)));
+        }
+        out.push((name.to_string(), d));
+    }
+    Ok(Some(out))
 }
 
 fn valid_name(s: &str) -> bool {
@@ -152,28 +250,7 @@ impl PluginEntry {
         &self,
         params: &str,
     ) -> Result<Box<dyn TransformFilter>, FilterError> {
-        let c_params = CString::new(params)
-            .map_err(|_| FilterError::params(&self.name, params, "contains a NUL byte"))?;
-        let mut err = vec![0u8; 512];
-        let mut state: *mut c_void = std::ptr::null_mut();
-        // SAFETY: arguments follow the header: a C string, an out pointer, a buffer and its length.
-        let status = unsafe {
-            (self.create)(
-                c_params.as_ptr(),
-                &mut state,
-                err.as_mut_ptr().cast(),
-                err.len(),
-            )
-        };
-        if status != OK {
-            let end = err.iter().position(|b| *b == 0).unwrap_or(err.len());
-            let message = String::from_utf8_lossy(&err[..end]).into_owned();
-            return Err(FilterError::PluginFailed {
-                filter: self.name.clone(),
-                status,
-                message,
-            });
-        }
+        let state = create_state(&self.name, self.create, params)?;
         Ok(Box::new(PluginFilter {
             entry: self.clone(),
             state,
@@ -252,19 +329,7 @@ impl TransformFilter for PluginFilter {
             )
         };
         if status != OK {
-            let message = self
-                .entry
-                .last_error
-                // SAFETY: last_error returns NULL or a C string valid until the next call.
-                .map(|f| unsafe { f(self.state) })
-                .filter(|p| !p.is_null())
-                .map(|p| truncate(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()))
-                .unwrap_or_else(|| "no message (the plugin has no last_error)".into());
-            return Err(FilterError::PluginFailed {
-                filter: name.clone(),
-                status,
-                message,
-            });
+            return Err(failed(name, status, self.entry.last_error, self.state));
         }
         if let Some(e) = sink.error {
             return Err(FilterError::format(
@@ -276,6 +341,55 @@ impl TransformFilter for PluginFilter {
     }
     fn name(&self) -> &str {
         &self.entry.name
+    }
+}
+
+/// Makes a plugin filter's state from the spec's params, through its create().
+fn create_state(name: &str, create: CreateFn, params: &str) -> Result<*mut c_void, FilterError> {
+    let c_params = CString::new(params)
+        .map_err(|_| FilterError::params(name, params, "contains a NUL byte"))?;
+    let mut err = vec![0u8; 512];
+    let mut state: *mut c_void = std::ptr::null_mut();
+    // SAFETY: arguments follow the header: a C string, an out pointer, a buffer and its length.
+    let status = unsafe {
+        create(
+            c_params.as_ptr(),
+            &mut state,
+            err.as_mut_ptr().cast(),
+            err.len(),
+        )
+    };
+    if status != OK {
+        let end = err.iter().position(|b| *b == 0).unwrap_or(err.len());
+        let message = String::from_utf8_lossy(&err[..end]).into_owned();
+        return Err(FilterError::PluginFailed {
+            filter: name.to_string(),
+            status,
+            message,
+        });
+    }
+    Ok(state)
+}
+
+pub(super) type LastErrorFn = unsafe extern "C" fn(*mut c_void) -> *const c_char;
+
+/// The error of a failed call, with the plugin's last_error message if it has one.
+fn failed(
+    name: &str,
+    status: c_int,
+    last_error: Option<LastErrorFn>,
+    state: *mut c_void,
+) -> FilterError {
+    let message = last_error
+        // SAFETY: last_error returns NULL or a C string valid until the next call.
+        .map(|f| unsafe { f(state) })
+        .filter(|p| !p.is_null())
+        .map(|p| truncate(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "no message (the plugin has no last_error)".into());
+    FilterError::PluginFailed {
+        filter: name.to_string(),
+        status,
+        message,
     }
 }
 

@@ -1,6 +1,9 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
 use vargr_filter::{apply_guarded, FilterContext, Registry, TransformFilter};
 use vargr_wire::{Packet, Value};
 
@@ -76,4 +79,36 @@ pub fn run_tree(spec: &str, tree: &Tree) -> Vec<Packet> {
     }
     let mut id = 0;
     go(spec, tree, true, &mut id)
+}
+
+pub fn include_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("include")
+}
+
+/// Compiles `src` (a path or C source text) into `dir/name`.
+pub fn compile(dir: &Path, name: &str, source: Source) -> PathBuf {
+    let src = match source {
+        Source::File(p) => p,
+        Source::Text(t) => {
+            let p = dir.join(format!("{name}.c"));
+            std::fs::write(&p, t).unwrap();
+            p
+        }
+    };
+    let out = dir.join(name);
+    let status = Command::new("cc")
+        .args(["-shared", "-fPIC", "-Wall", "-Werror", "-I"])
+        .arg(include_dir())
+        .arg(&src)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run cc");
+    assert!(status.success(), "cc failed for {}", src.display());
+    out
+}
+
+pub enum Source {
+    File(PathBuf),
+    Text(&'static str),
 }

@@ -168,6 +168,19 @@ impl Router {
         self
     }
 
+    /// Test-only: this node's entry of `offsets` (ns, by node id) is added to the clock
+    /// the skew exchange reads (see [`crate::NetworkOptions::clock_offsets_ns`]).
+    pub fn with_clock_offset(self, offsets: &std::collections::BTreeMap<u32, i64>) -> Router {
+        match offsets.get(&self.node).copied().filter(|o| *o != 0) {
+            Some(off) => {
+                let read: ClockFn =
+                    Arc::new(move || vargr_trace::clock::trace_ns().saturating_add_signed(off));
+                self.with_clock(read, std::process::id(), !crate::trace::in_process())
+            }
+            None => self,
+        }
+    }
+
     /// The clock the skew exchange reads, and the process it counts as this node's
     /// (see [`ClockState::new`]); by default the trace clock and this process.
     pub fn with_clock(mut self, read_ns: ClockFn, pid: u32, adopt_alignment: bool) -> Router {

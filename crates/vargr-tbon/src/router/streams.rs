@@ -6,7 +6,9 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use rustc_hash::FxHashMap;
-use vargr_filter::{apply_guarded, FilterContext, SyncFilter, SyncMode, TransformFilter};
+use vargr_filter::{
+    apply_guarded, FilterContext, FilterError, SyncFilter, SyncMode, SyncPolicy, TransformFilter,
+};
 use vargr_net::LinkId;
 use vargr_wire::{Frame, FrameKind, Packet};
 
@@ -66,8 +68,17 @@ impl StreamState {
     }
 
     pub(super) fn aligned(&self) -> bool {
-        self.sync.mode() == SyncMode::WaitForAll && !self.passthrough
+        self.sync.aligned() && !self.passthrough
     }
+}
+
+/// Fast path: an identity up filter with don't-wait, forwarded without decoding.
+fn passthrough(up: &str, sync: &str) -> bool {
+    matches!(up, "null" | "identity") && sync.parse::<SyncMode>().ok() == Some(SyncMode::DontWait)
+}
+
+fn bad_stream(e: FilterError) -> TbonError {
+    TbonError::BadStream(e.to_string())
 }
 
 impl Router {
@@ -76,16 +87,17 @@ impl Router {
         if msg.update {
             return self.update_stream(msg, Instant::now(), out);
         }
-        let sync: SyncMode = msg
-            .sync
-            .parse()
-            .map_err(|e: vargr_filter::FilterError| TbonError::BadStream(e.to_string()))?;
         let leaf = self.backend_rank.is_some();
-        let up_spec = msg.up_for(self.is_root(), leaf);
-        let up = self
-            .registry
-            .create(up_spec)
-            .map_err(|e| TbonError::BadStream(e.to_string()))?;
+        let (root, depth) = (self.is_root(), self.depth());
+        if root {
+            // Every node's filters are made here first, so that a bad spec for any node
+            // fails the creation instead of one node's part of the stream.
+            self.check_per_node(&msg)?;
+        }
+        let sync_spec = msg.sync_at(self.node, depth, leaf);
+        let sync = self.registry.create_sync(sync_spec).map_err(bad_stream)?;
+        let up_spec = msg.up_at(self.node, depth, root, leaf);
+        let up = self.registry.create(up_spec).map_err(bad_stream)?;
         let up_collector = trace::filter_collector("up", up_spec);
         let up_at_leaf = leaf && msg.up_backend.is_some();
         let down = match &msg.down {
@@ -112,11 +124,8 @@ impl Router {
                 msg.members.len()
             )));
         }
-        let passthrough =
-            matches!(msg.up.as_str(), "null" | "identity") && matches!(sync, SyncMode::DontWait);
-        let sync_name = sync.to_string();
-        let sync_name = sync_name.split(':').next().unwrap_or("");
-        let sync_collector = vargr_trace::collector(&format!("tbon/sync/{sync_name}"));
+        let passthrough = passthrough(up_spec, sync_spec);
+        let sync_collector = vargr_trace::collector(&format!("tbon/sync/{}", sync.name()));
         let down_collector = msg
             .down
             .as_deref()
@@ -126,8 +135,11 @@ impl Router {
             out.send(self.children[ci].link, bytes.clone());
         }
         self.deliveries.streams.entry(msg.id).or_default();
+        let deadline = msg.wave_deadline_ms.map(std::time::Duration::from_millis);
         let st = StreamState {
-            sync: SyncFilter::new(sync, child_slots.len()),
+            sync: SyncFilter::with_policy(sync, child_slots.len())
+                .at(self.node, msg.id)
+                .with_deadline(deadline),
             child_slots,
             up: Some(up),
             up_at_leaf,
@@ -155,20 +167,25 @@ impl Router {
         now: Instant,
         out: &mut dyn Out,
     ) -> Result<(), TbonError> {
+        let (node, depth) = (self.node, self.depth());
         let st = self
             .streams
             .get_mut(&msg.id)
             .ok_or(TbonError::NoStream(msg.id))?;
-        let bad = |e: vargr_filter::FilterError| TbonError::BadStream(e.to_string());
+        let bad = bad_stream;
         // Everything is checked before anything changes: a bad spec leaves the stream as
         // it was, at every node.
-        let sync: SyncMode = msg.sync.parse().map_err(bad)?;
         let (root, leaf) = (
             self.parent.is_none() && self.orphan.is_none(),
             self.backend_rank.is_some(),
         );
-        let up_spec = msg.up_for(root, leaf).to_string();
-        let up = (up_spec != st.open.up_for(root, leaf))
+        let sync_spec = msg.sync_at(node, depth, leaf).to_string();
+        let sync: Option<Box<dyn SyncPolicy>> = (sync_spec != st.open.sync_at(node, depth, leaf))
+            .then(|| self.registry.create_sync(&sync_spec))
+            .transpose()
+            .map_err(bad)?;
+        let up_spec = msg.up_at(node, depth, root, leaf).to_string();
+        let up = (up_spec != st.open.up_at(node, depth, root, leaf))
             .then(|| self.registry.create(&up_spec))
             .transpose()
             .map_err(bad)?;
@@ -188,9 +205,10 @@ impl Router {
                 .map_or(0, |d| trace::filter_collector("down", d));
             st.down = d;
         }
-        st.sync.set_mode(sync);
-        st.passthrough =
-            matches!(msg.up.as_str(), "null" | "identity") && matches!(sync, SyncMode::DontWait);
+        if let Some(p) = sync {
+            st.sync.set_policy(p);
+        }
+        st.passthrough = passthrough(&up_spec, &sync_spec);
         // The members and the mode of delivery are the stream's own: only filters change.
         msg.members = std::mem::take(&mut st.open.members);
         msg.latest = st.open.latest;
@@ -464,6 +482,21 @@ impl Router {
     }
 
     pub(super) fn run_waves(&mut self, stream: u32, waves: Vec<Vec<Packet>>, out: &mut dyn Out) {
+        // Every change to a sync filter ends here: report what went wrong in it first,
+        // so a receiver sees why the next wave is early or partial.
+        let (node, depth) = (self.node, self.depth());
+        let fault = self.streams.get_mut(&stream).and_then(|st| {
+            let e = st.sync.take_fault()?;
+            Some(FaultMsg::Filter {
+                stream,
+                node,
+                filter: st.open.sync_at(node, depth, false).to_string(),
+                reason: e.to_string(),
+            })
+        });
+        if let Some(f) = fault {
+            self.report(f, out);
+        }
         if waves.is_empty() {
             return;
         }
@@ -500,7 +533,7 @@ impl Router {
                     faults.push(FaultMsg::Filter {
                         stream,
                         node: self.node,
-                        filter: st.open.up.clone(),
+                        filter: st.open.up_at(node, depth, is_root, false).to_string(),
                         reason: e.to_string(),
                     });
                 }
@@ -575,6 +608,27 @@ impl Router {
             .values()
             .filter_map(|s| s.sync.poll_timeout())
             .min()
+    }
+
+    /// This node's depth: the front-end is 0, its children 1, ...
+    pub(super) fn depth(&self) -> u32 {
+        u32::try_from(self.ancestors.len()).unwrap_or(u32::MAX)
+    }
+
+    /// Makes (and drops) every filter the stream's per-node rules name, so that a bad
+    /// spec fails at the front-end, naming the rule.
+    fn check_per_node(&self, msg: &StreamOpenMsg) -> Result<(), TbonError> {
+        for r in &msg.per_node {
+            let fail =
+                |e: FilterError| TbonError::BadStream(format!("the filters for {:?}: {e}", r.at));
+            if let Some(u) = &r.up {
+                self.registry.create(u).map_err(fail)?;
+            }
+            if let Some(s) = &r.sync {
+                self.registry.create_sync(s).map_err(fail)?;
+            }
+        }
+        Ok(())
     }
 
     pub fn stream_members(&self, id: u32) -> Option<&[u32]> {

@@ -668,6 +668,8 @@ impl Sim {
             update: false,
             up_backend: None,
             up_frontend: None,
+            per_node: Vec::new(),
+            wave_deadline_ms: None,
         })
     }
 

@@ -167,6 +167,8 @@ fn latest_mode_keeps_each_back_ends_newest_for_a_late_reader() {
         update: false,
         up_backend: None,
         up_frontend: None,
+        per_node: Vec::new(),
+        wave_deadline_ms: None,
     })
     .unwrap();
     for i in 0..50 {
