@@ -29,7 +29,11 @@ use crate::Programs;
 /// The delays the seed counts, in ms.
 const DELAYS_MS: [f64; 4] = [1.0, 5.0, 10.0, 30.0];
 
+/// One rank per site by default: the seed's sorting threads each had a CPU, and on two
+/// cores more ranks would measure time slicing rather than noise.
 #[derive(Args, Clone)]
+#[command(mut_arg("ranks", |a| a.default_value("3")))]
+#[command(mut_arg("ranks_per_process", |a| a.default_value("1")))]
 pub struct NoiseBenchArgs {
     #[command(flatten)]
     job: JobArgs,

@@ -14,7 +14,6 @@
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::cond_inputs::{Input, TraceArgs, Workload};
@@ -149,13 +148,7 @@ pub struct WanRankArgs {
 /// The rank side: runs the loop and has rank 0 print the record.
 pub fn rank(a: WanRankArgs) -> Result<()> {
     let job = vargr_config::join_job()?;
-    let work = Arc::new(Workload::new(
-        a.input,
-        job.size(),
-        a.sites as usize,
-        &a.trace,
-        a.iters,
-    )?);
+    let work = Workload::new(a.input, job.size(), a.sites as usize, &a.trace, a.iters)?;
     let compute = (a.compute_ms > 0.0).then(|| Duration::from_secs_f64(a.compute_ms / 1e3));
     let results = job.run(|c| {
         let r = c.rank();
@@ -174,11 +167,7 @@ pub fn rank(a: WanRankArgs) -> Result<()> {
         let mut sorter = compute.map(|t| Sorter::calibrated(t, r as u64));
         c.barrier()?;
         let mut times = Vec::with_capacity(a.iters as usize);
-        let mut computes = Vec::with_capacity(if compute.is_some() {
-            times.capacity()
-        } else {
-            0
-        });
+        let mut computes = Vec::new();
         let mut local = 0u64;
         let t0 = Instant::now();
         for i in 0..a.iters {
