@@ -7,11 +7,14 @@
 //! system noise, as the number of iterations in which at least one rank's sort took more
 //! than 1, 5, 10 or 30 ms longer than that rank's average (the seed's §VI-A counts).
 //!
-//! Readings of the seed: "tuned to take 30 ms" is done by every rank at once before the
-//! loop, so on shared cores the length fits the speed the ranks actually get; "compared
-//! to the average computation time" is each rank's own mean, which the seed's footnote
-//! uses to leave out hosts that are slow throughout. The ranks run as `vargr bench wan`'s
-//! rank program with `--compute-ms`.
+//! Readings of the seed: "tuned to take 30 ms" is done once, by the driver, with as many
+//! threads tuning at once as the job has ranks (on shared cores the length then fits the
+//! speed the ranks get), and every run sorts that many integers, so runs do the same
+//! work; "compared to the average computation time" is each rank's own mean, which the
+//! seed's footnote uses to leave out hosts that are slow throughout. The machine's load
+//! changes between runs, so the configurations run in turn for `--rounds` rounds and the
+//! table gives medians. The ranks run as `vargr bench wan`'s rank program with
+//! `--sort-len`.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -23,7 +26,7 @@ use rand::{RngExt, SeedableRng};
 use serde::{Deserialize, Serialize};
 
 use crate::cond_inputs::Input;
-use crate::wan::{tree_mean, Config, JobArgs, Mode, WanRecord};
+use crate::wan::{Config, JobArgs, Mode, WanRecord};
 use crate::Programs;
 
 /// The delays the seed counts, in ms.
@@ -50,16 +53,30 @@ pub struct NoiseBenchArgs {
     /// whole, as many times as come closest to it.
     #[arg(long, default_value_t = 500)]
     iters: u64,
+    /// Rounds: every configuration runs once per round, in turn; the table gives medians.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
     /// Write the records here (default bench/results/coll-noise.json).
     #[arg(long)]
     json: Option<PathBuf>,
 }
 
+/// The work between calls: a sort of `sort_len` integers, tuned to take `target_ms`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Work {
+    pub target_ms: f64,
+    pub sort_len: usize,
+}
+
 /// What the sorting between calls did.
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct NoiseStats {
-    /// The time each sort was tuned to.
+    /// The time each sort was tuned to, and its length.
     pub compute_target_ms: f64,
+    pub sort_len: usize,
+    /// Which round of the driver's this run was.
+    #[serde(default)]
+    pub round: u32,
     /// Mean over ranks and iterations of one sort.
     pub compute_mean_ms: f64,
     /// Wall time of the slowest rank's loop.
@@ -77,7 +94,7 @@ pub struct Delayed {
 
 impl NoiseStats {
     /// From every rank's sort times in µs (`n` per rank, rank after rank).
-    pub fn new(target: Duration, computes_us: &[f64], n: usize, total_us: f64) -> NoiseStats {
+    pub fn new(work: Work, computes_us: &[f64], n: usize, total_us: f64) -> NoiseStats {
         let ranks = computes_us.len() / n.max(1);
         let rank = |q: usize| &computes_us[q * n..(q + 1) * n];
         let means: Vec<f64> = (0..ranks)
@@ -92,7 +109,9 @@ impl NoiseStats {
             })
             .collect();
         NoiseStats {
-            compute_target_ms: target.as_secs_f64() * 1e3,
+            compute_target_ms: work.target_ms,
+            sort_len: work.sort_len,
+            round: 0,
             compute_mean_ms: means.iter().sum::<f64>() / ranks.max(1) as f64 / 1e3,
             total_s: total_us / 1e6,
             delayed: DELAYS_MS
@@ -113,7 +132,7 @@ pub struct Sorter {
 }
 
 impl Sorter {
-    fn new(len: usize, seed: u64) -> Sorter {
+    pub fn new(len: usize, seed: u64) -> Sorter {
         let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
         let data: Vec<u32> = (0..len).map(|_| rng.random()).collect();
         Sorter {
@@ -124,7 +143,7 @@ impl Sorter {
 
     /// A list whose sort takes about `target` here and now: the length is scaled by
     /// the median of three timed sorts until one lands within 5 % (at most 12 rounds).
-    pub fn calibrated(target: Duration, seed: u64) -> Sorter {
+    fn calibrated(target: Duration, seed: u64) -> Sorter {
         let mut s = Sorter::new(1 << 12, seed);
         for _ in 0..12 {
             let mut t: Vec<f64> = (0..3).map(|_| s.timed().as_secs_f64()).collect();
@@ -153,6 +172,22 @@ impl Sorter {
     }
 }
 
+/// The sort length for all runs: `threads` tune at once, as the ranks will sort at once;
+/// the median of their lengths.
+fn calibrate(target: Duration, threads: usize) -> usize {
+    let mut lens: Vec<usize> = std::thread::scope(|s| {
+        let tuning: Vec<_> = (0..threads.max(1))
+            .map(|t| s.spawn(move || Sorter::calibrated(target, t as u64).data.len()))
+            .collect();
+        tuning
+            .into_iter()
+            .map(|h| h.join().expect("a tuning thread panicked"))
+            .collect()
+    });
+    lens.sort_unstable();
+    lens[lens.len() / 2]
+}
+
 pub fn run(a: NoiseBenchArgs, programs: &Programs) -> Result<()> {
     a.job.check()?;
     let mut runs: Vec<Config> = [Mode::OneSite, Mode::Tree, Mode::Magpie]
@@ -171,15 +206,46 @@ pub fn run(a: NoiseBenchArgs, programs: &Programs) -> Result<()> {
             iters,
         });
     }
-    let records = a.job.run_all(programs, &a.modes, &runs, a.compute_ms)?;
+    let target = Duration::from_secs_f64(a.compute_ms / 1e3);
+    let work = Work {
+        target_ms: a.compute_ms,
+        sort_len: calibrate(target, a.job.ranks as usize),
+    };
+    eprintln!(
+        "sorting {} integers per iteration (tuned to {} ms)",
+        work.sort_len, a.compute_ms
+    );
+    let mut records = Vec::new();
+    for round in 0..a.rounds.max(1) {
+        eprintln!("round {} of {}", round + 1, a.rounds.max(1));
+        for (label, mut r) in a.job.run_all(programs, &a.modes, &runs, Some(work))? {
+            if let Some(n) = &mut r.noise {
+                n.round = round;
+            }
+            records.push((label, r));
+        }
+    }
     print_table(&records);
     let recs: Vec<&WanRecord> = records.iter().map(|(_, r)| r).collect();
     crate::tree::write_records(a.json.as_deref(), "coll-noise.json", &recs)?;
     Ok(())
 }
 
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    crate::tree::percentile(&v, 50.0)
+}
+
+/// One row per configuration: medians over the rounds; "vs tree" is the median of each
+/// round's ratio, so a change of load between rounds cancels out.
 fn print_table(records: &[(&str, WanRecord)]) {
-    let tree = tree_mean(records, "best");
+    let round = |r: &WanRecord| r.noise.as_ref().map_or(0, |n| n.round);
+    let tree = |k: u32| {
+        records
+            .iter()
+            .find(|(_, r)| r.algorithm == "hierarchical:tree" && round(r) == k)
+            .map(|(_, r)| r.mean_us)
+    };
     let head: Vec<String> = DELAYS_MS.iter().map(|d| format!(">{d}ms")).collect();
     println!(
         "\n{:<24} {:>11} {:>6} {:>9} {:>10} {:>7} {:>7} {:>7} {:>7} {:>16}  vs tree",
@@ -194,25 +260,37 @@ fn print_table(records: &[(&str, WanRecord)]) {
         head[3],
         "local per site",
     );
-    for (label, r) in records {
-        let Some(n) = &r.noise else { continue };
-        let d: Vec<u64> = n.delayed.iter().map(|d| d.iterations).collect();
+    let first: Vec<&(&str, WanRecord)> = records.iter().filter(|(_, r)| round(r) == 0).collect();
+    for (label, r0) in first {
+        let same: Vec<&WanRecord> = records
+            .iter()
+            .map(|(_, r)| r)
+            .filter(|r| r.algorithm == r0.algorithm && r.input == r0.input && r.sites == r0.sites)
+            .collect();
+        let stat = |f: &dyn Fn(&WanRecord) -> Option<f64>| {
+            median(same.iter().filter_map(|r| f(r)).collect())
+        };
+        let delayed: Vec<f64> = (0..DELAYS_MS.len())
+            .map(|i| stat(&|r| r.noise.as_ref().map(|n| n.delayed[i].iterations as f64)))
+            .collect();
+        let vs_tree = (r0.sites > 1 && r0.algorithm != "hierarchical:tree")
+            .then(|| stat(&|r| tree(round(r)).map(|t| t / r.mean_us)))
+            .filter(|x| x.is_finite());
         println!(
             "{:<24} {:>11} {:>6} {:>9.2} {:>10.2} {:>7} {:>7} {:>7} {:>7} {:>16}  {}",
             label,
-            r.input,
-            r.iterations,
-            r.mean_us / 1e3,
-            n.compute_mean_ms,
-            d[0],
-            d[1],
-            d[2],
-            d[3],
-            r.decided_locally_by_site
+            r0.input,
+            r0.iterations,
+            stat(&|r| Some(r.mean_us / 1e3)),
+            stat(&|r| r.noise.as_ref().map(|n| n.compute_mean_ms)),
+            delayed[0],
+            delayed[1],
+            delayed[2],
+            delayed[3],
+            r0.decided_locally_by_site
                 .as_ref()
                 .map_or("-".to_string(), |l| format!("{l:?}")),
-            tree.filter(|_| r.sites > 1 && r.algorithm != "hierarchical:tree")
-                .map_or(String::new(), |t| format!("{:.2}× faster", t / r.mean_us)),
+            vs_tree.map_or(String::new(), |x| format!("{x:.2}× faster")),
         );
     }
 }
@@ -229,7 +307,11 @@ mod tests {
             30_000.0, 36_000.0, 30_000.0, 30_000.0, 30_000.0, //
             40_000.0, 40_000.0, 52_000.0, 40_000.0, 40_000.0,
         ];
-        let s = NoiseStats::new(Duration::from_millis(30), &computes, 5, 400_000.0);
+        let work = Work {
+            target_ms: 30.0,
+            sort_len: 1000,
+        };
+        let s = NoiseStats::new(work, &computes, 5, 400_000.0);
         let counts: Vec<(f64, u64)> = s
             .delayed
             .iter()

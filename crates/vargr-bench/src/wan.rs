@@ -8,16 +8,16 @@
 //!
 //! Each configuration is one `vargr run` job; every rank times each iteration, rank 0
 //! gathers the times and each site's count of tests it settled alone, prints one JSON
-//! record, and the driver prints the table. With `--compute-ms` the ranks sort before
+//! record, and the driver prints the table. With `--sort-len` the ranks sort before
 //! each call: that is the seed's noise-allreduce benchmark, driven by `vargr bench
 //! noise` ([`crate::noise`]).
 
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::cond_inputs::{Input, TraceArgs, Workload};
-use crate::noise::{NoiseStats, Sorter};
+use crate::noise::{NoiseStats, Sorter, Work};
 use crate::sor::{sor, ConvergenceTest, SorConfig};
 use crate::Programs;
 use anyhow::{bail, Context, Result};
@@ -140,7 +140,10 @@ pub struct WanRankArgs {
     wan_rtt_ms: f64,
     #[arg(long, default_value_t = 1)]
     sites: u32,
-    /// Sort for this long before each call (noise-allreduce); 0: no work between calls.
+    /// Integers to sort before each call (noise-allreduce); 0: no work between calls.
+    #[arg(long, default_value_t = 0)]
+    sort_len: usize,
+    /// The time the sort was tuned to (recorded).
     #[arg(long, default_value_t = 0.0)]
     compute_ms: f64,
 }
@@ -149,7 +152,10 @@ pub struct WanRankArgs {
 pub fn rank(a: WanRankArgs) -> Result<()> {
     let job = vargr_config::join_job()?;
     let work = Workload::new(a.input, job.size(), a.sites as usize, &a.trace, a.iters)?;
-    let compute = (a.compute_ms > 0.0).then(|| Duration::from_secs_f64(a.compute_ms / 1e3));
+    let compute = (a.sort_len > 0).then_some(Work {
+        target_ms: a.compute_ms,
+        sort_len: a.sort_len,
+    });
     let results = job.run(|c| {
         let r = c.rank();
         let alg = match a.mode.as_str() {
@@ -162,9 +168,7 @@ pub fn rank(a: WanRankArgs) -> Result<()> {
         } else {
             None
         };
-        // Every rank tunes its sort at once, so the length fits the shared cores.
-        c.barrier()?;
-        let mut sorter = compute.map(|t| Sorter::calibrated(t, r as u64));
+        let mut sorter = compute.map(|w| Sorter::new(w.sort_len, r as u64));
         c.barrier()?;
         let mut times = Vec::with_capacity(a.iters as usize);
         let mut computes = Vec::new();
@@ -249,7 +253,7 @@ pub fn rank(a: WanRankArgs) -> Result<()> {
                 mean_us: slowest_total / n.max(1) as f64,
                 decided_locally: is_cond.then_some(local),
                 decided_locally_by_site: is_cond.then_some(by_site),
-                noise: compute.map(|t| NoiseStats::new(t, &all_computes, n, slowest_total)),
+                noise: compute.map(|w| NoiseStats::new(w, &all_computes, n, slowest_total)),
             }
         }))
     })?;
@@ -306,7 +310,7 @@ impl JobArgs {
     }
 
     /// Runs one configuration as a `vargr run` job and returns rank 0's record.
-    pub fn run(&self, programs: &Programs, c: &Config, compute_ms: f64) -> Result<WanRecord> {
+    pub fn run(&self, programs: &Programs, c: &Config, work: Option<Work>) -> Result<WanRecord> {
         let (vargr, bench) = (programs.vargr()?, programs.bench());
         let (label, mode) = c.mode.names();
         let sites = if c.mode == Mode::OneSite {
@@ -331,7 +335,11 @@ impl JobArgs {
             .args(["--grid-seed", &self.trace.grid_seed.to_string()])
             .args(["--sites", &sites.to_string()])
             .args(["--wan-rtt-ms", &rtt_ms.to_string()])
-            .args(["--compute-ms", &compute_ms.to_string()]);
+            .args([
+                "--compute-ms",
+                &work.map_or(0.0, |w| w.target_ms).to_string(),
+            ])
+            .args(["--sort-len", &work.map_or(0, |w| w.sort_len).to_string()]);
         let input = c.input.name();
         eprintln!(
             "running: {label}, {input} input, {} iterations ...",
@@ -370,11 +378,11 @@ impl JobArgs {
         programs: &Programs,
         modes: &[Mode],
         runs: &[Config],
-        compute_ms: f64,
+        work: Option<Work>,
     ) -> Result<Vec<(&'static str, WanRecord)>> {
         runs.iter()
             .filter(|c| modes.contains(&c.mode))
-            .map(|c| Ok((c.mode.names().0, self.run(programs, c, compute_ms)?)))
+            .map(|c| Ok((c.mode.names().0, self.run(programs, c, work)?)))
             .collect()
     }
 }
@@ -400,7 +408,7 @@ pub fn run(a: WanBenchArgs, programs: &Programs) -> Result<()> {
             runs.push(Config { mode, input, iters });
         }
     }
-    let records = a.job.run_all(programs, &a.modes, &runs, 0.0)?;
+    let records = a.job.run_all(programs, &a.modes, &runs, None)?;
     print_table(&records);
     let recs: Vec<&WanRecord> = records.iter().map(|(_, r)| r).collect();
     crate::tree::write_records(a.json.as_deref(), "coll-wan.json", &recs)?;

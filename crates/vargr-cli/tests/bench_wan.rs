@@ -182,6 +182,8 @@ fn bench_noise_sorts_between_calls_and_counts_late_iterations() {
         "best,worst,sor",
         "--modes",
         "tree,cond",
+        "--rounds",
+        "2",
     ]);
     let names: Vec<(&str, &str)> = records
         .iter()
@@ -192,21 +194,27 @@ fn bench_noise_sorts_between_calls_and_counts_late_iterations() {
             )
         })
         .collect();
-    // `sor` is the old name of frosty.
-    assert_eq!(
-        names,
-        [
-            ("hierarchical:tree", "best"),
-            ("cond_allreduce", "best"),
-            ("cond_allreduce", "worst"),
-            ("cond_allreduce", "frosty"),
-        ]
-    );
-    for r in &records {
+    // Two rounds of the same runs; `sor` is the old name of frosty.
+    let round = [
+        ("hierarchical:tree", "best"),
+        ("cond_allreduce", "best"),
+        ("cond_allreduce", "worst"),
+        ("cond_allreduce", "frosty"),
+    ];
+    assert_eq!(names, [round, round].concat());
+    // Every run sorts the same list, tuned once.
+    let len = records[0]["noise"]["sort_len"].as_u64().unwrap();
+    assert!(len > 0);
+    for (i, r) in records.iter().enumerate() {
         check(r, "noise-allreduce");
         let n = &r["noise"];
         let iters = r["iterations"].as_u64().unwrap();
         assert_eq!(n["compute_target_ms"], 1.0, "{r}");
+        assert_eq!(
+            (n["sort_len"].as_u64(), n["round"].as_u64()),
+            (Some(len), Some(i as u64 / 4)),
+            "{r}"
+        );
         assert!(n["compute_mean_ms"].as_f64().unwrap() > 0.0, "{r}");
         // The loop's wall time covers every iteration's mean.
         let total_us = n["total_s"].as_f64().unwrap() * 1e6;
