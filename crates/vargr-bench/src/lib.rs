@@ -9,6 +9,7 @@ mod codec;
 mod coll;
 mod coll_check;
 mod coll_rank;
+pub mod cond_inputs;
 mod dedup;
 mod emu;
 mod ffi;
@@ -16,6 +17,7 @@ mod io;
 mod job_check;
 mod link;
 mod mpi_shim;
+mod noise;
 mod procs;
 mod skew;
 mod sor;
@@ -89,8 +91,12 @@ enum Cmd {
     /// Collective I/O: the seed's workloads by two-phase, LA-Two-Phase (with and without
     /// compression) on emulated hosts, against Open MPI's ROMIO and OMPIO.
     Io(io::BenchIoArgs),
-    /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce.
+    /// Multi-site gsum over an emulated WAN: hierarchical tree, MagPIe and cond_allreduce
+    /// on the seed's inputs (best, worst, frosty, tridiagonal, random).
     Wan(wan::WanBenchArgs),
+    /// The seed's noise-allreduce benchmark: sorting between WAN allreduces, system noise
+    /// counted, with the tree, MagPIe and cond_allreduce on the seed's inputs.
+    Noise(noise::NoiseBenchArgs),
     /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
     Sor(wan::SorBenchArgs),
     /// Cost of the always-on collectors: per call, and on gsum and compute-gsum.
@@ -184,6 +190,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Coll(a) => coll::run(a, programs),
         Cmd::Io(a) => io::bench(a, programs),
         Cmd::Wan(a) => wan::run(a, programs),
+        Cmd::Noise(a) => noise::run(a, programs),
         Cmd::Sor(a) => wan::sor_bench(a, programs),
         Cmd::Trace(a) => trace::run(a, programs),
         Cmd::Codec(a) => codec::run(a, programs),

@@ -7,10 +7,26 @@
 //! solver, and so that the claim "conditional allreduce does not change the
 //! application's result" is checked on the application, not on synthetic inputs.
 
+use rand::rngs::Xoshiro256PlusPlus;
+use rand::{RngExt, SeedableRng};
 use vargr_coll::{Comm, CondOp, Op, Predicate, Result};
 
-/// The problem: a `side × side` grid with a fixed hot top row, the rest cold (the seed's
-/// *frosty* data set, shrunk), relaxed until the sum of changes drops below `epsilon`.
+/// The seed's three SOR data sets (000 ch. 7.3 V-B), as the grid's starting values. The
+/// outermost rows and columns are the fixed boundary; SOR relaxes the rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SorData {
+    /// *frosty*: the top row `hot` (the surface of a blue star), the rest `cold`
+    /// (absolute zero).
+    Frosty,
+    /// *tridiagonal* (the seed's name; its text says the main diagonal and three
+    /// diagonals on either side): those seven diagonals random in [0, 10000), the rest 0.
+    Tridiagonal { seed: u64 },
+    /// *random*: every element random in [0, 10000).
+    Random { seed: u64 },
+}
+
+/// The problem: a `side × side` grid started from `data` (frosty by default, the seed's
+/// data sets shrunk), relaxed until the sum of changes drops below `epsilon`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SorConfig {
     pub side: usize,
@@ -19,6 +35,36 @@ pub struct SorConfig {
     pub max_iterations: u64,
     pub hot: f64,
     pub cold: f64,
+    pub data: SorData,
+}
+
+/// The whole starting grid, row-major, `side.max(3)` square. Random values come from a
+/// seeded generator over the whole grid, so every rank count starts from the same grid.
+pub fn initial_grid(cfg: &SorConfig) -> Vec<f64> {
+    let n = cfg.side.max(3);
+    match cfg.data {
+        SorData::Frosty => {
+            let mut g = vec![cfg.cold; n * n];
+            g[..n].fill(cfg.hot);
+            g
+        }
+        SorData::Tridiagonal { seed } | SorData::Random { seed } => {
+            let mut rng = Xoshiro256PlusPlus::seed_from_u64(seed);
+            let band = matches!(cfg.data, SorData::Tridiagonal { .. });
+            (0..n * n)
+                .map(|at| {
+                    let (i, j) = (at / n, at % n);
+                    // Draw for every element so both sets share one sequence per seed.
+                    let x = rng.random_range(0.0..10_000.0);
+                    if band && i.abs_diff(j) > 3 {
+                        0.0
+                    } else {
+                        x
+                    }
+                })
+                .collect()
+        }
+    }
 }
 
 impl Default for SorConfig {
@@ -30,6 +76,7 @@ impl Default for SorConfig {
             max_iterations: 100_000,
             hot: 27_760.0,
             cold: -273.15,
+            data: SorData::Frosty,
         }
     }
 }
@@ -65,10 +112,7 @@ pub fn sor(comm: &Comm, cfg: &SorConfig, test: ConvergenceTest) -> Result<SorRes
     let hi = 1 + interior * (r + 1) / p;
     let rows = hi - lo;
     // Local rows plus one ghost row above and below.
-    let mut g = vec![cfg.cold; (rows + 2) * n];
-    if lo == 1 {
-        g[..n].fill(cfg.hot);
-    }
+    let mut g = initial_grid(cfg)[(lo - 1) * n..(hi + 1) * n].to_vec();
     let mut cond = match test {
         ConvergenceTest::Conditional => {
             Some(comm.conditional(CondOp::Sum, Predicate::GreaterEq, cfg.epsilon)?)
