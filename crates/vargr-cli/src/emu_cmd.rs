@@ -39,6 +39,11 @@ pub struct EmuArgs {
     /// Seed for the jitter.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run the relay at the normal priority. By default it asks for real-time
+    /// scheduling (SCHED_FIFO, when the user may), so that the programs it serves
+    /// cannot delay its deliveries on a loaded machine.
+    #[arg(long)]
+    no_realtime: bool,
 }
 
 fn resolve(what: &str, s: &str) -> Result<SocketAddr> {
@@ -88,6 +93,7 @@ pub fn run(a: EmuArgs) -> Result<()> {
     };
     let mut cfg = RelayConfig::new(listen, connect, spec);
     cfg.seed = a.seed;
+    cfg.realtime = !a.no_realtime;
     if a.per_connection {
         cfg.sharing = Sharing::PerConnection;
     }

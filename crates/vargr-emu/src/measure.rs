@@ -1,9 +1,9 @@
 //! How close the relay comes to the link it promises, measured on loopback.
 //!
 //! The issue's targets are those of the seed's evaluation: ping-pong latency within 2 %
-//! (or 100 µs) of the configured value, bulk throughput within 3 % of the configured
-//! bandwidth, and the same latency with 2 and with 40 concurrent connections (seed figure
-//! 7). [`measure`] runs a relay in front of a local echo/sink server and reports those
+//! of the configured value (issue 30 asks it for one-way latencies of 1 ms and more),
+//! bulk throughput within 3 % of the configured bandwidth, and the same latency with 2
+//! and with 40 concurrent connections (seed figure 7). [`measure`] runs a relay in front of a local echo/sink server and reports those
 //! numbers; `examples/accuracy.rs` prints them as JSON. It is a benchmark, not a test: the
 //! numbers depend on the machine's load, so nothing here fails on a miss.
 //!
@@ -14,9 +14,12 @@
 //! Part of any measured error belongs to the host, not the emulator: a thread (and, in a
 //! virtual machine, a whole virtual CPU) that has waited milliseconds for a message takes
 //! tens of microseconds to wake when it comes, which a real WAN's receiver pays too. So
-//! each run also measures that cost straight to the server, without the relay, with the
-//! server holding each message for the link's latency so both ends idle as long as they
-//! do behind the relay; [`LatencyResult::emulator_error_pct`] subtracts it.
+//! each client also measures that cost straight to the server, without the relay, with
+//! the server holding each message for the link's latency so both ends idle as long as
+//! they do behind the relay, alternating with the relayed ping-pong round by round so
+//! both meet the same load; [`LatencyResult::emulator_error_pct`] subtracts it. The
+//! relay's own account of how late it wrote each segment ([`RelayStats`]) is the
+//! emulator's error without the host's part.
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -94,14 +97,14 @@ pub struct LatencyResult {
     pub max: Duration,
     /// `(mean - expected) / expected`, in percent.
     pub error_pct: f64,
-    /// Whether the mean is within 2 % or 100 µs of the expected value.
+    /// Whether the mean is within 2 % of the expected value.
     pub within_target: bool,
     /// The host's own mean one-way time for a message after idling about as long as the
     /// latency (measured without the relay; see the [module docs](self)).
     pub host_overhead: Duration,
     /// `(mean - host_overhead - expected) / expected`, in percent: the emulator's share.
     pub emulator_error_pct: f64,
-    /// Whether the emulator's share is within 2 % or 100 µs.
+    /// Whether the emulator's share is within 2 %.
     pub emulator_within_target: bool,
 }
 
@@ -170,7 +173,7 @@ impl AccuracyReport {
         };
         format!(
             "{{\"latency_one_way\":\"{}\",\"bandwidth\":\"{}\",\"jitter\":\"{}\",\
-             \"pingpong\":[{}],\"throughput\":{},\"relay\":{{\"deliveries\":{},\
+             \"pingpong\":[{}],\"throughput\":{},\"relay\":{{\"realtime\":{},\"deliveries\":{},\
              \"lateness_mean_us\":{:.1},\"lateness_p50_below_us\":{:.0},\
              \"lateness_p99_below_us\":{:.0},\"lateness_max_us\":{:.1}}}}}",
             fmt_duration(self.profile.latency),
@@ -178,6 +181,7 @@ impl AccuracyReport {
             fmt_duration(self.profile.jitter),
             latency.join(","),
             throughput,
+            self.relay.realtime,
             self.relay.deliveries,
             us(self.relay.lateness_mean()),
             us(self.relay.lateness_quantile(0.5)),
@@ -205,8 +209,7 @@ pub fn measure(cfg: &MeasureConfig) -> Result<AccuracyReport, EmuError> {
     let result = (|| -> io::Result<_> {
         let mut latency = Vec::new();
         for &n in &cfg.connections {
-            let host = ping_pong(server.addr, cfg, n, Some(cfg.profile.latency))?;
-            let relayed = ping_pong(addr, cfg, n, None)?;
+            let (host, relayed) = ping_pong(server.addr, addr, cfg, n)?;
             latency.push(latency_result(cfg, n, &relayed, mean(&host)));
         }
         let throughput = match cfg.profile.bandwidth_bits_per_s {
@@ -229,63 +232,71 @@ pub fn measure(cfg: &MeasureConfig) -> Result<AccuracyReport, EmuError> {
 }
 
 /// One-way times (half round trips) of `cfg.rounds` ping-pongs on each of `n` concurrent
-/// connections to `addr`. With `hold`, the server keeps each message that long and the
-/// time it really held it is left out.
+/// connections through the relay at `relay`, and as many straight to the server at
+/// `direct`, which holds each message for the link's latency (the time it really held
+/// it is left out), so that both ends idle as long as behind the relay. Each client
+/// alternates the two, round by round, so that both see the machine in the same state:
+/// the host's share is measured beside the relay's, not before it. Both sorted.
 fn ping_pong(
-    addr: SocketAddr,
+    direct: SocketAddr,
+    relay: SocketAddr,
     cfg: &MeasureConfig,
     n: usize,
-    hold: Option<Duration>,
-) -> io::Result<Vec<Duration>> {
+) -> io::Result<(Vec<Duration>, Vec<Duration>)> {
     let barrier = Arc::new(Barrier::new(n));
     let rounds = cfg.rounds;
-    let size = if hold.is_some() {
-        cfg.message_bytes.max(8)
-    } else {
-        cfg.message_bytes.max(1)
-    };
-    let clients: Vec<JoinHandle<io::Result<Vec<Duration>>>> = (0..n)
+    let hold = cfg.profile.latency;
+    type Samples = (Vec<Duration>, Vec<Duration>);
+    let clients: Vec<JoinHandle<io::Result<Samples>>> = (0..n)
         .map(|_| {
             let barrier = barrier.clone();
+            let size = cfg.message_bytes;
             thread::spawn(move || {
-                let mut s = TcpStream::connect(addr)?;
-                s.set_nodelay(true)?;
-                let mut msg = vec![0x5a; size];
-                match hold {
-                    Some(h) => {
-                        s.write_all(&[HOLD])?;
-                        s.write_all(&(size as u32).to_le_bytes())?;
-                        msg[..8].copy_from_slice(&(h.as_nanos() as u64).to_le_bytes());
-                    }
-                    None => s.write_all(&[ECHO])?,
-                }
-                let mut back = vec![0; size];
+                let mut held = TcpStream::connect(direct)?;
+                held.set_nodelay(true)?;
+                let held_size = size.max(8);
+                held.write_all(&[HOLD])?;
+                held.write_all(&(held_size as u32).to_le_bytes())?;
+                let mut held_msg = vec![0x5a; held_size];
+                held_msg[..8].copy_from_slice(&(hold.as_nanos() as u64).to_le_bytes());
+                let mut relayed = TcpStream::connect(relay)?;
+                relayed.set_nodelay(true)?;
+                relayed.write_all(&[ECHO])?;
+                let msg = vec![0x5a; size.max(1)];
+                let mut back = vec![0; held_size.max(msg.len())];
                 // Start together so the connections really overlap.
                 barrier.wait();
-                let mut samples = Vec::with_capacity(rounds);
+                let (mut host, mut through) =
+                    (Vec::with_capacity(rounds), Vec::with_capacity(rounds));
                 for round in 0..WARMUP_ROUNDS + rounds {
                     let t = Instant::now();
-                    s.write_all(&msg)?;
-                    s.read_exact(&mut back)?;
-                    let mut rtt = t.elapsed();
-                    if hold.is_some() {
-                        let held = u64::from_le_bytes(back[..8].try_into().expect("8 bytes"));
-                        rtt = rtt.saturating_sub(Duration::from_nanos(held));
-                    }
+                    held.write_all(&held_msg)?;
+                    held.read_exact(&mut back[..held_size])?;
+                    let rtt = t.elapsed();
+                    let spent = u64::from_le_bytes(back[..8].try_into().expect("8 bytes"));
+                    let host_rtt = rtt.saturating_sub(Duration::from_nanos(spent));
+                    let t = Instant::now();
+                    relayed.write_all(&msg)?;
+                    relayed.read_exact(&mut back[..msg.len()])?;
+                    let relayed_rtt = t.elapsed();
                     if round >= WARMUP_ROUNDS {
-                        samples.push(rtt / 2);
+                        host.push(host_rtt / 2);
+                        through.push(relayed_rtt / 2);
                     }
                 }
-                Ok(samples)
+                Ok((host, through))
             })
         })
         .collect();
-    let mut samples = Vec::new();
+    let (mut host, mut relayed) = (Vec::new(), Vec::new());
     for c in clients {
-        samples.extend(c.join().expect("ping-pong client panicked")?);
+        let (h, r) = c.join().expect("ping-pong client panicked")?;
+        host.extend(h);
+        relayed.extend(r);
     }
-    samples.sort();
-    Ok(samples)
+    host.sort();
+    relayed.sort();
+    Ok((host, relayed))
 }
 
 fn mean(samples: &[Duration]) -> Duration {
@@ -318,10 +329,10 @@ fn latency_result(
         median: samples.get(samples.len() / 2).copied().unwrap_or_default(),
         max: samples.last().copied().unwrap_or_default(),
         error_pct: pct(diff),
-        within_target: pct(diff).abs() <= 2.0 || diff.abs() <= 100e-6,
+        within_target: pct(diff).abs() <= 2.0,
         host_overhead,
         emulator_error_pct: pct(emulator_diff),
-        emulator_within_target: pct(emulator_diff).abs() <= 2.0 || emulator_diff.abs() <= 100e-6,
+        emulator_within_target: pct(emulator_diff).abs() <= 2.0,
     }
 }
 

@@ -48,13 +48,16 @@ use crate::error::EmuError;
 use crate::profile::LinkSpec;
 use crate::shaper::Shaper;
 use conn::{Conn, Ctx, Failure};
-use vargr_timer::{SlackGuard, Timer};
+use vargr_timer::{RealtimeGuard, SlackGuard, Timer};
 
 const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
 const TIMER: Token = Token(2);
 const FIRST_CONN_TOKEN: usize = 3;
 const READ_CHUNK: usize = 64 << 10;
+/// The relay's `SCHED_FIFO` priority: above normal threads, below the kernel's own
+/// real-time threads (which use 50 and up).
+const RT_PRIORITY: i32 = 10;
 
 /// Whether connections share the emulated link's bandwidth.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -125,6 +128,12 @@ pub enum RelayEvent {
         /// Why.
         error: String,
     },
+    /// [`RelayConfig::realtime`] asked for real-time scheduling and the system refused
+    /// it; the relay runs at the normal priority, less exact on a loaded machine.
+    NotRealtime {
+        /// Why.
+        error: String,
+    },
 }
 
 impl fmt::Display for RelayEvent {
@@ -155,6 +164,11 @@ impl fmt::Display for RelayEvent {
                 write!(f, "connection {conn}: reset: {reason}")
             }
             RelayEvent::AcceptFailed { error } => write!(f, "accept failed: {error}"),
+            RelayEvent::NotRealtime { error } => write!(
+                f,
+                "real-time scheduling refused ({error}): running at normal priority, \
+                 delays may be late on a loaded machine"
+            ),
         }
     }
 }
@@ -183,6 +197,12 @@ pub struct RelayConfig {
     /// (default 50 µs). Larger is more precise under load and burns more CPU; zero never
     /// spins.
     pub spin: Duration,
+    /// Whether the relay's thread asks for real-time scheduling (`SCHED_FIFO`, the
+    /// default): on a machine busy with the programs it serves, a thread at the normal
+    /// priority waits whole scheduler slices (milliseconds) past a due time. Without
+    /// the privilege it runs at the normal priority and says so
+    /// ([`RelayEvent::NotRealtime`], [`RelayStats::realtime`]).
+    pub realtime: bool,
     /// Where connection events go; `None` drops them (they are still counted).
     pub events: Option<EventSink>,
 }
@@ -204,6 +224,7 @@ impl RelayConfig {
             seed: 0,
             max_in_flight: None,
             spin: Self::DEFAULT_SPIN,
+            realtime: true,
             events: None,
         }
     }
@@ -257,6 +278,8 @@ pub struct RelayStats {
     pub deliveries: u64,
     /// Sum of how late segments were written after their due time.
     pub lateness_total: Duration,
+    /// Whether the relay ran under real-time scheduling ([`RelayConfig::realtime`]).
+    pub realtime: bool,
     /// The latest a segment was written after its due time.
     pub lateness_max: Duration,
     /// Lateness histogram: bucket `i` counts segments written less than `2^i` µs late
@@ -420,7 +443,23 @@ impl Relay {
     /// [`RelayEvent`]s.
     pub fn run(mut self) -> Result<RelayStats, EmuError> {
         let _slack = SlackGuard::minimal();
-        self.event_loop()
+        let realtime = match self
+            .cfg
+            .realtime
+            .then(|| RealtimeGuard::try_fifo(RT_PRIORITY))
+        {
+            Some(Ok(guard)) => Some(guard),
+            Some(Err(e)) => {
+                self.emit(RelayEvent::NotRealtime {
+                    error: e.to_string(),
+                });
+                None
+            }
+            None => None,
+        };
+        let mut stats = self.event_loop()?;
+        stats.realtime = realtime.is_some();
+        Ok(stats)
     }
 
     fn event_loop(&mut self) -> Result<RelayStats, EmuError> {
