@@ -1,6 +1,7 @@
 /*
- * Every rank allreduces ITERS times; rank SLOW sleeps 2 ms before each call, so traces,
- * monitors and vargr top must name it (run by tests/examples.rs under vargr run).
+ * Every rank allreduces ITERS times; rank SLOW sleeps 5 ms before each call, so traces,
+ * monitors and vargr top must name it (run by tests/examples.rs under vargr run). At
+ * 2 ms, a run on a machine loaded with other builds named another rank.
  * Usage: slow_rank SLOW ITERS
  */
 #define _POSIX_C_SOURCE 199309L
@@ -19,7 +20,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "join: %s\n", vargr_last_error());
         return 1;
     }
-    struct timespec nap = {0, 2000000};
+    struct timespec nap = {0, 5000000};
     for (int i = 0; i < iters; i++) {
         if (rank == slow) nanosleep(&nap, NULL);
         double x = i;
