@@ -9,12 +9,19 @@
 //! implement stages (`vargr-codec`, `vargr-dedup`, `vargr-emu`) need no sockets; the
 //! links that run chains are in `vargr-net`, and which stages a link gets is decided
 //! in one place, `vargr-links`.
+//!
+//! User stages (module [`user`]) are stages the user writes, in Rust or in C through
+//! the plugin ABI of `include/vargr_stage.h`, registered by name so that a path
+//! specification (vargr-paths) can put them on a link.
 
 mod chain;
 mod path;
+mod plugin;
+pub mod user;
 
 pub use chain::{Stage, StageChain};
 pub use path::PathInfo;
+pub use plugin::STAGE_ABI_VERSION;
 
 /// A stage refused an incoming frame: the link that carried it closes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
