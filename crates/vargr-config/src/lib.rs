@@ -196,6 +196,8 @@ pub struct Config {
     pub ssh: String,
     pub cache_dir: Option<PathBuf>,
     pub log_filter: Option<String>,
+    /// The path specification `paths.spec` names, checked and parsed.
+    pub paths: Option<vargr_paths::PathSpec>,
     /// The text of every setting that has one, and where it came from.
     effective: Vec<(&'static Key, String, Source)>,
 }
@@ -267,6 +269,13 @@ impl Config {
             ssh: r.text("sync.ssh").unwrap_or_else(|| "ssh".into()),
             cache_dir: r.text("cache.dir").map(PathBuf::from),
             log_filter: r.text("log.filter"),
+            paths: match r.text("paths.spec") {
+                None => None,
+                Some(f) => Some(
+                    vargr_paths::PathSpec::load(Path::new(&f))
+                        .map_err(|e| r.bad("paths.spec", e))?,
+                ),
+            },
             effective: KEYS
                 .iter()
                 .filter_map(|k| layers.get(k.name).map(|(v, s)| (k, v, s)))

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use vargr_links::{LinkEnds, LinkPolicy, LinkSettings};
-use vargr_tbon::{NetworkOptions, StreamOptions};
+use vargr_tbon::{BackendSpec, Network, NetworkOptions, Stream, StreamOptions, TbonError};
 use vargr_topo::Topology;
 
 use crate::spec::PathSpec;
@@ -97,6 +97,19 @@ impl Built {
         base.link_stages.paths = self.links.clone();
         base.link_stages.stage_plugins = self.plugins.clone();
         base
+    }
+
+    /// Starts the tree (`backend` at the leaves) and opens the paths' stream to every
+    /// back-end: `build_path`, with the front-end's end of the stream as the element.
+    pub fn start(
+        &self,
+        backend: BackendSpec,
+        base: NetworkOptions,
+        stream: impl FnOnce(StreamOptions) -> StreamOptions,
+    ) -> Result<(Network, Stream), TbonError> {
+        let net = Network::new(self.topology.clone(), backend, self.network_options(base))?;
+        let s = net.open_stream(&net.broadcast_communicator(), stream(self.stream_options()))?;
+        Ok((net, s))
     }
 
     /// A stream that reduces as the paths say: each node's reduction, `sync` waves.
