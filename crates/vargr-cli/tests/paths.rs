@@ -150,14 +150,18 @@ fn a_failing_c_stage_closes_its_link_naming_the_stage_and_the_link() {
             }
         }
     }
-    let faults: Vec<String> = net.faults().iter().map(|e| e.to_string()).collect();
     let link = format!("node {} on a", a.id);
-    assert!(
-        faults.iter().any(|f| f.contains("stage faulty")
-            && f.contains(&link)
-            && f.contains("bad output length")),
-        "{faults:?}"
-    );
+    let deadline = std::time::Instant::now() + GUARD;
+    loop {
+        let faults: Vec<String> = net.faults().iter().map(|e| e.to_string()).collect();
+        if faults.iter().any(|f| {
+            f.contains("stage faulty") && f.contains(&link) && f.contains("bad output length")
+        }) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{faults:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     net.shutdown().unwrap();
 }
 
