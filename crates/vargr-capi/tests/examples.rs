@@ -636,6 +636,7 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     for f in [
         "include/vargr.h",
         "include/vargr_filter.h",
+        "include/vargr_stage.h",
         "bin/vargr",
         "lib/libvargr.so",
         "lib/libvargr.a",

@@ -570,6 +570,27 @@ mod tests {
     }
 
     #[test]
+    fn a_path_specification_is_checked_when_the_configuration_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("paths.toml");
+        std::fs::write(
+            &file,
+            "[element]\nname = \"E\"\nhost = \"fe\"\n[[path]]\nfrom = \"a:0-3\"\nstages = [\"remote:fe\", \"reduce:sum\"]\n",
+        )
+        .unwrap();
+        let mut layers = Layers::new();
+        layers.env(env_of(&[("VARGR_PATHS", file.to_str().unwrap())]));
+        let spec = Config::resolve(&layers).unwrap().paths.unwrap();
+        assert_eq!(spec.paths[0].sources.len(), 4);
+        std::fs::write(&file, "[element]\nname = \"E\"\nhost = \"fe\"\n").unwrap();
+        let e = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(
+            e.contains("paths.spec") && e.contains("VARGR_PATHS") && e.contains("no [[path]]"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_user_file_follows_xdg() {
         let f = Layers::user_file(Some(Path::new("/x")), Some(Path::new("/home/u")));
         assert_eq!(f.unwrap(), Path::new("/x/vargr/config.toml"));
