@@ -5,8 +5,9 @@
 //! compose on any link of a tree or a job without the router knowing. This crate is
 //! the layer they share and nothing more: the [`Stage`] trait, the [`StageChain`] that
 //! runs a link's stages in order and times each, and [`PathInfo`], what a link tells
-//! its stages about the connection's path. It does no I/O (but load stage plugins), so the crates that
-//! implement stages (`vargr-codec`, `vargr-dedup`, `vargr-emu`) need no sockets; the
+//! its stages about the connection's path. It does no I/O but load stage plugins, so
+//! the crates that implement stages (`vargr-codec`, `vargr-dedup`, `vargr-emu`) need
+//! no sockets; the
 //! links that run chains are in `vargr-net`, and which stages a link gets is decided
 //! in one place, `vargr-links`.
 //!
