@@ -7,9 +7,8 @@
 //! runs a link's stages in order and times each, and [`PathInfo`], what a link tells
 //! its stages about the connection's path. It does no I/O but load stage plugins, so
 //! the crates that implement stages (`vargr-codec`, `vargr-dedup`, `vargr-emu`) need
-//! no sockets; the
-//! links that run chains are in `vargr-net`, and which stages a link gets is decided
-//! in one place, `vargr-links`.
+//! no sockets; the links that run chains are in `vargr-net`, and which stages a link
+//! gets is decided in one place, `vargr-links`.
 //!
 //! User stages (module [`user`]) are stages the user writes, in Rust or in C through
 //! the plugin ABI of `include/vargr_stage.h`, registered by name so that a path
