@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds vargr's C library and installs it under PREFIX:
-#   PREFIX/include/vargr.h, PREFIX/include/vargr_filter.h (the filter plugin ABI)
+#   PREFIX/include/vargr.h, PREFIX/include/vargr_filter.h (the filter plugin ABI),
+#   PREFIX/include/vargr_stage.h (the stage plugin ABI)
 #   PREFIX/lib/libvargr.so, PREFIX/lib/libvargr.a
 #   PREFIX/lib/pkgconfig/vargr.pc            (shared, with an rpath to PREFIX/lib)
 #   PREFIX/lib/pkgconfig/vargr-static.pc     (libvargr.a linked in: no libvargr.so needed)
@@ -66,6 +67,7 @@ echo "== installing vargr $version into $prefix"
 install -d "$prefix/include" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/vargr"
 install -m 0644 "$capi/include/vargr.h" "$prefix/include/vargr.h"
 install -m 0644 "$root/crates/vargr-filter/include/vargr_filter.h" "$prefix/include/vargr_filter.h"
+install -m 0644 "$root/crates/vargr-stage/include/vargr_stage.h" "$prefix/include/vargr_stage.h"
 install -m 0755 "$out/libvargr.so" "$prefix/lib/libvargr.so"
 install -m 0644 "$out/libvargr.a" "$prefix/lib/libvargr.a"
 for pc in vargr vargr-static; do

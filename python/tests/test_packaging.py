@@ -22,7 +22,7 @@ import vargr
 from conftest import PYTHON, REPO, clean_env, run
 from packaging.version import Version
 
-PUBLIC_MODULES = ["vargr", "vargr.codec", "vargr.dedup"]
+PUBLIC_MODULES = ["vargr", "vargr.codec", "vargr.dedup", "vargr.paths"]
 
 
 def crate_version() -> str:

@@ -17,7 +17,8 @@ with ``aggregation="la-two-phase"``). They are top-level names like :class:`Comm
 companion they are; the submodules hold function namespaces.
 
 :mod:`vargr.codec` and :mod:`vargr.dedup` hold the codec and redundancy-elimination
-entry points. Everything calls the Rust libraries directly (the extension module
+entry points; :mod:`vargr.paths` runs path specifications (:class:`Paths`) with Python
+stages at their ends. Everything calls the Rust libraries directly (the extension module
 ``vargr._vargr``); errors are :class:`VargrError` subclasses carrying the Rust message.
 
 Blocking calls release the GIL and can be interrupted with Ctrl-C: the tree's calls
@@ -34,7 +35,7 @@ from __future__ import annotations
 import atexit
 import os
 
-from . import _vargr, codec, dedup
+from . import _vargr, codec, dedup, paths
 from ._vargr import (
     BAND,
     BOR,
@@ -66,6 +67,7 @@ from ._vargr import (
     NodeLostError,
     Op,
     Packet,
+    Paths,
     PeerLostError,
     ShutdownError,
     StartupError,
@@ -117,6 +119,7 @@ __all__ = [
     "NodeLostError",
     "Op",
     "Packet",
+    "Paths",
     "PeerLostError",
     "ShutdownError",
     "StartupError",
@@ -130,6 +133,7 @@ __all__ = [
     "codec",
     "dedup",
     "finish",
+    "paths",
     "write_trace",
 ]
 

@@ -947,6 +947,36 @@ int vargr_network_create_from_text(const char *topology_text,
                                    const vargr_options *options,
                                    vargr_network **out);
 
+// Starts the tree a path specification (`paths_file`, TOML; see docs/guide.md, "Path
+// specifications") describes: the element's host is the front-end, every host its
+// paths pass a commnode, every source a back-end running `backend_argv`; each link
+// gets the stages its paths name (built-in ones, and user stages of the C plugins the
+// file lists, `vargr_stage.h`). Open its stream with `vargr_network_open_paths_stream`.
+//
+// Ownership: as `vargr_network_create`.
+//
+// # Safety
+// As `vargr_network_create`.
+int vargr_network_create_from_paths(const char *paths_file,
+                                    const char *const *backend_argv,
+                                    const vargr_options *options,
+                                    vargr_network **out);
+
+// Opens the stream of a network made by `vargr_network_create_from_paths` from the same
+// `paths_file`, to every back-end: each node reduces as its paths say (`identity`
+// where they do not), with `sync_filter` waves (NULL: `"all"`; see
+// `vargr_network_open_stream_spec`).
+//
+// Ownership: as `vargr_network_open_stream`.
+//
+// # Safety
+// `net` is a live network handle; strings are NULL (`sync_filter` only) or
+// NUL-terminated; `out` is valid for writing.
+int vargr_network_open_paths_stream(const vargr_network *net,
+                                    const char *paths_file,
+                                    const char *sync_filter,
+                                    vargr_stream **out);
+
 // The number of back-ends of the network.
 //
 // # Safety

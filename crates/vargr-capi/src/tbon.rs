@@ -588,6 +588,90 @@ pub unsafe extern "C" fn vargr_network_create_from_text(
     })
 }
 
+/// A path specification, checked (its C stage plugins loaded, every link stage made
+/// once), merged and built; errors name the path, the stage and the line.
+fn built_paths(file: &str) -> Result<vargr_paths::Built> {
+    let invalid = |e: vargr_paths::PathError| Error::invalid(e.to_string());
+    let spec = vargr_paths::PathSpec::load(Path::new(file)).map_err(invalid)?;
+    spec.check_stages(false).map_err(invalid)?;
+    spec.merge().and_then(|t| t.build()).map_err(invalid)
+}
+
+/// Starts the tree a path specification (`paths_file`, TOML; see docs/guide.md, "Path
+/// specifications") describes: the element's host is the front-end, every host its
+/// paths pass a commnode, every source a back-end running `backend_argv`; each link
+/// gets the stages its paths name (built-in ones, and user stages of the C plugins the
+/// file lists, `vargr_stage.h`). Open its stream with `vargr_network_open_paths_stream`.
+///
+/// Ownership: as `vargr_network_create`.
+///
+/// # Safety
+/// As `vargr_network_create`.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_create_from_paths(
+    paths_file: *const c_char,
+    backend_argv: *const *const c_char,
+    options: *const vargr_options,
+    out: *mut *mut vargr_network,
+) -> c_int {
+    guard("vargr_network_create_from_paths", || {
+        // SAFETY: the caller's contract.
+        let file = unsafe { ptr::string(paths_file, "paths_file")? };
+        let built = built_paths(file)?;
+        let mut with_paths = vargr_options {
+            // SAFETY: NULL or a live options handle.
+            opts: unsafe { options.as_ref() }
+                .map_or_else(NetworkOptions::default, |o| o.opts.clone()),
+        };
+        with_paths.opts = built.network_options(with_paths.opts);
+        // SAFETY: forwarded contract; the options are a local.
+        unsafe { create(built.topology, backend_argv, &with_paths, out) }
+    })
+}
+
+/// Opens the stream of a network made by `vargr_network_create_from_paths` from the same
+/// `paths_file`, to every back-end: each node reduces as its paths say (`identity`
+/// where they do not), with `sync_filter` waves (NULL: `"all"`; see
+/// `vargr_network_open_stream_spec`).
+///
+/// Ownership: as `vargr_network_open_stream`.
+///
+/// # Safety
+/// `net` is a live network handle; strings are NULL (`sync_filter` only) or
+/// NUL-terminated; `out` is valid for writing.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_open_paths_stream(
+    net: *const vargr_network,
+    paths_file: *const c_char,
+    sync_filter: *const c_char,
+    out: *mut *mut vargr_stream,
+) -> c_int {
+    guard("vargr_network_open_paths_stream", || {
+        // SAFETY: the caller's contract.
+        let (handle, file, sync, out) = unsafe {
+            (
+                ptr::handle(net, "net")?,
+                ptr::string(paths_file, "paths_file")?,
+                ptr::opt_string(sync_filter, "sync_filter")?,
+                ptr::out(out, "out")?,
+            )
+        };
+        *out = std::ptr::null_mut();
+        let built = built_paths(file)?;
+        let opts = built.stream_options().sync(sync.unwrap_or("all"));
+        let stream = with_network(handle, |n| {
+            if *n.topology() != built.topology {
+                return Err(Error::invalid(format!(
+                    "{file} describes another tree than this network's"
+                )));
+            }
+            Ok(n.open_stream(&n.broadcast_communicator(), opts)?)
+        })?;
+        *out = into_handle(vargr_stream { stream });
+        Ok(())
+    })
+}
+
 /// The number of back-ends of the network.
 ///
 /// # Safety

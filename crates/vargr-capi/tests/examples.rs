@@ -317,6 +317,44 @@ fn c_tree_test_passes() {
 }
 
 #[test]
+fn the_seeds_global_sum_runs_from_a_path_specification() {
+    let e = env();
+    let fe = compile(
+        "cc",
+        "-std=c99",
+        &["examples/c/paths_fe.c"],
+        &shared_libs(),
+        "paths_fe",
+    );
+    let mut cmd = Command::new(fe);
+    cmd.arg(e.root.join("examples/paths/gsum.toml")).arg(be());
+    let r = run(cmd, Duration::from_secs(120));
+    assert_ok(&r, "paths_fe");
+    assert_eq!(
+        r.stdout,
+        "global sum: 4 (4 back-ends)\nglobal sum: 8 (4 back-ends)\nglobal sum: 12 (4 back-ends)\npaths: OK\n"
+    );
+    // A bad specification fails the call, naming the path, the stage and the line.
+    let bad = e.scratch.join("bad_paths.toml");
+    std::fs::write(
+        &bad,
+        "[element]\nname = \"E\"\nhost = \"fe\"\n[[path]]\nfrom = \"a:0\"\nstages = [\"codec:zip\", \"remote:fe\"]\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(e.scratch.join("paths_fe"));
+    cmd.arg(&bad).arg(be());
+    let r = run(cmd, Duration::from_secs(60));
+    assert!(!r.status.success());
+    assert!(
+        r.stderr.contains("vargr_network_create_from_paths")
+            && r.stderr
+                .contains("bad_paths.toml:6: path 1 (from \"a:0\"), stage \"codec:zip\""),
+        "{}",
+        r.stderr
+    );
+}
+
+#[test]
 fn integer_addition_over_a_tree_of_processes() {
     let mut cmd = Command::new(fe());
     cmd.arg("kary:2@4").arg(be());
@@ -598,6 +636,7 @@ fn installed_package_is_found_by_cmake_and_pkg_config() {
     for f in [
         "include/vargr.h",
         "include/vargr_filter.h",
+        "include/vargr_stage.h",
         "bin/vargr",
         "lib/libvargr.so",
         "lib/libvargr.a",

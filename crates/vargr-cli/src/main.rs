@@ -8,6 +8,7 @@ mod dedup_cmd;
 mod demo;
 mod emu_cmd;
 mod mpi_run_cmd;
+mod paths_cmd;
 mod proxy_cmd;
 mod roles;
 mod run_cmd;
@@ -78,6 +79,10 @@ enum Cmd {
     /// `--serve ADDR --forward VNCSERVER` near the server; screen regions seen before cross
     /// as fingerprints.
     Vnc(vnc_cmd::VncArgs),
+    /// Path specifications (PATHS): `vargr paths show FILE` checks one and draws the tree
+    /// its paths merge into.
+    #[command(subcommand)]
+    Paths(paths_cmd::PathsCmd),
     /// vargr's settings: `vargr config show` prints the effective ones and their sources.
     #[command(subcommand)]
     Config(config_cmd::ConfigCmd),
@@ -130,6 +135,7 @@ fn main() {
         Cmd::Demo(a) => demo::run(a, cli.config.as_deref()),
         Cmd::Config(c) => config_cmd::run(c, cli.config.as_deref()),
         Cmd::Topo(t) => topo_cmd::run(t),
+        Cmd::Paths(p) => paths_cmd::run(p, &config),
         Cmd::Bench(a) => bench_cmd::run(a),
         Cmd::Emu(a) => emu_cmd::run(a),
         Cmd::Trace(t) => trace_cmd::run(t),

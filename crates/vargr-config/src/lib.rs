@@ -196,6 +196,8 @@ pub struct Config {
     pub ssh: String,
     pub cache_dir: Option<PathBuf>,
     pub log_filter: Option<String>,
+    /// The path specification `paths.spec` names, checked and parsed.
+    pub paths: Option<vargr_paths::PathSpec>,
     /// The text of every setting that has one, and where it came from.
     effective: Vec<(&'static Key, String, Source)>,
 }
@@ -267,6 +269,13 @@ impl Config {
             ssh: r.text("sync.ssh").unwrap_or_else(|| "ssh".into()),
             cache_dir: r.text("cache.dir").map(PathBuf::from),
             log_filter: r.text("log.filter"),
+            paths: match r.text("paths.spec") {
+                None => None,
+                Some(f) => Some(
+                    vargr_paths::PathSpec::load(Path::new(&f))
+                        .map_err(|e| r.bad("paths.spec", e))?,
+                ),
+            },
             effective: KEYS
                 .iter()
                 .filter_map(|k| layers.get(k.name).map(|(v, s)| (k, v, s)))
@@ -558,6 +567,27 @@ mod tests {
         let absent = dir.path().join("absent.toml");
         assert!(Layers::new().file(&absent, true).is_ok());
         assert!(Layers::new().file(&absent, false).is_err());
+    }
+
+    #[test]
+    fn a_path_specification_is_checked_when_the_configuration_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("paths.toml");
+        std::fs::write(
+            &file,
+            "[element]\nname = \"E\"\nhost = \"fe\"\n[[path]]\nfrom = \"a:0-3\"\nstages = [\"remote:fe\", \"reduce:sum\"]\n",
+        )
+        .unwrap();
+        let mut layers = Layers::new();
+        layers.env(env_of(&[("VARGR_PATHS", file.to_str().unwrap())]));
+        let spec = Config::resolve(&layers).unwrap().paths.unwrap();
+        assert_eq!(spec.paths[0].sources.len(), 4);
+        std::fs::write(&file, "[element]\nname = \"E\"\nhost = \"fe\"\n").unwrap();
+        let e = Config::resolve(&layers).unwrap_err().to_string();
+        assert!(
+            e.contains("paths.spec") && e.contains("VARGR_PATHS") && e.contains("no [[path]]"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub enum PolicyError {
     /// `reason` names the segmenter.
     #[error("{reason}")]
     Dedup { spec: String, reason: String },
+    /// A stage a path specification puts on a link cannot be made.
+    #[error("stage {spec:?}: {reason}")]
+    PathStage { spec: String, reason: String },
 }
 
 /// One end's view of a link: what the policy chooses its stages by.
@@ -191,6 +194,87 @@ impl LinkPolicy {
     }
 }
 
+impl LinkPolicy {
+    /// The stages a path specification gives the link between `ends`, in the path's
+    /// order (stage 0 nearest the sending application), instead of those its label
+    /// would give: the path says how to get there. Built-in kinds are made here as for
+    /// labelled links (`codec:MODE`, `dedup:SEGMENTER`, `emu:PROFILE`); any other name
+    /// is a user stage from `vargr_stage::user`'s table, guarded.
+    pub fn path_chain(
+        &self,
+        specs: &[String],
+        ends: &LinkEnds<'_>,
+    ) -> Result<StageChain, PolicyError> {
+        let mut stages: Vec<Box<dyn Stage>> = Vec::with_capacity(specs.len());
+        let max_frame = self.settings.max_frame;
+        let fail = |spec: &str, reason: String| PolicyError::PathStage {
+            spec: spec.to_string(),
+            reason,
+        };
+        // An emulated WAN on the same link tells its codec stage the link's speed.
+        let mut wan = None;
+        for spec in specs {
+            if let Some(("emu", profile)) = spec.split_once(':') {
+                wan = Some(path_wan(profile).map_err(|r| fail(spec, r))?);
+            }
+        }
+        for spec in specs {
+            let (kind, params) = vargr_stage::user::split_spec(spec);
+            let stage: Box<dyn Stage> = match kind {
+                "codec" => {
+                    let mode: CodecMode = params.parse().map_err(|e| fail(spec, format!("{e}")))?;
+                    let model = match &wan {
+                        Some(w) => {
+                            let p = w.profile_at(Duration::ZERO);
+                            link_model(p.latency, p.bandwidth_bits_per_s)
+                        }
+                        None => link_model(Duration::ZERO, None),
+                    };
+                    let settings = StageSettings {
+                        engine: self.settings.engine.clone(),
+                        calibration: (mode == CodecMode::Adaptive)
+                            .then(|| calibration(&self.settings.engine.candidates)),
+                        samples: self.settings.samples.clone(),
+                    };
+                    let options = LinkOptions {
+                        same_host: ends.local_host == ends.peer_host,
+                        compress_same_host: true,
+                    };
+                    let st = CodecStage::new(mode, model, options, max_frame, &settings)
+                        .map_err(|e| fail(spec, e.to_string()))?;
+                    Box::new(if wan.is_none() {
+                        st.learning_path()
+                    } else {
+                        st
+                    })
+                }
+                "dedup" => {
+                    let opts = DedupOptions {
+                        segmenter: params.to_string(),
+                        ..DedupOptions::default()
+                    };
+                    Box::new(DedupStage::new(&opts, max_frame).map_err(|r| fail(spec, r))?)
+                }
+                "emu" => {
+                    let w = path_wan(params).map_err(|r| fail(spec, r))?;
+                    Box::new(EmuLinkStage::new(w, ends.seed))
+                }
+                _ => vargr_stage::user::create(spec).map_err(|e| fail(spec, e.to_string()))?,
+            };
+            stages.push(stage);
+        }
+        Ok(StageChain::new(stages))
+    }
+}
+
+/// The link conditions of a path's `emu:PROFILE` stage.
+fn path_wan(profile: &str) -> Result<vargr_emu::LinkSpec, String> {
+    WanMap::from_pairs([("*", profile)])
+        .map_err(|e| e.to_string())?
+        .between("here", "there")
+        .ok_or_else(|| "no link conditions".to_string())
+}
+
 /// This machine's speeds with `candidates`, measured at the first adaptive link of the
 /// process (about 20 ms) and shared by every link after it.
 fn calibration(candidates: &Candidates) -> Arc<Calibration> {
@@ -281,6 +365,36 @@ mod tests {
         .unwrap();
         let chain = off.chain(&ends(("a", "b"), (Some("x"), Some("y"))));
         assert_eq!(chain.names(), ["codec"]);
+    }
+
+    #[test]
+    fn a_paths_stages_replace_the_labels_in_the_paths_order() {
+        let policy = LinkPolicy::new(LinkSettings::default()).unwrap();
+        let specs: Vec<String> = ["dedup:cdc:256:1k:8k", "codec:fixed:lz4", "emu:rtt=10ms"]
+            .map(String::from)
+            .to_vec();
+        // A same-host link: its label gives no stages, the path gives three.
+        let chain = policy
+            .path_chain(&specs, &ends(("a", "a"), (None, None)))
+            .unwrap();
+        assert_eq!(chain.names(), ["dedup", "codec", "emu"]);
+        assert!(policy
+            .path_chain(&[], &ends(("a", "b"), (Some("x"), Some("y"))))
+            .unwrap()
+            .is_empty());
+        for (bad, what) in [
+            ("codec:zip", "codec:zip"),
+            ("emu:rtt=soon", "soon"),
+            ("dedup:nonsense", "nonsense"),
+            ("nosuchstage", "unknown stage"),
+        ] {
+            let e = policy
+                .path_chain(&[bad.to_string()], &ends(("a", "b"), (None, None)))
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains(bad) && e.contains(what), "{e}");
+        }
     }
 
     #[test]

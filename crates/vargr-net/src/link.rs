@@ -75,6 +75,8 @@ pub struct Link {
     /// checked (none: a link without protection, as Unix sockets may be).
     sealer: Option<Sealer>,
     opener: Option<Opener>,
+    /// A stage failed while sending: the next flush closes the link with it.
+    failed: Option<vargr_stage::StageError>,
 }
 
 /// How often a link reads its path for the stages while it sends or the path is busy:
@@ -109,6 +111,7 @@ impl Link {
             path_busy: false,
             sealer: None,
             opener: None,
+            failed: None,
         }
     }
 
@@ -145,6 +148,13 @@ impl Link {
             self.push_wire(b);
         }
         self.staged = out;
+        self.note_failure();
+    }
+
+    fn note_failure(&mut self) {
+        if self.failed.is_none() {
+            self.failed = self.stages.take_failure(&self.peer);
+        }
     }
 
     /// True while reading is paused by backpressure.
@@ -270,6 +280,7 @@ impl Link {
             self.push_wire(b);
         }
         self.staged = out;
+        self.note_failure();
     }
 
     fn push_wire(&mut self, bytes: Bytes) {
@@ -354,6 +365,9 @@ impl Link {
 
     /// Writes as much of the queue as the socket takes. Returns true when all is sent.
     pub fn flush(&mut self) -> Result<bool, NetError> {
+        if let Some(e) = self.failed.take() {
+            return Err(e.into());
+        }
         let sent = self.write_queue();
         // Right after a write is when bytes wait in the socket, the moment a
         // measurement of the path can start: read then, unless a reading is very fresh.
@@ -432,7 +446,8 @@ impl Link {
     }
 
     pub(crate) fn wants_write(&self) -> bool {
-        !self.wq.is_empty()
+        self.failed.is_some()
+            || !self.wq.is_empty()
             || !self.latest.is_empty()
             || (!self.low.is_empty() && self.stage_deadline().is_none())
     }

@@ -7,6 +7,8 @@
 //!
 //! - [`tbon`]: `Topology`, `Network`, `Stream`, `Backend`; Python filters at the
 //!   front-end.
+//! - [`paths`]: `Paths`, path specifications (python/vargr/paths.py runs their Python
+//!   stages).
 //! - [`coll`]: `World()` and `Comm` (mpi4py's names), `Op`, conditional allreduce.
 //! - [`codec`] and [`dedup`]: the `vargr.codec` and `vargr.dedup` submodules.
 //! - [`packet`]: format strings and values; numpy arrays in and out.
@@ -24,6 +26,7 @@ mod errors;
 mod io;
 mod p2p;
 mod packet;
+mod paths;
 mod tbon;
 
 #[pymodule]
@@ -49,6 +52,7 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<tbon::PyCommunicator>()?;
     m.add_class::<tbon::PyStream>()?;
     m.add_class::<tbon::PyBackend>()?;
+    m.add_class::<paths::PyPaths>()?;
     m.add_function(wrap_pyfunction!(tbon::run_commnode, m)?)?;
     m.add_class::<coll::PyComm>()?;
     m.add_class::<coll::PyOp>()?;

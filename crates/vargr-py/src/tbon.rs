@@ -413,6 +413,7 @@ impl PyNetwork {
         trace_dir = None,
         monitor_status = None,
         monitor_period = 0.5,
+        paths = None,
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -433,8 +434,14 @@ impl PyNetwork {
         trace_dir: Option<std::path::PathBuf>,
         monitor_status: Option<std::path::PathBuf>,
         monitor_period: f64,
+        paths: Option<PyRef<'_, crate::paths::PyPaths>>,
     ) -> PyResult<PyNetwork> {
         let topo = PyTopology::from_any(topology)?;
+        if paths.as_ref().is_some_and(|p| p.built.topology != topo) {
+            return Err(PyValueError::new_err(
+                "paths= runs on its own topology: pass paths.topology as the topology",
+            ));
+        }
         let (spec, remote) = backend_spec(py, backend, launcher, attach_file)?;
         let mut opts = NetworkOptions {
             remote_template: remote,
@@ -460,6 +467,9 @@ impl PyNetwork {
             opts.queue_limit = q;
         }
         opts.commnode_program = commnode;
+        if let Some(p) = &paths {
+            opts = p.built.network_options(opts);
+        }
         vargr_config::from_process()
             .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?
             .tree_defaults(&mut opts);

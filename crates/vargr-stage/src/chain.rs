@@ -66,6 +66,14 @@ pub trait Stage: Send {
     fn wants_path(&self) -> bool {
         false
     }
+
+    /// A failure met while sending, taken once. Sending has no error path (a frame is
+    /// queued, not answered), so a stage that fails there (a user stage's error or
+    /// panic) keeps the reason here and the link closes with it, naming this stage, as
+    /// it does for an inbound error.
+    fn take_failure(&mut self) -> Option<String> {
+        None
+    }
 }
 
 /// The stages of one link, in order.
@@ -212,6 +220,18 @@ impl StageChain {
         }
         out.append(&mut self.fa);
         Ok(())
+    }
+
+    /// The first failure a stage met while sending, as the error that closes the link to
+    /// `peer` (see [`Stage::take_failure`]).
+    pub fn take_failure(&mut self, peer: &str) -> Option<StageError> {
+        self.stages.iter_mut().find_map(|s| {
+            s.take_failure().map(|reason| StageError {
+                peer: peer.to_string(),
+                stage: s.name().to_string(),
+                reason,
+            })
+        })
     }
 
     /// Bytes the stages hold back.

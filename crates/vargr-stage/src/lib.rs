@@ -5,16 +5,23 @@
 //! compose on any link of a tree or a job without the router knowing. This crate is
 //! the layer they share and nothing more: the [`Stage`] trait, the [`StageChain`] that
 //! runs a link's stages in order and times each, and [`PathInfo`], what a link tells
-//! its stages about the connection's path. It does no I/O, so the crates that
-//! implement stages (`vargr-codec`, `vargr-dedup`, `vargr-emu`) need no sockets; the
-//! links that run chains are in `vargr-net`, and which stages a link gets is decided
-//! in one place, `vargr-links`.
+//! its stages about the connection's path. It does no I/O but load stage plugins, so
+//! the crates that implement stages (`vargr-codec`, `vargr-dedup`, `vargr-emu`) need
+//! no sockets; the links that run chains are in `vargr-net`, and which stages a link
+//! gets is decided in one place, `vargr-links`.
+//!
+//! User stages (module [`user`]) are stages the user writes, in Rust or in C through
+//! the plugin ABI of `include/vargr_stage.h`, registered by name so that a path
+//! specification (vargr-paths) can put them on a link.
 
 mod chain;
 mod path;
+mod plugin;
+pub mod user;
 
 pub use chain::{Stage, StageChain};
 pub use path::PathInfo;
+pub use plugin::STAGE_ABI_VERSION;
 
 /// A stage refused an incoming frame: the link that carried it closes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

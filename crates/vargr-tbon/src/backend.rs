@@ -47,12 +47,17 @@ impl Backend {
         let link = conn
             .into_link("parent", msg.config.max_frame)
             .map_err(|e| TbonError::Startup(e.to_string()))?;
-        let stages = msg.config.link_stages.chain(
-            &root.host,
-            &msg.parent_host,
-            spawn::seed(boot.node, parent_node),
-            msg.config.max_frame,
-        );
+        let stages = msg
+            .config
+            .link_stages
+            .chain(
+                &root.host,
+                &msg.parent_host,
+                boot.node,
+                spawn::seed(boot.node, parent_node),
+                msg.config.max_frame,
+            )
+            .map_err(|e| TbonError::Startup(format!("node {}: {e}", boot.node)))?;
         let parent = reactor
             .add(link.with_stages(stages))
             .map_err(|e| TbonError::Startup(e.to_string()))?;

@@ -66,12 +66,16 @@ pub fn run(boot: Bootstrap, spawner: Spawner) -> Result<(), TbonError> {
         .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
     let me_host = &msg.topology.root().host;
     let parent_id = msg.topology.root().parent.unwrap_or(0);
-    let stages = config.link_stages.chain(
-        me_host,
-        &msg.parent_host,
-        spawn::seed(me, parent_id),
-        config.max_frame,
-    );
+    let stages = config
+        .link_stages
+        .chain(
+            me_host,
+            &msg.parent_host,
+            me,
+            spawn::seed(me, parent_id),
+            config.max_frame,
+        )
+        .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
     let parent = reactor
         .add(link.with_stages(stages))
         .map_err(|e| TbonError::Startup(e.to_string()))?;

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use vargr_net::auth::{self, Secret};
 use vargr_net::gate::{Gate, GateConfig};
 use vargr_net::launch::{self, ChildSpec, Launcher};
-use vargr_net::{Addr, LinkSecurity, Listener, Reactor, ReactorEvent, SecureConn, StageChain};
+use vargr_net::{Addr, LinkSecurity, Listener, Reactor, ReactorEvent, SecureConn};
 use vargr_topo::Topology;
 use vargr_wire::{Frame, FrameKind};
 
@@ -459,9 +459,11 @@ impl Startup<'_> {
         let child_ancestors: Vec<Ancestor> = std::iter::once(me_ancestor.clone())
             .chain(ancestors.iter().cloned())
             .collect();
-        // Made once for all children; checked by `validate` at the front-end, and as
-        // `LinkStages::chain`, a node that cannot make it gives its links no stages.
-        let policy = config.link_stages.policy(config.max_frame).ok();
+        // Made once for all children; checked by `validate` at the front-end.
+        let policy = config
+            .link_stages
+            .policy(config.max_frame)
+            .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
         let mut children = Vec::new();
         for (id, mut conn) in conns {
             let host = host_of(self.topo, id);
@@ -478,11 +480,10 @@ impl Startup<'_> {
             let link = conn
                 .into_link(format!("node {id} on {host}"), config.max_frame)
                 .map_err(|e| TbonError::Startup(format!("node {id}: {e}")))?;
-            let stages = policy.as_ref().map_or_else(StageChain::default, |p| {
-                config
-                    .link_stages
-                    .chain_by(p, &self.node.host, &host, seed(me, id))
-            });
+            let stages = config
+                .link_stages
+                .chain_by(&policy, &self.node.host, &host, id, seed(me, id))
+                .map_err(|e| TbonError::Startup(format!("node {me}: {e}")))?;
             let link = reactor
                 .add(link.with_stages(stages))
                 .map_err(|e| TbonError::Startup(format!("registering node {id}: {e}")))?;

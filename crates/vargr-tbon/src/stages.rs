@@ -34,13 +34,26 @@ pub struct LinkStages {
     /// `cdc:256:1k:8k`); off when absent. Both sides of every such link get the stage.
     #[serde(default)]
     pub dedup: Option<String>,
+    /// The stages a path specification (vargr-paths) gives links, by the node id of the
+    /// link's child end: such a link gets exactly these stages, in this order, instead
+    /// of its label's.
+    #[serde(default)]
+    pub paths: BTreeMap<u32, Vec<String>>,
+    /// Stage plugins (shared objects) every node loads before it makes its links, so
+    /// that the paths can name their stages.
+    #[serde(default)]
+    pub stage_plugins: Vec<String>,
 }
 
 impl LinkStages {
     /// Checks every setting once, at the front-end, so a typo fails before anything
     /// starts and names the setting.
     pub fn validate(&self) -> Result<(), TbonError> {
-        self.policy(1 << 20).map(drop)
+        let policy = self.policy(1 << 20)?;
+        for &child in self.paths.keys() {
+            self.chain_by(&policy, "here", "there", child, 0)?;
+        }
+        Ok(())
     }
 
     pub fn site_of(&self, host: &str) -> Option<&str> {
@@ -49,6 +62,10 @@ impl LinkStages {
 
     /// The link policy these settings make; `max_frame` bounds what a stage decodes.
     pub fn policy(&self, max_frame: usize) -> Result<LinkPolicy, TbonError> {
+        for p in &self.stage_plugins {
+            vargr_stage::user::load_plugin(std::path::Path::new(p))
+                .map_err(|e| TbonError::Config(e.to_string()))?;
+        }
         let wan = WanMap::from_pairs(self.wan.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .map_err(|e| TbonError::Config(format!("WAN between sites: {e}")))?;
         let codec = match &self.codec {
@@ -67,25 +84,44 @@ impl LinkStages {
         .map_err(|e| TbonError::Config(e.to_string()))
     }
 
-    /// The stages of the link from `local` to `peer` (hosts), for frames this side
-    /// sends; `max_frame` bounds what a stage decodes.
-    pub fn chain(&self, local: &str, peer: &str, seed: u64, max_frame: usize) -> StageChain {
-        // Checked by `validate` at the front-end; a node never fails here.
-        match self.policy(max_frame) {
-            Ok(policy) => self.chain_by(&policy, local, peer, seed),
-            Err(_) => StageChain::default(),
-        }
+    /// The stages of the link from `local` to `peer` (hosts) whose child end is node
+    /// `child`, for frames this side sends; `max_frame` bounds what a stage decodes.
+    pub fn chain(
+        &self,
+        local: &str,
+        peer: &str,
+        child: u32,
+        seed: u64,
+        max_frame: usize,
+    ) -> Result<StageChain, TbonError> {
+        let policy = self.policy(max_frame)?;
+        self.chain_by(&policy, local, peer, child, seed)
     }
 
     /// [`LinkStages::chain`] with the policy made once for many links (a node with many
-    /// children): making it checks every setting again.
-    pub fn chain_by(&self, policy: &LinkPolicy, local: &str, peer: &str, seed: u64) -> StageChain {
-        policy.chain(&LinkEnds {
+    /// children): making it checks every setting again. Only a path's stages can fail
+    /// here (a user stage this process does not have), and the link must not then run
+    /// without them.
+    pub fn chain_by(
+        &self,
+        policy: &LinkPolicy,
+        local: &str,
+        peer: &str,
+        child: u32,
+        seed: u64,
+    ) -> Result<StageChain, TbonError> {
+        let ends = LinkEnds {
             local_host: local,
             peer_host: peer,
             local_site: self.site_of(local),
             peer_site: self.site_of(peer),
             seed,
-        })
+        };
+        match self.paths.get(&child) {
+            None => Ok(policy.chain(&ends)),
+            Some(specs) => policy
+                .path_chain(specs, &ends)
+                .map_err(|e| TbonError::Config(format!("the path's link from node {child}: {e}"))),
+        }
     }
 }
