@@ -636,16 +636,7 @@ impl VncProxy {
                     written: run.server_out.written,
                 },
             );
-            link_watch.observe(
-                now,
-                Progress {
-                    ready: true,
-                    partial: run.link.open.pending() > 0,
-                    read: run.link_in,
-                    unsent: run.out.len() > 0,
-                    written: run.out.written,
-                },
-            );
+            link_watch.observe(now, link_progress(&run.link, run.link_in, &run.out));
             if let Some(why) = server_watch.overdue(now, stall) {
                 return Err(format!("the VNC server {why}"));
             }
@@ -788,16 +779,8 @@ impl NearSession {
                 }
             }
         }
-        self.link_watch.observe(
-            now,
-            Progress {
-                ready: true,
-                partial: self.link.open.pending() > 0,
-                read: self.link_in,
-                unsent: self.out.len() > 0,
-                written: self.out.written,
-            },
-        );
+        self.link_watch
+            .observe(now, link_progress(&self.link, self.link_in, &self.out));
         match self.link_watch.overdue(now, stall) {
             Some(why) => Err(format!("the far proxy {why}")),
             None => Ok(()),
@@ -879,6 +862,18 @@ fn new_recording(dir: &std::path::Path) -> io::Result<RecordWriter<std::fs::File
         }
     }
     Err(io::Error::other("1000 recordings this second already"))
+}
+
+/// What a link did: `read` sealed bytes in, `out` what waits for its socket (its
+/// handshake is done before a session starts).
+fn link_progress(link: &LinkConn, read: u64, out: &OutBuf) -> Progress {
+    Progress {
+        ready: true,
+        partial: link.open.pending() > 0,
+        read,
+        unsent: out.len() > 0,
+        written: out.written,
+    }
 }
 
 fn vnc_error(e: VncError) -> ProxyError {
