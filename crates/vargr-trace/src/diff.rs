@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::analysis::{Dist, Timeline};
+use crate::analysis::{format_ns, Dist, Timeline};
 use crate::EventOp;
 
 /// One collector's records in one trace.
@@ -159,6 +159,65 @@ pub fn diff(a: &Timeline, b: &Timeline) -> Diff {
     }
 }
 
+/// `+12.5%`, `−3.0%`, or `–`.
+fn pct(p: Option<f64>) -> String {
+    match p {
+        Some(p) if p >= 0.0 => format!("+{p:.1}%"),
+        Some(p) => format!("−{:.1}%", -p),
+        None => "–".into(),
+    }
+}
+
+/// The comparison as a table for the terminal: per collector the calls, mean, median
+/// and p90 time per call and the total time of A and B with their changes, then the
+/// collectors only one side has.
+pub fn table(d: &Diff) -> String {
+    let ns = |p: &Option<Profile>, f: fn(&Profile) -> f64| {
+        p.as_ref().map_or("–".into(), |p| format_ns(f(p)))
+    };
+    let mut rows = vec![[
+        "collector",
+        "calls A",
+        "calls B",
+        "mean A",
+        "mean B",
+        "Δ mean",
+        "Δ median",
+        "Δ p90",
+        "total A",
+        "total B",
+        "Δ total",
+        "Δ bytes",
+    ]
+    .map(String::from)
+    .to_vec()];
+    for r in d.rows.iter().filter(|r| r.change.is_some()) {
+        let c = r.change.expect("in both");
+        let calls = |p: &Option<Profile>| p.as_ref().map_or(0, |p| p.calls).to_string();
+        rows.push(vec![
+            r.collector.clone(),
+            calls(&r.a),
+            calls(&r.b),
+            ns(&r.a, |p| p.time.mean),
+            ns(&r.b, |p| p.time.mean),
+            pct(c.mean),
+            pct(c.median),
+            pct(c.p90),
+            ns(&r.a, |p| p.time.total as f64),
+            ns(&r.b, |p| p.time.total as f64),
+            pct(c.total),
+            pct(c.bytes),
+        ]);
+    }
+    let mut out = crate::report::columns(&rows);
+    for (side, names) in [("A", &d.only_a), ("B", &d.only_b)] {
+        if !names.is_empty() {
+            out += &format!("only in {side}: {}\n", names.join(", "));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -236,6 +295,20 @@ mod tests {
         assert_eq!(d.slower_than(200.0).len(), 0);
         assert!(d.rows[1].change.is_none() && d.rows[1].b.is_none());
         assert!(d.rows[2].a.is_none());
+        let t = table(&d);
+        let lines: Vec<&str> = t.lines().collect();
+        assert!(
+            lines[0].starts_with("collector       calls A  calls B"),
+            "{t}"
+        );
+        // 841.5 ns to 2 341.5 ns per call; totals 33 660 ns and 187 320 ns.
+        assert!(
+            lines[1].starts_with("ctx0/allreduce       40       80  842 ns  2.341 µs  +178.3%"),
+            "{t}"
+        );
+        assert!(lines[1].ends_with("+456.5%  +100.0%"), "{t}");
+        assert_eq!(lines[2], "only in A: ctx7/gather");
+        assert_eq!(lines[3], "only in B: ctx9/barrier");
     }
 
     #[test]

@@ -863,12 +863,12 @@ fn tree_section(h: &mut String, a: &Analysis) {
     }
     h.push_str("</table>\n");
     path_timemap(h, &tr.paths);
-    let mut shown = 0;
-    for n in tr.nodes.iter().filter(|n| n.children.len() > 1) {
-        if shown == MAX_HISTOGRAMS {
-            break;
-        }
-        shown += 1;
+    for n in tr
+        .nodes
+        .iter()
+        .filter(|n| n.children.len() > 1)
+        .take(MAX_HISTOGRAMS)
+    {
         let _ = writeln!(
             h,
             "<h3>Children of node {} ({}): arrival and departure order</h3>",
@@ -1030,6 +1030,235 @@ fn links(h: &mut String, a: &Analysis) {
     more(h, a.links.len(), MAX_TABLE_ROWS, "links");
 }
 
+/// The report's analyses as one JSON document (`vargr trace report --json`): summary,
+/// per collective the ranks' arrival and departure order histograms, latency statistics,
+/// links, time per path stage, and the tree's nodes, edges and path time maps. Times are
+/// ns.
+pub fn json(a: &Analysis) -> serde_json::Value {
+    use serde_json::json;
+    let s = &a.summary;
+    let collectives: Vec<serde_json::Value> = a
+        .load_balance
+        .iter()
+        .map(|l| {
+            json!({
+                "collector": l.name,
+                "instances": l.instances,
+                "partial": l.partial,
+                "culprit": l.culprit,
+                "last_per_host": l.hosts,
+                "ranks": l.ranks.iter().map(|b| json!({
+                    "rank": b.rank,
+                    "instances": b.instances,
+                    "last": b.last,
+                    "arrival_hist": b.arrival_hist,
+                    "departure_hist": b.departure_hist,
+                    "mean_arrival_wait": b.total_arrival_wait as f64 / b.instances.max(1) as f64,
+                    "longest_wait_caused": b.longest_wait_caused,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let latency: Vec<serde_json::Value> = a
+        .stats
+        .iter()
+        .map(|c| json!({ "collector": c.name, "latency": c.latency, "spread": c.spread }))
+        .collect();
+    let links: Vec<serde_json::Value> = a
+        .links
+        .iter()
+        .map(|l| {
+            json!({
+                "src": l.src, "dst": l.dst, "messages": l.count, "mean": l.mean,
+                "median": l.median, "min": l.min, "max": l.max, "round_trip": l.round_trip,
+            })
+        })
+        .collect();
+    json!({
+        "summary": {
+            "ranks": s.ranks,
+            "processes": s.processes,
+            "hosts": s.hosts,
+            "collectives": s.collectives,
+            "instances": s.instances,
+            "partial_instances": s.partial_instances,
+            "records": s.records,
+            "lost": s.lost,
+            "messages": s.messages,
+            "span_ns": s.span_ns,
+            "culprit": s.culprit.map(|c| json!({
+                "rank": c.rank, "last": c.last, "of": c.of,
+                "longest_wait_caused": c.longest_wait_caused,
+            })),
+            "warnings": s.warnings(),
+        },
+        "collectives": collectives,
+        "latency": latency,
+        "links": links,
+        "stages": a.stages,
+        "tree": a.tree,
+    })
+}
+
+/// `12 µs / 10 µs / 30 µs` for a table cell.
+fn dist_text(d: Option<&Dist>) -> String {
+    d.map_or("–".into(), |d| {
+        format!(
+            "{} / {} / {}",
+            format_ns(d.mean),
+            format_ns(d.median),
+            format_ns(d.p90)
+        )
+    })
+}
+
+/// Fixed-width columns, the first left-aligned, the rest right-aligned.
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> = (0..n)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|x| x.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            let pad = width[c].saturating_sub(cell.chars().count());
+            if c == 0 {
+                line += cell;
+                line += &" ".repeat(pad);
+            } else {
+                line += "  ";
+                line += &" ".repeat(pad);
+                line += cell;
+            }
+        }
+        out += line.trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+/// Which rank was most often first and most often last, by `hist`.
+fn extremes(
+    ranks: &[crate::analysis::RankBalance],
+    hist: fn(&crate::analysis::RankBalance) -> &[u64],
+) -> (String, String) {
+    let pick = |pos: fn(&[u64]) -> u64| {
+        ranks
+            .iter()
+            .map(|b| (pos(hist(b)), b.rank))
+            .filter(|x| x.0 > 0)
+            .max_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)))
+            .map_or("–".into(), |(n, r)| format!("rank {r} ({n}×)"))
+    };
+    (
+        pick(|h| h.first().copied().unwrap_or(0)),
+        pick(|h| h.last().copied().unwrap_or(0)),
+    )
+}
+
+/// The report's tables for the terminal: arrival and departure order per collective,
+/// time per path stage, and per tree node the seed's latencies.
+pub fn text(a: &Analysis) -> String {
+    let mut out = String::new();
+    let mut lbs: Vec<&LoadBalance> = a.load_balance.iter().filter(|l| l.instances > 0).collect();
+    lbs.sort_by(|x, y| y.instances.cmp(&x.instances).then(x.name.cmp(&y.name)));
+    if !lbs.is_empty() {
+        let mut rows = vec![[
+            "collective",
+            "instances",
+            "first in",
+            "last in",
+            "first out",
+            "last out",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for l in lbs.iter().take(MAX_TABLE_ROWS) {
+            let (fa, la) = extremes(&l.ranks, |b| &b.arrival_hist);
+            let (fd, ld) = extremes(&l.ranks, |b| &b.departure_hist);
+            rows.push(vec![
+                l.name.clone(),
+                l.instances.to_string(),
+                fa,
+                la,
+                fd,
+                ld,
+            ]);
+        }
+        out += "\narrival and departure order (most often first and last):\n";
+        out += &columns(&rows);
+    }
+    if !a.stages.stages.is_empty() {
+        let mut rows = vec![["stage", "dir", "frames", "mean", "median", "p90", "total"]
+            .map(String::from)
+            .to_vec()];
+        for r in &a.stages.stages {
+            rows.push(vec![
+                r.stage.clone(),
+                r.direction.name().into(),
+                r.frames.to_string(),
+                format_ns(r.time.mean),
+                format_ns(r.time.median),
+                format_ns(r.time.p90),
+                format_ns(r.time.total as f64),
+            ]);
+        }
+        out += "\ntime per path stage:\n";
+        out += &columns(&rows);
+    }
+    let tr = &a.tree;
+    if !tr.is_empty() {
+        let mut rows = vec![[
+            "node",
+            "role",
+            "children",
+            "waves",
+            "down latency (mean / median / p90)",
+            "up latency",
+            "subtree",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for n in tr.nodes.iter().filter(|n| !n.children.is_empty()) {
+            rows.push(vec![
+                n.node.to_string(),
+                n.role.clone(),
+                n.children.len().to_string(),
+                n.reduce_waves.max(n.multicast_waves).to_string(),
+                dist_text(n.down_latency.as_ref()),
+                dist_text(n.up_latency.as_ref()),
+                dist_text(n.subtree.as_ref()),
+            ]);
+        }
+        out += "\ntree nodes (the seed's down latency: last child in to out toward the root; \
+                up latency: in from the parent to the first forward):\n";
+        out += &columns(&rows);
+        if let Some(p) = tr.paths.iter().max_by(|x, y| {
+            (x.toward_root + x.toward_leaves).total_cmp(&(y.toward_root + y.toward_leaves))
+        }) {
+            out += &format!(
+                "slowest back-end path: node {} ({}), {} to the root, {} back\n",
+                p.leaf,
+                p.path
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join("→"),
+                format_ns(p.toward_root),
+                format_ns(p.toward_leaves)
+            );
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1147,6 +1376,72 @@ mod tests {
         let html = render(&analyze(&[] as &[TraceFile]), "empty");
         balanced(&html).unwrap();
         assert!(html.contains("No complete collective"));
+    }
+
+    #[test]
+    fn a_trees_report_has_its_nodes_paths_and_orders() {
+        let a = analyze(&crate::tree::tests::two_level_tree());
+        let html = render(&a, "tree");
+        balanced(&html).unwrap();
+        assert!(html.contains("id=\"tree\""));
+        // Node 1: down 30 ns, up 20 ns, subtree 1 930 ns, all waves alike.
+        assert!(
+            html.contains(
+                "<tr><td>1</td><td class=\"l\">commnode</td><td>0</td><td>2</td><td>2</td>\
+                 <td>30 ns</td><td>30 ns</td><td>30 ns</td><td>20 ns</td><td>20 ns</td>\
+                 <td>20 ns</td><td>1.930 µs</td><td>1.930 µs</td><td>1.930 µs</td>\
+                 <td>node 3 (2×)</td></tr>"
+            ),
+            "{html}"
+        );
+        assert_eq!(html.matches("<polyline").count(), 3);
+        assert!(html.contains("back-end node 3: node 1 transit 3→1: 50 ns;"));
+        assert!(html.contains("Children of node 0 (front-end)"));
+        assert!(html.contains("Children of node 1 (commnode)"));
+
+        let j = json(&a);
+        assert_eq!(j["tree"]["root"], 0);
+        assert_eq!(j["tree"]["nodes"][1]["down_latency"]["mean"], 30.0);
+        assert_eq!(j["tree"]["paths"][1]["toward_root"], 300.0);
+        assert_eq!(j["stages"]["stages"], serde_json::json!([]));
+
+        let text = text(&a);
+        assert!(text.contains("\n1      commnode"), "{text}");
+        assert!(
+            text.contains("slowest back-end path: node 4 (4→0), 1.800 µs to the root"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_and_text_carry_departure_orders() {
+        let a = analyze(&slow_rank_job(5, 2, 5_000));
+        let j = json(&a);
+        let c = &j["collectives"][0];
+        assert_eq!(c["collector"], "ctx0/allreduce");
+        assert_eq!(c["culprit"], 2);
+        // Ranks leave at last + 100 + rank: rank 0 first, rank 3 last every time.
+        assert_eq!(
+            c["ranks"][0]["departure_hist"],
+            serde_json::json!([5, 0, 0, 0])
+        );
+        assert_eq!(
+            c["ranks"][3]["departure_hist"],
+            serde_json::json!([0, 0, 0, 5])
+        );
+        assert_eq!(
+            c["ranks"][2]["arrival_hist"],
+            serde_json::json!([0, 0, 0, 5])
+        );
+        assert_eq!(c["ranks"][0]["mean_arrival_wait"], 5_000.0);
+        assert_eq!(j["summary"]["instances"], 5);
+        let text = text(&a);
+        assert!(
+            text.contains(
+                "ctx0/allreduce          5  rank 0 (5×)  rank 2 (5×)  rank 0 (5×)  rank 3 (5×)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

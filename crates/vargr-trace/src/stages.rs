@@ -102,9 +102,10 @@ pub fn place_of_track(tl: &Timeline, track: usize) -> (String, Option<u32>) {
 /// Every stage record of `tl`, timed per place and in all.
 pub fn stage_times(tl: &Timeline) -> StageTimes {
     type Key = (String, Direction);
-    let mut per_place: BTreeMap<(String, Option<u32>), BTreeMap<Key, (Vec<i64>, u64)>> =
-        BTreeMap::new();
-    let mut all: BTreeMap<Key, (Vec<i64>, u64)> = BTreeMap::new();
+    /// Durations and bytes of one (stage, direction).
+    type Times = BTreeMap<Key, (Vec<i64>, u64)>;
+    let mut per_place: BTreeMap<(String, Option<u32>), Times> = BTreeMap::new();
+    let mut all: Times = BTreeMap::new();
     for e in &tl.events {
         let Some((stage, dir)) = stage_of(tl.collector(e)) else {
             continue;

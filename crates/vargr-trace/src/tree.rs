@@ -605,7 +605,8 @@ pub(crate) mod tests {
         // Leaves have no waves of their own.
         assert_eq!(t.node(2).unwrap().down_latency, None);
 
-        let edges: Vec<(u32, u32, Option<(u64, f64)>, Option<(u64, f64)>)> = t
+        type Row = (u32, u32, Option<(u64, f64)>, Option<(u64, f64)>);
+        let edges: Vec<Row> = t
             .edges
             .iter()
             .map(|e| {
