@@ -486,33 +486,27 @@ fn histograms(h: &mut String, a: &Analysis) {
     lbs.sort_by(|x, y| y.instances.cmp(&x.instances).then(x.name.cmp(&y.name)));
     for l in lbs.iter().take(MAX_HISTOGRAMS) {
         let _ = writeln!(h, "<h3>{} ({} instances)</h3>", esc(&l.name), l.instances);
-        let arrivals: Vec<(u32, &[u64])> = l
+        let rows: Vec<OrderRow> = l
             .ranks
             .iter()
-            .map(|b| (b.rank, &b.arrival_hist[..]))
+            .map(|b| (b.rank, &b.arrival_hist[..], &b.departure_hist[..]))
             .collect();
-        let departures: Vec<(u32, &[u64])> = l
-            .ranks
-            .iter()
-            .map(|b| (b.rank, &b.departure_hist[..]))
-            .collect();
-        order_pair(h, &arrivals, &departures, l.culprit, "rank");
+        order_pair(h, &rows, l.culprit, "rank");
     }
     more(h, lbs.len(), MAX_HISTOGRAMS, "collectors");
 }
 
+/// A member (rank or child node) with its arrival and departure order histograms.
+type OrderRow<'a> = (u32, &'a [u64], &'a [u64]);
+
 /// Arrival and departure heat maps side by side.
-fn order_pair(
-    h: &mut String,
-    arrivals: &[(u32, &[u64])],
-    departures: &[(u32, &[u64])],
-    hot: Option<u32>,
-    noun: &str,
-) {
+fn order_pair(h: &mut String, rows: &[OrderRow], hot: Option<u32>, noun: &str) {
+    let arrivals: Vec<(u32, &[u64])> = rows.iter().map(|r| (r.0, r.1)).collect();
+    let departures: Vec<(u32, &[u64])> = rows.iter().map(|r| (r.0, r.2)).collect();
     h.push_str("<div style=\"display:flex;gap:2em;flex-wrap:wrap\"><div><b>arrival</b>\n");
-    heatmap(h, arrivals, hot, noun, "arrival order");
+    heatmap(h, &arrivals, hot, noun, "arrival order");
     h.push_str("</div><div><b>departure</b>\n");
-    heatmap(h, departures, None, noun, "departure order");
+    heatmap(h, &departures, None, noun, "departure order");
     h.push_str("</div></div>\n");
 }
 
@@ -875,15 +869,10 @@ fn tree_section(h: &mut String, a: &Analysis) {
             n.node,
             esc(&n.role)
         );
-        let arr: Vec<(u32, &[u64])> = n
+        let rows: Vec<OrderRow> = n
             .children_times
             .iter()
-            .map(|c| (c.child, &c.arrival_hist[..]))
-            .collect();
-        let dep: Vec<(u32, &[u64])> = n
-            .children_times
-            .iter()
-            .map(|c| (c.child, &c.departure_hist[..]))
+            .map(|c| (c.child, &c.arrival_hist[..], &c.departure_hist[..]))
             .collect();
         let hot = n
             .children_times
@@ -891,7 +880,7 @@ fn tree_section(h: &mut String, a: &Analysis) {
             .filter(|c| c.last > 0)
             .max_by_key(|c| c.last)
             .map(|c| c.child);
-        order_pair(h, &arr, &dep, hot, "node");
+        order_pair(h, &rows, hot, "node");
     }
 }
 

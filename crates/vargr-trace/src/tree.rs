@@ -418,51 +418,61 @@ pub fn path_timemaps(t: &TreeTimes) -> Vec<PathTimemap> {
             at = t.node(a).and_then(|n| n.parent);
         }
         let mut stages = Vec::new();
+        let mut push = |half, node, stage: String, d: Option<&Dist>| {
+            stages.push(PathStage {
+                half,
+                node,
+                stage,
+                mean: mean(d),
+            })
+        };
         for w in path.windows(2) {
             let (x, a) = (w[0], w[1]);
             let na = t.node(a);
             let child = na.and_then(|n| n.child(x));
-            stages.push(PathStage {
-                half: Half::TowardRoot,
-                node: a,
-                stage: format!("transit {x}→{a}"),
-                mean: mean(edge(a, x).and_then(|e| e.toward_root.as_ref())),
-            });
-            stages.push(PathStage {
-                half: Half::TowardRoot,
-                node: a,
-                stage: "arrival wait".into(),
-                mean: mean(child.and_then(|c| c.arrival_wait.as_ref())),
-            });
-            stages.push(PathStage {
-                half: Half::TowardRoot,
-                node: a,
-                stage: "down latency".into(),
-                mean: mean(na.and_then(|n| n.down_latency.as_ref())),
-            });
+            let to = Half::TowardRoot;
+            push(
+                to,
+                a,
+                format!("transit {x}→{a}"),
+                edge(a, x).and_then(|e| e.toward_root.as_ref()),
+            );
+            push(
+                to,
+                a,
+                "arrival wait".into(),
+                child.and_then(|c| c.arrival_wait.as_ref()),
+            );
+            push(
+                to,
+                a,
+                "down latency".into(),
+                na.and_then(|n| n.down_latency.as_ref()),
+            );
         }
         for w in path.windows(2).rev() {
             let (y, a) = (w[0], w[1]);
             let na = t.node(a);
             let child = na.and_then(|n| n.child(y));
-            stages.push(PathStage {
-                half: Half::TowardLeaves,
-                node: a,
-                stage: "up latency".into(),
-                mean: mean(na.and_then(|n| n.up_latency.as_ref())),
-            });
-            stages.push(PathStage {
-                half: Half::TowardLeaves,
-                node: a,
-                stage: "departure wait".into(),
-                mean: mean(child.and_then(|c| c.departure_wait.as_ref())),
-            });
-            stages.push(PathStage {
-                half: Half::TowardLeaves,
-                node: y,
-                stage: format!("transit {a}→{y}"),
-                mean: mean(edge(a, y).and_then(|e| e.toward_leaves.as_ref())),
-            });
+            let to = Half::TowardLeaves;
+            push(
+                to,
+                a,
+                "up latency".into(),
+                na.and_then(|n| n.up_latency.as_ref()),
+            );
+            push(
+                to,
+                a,
+                "departure wait".into(),
+                child.and_then(|c| c.departure_wait.as_ref()),
+            );
+            push(
+                to,
+                y,
+                format!("transit {a}→{y}"),
+                edge(a, y).and_then(|e| e.toward_leaves.as_ref()),
+            );
         }
         let sum = |h: Half| {
             stages
