@@ -14,7 +14,8 @@
 //! runs with this program's ranks and with BIN's alternate, and the overhead is the
 //! median of the runs' ratios.
 //! A last run injects a slow rank and times how long the load-balance monitor takes to
-//! name it.
+//! name it. With `--wan PROFILE` the monitors also run on a job of several sites joined
+//! by an emulated WAN: the seed's WAN multi-cluster rows (004, Tables 1 and 2).
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -57,6 +58,23 @@ pub struct TraceBenchArgs {
     /// Ranks of the slow-rank detection run (0 skips it).
     #[arg(long, default_value_t = 16)]
     slow_ranks: u32,
+    /// The seed's WAN rows: also run the monitors on a multi-site job whose sites are
+    /// joined by this emulated WAN (`vargr run --wan`, e.g. `rtt=36ms`).
+    #[arg(long)]
+    wan: Option<String>,
+    /// Sites of the WAN runs (`vargr run --sites`).
+    #[arg(long, default_value_t = 3)]
+    wan_sites: u32,
+    /// Ranks of the WAN runs, one per process.
+    #[arg(long, default_value_t = 12)]
+    wan_ranks: u32,
+    /// Blocks per WAN run: an allreduce crosses the WAN, so a block holds at least 20 of
+    /// them and takes seconds.
+    #[arg(long, default_value_t = 16)]
+    wan_blocks: u32,
+    /// Only the WAN runs (with --wan): no collector cost, no local runs, no detection.
+    #[arg(long)]
+    wan_only: bool,
     /// Write the records here (default bench/results/trace.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -190,9 +208,10 @@ pub fn rank(a: TraceRankArgs) -> Result<()> {
 
 /// The monitor's final gather rate and lost records, from the line it prints.
 fn monitor_totals(stderr: &str) -> (Option<f64>, Option<u64>) {
+    // The log line may carry a level prefix (` INFO vargr monitor: ...`).
     let Some(line) = stderr
         .lines()
-        .find(|l| l.starts_with("vargr monitor: gathered"))
+        .find_map(|l| l.find("vargr monitor: gathered").map(|i| &l[i..]))
     else {
         return (None, None);
     };
@@ -229,6 +248,7 @@ fn paired_overhead(on: &[f64], off: &[f64]) -> (f64, f64) {
 
 /// One `vargr run` of the rank benchmark, its ranks being `programs.bench()`; returns
 /// what rank 0 printed and the job's stderr.
+#[allow(clippy::too_many_arguments)]
 fn rank_job(
     programs: &Programs,
     n: u32,
@@ -237,17 +257,22 @@ fn rank_job(
     steps: u64,
     fixed: bool,
     env: &[(&str, &str)],
+    sites: &[String],
 ) -> Result<(RankOut, String)> {
     // Whole runs are compared by their medians: fewer blocks do.
     let blocks = if fixed {
         (a.blocks / 4).max(4)
+    } else if !sites.is_empty() {
+        a.wan_blocks
     } else {
         a.blocks
     };
     let (vargr, ranks) = (programs.vargr()?, programs.bench());
     let out = Command::new(vargr)
         .args(["run", "-n", &n.to_string()])
-        .args(["--ranks-per-process", &k.to_string(), "--"])
+        .args(["--ranks-per-process", &k.to_string()])
+        .args(sites)
+        .arg("--")
         .arg(ranks)
         .args(["trace-bench-rank", "--iters", &a.iters.to_string()])
         .args(["--block-ms", &a.block_ms.to_string()])
@@ -329,15 +354,19 @@ pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
     vargr_trace::set_enabled(true);
     let (one, two) = collector_cost();
     eprintln!("collector call: {one:.1} ns (one timestamp), {two:.1} ns (two)");
-    for (config, ns) in [
-        ("collector call, one timestamp", one),
-        ("collector call, two timestamps", two),
-    ] {
-        records.push(BenchRecord {
-            median_us: ns / 1000.0,
-            collector_ns: Some(ns),
-            ..BenchRecord::new("collector", config.into(), 1, 1)
-        });
+    if a.wan.is_some() && a.wan_only {
+        // Only the WAN runs below.
+    } else {
+        for (config, ns) in [
+            ("collector call, one timestamp", one),
+            ("collector call, two timestamps", two),
+        ] {
+            records.push(BenchRecord {
+                median_us: ns / 1000.0,
+                collector_ns: Some(ns),
+                ..BenchRecord::new("collector", config.into(), 1, 1)
+            });
+        }
     }
     // (what runs besides the collectors, environment of the ranks)
     let monitors: [(&str, &[(&str, &str)]); 4] = [
@@ -355,15 +384,35 @@ pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
     // (ranks, transport, ranks per process, monitors label, their environment)
     type Run<'a> = (u32, &'a str, u32, &'a str, &'a [(&'a str, &'a str)]);
     let mut runs: Vec<Run> = Vec::new();
-    for &n in &a.ranks {
+    let local = !(a.wan.is_some() && a.wan_only);
+    for &n in a.ranks.iter().filter(|_| local) {
         runs.push((n, "threads", n, monitors[0].0, monitors[0].1));
         for (label, env) in monitors {
             runs.push((n, "processes", 1, label, env));
         }
     }
-    if let Some(&n) = a.gather_ranks.as_ref() {
+    if let (Some(&n), true) = (a.gather_ranks.as_ref(), local) {
         runs.push((n, "processes", 1, monitors[1].0, monitors[1].1));
     }
+    // The seed's WAN rows: the same monitors on a job of several sites.
+    let wan_transport = a
+        .wan
+        .as_ref()
+        .map(|w| format!("processes, {} sites, WAN {w}", a.wan_sites));
+    if let Some(t) = &wan_transport {
+        for (label, env) in monitors {
+            runs.push((a.wan_ranks, t.as_str(), 1, label, env));
+        }
+    }
+    let wan_args: Vec<String> = match &a.wan {
+        Some(w) => vec![
+            "--sites".into(),
+            a.wan_sites.to_string(),
+            "--wan".into(),
+            w.clone(),
+        ],
+        None => Vec::new(),
+    };
     let cost_ns = two;
     let mut gsum_us: std::collections::HashMap<(u32, &str), f64> = Default::default();
     for (n, transport, k, label, env) in runs {
@@ -377,7 +426,12 @@ pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
                 (_, Some(&us)) => crate::coll::calibrate_spin(us).0,
                 _ => bail!("compute-gsum needs the gsum time first"),
             };
-            let (r, stderr) = rank_job(programs, n, k, &a, steps, false, env)?;
+            let sites: &[String] = if Some(transport) == wan_transport.as_deref() {
+                &wan_args
+            } else {
+                &[]
+            };
+            let (r, stderr) = rank_job(programs, n, k, &a, steps, false, env, sites)?;
             let (on, off) = (median(&r.on_us), median(&r.off_us));
             if workload == "gsum" && label == "collectors" {
                 gsum_us.insert((n, transport), off);
@@ -412,10 +466,12 @@ pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
                 let (mut ons, mut offs) = (Vec::new(), Vec::new());
                 for _ in 0..a.runs {
                     ons.push(median(
-                        &rank_job(programs, n, k, &a, steps, true, &[])?.0.on_us,
+                        &rank_job(programs, n, k, &a, steps, true, &[], &[])?.0.on_us,
                     ));
                     offs.push(median(
-                        &rank_job(&compiled_out, n, k, &a, steps, true, &[])?.0.on_us,
+                        &rank_job(&compiled_out, n, k, &a, steps, true, &[], &[])?
+                            .0
+                            .on_us,
                     ));
                 }
                 let (pct, ci) = paired_overhead(&ons, &offs);
@@ -440,7 +496,7 @@ pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
             }
         }
     }
-    if a.slow_ranks > 1 {
+    if a.slow_ranks > 1 && local {
         let slow = a.slow_ranks / 2 + 1;
         let t = detection_time(programs, a.slow_ranks, slow.min(a.slow_ranks - 1))?;
         eprintln!(
@@ -506,4 +562,21 @@ pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
     }
     crate::tree::write_records(a.json.as_deref(), "trace.json", &records)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_monitors_last_line_is_read_with_or_without_a_level() {
+        for prefix in ["", " INFO "] {
+            let err = format!(
+                "other\n{prefix}vargr monitor: gathered 2094 records, 7 overwritten before a pull \
+                 (gather rate 0.9967)\n"
+            );
+            assert_eq!(monitor_totals(&err), (Some(0.9967), Some(7)), "{prefix:?}");
+        }
+        assert_eq!(monitor_totals("nothing"), (None, None));
+    }
 }

@@ -1,6 +1,8 @@
-//! `vargr trace`: turns the trace files of `vargr run --trace DIR` into things people
-//! look at — a Perfetto/Chrome timeline and a one-file HTML report. The work is in
-//! `vargr_trace::{analysis, export, report}`; this file reads, writes and prints.
+//! `vargr trace`: turns the trace files of `vargr run --trace DIR` (or a tree's) into
+//! things people look at — a Perfetto/Chrome timeline, a one-file HTML report with its
+//! tables or JSON, and the comparison of two runs. The work is in
+//! `vargr_trace::{analysis, export, report, stages, tree, diff}`; this file reads, writes
+//! and prints.
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
@@ -22,13 +24,32 @@ pub enum TraceCmd {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
-    /// Write a self-contained HTML report: culprit, time maps, arrival order, latencies.
+    /// Write a self-contained HTML report (culprit, time maps, arrival and departure
+    /// order, latencies, time per path stage, tree nodes) and print its tables.
     Report {
-        /// Directory given to `vargr run --trace`.
+        /// Directory given to `vargr run --trace` (or a tree's trace directory).
         dir: PathBuf,
-        /// Output file [default: DIR/report.html].
+        /// Output file [default: DIR/report.html; with --json, none unless given].
         #[arg(short, long)]
         output: Option<PathBuf>,
+        /// Print the analyses as JSON on stdout instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Compare two trace directories (two runs, or two configurations) collector by
+    /// collector: calls, mean, median and p90 time per call, total time, bytes.
+    Diff {
+        /// The first trace directory (the baseline).
+        a: PathBuf,
+        /// The second trace directory.
+        b: PathBuf,
+        /// Print the comparison as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Exit with status 3 when a collector of both got slower than this (percent of
+        /// A's mean time per call); for scripts that guard against regressions.
+        #[arg(long, value_name = "PCT")]
+        fail_slower: Option<f64>,
     },
     /// Check a trace-event JSON file against the format's rules (used by tests).
     #[command(hide = true)]
@@ -73,16 +94,64 @@ pub fn run(cmd: TraceCmd) -> Result<()> {
             println!("{}", a.summary.line());
             Ok(())
         }
-        TraceCmd::Report { dir, output } => {
+        TraceCmd::Report { dir, output, json } => {
             let a = load(&dir)?;
-            let out = output.unwrap_or_else(|| dir.join("report.html"));
-            let html = report::render(&a, &dir.display().to_string());
-            std::fs::write(&out, html)
-                .with_context(|| format!("{}: cannot write", out.display()))?;
-            println!("wrote {}", out.display());
+            let out = match (output, json) {
+                (Some(o), _) => Some(o),
+                (None, false) => Some(dir.join("report.html")),
+                (None, true) => None,
+            };
+            if let Some(out) = &out {
+                let html = report::render(&a, &dir.display().to_string());
+                std::fs::write(out, html)
+                    .with_context(|| format!("{}: cannot write", out.display()))?;
+            }
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report::json(&a))?);
+                return Ok(());
+            }
+            if let Some(out) = &out {
+                println!("wrote {}", out.display());
+            }
             println!("{}", a.summary.line());
             for w in a.summary.warnings() {
                 println!("note: {w}");
+            }
+            print!("{}", report::text(&a));
+            Ok(())
+        }
+        TraceCmd::Diff {
+            a,
+            b,
+            json,
+            fail_slower,
+        } => {
+            let d = vargr_trace::diff::diff(&load_files(&a)?, &load_files(&b)?);
+            if json {
+                let doc = serde_json::json!({
+                    "a": a.display().to_string(),
+                    "b": b.display().to_string(),
+                    "rows": d.rows,
+                    "only_a": d.only_a,
+                    "only_b": d.only_b,
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                println!("A: {}\nB: {}", a.display(), b.display());
+                print!("{}", vargr_trace::diff::table(&d));
+            }
+            if let Some(pct) = fail_slower {
+                let slower = d.slower_than(pct);
+                if !slower.is_empty() {
+                    let names: Vec<&str> = slower.iter().map(|r| r.collector.as_str()).collect();
+                    eprintln!(
+                        "vargr: {} slower than A by more than {pct}% (mean time per call): {}",
+                        count(names.len(), "collector", "collectors"),
+                        names.join(", ")
+                    );
+                    std::io::stdout().flush()?;
+                    std::process::exit(3);
+                }
             }
             Ok(())
         }
@@ -120,6 +189,16 @@ fn count(n: usize, one: &str, many: &str) -> String {
 
 /// Reads every trace file of `dir` and analyses them, with errors that name the path.
 fn load(dir: &Path) -> Result<Analysis> {
+    Ok(analysis::analyze(&read(dir)?))
+}
+
+/// Every record of `dir` on one time axis.
+fn load_files(dir: &Path) -> Result<analysis::Timeline> {
+    Ok(analysis::timeline(&read(dir)?))
+}
+
+/// Reads every trace file of `dir`, with errors that name the path.
+fn read(dir: &Path) -> Result<Vec<TraceFile>> {
     if !dir.exists() {
         bail!("{}: no such directory", dir.display());
     }
@@ -137,5 +216,5 @@ fn load(dir: &Path) -> Result<Analysis> {
             dir.display()
         );
     }
-    Ok(analysis::analyze(&files))
+    Ok(files)
 }

@@ -218,3 +218,99 @@ fn skewed_clocks_are_aligned_down_the_tree() {
         assert_eq!(f.align, map[&id], "node {id}: file and map disagree");
     }
 }
+
+/// `vargr trace report --json` on a real tree's node files: the tree's shape as the
+/// topology has it, and for every commnode the seed's down and up latency, arrival and
+/// departure orders of its children over exactly the test's waves.
+#[test]
+fn the_report_gives_every_nodes_latencies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let topo = traced_network(dir);
+    let d = dir.to_str().unwrap();
+    let r = run_cli(&["trace", "report", d, "--json"], Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    assert!(
+        !dir.join("report.html").exists(),
+        "--json alone writes no HTML"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let tree = &doc["tree"];
+    assert_eq!(tree["root"], 0, "{tree}");
+    let nodes = tree["nodes"].as_array().expect("nodes");
+    assert_eq!(nodes.len(), topo.len(), "{tree}");
+    for n in topo.nodes() {
+        let j = nodes
+            .iter()
+            .find(|x| x["node"] == n.id)
+            .unwrap_or_else(|| panic!("node {} missing", n.id));
+        assert_eq!(j["parent"], serde_json::json!(n.parent), "node {}", n.id);
+        let kids: Vec<u64> = j["children"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c.as_u64().unwrap())
+            .collect();
+        let want: Vec<u64> = n.children.iter().map(|&c| u64::from(c)).collect();
+        assert_eq!(kids, want, "node {}", n.id);
+        // Commnodes are processes of their own: their files hold this test's waves
+        // only (the front-end's holds every network of this test process).
+        if n.parent.is_none() || n.children.is_empty() {
+            continue;
+        }
+        assert_eq!(j["role"], "commnode");
+        assert_eq!(j["reduce_waves"], WAVES, "node {}: {j}", n.id);
+        assert_eq!(j["multicast_waves"], WAVES, "node {}: {j}", n.id);
+        for what in ["down_latency", "up_latency", "subtree"] {
+            assert_eq!(j[what]["count"], WAVES, "node {} {what}: {j}", n.id);
+            assert!(j[what]["min"].as_i64().unwrap() >= 0, "node {}: {j}", n.id);
+        }
+        let mut lasts = 0;
+        for c in j["children_times"].as_array().unwrap() {
+            for hist in ["arrival_hist", "departure_hist"] {
+                let h: Vec<u64> = c[hist]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+                    .collect();
+                assert_eq!(h.len(), n.children.len(), "node {} {hist}: {c}", n.id);
+                assert_eq!(h.iter().sum::<u64>(), WAVES as u64, "node {} {hist}", n.id);
+            }
+            lasts += c["last"].as_u64().unwrap();
+        }
+        assert_eq!(
+            lasts, WAVES as u64,
+            "node {}: one child completes each wave",
+            n.id
+        );
+    }
+    // One path time map per back-end, from it to the root.
+    let paths = tree["paths"].as_array().unwrap();
+    let leaves = topo.nodes().filter(|n| n.children.is_empty()).count();
+    assert_eq!(paths.len(), leaves);
+    for p in paths {
+        let path = p["path"].as_array().unwrap();
+        assert_eq!(path.last().unwrap(), 0, "{p}");
+        assert_eq!(path.len(), 3, "kary:2^2 has two hops to the root: {p}");
+        assert_eq!(p["stages"].as_array().unwrap().len(), 12, "{p}");
+    }
+
+    // The HTML report and the tables show the tree.
+    let r = run_cli(&["trace", "report", d], Duration::from_secs(60));
+    assert!(r.status.success(), "{r:?}");
+    assert!(
+        r.stdout.contains("tree nodes (the seed's down latency"),
+        "{r:?}"
+    );
+    assert!(r.stdout.contains("slowest back-end path: node "), "{r:?}");
+    let html = std::fs::read_to_string(dir.join("report.html")).unwrap();
+    for part in [
+        "id=\"tree\"",
+        "Transit per edge",
+        "aria-label=\"path time map\"",
+        "aria-label=\"departure order\"",
+    ] {
+        assert!(html.contains(part), "{part} missing from the report");
+    }
+}

@@ -276,3 +276,135 @@ fn clocks_of_processes_are_aligned_with_a_reported_error() {
         "the 50 ms offset is not shown: {table}"
     );
 }
+
+/// Runs `vargr-bench coll-check` traced into `dir` with extra `vargr run` options.
+fn traced_job_with(dir: &Path, opts: &[&str]) {
+    let d = dir.to_str().expect("a UTF-8 temp dir");
+    let mut args = vec!["run", "-n", "4", "--ranks-per-process", "2", "--trace", d];
+    args.extend_from_slice(opts);
+    args.extend_from_slice(&["--", vargr_bench(), "coll-check"]);
+    ok(&args);
+}
+
+/// Two configurations of one program (two sites behind an emulated WAN, and one host)
+/// compared by `vargr trace diff`: the same collectives with the same numbers of calls,
+/// the stage collectors only where links have stages, and exit statuses scripts can use.
+#[test]
+fn trace_diff_compares_two_configurations() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("wan"), tmp.path().join("local"));
+    traced_job_with(&a, &["--sites", "2", "--wan", "rtt=2ms"]);
+    traced_job_with(&b, &[]);
+    let (da, db) = (a.to_str().unwrap(), b.to_str().unwrap());
+
+    let r = ok(&["trace", "diff", da, db]);
+    assert!(
+        r.stdout.starts_with(&format!("A: {da}\nB: {db}\n")),
+        "{r:?}"
+    );
+    assert!(r.stdout.contains("Δ mean"), "{r:?}");
+    assert!(r.stdout.contains("only in A: link/stage/"), "{r:?}");
+
+    let r = ok(&["trace", "diff", da, db, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let only_a: Vec<&str> = doc["only_a"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap())
+        .collect();
+    for s in [
+        "link/stage/emu/out",
+        "link/stage/emu/in",
+        "link/stage/codec/out",
+    ] {
+        assert!(only_a.contains(&s), "{s} not only in A: {only_a:?}");
+    }
+    assert_eq!(doc["only_b"], serde_json::json!([]), "{doc}");
+    let rows = doc["rows"].as_array().unwrap();
+    let both: Vec<&serde_json::Value> = rows.iter().filter(|r| !r["change"].is_null()).collect();
+    let names: Vec<&str> = both
+        .iter()
+        .map(|r| r["collector"].as_str().unwrap())
+        .collect();
+    for c in [
+        "ctx0/allreduce",
+        "ctx0/bcast",
+        "ctx0/alltoall",
+        "ctx0/barrier",
+    ] {
+        assert!(names.contains(&c), "{c} missing from {names:?}");
+    }
+    for r in &both {
+        // Same program, same calls (every rank of a communicator records each).
+        assert_eq!(r["a"]["calls"], r["b"]["calls"], "{r}");
+        assert_eq!(r["change"]["calls"], 0, "{r}");
+        assert!(r["a"]["call_records"].as_bool().unwrap(), "{r}");
+        assert_eq!(r["a"]["calls"].as_u64().unwrap() % 2, 0, "{r}");
+        let (ta, tb) = (
+            r["a"]["time"]["total"].as_f64().unwrap(),
+            r["b"]["time"]["total"].as_f64().unwrap(),
+        );
+        let want = (tb - ta) / ta * 100.0;
+        let got = r["change"]["total"].as_f64().unwrap();
+        assert!((got - want).abs() < 1e-6 * want.abs().max(1.0), "{r}");
+    }
+
+    // A trace against itself changes nothing; any change beyond −100 % fails the guard.
+    let same = ok(&["trace", "diff", da, da, "--fail-slower", "0"]);
+    assert!(!same.stdout.contains("only in"), "{same:?}");
+    let r = run_cli(
+        &["trace", "diff", da, db, "--fail-slower=-100"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(r.status.code(), Some(3), "{r:?}");
+    assert!(
+        r.stderr.contains("slower than A by more than -100%"),
+        "{r:?}"
+    );
+    let missing = tmp.path().join("nope");
+    let r = run_cli(
+        &["trace", "diff", da, missing.to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    assert_eq!(r.status.code(), Some(1), "{r:?}");
+    assert!(
+        r.stderr
+            .contains(&format!("{}: no such directory", missing.display())),
+        "{r:?}"
+    );
+
+    // The report of the two-site run times its stages and orders departures.
+    let r = ok(&["trace", "report", da, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let stages = doc["stages"]["stages"].as_array().unwrap();
+    let emu = stages
+        .iter()
+        .find(|s| s["stage"] == "emu" && s["direction"] == "out")
+        .unwrap_or_else(|| panic!("no emu stage: {stages:?}"));
+    assert!(emu["frames"].as_u64().unwrap() > 0);
+    assert!(!doc["stages"]["places"].as_array().unwrap().is_empty());
+    for c in doc["collectives"].as_array().unwrap() {
+        for r in c["ranks"].as_array().unwrap() {
+            let sum = |k: &str| -> u64 {
+                r[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_u64().unwrap())
+                    .sum()
+            };
+            assert_eq!(sum("arrival_hist"), r["instances"].as_u64().unwrap(), "{c}");
+            assert_eq!(
+                sum("departure_hist"),
+                r["instances"].as_u64().unwrap(),
+                "{c}"
+            );
+        }
+    }
+    let r = ok(&["trace", "report", da]);
+    assert!(r.stdout.contains("time per path stage:"), "{r:?}");
+    assert!(r.stdout.contains("first out"), "{r:?}");
+    let html = std::fs::read_to_string(a.join("report.html")).unwrap();
+    assert!(html.contains("id=\"stages\""));
+    assert!(html.contains("aria-label=\"departure order\""));
+}

@@ -780,6 +780,49 @@ pub struct Stats {
     pub median: f64,
 }
 
+/// The distribution of a set of durations (ns): what the stage, tree and diff tables show.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Dist {
+    pub count: u64,
+    pub mean: f64,
+    /// Mean of the two middle values when the count is even.
+    pub median: f64,
+    /// Nearest-rank 90th percentile: the smallest value at least 90 % of the values do
+    /// not exceed.
+    pub p90: f64,
+    pub min: i64,
+    pub max: i64,
+    pub total: i64,
+}
+
+impl Dist {
+    /// The distribution of `values` (any order); None when there are none.
+    pub fn of(mut values: Vec<i64>) -> Option<Dist> {
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_unstable();
+        let n = values.len();
+        let total = values.iter().fold(0i64, |a, &v| a.saturating_add(v));
+        let median = if n % 2 == 1 {
+            values[n / 2] as f64
+        } else {
+            (values[n / 2 - 1] as f64 + values[n / 2] as f64) / 2.0
+        };
+        // Nearest rank: ceil(0.9 n), counted from 1.
+        let p90 = values[(n * 9).div_ceil(10).max(1) - 1] as f64;
+        Some(Dist {
+            count: n as u64,
+            mean: values.iter().map(|&v| v as f64).sum::<f64>() / n as f64,
+            median,
+            p90,
+            min: values[0],
+            max: values[n - 1],
+            total,
+        })
+    }
+}
+
 /// Median of the last `window` values, O(window) per value (binary search in a sorted
 /// copy of the window, then one shift to insert and one to evict).
 #[derive(Debug, Clone)]
@@ -1093,6 +1136,10 @@ pub struct Analysis {
     pub load_balance: Vec<LoadBalance>,
     pub stats: Vec<CollectorStats>,
     pub links: Vec<LinkStats>,
+    /// Time per path stage (`link/stage/NAME/...` records).
+    pub stages: crate::stages::StageTimes,
+    /// Latencies per tree node (node files of a traced tree).
+    pub tree: crate::tree::TreeTimes,
     pub summary: Summary,
 }
 
@@ -1104,6 +1151,8 @@ pub fn analyze(files: &[TraceFile]) -> Analysis {
     let lb = load_balance(&tl, &inst);
     let stats = latency_stats(&tl, &inst);
     let links = links(&msgs);
+    let stages = crate::stages::stage_times(&tl);
+    let tree = crate::tree::tree_times(&tl);
     let ranks: HashSet<u32> = tl.tracks.iter().filter_map(|t| t.rank).collect();
     let calls: HashSet<usize> = inst.list.iter().map(|i| i.collector).collect();
     let summary = Summary {
@@ -1143,6 +1192,8 @@ pub fn analyze(files: &[TraceFile]) -> Analysis {
         load_balance: lb,
         stats,
         links,
+        stages,
+        tree,
         summary,
     }
 }

@@ -16,6 +16,7 @@
 
 pub mod analysis;
 pub mod clock;
+pub mod diff;
 pub mod export;
 mod file;
 mod held;
@@ -23,6 +24,8 @@ mod record;
 pub mod report;
 mod ring;
 pub mod scope;
+pub mod stages;
+pub mod tree;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};

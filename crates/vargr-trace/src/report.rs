@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::analysis::{format_ns, Analysis, Instance, LoadBalance};
+use crate::analysis::{format_ns, Analysis, Dist, Instance, LoadBalance};
+use crate::stages::StageTime;
+use crate::tree::{Half, PathTimemap};
 
 /// Slowest collective instances drawn as time maps.
 pub const MAX_TIMEMAPS: usize = 8;
@@ -36,6 +38,12 @@ const COLL: &str = "#4878d0";
 const DEPART: &str = "#8cc08f";
 const BAR: &str = "#7d9cc8";
 const HOT: &str = "#d03030";
+/// Colours of stages and paths, in turn.
+const PALETTE: [&str; 8] = [
+    "#4878d0", "#ee854a", "#6acc64", "#d65f5f", "#956cb4", "#8c613c", "#dc7ec0", "#797979",
+];
+/// Back-end paths drawn in the tree's time map.
+const MAX_PATHS: usize = 32;
 
 /// Escapes text for HTML content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -99,6 +107,8 @@ pub fn render(a: &Analysis, title: &str) -> String {
     timemaps(&mut h, a);
     histograms(&mut h, a);
     statistics(&mut h, a);
+    stage_section(&mut h, a);
+    tree_section(&mut h, a);
     links(&mut h, a);
     h.push_str("</body></html>\n");
     h
@@ -462,9 +472,11 @@ fn timemap(h: &mut String, i: &Instance) {
 
 fn histograms(h: &mut String, a: &Analysis) {
     h.push_str(
-        "<h2 id=\"arrival-order\">Arrival order</h2>\n<p class=\"note\">How often each rank \
-         arrived 1st, 2nd, … last at a collective (darker: a larger share of its calls). A \
-         rank always in the last column holds the others up.</p>\n",
+        "<h2 id=\"arrival-order\">Arrival and departure order</h2>\n<p class=\"note\">How \
+         often each rank arrived (left) and departed (right) 1st, 2nd, … last at a collective \
+         (darker: a larger share of its calls). A rank always in the last arrival column \
+         holds the others up; departures show the order in which the result reached \
+         the ranks.</p>\n",
     );
     let mut lbs: Vec<&LoadBalance> = a.load_balance.iter().filter(|l| l.instances > 0).collect();
     if lbs.is_empty() {
@@ -474,28 +486,54 @@ fn histograms(h: &mut String, a: &Analysis) {
     lbs.sort_by(|x, y| y.instances.cmp(&x.instances).then(x.name.cmp(&y.name)));
     for l in lbs.iter().take(MAX_HISTOGRAMS) {
         let _ = writeln!(h, "<h3>{} ({} instances)</h3>", esc(&l.name), l.instances);
-        heatmap(h, l);
+        let rows: Vec<OrderRow> = l
+            .ranks
+            .iter()
+            .map(|b| (b.rank, &b.arrival_hist[..], &b.departure_hist[..]))
+            .collect();
+        order_pair(h, &rows, l.culprit, "rank");
     }
     more(h, lbs.len(), MAX_HISTOGRAMS, "collectors");
 }
 
-fn heatmap(h: &mut String, l: &LoadBalance) {
-    let cols_n = l
-        .ranks
-        .iter()
-        .map(|b| b.arrival_hist.len())
-        .max()
-        .unwrap_or(0);
-    let rows = buckets(l.ranks.len(), MAX_ROWS);
+/// A member (rank or child node) with its arrival and departure order histograms.
+type OrderRow<'a> = (u32, &'a [u64], &'a [u64]);
+
+/// Arrival and departure heat maps side by side.
+fn order_pair(h: &mut String, rows: &[OrderRow], hot: Option<u32>, noun: &str) {
+    let arrivals: Vec<(u32, &[u64])> = rows.iter().map(|r| (r.0, r.1)).collect();
+    let departures: Vec<(u32, &[u64])> = rows.iter().map(|r| (r.0, r.2)).collect();
+    h.push_str("<div style=\"display:flex;gap:2em;flex-wrap:wrap\"><div><b>arrival</b>\n");
+    heatmap(h, &arrivals, hot, noun, "arrival order");
+    h.push_str("</div><div><b>departure</b>\n");
+    heatmap(h, &departures, None, noun, "departure order");
+    h.push_str("</div></div>\n");
+}
+
+/// `node 3` or `nodes 2–5`: [`rank_label`] for other members.
+fn member_label(noun: &str, ids: &[u32]) -> String {
+    let l = rank_label(ids);
+    if noun == "rank" {
+        l
+    } else {
+        l.replacen("ranks", &format!("{noun}s"), 1)
+            .replacen("rank", noun, 1)
+    }
+}
+
+/// Rows: members and how often each was (k+1)-th; bucketed beyond [`MAX_ROWS`].
+fn heatmap(h: &mut String, members: &[(u32, &[u64])], hot: Option<u32>, noun: &str, what: &str) {
+    let cols_n = members.iter().map(|m| m.1.len()).max().unwrap_or(0);
+    let rows = buckets(members.len(), MAX_ROWS);
     let cols = buckets(cols_n, MAX_ROWS);
-    let cw = (640 / cols.len().max(1)).clamp(8, 40) as f64;
+    let cw = (480 / cols.len().max(1)).clamp(8, 40) as f64;
     let (left, top, rh) = (110.0, 18.0, 14.0);
     let width = left + cw * cols.len() as f64 + 10.0;
     let height = top + rh * rows.len() as f64 + 4.0;
     let _ = writeln!(
         h,
         "<svg width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
-         aria-label=\"arrival order\">"
+         aria-label=\"{what}\">"
     );
     for (c, g) in cols.iter().enumerate() {
         let label = if g.len() == 1 {
@@ -517,34 +555,31 @@ fn heatmap(h: &mut String, l: &LoadBalance) {
         }
     }
     for (r, g) in rows.iter().enumerate() {
-        let members: Vec<u32> = l.ranks[g.clone()].iter().map(|b| b.rank).collect();
+        let ids: Vec<u32> = members[g.clone()].iter().map(|m| m.0).collect();
+        let name = member_label(noun, &ids);
         let counts: Vec<u64> = cols
             .iter()
             .map(|cg| {
-                l.ranks[g.clone()]
+                members[g.clone()]
                     .iter()
-                    .map(|b| {
-                        cg.clone()
-                            .filter_map(|k| b.arrival_hist.get(k))
-                            .sum::<u64>()
-                    })
+                    .map(|m| cg.clone().filter_map(|k| m.1.get(k)).sum::<u64>())
                     .sum()
             })
             .collect();
         let total = counts.iter().sum::<u64>().max(1);
         let y = top + rh * r as f64;
-        let hot = l.culprit.is_some_and(|c| members.contains(&c));
+        let is_hot = hot.is_some_and(|c| ids.contains(&c));
         let _ = writeln!(
             h,
             "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\"{}>{}</text>",
             left - 6.0,
             y + 10.5,
-            if hot {
+            if is_hot {
                 " style=\"fill:#d03030;font-weight:bold\""
             } else {
                 ""
             },
-            esc(&rank_label(&members))
+            esc(&name)
         );
         for (c, &n) in counts.iter().enumerate() {
             let share = n as f64 / total as f64;
@@ -560,7 +595,7 @@ fn heatmap(h: &mut String, l: &LoadBalance) {
                 shade(32.0),
                 shade(80.0),
                 shade(170.0),
-                esc(&rank_label(&members))
+                esc(&name)
             );
             if cw >= 20.0 && n > 0 {
                 let fill = if share > 0.5 { "#fff" } else { "#333" };
@@ -612,6 +647,341 @@ fn statistics(h: &mut String, a: &Analysis) {
     more(h, a.stats.len(), MAX_TABLE_ROWS, "collectors");
 }
 
+/// `mean / median / p90` cells of a distribution, or dashes.
+fn dist_cells(d: Option<&Dist>) -> String {
+    match d {
+        Some(d) => format!(
+            "<td>{}</td><td>{}</td><td>{}</td>",
+            t(d.mean),
+            t(d.median),
+            t(d.p90)
+        ),
+        None => "<td>–</td><td>–</td><td>–</td>".into(),
+    }
+}
+
+fn stage_section(h: &mut String, a: &Analysis) {
+    h.push_str(
+        "<h2 id=\"stages\">Time per path stage</h2>\n<p class=\"note\">Time frames spent in \
+         each stage of a link's chain (out: sending, in: receiving), from the \
+         <code>link/stage/NAME/…</code> records. Links within a host have no stages.</p>\n",
+    );
+    let st = &a.stages;
+    if st.stages.is_empty() {
+        h.push_str("<p>No stage records.</p>\n");
+        return;
+    }
+    stage_table(h, &st.stages, false);
+    h.push_str("<h3>Per node or process</h3>\n");
+    stage_bars(h, &st.places);
+    stage_table(h, &st.places, true);
+}
+
+fn stage_table(h: &mut String, rows: &[StageTime], place: bool) {
+    h.push_str("<table><tr>");
+    if place {
+        h.push_str("<th class=\"l\">where</th>");
+    }
+    h.push_str(
+        "<th class=\"l\">stage</th><th class=\"l\">dir</th><th>frames</th><th>bytes</th>\
+         <th>mean</th><th>median</th><th>p90</th><th>max</th><th>total</th></tr>\n",
+    );
+    for r in rows.iter().take(MAX_TABLE_ROWS) {
+        h.push_str("<tr>");
+        if place {
+            let _ = write!(h, "<td class=\"l\">{}</td>", esc(&r.place));
+        }
+        let _ = writeln!(
+            h,
+            "<td class=\"l\">{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td>{}<td>{}</td>\
+             <td>{}</td></tr>",
+            esc(&r.stage),
+            r.direction.name(),
+            r.frames,
+            r.bytes,
+            dist_cells(Some(&r.time)),
+            t(r.time.max as f64),
+            t(r.time.total as f64)
+        );
+    }
+    h.push_str("</table>\n");
+    more(h, rows.len(), MAX_TABLE_ROWS, "rows");
+}
+
+/// One bar per place: the mean time of each of its stages, end to end (a frame that
+/// passes every stage once spends about this long in the chain).
+fn stage_bars(h: &mut String, rows: &[StageTime]) {
+    let mut places: Vec<(&str, Vec<&StageTime>)> = Vec::new();
+    for r in rows {
+        match places.last_mut() {
+            Some((p, v)) if *p == r.place => v.push(r),
+            _ => places.push((&r.place, vec![r])),
+        }
+    }
+    places.truncate(MAX_ROWS);
+    let mut kinds: Vec<(String, &str)> = Vec::new();
+    for r in rows {
+        let k = (r.stage.clone(), r.direction.name());
+        if !kinds.contains(&k) {
+            kinds.push(k);
+        }
+    }
+    let colour = |r: &StageTime| {
+        let k = kinds
+            .iter()
+            .position(|k| k.0 == r.stage && k.1 == r.direction.name())
+            .unwrap_or(0);
+        PALETTE[k % PALETTE.len()]
+    };
+    let max = places
+        .iter()
+        .map(|(_, v)| v.iter().map(|r| r.time.mean).sum::<f64>())
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let (left, plot, top, rh) = (130.0, 700.0, 18.0, 16.0);
+    let width = left + plot + 20.0;
+    let height = top + rh * places.len() as f64 + 6.0;
+    h.push_str("<p class=\"key\">");
+    for (k, (stage, dir)) in kinds.iter().enumerate() {
+        let _ = write!(
+            h,
+            "<span style=\"background:{}\"></span>{} {dir}",
+            PALETTE[k % PALETTE.len()],
+            esc(stage)
+        );
+    }
+    h.push_str("</p>\n");
+    let _ = writeln!(
+        h,
+        "<svg width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
+         aria-label=\"time per stage\"><text x=\"{left}\" y=\"11\">mean time per frame, \
+         stage after stage (max {})</text>",
+        t(max)
+    );
+    for (row, (place, v)) in places.iter().enumerate() {
+        let y = top + rh * row as f64;
+        let _ = writeln!(
+            h,
+            "<text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}</text>",
+            left - 6.0,
+            y + 10.0,
+            esc(place)
+        );
+        let mut x = left;
+        for r in v {
+            let w = r.time.mean / max * plot;
+            let _ = writeln!(
+                h,
+                "<rect x=\"{x:.1}\" y=\"{y:.1}\" width=\"{:.1}\" height=\"11\" fill=\"{}\">\
+                 <title>{} {} {}: mean {}</title></rect>",
+                w.max(0.5),
+                colour(r),
+                esc(place),
+                esc(&r.stage),
+                r.direction.name(),
+                t(r.time.mean)
+            );
+            x += w;
+        }
+    }
+    h.push_str("</svg>\n");
+}
+
+fn tree_section(h: &mut String, a: &Analysis) {
+    let tr = &a.tree;
+    if tr.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2 id=\"tree\">Tree nodes</h2>\n<p class=\"note\">Per node, as the seed defines \
+         them (its paths run <i>down</i> to the root and back <i>up</i>): down latency is \
+         from the last child's packet arriving to the reduced packet leaving for the parent \
+         (at the root: to the end of its routing); up latency from the packet arriving from \
+         the parent to its first forward to a child; subtree from that first forward to the \
+         last reply. Mean / median / p90.</p>\n<table><tr><th>node</th><th class=\"l\">role</th>\
+         <th>parent</th><th>children</th><th>waves</th><th colspan=\"3\">down latency</th>\
+         <th colspan=\"3\">up latency</th><th colspan=\"3\">subtree</th>\
+         <th>most often last</th></tr>\n",
+    );
+    for n in tr
+        .nodes
+        .iter()
+        .filter(|n| !n.children.is_empty())
+        .take(MAX_TABLE_ROWS)
+    {
+        let last = n
+            .children_times
+            .iter()
+            .filter(|c| c.last > 0)
+            .max_by(|x, y| x.last.cmp(&y.last).then(y.child.cmp(&x.child)))
+            .map_or("–".into(), |c| format!("node {} ({}×)", c.child, c.last));
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td>{}{}{}<td>{}</td></tr>",
+            n.node,
+            esc(&n.role),
+            n.parent.map_or("–".into(), |p| p.to_string()),
+            n.children.len(),
+            n.reduce_waves.max(n.multicast_waves),
+            dist_cells(n.down_latency.as_ref()),
+            dist_cells(n.up_latency.as_ref()),
+            dist_cells(n.subtree.as_ref()),
+            esc(&last)
+        );
+    }
+    h.push_str("</table>\n");
+    if tr.uneven > 0 {
+        let _ = writeln!(
+            h,
+            "<p class=\"warn\">{} node streams had children that sent different numbers of \
+             packets (records lost, or a stream that does not wait for all): only their \
+             common waves are used.</p>",
+            tr.uneven
+        );
+    }
+    h.push_str(
+        "<h3>Transit per edge</h3>\n<p class=\"note\">From the sender handing a frame to \
+         the link to the receiver's arrival, on the aligned clocks.</p>\n<table><tr>\
+         <th>parent</th><th>child</th><th colspan=\"3\">toward the root</th>\
+         <th colspan=\"3\">toward the leaves</th></tr>\n",
+    );
+    for e in tr.edges.iter().take(MAX_TABLE_ROWS) {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td>{}{}</tr>",
+            e.parent,
+            e.child,
+            dist_cells(e.toward_root.as_ref()),
+            dist_cells(e.toward_leaves.as_ref())
+        );
+    }
+    h.push_str("</table>\n");
+    path_timemap(h, &tr.paths);
+    for n in tr
+        .nodes
+        .iter()
+        .filter(|n| n.children.len() > 1)
+        .take(MAX_HISTOGRAMS)
+    {
+        let _ = writeln!(
+            h,
+            "<h3>Children of node {} ({}): arrival and departure order</h3>",
+            n.node,
+            esc(&n.role)
+        );
+        let rows: Vec<OrderRow> = n
+            .children_times
+            .iter()
+            .map(|c| (c.child, &c.arrival_hist[..], &c.departure_hist[..]))
+            .collect();
+        let hot = n
+            .children_times
+            .iter()
+            .filter(|c| c.last > 0)
+            .max_by_key(|c| c.last)
+            .map(|c| c.child);
+        order_pair(h, &rows, hot, "node");
+    }
+}
+
+/// The seed's time map: one line per back-end, y the position on its path (back-end,
+/// root in the middle, back-end), x the mean time spent so far; the half toward the
+/// root at x < 0, ending at the root at x = 0.
+fn path_timemap(h: &mut String, paths: &[PathTimemap]) {
+    if paths.is_empty() {
+        return;
+    }
+    let mut shown: Vec<&PathTimemap> = paths.iter().collect();
+    shown.sort_by(|x, y| {
+        (y.toward_root + y.toward_leaves)
+            .total_cmp(&(x.toward_root + x.toward_leaves))
+            .then(x.leaf.cmp(&y.leaf))
+    });
+    shown.truncate(MAX_PATHS);
+    h.push_str(
+        "<h3>Time map of the back-ends' paths</h3>\n<p class=\"note\">Each line is one \
+         back-end's path: down to the root (x &lt; 0, ending at the root at 0) and back up \
+         (x &gt; 0), each step the mean of one stage (transit, arrival wait, down latency; \
+         up latency, departure wait, transit). Hover a line for its stages.</p>\n",
+    );
+    let neg = shown
+        .iter()
+        .map(|p| p.toward_root)
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let pos = shown
+        .iter()
+        .map(|p| p.toward_leaves)
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let (left, plot, top, ph) = (20.0, 760.0, 20.0, 260.0);
+    let zero = left + plot * neg / (neg + pos);
+    let x = |v: f64| zero + v / (neg + pos) * plot;
+    let y = |f: f64| top + f * ph;
+    let width = left + plot + 20.0;
+    let height = top + ph + 30.0;
+    let _ = writeln!(
+        h,
+        "<svg width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" role=\"img\" \
+         aria-label=\"path time map\"><line x1=\"{zero:.1}\" y1=\"{}\" x2=\"{zero:.1}\" \
+         y2=\"{:.1}\" stroke=\"#999\"/><text x=\"{left}\" y=\"12\">−{} (back-end to root)\
+         </text><text x=\"{:.1}\" y=\"12\" text-anchor=\"end\">+{} (root to back-end)</text>\
+         <text x=\"{zero:.1}\" y=\"{:.1}\" text-anchor=\"middle\">root</text>",
+        top,
+        top + ph,
+        t(neg),
+        left + plot,
+        t(pos),
+        top + ph + 16.0
+    );
+    for (k, p) in shown.iter().enumerate() {
+        let down: Vec<_> = p
+            .stages
+            .iter()
+            .filter(|s| s.half == Half::TowardRoot)
+            .collect();
+        let up: Vec<_> = p
+            .stages
+            .iter()
+            .filter(|s| s.half == Half::TowardLeaves)
+            .collect();
+        let mut pts = vec![(x(-p.toward_root), y(0.0))];
+        let mut at = -p.toward_root;
+        for (i, s) in down.iter().enumerate() {
+            at += s.mean.unwrap_or(0.0);
+            pts.push((x(at), y(0.5 * (i + 1) as f64 / down.len() as f64)));
+        }
+        at = 0.0;
+        for (i, s) in up.iter().enumerate() {
+            at += s.mean.unwrap_or(0.0);
+            pts.push((x(at), y(0.5 + 0.5 * (i + 1) as f64 / up.len() as f64)));
+        }
+        let line: Vec<String> = pts.iter().map(|(a, b)| format!("{a:.1},{b:.1}")).collect();
+        let steps: Vec<String> = p
+            .stages
+            .iter()
+            .map(|s| {
+                format!(
+                    "node {} {}: {}",
+                    s.node,
+                    s.stage,
+                    s.mean.map_or("–".into(), format_ns)
+                )
+            })
+            .collect();
+        let _ = writeln!(
+            h,
+            "<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"1.5\">\
+             <title>back-end node {}: {}</title></polyline>",
+            line.join(" "),
+            PALETTE[k % PALETTE.len()],
+            p.leaf,
+            esc(&steps.join("; "))
+        );
+    }
+    h.push_str("</svg>\n");
+}
+
 fn links(h: &mut String, a: &Analysis) {
     h.push_str(
         "<h2 id=\"links\">Links</h2>\n<p class=\"note\">Per pair of ranks, from each receive \
@@ -647,6 +1017,235 @@ fn links(h: &mut String, a: &Analysis) {
     }
     h.push_str("</table>\n");
     more(h, a.links.len(), MAX_TABLE_ROWS, "links");
+}
+
+/// The report's analyses as one JSON document (`vargr trace report --json`): summary,
+/// per collective the ranks' arrival and departure order histograms, latency statistics,
+/// links, time per path stage, and the tree's nodes, edges and path time maps. Times are
+/// ns.
+pub fn json(a: &Analysis) -> serde_json::Value {
+    use serde_json::json;
+    let s = &a.summary;
+    let collectives: Vec<serde_json::Value> = a
+        .load_balance
+        .iter()
+        .map(|l| {
+            json!({
+                "collector": l.name,
+                "instances": l.instances,
+                "partial": l.partial,
+                "culprit": l.culprit,
+                "last_per_host": l.hosts,
+                "ranks": l.ranks.iter().map(|b| json!({
+                    "rank": b.rank,
+                    "instances": b.instances,
+                    "last": b.last,
+                    "arrival_hist": b.arrival_hist,
+                    "departure_hist": b.departure_hist,
+                    "mean_arrival_wait": b.total_arrival_wait as f64 / b.instances.max(1) as f64,
+                    "longest_wait_caused": b.longest_wait_caused,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let latency: Vec<serde_json::Value> = a
+        .stats
+        .iter()
+        .map(|c| json!({ "collector": c.name, "latency": c.latency, "spread": c.spread }))
+        .collect();
+    let links: Vec<serde_json::Value> = a
+        .links
+        .iter()
+        .map(|l| {
+            json!({
+                "src": l.src, "dst": l.dst, "messages": l.count, "mean": l.mean,
+                "median": l.median, "min": l.min, "max": l.max, "round_trip": l.round_trip,
+            })
+        })
+        .collect();
+    json!({
+        "summary": {
+            "ranks": s.ranks,
+            "processes": s.processes,
+            "hosts": s.hosts,
+            "collectives": s.collectives,
+            "instances": s.instances,
+            "partial_instances": s.partial_instances,
+            "records": s.records,
+            "lost": s.lost,
+            "messages": s.messages,
+            "span_ns": s.span_ns,
+            "culprit": s.culprit.map(|c| json!({
+                "rank": c.rank, "last": c.last, "of": c.of,
+                "longest_wait_caused": c.longest_wait_caused,
+            })),
+            "warnings": s.warnings(),
+        },
+        "collectives": collectives,
+        "latency": latency,
+        "links": links,
+        "stages": a.stages,
+        "tree": a.tree,
+    })
+}
+
+/// `12 µs / 10 µs / 30 µs` for a table cell.
+fn dist_text(d: Option<&Dist>) -> String {
+    d.map_or("–".into(), |d| {
+        format!(
+            "{} / {} / {}",
+            format_ns(d.mean),
+            format_ns(d.median),
+            format_ns(d.p90)
+        )
+    })
+}
+
+/// Fixed-width columns, the first left-aligned, the rest right-aligned.
+pub(crate) fn columns(rows: &[Vec<String>]) -> String {
+    let n = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> = (0..n)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|x| x.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let mut line = String::new();
+        for (c, cell) in r.iter().enumerate() {
+            let pad = width[c].saturating_sub(cell.chars().count());
+            if c == 0 {
+                line += cell;
+                line += &" ".repeat(pad);
+            } else {
+                line += "  ";
+                line += &" ".repeat(pad);
+                line += cell;
+            }
+        }
+        out += line.trim_end();
+        out.push('\n');
+    }
+    out
+}
+
+/// Which rank was most often first and most often last, by `hist`.
+fn extremes(
+    ranks: &[crate::analysis::RankBalance],
+    hist: fn(&crate::analysis::RankBalance) -> &[u64],
+) -> (String, String) {
+    let pick = |pos: fn(&[u64]) -> u64| {
+        ranks
+            .iter()
+            .map(|b| (pos(hist(b)), b.rank))
+            .filter(|x| x.0 > 0)
+            .max_by(|x, y| x.0.cmp(&y.0).then(y.1.cmp(&x.1)))
+            .map_or("–".into(), |(n, r)| format!("rank {r} ({n}×)"))
+    };
+    (
+        pick(|h| h.first().copied().unwrap_or(0)),
+        pick(|h| h.last().copied().unwrap_or(0)),
+    )
+}
+
+/// The report's tables for the terminal: arrival and departure order per collective,
+/// time per path stage, and per tree node the seed's latencies.
+pub fn text(a: &Analysis) -> String {
+    let mut out = String::new();
+    let mut lbs: Vec<&LoadBalance> = a.load_balance.iter().filter(|l| l.instances > 0).collect();
+    lbs.sort_by(|x, y| y.instances.cmp(&x.instances).then(x.name.cmp(&y.name)));
+    if !lbs.is_empty() {
+        let mut rows = vec![[
+            "collective",
+            "instances",
+            "first in",
+            "last in",
+            "first out",
+            "last out",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for l in lbs.iter().take(MAX_TABLE_ROWS) {
+            let (fa, la) = extremes(&l.ranks, |b| &b.arrival_hist);
+            let (fd, ld) = extremes(&l.ranks, |b| &b.departure_hist);
+            rows.push(vec![
+                l.name.clone(),
+                l.instances.to_string(),
+                fa,
+                la,
+                fd,
+                ld,
+            ]);
+        }
+        out += "\narrival and departure order (most often first and last):\n";
+        out += &columns(&rows);
+    }
+    if !a.stages.stages.is_empty() {
+        let mut rows = vec![["stage", "dir", "frames", "mean", "median", "p90", "total"]
+            .map(String::from)
+            .to_vec()];
+        for r in &a.stages.stages {
+            rows.push(vec![
+                r.stage.clone(),
+                r.direction.name().into(),
+                r.frames.to_string(),
+                format_ns(r.time.mean),
+                format_ns(r.time.median),
+                format_ns(r.time.p90),
+                format_ns(r.time.total as f64),
+            ]);
+        }
+        out += "\ntime per path stage:\n";
+        out += &columns(&rows);
+    }
+    let tr = &a.tree;
+    if !tr.is_empty() {
+        let mut rows = vec![[
+            "node",
+            "role",
+            "children",
+            "waves",
+            "down latency (mean / median / p90)",
+            "up latency",
+            "subtree",
+        ]
+        .map(String::from)
+        .to_vec()];
+        for n in tr.nodes.iter().filter(|n| !n.children.is_empty()) {
+            rows.push(vec![
+                n.node.to_string(),
+                n.role.clone(),
+                n.children.len().to_string(),
+                n.reduce_waves.max(n.multicast_waves).to_string(),
+                dist_text(n.down_latency.as_ref()),
+                dist_text(n.up_latency.as_ref()),
+                dist_text(n.subtree.as_ref()),
+            ]);
+        }
+        out += "\ntree nodes (the seed's down latency: last child in to out toward the root; \
+                up latency: in from the parent to the first forward):\n";
+        out += &columns(&rows);
+        if let Some(p) = tr.paths.iter().max_by(|x, y| {
+            (x.toward_root + x.toward_leaves).total_cmp(&(y.toward_root + y.toward_leaves))
+        }) {
+            out += &format!(
+                "slowest back-end path: node {} ({}), {} to the root, {} back\n",
+                p.leaf,
+                p.path
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join("→"),
+                format_ns(p.toward_root),
+                format_ns(p.toward_leaves)
+            );
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -712,7 +1311,8 @@ mod tests {
         }
         assert!(html.contains("Rank <b>2</b> arrived last most often: in 20 of the 20"));
         assert!(html.contains("<tr class=\"culprit\"><td class=\"l\">ctx0/allreduce"));
-        assert_eq!(html.matches("<svg").count(), 1 + MAX_TIMEMAPS + 1);
+        // Bars, time maps, and arrival and departure orders of the one collector.
+        assert_eq!(html.matches("<svg").count(), 1 + MAX_TIMEMAPS + 2);
         assert!(!html.contains("<script"));
         assert!(!html.contains("http"));
     }
@@ -765,6 +1365,72 @@ mod tests {
         let html = render(&analyze(&[] as &[TraceFile]), "empty");
         balanced(&html).unwrap();
         assert!(html.contains("No complete collective"));
+    }
+
+    #[test]
+    fn a_trees_report_has_its_nodes_paths_and_orders() {
+        let a = analyze(&crate::tree::tests::two_level_tree());
+        let html = render(&a, "tree");
+        balanced(&html).unwrap();
+        assert!(html.contains("id=\"tree\""));
+        // Node 1: down 30 ns, up 20 ns, subtree 1 930 ns, all waves alike.
+        assert!(
+            html.contains(
+                "<tr><td>1</td><td class=\"l\">commnode</td><td>0</td><td>2</td><td>2</td>\
+                 <td>30 ns</td><td>30 ns</td><td>30 ns</td><td>20 ns</td><td>20 ns</td>\
+                 <td>20 ns</td><td>1.930 µs</td><td>1.930 µs</td><td>1.930 µs</td>\
+                 <td>node 3 (2×)</td></tr>"
+            ),
+            "{html}"
+        );
+        assert_eq!(html.matches("<polyline").count(), 3);
+        assert!(html.contains("back-end node 3: node 1 transit 3→1: 50 ns;"));
+        assert!(html.contains("Children of node 0 (front-end)"));
+        assert!(html.contains("Children of node 1 (commnode)"));
+
+        let j = json(&a);
+        assert_eq!(j["tree"]["root"], 0);
+        assert_eq!(j["tree"]["nodes"][1]["down_latency"]["mean"], 30.0);
+        assert_eq!(j["tree"]["paths"][1]["toward_root"], 300.0);
+        assert_eq!(j["stages"]["stages"], serde_json::json!([]));
+
+        let text = text(&a);
+        assert!(text.contains("\n1      commnode"), "{text}");
+        assert!(
+            text.contains("slowest back-end path: node 4 (4→0), 1.800 µs to the root"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn json_and_text_carry_departure_orders() {
+        let a = analyze(&slow_rank_job(5, 2, 5_000));
+        let j = json(&a);
+        let c = &j["collectives"][0];
+        assert_eq!(c["collector"], "ctx0/allreduce");
+        assert_eq!(c["culprit"], 2);
+        // Ranks leave at last + 100 + rank: rank 0 first, rank 3 last every time.
+        assert_eq!(
+            c["ranks"][0]["departure_hist"],
+            serde_json::json!([5, 0, 0, 0])
+        );
+        assert_eq!(
+            c["ranks"][3]["departure_hist"],
+            serde_json::json!([0, 0, 0, 5])
+        );
+        assert_eq!(
+            c["ranks"][2]["arrival_hist"],
+            serde_json::json!([0, 0, 0, 5])
+        );
+        assert_eq!(c["ranks"][0]["mean_arrival_wait"], 5_000.0);
+        assert_eq!(j["summary"]["instances"], 5);
+        let text = text(&a);
+        assert!(
+            text.contains(
+                "ctx0/allreduce          5  rank 0 (5×)  rank 2 (5×)  rank 0 (5×)  rank 3 (5×)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]
