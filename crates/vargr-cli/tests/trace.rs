@@ -271,8 +271,10 @@ fn clocks_of_processes_are_aligned_with_a_reported_error() {
     let html = std::fs::read_to_string(tmp.path().join("report.html")).unwrap();
     let at = html.find("offset to the root").expect("no clock table");
     let table = &html[at..at + html[at..].find("</table>").unwrap()];
+    // In ms with two decimals; the estimate itself may be off by its error bound (checked
+    // above), which on a loaded machine is more than the last digit.
     assert!(
-        table.contains("<td>49.99") || table.contains("<td>50.00"),
+        table.contains("<td>49.") || table.contains("<td>50."),
         "the 50 ms offset is not shown: {table}"
     );
 }
