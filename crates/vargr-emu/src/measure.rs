@@ -36,8 +36,7 @@ use crate::units::{fmt_bandwidth, fmt_duration};
 
 const ECHO: u8 = b'e';
 const SINK: u8 = b's';
-/// Echo after holding each message for the time in its first 8 bytes, and report the
-/// hold actually spent in their place.
+/// Echo after holding each message for the time (ns) in its first 8 bytes.
 const HOLD: u8 = b'h';
 const WARMUP_ROUNDS: usize = 3;
 
@@ -233,8 +232,8 @@ pub fn measure(cfg: &MeasureConfig) -> Result<AccuracyReport, EmuError> {
 
 /// One-way times (half round trips) of `cfg.rounds` ping-pongs on each of `n` concurrent
 /// connections through the relay at `relay`, and as many straight to the server at
-/// `direct`, which holds each message for the link's latency (the time it really held
-/// it is left out), so that both ends idle as long as behind the relay. Each client
+/// `direct`, which holds each message for the link's latency (left out of the time), so
+/// that both ends idle as long as behind the relay. Each client
 /// alternates the two, round by round, so that both see the machine in the same state:
 /// the host's share is measured beside the relay's, not before it. Both sorted.
 fn ping_pong(
@@ -272,9 +271,10 @@ fn ping_pong(
                     let t = Instant::now();
                     held.write_all(&held_msg)?;
                     held.read_exact(&mut back[..held_size])?;
-                    let rtt = t.elapsed();
-                    let spent = u64::from_le_bytes(back[..8].try_into().expect("8 bytes"));
-                    let host_rtt = rtt.saturating_sub(Duration::from_nanos(spent));
+                    // Less the hold asked for, not the hold spent: waking from it late
+                    // (behind the other connections' threads) is the host's cost, as
+                    // the relayed server's waking when the relay delivers is.
+                    let host_rtt = t.elapsed().saturating_sub(hold);
                     let t = Instant::now();
                     relayed.write_all(&msg)?;
                     relayed.read_exact(&mut back[..msg.len()])?;
@@ -432,16 +432,15 @@ fn serve(mut conn: TcpStream, results: &mpsc::Sender<SinkResult>) -> io::Result<
             let mut size = [0u8; 4];
             conn.read_exact(&mut size)?;
             let mut msg = vec![0u8; (u32::from_le_bytes(size) as usize).max(8)];
+            // The kernel's default timer slack (50 µs) would make every hold late.
+            let _slack = vargr_timer::SlackGuard::minimal();
             loop {
                 match conn.read_exact(&mut msg) {
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
                     other => other?,
                 }
-                let got = Instant::now();
                 let hold = u64::from_le_bytes(msg[..8].try_into().expect("8 bytes"));
                 thread::sleep(Duration::from_nanos(hold));
-                let held = got.elapsed().as_nanos() as u64;
-                msg[..8].copy_from_slice(&held.to_le_bytes());
                 conn.write_all(&msg)?;
             }
         }
