@@ -131,6 +131,19 @@ enum Cmd {
     /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
     #[command(hide = true)]
     CollCheck,
+    /// Concurrent flows between two sites, timed (tests of the shared gateways).
+    #[command(hide = true)]
+    StreamCheck {
+        /// Pairs of ranks that stream at once.
+        #[arg(long, default_value_t = 1)]
+        pairs: usize,
+        /// Bytes each pair sends.
+        #[arg(long, default_value_t = 1 << 20)]
+        bytes: usize,
+        /// Bytes per message.
+        #[arg(long, default_value_t = 64 << 10)]
+        chunk: usize,
+    },
     /// Checks wildcard, non-blocking and probed point-to-point messages (tests of `vargr run`).
     #[command(hide = true)]
     P2pCheck,
@@ -202,6 +215,11 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::RankInfo => job_check::rank_info(),
         Cmd::MeshCheck { shm_stats } => job_check::mesh_check(shm_stats),
         Cmd::CollCheck => coll_check::run(),
+        Cmd::StreamCheck {
+            pairs,
+            bytes,
+            chunk,
+        } => job_check::stream_check(pairs, bytes, chunk),
         Cmd::P2pCheck => job_check::p2p_check(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
         Cmd::CollBenchRank(a) => coll_rank::run(a),

@@ -33,6 +33,8 @@ keys! {
         "redundancy elimination on links between sites: a segmenter such as cdc:256:1k:8k";
     "links.wan", "VARGR_WAN", None,
         "WAN emulated between sites: rtt=36ms,bandwidth=100mbit, or per pair a-b:...;*:...";
+    "links.gateways", "VARGR_GATEWAYS", None,
+        "the emulated WAN's shared bottlenecks on this host: a pointer file vargr run makes and sets";
     "job.site", "VARGR_SITE", None,
         "this process's site label (a cluster, a data centre)";
     "job.shm", "VARGR_SHM", Some("true"),
