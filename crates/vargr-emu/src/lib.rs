@@ -21,6 +21,8 @@
 //!   sites compete for one WAN.
 //! - [`Relay`] / [`run_relay`] (module [`relay`]): a TCP relay that puts the emulated WAN
 //!   in front of any TCP program (`vargr emu --listen .. --connect ..`).
+//! - [`record`]: `vargr emu record`, which measures a real path into a trace, and the
+//!   echo server at its far end.
 //! - [`measure`]: the accuracy check, comparing ping-pong latency and bulk throughput
 //!   through a relay with what the profile promises.
 //!
@@ -43,6 +45,7 @@ pub mod gateway;
 mod link;
 pub mod measure;
 pub mod profile;
+pub mod record;
 pub mod relay;
 pub mod shaper;
 pub mod trace;
