@@ -174,3 +174,69 @@ fn p2p(c: &vargr_coll::Comm) -> Result<String> {
     c.barrier()?;
     Ok(format!("rank {me} p2p ok"))
 }
+
+/// Flows between two sites at once (tests of the emulated WAN's shared gateways): the
+/// first half of the ranks is one site, the second the other; the first `pairs` ranks
+/// each send `bytes` in `chunk`-byte messages of random (incompressible) data to their
+/// partner half a job away, all starting together after a barrier. Rank 0 prints
+/// `RESULT pairs P bytes B seconds S bits_per_s R`: all the bytes over the time from the
+/// first rank leaving the barrier to the last receiver done. Times are the wall clock,
+/// which ranks of one host share: a rank's own exit from the barrier is no start, since
+/// the message releasing it may queue at the gateway behind a flow that already began.
+pub fn stream_check(pairs: usize, bytes: usize, chunk: usize) -> Result<()> {
+    use rand::{RngExt, SeedableRng};
+    let job = vargr_config::join_job()?;
+    let outs = job.run(|c| {
+        let (me, n) = (c.rank(), c.size());
+        let fail = |reason: String| vargr_coll::CollError::Job { reason };
+        if n % 2 != 0 || pairs > n / 2 || chunk == 0 {
+            return Err(fail(format!(
+                "{pairs} pairs of {n} ranks in chunks of {chunk}"
+            )));
+        }
+        let half = n / 2;
+        let mut rng = rand::rngs::Xoshiro256PlusPlus::seed_from_u64(me as u64);
+        let data: Vec<u8> = (0..chunk).map(|_| rng.random()).collect();
+        let data = bytes::Bytes::from(data);
+        let wall = || {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64())
+        };
+        c.barrier()?;
+        let mut start = [wall()];
+        let mut end = [0.0f64];
+        let mut moved = [0u64];
+        if me < pairs {
+            let mut left = bytes;
+            while left > 0 {
+                let n = left.min(chunk);
+                c.send_bytes(me + half, 30, data.slice(..n))?;
+                left -= n;
+            }
+        } else if me >= half && me - half < pairs {
+            let mut got = 0;
+            while got < bytes {
+                got += c.recv_bytes(me - half, 30)?.len();
+            }
+            end[0] = wall();
+            moved[0] = got as u64;
+        }
+        c.allreduce(&mut start, &vargr_coll::Op::Min)?;
+        c.allreduce(&mut end, &vargr_coll::Op::Max)?;
+        c.allreduce(&mut moved, &vargr_coll::Op::Sum)?;
+        let secs = end[0] - start[0];
+        Ok((me == 0).then(|| {
+            format!(
+                "RESULT pairs {pairs} bytes {} seconds {secs:.6} bits_per_s {:.0}",
+                moved[0],
+                moved[0] as f64 * 8.0 / secs.max(1e-9)
+            )
+        }))
+    })?;
+    for line in outs.into_iter().flatten() {
+        println!("{line}");
+    }
+    job.finish();
+    Ok(())
+}

@@ -16,6 +16,7 @@ mod ffi;
 mod io;
 mod job_check;
 mod link;
+mod longcut;
 mod mpi_shim;
 mod noise;
 mod procs;
@@ -86,6 +87,9 @@ enum Cmd {
     Skew(skew::SkewArgs),
     /// Accuracy of the Longcut WAN emulator relay (latency with 2 and 40 connections, bandwidth).
     Emu(emu::EmuBenchArgs),
+    /// Longcut's trace-against-constant experiment: PingPong, Allreduce and SOR over a
+    /// WAN replaying a varying trace and over one at the trace's means.
+    Longcut(longcut::LongcutArgs),
     /// Collective latency, vargr (processes, threads) against Open MPI (TCP, shared memory).
     Coll(coll::CollBenchArgs),
     /// Collective I/O: the seed's workloads by two-phase, LA-Two-Phase (with and without
@@ -131,6 +135,19 @@ enum Cmd {
     /// Runs every collective on fixed inputs and prints the results (compared with Open MPI).
     #[command(hide = true)]
     CollCheck,
+    /// Concurrent flows between two sites, timed (tests of the shared gateways).
+    #[command(hide = true)]
+    StreamCheck {
+        /// Pairs of ranks that stream at once.
+        #[arg(long, default_value_t = 1)]
+        pairs: usize,
+        /// Bytes each pair sends.
+        #[arg(long, default_value_t = 1 << 20)]
+        bytes: usize,
+        /// Bytes per message.
+        #[arg(long, default_value_t = 64 << 10)]
+        chunk: usize,
+    },
     /// Checks wildcard, non-blocking and probed point-to-point messages (tests of `vargr run`).
     #[command(hide = true)]
     P2pCheck,
@@ -176,6 +193,9 @@ enum Cmd {
     /// One rank of `vargr bench sor`.
     #[command(hide = true)]
     CollSorRank(wan::SorRankArgs),
+    /// One rank of `vargr bench longcut`.
+    #[command(hide = true)]
+    LongcutRank(longcut::LongcutRankArgs),
     /// One rank of collective I/O: writes and reads a workload's views with vargr-io.
     #[command(hide = true)]
     IoRank(io::IoRankArgs),
@@ -187,6 +207,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Tree(a) => tree::run(a, programs),
         Cmd::Skew(a) => skew::run(a, programs),
         Cmd::Emu(a) => emu::run(a),
+        Cmd::Longcut(a) => longcut::run(a, programs),
         Cmd::Coll(a) => coll::run(a, programs),
         Cmd::Io(a) => io::bench(a, programs),
         Cmd::Wan(a) => wan::run(a, programs),
@@ -202,11 +223,17 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::RankInfo => job_check::rank_info(),
         Cmd::MeshCheck { shm_stats } => job_check::mesh_check(shm_stats),
         Cmd::CollCheck => coll_check::run(),
+        Cmd::StreamCheck {
+            pairs,
+            bytes,
+            chunk,
+        } => job_check::stream_check(pairs, bytes, chunk),
         Cmd::P2pCheck => job_check::p2p_check(),
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
         Cmd::CollBenchRank(a) => coll_rank::run(a),
         Cmd::CollWanRank(a) => wan::rank(a),
         Cmd::CollSorRank(a) => wan::sor_rank(a),
+        Cmd::LongcutRank(a) => longcut::rank(a),
         Cmd::TraceBenchRank(a) => trace::rank(a),
         Cmd::CodecBenchRank(a) => codec::rank(a),
         Cmd::IoRank(a) => io::run_rank(a),

@@ -16,7 +16,7 @@ use clap::Args;
 pub use vargr_net::job_launch::JobFailed;
 use vargr_net::job_launch::{JobLaunchError, JobSpec, Slot, Slots};
 use vargr_net::launch::Launcher;
-use vargr_net::runtime_dir::RuntimeDir;
+use vargr_net::runtime_dir::{RemoveOnDrop, RuntimeDir};
 use vargr_net::wireup::Liveness;
 use vargr_topo::HostFile;
 
@@ -268,11 +268,25 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
         layers.flag("monitor.coschedule", "--coschedule", "true");
     }
     let config = vargr_config::Config::resolve(&layers)?;
-    let env: Vec<(String, String)> = config
+    let mut env: Vec<(String, String)> = config
         .to_env()
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+    // Held until the job ends: the table lives while this process does, its pointer
+    // file is removed when it ends.
+    let _gateways = match (&launcher, config.wan.is_empty()) {
+        (Launcher::Local, false) => {
+            let (table, pointer) = gateways()?;
+            env.retain(|(k, _)| k != "VARGR_GATEWAYS");
+            env.push((
+                "VARGR_GATEWAYS".into(),
+                pointer.path().display().to_string(),
+            ));
+            Some((table, pointer))
+        }
+        _ => None,
+    };
     let spec = JobSpec {
         ranks: a.ranks,
         ranks_per_process: a.ranks_per_process,
@@ -300,6 +314,20 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
         JobLaunchError::Failed(f) => anyhow::Error::new(f),
         e => e.into(),
     })
+}
+
+/// The shared bottlenecks of an emulated WAN for ranks on this host (the seed's
+/// gateways: every flow between two sites competes for one WAN), and the pointer file
+/// that finds them, removed when dropped. Ranks started on other hosts (a hostfile and
+/// a remote launcher) are not given it and keep one bottleneck per link.
+fn gateways() -> Result<(vargr_emu::Gateways, RemoveOnDrop)> {
+    let table = vargr_emu::Gateways::create()?;
+    let path = RuntimeDir::open_default()?.join(format!("run-{}.gateways", std::process::id()));
+    // One of an earlier process with this pid, which has ended; never followed.
+    let _ = std::fs::remove_file(&path);
+    let pointer = RemoveOnDrop::new(path.clone());
+    table.write_pointer(&path)?;
+    Ok((table, pointer))
 }
 
 /// A hostfile's process slots, in order.

@@ -282,6 +282,9 @@ pub struct JoinOptions {
     pub timeout: Duration,
     /// WAN emulated between sites.
     pub wan: WanMap,
+    /// The shared bottlenecks of the emulated WAN on this host (`vargr run` makes the
+    /// table): links between two sites, from every process here, compete for one.
+    pub gateways: Option<Arc<vargr_emu::Gateways>>,
     /// Algorithm selection.
     pub selector: Selector,
     /// How ranks of one process share its cores.
@@ -316,6 +319,7 @@ impl Default for JoinOptions {
         JoinOptions {
             timeout: Duration::from_secs(60),
             wan: WanMap::default(),
+            gateways: None,
             selector: Selector::default(),
             sched: SchedPolicy::default(),
             codec: CodecMode::Adaptive,
@@ -383,6 +387,7 @@ impl Job {
             }),
             dedup: opts.dedup.clone(),
             max_frame: mesh::MAX_MESSAGE + 64,
+            gateways: opts.gateways.clone(),
         })
         .map_err(job_error)?;
         let my_site = opts.site.clone().filter(|s| !s.is_empty());

@@ -35,6 +35,8 @@ keys! {
         "WAN emulated between sites: rtt=36ms,bandwidth=100mbit, or per pair a-b:...;*:...";
     "paths.spec", "VARGR_PATHS", None,
         "a TOML file of path specifications: paths from back-ends through named stages to an element (`vargr paths show`)";
+    "links.gateways", "VARGR_GATEWAYS", None,
+        "the emulated WAN's shared bottlenecks on this host: a pointer file vargr run makes and sets";
     "job.site", "VARGR_SITE", None,
         "this process's site label (a cluster, a data centre)";
     "job.shm", "VARGR_SHM", Some("true"),

@@ -180,6 +180,8 @@ pub struct Config {
     pub codec_samples: Option<PathBuf>,
     pub dedup: Option<String>,
     pub wan: WanMap,
+    /// The pointer file of the emulated WAN's shared bottlenecks (`vargr run` sets it).
+    pub gateways: Option<PathBuf>,
     pub site: Option<String>,
     pub sched: SchedPolicy,
     pub selector: Selector,
@@ -250,6 +252,10 @@ impl Config {
             wan: r
                 .parse_with("links.wan", WanMap::parse_line)?
                 .unwrap_or_default(),
+            gateways: r
+                .text("links.gateways")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from),
             site: r.text("job.site").filter(|s| !s.is_empty()),
             sched: r
                 .parse_with("job.sched", |t| t.parse::<SchedPolicy>())?
@@ -328,10 +334,32 @@ impl Config {
         }
     }
 
-    /// How a process of a job joins it with these settings.
-    pub fn join_options(&self) -> JoinOptions {
-        JoinOptions {
+    /// How a process of a job joins it with these settings. Opens the emulated WAN's
+    /// shared bottlenecks when a WAN is emulated and the launcher made them; an error
+    /// names the pointer file.
+    pub fn join_options(&self) -> Result<JoinOptions, ConfigError> {
+        let gateways = match &self.gateways {
+            Some(p) if !self.wan.is_empty() => Some(std::sync::Arc::new(
+                vargr_emu::Gateways::open_pointer(p).map_err(|e| {
+                    let (value, origin) = self
+                        .effective
+                        .iter()
+                        .find(|(k, ..)| k.name == "links.gateways")
+                        .map(|(_, v, s)| (v.clone(), s.clone()))
+                        .unwrap_or_else(|| (p.display().to_string(), Source::Default));
+                    ConfigError::Value {
+                        key: "links.gateways",
+                        value,
+                        origin,
+                        reason: e.to_string(),
+                    }
+                })?,
+            )),
+            _ => None,
+        };
+        Ok(JoinOptions {
             wan: self.wan.clone(),
+            gateways,
             selector: self.selector.clone(),
             sched: self.sched,
             codec: self.codec.clone(),
@@ -344,7 +372,7 @@ impl Config {
             clock_sync: self.clock_sync,
             shm: self.shm,
             ..JoinOptions::default()
-        }
+        })
     }
 
     /// The settings something other than a default set, as the environment of a process
@@ -396,7 +424,7 @@ pub fn from_process() -> Result<Config, ConfigError> {
 pub fn join_job() -> Result<Job, JoinError> {
     let config = from_process()?;
     config.apply_to_process();
-    Ok(Job::join_with(config.join_options())?)
+    Ok(Job::join_with(config.join_options()?)?)
 }
 
 /// Why a process could not join its job.

@@ -87,6 +87,19 @@ pub enum EmuError {
         /// The underlying error.
         source: io::Error,
     },
+    /// The shared gateways table cannot be made or opened.
+    #[error("the emulated WAN's shared gateways table: {0}")]
+    Gateways(#[source] vargr_shm::ShmError),
+    /// A probe of `vargr emu record` failed.
+    #[error("recording the path to {target}: {what}: {source}")]
+    Record {
+        /// The echo server (or relay) probed.
+        target: SocketAddr,
+        /// Which probe.
+        what: String,
+        /// The underlying error.
+        source: io::Error,
+    },
     /// The relay's event loop failed (not a single connection: those are reported as
     /// [`RelayEvent`](crate::RelayEvent)s and never end the relay).
     #[error("relay event loop: {0}")]

@@ -16,8 +16,13 @@
 //!   process (push frames, poll them out when due).
 //! - [`EmuLinkStage`] and [`WanMap`]: the stage on a vargr link between two sites, and
 //!   which WAN joins which pair of sites.
+//! - [`Gateways`] (module [`gateway`]): the seed's gateways, one bottleneck per pair of
+//!   sites shared by the links of every process on a host, so that flows between two
+//!   sites compete for one WAN.
 //! - [`Relay`] / [`run_relay`] (module [`relay`]): a TCP relay that puts the emulated WAN
 //!   in front of any TCP program (`vargr emu --listen .. --connect ..`).
+//! - [`record`]: `vargr emu record`, which measures a real path into a trace, and the
+//!   echo server at its far end.
 //! - [`measure`]: the accuracy check, comparing ping-pong latency and bulk throughput
 //!   through a relay with what the profile promises.
 //!
@@ -36,9 +41,11 @@
 
 mod emulator;
 mod error;
+pub mod gateway;
 mod link;
 pub mod measure;
 pub mod profile;
+pub mod record;
 pub mod relay;
 pub mod shaper;
 pub mod trace;
@@ -46,6 +53,7 @@ mod units;
 
 pub use emulator::{EmulatorFull, LinkEmulator};
 pub use error::{EmuError, ParseError};
+pub use gateway::{Gateways, SharedBottleneck};
 pub use link::{EmuLinkStage, WanMap};
 pub use profile::{LinkSpec, WanProfile};
 pub use relay::{

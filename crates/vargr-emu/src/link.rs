@@ -13,7 +13,9 @@ use vargr_stage::Stage;
 
 use crate::emulator::LinkEmulator;
 use crate::error::{EmuError, ParseError};
+use crate::gateway::SharedBottleneck;
 use crate::profile::{LinkSpec, WanProfile};
+use crate::shaper::Shaper;
 use crate::trace::Trace;
 
 /// Longcut as a link stage: outgoing frames are held until the emulated WAN would have
@@ -25,6 +27,15 @@ impl EmuLinkStage {
         // No limit of its own: what it holds counts as the link's backlog, so
         // backpressure pauses the producers instead of this stage dropping anything.
         EmuLinkStage(LinkEmulator::new(spec, seed).with_limit(usize::MAX))
+    }
+
+    /// The stage serializing on `shared`, the bottleneck of every link between the same
+    /// two sites from this host (see [`crate::Gateways`]).
+    pub fn shared(spec: impl Into<LinkSpec>, seed: u64, shared: SharedBottleneck) -> EmuLinkStage {
+        EmuLinkStage(
+            LinkEmulator::with_shaper(Shaper::new(spec, seed).with_shared(shared))
+                .with_limit(usize::MAX),
+        )
     }
 }
 

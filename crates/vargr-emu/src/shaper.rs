@@ -17,7 +17,10 @@
 //!    latencies thus delay, never reorder.
 //!
 //! Several streams may share one `Shaper` (the relay's default: all connections between
-//! two sites queue at the same bottleneck), each keeping its own [`StreamOrder`].
+//! two sites queue at the same bottleneck), each keeping its own [`StreamOrder`]; and
+//! several shapers, in several processes, may share one bottleneck
+//! ([`Shaper::with_shared`]: a [`Gateways`](crate::Gateways) slot), so that all the
+//! links between two sites compete for one WAN.
 //! Only payload bytes are counted; TCP/IP header overhead is not modelled.
 
 use std::time::{Duration, Instant};
@@ -25,6 +28,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
 
+use crate::gateway::SharedBottleneck;
 use crate::profile::LinkSpec;
 
 /// Per-stream ordering state: the due time of the stream's previous chunk.
@@ -46,8 +50,8 @@ pub struct Shaper {
     spec: LinkSpec,
     /// Time zero for trace replay; set explicitly or by the first chunk.
     epoch: Option<Instant>,
-    /// When the bottleneck finishes the chunks already scheduled.
-    next_free: Option<Instant>,
+    /// Where chunks serialize.
+    bottleneck: Bottleneck,
     /// `bits * 1e9 mod bandwidth` left over from the last serialization, in bit-nanoseconds.
     carry: u128,
     rng: Xoshiro256PlusPlus,
@@ -61,11 +65,19 @@ impl Shaper {
         Shaper {
             spec: spec.into(),
             epoch: None,
-            next_free: None,
+            bottleneck: Bottleneck::Own(None),
             carry: 0,
             rng: Xoshiro256PlusPlus::seed_from_u64(seed),
             own_order: StreamOrder::default(),
         }
+    }
+
+    /// The same shaper serializing on `shared`, a bottleneck other shapers (in this and
+    /// other processes) share, and replaying traces from its table's epoch.
+    pub fn with_shared(mut self, shared: SharedBottleneck) -> Shaper {
+        self.epoch = Some(shared.epoch());
+        self.bottleneck = Bottleneck::Shared(shared);
+        self
     }
 
     /// Sets time zero of a trace replay (otherwise the first scheduled chunk's arrival).
@@ -95,25 +107,27 @@ impl Shaper {
     /// behind the queue and the latency like data does.
     pub fn schedule_on(&mut self, order: &mut StreamOrder, now: Instant, len: usize) -> Instant {
         let epoch = *self.epoch.get_or_insert(now);
-        let start = match self.next_free {
-            Some(free) if free > now => free,
-            _ => {
-                // The bottleneck was idle: nothing to carry over.
-                self.carry = 0;
-                now
+        let (spec, carry) = (&self.spec, self.carry);
+        let mut new_carry = carry;
+        let (start, done) = self.bottleneck.reserve(now, |start, idle| {
+            // An idle bottleneck has nothing to carry over.
+            let carry = if idle { 0 } else { carry };
+            new_carry = carry;
+            match spec
+                .profile_at(start.saturating_duration_since(epoch))
+                .bandwidth_bits_per_s
+            {
+                Some(bw) if len > 0 => {
+                    let bit_nanos = len as u128 * 8 * 1_000_000_000 + carry;
+                    let bw = u128::from(bw);
+                    new_carry = bit_nanos % bw;
+                    duration_from_nanos(bit_nanos / bw)
+                }
+                _ => Duration::ZERO,
             }
-        };
+        });
+        self.carry = new_carry;
         let profile = self.spec.profile_at(start.saturating_duration_since(epoch));
-        let done = match profile.bandwidth_bits_per_s {
-            Some(bw) if len > 0 => {
-                let bit_nanos = len as u128 * 8 * 1_000_000_000 + self.carry;
-                let bw = u128::from(bw);
-                self.carry = bit_nanos % bw;
-                start + duration_from_nanos(bit_nanos / bw)
-            }
-            _ => start,
-        };
-        self.next_free = Some(done);
 
         let latency = self.jittered(profile.latency, profile.jitter);
         let mut due = done + latency;
@@ -126,7 +140,8 @@ impl Shaper {
 
     /// How long a chunk arriving at `now` would queue before the bottleneck is free.
     pub fn backlog(&self, now: Instant) -> Duration {
-        self.next_free
+        self.bottleneck
+            .next_free(now)
             .map_or(Duration::ZERO, |f| f.saturating_duration_since(now))
     }
 
@@ -138,6 +153,45 @@ impl Shaper {
         let offset = self.rng.random_range(-j..=j);
         let nanos = (latency.as_nanos() as i128 + i128::from(offset)).max(0);
         duration_from_nanos(nanos as u128)
+    }
+}
+
+/// Where a shaper's chunks serialize: a bottleneck of its own, or one it shares.
+#[derive(Debug, Clone)]
+enum Bottleneck {
+    /// When this shaper's bottleneck finishes the chunks already scheduled.
+    Own(Option<Instant>),
+    Shared(SharedBottleneck),
+}
+
+impl Bottleneck {
+    /// Occupies the bottleneck for a chunk arriving at `now` for the time `serialize`
+    /// gives (from the start time, and whether the bottleneck was idle); returns when
+    /// the chunk starts and when it is done.
+    fn reserve(
+        &mut self,
+        now: Instant,
+        mut serialize: impl FnMut(Instant, bool) -> Duration,
+    ) -> (Instant, Instant) {
+        match self {
+            Bottleneck::Own(next_free) => {
+                let (start, idle) = match *next_free {
+                    Some(free) if free > now => (free, false),
+                    _ => (now, true),
+                };
+                let done = start + serialize(start, idle);
+                *next_free = Some(done);
+                (start, done)
+            }
+            Bottleneck::Shared(shared) => shared.reserve(now, serialize),
+        }
+    }
+
+    fn next_free(&self, now: Instant) -> Option<Instant> {
+        match self {
+            Bottleneck::Own(next_free) => *next_free,
+            Bottleneck::Shared(shared) => Some(shared.next_free(now)),
+        }
     }
 }
 
@@ -197,6 +251,21 @@ mod tests {
         // Stream b's small message queues behind a's bulk at the shared bottleneck.
         assert_eq!(s.schedule_on(&mut b, t0, 100), t0 + us(2100) + ms(1));
         assert_eq!(b.last_due(), Some(t0 + us(3100)));
+    }
+
+    #[test]
+    fn shapers_of_one_gateway_share_its_bandwidth() {
+        let g = std::sync::Arc::new(crate::Gateways::create().unwrap());
+        let shared = || link(ms(10)).with_shared(g.bottleneck("a", "b").unwrap());
+        let (mut one, mut two) = (shared(), shared());
+        let mut alone = link(ms(10)).with_shared(g.bottleneck("b", "a").unwrap());
+        let t0 = Instant::now();
+        // Two links' 1000-byte chunks at the same moment serialize one after the other.
+        assert_eq!(one.schedule(t0, 1000), t0 + ms(1) + ms(10));
+        assert_eq!(two.schedule(t0, 1000), t0 + ms(2) + ms(10));
+        assert_eq!(one.backlog(t0), ms(2));
+        // The other direction is a bottleneck of its own.
+        assert_eq!(alone.schedule(t0, 1000), t0 + ms(1) + ms(10));
     }
 
     #[test]
@@ -278,7 +347,7 @@ mod tests {
                 // The bottleneck never carries more than bw allows (each chunk may round
                 // its serialization down by under a nanosecond).
                 if let Some(bw) = bw {
-                    let busy = s.next_free.unwrap().duration_since(t0).as_nanos() + n as u128 + 1;
+                    let busy = s.bottleneck.next_free(now).unwrap().duration_since(t0).as_nanos() + n as u128 + 1;
                     prop_assert!(busy * u128::from(bw) >= bytes * 8 * 1_000_000_000);
                 }
             }

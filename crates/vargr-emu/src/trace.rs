@@ -158,6 +158,27 @@ impl Trace {
         Trace::from_rows(rows, origin)
     }
 
+    /// The trace as text in the file format, in bare units (seconds, milliseconds,
+    /// Mbit/s) written exactly, so that [`Trace::parse`] reads back the same rows.
+    pub fn to_text(&self) -> String {
+        let mut out = String::from("# time_s latency_ms bandwidth_mbit\n");
+        for r in &self.rows {
+            let lat = r.latency.as_nanos();
+            let bw = match r.bandwidth_bits_per_s {
+                Some(b) => format!("{}.{:06}", b / 1_000_000, b % 1_000_000),
+                None => "unlimited".into(),
+            };
+            out.push_str(&format!(
+                "{}.{:09} {}.{:06} {bw}\n",
+                r.at.as_secs(),
+                r.at.subsec_nanos(),
+                lat / 1_000_000,
+                lat % 1_000_000
+            ));
+        }
+        out
+    }
+
     /// Reads and parses a trace file.
     pub fn load(path: impl AsRef<Path>) -> Result<Trace, EmuError> {
         let path = path.as_ref();
@@ -246,6 +267,12 @@ time,latency,bandwidth
         let held = t.with_end(TraceEnd::Hold);
         assert_eq!(held.at(ms(5_000)).latency, ms(12));
         assert_eq!(held.at(Duration::from_secs(1 << 30)).latency, ms(12));
+    }
+
+    #[test]
+    fn written_text_reads_back_the_same_rows() {
+        let t = Trace::parse(SAMPLE, "odense.trace").unwrap();
+        assert_eq!(Trace::parse(&t.to_text(), "again").unwrap(), t);
     }
 
     #[test]

@@ -16,6 +16,11 @@
 //! sites even when an emulated WAN joins two sites on one machine. A link between sites
 //! with no emulated WAN is a real one: its codec stage learns the path's speed from the
 //! kernel's readings of the connection.
+//!
+//! Emulated links between two sites from the processes of one host share one
+//! bottleneck per direction when [`LinkSettings::gateways`] is given (the seed's
+//! gateways: `vargr run` makes the table), so that their flows compete for one WAN;
+//! links to another host, and every link without the table, get a bottleneck each.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,7 +30,7 @@ use vargr_codec::stage::{
 };
 use vargr_codec::{Candidates, CodecError, EngineConfig, LinkOptions};
 use vargr_dedup::stage::{DedupOptions, DedupStage};
-use vargr_emu::{EmuLinkStage, WanMap};
+use vargr_emu::{EmuLinkStage, Gateways, WanMap};
 use vargr_stage::{Stage, StageChain};
 
 /// What links are configured with: the typed settings a [`LinkPolicy`] is made of.
@@ -44,6 +49,9 @@ pub struct LinkSettings {
     pub dedup: Option<String>,
     /// The largest frame a link carries: what its stages may have to decode.
     pub max_frame: usize,
+    /// The shared bottlenecks of this host's emulated WAN: links between the same two
+    /// sites, from any process of this host to another on it, serialize on one.
+    pub gateways: Option<Arc<Gateways>>,
 }
 
 impl Default for LinkSettings {
@@ -55,6 +63,7 @@ impl Default for LinkSettings {
             samples: None,
             dedup: None,
             max_frame: 64 << 20,
+            gateways: None,
         }
     }
 }
@@ -188,7 +197,15 @@ impl LinkPolicy {
             }));
         }
         if let Some(spec) = wan {
-            stages.push(Box::new(EmuLinkStage::new(spec, ends.seed)));
+            // The table is this host's: a link to another host keeps its own bottleneck.
+            let shared = match &self.settings.gateways {
+                Some(g) if ends.local_host == ends.peer_host => g.bottleneck(here, there),
+                _ => None,
+            };
+            stages.push(Box::new(match shared {
+                Some(b) => EmuLinkStage::shared(spec, ends.seed, b),
+                None => EmuLinkStage::new(spec, ends.seed),
+            }));
         }
         stages
     }
@@ -395,6 +412,37 @@ mod tests {
                 .to_string();
             assert!(e.contains(bad) && e.contains(what), "{e}");
         }
+    }
+
+    #[test]
+    fn links_between_two_sites_on_this_host_share_the_gateway() {
+        let policy = LinkPolicy::new(LinkSettings {
+            // One byte per microsecond, no latency: a deadline is the queue's length.
+            wan: WanMap::parse_line("x-y:latency=0ms,bandwidth=8mbit").unwrap(),
+            codec: CodecMode::Off,
+            gateways: Some(Arc::new(Gateways::create().unwrap())),
+            ..LinkSettings::default()
+        })
+        .unwrap();
+        let t0 = std::time::Instant::now();
+        let due = |e: LinkEnds<'_>| {
+            let mut chain = policy.chain(&e);
+            let mut out = Vec::new();
+            chain.outbound(t0, bytes::Bytes::from(vec![7u8; 10_000]), &mut out);
+            assert!(out.is_empty(), "held by the emulation");
+            chain.next_deadline().unwrap() - t0
+        };
+        let ms = Duration::from_millis;
+        let first = due(ends(("a", "a"), (Some("x"), Some("y"))));
+        assert!(first >= ms(10) && first < ms(11), "{first:?}");
+        // A second link from x to y on this host queues behind the first.
+        let second = due(ends(("a", "a"), (Some("x"), Some("y"))));
+        assert!(second >= ms(20) && second < ms(21), "{second:?}");
+        // The other direction, and a link to another host, have bottlenecks of their own.
+        let back = due(ends(("a", "a"), (Some("y"), Some("x"))));
+        assert!(back < ms(11), "{back:?}");
+        let remote = due(ends(("a", "b"), (Some("x"), Some("y"))));
+        assert!(remote < ms(11), "{remote:?}");
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!
 //! Small collectives need no messages at all: in the job's collective [`Area`] every rank
 //! deposits its buffer, the last to arrive combines them, the others wait on a futex.
+//! And state that is a few numbers updated with atomics (an emulated WAN's shared
+//! bottlenecks) lives in a table of [`Words`].
 //!
 //! The crate is sans-I/O where it can be: [`ring`] is pure data-structure code over a
 //! mapping, tested within and between processes, and [`Endpoint`] decides what to push,
@@ -25,6 +27,7 @@ mod bell;
 mod error;
 pub mod ring;
 mod segment;
+mod words;
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -40,6 +43,7 @@ pub use bell::{Bell, Ringer};
 pub use error::ShmError;
 pub use ring::{Incoming, MsgHead, Outgoing, Ring, RingError};
 pub use segment::{Layout, Segment, MAX_RING, MIN_RING};
+pub use words::{Words, MAX_WORDS};
 
 /// Where a process's inbox can be found: its pointer file (naming the memfd as
 /// `<pid> <fd>`) and its bell.
