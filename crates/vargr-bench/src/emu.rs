@@ -13,12 +13,14 @@ pub struct EmuBenchArgs {
     /// Write the reports as JSON here (default bench/results/emu.json).
     #[arg(long)]
     json: Option<PathBuf>,
-    /// Profiles to measure (default: 5 ms and 18 ms one way, 10 and 100 mbit).
+    /// Profiles to measure (default: 1, 5 and 18 ms one way, 10 and 100 mbit).
     #[arg(long = "profile")]
     profiles: Vec<String>,
 }
 
-const DEFAULT_PROFILES: [&str; 4] = [
+const DEFAULT_PROFILES: [&str; 6] = [
+    "latency=1ms,bandwidth=10mbit",
+    "latency=1ms,bandwidth=100mbit",
     "latency=5ms,bandwidth=10mbit",
     "latency=5ms,bandwidth=100mbit",
     "rtt=36ms,bandwidth=10mbit",
