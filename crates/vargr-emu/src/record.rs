@@ -21,7 +21,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
@@ -35,6 +35,9 @@ const BULK: u8 = b'b';
 const MAX_PROBE: u64 = 1 << 30;
 /// How long the echo server waits for a client's next bytes before it hangs up.
 const SERVER_IDLE: Duration = Duration::from_secs(300);
+/// Clients an echo server serves at once (a thread each); more are closed at once, so
+/// that a flood of connections costs sockets, not threads.
+pub const MAX_ECHO_CLIENTS: usize = 64;
 
 /// What to record, and for how long.
 #[derive(Debug, Clone)]
@@ -171,16 +174,22 @@ impl EchoServer {
         let addr = listener.local_addr().map_err(listen_err)?;
         let stopping = Arc::new(AtomicBool::new(false));
         let stop = stopping.clone();
+        let serving = Arc::new(AtomicUsize::new(0));
         let acceptor = thread::spawn(move || {
             for conn in listener.incoming() {
                 if stop.load(Ordering::SeqCst) {
                     break;
                 }
-                if let Ok(conn) = conn {
-                    thread::spawn(move || {
-                        let _ = serve(conn);
-                    });
+                let Ok(conn) = conn else { continue };
+                if serving.fetch_add(1, Ordering::SeqCst) >= MAX_ECHO_CLIENTS {
+                    serving.fetch_sub(1, Ordering::SeqCst);
+                    continue; // dropped: the client sees the connection close
                 }
+                let serving = serving.clone();
+                thread::spawn(move || {
+                    let _ = serve(conn);
+                    serving.fetch_sub(1, Ordering::SeqCst);
+                });
             }
         });
         Ok(EchoServer {
@@ -276,6 +285,40 @@ mod tests {
     use super::*;
     use crate::profile::WanProfile;
     use crate::relay::{Relay, RelayConfig};
+
+    #[test]
+    fn an_echo_server_serves_a_bounded_number_of_clients() {
+        let echo = EchoServer::start("127.0.0.1:0".parse().unwrap()).unwrap();
+        let mut held: Vec<TcpStream> = (0..MAX_ECHO_CLIENTS)
+            .map(|_| TcpStream::connect(echo.local_addr()).unwrap())
+            .collect();
+        // Each held client has chosen its probe: a thread waits on each.
+        for c in &mut held {
+            c.write_all(&[PING]).unwrap();
+        }
+        let mut extra = TcpStream::connect(echo.local_addr()).unwrap();
+        extra
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut b = [0u8; 1];
+        assert!(
+            matches!(extra.read(&mut b), Ok(0) | Err(_)),
+            "a client beyond {MAX_ECHO_CLIENTS} was served"
+        );
+        // One leaves: a newcomer is served again.
+        drop(held.pop());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut c = TcpStream::connect(echo.local_addr()).unwrap();
+            c.set_read_timeout(Some(Duration::from_millis(200)))
+                .unwrap();
+            // A refused one is closed at once; a served one waits for its probe.
+            match c.read(&mut b) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                _ => assert!(Instant::now() < deadline, "no place freed up"),
+            }
+        }
+    }
 
     #[test]
     fn a_recording_through_a_relay_follows_its_profile_and_replays() {
