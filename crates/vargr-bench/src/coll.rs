@@ -55,6 +55,11 @@ pub struct CollBenchArgs {
     /// time for the spin kernel (calibrated once, then the same step count on both sides).
     #[arg(long, default_value_t = 20.0)]
     compute_us: f64,
+    /// Also run gsum and compute-gsum summed as the seed's sum wrappers do, a reduce to
+    /// rank 0 then a bcast in each of these shapes, on vargr's three configurations:
+    /// `flat,kary:4` is PATHS's flat against hierarchical global sum (its figure 6).
+    #[arg(long, value_delimiter = ',', value_name = "flat|kary:K")]
+    gsum_shapes: Vec<String>,
     /// Measure vargr only.
     #[arg(long)]
     no_mpi: bool,
@@ -108,6 +113,9 @@ impl Variant {
 struct Record {
     benchmark: String,
     op: String,
+    /// Gsum summed as reduce + bcast in this shape (`--gsum-shapes`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    shape: Option<String>,
     bytes: usize,
     ranks: usize,
     ranks_per_process: usize,
@@ -135,12 +143,29 @@ struct Record {
 }
 
 /// One (op, bytes, ranks) row of the comparison.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Case {
     op: BenchOp,
     bytes: usize,
     ranks: usize,
     iters: usize,
+    /// Gsum as reduce + bcast in this shape (`--gsum-shapes`); vargr only.
+    shape: Option<String>,
+}
+
+impl Case {
+    /// The op as the table names it: `gsum/flat` for a shaped gsum.
+    fn label(&self) -> String {
+        match &self.shape {
+            Some(s) => format!("{}/{s}", self.op.name()),
+            None => self.op.name().to_string(),
+        }
+    }
+}
+
+/// Whether `v` measures `case`: shaped gsums are vargr's own (MPI has no such switch).
+fn runs(case: &Case, v: Variant) -> bool {
+    case.shape.is_none() || !v.is_mpi()
 }
 
 /// Iterations when `--iters` is not given: 1000 small calls, fewer for large messages and
@@ -275,6 +300,14 @@ pub fn run(a: CollBenchArgs, programs: &Programs) -> Result<()> {
             a.compute_us
         );
     }
+    for s in &a.gsum_shapes {
+        let alg: vargr_coll::Algorithm = s.parse().with_context(|| format!("--gsum-shapes {s}"))?;
+        if !(alg.supports(vargr_coll::CollKind::Reduce)
+            && alg.supports(vargr_coll::CollKind::Bcast))
+        {
+            bail!("--gsum-shapes {s}: not a shape of both reduce and bcast (flat, kary:K)");
+        }
+    }
     let mpi = if a.no_mpi {
         None
     } else {
@@ -305,15 +338,22 @@ pub fn run(a: CollBenchArgs, programs: &Programs) -> Result<()> {
                             bytes,
                             ranks,
                             iters,
+                            shape: None,
                         });
                     }
                 }
-                BenchOp::Gsum | BenchOp::ComputeGsum => cases.push(Case {
-                    op,
-                    bytes: 8,
-                    ranks,
-                    iters: a.gsum_calls.unwrap_or_else(|| default_gsum_calls(ranks)),
-                }),
+                BenchOp::Gsum | BenchOp::ComputeGsum => {
+                    let shapes = std::iter::once(None).chain(a.gsum_shapes.iter().map(Some));
+                    for shape in shapes {
+                        cases.push(Case {
+                            op,
+                            bytes: 8,
+                            ranks,
+                            iters: a.gsum_calls.unwrap_or_else(|| default_gsum_calls(ranks)),
+                            shape: shape.cloned(),
+                        });
+                    }
+                }
             }
         }
     }
@@ -321,18 +361,21 @@ pub fn run(a: CollBenchArgs, programs: &Programs) -> Result<()> {
         .into_iter()
         .filter(|v| !v.is_mpi() || mpi.is_some())
         .collect();
-    let total = cases.len() * variants.len();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let timeout = Duration::from_secs(a.timeout.max(1));
     let mut records = Vec::new();
     let mut failures = Vec::new();
     let mut done = 0;
+    let total: usize = cases
+        .iter()
+        .map(|c| variants.iter().filter(|v| runs(c, **v)).count())
+        .sum();
     for case in &cases {
-        for &v in &variants {
+        for &v in variants.iter().filter(|v| runs(case, **v)) {
             done += 1;
             let what = format!(
                 "{} {} B, {} ranks, {} {}",
-                case.op.name(),
+                case.label(),
                 case.bytes,
                 case.ranks,
                 v.system(),
@@ -437,6 +480,9 @@ fn run_one(
             .args(["--iters", &case.iters.to_string()])
             .args(["--warmup", &warmup.to_string()])
             .args(["--compute-iters", &compute.to_string()]);
+        if let Some(shape) = &case.shape {
+            cmd.args(["--shape", shape]);
+        }
     }
     let t = Instant::now();
     let stdout = run_with_timeout(cmd, timeout)?;
@@ -463,6 +509,7 @@ fn run_one(
     Ok(Record {
         benchmark: "coll".into(),
         op: case.op.name().into(),
+        shape: case.shape.clone(),
         bytes: case.bytes,
         ranks: case.ranks,
         ranks_per_process: if v == Variant::VargrThreads {
@@ -584,6 +631,7 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
     let find = |c: &Case, v: Variant| {
         records.iter().find(|r| {
             r.op == c.op.name()
+                && r.shape == c.shape
                 && r.bytes == c.bytes
                 && r.ranks == c.ranks
                 && r.transport == v.transport()
@@ -622,7 +670,7 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
         let alg = |v| find(c, v).map_or("-", |r| r.algorithm.as_str());
         println!(
             "{:<13} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  {} / {}",
-            c.op.name(),
+            c.label(),
             c.bytes,
             c.ranks,
             cell(p),
@@ -660,7 +708,7 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
         };
         println!(
             "{:<13} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17} {:>17}",
-            c.op.name(),
+            c.label(),
             c.ranks,
             c.iters,
             t(Variant::VargrProcesses),

@@ -13,7 +13,7 @@ use std::time::Instant;
 use anyhow::{bail, Result};
 use clap::Args;
 use serde::{Deserialize, Serialize};
-use vargr_coll::{CollError, CollKind, Comm, Op};
+use vargr_coll::{Algorithm, CollError, CollKind, Comm, Op};
 
 /// The collectives the benchmark times.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +89,11 @@ pub struct CollRankArgs {
     /// Steps of the spin kernel before each call (compute-gsum).
     #[arg(long, default_value_t = 0)]
     compute_iters: u64,
+    /// Gsum and compute-gsum only: sum as the seed's sum wrappers do, a reduce to rank 0
+    /// then a bcast, both in this shape (`flat`: rank 0 adds every partial sum itself;
+    /// `kary:K`: a tree of K-way sums), instead of the allreduce vargr picks.
+    #[arg(long, value_name = "flat|kary:K")]
+    shape: Option<String>,
 }
 
 /// A dependent chain of multiply-adds: fixed work that the compiler can neither vectorize
@@ -132,11 +137,30 @@ fn measure(c: &Comm, op: BenchOp, a: &CollRankArgs) -> Result<Option<RankResult>
     } else {
         0
     };
-    let call = |buf: &mut [f64]| -> vargr_coll::Result<()> {
-        if bcast {
-            c.bcast(buf, 0)
-        } else {
-            c.allreduce(buf, &Op::Sum)
+    let shape: Option<Algorithm> = match &a.shape {
+        Some(s) if matches!(op, BenchOp::Gsum | BenchOp::ComputeGsum) => {
+            let alg: Algorithm = s.parse()?;
+            if !(alg.supports(CollKind::Reduce) && alg.supports(CollKind::Bcast)) {
+                bail!("--shape {s}: not a shape of both reduce and bcast (flat, kary:K)");
+            }
+            Some(alg)
+        }
+        Some(s) => bail!(
+            "--shape {s} is for gsum and compute-gsum, not {}",
+            op.name()
+        ),
+        None => None,
+    };
+    let mut partial = vec![0f64; a.bytes / 8];
+    let mut call = |buf: &mut [f64]| -> vargr_coll::Result<()> {
+        match (bcast, shape) {
+            (true, _) => c.bcast(buf, 0),
+            (false, None) => c.allreduce(buf, &Op::Sum),
+            (false, Some(alg)) => {
+                partial.copy_from_slice(buf);
+                c.reduce_with(&partial, buf, &Op::Sum, 0, Some(alg))?;
+                c.bcast_with(buf, 0, Some(alg))
+            }
         }
     };
     // Zeros sum to zeros: every call sees the same numbers (no growth, no denormals).
@@ -190,6 +214,9 @@ fn measure(c: &Comm, op: BenchOp, a: &CollRankArgs) -> Result<Option<RankResult>
         iters: a.iters,
         total_s: total_max[0],
         times_us: worst,
-        algorithm: Some(c.algorithm_for(op.kind(), a.bytes).to_string()),
+        algorithm: Some(match shape {
+            Some(alg) => format!("reduce+bcast {alg}"),
+            None => c.algorithm_for(op.kind(), a.bytes).to_string(),
+        }),
     }))
 }
