@@ -399,6 +399,7 @@ impl Job {
                 local_site: my_site.as_deref(),
                 peer_site: peer.site.as_deref(),
                 seed: u64::from(peer.rank),
+                same_machine: peer.host == my_host,
             })
         });
         let settings = vargr_net::wireup::JobSettings {

@@ -92,6 +92,11 @@ pub struct LinkEnds<'a> {
     pub peer_site: Option<&'a str>,
     /// Seeds the link's emulated randomness (jitter, loss), so that runs repeat.
     pub seed: u64,
+    /// Whether both ends run on this machine: only then do their emulated links share
+    /// the host's gateways ([`LinkSettings::gateways`]). Host names alone do not say so:
+    /// a tree's topology may give the nodes of one machine the names of the clusters
+    /// they stand for.
+    pub same_machine: bool,
 }
 
 /// What kind of link a pair of ends makes.
@@ -199,7 +204,7 @@ impl LinkPolicy {
         if let Some(spec) = wan {
             // The table is this host's: a link to another host keeps its own bottleneck.
             let shared = match &self.settings.gateways {
-                Some(g) if ends.local_host == ends.peer_host => g.bottleneck(here, there),
+                Some(g) if ends.same_machine => g.bottleneck(here, there),
                 _ => None,
             };
             stages.push(Box::new(match shared {
@@ -320,6 +325,7 @@ mod tests {
             local_site: sites.0,
             peer_site: sites.1,
             seed: 7,
+            same_machine: hosts.0 == hosts.1,
         }
     }
 

@@ -145,6 +145,7 @@ impl PathSpec {
             local_site: None,
             peer_site: None,
             seed: 0,
+            same_machine: false,
         };
         let mut unregistered = Vec::new();
         for path in &self.paths {

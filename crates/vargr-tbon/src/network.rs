@@ -281,6 +281,8 @@ pub struct Network {
     down: bool,
     trace: Option<TraceDump>,
     status: Option<StatusThread>,
+    /// The emulated WAN's shared bottlenecks, held while the network runs.
+    _gateways: Option<vargr_emu::Gateways>,
 }
 
 /// The front-end thread that writes the network's status for `vargr top`.
@@ -419,6 +421,22 @@ impl Network {
             let _ = std::fs::remove_dir_all(&sockdir);
             e
         };
+        // The emulated WAN's gateways, when every node runs on this machine: local
+        // processes or threads, not a remote template or another launcher's back-ends.
+        // The pointer lives in the private socket directory and goes with it.
+        let all_here = opts.remote_template.is_none() && !matches!(backend, BackendSpec::Attach(_));
+        let gateways = if all_here && !config.link_stages.wan.is_empty() {
+            let pointer = sockdir.join("gateways");
+            let table = vargr_emu::Gateways::create()
+                .and_then(|g| g.write_pointer(&pointer).map(|()| g))
+                .map_err(|e| {
+                    cleanup(TbonError::Startup(format!("gateways: {e}")), &mut launched)
+                })?;
+            config.link_stages.gateways = Some(pointer.display().to_string());
+            Some(table)
+        } else {
+            None
+        };
         let reg = registry(&config.plugins).map_err(|e| cleanup(e, &mut launched))?;
         let rendezvous = match &backend {
             BackendSpec::Attach(spec) => {
@@ -475,6 +493,7 @@ impl Network {
             .map(|p| StatusThread::start(&engine, p, opts.monitor_period));
         Ok(Network {
             status,
+            _gateways: gateways,
             any: AnyStream {
                 engine: engine.clone(),
                 last: Arc::new(AtomicU32::new(0)),

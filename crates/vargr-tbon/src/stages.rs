@@ -15,6 +15,22 @@ use vargr_net::StageChain;
 
 use crate::TbonError;
 
+/// The gateways behind `pointer`, mapped once per process (a node makes many links,
+/// each asking for its policy).
+fn open_gateways(pointer: &str) -> Result<std::sync::Arc<vargr_emu::Gateways>, TbonError> {
+    use std::sync::{Arc, Mutex};
+    static OPEN: Mutex<Vec<(String, Arc<vargr_emu::Gateways>)>> = Mutex::new(Vec::new());
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, g)) = open.iter().find(|(p, _)| p == pointer) {
+        return Ok(g.clone());
+    }
+    let g = vargr_emu::Gateways::open_pointer(std::path::Path::new(pointer))
+        .map(Arc::new)
+        .map_err(|e| TbonError::Config(format!("the emulated WAN's gateways {pointer}: {e}")))?;
+    open.push((pointer.to_string(), g.clone()));
+    Ok(g)
+}
+
 /// Link labels and the stages they call for, shared by every node of a network.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LinkStages {
@@ -43,6 +59,13 @@ pub struct LinkStages {
     /// that the paths can name their stages.
     #[serde(default)]
     pub stage_plugins: Vec<String>,
+    /// The pointer file of the shared bottlenecks of the emulated WAN
+    /// ([`vargr_emu::Gateways`]): links between the same two sites then compete for one
+    /// WAN, as through the seed's gateways. [`crate::Network::new`] makes it when every
+    /// node runs on its machine (local processes or threads), and only then: a node
+    /// given it runs on the same machine as every other.
+    #[serde(default)]
+    pub gateways: Option<String>,
 }
 
 impl LinkStages {
@@ -74,9 +97,11 @@ impl LinkStages {
                 .parse()
                 .map_err(|e| TbonError::Config(format!("codec mode {m:?}: {e}")))?,
         };
+        let gateways = self.gateways.as_deref().map(open_gateways).transpose()?;
         LinkPolicy::new(LinkSettings {
             wan,
             codec,
+            gateways,
             dedup: self.dedup.clone(),
             max_frame,
             ..LinkSettings::default()
@@ -116,6 +141,8 @@ impl LinkStages {
             local_site: self.site_of(local),
             peer_site: self.site_of(peer),
             seed,
+            // Set only when every node runs on this machine, whatever their host names.
+            same_machine: self.gateways.is_some(),
         };
         match self.paths.get(&child) {
             None => Ok(policy.chain(&ends)),
@@ -123,5 +150,56 @@ impl LinkStages {
                 .path_chain(specs, &ends)
                 .map_err(|e| TbonError::Config(format!("the path's link from node {child}: {e}"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// Two nodes' links from cluster x to cluster y (hosts named after the clusters, as a
+    /// tree's topology names them on one machine): when does a 10,000-byte frame on each
+    /// fall due, one after the other, on a WAN of one byte per microsecond?
+    fn dues(gateways: Option<String>) -> (Duration, Duration) {
+        let stages = LinkStages {
+            sites: [("a", "x"), ("b", "y")]
+                .map(|(h, s)| (h.to_string(), s.to_string()))
+                .into(),
+            wan: [("x-y".to_string(), "latency=0ms,bandwidth=8mbit".to_string())].into(),
+            codec: Some("off".into()),
+            gateways,
+            ..LinkStages::default()
+        };
+        let t0 = Instant::now();
+        let due = |child| {
+            let mut chain = stages.chain("a", "b", child, 0, 1 << 20).unwrap();
+            let mut out = Vec::new();
+            chain.outbound(t0, bytes::Bytes::from(vec![7u8; 10_000]), &mut out);
+            chain.next_deadline().unwrap() - t0
+        };
+        (due(1), due(2))
+    }
+
+    #[test]
+    fn a_trees_links_between_two_sites_share_the_gateway_given_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let pointer = dir.path().join("gateways");
+        let table = vargr_emu::Gateways::create().unwrap();
+        table.write_pointer(&pointer).unwrap();
+        let ms = Duration::from_millis;
+        let (first, second) = dues(Some(pointer.display().to_string()));
+        assert!(first >= ms(10) && first < ms(11), "{first:?}");
+        assert!(second >= ms(20) && second < ms(21), "{second:?}");
+        // Without it, each link is a WAN of its own.
+        let (first, second) = dues(None);
+        assert!(first < ms(11) && second < ms(11), "{first:?} {second:?}");
+        // A pointer that leads nowhere is an error naming it, not a link without a WAN.
+        let bad = LinkStages {
+            gateways: Some("/nonexistent/gateways".into()),
+            ..LinkStages::default()
+        };
+        let e = bad.policy(1 << 20).err().unwrap().to_string();
+        assert!(e.contains("/nonexistent/gateways"), "{e}");
     }
 }
