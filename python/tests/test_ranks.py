@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+import vargr
 from conftest import PYTHON, clean_env, run, script, vargr_binary
 
 
@@ -58,6 +59,15 @@ def test_traces_monitors_and_top_name_python_ranks(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     assert "collective instances on 3 ranks" in report.stdout, report.stdout
     assert "culprit: rank 1 (last in " in report.stdout, report.stdout
+    # The same analysis from Python.
+    doc = vargr.trace_report(trace)
+    allreduce = next(c for c in doc["collectives"] if c["collector"].endswith("allreduce"))
+    assert allreduce["culprit"] == 1, allreduce
+    same = vargr.trace_diff(trace, trace)
+    row = next(r for r in same["rows"] if r["collector"].endswith("allreduce"))
+    assert row["change"]["calls"] == 0 and row["change"]["mean"] == 0.0, row
+    with pytest.raises(OSError, match="no trace files"):
+        vargr.trace_report(tmp_path)
 
     status = tmp_path / "status.json"
     monitor = ["--monitor", "load-balance,stats", "--status", str(status)]

@@ -33,7 +33,9 @@ old name ``vargr.TimeoutError`` remains as an alias outside ``__all__``.
 from __future__ import annotations
 
 import atexit
+import json
 import os
+from typing import Any
 
 from . import _vargr, codec, dedup, paths
 from ._vargr import (
@@ -134,6 +136,8 @@ __all__ = [
     "dedup",
     "finish",
     "paths",
+    "trace_diff",
+    "trace_report",
     "write_trace",
 ]
 
@@ -167,3 +171,21 @@ def write_trace(directory: str | os.PathLike[str]) -> str:
     """Writes this process's event records to ``directory`` (for ``vargr trace
     report``) and returns the file's path."""
     return str(_vargr.write_trace(os.fspath(directory)))
+
+
+def trace_report(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """The analysis of the run traced into ``directory`` (``vargr run --trace``), as
+    ``vargr trace report --json`` prints it: per collective the culprit and every
+    rank's arrival and departure orders, latencies, links, stages and tree nodes.
+    Raises ``OSError`` when the directory holds no trace and ``ValueError`` for a
+    file that is not one."""
+    result: dict[str, Any] = json.loads(_vargr.trace_report(os.fspath(directory)))
+    return result
+
+
+def trace_diff(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> dict[str, Any]:
+    """Two traced runs compared collector by collector, as ``vargr trace diff
+    --json`` prints them: ``rows`` (calls, mean, median and p90 per call, total time
+    and bytes in each, and the change), ``only_a`` and ``only_b``."""
+    result: dict[str, Any] = json.loads(_vargr.trace_diff(os.fspath(a), os.fspath(b)))
+    return result

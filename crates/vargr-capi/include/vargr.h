@@ -1428,6 +1428,27 @@ int vargr_backend_send_to_args(const vargr_backend *be,
 // `be` is NULL or a live back-end handle, not used afterwards.
 int vargr_backend_free(vargr_backend *be);
 
+// The analysis of the run traced into `dir` (`vargr run --trace DIR`), as `vargr trace
+// report --json` prints it: `*json` receives a NUL-terminated UTF-8 JSON document.
+//
+// Ownership: `*json` belongs to the caller, who releases it with `vargr_free`; it is
+// set only on success. Errors: `VARGR_ERR_IO` when `dir` holds no trace,
+// `VARGR_ERR_FORMAT` for a file that is not one (the message names the path).
+//
+// # Safety
+// `dir` is a NUL-terminated string; `json` is valid for writing a pointer.
+int vargr_trace_report_json(const char *dir, char **json);
+
+// The runs traced into `a` and `b` compared collector by collector, as `vargr trace
+// diff --json` prints them: `*json` receives a NUL-terminated UTF-8 JSON document
+// with `rows`, `only_a` and `only_b`.
+//
+// Ownership and errors as [`vargr_trace_report_json`].
+//
+// # Safety
+// `a` and `b` are NUL-terminated strings; `json` is valid for writing a pointer.
+int vargr_trace_diff_json(const char *a, const char *b, char **json);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -244,6 +244,12 @@ unsafe fn value_from_arg(field: Field, a: &vargr_arg, what: &dyn Fn() -> String)
     })
 }
 
+/// A NUL-terminated copy of `s` in memory given to C (`malloc`ed, freed by the caller
+/// with `vargr_free`).
+pub(crate) fn c_string(s: &str) -> Result<*mut c_char> {
+    Ok(CBuf::with_str(s)?.into_raw().cast_mut().cast())
+}
+
 /// Memory given to C: `malloc`ed, freed by the caller with `vargr_free`. NULL for an
 /// empty array or `%b` field.
 struct CBuf(*mut u8);

@@ -31,4 +31,5 @@ pub mod io;
 pub mod ptr;
 pub mod status;
 pub mod tbon;
+pub mod trace;
 mod variadic;

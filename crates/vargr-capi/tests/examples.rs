@@ -551,6 +551,47 @@ fn traces_monitors_and_top_name_c_ranks() {
         "{}",
         r.stdout
     );
+    // The same analysis through the C API: the report names rank 1, the run against
+    // itself changes nothing, and a directory without traces is an I/O error naming it.
+    let reader = compile(
+        "cc",
+        "-std=c99",
+        &["crates/vargr-capi/tests/c/trace_json.c"],
+        &shared_libs(),
+        "trace_json",
+    );
+    let mut cmd = Command::new(&reader);
+    cmd.arg(&trace);
+    let r = run(cmd, Duration::from_secs(60));
+    assert_ok(&r, "trace_json");
+    let mut docs = r.stdout.lines().map(|l| {
+        serde_json::from_str::<serde_json::Value>(l).unwrap_or_else(|e| panic!("{e}: {l}"))
+    });
+    let (report, same) = (docs.next().unwrap(), docs.next().unwrap());
+    let allreduce = report["collectives"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["collector"].as_str().unwrap().ends_with("allreduce"))
+        .expect("an allreduce collector");
+    assert_eq!(allreduce["culprit"], 1, "{allreduce}");
+    let row = same["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["collector"].as_str().unwrap().ends_with("allreduce"))
+        .expect("an allreduce row");
+    assert_eq!(row["change"]["calls"], 0, "{row}");
+    let mut cmd = Command::new(&reader);
+    cmd.arg(tmp.path());
+    let r = run(cmd, Duration::from_secs(60));
+    assert!(
+        !r.status.success()
+            && r.stderr.contains("VARGR_ERR_IO")
+            && r.stderr.contains("no trace files"),
+        "{}",
+        r.stderr
+    );
 
     let status = tmp.path().join("status.json");
     let mut cmd = Command::new(&env().vargr);

@@ -128,13 +128,7 @@ pub fn run(cmd: TraceCmd) -> Result<()> {
         } => {
             let d = vargr_trace::diff::diff(&load_files(&a)?, &load_files(&b)?);
             if json {
-                let doc = serde_json::json!({
-                    "a": a.display().to_string(),
-                    "b": b.display().to_string(),
-                    "rows": d.rows,
-                    "only_a": d.only_a,
-                    "only_b": d.only_b,
-                });
+                let doc = d.json(&a.display().to_string(), &b.display().to_string());
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
                 println!("A: {}\nB: {}", a.display(), b.display());
@@ -199,22 +193,5 @@ fn load_files(dir: &Path) -> Result<analysis::Timeline> {
 
 /// Reads every trace file of `dir`, with errors that name the path.
 fn read(dir: &Path) -> Result<Vec<TraceFile>> {
-    if !dir.exists() {
-        bail!("{}: no such directory", dir.display());
-    }
-    if !dir.is_dir() {
-        bail!(
-            "{}: not a directory (give the DIR of `vargr run --trace DIR`)",
-            dir.display()
-        );
-    }
-    let files = TraceFile::read_dir(dir)?;
-    if files.is_empty() {
-        bail!(
-            "{}: no trace files (*.vtr) here; write them with `vargr run --trace {} -- PROG`",
-            dir.display(),
-            dir.display()
-        );
-    }
-    Ok(files)
+    Ok(TraceFile::read_run(dir)?)
 }

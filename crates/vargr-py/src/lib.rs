@@ -28,6 +28,7 @@ mod p2p;
 mod packet;
 mod paths;
 mod tbon;
+mod trace;
 
 #[pymodule]
 fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -65,6 +66,8 @@ fn _vargr(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(coll::in_job, m)?)?;
     m.add_function(wrap_pyfunction!(coll::finish, m)?)?;
     m.add_function(wrap_pyfunction!(coll::write_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::trace_report, m)?)?;
+    m.add_function(wrap_pyfunction!(trace::trace_diff, m)?)?;
     use vargr_coll::Op;
     for op in [
         Op::Sum,

@@ -98,6 +98,18 @@ pub struct Diff {
 }
 
 impl Diff {
+    /// The comparison as `vargr trace diff --json` prints it, `a` and `b` naming the
+    /// two traces; the Python and C front ends return the same document.
+    pub fn json(&self, a: &str, b: &str) -> serde_json::Value {
+        serde_json::json!({
+            "a": a,
+            "b": b,
+            "rows": self.rows,
+            "only_a": self.only_a,
+            "only_b": self.only_b,
+        })
+    }
+
     /// Collectors in both whose mean time per call grew by more than `pct` percent.
     pub fn slower_than(&self, pct: f64) -> Vec<&DiffRow> {
         self.rows

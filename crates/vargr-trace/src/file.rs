@@ -115,6 +115,9 @@ pub enum FileError {
     /// written (a disk error, a partial copy, an edit).
     #[error("{path}: damaged trace file ({what})")]
     Damaged { path: PathBuf, what: String },
+    /// The directory given holds no run's traces.
+    #[error("{path}: {what}")]
+    NoRun { path: PathBuf, what: String },
 }
 
 impl TraceFile {
@@ -246,6 +249,32 @@ impl TraceFile {
     }
 
     /// Every `*.vtr` file of a directory, in name order.
+    /// The trace files of one run (the DIR of `vargr run --trace DIR`): a directory
+    /// that is missing, is not one, or holds no trace file is an error that says so,
+    /// for every front end alike.
+    pub fn read_run(dir: &Path) -> Result<Vec<TraceFile>, FileError> {
+        let no_run = |what: String| FileError::NoRun {
+            path: dir.to_path_buf(),
+            what,
+        };
+        if !dir.exists() {
+            return Err(no_run("no such directory".into()));
+        }
+        if !dir.is_dir() {
+            return Err(no_run(
+                "not a directory (give the DIR of `vargr run --trace DIR`)".into(),
+            ));
+        }
+        let files = TraceFile::read_dir(dir)?;
+        if files.is_empty() {
+            return Err(no_run(format!(
+                "no trace files (*.vtr) here; write them with `vargr run --trace {} -- PROG`",
+                dir.display()
+            )));
+        }
+        Ok(files)
+    }
+
     pub fn read_dir(dir: &Path) -> Result<Vec<TraceFile>, FileError> {
         let io = |source| FileError::Io {
             path: dir.to_path_buf(),
