@@ -644,7 +644,7 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
          memory, S = vargr processes over sockets, T = vargr threads)"
     );
     println!(
-        "{:<13} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  algorithm (P / T)",
+        "{:<19} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  algorithm (P / T)",
         "op",
         "bytes",
         "ranks",
@@ -669,7 +669,7 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
         );
         let alg = |v| find(c, v).map_or("-", |r| r.algorithm.as_str());
         println!(
-            "{:<13} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  {} / {}",
+            "{:<19} {:>8} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6} {:>6}  {} / {}",
             c.label(),
             c.bytes,
             c.ranks,
@@ -696,7 +696,7 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
     println!();
     println!("gsum totals: seconds for all calls (slowest rank), and per-call mean in µs");
     println!(
-        "{:<13} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17} {:>17}",
+        "{:<19} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17} {:>17}",
         "op", "ranks", "calls", "vargr-P", "vargr-S", "vargr-T", "ompi-tcp", "ompi-shm"
     );
     for c in gsums {
@@ -707,7 +707,7 @@ fn print_stat(cases: &[Case], records: &[Record], name: &str, stat: fn(&Record) 
             )
         };
         println!(
-            "{:<13} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17} {:>17}",
+            "{:<19} {:>5} {:>7} {:>17} {:>17} {:>17} {:>17} {:>17}",
             c.label(),
             c.ranks,
             c.iters,
