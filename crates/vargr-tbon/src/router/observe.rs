@@ -173,6 +173,20 @@ impl Router {
         std::mem::take(&mut self.deliveries.observed)
     }
 
+    /// The answer to request `req`, taken, if it arrived.
+    pub fn take_observed_req(&mut self, req: u64) -> Option<Observed> {
+        let d = &mut self.deliveries.observed;
+        d.iter().position(|o| o.req == req).map(|i| d.remove(i))
+    }
+
+    /// Withdraws request `req` (its reader stopped waiting); its answer if it had one.
+    pub fn cancel_observe(&mut self, req: u64) -> Option<Observed> {
+        for el in self.observe.elements.values_mut() {
+            el.local.retain(|l| l.req != req);
+        }
+        self.take_observed_req(req)
+    }
+
     /// The newest version of `element` cached here, if any.
     pub fn observed_version(&self, element: u32) -> Option<u64> {
         self.observe
