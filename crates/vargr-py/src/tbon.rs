@@ -1408,9 +1408,7 @@ impl PyBackend {
             }
         })?;
         match got {
-            Some(Ok((version, value))) => {
-                Ok((version, pyo3::types::PyBytes::new(py, &value)))
-            }
+            Some(Ok((version, value))) => Ok((version, pyo3::types::PyBytes::new(py, &value))),
             Some(Err(e)) => Err(errors::tbon(e)),
             None => Err(errors::tbon(TbonError::ObserveTimeout { element, have })),
         }
