@@ -218,3 +218,32 @@ fn the_front_end_reads_its_own_element() {
     publish(&mut sim, 0, 1).unwrap();
     assert_eq!(one_version(&mut sim, 0), 1);
 }
+
+#[test]
+fn an_adopted_reader_asks_its_new_parent_again() {
+    let mut sim = tree();
+    observe(&mut sim, 3, None, PATIENT);
+    publish(&mut sim, 0, 1).unwrap();
+    sim.advance(STEP);
+    assert_eq!(one_version(&mut sim, 3), 1);
+    // Reader 3's request for something newer than 1 dies with its commnode: the new
+    // parent must be asked, although this node's own request was open. (A short wait:
+    // the adoption settles the tree, running every timer, and an hour of fake time
+    // would silence every link.)
+    observe(&mut sim, 3, Some(1), Duration::from_millis(50));
+    sim.advance(STEP);
+    sim.kill(1);
+    sim.lose(0, 1);
+    for n in [3, 4, 5] {
+        sim.lose(n, 1);
+    }
+    // The old request times out while the adoption settles.
+    sim.adopt_by(0, 3).unwrap();
+    taken(&mut sim, 3);
+    observe(&mut sim, 3, Some(1), PATIENT);
+    sim.advance(STEP);
+    publish(&mut sim, 0, 2).unwrap();
+    sim.advance(STEP);
+    assert_eq!(one_version(&mut sim, 3), 2);
+    assert_eq!(vals(&sim, 0, 3), 1, "straight from the front-end now");
+}
