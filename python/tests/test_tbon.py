@@ -15,6 +15,7 @@ from conftest import PYTHON, clean_env, script, vargr_binary
 
 ECHO = [PYTHON, script("echo_backend.py")]
 TAG_ECHO, TAG_RANK, TAG_ARRAY, TAG_P2P_START, TAG_P2P_REPORT, TAG_SILENT = 1, 2, 3, 4, 6, 7
+TAG_OBSERVE = 9
 
 
 @pytest.fixture(autouse=True)
@@ -104,11 +105,25 @@ def test_a_filter_that_raises_raises_in_recv(net: vargr.Network) -> None:
 
 
 def test_back_ends_message_each_other_through_the_tree(net: vargr.Network) -> None:
-    s = net.open_stream(up="null", sync="dont_wait")
+    s = net.open_stream(up="null", sync="dontwait")
     s.send(TAG_P2P_START, "%d", 0)
     pairs = sorted(tuple(s.recv(timeout=30).values) for _ in range(4))
     # Each back-end told the next one, which reported (sender, itself).
     assert pairs == [(0, 1), (1, 2), (2, 3), (3, 0)]
+
+
+def test_back_ends_observe_the_newest_published_value(net: vargr.Network) -> None:
+    # Observed elements (PATHS' last-observe): each back-end sees only growing versions
+    # and ends on the newest; no value is older than one it had.
+    s = net.open_stream(up="null", sync="dontwait")
+    s.send(TAG_OBSERVE, "%ud %uld", 5, 20)
+    for version in range(1, 21):
+        net.publish(5, version, version.to_bytes(8, "little") * 4)
+    with pytest.raises(vargr.NetworkError):
+        net.publish(5, 20, b"not newer")
+    for _ in range(4):
+        seen = list(s.recv(timeout=30).values[0])
+        assert seen == sorted(set(seen)) and seen[-1] == 20, seen
 
 
 def test_recv_times_out_with_vargr_timeout_error(net: vargr.Network) -> None:

@@ -24,6 +24,7 @@ mod skew;
 mod sor;
 mod trace;
 mod tree;
+mod video;
 mod vnc;
 mod wan;
 
@@ -35,6 +36,8 @@ use clap::{Parser, Subcommand};
 /// Tags the built-in back-end (`vargr backend`, crates/vargr-cli/src/roles.rs) answers.
 const TAG_ECHO: i32 = 1;
 const TAG_BURN: i32 = 7;
+/// A viewer of an observed element (see roles.rs).
+const TAG_VIEW: i32 = 9;
 
 /// The two programs benchmarks start.
 #[derive(Debug, Clone)]
@@ -119,6 +122,10 @@ enum Cmd {
     /// Varg against direct VNC (Raw, Hextile, ZRLE, Tight) over the seed's slow links:
     /// bytes on the wire and update latency of recorded screen sessions.
     Vnc(vnc::VncBenchArgs),
+    /// The seed's video distribution: one producer at 12.5 Hz, viewers of different
+    /// speeds across an emulated WAN taking the newest frame (last-observe), with a
+    /// caching commnode per site and without.
+    Video(video::VideoArgs),
     /// libvargr_mpi.so on unmodified MPI programs (NetPIPE, an IS exchange, HPCC): what
     /// tracing costs and what compression between two emulated sites gains.
     MpiShim(mpi_shim::MpiShimArgs),
@@ -219,6 +226,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Ffi(a) => ffi::run(a, programs),
         Cmd::Link(a) => link::run(a),
         Cmd::Vnc(a) => vnc::run(a, programs),
+        Cmd::Video(a) => video::run(a, programs),
         Cmd::MpiShim(a) => mpi_shim::run(a, programs),
         Cmd::RankInfo => job_check::rank_info(),
         Cmd::MeshCheck { shm_stats } => job_check::mesh_check(shm_stats),

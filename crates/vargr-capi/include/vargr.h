@@ -1428,6 +1428,51 @@ int vargr_backend_send_to_args(const vargr_backend *be,
 // `be` is NULL or a live back-end handle, not used afterwards.
 int vargr_backend_free(vargr_backend *be);
 
+// Publishes `len` bytes at `value` as version `version` of observed element
+// `element`: back-ends waiting in `vargr_backend_observe_newer` get it through the
+// caches of the nodes above them. Versions only grow: an older or equal one is
+// `VARGR_ERR_INVALID_ARGUMENT`.
+//
+// # Safety
+// `net` is a live network handle; `value` is NULL (with `len == 0`) or readable for
+// `len` bytes.
+int vargr_network_publish(const vargr_network *net,
+                          uint32_t element,
+                          uint64_t version,
+                          const uint8_t *value,
+                          size_t len);
+
+// Publishes a value of observed element `element` from this back-end; it travels up
+// to the front-end, which keeps it if it is the newest.
+//
+// # Safety
+// `be` is a live back-end handle; `value` as in `vargr_network_publish`.
+int vargr_backend_publish(const vargr_backend *be,
+                          uint32_t element,
+                          uint64_t version,
+                          const uint8_t *value,
+                          size_t len);
+
+// Waits up to `timeout_ms` for a value of observed element `element` newer than
+// `*have` (`have` NULL: any value), the newest the tree holds, from the nearest cache
+// that has one. On success `*version` is its version, `*len` its length, and its
+// bytes are in `buf`. A value longer than `cap` is `VARGR_ERR_INVALID_ARGUMENT` with
+// `*len` set to the length needed; the value stays in this back-end's cache, so
+// asking again with a buffer that large returns it at once. `VARGR_ERR_TIMEOUT` when
+// nothing newer arrives in time.
+//
+// # Safety
+// `be` is a live back-end handle; `have` is NULL or readable; `version` and `len` are
+// writable; `buf` is NULL (with `cap == 0`) or writable for `cap` bytes.
+int vargr_backend_observe_newer(const vargr_backend *be,
+                                uint32_t element,
+                                const uint64_t *have,
+                                uint32_t timeout_ms,
+                                uint64_t *version,
+                                uint8_t *buf,
+                                size_t cap,
+                                size_t *len);
+
 // The analysis of the run traced into `dir` (`vargr run --trace DIR`), as `vargr trace
 // report --json` prints it: `*json` receives a NUL-terminated UTF-8 JSON document.
 //

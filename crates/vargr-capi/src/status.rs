@@ -103,7 +103,8 @@ impl From<TbonError> for Error {
             | TbonError::Config(_) => VARGR_ERR_INVALID_ARGUMENT,
             TbonError::Backpressure(_) => VARGR_ERR_BUSY,
             TbonError::Shutdown => VARGR_ERR_CLOSED,
-            TbonError::Timeout(_) => VARGR_ERR_TIMEOUT,
+            TbonError::Timeout(_) | TbonError::ObserveTimeout { .. } => VARGR_ERR_TIMEOUT,
+            TbonError::ObserveStale { .. } => VARGR_ERR_INVALID_ARGUMENT,
         };
         Error::new(status, e.to_string())
     }

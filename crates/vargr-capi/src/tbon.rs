@@ -1901,3 +1901,100 @@ pub unsafe extern "C" fn vargr_backend_free(be: *mut vargr_backend) -> c_int {
         Ok(())
     })
 }
+
+// ---- observed elements (PATHS' last-observe) ----------------------------------------
+
+/// Publishes `len` bytes at `value` as version `version` of observed element
+/// `element`: back-ends waiting in `vargr_backend_observe_newer` get it through the
+/// caches of the nodes above them. Versions only grow: an older or equal one is
+/// `VARGR_ERR_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `net` is a live network handle; `value` is NULL (with `len == 0`) or readable for
+/// `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_publish(
+    net: *const vargr_network,
+    element: u32,
+    version: u64,
+    value: *const u8,
+    len: usize,
+) -> c_int {
+    guard("vargr_network_publish", || {
+        // SAFETY: the caller's contract.
+        let (net, value) = unsafe { (ptr::handle(net, "net")?, ptr::slice(value, len, "value")?) };
+        with_network(net, |n| Ok(n.publish(element, version, value)?))
+    })
+}
+
+/// Publishes a value of observed element `element` from this back-end; it travels up
+/// to the front-end, which keeps it if it is the newest.
+///
+/// # Safety
+/// `be` is a live back-end handle; `value` as in `vargr_network_publish`.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_backend_publish(
+    be: *const vargr_backend,
+    element: u32,
+    version: u64,
+    value: *const u8,
+    len: usize,
+) -> c_int {
+    guard("vargr_backend_publish", || {
+        // SAFETY: the caller's contract.
+        let (be, value) = unsafe { (ptr::handle(be, "be")?, ptr::slice(value, len, "value")?) };
+        Ok(be.backend.publish(element, version, value)?)
+    })
+}
+
+/// Waits up to `timeout_ms` for a value of observed element `element` newer than
+/// `*have` (`have` NULL: any value), the newest the tree holds, from the nearest cache
+/// that has one. On success `*version` is its version, `*len` its length, and its
+/// bytes are in `buf`. A value longer than `cap` is `VARGR_ERR_INVALID_ARGUMENT` with
+/// `*len` set to the length needed; the value stays in this back-end's cache, so
+/// asking again with a buffer that large returns it at once. `VARGR_ERR_TIMEOUT` when
+/// nothing newer arrives in time.
+///
+/// # Safety
+/// `be` is a live back-end handle; `have` is NULL or readable; `version` and `len` are
+/// writable; `buf` is NULL (with `cap == 0`) or writable for `cap` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_backend_observe_newer(
+    be: *const vargr_backend,
+    element: u32,
+    have: *const u64,
+    timeout_ms: u32,
+    version: *mut u64,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> c_int {
+    guard("vargr_backend_observe_newer", || {
+        // SAFETY: the caller's contract.
+        let (be, version, len, buf) = unsafe {
+            (
+                ptr::handle(be, "be")?,
+                ptr::out(version, "version")?,
+                ptr::out(len, "len")?,
+                ptr::slice_mut(buf, cap, "buf")?,
+            )
+        };
+        // SAFETY: NULL or readable, per the contract.
+        let have = unsafe { have.as_ref() }.copied();
+        let timeout = Duration::from_millis(timeout_ms.into());
+        let (v, value) = be.backend.observe_newer(element, have, timeout)?;
+        *len = value.len();
+        let Some(dst) = buf.get_mut(..value.len()) else {
+            return Err(Error::new(
+                vargr_status::VARGR_ERR_INVALID_ARGUMENT,
+                format!(
+                    "version {v} of element {element} is {} bytes, the buffer {cap}",
+                    value.len()
+                ),
+            ));
+        };
+        dst.copy_from_slice(&value);
+        *version = v;
+        Ok(())
+    })
+}

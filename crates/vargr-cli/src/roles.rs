@@ -18,6 +18,12 @@ pub const TAG_BURN: i32 = 7;
 /// back-ends contributed, which ones, and whether any was counted twice or mixed with
 /// another wave (the fault-recovery tests).
 pub const TAG_WAVE: i32 = 8;
+/// A viewer of an observed element (PATHS' video client): `%ud %aud %uld %ud` = element,
+/// per-rank µs spent on each value, the last version, and how long (ms) to wait for a
+/// newer one before giving up. It observes newest values until the last version and
+/// answers `%ud %uld %uld %d %uld`: values seen, first and last version, 1 if versions
+/// only grew and each value named its version (first 8 bytes LE), and value bytes.
+pub const TAG_VIEW: i32 = 9;
 
 pub fn commnode() -> Result<()> {
     let boot = Bootstrap::from_env().context("starting commnode")?;
@@ -141,7 +147,53 @@ fn serve_until_error(
                     vec![Value::Long(v), Value::Long(1), Value::Long(bit)],
                 )?
             }
+            TAG_VIEW => view(be, &p)?,
             _ => {}
         }
     }
+}
+
+/// One viewer run (see [`TAG_VIEW`]).
+fn view(be: &Backend, p: &vargr_tbon::Packet) -> Result<(), TbonError> {
+    let (element, per_rank, last, wait_ms) = match p.values.as_slice() {
+        [Value::UInt(e), Value::UIntArray(us), Value::ULong(last), Value::UInt(ms)] => {
+            (*e, us, *last, *ms)
+        }
+        _ => return Ok(()),
+    };
+    let consume = std::time::Duration::from_micros(u64::from(
+        per_rank.get(be.rank() as usize).copied().unwrap_or(0),
+    ));
+    let wait = std::time::Duration::from_millis(u64::from(wait_ms));
+    let (mut have, mut first, mut frames, mut bytes, mut ok) = (None, 0u64, 0u32, 0u64, true);
+    while have.is_none_or(|h| h < last) {
+        let (version, value) = match be.observe_newer(element, have, wait) {
+            Ok(v) => v,
+            Err(TbonError::ObserveTimeout { .. }) => break,
+            Err(e) => return Err(e),
+        };
+        let named = value
+            .get(..8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap()));
+        ok &= have.is_none_or(|h| version > h) && named == Some(version);
+        if have.is_none() {
+            first = version;
+        }
+        have = Some(version);
+        frames += 1;
+        bytes += value.len() as u64;
+        std::thread::sleep(consume);
+    }
+    be.send(
+        p.stream,
+        TAG_VIEW,
+        "%ud %uld %uld %d %uld",
+        vec![
+            Value::UInt(frames),
+            Value::ULong(first),
+            Value::ULong(have.unwrap_or(0)),
+            Value::Int(i32::from(ok)),
+            Value::ULong(bytes),
+        ],
+    )
 }

@@ -208,7 +208,7 @@ pub fn tbon(e: vargr_tbon::TbonError) -> PyErr {
         E::NodeLost { .. } | E::ParentLost(_) => Kind::NodeLost,
         E::Filter { .. } => Kind::Filter,
         E::Shutdown => Kind::Shutdown,
-        E::Timeout(_) => Kind::Timeout,
+        E::Timeout(_) | E::ObserveTimeout { .. } => Kind::Timeout,
         E::Wire(_) => Kind::Format,
         _ => Kind::Network,
     };

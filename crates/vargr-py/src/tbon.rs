@@ -717,6 +717,14 @@ impl PyNetwork {
     }
 
     /// Faults seen so far (lost nodes, failed filters), oldest first, as messages.
+    /// Publishes `value` (bytes) as version `version` of observed element `element`
+    /// (PATHS' last-observe): back-ends waiting in `Backend.observe_newer` get it
+    /// through the caches of the nodes above them. Versions only grow: an older or
+    /// equal one raises `vargr.NetworkError`.
+    fn publish(&self, element: u32, version: u64, value: &[u8]) -> PyResult<()> {
+        self.with(|n| n.publish(element, version, value).map_err(errors::tbon))
+    }
+
     fn faults(&self) -> PyResult<Vec<String>> {
         self.with(|n| Ok(n.faults().iter().map(|e| e.to_string()).collect()))
     }
@@ -1368,6 +1376,42 @@ impl PyBackend {
         let fmt = fmt.to_string();
         py.detach(move || be.send_to(rank, tag, &fmt, values))
             .map_err(errors::tbon)
+    }
+
+    /// Publishes `value` (bytes) as version `version` of observed element `element`;
+    /// it travels up to the front-end, which keeps it if it is the newest.
+    fn publish(&self, py: Python<'_>, element: u32, version: u64, value: Vec<u8>) -> PyResult<()> {
+        let be = self.inner.clone();
+        py.detach(move || be.publish(element, version, &value))
+            .map_err(errors::tbon)
+    }
+
+    /// Waits for a value of observed element `element` newer than version `have`
+    /// (None: any) and returns `(version, value)`: the newest the tree holds, from the
+    /// nearest cache that has one (PATHS' last-observe). Raises `vargr.VargrTimeoutError`
+    /// after `timeout` seconds (None: wait for ever); Ctrl-C interrupts the wait.
+    #[pyo3(signature = (element, have = None, timeout = None))]
+    fn observe_newer<'py>(
+        &self,
+        py: Python<'py>,
+        element: u32,
+        have: Option<u64>,
+        timeout: Option<f64>,
+    ) -> PyResult<(u64, Bound<'py, pyo3::types::PyBytes>)> {
+        let be = self.inner.clone();
+        // Each slice asks again; a value that came after a slice gave up waits in this
+        // back-end's cache, so the next slice's request is answered at once.
+        let got = block::wait(py, timeout, move |slice| {
+            match be.observe_newer(element, have, slice) {
+                Err(TbonError::ObserveTimeout { .. }) => None,
+                r => Some(r),
+            }
+        })?;
+        match got {
+            Some(Ok((version, value))) => Ok((version, pyo3::types::PyBytes::new(py, &value))),
+            Some(Err(e)) => Err(errors::tbon(e)),
+            None => Err(errors::tbon(TbonError::ObserveTimeout { element, have })),
+        }
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {

@@ -230,6 +230,25 @@ impl Backend {
         Ok(())
     }
 
+    /// Publishes version `version` of observed element `element`; it travels up to the
+    /// front-end, which keeps it if it is newer than the element's newest (see
+    /// [`crate::Network::publish`]).
+    pub fn publish(&self, element: u32, version: u64, value: &[u8]) -> Result<()> {
+        crate::observe::publish(&self.engine, element, version, value)
+    }
+
+    /// Waits for a value of observed element `element` newer than `have` (PATHS'
+    /// last-observe): the newest one the tree holds, taken from the nearest cache that
+    /// has one. [`TbonError::ObserveTimeout`] once `timeout` passes.
+    pub fn observe_newer(
+        &self,
+        element: u32,
+        have: Option<u64>,
+        timeout: Duration,
+    ) -> Result<(u64, bytes::Bytes)> {
+        crate::observe::observe_newer(&self.engine, element, have, timeout)
+    }
+
     fn check_open(&self) -> Result<()> {
         match self.engine.lock().router.deliveries().closed.clone() {
             Some(e) => Err(e),

@@ -168,6 +168,8 @@ pub struct Engine {
     waker: Arc<vargr_net::Waker>,
     /// For the rejoin thread, which must not keep the engine alive.
     me: Weak<Engine>,
+    /// Set once a progress thread runs (see [`Engine::start_progress`]).
+    progressing: std::sync::atomic::AtomicBool,
 }
 
 impl Engine {
@@ -176,6 +178,7 @@ impl Engine {
         let peers = LinkPeers::new(router.neighbours());
         Arc::new_cyclic(|me| Engine {
             me: me.clone(),
+            progressing: std::sync::atomic::AtomicBool::new(false),
             state: Mutex::new(State {
                 router,
                 reactor: Some(reactor),
@@ -442,20 +445,25 @@ impl Engine {
         if let Some(n) = g.notifiers.iter().find(|n| n.watch == watch) {
             return Ok(n.reader.as_raw_fd());
         }
-        let first = g.notifiers.is_empty();
         g.notifiers.push(Notifier::new(watch)?);
         g.sync_notifiers();
         let fd = g.notifiers.last().map(|n| n.reader.as_raw_fd());
         drop(g);
-        if first {
-            self.start_progress()?;
-        }
+        self.start_progress()?;
         fd.ok_or_else(|| std::io::Error::other("notifier vanished"))
     }
 
-    /// Polls on behalf of a program that waits outside the library, until the router
-    /// closes or the engine is dropped.
-    fn start_progress(&self) -> std::io::Result<()> {
+    /// Polls on behalf of a program that waits outside the library (or that publishes
+    /// observed values, which readers take from this node while the program does
+    /// something else), until the router closes or the engine is dropped. Once per
+    /// engine: later calls do nothing.
+    pub fn start_progress(&self) -> std::io::Result<()> {
+        if self
+            .progressing
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Ok(());
+        }
         let weak = self.me.clone();
         std::thread::Builder::new()
             .name("vargr-progress".into())

@@ -54,12 +54,25 @@ pub enum TbonError {
     Shutdown,
     #[error("timed out after {0} ms")]
     Timeout(u64),
+    #[error("no value of element {element} newer than {} arrived before the deadline", fmt_have(.have))]
+    ObserveTimeout { element: u32, have: Option<u64> },
+    #[error("version {version} of element {element} is not newer than its newest, {newest}")]
+    ObserveStale {
+        element: u32,
+        version: u64,
+        newest: u64,
+    },
     #[error("bad configuration: {0}")]
     Config(String),
     #[error("clock alignment: {0}")]
     Clock(#[from] crate::clock::ClockMsgError),
     #[error(transparent)]
     Trace(#[from] crate::trace::TraceDumpError),
+}
+
+/// The version an observer holds, for messages.
+fn fmt_have(have: &Option<u64>) -> String {
+    have.map_or("none".into(), |h| format!("version {h}"))
 }
 
 /// Back-end ranks as `0-2,5,7-8`: runs collapsed, for messages and summaries.

@@ -41,6 +41,7 @@ mod error;
 pub mod monitor;
 mod network;
 pub mod node;
+mod observe;
 pub mod out;
 pub mod proto;
 pub mod recovery;

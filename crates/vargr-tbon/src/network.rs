@@ -664,6 +664,24 @@ impl Network {
     /// [`Alignment::ROOT`]): `local = front-end + offset_ns`, within `error_ns`.
     /// Alignments travel up a level at a time after start-up; see
     /// [`Network::wait_clock_alignment`].
+    /// Publishes version `version` of observed element `element` (PATHS' last-observe):
+    /// back-ends waiting in [`crate::Backend::observe_newer`] get it through the caches of the
+    /// nodes above them. Versions only grow: [`TbonError::ObserveStale`] otherwise.
+    pub fn publish(&self, element: u32, version: u64, value: &[u8]) -> Result<()> {
+        crate::observe::publish(&self.engine, element, version, value)
+    }
+
+    /// Waits for a value of `element` newer than `have` at the front-end (one a
+    /// back-end published, or this front-end's own).
+    pub fn observe_newer(
+        &self,
+        element: u32,
+        have: Option<u64>,
+        timeout: Duration,
+    ) -> Result<(u64, bytes::Bytes)> {
+        crate::observe::observe_newer(&self.engine, element, have, timeout)
+    }
+
     pub fn clock_alignment(&self) -> BTreeMap<u32, Alignment> {
         self.engine.lock().router.clock_reports().clone()
     }

@@ -5,14 +5,15 @@
 //! | collector | op | one record per | seq | peer | bytes |
 //! |---|---|---|---|---|---|
 //! | `tbon/link/in`, `tbon/link/out` | LinkIn / LinkOut | Data or PointToPoint frame | header stream field (stream id; destination rank for point-to-point) | node id at the other end of the link | whole frame |
+//! | `tbon/link/in/observe`, `tbon/link/out/observe` | LinkIn / LinkOut | observed-element value (ObserveVal, ObservePublish; requests are control) | element id | node id at the other end | whole frame |
 //! | `tbon/link/in/control`, `tbon/link/out/control` | LinkIn / LinkOut | any other frame (heartbeats, clock, stream open, shutdown…) | header stream field | node id at the other end | whole frame |
 //! | `tbon/sync/<mode>` | Filter | packet pushed into a stream's synchronisation filter | stream id | child node the packet came from | packet payload |
 //! | `tbon/filter/up/<name>`, `tbon/filter/down/<name>` | Filter | transformation filter call (one wave up, one packet down) | stream id | this node's id | input packets |
 //! | `tbon/wave/last` | User | wave completed by a child's packet (that child arrived last) | stream id | the child's node id | 0 |
 //!
-//! Data and control traffic have separate collectors so a user can look at the
-//! application's frames alone (`tbon/link/in`) or at all of them (the `tbon/link/`
-//! prefix). LinkIn spans from the frame's arrival at the router to the end of its
+//! Data, observed-element and control traffic have separate collectors so a user can
+//! look at the application's frames alone (`tbon/link/in`), at what the observe caches
+//! cost each link (`tbon/link/in/observe`), or at all of them (the `tbon/link/` prefix). LinkIn spans from the frame's arrival at the router to the end of its
 //! routing (filters included); LinkOut spans the hand-off to the link's queue.
 //!
 //! When a trace directory is configured every node process writes `node-<id>.vtr` there
@@ -36,6 +37,8 @@ pub(crate) struct LinkCollectors {
     pub data_out: u16,
     pub ctl_in: u16,
     pub ctl_out: u16,
+    pub obs_in: u16,
+    pub obs_out: u16,
 }
 
 pub(crate) fn links() -> &'static LinkCollectors {
@@ -45,11 +48,21 @@ pub(crate) fn links() -> &'static LinkCollectors {
         data_out: vargr_trace::collector("tbon/link/out"),
         ctl_in: vargr_trace::collector("tbon/link/in/control"),
         ctl_out: vargr_trace::collector("tbon/link/out/control"),
+        obs_in: vargr_trace::collector("tbon/link/in/observe"),
+        obs_out: vargr_trace::collector("tbon/link/out/observe"),
     })
 }
 
-fn is_data(kind: u8) -> bool {
-    kind == FrameKind::Data as u8 || kind == FrameKind::PointToPoint as u8
+/// The collector of a frame of `kind`: `(data, observe, control)[class]`.
+fn class(kind: u8, [data, observe, control]: [u16; 3]) -> u16 {
+    const OBSERVE: [u8; 2] = [FrameKind::ObserveVal as u8, FrameKind::ObservePublish as u8];
+    if kind == FrameKind::Data as u8 || kind == FrameKind::PointToPoint as u8 {
+        data
+    } else if OBSERVE.contains(&kind) {
+        observe
+    } else {
+        control
+    }
 }
 
 fn clamp(n: usize) -> u32 {
@@ -64,11 +77,7 @@ pub(crate) fn link_in(kind: FrameKind, stream: u32, len: usize, peer: u32, start
         end: vargr_trace::now(),
         seq: stream,
         bytes: clamp(len),
-        collector: if is_data(kind as u8) {
-            c.data_in
-        } else {
-            c.ctl_in
-        },
+        collector: class(kind as u8, [c.data_in, c.obs_in, c.ctl_in]),
         op: EventOp::LinkIn as u8,
         status: 0,
         peer,
@@ -93,7 +102,7 @@ pub(crate) fn link_out((kind, stream, len): (u8, u32, usize), peer: u32, start: 
         end: vargr_trace::now(),
         seq: stream,
         bytes: clamp(len),
-        collector: if is_data(kind) { c.data_out } else { c.ctl_out },
+        collector: class(kind, [c.data_out, c.obs_out, c.ctl_out]),
         op: EventOp::LinkOut as u8,
         status: 0,
         peer,
@@ -293,4 +302,41 @@ impl TraceDump {
 pub(crate) fn check_dir(dir: &Path) -> Result<(), crate::TbonError> {
     std::fs::create_dir_all(dir)
         .map_err(|e| crate::TbonError::Config(format!("trace directory {}: {e}", dir.display())))
+}
+
+/// (sending node, receiving node) → (frames, bytes).
+pub type PerLink = std::collections::BTreeMap<(u32, u32), (u64, u64)>;
+
+/// Observed-element values that crossed each link, from the trace files in `dir`:
+/// (sending node, receiving node) → (frames, bytes), counted where they arrived (the
+/// `tbon/link/in/observe` records; see the module docs). What the observe caches save
+/// shows here: a link below a cache carries each version at most once.
+pub fn observed_per_link(dir: &Path) -> Result<PerLink, vargr_trace::FileError> {
+    let mut out = PerLink::new();
+    for f in vargr_trace::TraceFile::read_dir(dir)? {
+        // Node processes are named "node <id> (<role>)".
+        let Some(node) = f
+            .process
+            .strip_prefix("node ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Some(obs) = f
+            .collectors
+            .iter()
+            .position(|c| c == "tbon/link/in/observe")
+        else {
+            continue;
+        };
+        for r in f.threads.iter().flat_map(|t| &t.records) {
+            if usize::from(r.collector) == obs && r.op == EventOp::LinkIn as u8 {
+                let e: &mut (u64, u64) = out.entry((r.peer, node)).or_default();
+                e.0 += 1;
+                e.1 += u64::from(r.bytes);
+            }
+        }
+    }
+    Ok(out)
 }

@@ -112,6 +112,15 @@ frame_kinds! {
     /// Child → parent on a stream: the child's whole sub-tree missed one wave (it was
     /// orphaned when it was multicast), so the wave must not wait for it.
     WaveHole = 38,
+    /// Child → parent: "a value of element `stream` newer than mine"; tag 1 with the
+    /// version held as 8 bytes LE in the payload, tag 0 (empty payload) for none yet.
+    ObserveReq = 39,
+    /// Parent → child: the newest value of element `stream` the parent holds; payload =
+    /// version (8 bytes LE) then the value.
+    ObserveVal = 40,
+    /// Towards the front-end: a back-end publishes a value of element `stream`; payload
+    /// as ObserveVal.
+    ObservePublish = 41,
 }
 
 /// One protocol message. The payload is a reference-counted slice of the read buffer.

@@ -4,7 +4,8 @@ Tags: 1 echo the packet; 2 answer base + rank; 3 an f64 array of rank + 0..3; 4 
 point-to-point message to the next back-end, which reports it (tag 6) on the stream
 named in the message; 7 never answer; 8 a thread per stream id given ("%aud"), each
 waiting on that stream's notification descriptor and answering two multicasts on it with
-10 * rank + k.
+10 * rank + k; 9 observe element p[0] until version p[1], then answer the versions seen
+("%auld").
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ TAG_ECHO, TAG_RANK, TAG_ARRAY, TAG_P2P_START, TAG_P2P, TAG_P2P_REPORT, TAG_SILEN
     7,
 )
 TAG_THREADS = 8
+TAG_OBSERVE = 9
 
 
 def per_stream(be: vargr.Backend, stream: int) -> None:
@@ -58,6 +60,14 @@ def main() -> None:
                 t.start()
             for t in threads:
                 t.join()
+        elif p.tag == TAG_OBSERVE:
+            element, last = p.values
+            seen: list[int] = []
+            while not seen or seen[-1] < last:
+                version, value = be.observe_newer(element, seen[-1] if seen else None, timeout=30)
+                assert value == version.to_bytes(8, "little") * 4, (version, value)
+                seen.append(version)
+            be.send(p, p.tag, "%auld", np.array(seen, dtype=np.uint64))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,11 @@ enum {
     TAG_RANK,     /* back-ends answer "%ud": their rank */
     TAG_P2P,      /* back-end r sends TAG_P2P_MSG "%ud %ud" (r, stream) to back-end r+1 */
     TAG_P2P_MSG,  /* the receiver answers "%d" 10 * sender + itself on that stream */
+    TAG_OBSERVE,  /* "%ud" last: observe element OBSERVED until version last, answer
+                     "%ud %d": values seen, 1 if versions grew and values were right */
 };
+
+enum { OBSERVED = 4, OBSERVED_LEN = 16 };
 
 #define CHECK(call)                                                                      \
     do {                                                                                 \

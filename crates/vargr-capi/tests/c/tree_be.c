@@ -32,6 +32,25 @@ int main(void)
             CHECK(vargr_backend_send(be, stream, tag, "%ud", rank));
         } else if (tag == TAG_P2P) {
             CHECK(vargr_backend_send_to(be, (rank + 1) % n, TAG_P2P_MSG, "%ud %ud", rank, stream));
+        } else if (tag == TAG_OBSERVE) {
+            uint64_t last, have = 0, version, value[OBSERVED_LEN / 8];
+            size_t len = 0;
+            uint32_t values = 0;
+            int ok = 1;
+            CHECK(vargr_packet_unpack(p, "%uld", &last));
+            /* Too small a buffer: the length needed, and the value stays cached. */
+            rc = vargr_backend_observe_newer(be, OBSERVED, NULL, 30000, &version, (uint8_t *)value,
+                                             4, &len);
+            ok &= rc == VARGR_ERR_INVALID_ARGUMENT && len == OBSERVED_LEN;
+            while (have < last) {
+                CHECK(vargr_backend_observe_newer(be, OBSERVED, values ? &have : NULL, 30000,
+                                                  &version, (uint8_t *)value, sizeof value, &len));
+                ok &= (values == 0 || version > have) && len == OBSERVED_LEN &&
+                      value[0] == version && value[1] == ~version;
+                have = version;
+                values++;
+            }
+            CHECK(vargr_backend_send(be, stream, tag, "%ud %d", values, ok));
         } else if (tag == TAG_P2P_MSG) {
             uint32_t source;
             CHECK(vargr_packet_unpack(p, "%ud %ud", &from, &reply_stream));

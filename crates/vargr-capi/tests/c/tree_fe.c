@@ -1,7 +1,7 @@
 /*
  * The tree test's front-end: strings and arrays through concat, echoed by the
  * back-ends through the *_args forms; a don't-wait stream with no filter; messages
- * between back-ends; timeouts; the errors of bad streams and communicators; and what
+ * between back-ends; observed elements; timeouts; the errors of bad streams and communicators; and what
  * every handle says once the network is shut down.
  *
  *   tree_fe TOPOLOGY BACKEND_EXE      (prints "tree_test: N checks OK")
@@ -31,6 +31,7 @@ int main(int argc, char **argv)
     char **strs;
     int32_t *ints, sum, want = 0;
     size_t n_strs, n_ints;
+    uint64_t version;
     int rc;
 
     if (argc != 3) {
@@ -78,6 +79,23 @@ int main(int argc, char **argv)
     for (i = 0; i < n; i++)
         want += (int32_t)(10 * i + (i + 1) % n);
     EXPECT(sum == want);
+
+    /* Observed elements: versions only grow at every back-end, which ends on the last. */
+    CHECK(vargr_stream_send(loose, TAG_OBSERVE, "%uld", (uint64_t)10));
+    for (version = 1; version <= 10; version++) {
+        uint64_t value[2] = {version, ~version};
+        CHECK(vargr_network_publish(net, OBSERVED, version, (const uint8_t *)value, sizeof value));
+    }
+    rc = vargr_network_publish(net, OBSERVED, 3, NULL, 0);
+    EXPECT(rc == VARGR_ERR_INVALID_ARGUMENT && strstr(vargr_last_error(), "not newer"));
+    for (i = 0; i < n; i++) {
+        uint32_t values;
+        int32_t ok;
+        CHECK(vargr_stream_recv_timeout(loose, 30000, &p));
+        CHECK(vargr_packet_unpack(p, "%ud %d", &values, &ok));
+        EXPECT(ok == 1 && values >= 1 && values <= 10);
+        vargr_packet_free(p);
+    }
 
     /* Nothing comes on a stream nobody answers. */
     CHECK(vargr_network_open_stream(net, all, "sum", VARGR_SYNC_WAIT_FOR_ALL, 0, &idle));

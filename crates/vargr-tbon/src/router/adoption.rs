@@ -100,6 +100,7 @@ impl Router {
         for f in o.pending {
             self.report(f, out);
         }
+        self.observe_reparented(out);
     }
 
     /// The answer to an orphan: adopted (with where this node sits), or why not.

@@ -31,6 +31,7 @@
 mod adoption;
 mod faults;
 mod flow;
+mod observe;
 mod streams;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -51,6 +52,8 @@ use crate::proto::{self, Ancestor, FaultMsg, StreamOpenMsg};
 use crate::recovery::{Orphan, Recovery, TreeEvent};
 use crate::{trace, TbonError};
 
+use observe::ObserveState;
+pub use observe::Observed;
 use streams::StreamState;
 
 /// What a node hands to its local application.
@@ -66,6 +69,8 @@ pub struct Deliveries {
     pub events: Vec<TreeEvent>,
     /// Set when the node must stop: shutdown requested or parent lost.
     pub closed: Option<TbonError>,
+    /// Answers to the local application's observe requests, oldest first.
+    pub observed: Vec<Observed>,
 }
 
 /// One node's protocol state: built with its place in the tree, then driven by events
@@ -98,6 +103,8 @@ pub struct Router {
     /// Front-end: per (stream, back-end), the first wave (and the node that died) of a
     /// loss not yet closed by an adoption.
     open_losses: FxHashMap<(u32, u32), (u64, u32)>,
+    /// Observed elements: each one's cached newest value and who waits for a newer one.
+    observe: ObserveState,
 }
 
 /// The `end` of a [`FaultMsg::WavesLost`] whose back-ends have not come back yet.
@@ -132,6 +139,7 @@ impl Router {
             listen: None,
             orphan: None,
             open_losses: FxHashMap::default(),
+            observe: ObserveState::default(),
         }
     }
 
@@ -368,6 +376,13 @@ impl Router {
                     self.on_hole(ci, f.stream, now, out)
                 }
             }
+            FrameKind::ObserveReq => {
+                if let Some(ci) = child {
+                    self.on_observe_req(ci, &f, out)
+                }
+            }
+            FrameKind::ObserveVal if from_parent => self.on_observe_val(f, out),
+            FrameKind::ObservePublish if child.is_some() => self.on_observe_publish(f, out),
             FrameKind::Heartbeat => {}
             FrameKind::ClockPing
             | FrameKind::ClockPong
@@ -396,15 +411,17 @@ impl Router {
     /// Releases waves whose time-out expired, and gives up on sub-trees late for a pull.
     pub fn on_timer(&mut self, now: Instant, out: &mut dyn Out) {
         self.streams_timer(now, out);
+        self.observe_timer(now);
         let (at, _, monitor) = self.parts();
         monitor.on_timer(now, at, out);
     }
 
-    /// The earliest time a sync filter or a monitor pull needs [`Router::on_timer`].
+    /// The earliest time a sync filter, a monitor pull or an observe request needs [`Router::on_timer`].
     pub fn next_deadline(&self) -> Option<Instant> {
         self.streams_deadline()
             .into_iter()
             .chain(self.monitor.deadline())
+            .chain(self.observe_deadline())
             .min()
     }
 }

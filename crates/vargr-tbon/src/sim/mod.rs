@@ -33,6 +33,7 @@ mod clock;
 mod faults;
 mod flow;
 mod monitor;
+mod observe;
 mod recovery;
 mod waves;
 
@@ -45,7 +46,7 @@ use bytes::Bytes;
 use rustc_hash::FxHashMap;
 use vargr_filter::Registry;
 use vargr_net::LinkId;
-use vargr_wire::{decode_exact, Packet};
+use vargr_wire::{decode_exact, FrameKind, Packet};
 
 use crate::node::ChildInfo;
 use crate::out::{Lane, LinkActivity, Links, Out};
@@ -213,6 +214,8 @@ pub struct Sim {
     /// Fake time since `base` in ns, for the nodes' skewed clocks.
     elapsed_ns: Arc<AtomicU64>,
     seq: u64,
+    /// Frames and bytes delivered, by sending node, receiving node and kind.
+    carried: FxHashMap<(u32, u32, FrameKind), (u64, u64)>,
 }
 
 fn ancestor(node: u32) -> Ancestor {
@@ -253,6 +256,7 @@ impl Sim {
             now: base,
             elapsed_ns: Arc::default(),
             seq: 0,
+            carried: FxHashMap::default(),
         };
         let registry = Arc::new(Registry::with_builtins());
         let mut children: Vec<Vec<ChildInfo>> = rows.iter().map(|_| Vec::new()).collect();
@@ -406,6 +410,14 @@ impl Sim {
         (0..self.nodes.len() as u32)
             .filter(|&n| self.router(n).backend_rank().is_some())
             .collect()
+    }
+
+    /// Frames of `kind` delivered from node `from` to node `to` so far, and their bytes.
+    pub fn carried(&self, from: u32, to: u32, kind: FrameKind) -> (u64, u64) {
+        self.carried
+            .get(&(from, to, kind))
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Node `n`'s link to `peer` (the most recent one, dead or alive).
@@ -615,6 +627,9 @@ impl Sim {
             return;
         }
         let f = decode_exact(&q.bytes, 1 << 30).expect("routers send whole frames");
+        let tally = self.carried.entry((from, to, f.kind)).or_default();
+        tally.0 += 1;
+        tally.1 += q.bytes.len() as u64;
         let now = self.now;
         if let Some(e) = self.nodes[to as usize].ends.get_mut(&at) {
             e.last_read = now;
