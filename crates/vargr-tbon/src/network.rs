@@ -660,10 +660,6 @@ impl Network {
         pull_on(&self.engine, scope, budget)
     }
 
-    /// The clock alignment of every node that reported one so far (the front-end's is
-    /// [`Alignment::ROOT`]): `local = front-end + offset_ns`, within `error_ns`.
-    /// Alignments travel up a level at a time after start-up; see
-    /// [`Network::wait_clock_alignment`].
     /// Publishes version `version` of observed element `element` (PATHS' last-observe):
     /// back-ends waiting in [`crate::Backend::observe_newer`] get it through the caches of the
     /// nodes above them. Versions only grow: [`TbonError::ObserveStale`] otherwise.
@@ -682,6 +678,10 @@ impl Network {
         crate::observe::observe_newer(&self.engine, element, have, timeout)
     }
 
+    /// The clock alignment of every node that reported one so far (the front-end's is
+    /// [`Alignment::ROOT`]): `local = front-end + offset_ns`, within `error_ns`.
+    /// Alignments travel up a level at a time after start-up; see
+    /// [`Network::wait_clock_alignment`].
     pub fn clock_alignment(&self) -> BTreeMap<u32, Alignment> {
         self.engine.lock().router.clock_reports().clone()
     }
