@@ -297,6 +297,6 @@ fn run_one(shape: Shape, a: &VideoArgs, programs: &Programs) -> Result<Record> {
         wan_bytes: wan.map(|l| l.bytes).sum(),
         viewers,
         links,
-        note: "one machine shared with other work; sites and WAN emulated per link",
+        note: "sites emulated on one machine: each pair of sites shares one emulated WAN (the tree's gateways)",
     })
 }
