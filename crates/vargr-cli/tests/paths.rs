@@ -10,8 +10,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use vargr_paths::PathSpec;
-use vargr_tbon::{BackendSpec, SyncMode, TbonError, Value};
+use vargr_paths::{Built, PathSpec};
+use vargr_tbon::{BackendSpec, Network, Stream, SyncMode, TbonError, Value};
 
 const GUARD: Duration = Duration::from_secs(20);
 
@@ -51,6 +51,28 @@ fn spec(dir: &Path, paths: &str) -> PathBuf {
     f
 }
 
+/// The tree a specification file makes.
+fn build(file: &Path) -> Built {
+    PathSpec::load(file)
+        .unwrap()
+        .merge()
+        .unwrap()
+        .build()
+        .unwrap()
+}
+
+/// Starts `built` with echo back-ends and its stream (don't-wait, so each answer comes
+/// as it arrives).
+fn start(built: &Built) -> (Network, Stream) {
+    built
+        .start(
+            BackendSpec::command(vargr(), &["backend", "echo"]),
+            opts(),
+            |o| o.sync(SyncMode::DontWait),
+        )
+        .unwrap()
+}
+
 fn text(p: &vargr_tbon::Packet) -> String {
     match p.values.as_slice() {
         [Value::Str(s)] => s.clone(),
@@ -68,19 +90,7 @@ fn a_c_stage_on_some_paths_changes_what_crosses_their_links_only() {
         "[[path]]\nfrom = \"a:0-1\"\nstages = [\"upper\", \"remote:m\", \"remote:fe\"]\n\
          [[path]]\nfrom = \"b:0-1\"\nstages = [\"remote:m\", \"xor:7\", \"remote:fe\"]\n",
     );
-    let built = PathSpec::load(&file)
-        .unwrap()
-        .merge()
-        .unwrap()
-        .build()
-        .unwrap();
-    let (net, s) = built
-        .start(
-            BackendSpec::command(vargr(), &["backend", "echo"]),
-            opts(),
-            |o| o.sync(SyncMode::DontWait),
-        )
-        .unwrap();
+    let (net, s) = start(&build(&file));
     assert_eq!(net.num_backends(), 4);
     s.send(TAG_ECHO, "%s", vec![Value::Str("hello paths".into())])
         .unwrap();
@@ -114,25 +124,14 @@ fn a_failing_c_stage_closes_its_link_naming_the_stage_and_the_link() {
         "[[path]]\nfrom = \"a:0\"\nstages = [\"faulty:0\", \"remote:fe\"]\n\
          [[path]]\nfrom = \"b:0\"\nstages = [\"remote:fe\"]\n",
     );
-    let built = PathSpec::load(&file)
-        .unwrap()
-        .merge()
-        .unwrap()
-        .build()
-        .unwrap();
+    let built = build(&file);
     let a = built
         .topology
         .nodes()
         .find(|n| n.host == "a")
         .unwrap()
         .clone();
-    let (net, s) = built
-        .start(
-            BackendSpec::command(vargr(), &["backend", "echo"]),
-            opts(),
-            |o| o.sync(SyncMode::DontWait),
-        )
-        .unwrap();
+    let (net, s) = start(&built);
     for round in 0..2 {
         s.send(TAG_ECHO, "%s", vec![Value::Str(format!("round {round}"))])
             .unwrap();
