@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use vargr_wire::FrameKind;
+use vargr_wire::{Frame, FrameKind};
 
 use super::{Sim, SimConfig};
 use crate::router::Observed;
@@ -246,4 +246,30 @@ fn an_adopted_reader_asks_its_new_parent_again() {
     sim.advance(STEP);
     assert_eq!(one_version(&mut sim, 3), 2);
     assert_eq!(vals(&sim, 0, 3), 1, "straight from the front-end now");
+}
+
+#[test]
+fn malformed_observe_frames_are_faults_naming_them_and_change_nothing() {
+    let mut sim = tree();
+    publish(&mut sim, 0, 1).unwrap();
+    // A request that says it holds a version but carries 3 bytes of it, from back-end 3.
+    sim.inject(1, 3, Frame::new(FrameKind::ObserveReq, EL, 1, vec![7u8; 3]));
+    // A value too short to hold its version, from the root.
+    sim.inject(1, 0, Frame::new(FrameKind::ObserveVal, EL, 0, vec![7u8; 5]));
+    let faults: Vec<String> = sim
+        .router(1)
+        .deliveries()
+        .faults
+        .iter()
+        .map(|e| e.to_string())
+        .collect();
+    assert_eq!(faults.len(), 2, "{faults:?}");
+    assert!(faults[0].contains("malformed ObserveReq") && faults[0].contains("3 payload bytes"));
+    assert!(faults[1].contains("malformed ObserveVal"), "{faults:?}");
+    // Nothing was asked for or cached on their account: a real reader still gets v1.
+    sim.settle();
+    assert_eq!(reqs(&sim, 1, 0), 0);
+    observe(&mut sim, 3, None, PATIENT);
+    sim.advance(STEP);
+    assert_eq!(one_version(&mut sim, 3), 1);
 }
