@@ -7,20 +7,33 @@
  *   static int  name_find(MPI_Request r, type *out, int keep)
  *                                                   -- copies r's entry; removes it unless keep
  * Open addressing with linear probing and deletion by backward shift, so a lookup
- * touches a few adjacent slots; a mutex per table, as MPI calls may come from any
- * thread. A handle MPI reuses after completion replaces the entry it had. Entries are
- * stored by value, so the tracing path allocates nothing per message. */
+ * touches a few adjacent slots; a lock per table, as MPI calls may come from any
+ * thread: a spin lock, since it is held for a few dozen instructions on the path of
+ * every traced message, where a mutex's lock and unlock cost more than the rest. A
+ * handle MPI reuses after completion replaces the entry it had. Entries are stored by
+ * value, so the tracing path allocates nothing per message. */
 
 #ifndef VARGR_MPI_REQMAP_H
 #define VARGR_MPI_REQMAP_H
 
-#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <mpi.h>
+
+static inline void reqmap_lock(int *l) {
+    while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) {
+        /* The holder may have been preempted (ranks can outnumber cores). */
+        while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
+            sched_yield();
+        }
+    }
+}
+
+static inline void reqmap_unlock(int *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
 
 static inline uint64_t reqmap_key(MPI_Request r) {
     uint64_t k = 0;
@@ -31,7 +44,7 @@ static inline uint64_t reqmap_key(MPI_Request r) {
 #define REQMAP(name, type)                                                                      \
     static type *name##_slots;                                                                  \
     static size_t name##_cap, name##_used;                                                      \
-    static pthread_mutex_t name##_lock = PTHREAD_MUTEX_INITIALIZER;                             \
+    static int name##_lock;                                                                     \
                                                                                                 \
     static size_t name##_home(uint64_t k) {                                                     \
         return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (name##_cap - 1);                  \
@@ -73,9 +86,9 @@ static inline uint64_t reqmap_key(MPI_Request r) {
         if (e->key == 0 || r == MPI_REQUEST_NULL) {                                             \
             return;                                                                             \
         }                                                                                       \
-        pthread_mutex_lock(&name##_lock);                                                       \
+        reqmap_lock(&name##_lock);                                                              \
         name##_put_locked(e);                                                                   \
-        pthread_mutex_unlock(&name##_lock);                                                     \
+        reqmap_unlock(&name##_lock);                                                            \
     }                                                                                           \
                                                                                                 \
     __attribute__((unused)) static int name##_find(MPI_Request r, type *out, int keep) {        \
@@ -84,7 +97,7 @@ static inline uint64_t reqmap_key(MPI_Request r) {
         if (k == 0 || r == MPI_REQUEST_NULL) {                                                  \
             return 0;                                                                           \
         }                                                                                       \
-        pthread_mutex_lock(&name##_lock);                                                       \
+        reqmap_lock(&name##_lock);                                                              \
         if (name##_cap) {                                                                       \
             size_t i = name##_home(k);                                                          \
             while (name##_slots[i].key && name##_slots[i].key != k) {                           \
@@ -114,7 +127,7 @@ static inline uint64_t reqmap_key(MPI_Request r) {
                 }                                                                               \
             }                                                                                   \
         }                                                                                       \
-        pthread_mutex_unlock(&name##_lock);                                                     \
+        reqmap_unlock(&name##_lock);                                                            \
         return found;                                                                           \
     }
 

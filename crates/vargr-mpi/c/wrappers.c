@@ -57,6 +57,12 @@ enum {
     K_COUNT
 };
 
+/* Each wrapper is an entry that hands the call to MPI untouched unless the library
+ * records or compresses, and a traced_MPI_X that does the rest. Kept apart, the untouched
+ * path saves no registers and makes no frame: a program that polls calls MPI_Test
+ * millions of times a second, and a frame for every call is a few percent of it. */
+#define NOINLINE __attribute__((noinline))
+
 /* vargr_trace::EventOp */
 enum { OP_CALL = 1, OP_SEND = 2, OP_RECV = 3, OP_USER = 7 };
 
@@ -245,72 +251,123 @@ static void add(batch *b, int kind, int op, const comm_info *c, uint32_t peer, i
     };
 }
 
-/* Unsuccessful tests and probes of one kind in a row, recorded as one event when the
- * run ends (at the thread's next recorded call, or MPI_Finalize): from the first one's
- * entry to the entry of that next call, seq = how many. A program that polls makes
- * millions of them (HPCC's RandomAccess calls MPI_Testany two million times a second)
- * and a record each, or even a clock read each, would cost it more than the polls: only
- * a run's first poll reads the clock. Per thread, in the static TLS block (the library
- * is loaded at start-up), so that a poll pays no TLS lookup either. */
+/* Unsuccessful tests and probes, counted in runs: one run per kind of poll (test,
+ * testany, testall, testsome, iprobe) between two recorded calls of the thread, each
+ * recorded as one event when the thread next records a call (or at MPI_Finalize): from
+ * the run's first poll's entry to the entry of that next call, seq = how many. A
+ * program that polls makes millions of them (HPCC's RandomAccess polls two million
+ * times a second, often alternating MPI_Test and MPI_Testany) and a record each, or
+ * even a clock read each, would cost it more than the polls: only a run's first poll
+ * reads the clock. An iprobe for another (communicator, source, tag) starts a new run
+ * of its kind. Per thread, in the static TLS block (the library is loaded at
+ * start-up), so that a poll pays no TLS lookup either. */
 typedef struct {
     uint32_t polls; /* 0: no run */
-    int kind;
     const comm_info *comm;
     uint32_t peer;
     int tag;
     uint64_t start;
 } poll_run;
 
-static __thread poll_run run __attribute__((tls_model("initial-exec")));
+#define POLL_KINDS (K_IPROBE_POLLS - K_TEST_POLLS + 1)
+#define TLS_IE __attribute__((tls_model("initial-exec")))
+static __thread poll_run runs[POLL_KINDS] TLS_IE;
+/* Bit i: runs[i] is open. */
+static __thread unsigned open_runs TLS_IE;
 
-/* Records the open run, if any, as ending at `end`. */
-static void close_run(uint64_t end) {
-    if (run.polls == 0) {
-        return;
-    }
-    vargr_mpi_event e = {
-        .start = run.start,
-        .end = end > run.start ? end : run.start,
+/* The event of run i (of kind K_TEST_POLLS + i), ending at `end`. */
+static vargr_mpi_event run_event(int i, uint64_t end) {
+    const poll_run *r = &runs[i];
+    return (vargr_mpi_event){
+        .start = r->start,
+        .end = end > r->start ? end : r->start,
         .bytes = 0,
-        .comm = run.comm ? run.comm->id : NO_COMM,
-        .peer = run.peer,
-        .seq = run.polls,
-        .kind = (uint16_t)run.kind,
+        .comm = r->comm ? r->comm->id : NO_COMM,
+        .peer = r->peer,
+        .seq = r->polls,
+        .kind = (uint16_t)(K_TEST_POLLS + i),
         .op = OP_USER,
         .status = 0,
     };
-    run.polls = 0;
-    vargr_mpi_record(&e, 1);
+}
+
+/* Records the open runs as ending at `end`, oldest first, and closes them. */
+static NOINLINE void close_runs(uint64_t end) {
+    vargr_mpi_event e[POLL_KINDS];
+    int n = 0;
+    for (int i = 0; i < POLL_KINDS; i++) {
+        if (!(open_runs & (1u << i))) {
+            continue;
+        }
+        vargr_mpi_event ev = run_event(i, end);
+        int k = n++;
+        while (k > 0 && e[k - 1].start > ev.start) {
+            e[k] = e[k - 1];
+            k--;
+        }
+        e[k] = ev;
+        runs[i].polls = 0;
+    }
+    open_runs = 0;
+    if (n > 0) {
+        vargr_mpi_record(e, n);
+    }
 }
 
 /* The entry time of a test or probe of run kind `kind`: none (0) while a run of that
  * kind is open. A poll that does find something is then timed from its return. */
 static inline __attribute__((always_inline)) uint64_t poll_start(int kind) {
-    return run.polls != 0 && run.kind == kind ? 0 : NOW();
+    return runs[kind - K_TEST_POLLS].polls != 0 ? 0 : NOW();
+}
+
+/* A poll that does not continue its kind's run: records that run, if open, as ending
+ * here, and opens a new one. */
+static NOINLINE void poll_run_start(int kind, const comm_info *c, uint32_t peer, int tag,
+                                    uint64_t t0) {
+    t0 = t0 ? t0 : NOW();
+    int i = kind - K_TEST_POLLS;
+    poll_run *r = &runs[i];
+    if (r->polls != 0) {
+        vargr_mpi_event ev = run_event(i, t0);
+        vargr_mpi_record(&ev, 1);
+    }
+    r->comm = c;
+    r->peer = peer;
+    r->tag = tag;
+    r->start = t0;
+    r->polls = 1;
+    open_runs |= 1u << i;
 }
 
 /* One unsuccessful test or probe (`kind` a K_*_POLLS) that entered at `t0` (0: not
- * read, inside a run of its kind). */
-static inline __attribute__((always_inline)) void polled(int kind, const comm_info *c, uint32_t peer, int tag, uint64_t t0) {
-    if (run.polls != 0 && (run.kind != kind || run.comm != c || run.peer != peer ||
-                           run.tag != tag || run.polls == UINT32_MAX)) {
-        t0 = t0 ? t0 : NOW();
-        close_run(t0);
+ * read, inside a run of its kind). The common case, one more poll of the open run, is
+ * a few compares and an increment. */
+static inline __attribute__((always_inline)) void polled(int kind, const comm_info *c,
+                                                         uint32_t peer, int tag, uint64_t t0) {
+    poll_run *r = &runs[kind - K_TEST_POLLS];
+    /* polls - 1 < UINT32_MAX - 1: the run is open and can count one more. */
+    if (r->polls - 1u < UINT32_MAX - 1u && r->comm == c && r->peer == peer && r->tag == tag) {
+        r->polls++;
+        return;
     }
-    if (run.polls == 0) {
-        run.kind = kind;
-        run.comm = c;
-        run.peer = peer;
-        run.tag = tag;
-        run.start = t0 ? t0 : NOW();
+    poll_run_start(kind, c, peer, tag, t0);
+}
+
+/* polled() for tests, whose runs differ only by kind: `t0` 0 already says the kind's
+ * run was open when the test began. */
+static inline __attribute__((always_inline)) void test_polled(int kind, uint64_t t0) {
+    poll_run *r = &runs[kind - K_TEST_POLLS];
+    if (t0 == 0 && r->polls - 1u < UINT32_MAX - 1u) {
+        r->polls++;
+        return;
     }
-    run.polls++;
+    poll_run_start(kind, NULL, NO_PEER, 0, t0);
 }
 
 static void flush(batch *b) {
-    if (run.polls != 0) {
-        /* The run ends where the call after it began. */
-        close_run(b->n > 0 ? b->e[0].start : NOW());
+    if (open_runs) {
+        /* The runs end where the call after them began. */
+        close_runs(b->n > 0 ? b->e[0].start : NOW());
     }
     if (b->n > 0) {
         vargr_mpi_record(b->e, b->n);
@@ -320,7 +377,8 @@ static void flush(batch *b) {
 
 static void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
                  uint64_t start, uint64_t end, int rc) {
-    batch b = {.n = 0};
+    batch b;
+    b.n = 0;
     add(&b, kind, op, c, peer, seq, bytes, start, end, rc);
     flush(&b);
 }
@@ -382,7 +440,8 @@ static void received_into(batch *b, const comm_info *c, const MPI_Status *st, ui
 
 /* A received message, from its status. */
 static void received(const comm_info *c, const MPI_Status *st, uint64_t start, uint64_t end) {
-    batch b = {.n = 0};
+    batch b;
+    b.n = 0;
     received_into(&b, c, st, start, end);
     flush(&b);
 }
@@ -428,7 +487,7 @@ int vargr_w_MPI_Finalize(void) {
     if (on) {
         /* Writes the trace file while MPI still runs (nothing of it is used, but a
          * launcher may end the job soon after the last rank finalizes). */
-        close_run(NOW());
+        close_runs(NOW());
         on = 0;
         vargr_mpi_finish();
     }
@@ -444,7 +503,8 @@ static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, 
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     uint32_t peer = world_of(c, dest);
-    batch ev = {.n = 0};
+    batch ev;
+    ev.n = 0;
     if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
         add(&ev, K_P2P, OP_SEND, c, peer, tag, b, t0, t1, rc);
     }
@@ -453,14 +513,25 @@ static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, 
     return rc;
 }
 
-int vargr_w_MPI_Send(const void *buf, int count, MPI_Datatype t, int dest, int tag,
-                     MPI_Comm comm) {
-    if (!on) {
-        return SEND(buf, count, t, dest, tag, comm);
-    }
+static NOINLINE int traced_MPI_Send(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                                    MPI_Comm comm) {
     uint64_t t0 = NOW();
     int rc = SEND(buf, count, t, dest, tag, comm);
     return sent(K_SEND, rc, count, t, dest, tag, comm, t0);
+}
+
+int vargr_w_MPI_Send(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm) {
+    if (!on) {
+        return SEND(buf, count, t, dest, tag, comm);
+    }
+    return traced_MPI_Send(buf, count, t, dest, tag, comm);
+}
+
+static NOINLINE int traced_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
+                                     MPI_Comm comm) {
+    uint64_t t0 = NOW();
+    int rc = SSEND(buf, count, t, dest, tag, comm);
+    return sent(K_SSEND, rc, count, t, dest, tag, comm, t0);
 }
 
 int vargr_w_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
@@ -468,9 +539,7 @@ int vargr_w_MPI_Ssend(const void *buf, int count, MPI_Datatype t, int dest, int 
     if (!on) {
         return SSEND(buf, count, t, dest, tag, comm);
     }
-    uint64_t t0 = NOW();
-    int rc = SSEND(buf, count, t, dest, tag, comm);
-    return sent(K_SSEND, rc, count, t, dest, tag, comm, t0);
+    return traced_MPI_Ssend(buf, count, t, dest, tag, comm);
 }
 
 static int isend_mode(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
@@ -479,11 +548,9 @@ static int isend_mode(int mode, const void *buf, int count, MPI_Datatype t, int 
                   : pmpi_isend_mode(mode, buf, count, t, dest, tag, comm, req);
 }
 
-static int isend_traced(int kind, int mode, const void *buf, int count, MPI_Datatype t,
-                        int dest, int tag, MPI_Comm comm, MPI_Request *req) {
-    if (!on) {
-        return isend_mode(mode, buf, count, t, dest, tag, comm, req);
-    }
+static NOINLINE int isend_traced(int kind, int mode, const void *buf, int count,
+                                 MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                                 MPI_Request *req) {
     uint64_t t0 = NOW();
     int rc = isend_mode(mode, buf, count, t, dest, tag, comm, req);
     uint64_t t1 = NOW();
@@ -497,23 +564,47 @@ static int isend_traced(int kind, int mode, const void *buf, int count, MPI_Data
     return rc;
 }
 
-int vargr_w_MPI_Isend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
-                      MPI_Comm comm, MPI_Request *req) {
+int vargr_w_MPI_Isend(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
+    if (!on && !cx_floor) {
+        return PMPI_Isend(buf, count, t, dest, tag, comm, req);
+    }
+    if (!on) {
+        return isend_mode(CX_SEND, buf, count, t, dest, tag, comm, req);
+    }
     return isend_traced(K_ISEND, CX_SEND, buf, count, t, dest, tag, comm, req);
 }
 
-int vargr_w_MPI_Ibsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
-                       MPI_Comm comm, MPI_Request *req) {
+int vargr_w_MPI_Ibsend(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                       MPI_Request *req) {
+    if (!on && !cx_floor) {
+        return PMPI_Ibsend(buf, count, t, dest, tag, comm, req);
+    }
+    if (!on) {
+        return isend_mode(CX_BSEND, buf, count, t, dest, tag, comm, req);
+    }
     return isend_traced(K_IBSEND, CX_BSEND, buf, count, t, dest, tag, comm, req);
 }
 
-int vargr_w_MPI_Issend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
-                       MPI_Comm comm, MPI_Request *req) {
+int vargr_w_MPI_Issend(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                       MPI_Request *req) {
+    if (!on && !cx_floor) {
+        return PMPI_Issend(buf, count, t, dest, tag, comm, req);
+    }
+    if (!on) {
+        return isend_mode(CX_SSEND, buf, count, t, dest, tag, comm, req);
+    }
     return isend_traced(K_ISSEND, CX_SSEND, buf, count, t, dest, tag, comm, req);
 }
 
-int vargr_w_MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int tag,
-                       MPI_Comm comm, MPI_Request *req) {
+int vargr_w_MPI_Irsend(const void *buf, int count, MPI_Datatype t, int dest, int tag, MPI_Comm comm,
+                       MPI_Request *req) {
+    if (!on && !cx_floor) {
+        return PMPI_Irsend(buf, count, t, dest, tag, comm, req);
+    }
+    if (!on) {
+        return isend_mode(CX_RSEND, buf, count, t, dest, tag, comm, req);
+    }
     return isend_traced(K_IRSEND, CX_RSEND, buf, count, t, dest, tag, comm, req);
 }
 
@@ -568,18 +659,16 @@ int vargr_w_MPI_Recv_init(void *buf, int count, MPI_Datatype t, int src, int tag
                   : PMPI_Recv_init(buf, count, t, src, tag, comm, req);
 }
 
-int vargr_w_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
-                     MPI_Status *st) {
-    if (!on) {
-        return RECV(buf, count, t, src, tag, comm, st);
-    }
+static NOINLINE int traced_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag,
+                                    MPI_Comm comm, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = NOW();
     int rc = RECV(buf, count, t, src, tag, comm, s);
     uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
-    batch ev = {.n = 0};
+    batch ev;
+    ev.n = 0;
     if (rc == MPI_SUCCESS) {
         received_into(&ev, c, s, t0, t1);
     }
@@ -590,11 +679,16 @@ int vargr_w_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI
     return rc;
 }
 
-int vargr_w_MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
-                      MPI_Request *req) {
+int vargr_w_MPI_Recv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                     MPI_Status *st) {
     if (!on) {
-        return IRECV(buf, count, t, src, tag, comm, req);
+        return RECV(buf, count, t, src, tag, comm, st);
     }
+    return traced_MPI_Recv(buf, count, t, src, tag, comm, st);
+}
+
+static NOINLINE int traced_MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag,
+                                     MPI_Comm comm, MPI_Request *req) {
     uint64_t t0 = NOW();
     int rc = IRECV(buf, count, t, src, tag, comm, req);
     uint64_t t1 = NOW();
@@ -607,13 +701,17 @@ int vargr_w_MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MP
     return rc;
 }
 
-int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag,
-                         void *rbuf, int rcount, MPI_Datatype rtype, int src, int rtag,
-                         MPI_Comm comm, MPI_Status *st) {
+int vargr_w_MPI_Irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
+                      MPI_Request *req) {
     if (!on) {
-        return SENDRECV(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
-                             comm, st);
+        return IRECV(buf, count, t, src, tag, comm, req);
     }
+    return traced_MPI_Irecv(buf, count, t, src, tag, comm, req);
+}
+
+static NOINLINE int traced_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest,
+                                        int stag, void *rbuf, int rcount, MPI_Datatype rtype,
+                                        int src, int rtag, MPI_Comm comm, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = NOW();
@@ -622,7 +720,8 @@ int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int d
     uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(scount, stype) : 0;
-    batch ev = {.n = 0};
+    batch ev;
+    ev.n = 0;
     if (rc == MPI_SUCCESS) {
         if (dest != MPI_PROC_NULL) {
             add(&ev, K_P2P, OP_SEND, c, world_of(c, dest), stag, b, t0, t1, rc);
@@ -634,6 +733,17 @@ int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int d
     return rc;
 }
 
+int vargr_w_MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype, int dest, int stag,
+                         void *rbuf, int rcount, MPI_Datatype rtype, int src, int rtag,
+                         MPI_Comm comm, MPI_Status *st) {
+    if (!on) {
+        return SENDRECV(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
+                             comm, st);
+    }
+    return traced_MPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
+                               comm, st);
+}
+
 /* ---- completion ------------------------------------------------------------------------- */
 
 /* Finishes what compress.c started for completed request `r`; the error it reports. */
@@ -641,10 +751,7 @@ static int finish(MPI_Request r, MPI_Status *s) {
     return cx_floor ? cx_finish(r, s) : MPI_SUCCESS;
 }
 
-int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
-    if (!on && !cx_floor) {
-        return PMPI_Wait(req, st);
-    }
+static NOINLINE int traced_MPI_Wait(MPI_Request *req, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     MPI_Request r = *req; /* MPI_Wait resets it */
@@ -663,19 +770,16 @@ int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
     return rc;
 }
 
-int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
+int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
     if (!on && !cx_floor) {
-        return PMPI_Test(req, flag, st);
+        return PMPI_Wait(req, st);
     }
-    MPI_Status mine;
-    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    MPI_Request r = *req;
-    uint64_t t0 = poll_start(K_TEST_POLLS);
-    int rc = PMPI_Test(req, flag, s);
-    if (on && rc == MPI_SUCCESS && !*flag) {
-        polled(K_TEST_POLLS, NULL, NO_PEER, 0, t0);
-        return rc;
-    }
+    return traced_MPI_Wait(req, st);
+}
+
+/* A test that found its request done, or failed: finishes and records it. */
+static NOINLINE int test_done(MPI_Request r, int rc, const int *flag, MPI_Status *s,
+                              uint64_t t0) {
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag) {
         rc = finish(r, s);
@@ -687,6 +791,26 @@ int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
         emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
+}
+
+static NOINLINE int traced_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    MPI_Request r = *req;
+    uint64_t t0 = poll_start(K_TEST_POLLS);
+    int rc = PMPI_Test(req, flag, s);
+    if (on && rc == MPI_SUCCESS && !*flag) {
+        test_polled(K_TEST_POLLS, t0);
+        return rc;
+    }
+    return test_done(r, rc, flag, s, t0);
+}
+
+int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
+    if (!on && !cx_floor) {
+        return PMPI_Test(req, flag, st);
+    }
+    return traced_MPI_Test(req, flag, st);
 }
 
 /* Copies of the handles (completion resets them) and statuses when the caller ignores
@@ -770,11 +894,8 @@ static int finish_many(many *m, int n, const int *idx, int rc, uint64_t t1) {
     return failed ? MPI_ERR_IN_STATUS : MPI_SUCCESS;
 }
 
-int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
+static NOINLINE int traced_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
     many m;
-    if (!on && !cx_floor) {
-        return PMPI_Waitall(n, reqs, stats);
-    }
     if (!many_init(&m, n, reqs, stats)) {
         return cx_floor ? no_copies() : PMPI_Waitall(n, reqs, stats);
     }
@@ -789,11 +910,15 @@ int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
     return rc;
 }
 
-int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
-    many m;
+int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
     if (!on && !cx_floor) {
-        return PMPI_Testall(n, reqs, flag, stats);
+        return PMPI_Waitall(n, reqs, stats);
     }
+    return traced_MPI_Waitall(n, reqs, stats);
+}
+
+static NOINLINE int traced_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
+    many m;
     if (!many_init(&m, n, reqs, stats)) {
         return cx_floor ? no_copies() : PMPI_Testall(n, reqs, flag, stats);
     }
@@ -801,7 +926,7 @@ int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]
     int rc = PMPI_Testall(n, reqs, flag, m.s);
     if (on && rc == MPI_SUCCESS && !*flag) {
         many_free(&m, stats);
-        polled(K_TESTALL_POLLS, NULL, NO_PEER, 0, t0);
+        test_polled(K_TESTALL_POLLS, t0);
         return rc;
     }
     uint64_t t1 = NOW();
@@ -815,11 +940,15 @@ int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]
     return rc;
 }
 
-int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
-    many m;
+int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
     if (!on && !cx_floor) {
-        return PMPI_Waitany(n, reqs, index, st);
+        return PMPI_Testall(n, reqs, flag, stats);
     }
+    return traced_MPI_Testall(n, reqs, flag, stats);
+}
+
+static NOINLINE int traced_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
+    many m;
     if (!many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
         return cx_floor ? no_copies() : PMPI_Waitany(n, reqs, index, st);
     }
@@ -841,38 +970,64 @@ int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
     return rc;
 }
 
-int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st) {
-    many m;
+int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
     if (!on && !cx_floor) {
-        return PMPI_Testany(n, reqs, index, flag, st);
+        return PMPI_Waitany(n, reqs, index, st);
     }
-    if (!many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
-        return cx_floor ? no_copies() : PMPI_Testany(n, reqs, index, flag, st);
-    }
-    MPI_Status mine;
-    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = poll_start(K_TESTANY_POLLS);
-    int rc = PMPI_Testany(n, reqs, index, flag, s);
-    if (on && rc == MPI_SUCCESS && !*flag) {
-        many_free(&m, MPI_STATUSES_IGNORE);
-        polled(K_TESTANY_POLLS, NULL, NO_PEER, 0, t0);
-        return rc;
-    }
+    return traced_MPI_Waitany(n, reqs, index, st);
+}
+
+/* A test of requests `r` (their handles before the call) that found one done or
+ * failed: finishes the completed one and records the call. */
+static NOINLINE int testany_done(int n, const MPI_Request *r, int rc, const int *index,
+                                 const int *flag, MPI_Status *s, uint64_t t0) {
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
-        rc = finish(m.r[*index], s);
+        rc = finish(r[*index], s);
         if (rc == MPI_SUCCESS && on) {
-            complete(m.r[*index], s, t1);
+            complete(r[*index], s, t1);
         }
     }
-    many_free(&m, MPI_STATUSES_IGNORE);
     if (on) {
         emit(K_TESTANY, OP_USER, NULL, NO_PEER, n, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
 }
 
-static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
+static NOINLINE int traced_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
+                                       MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    many m;
+    /* One request (a program polling one receive) needs no copy of the array. */
+    MPI_Request one = n == 1 ? reqs[0] : MPI_REQUEST_NULL;
+    if (n != 1 && !many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
+        return cx_floor ? no_copies() : PMPI_Testany(n, reqs, index, flag, st);
+    }
+    uint64_t t0 = poll_start(K_TESTANY_POLLS);
+    int rc = PMPI_Testany(n, reqs, index, flag, s);
+    if (on && rc == MPI_SUCCESS && !*flag) {
+        if (n != 1) {
+            many_free(&m, MPI_STATUSES_IGNORE);
+        }
+        test_polled(K_TESTANY_POLLS, t0);
+        return rc;
+    }
+    rc = testany_done(n, n == 1 ? &one : m.r, rc, index, flag, s, t0);
+    if (n != 1) {
+        many_free(&m, MPI_STATUSES_IGNORE);
+    }
+    return rc;
+}
+
+int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st) {
+    if (!on && !cx_floor) {
+        return PMPI_Testany(n, reqs, index, flag, st);
+    }
+    return traced_MPI_Testany(n, reqs, index, flag, st);
+}
+
+static NOINLINE int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
                 MPI_Status stats[], int test) {
     many m;
     if (!many_init(&m, n, reqs, stats)) {
@@ -880,7 +1035,7 @@ static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
                : test ? PMPI_Testsome(n, reqs, outcount, idx, stats)
                       : PMPI_Waitsome(n, reqs, outcount, idx, stats);
     }
-    uint64_t t0 = NOW();
+    uint64_t t0 = test ? poll_start(K_TESTSOME_POLLS) : NOW();
     int rc = test ? PMPI_Testsome(n, reqs, outcount, idx, m.s)
                   : PMPI_Waitsome(n, reqs, outcount, idx, m.s);
     uint64_t t1 = NOW();
@@ -909,28 +1064,36 @@ static int some(int kind, int n, MPI_Request reqs[], int *outcount, int idx[],
     many_free(&m, stats);
     if (on) {
         if (test && rc == MPI_SUCCESS && *outcount == 0) {
-            polled(K_TESTSOME_POLLS, NULL, NO_PEER, 0, t0);
+            test_polled(K_TESTSOME_POLLS, t0);
         } else {
-            emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0, t1, rc);
+            emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0 ? t0 : t1, t1, rc);
         }
     }
     return rc;
 }
 
-int vargr_w_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[],
-                         MPI_Status stats[]) {
-    if (!on && !cx_floor) {
-        return PMPI_Waitsome(n, reqs, outcount, idx, stats);
-    }
+static NOINLINE int traced_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[],
+                                        MPI_Status stats[]) {
     return some(K_WAITSOME, n, reqs, outcount, idx, stats, 0);
 }
 
-int vargr_w_MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[],
-                         MPI_Status stats[]) {
+int vargr_w_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status stats[]) {
+    if (!on && !cx_floor) {
+        return PMPI_Waitsome(n, reqs, outcount, idx, stats);
+    }
+    return traced_MPI_Waitsome(n, reqs, outcount, idx, stats);
+}
+
+static NOINLINE int traced_MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[],
+                                        MPI_Status stats[]) {
+    return some(K_TESTSOME, n, reqs, outcount, idx, stats, 1);
+}
+
+int vargr_w_MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status stats[]) {
     if (!on && !cx_floor) {
         return PMPI_Testsome(n, reqs, outcount, idx, stats);
     }
-    return some(K_TESTSOME, n, reqs, outcount, idx, stats, 1);
+    return traced_MPI_Testsome(n, reqs, outcount, idx, stats);
 }
 
 int vargr_w_MPI_Request_free(MPI_Request *req) {
@@ -961,10 +1124,7 @@ static void probed(int kind, int rc, int found, const MPI_Status *s, int src, in
     emit(kind, OP_USER, c, world_of(c, src), tag, n > 0 ? (uint64_t)n : 0, t0, t1, rc);
 }
 
-int vargr_w_MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
-    if (!on) {
-        return PROBE(src, tag, comm, st);
-    }
+static NOINLINE int traced_MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = NOW();
@@ -973,10 +1133,14 @@ int vargr_w_MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
     return rc;
 }
 
-int vargr_w_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
+int vargr_w_MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *st) {
     if (!on) {
-        return IPROBE(src, tag, comm, flag, st);
+        return PROBE(src, tag, comm, st);
     }
+    return traced_MPI_Probe(src, tag, comm, st);
+}
+
+static NOINLINE int traced_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = poll_start(K_IPROBE_POLLS);
@@ -988,6 +1152,13 @@ int vargr_w_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *s
     }
     probed(K_IPROBE, rc, *flag, s, src, tag, comm, t0);
     return rc;
+}
+
+int vargr_w_MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *st) {
+    if (!on) {
+        return IPROBE(src, tag, comm, flag, st);
+    }
+    return traced_MPI_Iprobe(src, tag, comm, flag, st);
 }
 
 /* Matched probes hand out messages without their communicator, which MPI_Mrecv's
@@ -1024,11 +1195,8 @@ static comm_info *comm_of_matched(MPI_Message m) {
     return c;
 }
 
-int vargr_w_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
-    if (!on) {
-        return cx_floor ? cx_mprobe(src, tag, comm, msg, st)
-                      : PMPI_Mprobe(src, tag, comm, msg, st);
-    }
+static NOINLINE int traced_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg,
+                                      MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = NOW();
@@ -1040,12 +1208,16 @@ int vargr_w_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_St
     return rc;
 }
 
-int vargr_w_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg,
-                        MPI_Status *st) {
+int vargr_w_MPI_Mprobe(int src, int tag, MPI_Comm comm, MPI_Message *msg, MPI_Status *st) {
     if (!on) {
-        return cx_floor ? cx_improbe(src, tag, comm, flag, msg, st)
-                      : PMPI_Improbe(src, tag, comm, flag, msg, st);
+        return cx_floor ? cx_mprobe(src, tag, comm, msg, st)
+                      : PMPI_Mprobe(src, tag, comm, msg, st);
     }
+    return traced_MPI_Mprobe(src, tag, comm, msg, st);
+}
+
+static NOINLINE int traced_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg,
+                                       MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = NOW();
@@ -1058,10 +1230,17 @@ int vargr_w_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message 
     return rc;
 }
 
-int vargr_w_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Status *st) {
+int vargr_w_MPI_Improbe(int src, int tag, MPI_Comm comm, int *flag, MPI_Message *msg,
+                        MPI_Status *st) {
     if (!on) {
-        return cx_floor ? cx_mrecv(buf, count, t, msg, st) : PMPI_Mrecv(buf, count, t, msg, st);
+        return cx_floor ? cx_improbe(src, tag, comm, flag, msg, st)
+                      : PMPI_Improbe(src, tag, comm, flag, msg, st);
     }
+    return traced_MPI_Improbe(src, tag, comm, flag, msg, st);
+}
+
+static NOINLINE int traced_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
+                                     MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     comm_info *c = comm_of_matched(*msg);
@@ -1077,11 +1256,15 @@ int vargr_w_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MP
     return rc;
 }
 
-int vargr_w_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
-                       MPI_Request *req) {
+int vargr_w_MPI_Mrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Status *st) {
     if (!on) {
-        return cx_floor ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
+        return cx_floor ? cx_mrecv(buf, count, t, msg, st) : PMPI_Mrecv(buf, count, t, msg, st);
     }
+    return traced_MPI_Mrecv(buf, count, t, msg, st);
+}
+
+static NOINLINE int traced_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
+                                      MPI_Request *req) {
     comm_info *c = comm_of_matched(*msg);
     uint64_t t0 = NOW();
     int rc = cx_floor ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
@@ -1094,12 +1277,16 @@ int vargr_w_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg,
     return rc;
 }
 
-int vargr_w_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int stag,
-                                 int src, int rtag, MPI_Comm comm, MPI_Status *st) {
+int vargr_w_MPI_Imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Request *req) {
     if (!on) {
-        return cx_floor ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st)
-                      : PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st);
+        return cx_floor ? cx_imrecv(buf, count, t, msg, req) : PMPI_Imrecv(buf, count, t, msg, req);
     }
+    return traced_MPI_Imrecv(buf, count, t, msg, req);
+}
+
+static NOINLINE int traced_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest,
+                                                int stag, int src, int rtag, MPI_Comm comm,
+                                                MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     uint64_t t0 = NOW();
@@ -1116,6 +1303,15 @@ int vargr_w_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest,
     }
     emit(K_SENDRECV_REPLACE, OP_USER, c, world_of(c, dest), stag, b, t0, t1, rc);
     return rc;
+}
+
+int vargr_w_MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype t, int dest, int stag, int src,
+                                 int rtag, MPI_Comm comm, MPI_Status *st) {
+    if (!on) {
+        return cx_floor ? cx_sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st)
+                      : PMPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st);
+    }
+    return traced_MPI_Sendrecv_replace(buf, count, t, dest, stag, src, rtag, comm, st);
 }
 
 /* ---- collectives ------------------------------------------------------------------------ */
@@ -1144,32 +1340,53 @@ static int size_of(MPI_Comm comm) {
     return c ? c->size : 0;
 }
 
+static NOINLINE int traced_MPI_Barrier(MPI_Comm comm) {
+    uint64_t t0 = NOW();
+    int rc = PMPI_Barrier(comm);
+    return called(K_BARRIER, rc, comm, -1, 0, t0);
+}
+
 int vargr_w_MPI_Barrier(MPI_Comm comm) {
     if (!on) {
         return PMPI_Barrier(comm);
     }
+    return traced_MPI_Barrier(comm);
+}
+
+static NOINLINE int traced_MPI_Bcast(void *buf, int count, MPI_Datatype t, int root,
+                                     MPI_Comm comm) {
     uint64_t t0 = NOW();
-    int rc = PMPI_Barrier(comm);
-    return called(K_BARRIER, rc, comm, -1, 0, t0);
+    int rc = PMPI_Bcast(buf, count, t, root, comm);
+    return called(K_BCAST, rc, comm, root, bytes_of(count, t), t0);
 }
 
 int vargr_w_MPI_Bcast(void *buf, int count, MPI_Datatype t, int root, MPI_Comm comm) {
     if (!on) {
         return PMPI_Bcast(buf, count, t, root, comm);
     }
-    uint64_t t0 = NOW();
-    int rc = PMPI_Bcast(buf, count, t, root, comm);
-    return called(K_BCAST, rc, comm, root, bytes_of(count, t), t0);
+    return traced_MPI_Bcast(buf, count, t, root, comm);
 }
 
-int vargr_w_MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t, MPI_Op op,
-                       int root, MPI_Comm comm) {
-    if (!on) {
-        return PMPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
-    }
+static NOINLINE int traced_MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t,
+                                      MPI_Op op, int root, MPI_Comm comm) {
     uint64_t t0 = NOW();
     int rc = PMPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
     return called(K_REDUCE, rc, comm, root, bytes_of(count, t), t0);
+}
+
+int vargr_w_MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t, MPI_Op op, int root,
+                       MPI_Comm comm) {
+    if (!on) {
+        return PMPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
+    }
+    return traced_MPI_Reduce(sbuf, rbuf, count, t, op, root, comm);
+}
+
+static NOINLINE int traced_MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t,
+                                         MPI_Op op, MPI_Comm comm) {
+    uint64_t t0 = NOW();
+    int rc = PMPI_Allreduce(sbuf, rbuf, count, t, op, comm);
+    return called(K_ALLREDUCE, rc, comm, -1, bytes_of(count, t), t0);
 }
 
 int vargr_w_MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype t, MPI_Op op,
@@ -1177,16 +1394,11 @@ int vargr_w_MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype 
     if (!on) {
         return PMPI_Allreduce(sbuf, rbuf, count, t, op, comm);
     }
-    uint64_t t0 = NOW();
-    int rc = PMPI_Allreduce(sbuf, rbuf, count, t, op, comm);
-    return called(K_ALLREDUCE, rc, comm, -1, bytes_of(count, t), t0);
+    return traced_MPI_Allreduce(sbuf, rbuf, count, t, op, comm);
 }
 
-int vargr_w_MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
-                       MPI_Datatype rtype, int root, MPI_Comm comm) {
-    if (!on) {
-        return PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
-    }
+static NOINLINE int traced_MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+                                      int rcount, MPI_Datatype rtype, int root, MPI_Comm comm) {
     uint64_t t0 = NOW();
     int rc = PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype);
@@ -1194,11 +1406,17 @@ int vargr_w_MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *r
     return called(K_GATHER, rc, comm, root, max64(sent, got), t0);
 }
 
-int vargr_w_MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-                          int rcount, MPI_Datatype rtype, MPI_Comm comm) {
+int vargr_w_MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                       MPI_Datatype rtype, int root, MPI_Comm comm) {
     if (!on) {
-        return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+        return PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     }
+    return traced_MPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+}
+
+static NOINLINE int traced_MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype,
+                                         void *rbuf, int rcount, MPI_Datatype rtype,
+                                         MPI_Comm comm) {
     uint64_t t0 = NOW();
     int rc = PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype);
@@ -1206,11 +1424,16 @@ int vargr_w_MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void
     return called(K_ALLGATHER, rc, comm, -1, max64(sent, got), t0);
 }
 
-int vargr_w_MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
-                        MPI_Datatype rtype, int root, MPI_Comm comm) {
+int vargr_w_MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                          MPI_Datatype rtype, MPI_Comm comm) {
     if (!on) {
-        return PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+        return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     }
+    return traced_MPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+}
+
+static NOINLINE int traced_MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+                                       int rcount, MPI_Datatype rtype, int root, MPI_Comm comm) {
     uint64_t t0 = NOW();
     int rc = PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     uint64_t sent = is_root(comm, root) ? bytes_of(scount, stype) * (uint64_t)size_of(comm) : 0;
@@ -1218,16 +1441,29 @@ int vargr_w_MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *
     return called(K_SCATTER, rc, comm, root, max64(sent, got), t0);
 }
 
-int vargr_w_MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-                         int rcount, MPI_Datatype rtype, MPI_Comm comm) {
+int vargr_w_MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                        MPI_Datatype rtype, int root, MPI_Comm comm) {
     if (!on) {
-        return ALLTOALL(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+        return PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
     }
+    return traced_MPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
+}
+
+static NOINLINE int traced_MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype,
+                                        void *rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm) {
     uint64_t t0 = NOW();
     int rc = ALLTOALL(sbuf, scount, stype, rbuf, rcount, rtype, comm);
     uint64_t n = (uint64_t)size_of(comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : bytes_of(scount, stype) * n;
     return called(K_ALLTOALL, rc, comm, -1, max64(sent, bytes_of(rcount, rtype) * n), t0);
+}
+
+int vargr_w_MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
+                         MPI_Datatype rtype, MPI_Comm comm) {
+    if (!on) {
+        return ALLTOALL(sbuf, scount, stype, rbuf, rcount, rtype, comm);
+    }
+    return traced_MPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
 }
 
 static uint64_t sum_bytes(const int counts[], int n, MPI_Datatype t) {
@@ -1238,15 +1474,21 @@ static uint64_t sum_bytes(const int counts[], int n, MPI_Datatype t) {
     return total;
 }
 
-int vargr_w_MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdispls[],
-                          MPI_Datatype stype, void *rbuf, const int rcounts[],
-                          const int rdispls[], MPI_Datatype rtype, MPI_Comm comm) {
-    if (!on) {
-        return ALLTOALLV(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
-    }
+static NOINLINE int traced_MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdispls[],
+                                         MPI_Datatype stype, void *rbuf, const int rcounts[],
+                                         const int rdispls[], MPI_Datatype rtype, MPI_Comm comm) {
     uint64_t t0 = NOW();
     int rc = ALLTOALLV(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
     int n = size_of(comm);
     uint64_t sent = sbuf == MPI_IN_PLACE ? 0 : sum_bytes(scounts, n, stype);
     return called(K_ALLTOALLV, rc, comm, -1, max64(sent, sum_bytes(rcounts, n, rtype)), t0);
+}
+
+int vargr_w_MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdispls[],
+                          MPI_Datatype stype, void *rbuf, const int rcounts[], const int rdispls[],
+                          MPI_Datatype rtype, MPI_Comm comm) {
+    if (!on) {
+        return ALLTOALLV(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
+    }
+    return traced_MPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm);
 }

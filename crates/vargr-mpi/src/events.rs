@@ -7,7 +7,7 @@
 //! | a message sent or received | `CTX/p2p` | send / recv | tag | world rank of the other end | sent; received (from the status) | send or receive call's entry .. its completion (in `MPI_Wait`/`MPI_Test*` for non-blocking ones) |
 //! | a point-to-point call, probe | `CTX/send`, `CTX/irecv`, `CTX/probe`, ... | user | tag (the matched one once known) | peer's world rank (the matched source once known) | as above (receives: the buffer's size) | call entry .. return |
 //! | a wait or test | `mpi/wait`, `mpi/waitall`, ... | user | requests given | – | – | call entry .. return |
-//! | unsuccessful tests or probes of one kind in a row (nothing completed, nothing found), one record when the thread next records or finalizes | `mpi/test-polls`, `mpi/testany-polls`, ..., `CTX/iprobe-polls` | user | how many | probes: the source asked for | – | the first one's entry .. the entry of the thread's next recorded call (a test or probe that finds something after a run is timed from its return) |
+//! | unsuccessful tests or probes of one kind (nothing completed, nothing found) since the thread's last recorded call, one record per kind when the thread next records or finalizes | `mpi/test-polls`, `mpi/testany-polls`, ..., `CTX/iprobe-polls` | user | how many | probes: the source asked for | – | the first one's entry .. the entry of the thread's next recorded call (a test or probe that finds something after a run is timed from its return) |
 //! | a collective | `CTX/allreduce`, ... | call | call number on the communicator | root's world rank (rooted ones) | the larger of what this rank's buffers send and receive | call entry .. return |
 //!
 //! `CTX` is `ctx0` for `MPI_COMM_WORLD` and `ctxN.L` for the N-th other communicator this
@@ -118,6 +118,9 @@ struct State {
     /// Collector id + 1 for (communicator slot, kind); 0: not registered yet.
     collectors: Box<[AtomicU32]>,
     held: Mutex<Reader>,
+    /// Half a ring, less one (a power of two less one): a thread drains its ring each
+    /// time its count of records passes another half of it.
+    drain_mask: u64,
     /// The live monitor's agent, if the run has one.
     agent: Mutex<Option<JoinedAgent>>,
 }
@@ -159,6 +162,7 @@ impl State {
             .unwrap_or_else(|| format!("ctx{comm}"))
     }
 
+    #[inline]
     fn collector(&self, comm: u32, kind: u16) -> u16 {
         let kind = usize::from(kind).min(KINDS.len() - 1);
         let cell = &self.collectors[Self::slot(comm) * KINDS.len() + kind];
@@ -272,6 +276,7 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
             trace: Held::new(HELD),
             monitor: monitor.as_ref().map(|_| Held::new(MONITOR_HELD)),
         }),
+        drain_mask: (vargr_trace::ring_capacity().max(2).next_power_of_two() as u64 / 2) - 1,
         agent: Mutex::new(None),
     };
     if STATE.set(state).is_err() {
@@ -310,28 +315,26 @@ pub fn comm(id: u32, low: u32) {
 }
 
 /// Writes events as records of the calling thread (the wrappers pass a message and its
-/// call together).
+/// call together). The path of every call an interposed program makes: one ring
+/// lookup for all of them.
 pub fn record(events: &[Event]) {
     let Some(st) = STATE.get() else { return };
-    let to_record = |e: &Event| Record {
-        start: e.start,
-        end: e.end,
-        seq: e.seq,
-        bytes: e.bytes.min(u64::from(u32::MAX)) as u32,
-        collector: st.collector(e.comm, e.kind),
-        op: e.op,
-        status: e.status,
-        peer: e.peer,
-    };
-    let half = (vargr_trace::ring_capacity() as u64 / 2).max(1);
-    for pair in events.chunks(2) {
-        let first = to_record(&pair[0]);
-        let records = [first, pair.get(1).map_or(first, to_record)];
-        let n = pair.len() as u64;
-        let written = vargr_trace::record_as(st.rank, &records[..pair.len()]);
-        // Drain each time the ring passes another half of itself, before it would
-        // overwrite what was not read yet.
-        if written / half != written.saturating_sub(n) / half {
+    // At most half a ring at a time, so that a drain comes before the ring would
+    // overwrite what was not read yet (the wrappers pass a few events at a time).
+    for chunk in events.chunks((st.drain_mask + 1) as usize) {
+        let records = chunk.iter().map(|e| Record {
+            start: e.start,
+            end: e.end,
+            seq: e.seq,
+            bytes: e.bytes.min(u64::from(u32::MAX)) as u32,
+            collector: st.collector(e.comm, e.kind),
+            op: e.op,
+            status: e.status,
+            peer: e.peer,
+        });
+        let written = vargr_trace::record_as(st.rank, records);
+        // Drain each time the ring passes another half of itself.
+        if written & st.drain_mask < chunk.len() as u64 {
             st.drain();
         }
     }

@@ -217,7 +217,9 @@ fn an_mpi4py_programs_late_rank_is_named_live() {
         script.to_str().unwrap(),
         &ITERS.to_string(),
         &LATE.to_string(),
-        "0.003",
+        // Longer than the C program's 3 ms: an interpreted rank on a loaded machine
+        // (four ranks on two cores) is sometimes late by a few milliseconds itself.
+        "0.010",
     ];
     let expected = plain(&args);
     with_named_status(dir.path(), &runtime, &args, &expected);

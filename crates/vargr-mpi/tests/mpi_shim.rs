@@ -195,16 +195,23 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
     assert_eq!(polls.len(), 1, "{polls:?}");
     assert!(polls[0].seq >= 1 && polls[0].peer == 2, "{polls:?}");
     assert!(polls[0].start <= polls[0].end && polls[0].end <= found.start);
+    // Its Iprobes alternated with Testany: each kind is one run, ended by the same call.
+    let anys = &c[&(3, "mpi/testany-polls".to_string(), EventOp::User)];
+    assert_eq!(anys.len(), 1, "{anys:?}");
+    assert_eq!(anys[0].seq, polls[0].seq, "{anys:?} {polls:?}");
+    assert_eq!(anys[0].end, polls[0].end);
+    assert!(polls[0].start <= anys[0].start);
     assert_eq!(count(&c, 3, "mpi/test", EventOp::User), 1);
     assert!(count(&c, 3, "mpi/test-polls", EventOp::User) <= 1);
     assert_eq!(count(&c, 0, "mpi/waitany", EventOp::User), 3);
     assert_eq!(count(&c, 1, "mpi/testall", EventOp::User), 1);
 
-    // Every message pairs with its receive: the ring, everyone to everyone, parts c, d.
+    // Every message pairs with its receive: the ring, everyone to everyone, parts c
+    // (with rank 3's go-ahead and rank 2's answer to it), d.
     let a = analysis::analyze(&files);
     let m = &a.messages;
     assert_eq!((m.unmatched_sends, m.unmatched_recvs), (0, 0));
-    assert_eq!(m.matched.len(), 4 + 12 + 2 + 3);
+    assert_eq!(m.matched.len(), 4 + 12 + 2 + 2 + 3);
     let ring: BTreeSet<(u32, u32, u32)> = m
         .matched
         .iter()

@@ -166,7 +166,7 @@ pub fn record(r: &Record) {
 /// thread-local lookup for all of it: the path of every call an interposed MPI program
 /// makes (crates/vargr-mpi).
 #[inline]
-pub fn record_as(rank: u32, records: &[Record]) -> u64 {
+pub fn record_as(rank: u32, records: impl IntoIterator<Item = Record>) -> u64 {
     if !enabled() {
         return 0;
     }
@@ -176,7 +176,7 @@ pub fn record_as(rank: u32, records: &[Record]) -> u64 {
             LABELED.with(|l| l.set(rank));
         }
         for r in records {
-            t.ring.push(r);
+            t.ring.push(&r);
         }
         t.ring.written()
     })

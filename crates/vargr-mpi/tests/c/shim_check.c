@@ -69,7 +69,9 @@ int main(int argc, char **argv) {
     at += snprintf(line + at, LINE - at, " any-source-from %x", from);
 
     /* Rank 0 Ssends 10 ints to 1 (tag 11), which probes for the size first; rank 2
-     * Isends 5 ints to 3 (tag 12), which polls with Iprobe, then Irecv and Test. */
+     * Isends 5 ints to 3 (tag 12), which polls with Iprobe, alternating with Testany on
+     * a receive of tag 15 that rank 2 sends only once 3 says so (tag 16), then Irecv
+     * and Test. */
     if (rank == 0) {
         int v[10] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
         MPI_Ssend(v, 10, MPI_INT, 1, 11, MPI_COMM_WORLD);
@@ -90,18 +92,31 @@ int main(int argc, char **argv) {
         nanosleep(&late, NULL);
         MPI_Isend(v, 5, MPI_INT, 3, 12, MPI_COMM_WORLD, &r);
         MPI_Wait(&r, MPI_STATUS_IGNORE);
+        MPI_Recv(v, 1, MPI_INT, 3, 16, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(v, 1, MPI_INT, 3, 15, MPI_COMM_WORLD);
     } else {
-        int flag = 0, v[5];
+        int flag = 0, v[5], later = 0, later_done = 0, idx = 0, go = 1;
+        long alternations = 0;
         MPI_Status s;
+        MPI_Request lr;
+        MPI_Irecv(&later, 1, MPI_INT, 2, 15, MPI_COMM_WORLD, &lr);
         while (!flag) {
             MPI_Iprobe(2, 12, MPI_COMM_WORLD, &flag, &s);
+            if (!flag) {
+                MPI_Testany(1, &lr, &idx, &later_done, MPI_STATUS_IGNORE);
+                alternations++;
+            }
         }
+        check(!later_done, "tag 13 came before it was asked for", rank);
+        MPI_Send(&go, 1, MPI_INT, 2, 16, MPI_COMM_WORLD);
+        check(alternations > 0, "rank 2's late send was there at once", rank);
         MPI_Request r;
         MPI_Irecv(v, 5, MPI_INT, 2, 12, MPI_COMM_WORLD, &r);
         flag = 0;
         while (!flag) {
             MPI_Test(&r, &flag, MPI_STATUS_IGNORE);
         }
+        MPI_Wait(&lr, MPI_STATUS_IGNORE);
         at += snprintf(line + at, LINE - at, " tested %d", v[0]);
     }
 
