@@ -27,8 +27,10 @@
  *   broadcasts on frames would trade MPI's tuned trees for a codec that pays only on
  *   large, compressible data.
  *
+ * A request the program frees while active is finished in the background (see bg).
+ *
  * What is not done: a persistent receive started while the stash holds a message
- * it would match gets the next one; a request freed while active keeps its buffer. */
+ * it would match gets the next one. */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -66,6 +68,20 @@ static MPI_Comm cx_self; /* for handles of matched probes of frames */
 
 /* ---- set-up ------------------------------------------------------------------------------ */
 
+/* Refuses to start: rank 0 says why and aborts the job. The other ranks wait to be ended
+ * by that abort rather than abort themselves, which could end rank 0 before its reason
+ * reached mpirun. */
+static void refuse(int rank, const char *why) {
+    if (rank == 0) {
+        fputs(why, stderr);
+        fflush(stderr);
+        PMPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    int never = 0;
+    PMPI_Recv(&never, 1, MPI_INT, 0, MPI_ANY_TAG, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    PMPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 void cx_init(int rank, int size) {
     char host[MPI_MAX_PROCESSOR_NAME + 1] = {0};
     int len = 0;
@@ -77,19 +93,13 @@ void cx_init(int rank, int size) {
     PMPI_Allreduce(&on, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     PMPI_Allreduce(&on, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     if (all < 0) {
-        if (rank == 0) {
-            fprintf(stderr, "vargr-mpi: a rank's compression settings are not valid (it said "
-                            "why above); refusing to start\n");
-        }
-        PMPI_Abort(MPI_COMM_WORLD, 1);
+        refuse(rank, "vargr-mpi: a rank's compression settings are not valid (it said why "
+                     "above); refusing to start\n");
     }
     if (any != all) {
-        if (rank == 0) {
-            fprintf(stderr, "vargr-mpi: compression is on for some ranks and not others "
-                            "(VARGR_MPI_CODEC and its settings must be the same on every "
-                            "rank, and valid); refusing to start\n");
-        }
-        PMPI_Abort(MPI_COMM_WORLD, 1);
+        refuse(rank, "vargr-mpi: compression is on for some ranks and not others "
+                     "(VARGR_MPI_CODEC and its settings must be the same on every rank, and "
+                     "valid); refusing to start\n");
     }
     if (on != 1) {
         return;
@@ -104,12 +114,9 @@ void cx_init(int rank, int size) {
     PMPI_Allreduce(&agreement, &lo, 1, MPI_UINT64_T, MPI_MIN, MPI_COMM_WORLD);
     PMPI_Allreduce(&agreement, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     if (lo != hi || from == 0) {
-        if (rank == 0) {
-            fprintf(stderr, "vargr-mpi: the ranks do not agree on compression (codec, "
-                            "threshold or sites differ between them, or a rank could not "
-                            "set it up); refusing to start\n");
-        }
-        PMPI_Abort(MPI_COMM_WORLD, 1);
+        refuse(rank, "vargr-mpi: the ranks do not agree on compression (codec, threshold or "
+                     "sites differ between them, or a rank could not set it up); refusing "
+                     "to start\n");
     }
     world_size = size;
     my_world = rank;
@@ -257,35 +264,62 @@ static int no_memory(MPI_Comm comm) {
     return MPI_ERR_NO_MEM;
 }
 
-/* Buffered sends of frames, in the background: finished ones are freed as others start. */
+/* Operations that go on in the background, reaped as others start and at MPI_Finalize:
+ * buffered sends of frames (a frame may not fit the program's attached buffer), and
+ * operations of ours whose request the program freed while they were active (a common
+ * idiom for sends: MPI_Isend then MPI_Request_free). A finished send's frame is freed; a
+ * finished receive is decoded into the program's buffer, as MPI would have filled it. */
 typedef struct bg {
     MPI_Request r;
-    unsigned char *frame;
+    unsigned char *frame; /* a buffered send's; NULL when `o` says what to do */
+    op o;
     struct bg *next;
 } bg;
 static bg *background;
 static pthread_mutex_t bg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int finish_op(const op *o, MPI_Status *st);
 
 static void reap(int wait) {
     pthread_mutex_lock(&bg_lock);
     bg **p = &background;
     while (*p) {
         int done = 0;
+        MPI_Status st;
         if (wait) {
-            PMPI_Wait(&(*p)->r, MPI_STATUS_IGNORE);
+            PMPI_Wait(&(*p)->r, &st);
             done = 1;
         } else {
-            PMPI_Test(&(*p)->r, &done, MPI_STATUS_IGNORE);
+            PMPI_Test(&(*p)->r, &done, &st);
         }
         if (done) {
             bg *d = *p;
             *p = d->next;
+            if (d->frame == NULL) {
+                /* Nobody waits for it: an error is the program's to miss, as with MPI. */
+                finish_op(&d->o, &st);
+            }
             free(d->frame);
             free(d);
         } else {
             p = &(*p)->next;
         }
     }
+    pthread_mutex_unlock(&bg_lock);
+}
+
+/* Reaps finished background operations, if there are any (cheap when there are none). */
+static void reap_some(void) {
+    if (__atomic_load_n(&background, __ATOMIC_RELAXED) != NULL) {
+        reap(0);
+    }
+}
+
+/* Puts `b` in the background list. */
+static void to_background(bg *b) {
+    pthread_mutex_lock(&bg_lock);
+    b->next = background;
+    __atomic_store_n(&background, b, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&bg_lock);
 }
 
@@ -352,10 +386,7 @@ int cx_send(int mode, const void *buf, int count, MPI_Datatype t, int dest, int 
         }
         b->frame = f;
         reap(0);
-        pthread_mutex_lock(&bg_lock);
-        b->next = background;
-        background = b;
-        pthread_mutex_unlock(&bg_lock);
+        to_background(b);
         return MPI_SUCCESS;
     }
     uint64_t t0 = vargr_mpi_now();
@@ -370,6 +401,7 @@ int cx_send(int mode, const void *buf, int count, MPI_Datatype t, int dest, int 
 
 int cx_isend(int mode, const void *buf, int count, MPI_Datatype t, int dest, int tag,
              MPI_Comm comm, MPI_Request *req) {
+    reap_some();
     comm_info *c = vargr_info_of(comm);
     if (!wants_frame(c, dest, count, t)) {
         return pmpi_isend_mode(mode, buf, count, t, dest, tag, comm, req);
@@ -745,6 +777,7 @@ static int landing(int kind, void *buf, int count, MPI_Datatype t, int src, int 
 
 int cx_irecv(void *buf, int count, MPI_Datatype t, int src, int tag, MPI_Comm comm,
              MPI_Request *req) {
+    reap_some();
     stashed *s = stash_take(comm, src, tag);
     if (s) {
         return stashed_request(s, buf, count, t, comm, req);
@@ -992,19 +1025,74 @@ int cx_startall(int n, MPI_Request reqs[]) {
 int cx_request_free(MPI_Request *req) {
     op o;
     MPI_Request r = *req;
+    if (find(r, &o, 1) && (o.kind == OP_ISEND || o.kind == OP_IRECV)) {
+        /* Freed while active: MPI would finish it in the background, and so do we, with
+         * the real request, so that its frame is freed (a send) or decoded into the
+         * program's buffer (a receive) when it completes. */
+        bg *b = malloc(sizeof *b);
+        if (b == NULL) {
+            return no_memory(MPI_COMM_WORLD);
+        }
+        find(r, &o, 0);
+        b->r = r;
+        b->frame = NULL;
+        b->o = o;
+        to_background(b);
+        *req = MPI_REQUEST_NULL;
+        reap_some();
+        return MPI_SUCCESS;
+    }
     int rc = PMPI_Request_free(req);
     if (rc == MPI_SUCCESS && find(r, &o, 0)) {
-        /* A persistent request is inactive when freed by a correct program; another may
-         * still be moving its bytes, which then must stay. */
-        if (o.kind == OP_PSEND || o.kind == OP_PRECV) {
-            free(o.temp);
+        /* A persistent request is inactive when freed by a correct program. A stashed
+         * message was matched already: MPI would have delivered it. */
+        if (o.kind == OP_STASHED) {
+            MPI_Status st;
+            memset(&st, 0, sizeof st);
+            st.MPI_SOURCE = o.source;
+            st.MPI_TAG = o.tag;
+            deliver(o.temp, o.temp_len, o.buf, o.count, o.type, o.comm, &st);
         }
+        free(o.temp);
+    }
+    return rc;
+}
+
+/* Finishes operation `o`, whose request completed with status `st`. */
+static int finish_op(const op *o, MPI_Status *st) {
+    int cancelled = 0;
+    PMPI_Test_cancelled(st, &cancelled);
+    int rc = MPI_SUCCESS;
+    switch (o->kind) {
+    case OP_ISEND:
+        free(o->temp);
+        break;
+    case OP_PSEND:
+        break;
+    case OP_STASHED:
+        st->MPI_SOURCE = o->source;
+        st->MPI_TAG = o->tag;
+        rc = deliver(o->temp, o->temp_len, o->buf, o->count, o->type, o->comm, st);
+        free(o->temp);
+        break;
+    case OP_IRECV:
+    case OP_PRECV:
+        if (!cancelled && st->MPI_SOURCE != MPI_PROC_NULL) {
+            int n = 0;
+            PMPI_Get_count(st, MPI_BYTE, &n);
+            rc = land(o->temp, n > 0 ? (size_t)n : 0, o->buf, o->count, o->type, o->comm, st);
+        }
+        if (o->kind == OP_IRECV) {
+            free(o->temp);
+        }
+        break;
     }
     return rc;
 }
 
 int cx_finish(MPI_Request r, MPI_Status *st) {
     op o;
+    reap_some();
     if (!find(r, &o, 1)) {
         return MPI_SUCCESS;
     }
@@ -1012,34 +1100,7 @@ int cx_finish(MPI_Request r, MPI_Status *st) {
     if (o.kind != OP_PSEND && o.kind != OP_PRECV && !find(r, &o, 0)) {
         return MPI_SUCCESS;
     }
-    int cancelled = 0;
-    PMPI_Test_cancelled(st, &cancelled);
-    int rc = MPI_SUCCESS;
-    switch (o.kind) {
-    case OP_ISEND:
-        free(o.temp);
-        break;
-    case OP_PSEND:
-        break;
-    case OP_STASHED:
-        st->MPI_SOURCE = o.source;
-        st->MPI_TAG = o.tag;
-        rc = deliver(o.temp, o.temp_len, o.buf, o.count, o.type, o.comm, st);
-        free(o.temp);
-        break;
-    case OP_IRECV:
-    case OP_PRECV:
-        if (!cancelled && st->MPI_SOURCE != MPI_PROC_NULL) {
-            int n = 0;
-            PMPI_Get_count(st, MPI_BYTE, &n);
-            rc = land(o.temp, n > 0 ? (size_t)n : 0, o.buf, o.count, o.type, o.comm, st);
-        }
-        if (o.kind == OP_IRECV) {
-            free(o.temp);
-        }
-        break;
-    }
-    return rc;
+    return finish_op(&o, st);
 }
 
 /* ---- all-to-all, rebuilt on frames ------------------------------------------------------- */

@@ -344,6 +344,22 @@ int main(int argc, char **argv) {
         free(in);
     }
 
+    /* 12. Isend, then MPI_Request_free while the send is active, ten times (the frames
+     * must still arrive whole, and the library must not keep them after), each taken by
+     * a blocking receive. */
+    for (int k = 0; k < 10; k++) {
+        MPI_Request r;
+        fill(a, N, rank + 60 + k);
+        MPI_Isend(a, N, MPI_DOUBLE, far_peer(), 15, MPI_COMM_WORLD, &r);
+        MPI_Request_free(&r);
+        MPI_Recv(b, N, MPI_DOUBLE, far_peer(), 15, MPI_COMM_WORLD, &st);
+        /* The next fill may overwrite a only once the peer has it, as without us. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (k == 9) {
+            say("isend freed", b, N * sizeof(double), &st, MPI_DOUBLE);
+        }
+    }
+
     free(a);
     free(b);
     MPI_Finalize();
