@@ -12,7 +12,10 @@ use std::process::Command;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+
+use crate::top_cmd::MonitorArgs;
 use vargr_coll::open_plane::OpenMonitor;
+use vargr_config::mpi_env::{CODEC_VARS, MONITOR_VARS, TRACE_VAR};
 use vargr_net::runtime_dir::RuntimeDir;
 
 #[derive(Args)]
@@ -39,21 +42,8 @@ pub struct MpiRunArgs {
     /// DIR`, whose plan a later run uses with `--codec guided:DIR/plan.json`.
     #[arg(long, value_name = "DIR", requires = "codec")]
     codec_samples: Option<PathBuf>,
-    /// Run the live monitor: every rank's agent sends it the records of the world's
-    /// collectives during the run, and it reports on stderr which rank arrives last,
-    /// how often, and how long the others wait for it (`load-balance`, the default);
-    /// `stats` adds latency statistics, `distributed` computes them in the ranks.
-    /// Watch it with `vargr top`.
-    #[arg(long, num_args = 0..=1, default_missing_value = "load-balance")]
-    monitor: Option<String>,
-    /// Collectors the monitor watches, as name patterns [default: the world's
-    /// collectives, ctx0/barrier,ctx0/bcast,...; ctx1.0/* is another communicator's].
-    #[arg(long, requires = "monitor")]
-    monitor_scope: Option<String>,
-    /// Where the monitor keeps the status `vargr top` shows [default: a file per run in
-    /// the user's runtime directory, which `vargr top` finds by itself].
-    #[arg(long, requires = "monitor")]
-    status: Option<PathBuf>,
+    #[command(flatten)]
+    mon: MonitorArgs,
     /// The interposition library [default: beside this vargr, libvargr_mpi.so for Open
     /// MPI's launcher, libvargr_mpi_mpich.so for MPICH's].
     #[arg(long, value_name = "FILE")]
@@ -75,10 +65,6 @@ enum Launcher {
     Other,
 }
 
-/// The library's variables (`vargr_mpi::settings`; not a dependency, which would link
-/// the MPI wrappers and libmpi into vargr itself).
-const TRACE_VAR: &str = "VARGR_MPI_TRACE";
-const MONITOR_VARS: [&str; 2] = ["VARGR_MPI_MONITOR", "VARGR_MPI_MONITOR_SECRET"];
 /// What the monitor watches unless told: the world's collectives (the world's
 /// point-to-point collectors share the `ctx0/` prefix but are not calls every rank makes).
 const WORLD_COLLECTIVES: [&str; 9] = [
@@ -91,13 +77,6 @@ const WORLD_COLLECTIVES: [&str; 9] = [
     "scatter",
     "alltoall",
     "alltoallv",
-];
-const CODEC_VARS: [&str; 5] = [
-    "VARGR_MPI_CODEC",
-    "VARGR_MPI_CODEC_MIN",
-    "VARGR_MPI_SITES",
-    "VARGR_MPI_LINK",
-    "VARGR_MPI_CODEC_SAMPLES",
 ];
 
 pub fn run(a: MpiRunArgs, config_file: Option<&Path>) -> Result<()> {
@@ -168,7 +147,7 @@ pub fn run(a: MpiRunArgs, config_file: Option<&Path>) -> Result<()> {
         }
         None => None,
     };
-    let monitor = match &a.monitor {
+    let monitor = match &a.mon.monitor {
         Some(kinds) => Some(start_monitor(&a, kinds, config_file)?),
         None => None,
     };
@@ -286,7 +265,7 @@ impl RunMonitor {
 /// Resolves the monitor's settings (flags over the configuration) and starts it.
 fn start_monitor(a: &MpiRunArgs, kinds: &str, config_file: Option<&Path>) -> Result<RunMonitor> {
     let runtime = vargr_net::runtime_dir::default_path();
-    let (status, own_status) = match &a.status {
+    let (status, own_status) = match &a.mon.status {
         Some(p) => (std::path::absolute(p)?, None),
         None => {
             let dir = RuntimeDir::open(&runtime)?.subdir("top")?;
@@ -297,7 +276,7 @@ fn start_monitor(a: &MpiRunArgs, kinds: &str, config_file: Option<&Path>) -> Res
     let (mut layers, _) = crate::config_cmd::layers(config_file)?;
     layers.flag("monitor.kinds", "--monitor", kinds);
     layers.flag("monitor.status", "--status", status.display().to_string());
-    if let Some(s) = &a.monitor_scope {
+    if let Some(s) = &a.mon.monitor_scope {
         layers.flag("monitor.scope", "--monitor-scope", s);
     }
     let mut cfg = vargr_config::Config::resolve(&layers)?

@@ -13,6 +13,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+
+use crate::top_cmd::MonitorArgs;
 pub use vargr_net::job_launch::JobFailed;
 use vargr_net::job_launch::{JobLaunchError, JobSpec, Slot, Slots};
 use vargr_net::launch::Launcher;
@@ -89,23 +91,8 @@ pub struct RunArgs {
     /// end of the run, for `vargr trace export` and `vargr trace report`.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Run the load-balance monitor: rank 0's process pulls every process's collector
-    /// records during the run and reports on stderr which rank arrives last at the
-    /// world's collectives, how often, and how long the others wait for it.
-    /// `--monitor load-balance,stats` adds the statistics monitor (latency mean, min,
-    /// max, standard deviation, median of the last 100 calls); `stats,distributed` runs
-    /// the statistics on every process and gathers only the results. Watch it live with
-    /// `vargr top`.
-    #[arg(long, num_args = 0..=1, default_missing_value = "load-balance")]
-    monitor: Option<String>,
-    /// Collectors the monitor watches, as name patterns (default `ctx0/*`: the world
-    /// communicator's collectives).
-    #[arg(long, requires = "monitor")]
-    monitor_scope: Option<String>,
-    /// Where the monitor keeps the status `vargr top` shows (default: a file per run in
-    /// the user's runtime directory, which `vargr top` finds by itself).
-    #[arg(long, requires = "monitor")]
-    status: Option<PathBuf>,
+    #[command(flatten)]
+    mon: MonitorArgs,
     /// Monitors analyse only while a rank of their process waits in a receive.
     #[arg(long, requires = "monitor")]
     coschedule: bool,
@@ -191,7 +178,7 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
         }
         None => None,
     };
-    let status_file = match (&a.monitor, &a.status) {
+    let status_file = match (&a.mon.monitor, &a.mon.status) {
         (None, _) => None,
         (Some(_), Some(p)) => Some(p.clone()),
         (Some(_), None) => {
@@ -250,8 +237,12 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
             "--codec-samples",
             codec_samples.as_deref().map(path),
         ),
-        ("monitor.kinds", "--monitor", a.monitor.clone()),
-        ("monitor.scope", "--monitor-scope", a.monitor_scope.clone()),
+        ("monitor.kinds", "--monitor", a.mon.monitor.clone()),
+        (
+            "monitor.scope",
+            "--monitor-scope",
+            a.mon.monitor_scope.clone(),
+        ),
         (
             "monitor.status",
             "--status",
@@ -305,7 +296,7 @@ pub fn run(a: RunArgs, config_file: Option<&std::path::Path>) -> Result<()> {
     ctrlc::set_handler(move || s2.store(true, Ordering::SeqCst))
         .context("installing the Ctrl-C handler")?;
     let status = vargr_net::job_launch::run_job(&spec, &stop);
-    if let (Some(f), None) = (&status_file, &a.status) {
+    if let (Some(f), None) = (&status_file, &a.mon.status) {
         // Ours to clean up: `vargr top` must not show a finished run as live.
         let _ = std::fs::remove_file(f);
     }

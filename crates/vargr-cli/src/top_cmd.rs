@@ -14,6 +14,28 @@ use clap::Args;
 use vargr_coll::monitor::Status;
 use vargr_tbon::monitor::NetworkStatus;
 
+/// The live monitor's flags, the same for `vargr run` and `vargr mpi-run`; `vargr top`
+/// shows what such a monitor writes.
+#[derive(Debug, Args)]
+pub struct MonitorArgs {
+    /// Run the live monitor: during the run it pulls every process's records of the
+    /// world's collectives and reports on stderr which rank arrives last, how often, and
+    /// how long the others wait for it (`load-balance`, the default). `stats` adds
+    /// latency statistics (mean, min, max, standard deviation, median of the last 100
+    /// calls); `stats,distributed` computes them in the ranks and gathers only the
+    /// results. Watch it live with `vargr top`.
+    #[arg(long, num_args = 0..=1, default_missing_value = "load-balance")]
+    pub monitor: Option<String>,
+    /// Collectors the monitor watches, as name patterns [default: the world
+    /// communicator's collectives; ctx1.0/* is another communicator's].
+    #[arg(long, requires = "monitor")]
+    pub monitor_scope: Option<String>,
+    /// Where the monitor keeps the status `vargr top` shows [default: a file per run in
+    /// the user's runtime directory, which `vargr top` finds by itself].
+    #[arg(long, requires = "monitor")]
+    pub status: Option<PathBuf>,
+}
+
 #[derive(Debug, Args)]
 pub struct TopArgs {
     /// The status file (`vargr run --status FILE`); default: the newest run's.

@@ -13,6 +13,7 @@
 //! where each value came from.
 
 mod keys;
+pub mod mpi_env;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -38,26 +38,10 @@ use vargr_net::auth::Secret;
 
 use crate::compress::{CodecSettings, SiteRule};
 
-/// The variable naming the trace directory.
-pub const TRACE_VAR: &str = "VARGR_MPI_TRACE";
-pub const CODEC_VAR: &str = "VARGR_MPI_CODEC";
-pub const CODEC_MIN_VAR: &str = "VARGR_MPI_CODEC_MIN";
-pub const SITES_VAR: &str = "VARGR_MPI_SITES";
-pub const LINK_VAR: &str = "VARGR_MPI_LINK";
-pub const SAMPLES_VAR: &str = "VARGR_MPI_CODEC_SAMPLES";
-pub const MONITOR_VAR: &str = "VARGR_MPI_MONITOR";
-pub const MONITOR_SECRET_VAR: &str = "VARGR_MPI_MONITOR_SECRET";
-/// Every variable the library reads, for launchers that pass them on.
-pub const ALL_VARS: [&str; 8] = [
-    TRACE_VAR,
-    CODEC_VAR,
-    CODEC_MIN_VAR,
-    SITES_VAR,
-    LINK_VAR,
-    SAMPLES_VAR,
-    MONITOR_VAR,
-    MONITOR_SECRET_VAR,
-];
+pub use vargr_config::mpi_env::{
+    ALL_VARS, CODEC_MIN_VAR, CODEC_VAR, LINK_VAR, MONITOR_SECRET_VAR, MONITOR_VAR, SAMPLES_VAR,
+    SITES_VAR, TRACE_VAR,
+};
 
 /// The default threshold: below 16 KiB a message's transfer time on a WAN is its
 /// latency, which compression does not shorten.
