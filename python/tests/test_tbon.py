@@ -16,6 +16,7 @@ from conftest import PYTHON, clean_env, script, vargr_binary
 ECHO = [PYTHON, script("echo_backend.py")]
 TAG_ECHO, TAG_RANK, TAG_ARRAY, TAG_P2P_START, TAG_P2P_REPORT, TAG_SILENT = 1, 2, 3, 4, 6, 7
 TAG_OBSERVE = 9
+TAG_PUBLISH = 10
 
 
 @pytest.fixture(autouse=True)
@@ -124,6 +125,23 @@ def test_back_ends_observe_the_newest_published_value(net: vargr.Network) -> Non
     for _ in range(4):
         seen = list(s.recv(timeout=30).values[0])
         assert seen == sorted(set(seen)) and seen[-1] == 20, seen
+
+
+def test_the_front_end_observes_what_a_back_end_publishes(net: vargr.Network) -> None:
+    # Back-end 0 publishes versions 1..12 of element 6; the front-end sees only growing
+    # versions and ends on the newest, then times out asking for a newer one.
+    s = net.open_stream(up="null", sync="dontwait")
+    s.send(TAG_PUBLISH, "%ud %uld", 6, 12)
+    seen: list[int] = []
+    while not seen or seen[-1] < 12:
+        version, value = net.observe_newer(6, seen[-1] if seen else None, timeout=30)
+        assert value == version.to_bytes(8, "little") * 4, (version, value)
+        seen.append(version)
+    assert seen == sorted(set(seen)), seen
+    for _ in range(4):
+        s.recv(timeout=30)
+    with pytest.raises(vargr.VargrTimeoutError):
+        net.observe_newer(6, 12, timeout=0.2)
 
 
 def test_recv_times_out_with_vargr_timeout_error(net: vargr.Network) -> None:

@@ -1473,6 +1473,23 @@ int vargr_backend_observe_newer(const vargr_backend *be,
                                 size_t cap,
                                 size_t *len);
 
+// `vargr_backend_observe_newer` at the front-end: a value of `element` newer than
+// `*have` that a back-end published (or this front-end's own), with the same buffer
+// rules and errors. The network is held for at most 50 ms at a time while waiting, so
+// other threads' calls on it (and `vargr_network_shutdown`) go on meanwhile.
+//
+// # Safety
+// `net` is a live network handle; the other arguments as in
+// `vargr_backend_observe_newer`.
+int vargr_network_observe_newer(const vargr_network *net,
+                                uint32_t element,
+                                const uint64_t *have,
+                                uint32_t timeout_ms,
+                                uint64_t *version,
+                                uint8_t *buf,
+                                size_t cap,
+                                size_t *len);
+
 // The analysis of the run traced into `dir` (`vargr run --trace DIR`), as `vargr trace
 // report --json` prints it: `*json` receives a NUL-terminated UTF-8 JSON document.
 //

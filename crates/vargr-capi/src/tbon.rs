@@ -8,12 +8,12 @@
 use std::ffi::{c_char, c_int, CString};
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use vargr_filter::{Registry, SyncMode};
 use vargr_tbon::{
     AnyStream, AttachSpec, Backend, BackendSpec, Communicator, FilterRole, Network, NetworkOptions,
-    NodeFilters, NodeSel, Stream, StreamOptions,
+    NodeFilters, NodeSel, Stream, StreamOptions, TbonError,
 };
 use vargr_topo::{Spec, Topology};
 use vargr_wire::{Format, Packet};
@@ -1971,20 +1971,92 @@ pub unsafe extern "C" fn vargr_backend_observe_newer(
 ) -> c_int {
     guard("vargr_backend_observe_newer", || {
         // SAFETY: the caller's contract.
-        let (be, version, len, buf) = unsafe {
+        let (be, out) = unsafe {
             (
                 ptr::handle(be, "be")?,
-                ptr::out(version, "version")?,
-                ptr::out(len, "len")?,
-                ptr::slice_mut(buf, cap, "buf")?,
+                Observed::new(version, buf, cap, len)?,
             )
         };
         // SAFETY: NULL or readable, per the contract.
         let have = unsafe { have.as_ref() }.copied();
         let timeout = Duration::from_millis(timeout_ms.into());
-        let (v, value) = be.backend.observe_newer(element, have, timeout)?;
-        *len = value.len();
-        let Some(dst) = buf.get_mut(..value.len()) else {
+        out.fill(element, be.backend.observe_newer(element, have, timeout)?)
+    })
+}
+
+/// `vargr_backend_observe_newer` at the front-end: a value of `element` newer than
+/// `*have` that a back-end published (or this front-end's own), with the same buffer
+/// rules and errors. The network is held for at most 50 ms at a time while waiting, so
+/// other threads' calls on it (and `vargr_network_shutdown`) go on meanwhile.
+///
+/// # Safety
+/// `net` is a live network handle; the other arguments as in
+/// `vargr_backend_observe_newer`.
+#[no_mangle]
+pub unsafe extern "C" fn vargr_network_observe_newer(
+    net: *const vargr_network,
+    element: u32,
+    have: *const u64,
+    timeout_ms: u32,
+    version: *mut u64,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> c_int {
+    guard("vargr_network_observe_newer", || {
+        // SAFETY: the caller's contract.
+        let (net, out) = unsafe {
+            (
+                ptr::handle(net, "net")?,
+                Observed::new(version, buf, cap, len)?,
+            )
+        };
+        // SAFETY: NULL or readable, per the contract.
+        let have = unsafe { have.as_ref() }.copied();
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms.into());
+        loop {
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50));
+            match with_network(net, |n| Ok(n.observe_newer(element, have, slice)))? {
+                Err(TbonError::ObserveTimeout { .. }) if Instant::now() < deadline => continue,
+                got => return out.fill(element, got?),
+            }
+        }
+    })
+}
+
+/// Where an observed value goes: the caller's version, buffer and length.
+struct Observed<'a> {
+    version: &'a mut u64,
+    buf: &'a mut [u8],
+    len: &'a mut usize,
+}
+
+impl Observed<'_> {
+    /// # Safety
+    /// As `vargr_backend_observe_newer`'s `version`, `buf`, `cap` and `len`.
+    unsafe fn new<'a>(
+        version: *mut u64,
+        buf: *mut u8,
+        cap: usize,
+        len: *mut usize,
+    ) -> Result<Observed<'a>> {
+        // SAFETY: the caller's contract.
+        unsafe {
+            Ok(Observed {
+                version: ptr::out(version, "version")?,
+                buf: ptr::slice_mut(buf, cap, "buf")?,
+                len: ptr::out(len, "len")?,
+            })
+        }
+    }
+
+    /// Copies version `v` of `element` out; too small a buffer says the length needed.
+    fn fill(self, element: u32, (v, value): (u64, bytes::Bytes)) -> Result<()> {
+        *self.len = value.len();
+        let cap = self.buf.len();
+        let Some(dst) = self.buf.get_mut(..value.len()) else {
             return Err(Error::new(
                 vargr_status::VARGR_ERR_INVALID_ARGUMENT,
                 format!(
@@ -1994,7 +2066,7 @@ pub unsafe extern "C" fn vargr_backend_observe_newer(
             ));
         };
         dst.copy_from_slice(&value);
-        *version = v;
+        *self.version = v;
         Ok(())
-    })
+    }
 }

@@ -716,7 +716,6 @@ impl PyNetwork {
         })
     }
 
-    /// Faults seen so far (lost nodes, failed filters), oldest first, as messages.
     /// Publishes `value` (bytes) as version `version` of observed element `element`
     /// (PATHS' last-observe): back-ends waiting in `Backend.observe_newer` get it
     /// through the caches of the nodes above them. Versions only grow: an older or
@@ -725,6 +724,34 @@ impl PyNetwork {
         self.with(|n| n.publish(element, version, value).map_err(errors::tbon))
     }
 
+    /// Waits for a value of observed element `element` newer than version `have`
+    /// (None: any) at the front-end, one a back-end published (or this front-end's
+    /// own), and returns `(version, value)`. Raises `vargr.VargrTimeoutError` after
+    /// `timeout` seconds (None: wait for ever); Ctrl-C interrupts the wait.
+    #[pyo3(signature = (element, have = None, timeout = None))]
+    fn observe_newer<'py>(
+        &self,
+        py: Python<'py>,
+        element: u32,
+        have: Option<u64>,
+        timeout: Option<f64>,
+    ) -> PyResult<(u64, Bound<'py, pyo3::types::PyBytes>)> {
+        // The network is held for one slice at a time, so that other threads' calls
+        // (and shutdown) go on between them.
+        let got = block::wait(py, timeout, |slice| {
+            match self.with(|n| Ok(n.observe_newer(element, have, slice))) {
+                Ok(Err(TbonError::ObserveTimeout { .. })) => None,
+                Ok(r) => Some(r.map_err(errors::tbon)),
+                Err(e) => Some(Err(e)),
+            }
+        })?;
+        match got {
+            Some(r) => r.map(|(version, value)| (version, pyo3::types::PyBytes::new(py, &value))),
+            None => Err(errors::tbon(TbonError::ObserveTimeout { element, have })),
+        }
+    }
+
+    /// Faults seen so far (lost nodes, failed filters), oldest first, as messages.
     fn faults(&self) -> PyResult<Vec<String>> {
         self.with(|n| Ok(n.faults().iter().map(|e| e.to_string()).collect()))
     }

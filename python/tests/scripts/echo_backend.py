@@ -5,7 +5,8 @@ point-to-point message to the next back-end, which reports it (tag 6) on the str
 named in the message; 7 never answer; 8 a thread per stream id given ("%aud"), each
 waiting on that stream's notification descriptor and answering two multicasts on it with
 10 * rank + k; 9 observe element p[0] until version p[1], then answer the versions seen
-("%auld").
+("%auld"); 10 rank 0 publishes versions 1..p[1] of element p[0] (8-byte version, four
+times), then answers.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ TAG_ECHO, TAG_RANK, TAG_ARRAY, TAG_P2P_START, TAG_P2P, TAG_P2P_REPORT, TAG_SILEN
 )
 TAG_THREADS = 8
 TAG_OBSERVE = 9
+TAG_PUBLISH = 10
 
 
 def per_stream(be: vargr.Backend, stream: int) -> None:
@@ -68,6 +70,12 @@ def main() -> None:
                 assert value == version.to_bytes(8, "little") * 4, (version, value)
                 seen.append(version)
             be.send(p, p.tag, "%auld", np.array(seen, dtype=np.uint64))
+        elif p.tag == TAG_PUBLISH:
+            element, last = p.values
+            if be.rank == 0:
+                for version in range(1, last + 1):
+                    be.publish(element, version, version.to_bytes(8, "little") * 4)
+            be.send(p, p.tag, "%d", be.rank)
 
 
 if __name__ == "__main__":

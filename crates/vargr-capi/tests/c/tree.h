@@ -15,9 +15,11 @@ enum {
     TAG_P2P_MSG,  /* the receiver answers "%d" 10 * sender + itself on that stream */
     TAG_OBSERVE,  /* "%ud" last: observe element OBSERVED until version last, answer
                      "%ud %d": values seen, 1 if versions grew and values were right */
+    TAG_PUBLISH,  /* "%uld" last: back-end 0 publishes versions 1..last of element
+                     PUBLISHED ({version, ~version}); every back-end answers "%ud" rank */
 };
 
-enum { OBSERVED = 4, OBSERVED_LEN = 16 };
+enum { OBSERVED = 4, PUBLISHED = 5, OBSERVED_LEN = 16 };
 
 #define CHECK(call)                                                                      \
     do {                                                                                 \

@@ -51,6 +51,15 @@ int main(void)
                 values++;
             }
             CHECK(vargr_backend_send(be, stream, tag, "%ud %d", values, ok));
+        } else if (tag == TAG_PUBLISH) {
+            uint64_t last, version;
+            CHECK(vargr_packet_unpack(p, "%uld", &last));
+            for (version = 1; rank == 0 && version <= last; version++) {
+                uint64_t value[2] = {version, ~version};
+                CHECK(vargr_backend_publish(be, PUBLISHED, version, (const uint8_t *)value,
+                                            sizeof value));
+            }
+            CHECK(vargr_backend_send(be, stream, tag, "%ud", rank));
         } else if (tag == TAG_P2P_MSG) {
             uint32_t source;
             CHECK(vargr_packet_unpack(p, "%ud %ud", &from, &reply_stream));

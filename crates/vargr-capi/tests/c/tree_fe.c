@@ -97,6 +97,29 @@ int main(int argc, char **argv)
         vargr_packet_free(p);
     }
 
+    /* ... and the front-end observes what back-end 0 publishes, then times out. */
+    CHECK(vargr_stream_send(loose, TAG_PUBLISH, "%uld", (uint64_t)6));
+    {
+        uint64_t have = 0, got, value[2];
+        size_t len = 0;
+        uint32_t values = 0;
+        while (have < 6) {
+            CHECK(vargr_network_observe_newer(net, PUBLISHED, values ? &have : NULL, 30000, &got,
+                                              (uint8_t *)value, sizeof value, &len));
+            EXPECT((values == 0 || got > have) && len == sizeof value && value[0] == got &&
+                   value[1] == ~got);
+            have = got;
+            values++;
+        }
+        rc = vargr_network_observe_newer(net, PUBLISHED, &have, 100, &got, (uint8_t *)value,
+                                         sizeof value, &len);
+        EXPECT(rc == VARGR_ERR_TIMEOUT);
+        for (i = 0; i < n; i++) {
+            CHECK(vargr_stream_recv_timeout(loose, 30000, &p));
+            vargr_packet_free(p);
+        }
+    }
+
     /* Nothing comes on a stream nobody answers. */
     CHECK(vargr_network_open_stream(net, all, "sum", VARGR_SYNC_WAIT_FOR_ALL, 0, &idle));
     p = (vargr_packet *)&checks;
