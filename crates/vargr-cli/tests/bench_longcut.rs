@@ -6,13 +6,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::run_cli;
-use serde_json::Value;
+use common::bench_records;
 
 #[test]
 fn trace_against_constant_records_every_workload_under_every_wan() {
-    let d = tempfile::tempdir().unwrap();
-    let json = d.path().join("out.json");
     let args = [
         "bench",
         "longcut",
@@ -26,18 +23,8 @@ fn trace_against_constant_records_every_workload_under_every_wan() {
         "16",
         "--sor-epsilon",
         "5",
-        "--json",
-        json.to_str().unwrap(),
     ];
-    let run = run_cli(&args, Duration::from_secs(240));
-    assert!(
-        run.status.success(),
-        "vargr {args:?}\nstdout:\n{}\nstderr:\n{}",
-        run.stdout,
-        run.stderr
-    );
-    let records: Vec<Value> =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let records = bench_records(&args, Duration::from_secs(240));
     // Three WANs (constant, eventspace, nws) by three workloads.
     assert_eq!(records.len(), 9, "{records:?}");
     let find = |w: &str, t: &str| {

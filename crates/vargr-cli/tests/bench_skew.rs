@@ -6,16 +6,14 @@
 
 mod common;
 
-use std::process::Command;
+use std::time::Duration;
 
-use common::vargr;
+use common::bench_records;
 
 #[test]
 fn skew_bench_estimates_known_offsets_within_their_bounds() {
-    let d = tempfile::tempdir().unwrap();
-    let json = d.path().join("skew.json");
-    let out = Command::new(vargr())
-        .args([
+    let records = bench_records(
+        &[
             "bench",
             "skew",
             "--backends",
@@ -24,18 +22,9 @@ fn skew_bench_estimates_known_offsets_within_their_bounds() {
             "2",
             "--runs",
             "1",
-        ])
-        .arg("--json")
-        .arg(&json)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
+        Duration::from_secs(240),
     );
-    let records: Vec<serde_json::Value> =
-        serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let methods: Vec<&str> = records
         .iter()
         .map(|r| r["method"].as_str().unwrap())

@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::run_cli;
+use common::bench_records;
 use serde_json::Value;
 use vargr_bench::cond_inputs::{Input, TraceArgs, Workload};
 
@@ -41,19 +41,9 @@ const JOB: &[&str] = &[
 ];
 
 fn bench(args: &[&str]) -> Vec<Value> {
-    let d = tempfile::tempdir().unwrap();
-    let json = d.path().join("out.json");
     let mut all: Vec<&str> = args.to_vec();
     all.extend_from_slice(JOB);
-    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
-    let run = run_cli(&all, Duration::from_secs(240));
-    assert!(
-        run.status.success(),
-        "vargr {all:?}\nstdout:\n{}\nstderr:\n{}",
-        run.stdout,
-        run.stderr
-    );
-    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    bench_records(&all, Duration::from_secs(240))
 }
 
 fn input(name: &str) -> Input {

@@ -143,6 +143,23 @@ pub fn run_cli(args: &[&str], guard: Duration) -> CliRun {
     run_cli_env(args, &[], guard)
 }
 
+/// Runs `vargr ARGS --json FILE` (a benchmark), fails the test if it fails, and returns
+/// the records it wrote.
+pub fn bench_records(args: &[&str], guard: Duration) -> Vec<serde_json::Value> {
+    let d = tempfile::tempdir().unwrap();
+    let json = d.path().join("records.json");
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let run = run_cli(&all, guard);
+    assert!(
+        run.status.success(),
+        "vargr {all:?}\nstdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+    serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+}
+
 /// [`run_cli`] with variables added to (or, with `None`, removed from) its environment.
 pub fn run_cli_env(
     args: &[&str],
