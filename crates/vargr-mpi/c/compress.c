@@ -202,6 +202,10 @@ typedef struct {
     int source, tag;
     /* OP_PSEND: the peer */
     uint32_t peer;
+    /* Receives: already decoded into the caller's buffer (by MPI_Request_get_status),
+     * with this status and result, which the wait or test that frees it reports. */
+    int landed, landed_rc;
+    MPI_Status landed_st;
 } op;
 
 REQMAP(ops, op)
@@ -1058,36 +1062,62 @@ int cx_request_free(MPI_Request *req) {
     return rc;
 }
 
-/* Finishes operation `o`, whose request completed with status `st`. */
-static int finish_op(const op *o, MPI_Status *st) {
+/* Puts what receive `o` got into the caller's buffer (decoded, unpacked) and makes `st`
+ * the caller's view; keeps `o`'s temporary buffer. */
+static int land_received(const op *o, MPI_Status *st) {
     int cancelled = 0;
     PMPI_Test_cancelled(st, &cancelled);
-    int rc = MPI_SUCCESS;
-    switch (o->kind) {
-    case OP_ISEND:
-        free(o->temp);
-        break;
-    case OP_PSEND:
-        break;
-    case OP_STASHED:
+    if (o->kind == OP_STASHED) {
         st->MPI_SOURCE = o->source;
         st->MPI_TAG = o->tag;
-        rc = deliver(o->temp, o->temp_len, o->buf, o->count, o->type, o->comm, st);
+        return deliver(o->temp, o->temp_len, o->buf, o->count, o->type, o->comm, st);
+    }
+    if (cancelled || st->MPI_SOURCE == MPI_PROC_NULL) {
+        return MPI_SUCCESS;
+    }
+    int n = 0;
+    PMPI_Get_count(st, MPI_BYTE, &n);
+    return land(o->temp, n > 0 ? (size_t)n : 0, o->buf, o->count, o->type, o->comm, st);
+}
+
+/* Finishes operation `o`, whose request completed with status `st`. */
+static int finish_op(const op *o, MPI_Status *st) {
+    int rc = MPI_SUCCESS;
+    if (o->kind == OP_STASHED || o->kind == OP_IRECV || o->kind == OP_PRECV) {
+        if (o->landed) {
+            *st = o->landed_st;
+            rc = o->landed_rc;
+        } else {
+            rc = land_received(o, st);
+        }
+    }
+    if (o->kind == OP_ISEND || o->kind == OP_STASHED || o->kind == OP_IRECV) {
         free(o->temp);
-        break;
-    case OP_IRECV:
-    case OP_PRECV:
-        if (!cancelled && st->MPI_SOURCE != MPI_PROC_NULL) {
-            int n = 0;
-            PMPI_Get_count(st, MPI_BYTE, &n);
-            rc = land(o->temp, n > 0 ? (size_t)n : 0, o->buf, o->count, o->type, o->comm, st);
-        }
-        if (o->kind == OP_IRECV) {
-            free(o->temp);
-        }
-        break;
     }
     return rc;
+}
+
+int cx_request_get_status(MPI_Request r, int *flag, MPI_Status *st) {
+    op o;
+    if (!find(r, &o, 1) || (o.kind != OP_STASHED && o.kind != OP_IRECV && o.kind != OP_PRECV)) {
+        return PMPI_Request_get_status(r, flag, st);
+    }
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    int rc = PMPI_Request_get_status(r, flag, s);
+    if (rc != MPI_SUCCESS || !*flag) {
+        return rc;
+    }
+    /* Complete: the program may read its buffer now, so decode into it once, and keep
+     * the status for this call's repeats and for the wait or test that frees it. */
+    if (!o.landed) {
+        o.landed_rc = land_received(&o, s);
+        o.landed_st = *s;
+        o.landed = 1;
+        remember(r, &o);
+    }
+    *s = o.landed_st;
+    return o.landed_rc;
 }
 
 int cx_finish(MPI_Request r, MPI_Status *st) {
@@ -1096,11 +1126,16 @@ int cx_finish(MPI_Request r, MPI_Status *st) {
     if (!find(r, &o, 1)) {
         return MPI_SUCCESS;
     }
-    /* Persistent operations stay for the next start. */
+    /* Persistent operations stay for the next start, not landed yet. */
     if (o.kind != OP_PSEND && o.kind != OP_PRECV && !find(r, &o, 0)) {
         return MPI_SUCCESS;
     }
-    return finish_op(&o, st);
+    int rc = finish_op(&o, st);
+    if (o.kind == OP_PRECV && o.landed) {
+        o.landed = 0;
+        remember(r, &o);
+    }
+    return rc;
 }
 
 /* ---- all-to-all, rebuilt on frames ------------------------------------------------------- */

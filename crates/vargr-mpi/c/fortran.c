@@ -45,6 +45,7 @@ int vargr_w_MPI_Testany(int, MPI_Request[], int *, int *, MPI_Status *);
 int vargr_w_MPI_Waitsome(int, MPI_Request[], int *, int[], MPI_Status[]);
 int vargr_w_MPI_Testsome(int, MPI_Request[], int *, int[], MPI_Status[]);
 int vargr_w_MPI_Request_free(MPI_Request *);
+int vargr_w_MPI_Request_get_status(MPI_Request, int *, MPI_Status *);
 int vargr_w_MPI_Start(MPI_Request *);
 int vargr_w_MPI_Startall(int, MPI_Request[]);
 int vargr_w_MPI_Probe(int, int, MPI_Comm, MPI_Status *);
@@ -265,6 +266,14 @@ void vargr_f_test(F *req, F *flag, F *status, F *ierr) {
     int f = 0;
     *ierr = vargr_w_MPI_Test(&r, &f, &s);
     *req = PMPI_Request_c2f(r);
+    *flag = f != 0;
+    if (f) status_out(&s, status);
+}
+
+void vargr_f_request_get_status(F *req, F *flag, F *status, F *ierr) {
+    MPI_Status s;
+    int f = 0;
+    *ierr = vargr_w_MPI_Request_get_status(PMPI_Request_f2c(*req), &f, &s);
     *flag = f != 0;
     if (f) status_out(&s, status);
 }

@@ -71,6 +71,7 @@ int cx_imrecv(void *buf, int count, MPI_Datatype t, MPI_Message *msg, MPI_Reques
 int cx_start(MPI_Request *req);
 int cx_startall(int n, MPI_Request reqs[]);
 int cx_request_free(MPI_Request *req);
+int cx_request_get_status(MPI_Request req, int *flag, MPI_Status *st);
 int cx_alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
                 MPI_Datatype rtype, MPI_Comm comm);
 int cx_alltoallv(const void *sbuf, const int scounts[], const int sdispls[], MPI_Datatype stype,

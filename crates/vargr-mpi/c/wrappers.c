@@ -1100,6 +1100,13 @@ int vargr_w_MPI_Request_free(MPI_Request *req) {
     return cx_floor ? cx_request_free(req) : PMPI_Request_free(req);
 }
 
+/* Not traced (it neither completes nor frees the request); compressed receives are
+ * decoded into the program's buffer as soon as it says they are complete. */
+int vargr_w_MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *st) {
+    return cx_floor ? cx_request_get_status(req, flag, st)
+                    : PMPI_Request_get_status(req, flag, st);
+}
+
 int vargr_w_MPI_Start(MPI_Request *req) {
     return cx_floor ? cx_start(req) : PMPI_Start(req);
 }

@@ -79,6 +79,7 @@ trampolines! {
     MPI_Start => vargr_w_MPI_Start,
     MPI_Startall => vargr_w_MPI_Startall,
     MPI_Request_free => vargr_w_MPI_Request_free,
+    MPI_Request_get_status => vargr_w_MPI_Request_get_status,
     MPI_Sendrecv_replace => vargr_w_MPI_Sendrecv_replace,
     MPI_Waitsome => vargr_w_MPI_Waitsome,
     MPI_Testany => vargr_w_MPI_Testany,
@@ -149,6 +150,7 @@ pub mod fortran {
         vargr_f_waitsome: mpi_waitsome_, mpi_waitsome__, mpi_waitsome, MPI_WAITSOME, ompi_waitsome_f;
         vargr_f_testsome: mpi_testsome_, mpi_testsome__, mpi_testsome, MPI_TESTSOME, ompi_testsome_f;
         vargr_f_request_free: mpi_request_free_, mpi_request_free__, mpi_request_free, MPI_REQUEST_FREE, ompi_request_free_f;
+        vargr_f_request_get_status: mpi_request_get_status_, mpi_request_get_status__, mpi_request_get_status, MPI_REQUEST_GET_STATUS, ompi_request_get_status_f;
         vargr_f_start: mpi_start_, mpi_start__, mpi_start, MPI_START, ompi_start_f;
         vargr_f_startall: mpi_startall_, mpi_startall__, mpi_startall, MPI_STARTALL, ompi_startall_f;
         vargr_f_barrier: mpi_barrier_, mpi_barrier__, mpi_barrier, MPI_BARRIER, ompi_barrier_f;

@@ -360,6 +360,44 @@ int main(int argc, char **argv) {
         }
     }
 
+    /* 13. A receive polled with MPI_Request_get_status: once it says complete, the
+     * buffer and the status are the message's (before the wait that frees it), and the
+     * wait reports the same status. Then the same for a persistent receive, twice. */
+    {
+        MPI_Request r;
+        int flag = 0, count = -1;
+        fill(a, N, rank + 70);
+        memset(b, 0, N * sizeof(double));
+        MPI_Irecv(b, N, MPI_DOUBLE, far_peer(), 16, MPI_COMM_WORLD, &r);
+        MPI_Send(a, N / 2, MPI_DOUBLE, far_peer(), 16, MPI_COMM_WORLD);
+        while (!flag) {
+            MPI_Request_get_status(r, &flag, &st);
+        }
+        say("get_status", b, N * sizeof(double), &st, MPI_DOUBLE);
+        memset(b, 0, N * sizeof(double));
+        MPI_Request_get_status(r, &flag, &st);
+        MPI_Wait(&r, &st);
+        MPI_Get_count(&st, MPI_DOUBLE, &count);
+        printf("rank %d: get_status then wait: flag %d count %d src %d tag %d untouched %d\n",
+               rank, flag, count, st.MPI_SOURCE, st.MPI_TAG, b[0] == 0.0);
+        MPI_Recv_init(b, N, MPI_DOUBLE, far_peer(), 17, MPI_COMM_WORLD, &r);
+        for (int k = 0; k < 2; k++) {
+            fill(a, N, rank + 80 + k);
+            MPI_Start(&r);
+            MPI_Send(a, N - k, MPI_DOUBLE, far_peer(), 17, MPI_COMM_WORLD);
+            for (flag = 0; !flag;) {
+                MPI_Request_get_status(r, &flag, &st);
+            }
+            char what[32];
+            snprintf(what, sizeof what, "persistent get_status %d", k);
+            say(what, b, N * sizeof(double), &st, MPI_DOUBLE);
+            MPI_Wait(&r, &st);
+            MPI_Get_count(&st, MPI_DOUBLE, &count);
+            printf("rank %d: persistent wait %d: count %d\n", rank, k, count);
+        }
+        MPI_Request_free(&r);
+    }
+
     free(a);
     free(b);
     MPI_Finalize();
