@@ -35,9 +35,8 @@ use vargr_trace::{Alignment, SkewProbe};
 use vargr_wire::{Frame, FrameKind};
 
 use crate::clocksync;
-use crate::monitor::{
-    answer_pulls, lowest_priority, release, AgentConn, Gatherer, LoadBalance, MonitorConfig,
-};
+use crate::gather::{Child, Children};
+use crate::monitor::{answer_pulls, lowest_priority, Gatherer, LoadBalance, MonitorConfig};
 
 /// How long one agent's greeting and clock probe may take.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(5);
@@ -169,7 +168,7 @@ fn gate(bound: Bound, secret: &Secret) -> Gate {
 
 fn serve(gates: &[Gate], lb: &mut LoadBalance, cfg: &MonitorConfig, s: &AtomicBool) {
     let mut g = Gatherer::new(cfg);
-    let mut conns: Vec<AgentConn> = Vec::new();
+    let mut children = Children::default();
     let scope = cfg.scope(1);
     loop {
         let last = s.load(Ordering::Relaxed);
@@ -179,17 +178,17 @@ fn serve(gates: &[Gate], lb: &mut LoadBalance, cfg: &MonitorConfig, s: &AtomicBo
                 match admit(a.conn, &scope) {
                     Ok((conn, hello)) => {
                         lb.grow_to(hello.size as usize);
-                        conns.push(AgentConn { conn, name });
+                        children.list.push(Child { conn, name });
                     }
                     Err(e) => tracing::warn!("monitor: {name}: {e}"),
                 }
             }
         }
-        if !g.turn(&mut conns, lb, last) {
+        if !g.turn(&mut children, lb, last) {
             break;
         }
     }
-    release(&mut conns);
+    children.release();
 }
 
 /// Reads an agent's greeting, measures its clock and sends it its alignment and the
@@ -336,6 +335,8 @@ fn join(spec: &AgentSpec, drain: &mut Drain, finishing: &AtomicBool) -> Result<(
         &spec.process,
         &mut red,
         &mut **drain,
+        &mut Children::default(),
         Some(finishing),
     )
+    .map(drop)
 }
