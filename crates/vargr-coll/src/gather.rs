@@ -347,10 +347,10 @@ pub(crate) struct Child {
 #[derive(Default)]
 pub(crate) struct Children {
     pub(crate) list: Vec<Child>,
-    /// Children not yet connected (or coming back) are accepted here at each pull.
-    pub(crate) gate: Option<Gate>,
-    /// The gate's Unix socket file, removed when the node ends.
-    pub(crate) socket: Option<vargr_net::runtime_dir::RemoveOnDrop>,
+    /// Children not yet connected are accepted here at each pull.
+    pub(crate) gates: Vec<Gate>,
+    /// The gates' Unix socket files, removed when the node ends.
+    pub(crate) sockets: Vec<vargr_net::runtime_dir::RemoveOnDrop>,
     /// Answer bytes received, over the node's life.
     pub(crate) bytes: u64,
     /// Children that could not be sent this pull's request.
@@ -359,19 +359,20 @@ pub(crate) struct Children {
 
 impl Children {
     pub(crate) fn is_leaf(&self) -> bool {
-        self.list.is_empty() && self.gate.is_none()
+        self.list.is_empty() && self.gates.is_empty()
     }
 
     /// Takes in the children waiting at the gate.
     pub(crate) fn accept(&mut self) {
-        let Some(gate) = &self.gate else { return };
-        while let Ok(a) = gate.accept_timeout(Duration::ZERO) {
-            let conn = a.conn;
-            conn.conn().set_low_priority();
-            self.list.push(Child {
-                conn,
-                name: format!("agent of rank {}", a.node),
-            });
+        for gate in &self.gates {
+            while let Ok(a) = gate.accept_timeout(Duration::ZERO) {
+                let conn = a.conn;
+                conn.conn().set_low_priority();
+                self.list.push(Child {
+                    conn,
+                    name: format!("agent of rank {}", a.node),
+                });
+            }
         }
     }
 

@@ -276,7 +276,7 @@ fn open_to_children(
         ..
     } = Mesh::bind(mesh.env().single_host(), mesh.runtime_dir())
         .map_err(|e| format!("monitor plane: listening for children: {e}"))?;
-    children.gate = Some(Gate::open(
+    children.gates.push(Gate::open(
         listener,
         mesh.secret().clone(),
         GateConfig {
@@ -290,7 +290,7 @@ fn open_to_children(
         t.send(c as usize, Tag::user(MONITOR_CTX, TAG_PARENT), text.clone())
             .map_err(|e| format!("telling the agent of rank {c} where to connect: {e}"))?;
     }
-    children.socket = socket;
+    children.sockets.extend(socket);
     Ok(())
 }
 
@@ -923,8 +923,8 @@ fn open_plane(
             name: format!("agent of rank {}", a.node),
         });
     }
-    children.gate = Some(gate);
-    children.socket = socket;
+    children.gates.push(gate);
+    children.sockets.extend(socket);
     Ok(children)
 }
 
