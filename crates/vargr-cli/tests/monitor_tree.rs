@@ -184,6 +184,19 @@ fn a_stalled_interior_agent_is_named_and_the_rest_of_the_tree_still_answers() {
         .filter_map(|m| m.as_str())
         .collect();
     assert_eq!(missing, vec!["agent of rank 1"], "{later}");
+    // `vargr top` says so, for as long as it lasts.
+    let top = run_cli(
+        &["top", "--once", status.to_str().unwrap()],
+        Duration::from_secs(30),
+    );
+    assert!(top.status.success(), "{top:?}");
+    assert!(
+        top.stdout
+            .contains("not answering in time: agent of rank 1")
+            && top.stdout.contains("over 2 connections"),
+        "{}",
+        top.stdout
+    );
     signal(stalled, "-CONT");
     let status_code = wait_guarded(&mut job, Duration::from_secs(120)).expect("the job ends");
     let stderr = err.join().unwrap();
