@@ -416,7 +416,14 @@ fn gather_tree_runs(a: &TraceBenchArgs, programs: &Programs) -> Result<Vec<Bench
     for round in 0..a.gather_runs.max(1) {
         for (i, &k) in a.gather_fanouts.iter().enumerate() {
             let out = Command::new(programs.vargr()?)
-                .args(["run", "-n", &n.to_string(), "--monitor", "load-balance", "--"])
+                .args([
+                    "run",
+                    "-n",
+                    &n.to_string(),
+                    "--monitor",
+                    "load-balance",
+                    "--",
+                ])
                 .arg(programs.bench())
                 .args(["slow-rank", "--rank", "1", "--sleep-us", "1000"])
                 .args(["--iters", &a.gather_iters.to_string()])
@@ -441,8 +448,7 @@ fn gather_tree_runs(a: &TraceBenchArgs, programs: &Programs) -> Result<Vec<Bench
             costs[i].push(c);
         }
     }
-    Ok(a
-        .gather_fanouts
+    Ok(a.gather_fanouts
         .iter()
         .zip(costs)
         .map(|(&k, c)| {

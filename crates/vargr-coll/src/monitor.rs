@@ -10,7 +10,12 @@
 //! to reduce them at the source. The load-balance monitor asks for one [`CallSummary`]
 //! per collective call per process (who arrived last there, and when); the distributed
 //! statistics monitor asks each agent for its own statistics and gathers only those.
-//! Requests go to every agent before any answer is awaited (parallel gather).
+//! Requests go to every child before any answer is awaited (parallel gather), and the
+//! agents form a gather tree ([`crate::gather`], [`MonitorConfig::fanout`]): the monitor
+//! invites every agent over the mesh with its place in the tree, an interior agent tells
+//! its children over the mesh where it listens, and each pull's answers merge on their
+//! way up, so that monitoring a thousand processes does not converge on one. An agent
+//! whose parent agent's process goes joins the monitor directly.
 //!
 //! Records carry ticks of each process's clock; agents convert them to the root's time
 //! axis with the alignment measured at start-up (see [`crate::clocksync`]).

@@ -13,6 +13,11 @@
 //!   so records from every host land on the monitor's time axis.
 //! - An agent whose rank finishes answers one more pull and leaves
 //!   ([`JoinedAgent::finish`]); the monitor keeps pulling from the others.
+//! - Agents gather through a tree ([`crate::gather`]): after measuring a rank's clock
+//!   the monitor tells it its place, the addresses of its parent agent (once that one
+//!   has joined and said where it listens; after [`PARENT_WAIT`] the monitor takes the
+//!   rank itself) and whether it has children to listen for. A rank whose parent
+//!   finished first, or went, joins the monitor again as the monitor's own child.
 //!
 //! Frame after frame, the connection is the monitor plane's: authenticated by the
 //! handshake with the run's secret, then sealed.
