@@ -413,6 +413,8 @@ fn gather_cost(stderr: &str) -> Option<GatherCost> {
 fn gather_tree_runs(a: &TraceBenchArgs, programs: &Programs) -> Result<Vec<BenchRecord>> {
     let n = a.gather_ranks.unwrap_or(64);
     let mut costs: Vec<Vec<GatherCost>> = vec![Vec::new(); a.gather_fanouts.len()];
+    // The lowest gather rate and the most records lost over each fan-out's runs.
+    let mut totals: Vec<(f64, u64)> = vec![(1.0, 0); a.gather_fanouts.len()];
     for round in 0..a.gather_runs.max(1) {
         for (i, &k) in a.gather_fanouts.iter().enumerate() {
             let out = Command::new(programs.vargr()?)
@@ -436,6 +438,9 @@ fn gather_tree_runs(a: &TraceBenchArgs, programs: &Programs) -> Result<Vec<Bench
             }
             let c = gather_cost(&stderr)
                 .with_context(|| format!("no gather cost from the monitor: {stderr}"))?;
+            if let (Some(rate), Some(lost)) = monitor_totals(&stderr) {
+                totals[i] = (totals[i].0.min(rate), totals[i].1.max(lost));
+            }
             eprintln!(
                 "gather {n} processes, fan-out {k} (run {round}): {} pulls, mean {:.2} ms, \
                  longest {:.2} ms, {:.0} bytes per pull over {} connections",
@@ -451,7 +456,8 @@ fn gather_tree_runs(a: &TraceBenchArgs, programs: &Programs) -> Result<Vec<Bench
     Ok(a.gather_fanouts
         .iter()
         .zip(costs)
-        .map(|(&k, c)| {
+        .zip(totals)
+        .map(|((&k, c), (rate, lost))| {
             let m = |f: &dyn Fn(&GatherCost) -> f64| median(&c.iter().map(f).collect::<Vec<f64>>());
             let mean = m(&|c| c.mean_ms);
             let shape = if k as u32 >= n { "flat" } else { "tree" };
@@ -463,6 +469,8 @@ fn gather_tree_runs(a: &TraceBenchArgs, programs: &Programs) -> Result<Vec<Bench
                 pull_ms_max: Some(m(&|c| c.max_ms)),
                 root_bytes_per_pull: Some(m(&|c| c.bytes as f64 / c.pulls.max(1) as f64)),
                 root_connections: Some(m(&|c| c.connections as f64) as u64),
+                gather_rate: Some(rate),
+                records_lost: Some(lost),
                 ..BenchRecord::new(
                     "gather",
                     format!("load-balance monitor's pull, fan-out {k} ({shape})"),
