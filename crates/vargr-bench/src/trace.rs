@@ -75,6 +75,18 @@ pub struct TraceBenchArgs {
     /// Only the WAN runs (with --wan): no collector cost, no local runs, no detection.
     #[arg(long)]
     wan_only: bool,
+    /// Only the gather-tree comparison: a slow-rank job of `--gather-ranks` processes
+    /// (64 unless given) monitored with each of these gather fan-outs (one at least the
+    /// processes is the flat gather); the monitor's pull time, answer bytes and
+    /// connections. Written to bench/results/trace-gather.json unless `--json`.
+    #[arg(long, value_delimiter = ',')]
+    gather_fanouts: Vec<usize>,
+    /// Allreduces of each gather-tree run.
+    #[arg(long, default_value_t = 1500)]
+    gather_iters: u32,
+    /// Runs of each fan-out, alternating.
+    #[arg(long, default_value_t = 3)]
+    gather_runs: u32,
     /// Write the records here (default bench/results/trace.json).
     #[arg(long)]
     json: Option<PathBuf>,
@@ -99,6 +111,20 @@ struct BenchRecord {
     collector_ns: Option<f64>,
     /// Seconds until the load-balance monitor named an injected slow rank.
     detect_s: Option<f64>,
+    /// Gather-tree runs: the fan-out, and at the monitor the pulls, their mean and
+    /// longest time, answer bytes per pull and connections (medians over the runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    fanout: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pulls: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pull_ms_mean: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pull_ms_max: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    root_bytes_per_pull: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    root_connections: Option<u64>,
 }
 
 impl BenchRecord {
@@ -118,6 +144,12 @@ impl BenchRecord {
             records_lost: None,
             collector_ns: None,
             detect_s: None,
+            fanout: None,
+            pulls: None,
+            pull_ms_mean: None,
+            pull_ms_max: None,
+            root_bytes_per_pull: None,
+            root_connections: None,
         }
     }
 }
@@ -349,7 +381,112 @@ fn collector_cost() -> (f64, f64) {
     (one, two)
 }
 
+/// What the monitor's gathers cost it, from its final line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct GatherCost {
+    pulls: u64,
+    mean_ms: f64,
+    max_ms: f64,
+    bytes: u64,
+    connections: u64,
+}
+
+/// Parses `vargr monitor: P pulls, mean M ms, longest X ms; B answer bytes over C
+/// connections at the monitor`.
+fn gather_cost(stderr: &str) -> Option<GatherCost> {
+    let line = stderr
+        .lines()
+        .filter(|l| l.contains(" pulls, mean "))
+        .find_map(|l| l.find("vargr monitor: ").map(|i| &l[i..]))?;
+    let w: Vec<&str> = line.split_whitespace().collect();
+    let num = |i: usize| w.get(i).map(|x| x.trim_end_matches([',', ';']));
+    Some(GatherCost {
+        pulls: num(2)?.parse().ok()?,
+        mean_ms: num(5)?.parse().ok()?,
+        max_ms: num(8)?.parse().ok()?,
+        bytes: num(10)?.parse().ok()?,
+        connections: num(14)?.parse().ok()?,
+    })
+}
+
+/// The gather-tree comparison (`--gather-fanouts`): see [`TraceBenchArgs`].
+fn gather_tree_runs(a: &TraceBenchArgs, programs: &Programs) -> Result<Vec<BenchRecord>> {
+    let n = a.gather_ranks.unwrap_or(64);
+    let mut costs: Vec<Vec<GatherCost>> = vec![Vec::new(); a.gather_fanouts.len()];
+    // The lowest gather rate and the most records lost over each fan-out's runs.
+    let mut totals: Vec<(f64, u64)> = vec![(1.0, 0); a.gather_fanouts.len()];
+    for round in 0..a.gather_runs.max(1) {
+        for (i, &k) in a.gather_fanouts.iter().enumerate() {
+            let out = Command::new(programs.vargr()?)
+                .args([
+                    "run",
+                    "-n",
+                    &n.to_string(),
+                    "--monitor",
+                    "load-balance",
+                    "--",
+                ])
+                .arg(programs.bench())
+                .args(["slow-rank", "--rank", "1", "--sleep-us", "1000"])
+                .args(["--iters", &a.gather_iters.to_string()])
+                .env("VARGR_MONITOR_FANOUT", k.to_string())
+                .output()
+                .context("starting a gather-tree run")?;
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            if !out.status.success() {
+                bail!("gather-tree run of {n} processes, fan-out {k}: {stderr}");
+            }
+            let c = gather_cost(&stderr)
+                .with_context(|| format!("no gather cost from the monitor: {stderr}"))?;
+            if let (Some(rate), Some(lost)) = monitor_totals(&stderr) {
+                totals[i] = (totals[i].0.min(rate), totals[i].1.max(lost));
+            }
+            eprintln!(
+                "gather {n} processes, fan-out {k} (run {round}): {} pulls, mean {:.2} ms, \
+                 longest {:.2} ms, {:.0} bytes per pull over {} connections",
+                c.pulls,
+                c.mean_ms,
+                c.max_ms,
+                c.bytes as f64 / c.pulls.max(1) as f64,
+                c.connections
+            );
+            costs[i].push(c);
+        }
+    }
+    Ok(a.gather_fanouts
+        .iter()
+        .zip(costs)
+        .zip(totals)
+        .map(|((&k, c), (rate, lost))| {
+            let m = |f: &dyn Fn(&GatherCost) -> f64| median(&c.iter().map(f).collect::<Vec<f64>>());
+            let mean = m(&|c| c.mean_ms);
+            let shape = if k as u32 >= n { "flat" } else { "tree" };
+            BenchRecord {
+                median_us: mean * 1e3,
+                fanout: Some(k),
+                pulls: Some(m(&|c| c.pulls as f64) as u64),
+                pull_ms_mean: Some(mean),
+                pull_ms_max: Some(m(&|c| c.max_ms)),
+                root_bytes_per_pull: Some(m(&|c| c.bytes as f64 / c.pulls.max(1) as f64)),
+                root_connections: Some(m(&|c| c.connections as f64) as u64),
+                gather_rate: Some(rate),
+                records_lost: Some(lost),
+                ..BenchRecord::new(
+                    "gather",
+                    format!("load-balance monitor's pull, fan-out {k} ({shape})"),
+                    n,
+                    1,
+                )
+            }
+        })
+        .collect())
+}
+
 pub fn run(a: TraceBenchArgs, programs: &Programs) -> Result<()> {
+    if !a.gather_fanouts.is_empty() {
+        let records = gather_tree_runs(&a, programs)?;
+        return crate::tree::write_records(a.json.as_deref(), "trace-gather.json", &records);
+    }
     let mut records = Vec::new();
     vargr_trace::set_enabled(true);
     let (one, two) = collector_cost();
@@ -578,5 +715,22 @@ mod tests {
             assert_eq!(monitor_totals(&err), (Some(0.9967), Some(7)), "{prefix:?}");
         }
         assert_eq!(monitor_totals("nothing"), (None, None));
+    }
+
+    #[test]
+    fn the_monitors_gather_cost_is_read_from_its_line() {
+        let err = " INFO vargr monitor: gathered 2000 records, 0 overwritten before a pull (gather rate 1.0000)\n \
+                   INFO vargr monitor: 4 pulls, mean 4.68 ms, longest 8.41 ms; 20906 answer bytes over 2 connections at the monitor\n";
+        assert_eq!(
+            gather_cost(err),
+            Some(GatherCost {
+                pulls: 4,
+                mean_ms: 4.68,
+                max_ms: 8.41,
+                bytes: 20906,
+                connections: 2
+            })
+        );
+        assert_eq!(gather_cost("vargr monitor: gathered 1 records"), None);
     }
 }

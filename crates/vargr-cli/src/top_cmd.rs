@@ -226,13 +226,18 @@ pub fn render_network(path: &Path, st: &NetworkStatus, age: Duration) -> String 
 pub fn render(path: &Path, st: &Status, age: Duration) -> String {
     let mut o = String::new();
     o += &format!(
-        "vargr top — {}  {} ranks, {} processes, up {:.1} s, pull every {} ms (last took {:.2} ms){}\n",
+        "vargr top — {}  {} ranks, {} processes, up {:.1} s, pull every {} ms (last took {:.2} ms{}){}\n",
         path.display(),
         st.ranks,
         st.nodes.len(),
         st.uptime_s,
         st.period_ms,
         st.last_pull_ms,
+        match st.connections {
+            0 => String::new(),
+            1 => ", over 1 connection".into(),
+            n => format!(", over {n} connections"),
+        },
         staleness(age, st.period_ms)
     );
     o += &format!(
@@ -249,6 +254,10 @@ pub fn render(path: &Path, st: &Status, age: Duration) -> String {
             String::new()
         }
     );
+    if !st.missing.is_empty() {
+        // Named by their parents in the gather tree; their answers join a later pull.
+        o += &format!("not answering in time: {}\n", st.missing.join(", "));
+    }
     o += &format!(
         "{:<24} {:>9} {:>9} {:>10} {:>10} {:>10} {:>10}  {:<22} {:>9}\n",
         "COLLECTIVE",

@@ -46,6 +46,7 @@ mod comm;
 mod cond;
 mod elem;
 mod error;
+pub mod gather;
 mod hierarchy;
 mod inproc;
 mod job;

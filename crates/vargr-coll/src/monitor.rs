@@ -10,7 +10,12 @@
 //! to reduce them at the source. The load-balance monitor asks for one [`CallSummary`]
 //! per collective call per process (who arrived last there, and when); the distributed
 //! statistics monitor asks each agent for its own statistics and gathers only those.
-//! Requests go to every agent before any answer is awaited (parallel gather).
+//! Requests go to every child before any answer is awaited (parallel gather), and the
+//! agents form a gather tree ([`crate::gather`], [`MonitorConfig::fanout`]): the monitor
+//! invites every agent over the mesh with its place in the tree, an interior agent tells
+//! its children over the mesh where it listens, and each pull's answers merge on their
+//! way up, so that monitoring a thousand processes does not converge on one. An agent
+//! whose parent agent's process goes joins the monitor directly.
 //!
 //! Records carry ticks of each process's clock; agents convert them to the root's time
 //! axis with the alignment measured at start-up (see [`crate::clocksync`]).
@@ -36,6 +41,7 @@ use vargr_trace::scope::{
 use vargr_trace::Tracer;
 use vargr_wire::{Frame, FrameKind};
 
+use crate::gather::{self, Child, Children, Gathered, Head, Pull};
 use crate::job::MeshTransport;
 use crate::transport::{Tag, Transport};
 
@@ -90,19 +96,21 @@ const MAX_REQUEST: usize = 64 << 10;
 /// How long the monitor waits for agents to connect, and for one answer.
 pub(crate) const PLANE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// What the monitor sends the agents over the mesh to open the plane.
+/// Parent agent → its children over the mesh: where the parent listens.
+const TAG_PARENT: u64 = 2;
+
+/// What the monitor sends the agents over the mesh to open the plane: where the monitor
+/// listens, the scope, and the agent's place in the gather tree ([`crate::gather`]).
 #[derive(Serialize, Deserialize)]
 struct PlaneInvite {
     addr: String,
     scope: Scope,
-}
-
-fn request_frame(scope: Option<&Scope>) -> Frame {
-    let body = match scope {
-        Some(s) => serde_json::to_vec(s).expect("a scope serializes"),
-        None => b"stop".to_vec(),
-    };
-    Frame::new(FrameKind::Data, 0, 0, body)
+    /// The first rank of the parent agent's process; none: the monitor is the parent.
+    #[serde(default)]
+    parent: Option<u32>,
+    /// The first ranks of the children's processes.
+    #[serde(default)]
+    children: Vec<u32>,
 }
 
 /// How long a finishing process keeps its agent up for the monitor's final pull.
@@ -191,40 +199,131 @@ fn run_agent(
             Err(_) => return Ok(()),
         }
     };
-    red.set_scope(invite.scope);
-    let addr: vargr_net::Addr = invite
-        .addr
-        .parse()
-        .map_err(|e: NetError| format!("monitor address {:?}: {e}", invite.addr))?;
-    let conn = vargr_net::connect(&addr, PLANE_TIMEOUT).map_err(|e| e.to_string())?;
-    let peer = format!("monitor at {}", invite.addr);
-    let mut conn = auth::connect(
-        conn,
-        mesh.secret(),
-        t.rank() as u32,
-        LinkSecurity::Auto,
-        PLANE_TIMEOUT,
-        &peer,
-    )
-    .map_err(|e| e.to_string())?;
-    conn.conn().set_low_priority();
-    conn.set_timeout(None);
-    answer_pulls(&mut conn, &peer, process, &mut red, &mut drain, None)
+    red.set_scope(invite.scope.clone());
+    let mut children = Children::default();
+    if !invite.children.is_empty() {
+        open_to_children(t, mesh, &invite.children, &mut children)?;
+    }
+    // The parent's address comes over the mesh from the parent; one that does not come
+    // (its process failed) leaves the monitor as the parent.
+    let mut up = match invite.parent {
+        None => invite.addr.clone(),
+        Some(p) => {
+            let deadline = Instant::now() + PLANE_TIMEOUT;
+            loop {
+                match t.try_recv(p as usize, Tag::user(MONITOR_CTX, TAG_PARENT)) {
+                    Ok(Some(b)) => break String::from_utf8_lossy(&b).into_owned(),
+                    Ok(None) if Instant::now() < deadline => {
+                        let wait = drain(&mut red);
+                        std::thread::sleep(wait.min(Duration::from_millis(20)));
+                    }
+                    Ok(None) => {
+                        tracing::warn!(process, "monitor agent: no address from the agent of rank {p}; joining the monitor");
+                        break invite.addr.clone();
+                    }
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+    };
+    loop {
+        let addr: vargr_net::Addr = up
+            .parse()
+            .map_err(|e: NetError| format!("monitor plane address {up:?}: {e}"))?;
+        let peer = if up == invite.addr {
+            format!("monitor at {up}")
+        } else {
+            format!("parent agent at {up}")
+        };
+        let conn = vargr_net::connect(&addr, PLANE_TIMEOUT).map_err(|e| e.to_string())?;
+        let mut conn = auth::connect(
+            conn,
+            mesh.secret(),
+            t.rank() as u32,
+            LinkSecurity::Auto,
+            PLANE_TIMEOUT,
+            &peer,
+        )
+        .map_err(|e| e.to_string())?;
+        conn.conn().set_low_priority();
+        let ended = answer_pulls(
+            &mut conn,
+            &peer,
+            process,
+            &mut red,
+            &mut drain,
+            &mut children,
+            None,
+        )?;
+        // A parent agent that went (its process failed) leaves its sub-tree to join the
+        // monitor directly; the records held here were not lost with it.
+        if ended == Ended::Stopped || up == invite.addr {
+            children.release();
+            return Ok(());
+        }
+        tracing::warn!(process, "monitor agent: {peer} went; joining the monitor");
+        up = invite.addr.clone();
+    }
+}
+
+/// Listens for this agent's children and tells them where, over the mesh; they are
+/// accepted at the next pulls.
+fn open_to_children(
+    t: &MeshTransport,
+    mesh: &Mesh,
+    ranks: &[u32],
+    children: &mut Children,
+) -> Result<(), String> {
+    let vargr_net::mesh::Bound {
+        listener,
+        addr,
+        socket,
+        ..
+    } = Mesh::bind(mesh.env().single_host(), mesh.runtime_dir())
+        .map_err(|e| format!("monitor plane: listening for children: {e}"))?;
+    children.gates.push(Gate::open(
+        listener,
+        mesh.secret().clone(),
+        GateConfig {
+            deadline: Duration::from_secs(5),
+            ..GateConfig::default()
+        },
+        Box::new(|e| tracing::warn!("monitor agent refused a plane connection: {e}")),
+    ));
+    let text = Bytes::from(addr.to_string());
+    for &c in ranks {
+        t.send(c as usize, Tag::user(MONITOR_CTX, TAG_PARENT), text.clone())
+            .map_err(|e| format!("telling the agent of rank {c} where to connect: {e}"))?;
+    }
+    children.sockets.extend(socket);
+    Ok(())
+}
+
+/// Why [`answer_pulls`] returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The monitor let the agent go, or it answered its last pull.
+    Stopped,
+    /// The connection up ended without a word: the parent's process went.
+    ParentGone,
 }
 
 /// The agent's side of a plane connection once it is open: drains the rings while
 /// nobody asks (`drain` returns how long to wait before the next drain), and answers
-/// each pull with what `red` reduced since the last. Returns when the monitor says stop
-/// or goes, or, once `finishing` is set, after the first pull that came later (so the
-/// monitor has everything recorded before it was set).
+/// each pull with what `red` reduced since the last, gathered with what `children`
+/// answered within the pull's budget (an interior agent of the gather tree forwards
+/// each pull to them first). Returns when the monitor says stop or the parent goes,
+/// or, once `finishing` is set, after the first pull that came later (so the monitor
+/// has everything recorded before it was set).
 pub(crate) fn answer_pulls(
     conn: &mut SecureConn,
     peer: &str,
     process: &str,
     red: &mut ScopeReducer,
     drain: &mut dyn FnMut(&mut ScopeReducer) -> Duration,
+    children: &mut Children,
     finishing: Option<&AtomicBool>,
-) -> Result<(), String> {
+) -> Result<Ended, String> {
     let mut wait = AGENT_POLL_MIN;
     loop {
         match conn.conn().wait_readable(wait) {
@@ -235,23 +334,38 @@ pub(crate) fn answer_pulls(
             Ok(true) => {}
             Err(e) => return Err(format!("{peer}: {e}")),
         }
+        // A request is small and written whole: once its first byte is here, the rest
+        // follows at once.
+        conn.set_timeout(Some(PLANE_TIMEOUT));
         let req = match conn.read_frame(MAX_REQUEST) {
             Ok(f) => f,
-            // The monitor's process ended: nothing more to answer.
-            Err(_) => return Ok(()),
+            // The parent's process ended: nothing more to answer here.
+            Err(_) => return Ok(Ended::ParentGone),
         };
         if req.payload.as_ref() == b"stop" {
-            return Ok(());
+            children.release();
+            return Ok(Ended::Stopped);
         }
         let last = finishing.is_some_and(|f| f.load(Ordering::Acquire));
-        let scope: Scope = serde_json::from_slice(&req.payload)
+        let pull: Pull = serde_json::from_slice(&req.payload)
             .map_err(|e| format!("{peer}: bad pull request: {e}"))?;
-        red.set_scope(scope);
+        let deadline = Instant::now() + Duration::from_millis(pull.budget_ms);
+        // The sub-trees first, so that they gather while this agent reduces its own.
+        let below = (!children.is_leaf()).then(|| {
+            let down = pull.for_children();
+            children.ask(req.stream, &down, Duration::from_millis(down.budget_ms));
+        });
+        red.set_scope(pull.scope);
         wait = drain(red);
-        let reply = red.reply(Tracer::file_of(process, Vec::new()));
-        let f = Frame::new(FrameKind::Data, 0, 0, Bytes::from(reply.encode()));
-        if conn.write_frame(&f).is_err() || last {
-            return Ok(());
+        let own = red.reply(Tracer::file_of(process, Vec::new()));
+        let below = below.map(|()| children.collect(req.stream, deadline));
+        let body = Gathered::answer(own, below);
+        let f = Frame::new(FrameKind::Data, req.stream, 0, Bytes::from(body));
+        if conn.write_frame(&f).is_err() {
+            return Ok(Ended::ParentGone);
+        }
+        if last {
+            return Ok(Ended::Stopped);
         }
     }
 }
@@ -323,6 +437,24 @@ pub struct LoadBalance {
     pub nodes: BTreeMap<String, NodeStatus>,
     pub records_lost: u64,
     pub records: u64,
+    /// Agents that did not answer the last pull in time (or left), as their parents
+    /// named them.
+    pub missing: Vec<String>,
+    /// What gathering cost the monitor.
+    pub gather: GatherCost,
+}
+
+/// What the monitor's gathers cost it: with a gather tree, its connections are its
+/// children and its bytes their sub-trees' merged answers.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GatherCost {
+    pub pulls: u64,
+    pub pull_ms_total: f64,
+    pub pull_ms_max: f64,
+    /// Answer bytes the monitor received.
+    pub reply_bytes: u64,
+    /// Connections the monitor pulls over (its children in the gather tree).
+    pub connections: usize,
 }
 
 impl LoadBalance {
@@ -340,6 +472,16 @@ impl LoadBalance {
     }
 
     fn count<T>(&mut self, r: &Reduced<T>) {
+        self.count_head(&Head {
+            process: r.process.clone(),
+            host: r.host.clone(),
+            records: r.records,
+            lost: r.lost,
+            clock_error_ns: r.clock_error_ns,
+        });
+    }
+
+    fn count_head(&mut self, r: &Head) {
         self.records += r.records;
         self.records_lost += r.lost;
         let n = self.nodes.entry(r.process.clone()).or_default();
@@ -348,6 +490,23 @@ impl LoadBalance {
         n.records += r.records;
         n.lost += r.lost;
         n.clock_error_ns = r.clock_error_ns;
+    }
+
+    /// Adds one pull's answer from the gather tree, and who was missing from it.
+    pub fn add_gathered(&mut self, g: &Gathered) {
+        for h in &g.processes {
+            self.count_head(h);
+        }
+        if let Some(c) = &g.calls {
+            self.agent_sample = self.agent_sample.max(c.sample);
+            self.add_calls(&c.collectors, &c.body);
+        }
+        for r in &g.others {
+            if let Reply::Stats(r) = r {
+                self.node_stats.insert(r.process.clone(), r.body.clone());
+            }
+        }
+        self.missing.clone_from(&g.missing);
     }
 
     /// Adds one agent's answer.
@@ -468,6 +627,23 @@ impl LoadBalance {
         for l in self.summary().into_iter().chain(self.stats_summary()) {
             tracing::info!(target: "vargr::monitor", "vargr monitor (final): {l}");
         }
+        let g = &self.gather;
+        tracing::info!(
+            target: "vargr::monitor",
+            "vargr monitor: {} pulls, mean {:.2} ms, longest {:.2} ms; {} answer bytes over {} connections at the monitor",
+            g.pulls,
+            g.pull_ms_total / g.pulls.max(1) as f64,
+            g.pull_ms_max,
+            g.reply_bytes,
+            g.connections
+        );
+        if !self.missing.is_empty() {
+            tracing::info!(
+                target: "vargr::monitor",
+                "vargr monitor: missing from the last pull: {}",
+                self.missing.join(", ")
+            );
+        }
         tracing::info!(
             target: "vargr::monitor",
             "vargr monitor: gathered {} records, {} overwritten before a pull (gather rate {:.4})",
@@ -529,6 +705,15 @@ pub struct Status {
     pub nodes: Vec<NodeStatus>,
     /// Distributed statistics (per process), when the monitor runs that way.
     pub node_stats: BTreeMap<String, Vec<CollectorStats>>,
+    /// Agents that did not answer the last pull in time, or left.
+    #[serde(default)]
+    pub missing: Vec<String>,
+    /// Connections the monitor pulls over (its children in the gather tree), and the
+    /// answer bytes it received in all.
+    #[serde(default)]
+    pub connections: usize,
+    #[serde(default)]
+    pub reply_bytes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -574,6 +759,9 @@ impl Status {
             collectors,
             nodes: lb.nodes.values().cloned().collect(),
             node_stats: lb.node_stats.clone(),
+            missing: lb.missing.clone(),
+            connections: lb.gather.connections,
+            reply_bytes: lb.gather.reply_bytes,
             ..Status::default()
         }
     }
@@ -596,9 +784,23 @@ pub struct MonitorConfig {
     /// Collector patterns to watch (default `ctx0/*`, the world's collectives).
     pub collectors: Vec<String>,
     pub status_file: Option<PathBuf>,
+    /// Children of each agent in the gather tree ([`crate::gather`]); at least the
+    /// number of processes: every agent answers the monitor directly.
+    pub fanout: usize,
+    /// Time a whole tree has to answer a pull; agents that take longer are named
+    /// missing, and their answers merged into a later pull.
+    pub pull_budget: Duration,
 }
 
 impl MonitorConfig {
+    /// A pull of [`MonitorConfig::scope`] within the budget.
+    pub(crate) fn pull(&self, sample: u32) -> Pull {
+        Pull {
+            scope: self.scope(sample),
+            budget_ms: self.pull_budget.as_millis() as u64,
+        }
+    }
+
     /// What agents are asked for, analysing one call in `sample`.
     pub(crate) fn scope(&self, sample: u32) -> Scope {
         Scope {
@@ -621,6 +823,9 @@ impl MonitorConfig {
 /// of each collector (the same calls on every rank; K a power of two, halved again when
 /// the rate falls).
 const PARTS_PER_S: f64 = 50_000.0;
+/// The least time the final pull gives the tree: the processes have finished and wait
+/// for it, and it carries their last records.
+const FINAL_BUDGET: Duration = Duration::from_secs(5);
 
 /// The monitor thread of rank 0's process.
 pub(crate) struct MonitorHandle {
@@ -645,8 +850,8 @@ impl MonitorHandle {
             .name("vargr-monitor".into())
             .spawn(move || {
                 let mut lb = LoadBalance::new(size);
-                match open_plane(&*t, &mesh, &processes, &cfg.scope(1)) {
-                    Ok(conns) => monitor_loop(conns, &mut lb, &cfg, &s),
+                match open_plane(&*t, &mesh, &processes, &cfg) {
+                    Ok(children) => monitor_loop(children, &mut lb, &cfg, &s),
                     Err(e) => tracing::warn!("monitor: {e}"),
                 }
                 lb
@@ -662,42 +867,40 @@ impl MonitorHandle {
     }
 }
 
-/// One agent's connection.
-pub(crate) struct AgentConn {
-    pub(crate) conn: SecureConn,
-    pub(crate) name: String,
-}
-
-/// Listens, invites every agent over the mesh and accepts their connections.
+/// Listens, invites every agent over the mesh with its place in the gather tree, and
+/// accepts the connections of the monitor's own children (the others connect to their
+/// parent agents; any that lose theirs come back through the monitor's gate).
 fn open_plane(
     t: &dyn Transport,
     mesh: &Mesh,
     processes: &[usize],
-    scope: &Scope,
-) -> Result<Vec<AgentConn>, String> {
-    // `_socket` removes a Unix socket's file when the plane is open (or failed): agents
-    // need the name only to connect.
+    cfg: &MonitorConfig,
+) -> Result<Children, String> {
+    // `socket` removes a Unix socket's file when the monitor ends: agents need the
+    // name to connect, and those that lose their parent agent connect later.
     let vargr_net::mesh::Bound {
         listener,
         addr,
-        socket: _socket,
+        socket,
         ..
     } = Mesh::bind(mesh.env().single_host(), mesh.runtime_dir())
         .map_err(|e| format!("monitor plane: {e}"))?;
-    let invite = serde_json::to_vec(&PlaneInvite {
-        addr: addr.to_string(),
-        scope: scope.clone(),
-    })
-    .expect("serializable");
-    for &p in processes {
-        t.send(
-            p,
-            Tag::user(MONITOR_CTX, TAG_PLANE),
-            Bytes::from(invite.clone()),
-        )
-        .map_err(|e| format!("inviting the agent of rank {p}: {e}"))?;
+    let n = processes.len();
+    let rank_of = |a: usize| processes[a] as u32;
+    for (i, &p) in processes.iter().enumerate() {
+        let invite = serde_json::to_vec(&PlaneInvite {
+            addr: addr.to_string(),
+            scope: cfg.scope(1),
+            parent: gather::parent(i, cfg.fanout).map(rank_of),
+            children: gather::children(Some(i), cfg.fanout, n)
+                .map(rank_of)
+                .collect(),
+        })
+        .expect("serializable");
+        t.send(p, Tag::user(MONITOR_CTX, TAG_PLANE), Bytes::from(invite))
+            .map_err(|e| format!("inviting the agent of rank {p}: {e}"))?;
     }
-    let mut conns = Vec::with_capacity(processes.len());
+    let expected = gather::children(None, cfg.fanout, n).len();
     let deadline = Instant::now() + PLANE_TIMEOUT;
     // A stranger on the port is refused by the handshake, and is not fatal.
     let gate = Gate::open(
@@ -709,45 +912,43 @@ fn open_plane(
         },
         Box::new(|e| tracing::warn!("monitor refused a plane connection: {e}")),
     );
-    while conns.len() < processes.len() {
+    let mut children = Children::default();
+    while children.list.len() < expected {
         let left = deadline.saturating_duration_since(Instant::now());
         let a = gate.accept_timeout(left).map_err(|e| {
             format!(
-                "monitor plane: {} of {} agents connected: {e}",
-                conns.len(),
-                processes.len()
+                "monitor plane: {} of {expected} agents connected: {e}",
+                children.list.len(),
             )
         })?;
-        let mut conn = a.conn;
+        let conn = a.conn;
         conn.conn().set_low_priority();
-        conn.set_timeout(Some(PLANE_TIMEOUT));
-        conns.push(AgentConn {
+        children.list.push(Child {
             conn,
             name: format!("agent of rank {}", a.node),
         });
     }
-    Ok(conns)
+    children.gates.push(gate);
+    children.sockets.extend(socket);
+    Ok(children)
 }
 
-fn monitor_loop(
-    mut conns: Vec<AgentConn>,
-    lb: &mut LoadBalance,
-    cfg: &MonitorConfig,
-    s: &AtomicBool,
-) {
+fn monitor_loop(mut children: Children, lb: &mut LoadBalance, cfg: &MonitorConfig, s: &AtomicBool) {
     let mut g = Gatherer::new(cfg);
     // Once stopped, one last pull: the ranks have finished, and every process keeps its
     // agent up for it (`AgentHandle::linger`); `MonitorHandle::stop`'s caller prints the
     // final summary.
-    while !conns.is_empty() && g.turn(&mut conns, lb, s.load(Ordering::Relaxed)) {}
-    release(&mut conns);
+    while g.turn(&mut children, lb, s.load(Ordering::Relaxed)) {}
+    children.release();
 }
 
 /// The monitor's side of a plane, one pull at a time: gathers, keeps the status file,
 /// and speaks when a culprit changes.
 pub(crate) struct Gatherer<'a> {
     cfg: &'a MonitorConfig,
-    request: Frame,
+    request: Pull,
+    /// The next pull's id (answers carry it, so late ones are told apart).
+    next_id: u32,
     /// One call in this many is analysed ([`PARTS_PER_S`]).
     sample: u32,
     t0: Instant,
@@ -764,7 +965,8 @@ impl<'a> Gatherer<'a> {
     pub(crate) fn new(cfg: &'a MonitorConfig) -> Gatherer<'a> {
         Gatherer {
             cfg,
-            request: request_frame(Some(&cfg.scope(1))),
+            request: cfg.pull(1),
+            next_id: 1,
             sample: 1,
             t0: Instant::now(),
             status: Status::default(),
@@ -780,14 +982,14 @@ impl<'a> Gatherer<'a> {
     /// once the last pull is done.
     pub(crate) fn turn(
         &mut self,
-        conns: &mut Vec<AgentConn>,
+        children: &mut Children,
         lb: &mut LoadBalance,
         last: bool,
     ) -> bool {
         if !last && !self.wait_for_turn() {
             return true;
         }
-        self.pull(conns, lb);
+        self.pull(children, lb, last);
         if last {
             return false;
         }
@@ -811,22 +1013,30 @@ impl<'a> Gatherer<'a> {
         true
     }
 
-    /// One parallel gather (all requests first, then the answers); agents that do not
-    /// answer leave `conns`. Rewrites the status file if there is one.
-    pub(crate) fn pull(&mut self, conns: &mut Vec<AgentConn>, lb: &mut LoadBalance) {
+    /// One gather down the tree (requests to every child first, then the answers);
+    /// children that have not answered within the budget are named in the status and
+    /// kept. The final pull (`last`) waits longer, for the records of every process.
+    /// Rewrites the status file if there is one.
+    pub(crate) fn pull(&mut self, children: &mut Children, lb: &mut LoadBalance, last: bool) {
         let pull = Instant::now();
-        conns.retain_mut(|a| a.conn.write_frame(&self.request).is_ok());
-        conns.retain_mut(|a| match a.conn.read_frame(vargr_trace::scope::MAX_REPLY) {
-            Ok(f) => {
-                match Reply::decode(&f.payload, &a.name) {
-                    Ok(r) => lb.add(&r),
-                    Err(e) => tracing::warn!("monitor: {e}"),
-                }
-                true
-            }
-            Err(_) => false,
-        });
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        let mut request = self.request.clone();
+        if last {
+            request.budget_ms = request.budget_ms.max(FINAL_BUDGET.as_millis() as u64);
+        }
+        let deadline = pull + Duration::from_millis(request.budget_ms);
+        let down = request.for_children();
+        children.ask(id, &down, Duration::from_millis(down.budget_ms));
+        let before = children.bytes;
+        let gathered = children.collect(id, deadline);
+        lb.add_gathered(&gathered);
+        lb.gather.pulls += 1;
+        lb.gather.reply_bytes += children.bytes - before;
+        lb.gather.connections = children.list.len();
         let pull_ms = pull.elapsed().as_secs_f64() * 1e3;
+        lb.gather.pull_ms_total += pull_ms;
+        lb.gather.pull_ms_max = lb.gather.pull_ms_max.max(pull_ms);
         lb.end_pull();
         self.resample(lb);
         if let Some(path) = &self.cfg.status_file {
@@ -863,7 +1073,7 @@ impl<'a> Gatherer<'a> {
         };
         if next != self.sample && !self.cfg.distributed {
             self.sample = next;
-            self.request = request_frame(Some(&self.cfg.scope(next)));
+            self.request = self.cfg.pull(next);
         }
     }
 
@@ -890,14 +1100,6 @@ impl<'a> Gatherer<'a> {
             self.last_culprits = culprits;
             self.last_print = Instant::now();
         }
-    }
-}
-
-/// Lets the agents go (after the final pull).
-pub(crate) fn release(conns: &mut [AgentConn]) {
-    let stop = request_frame(None);
-    for a in conns {
-        let _ = a.conn.write_frame(&stop);
     }
 }
 
@@ -964,6 +1166,8 @@ mod tests {
             coschedule: false,
             collectors: vec!["ctx0/*".into()],
             status_file: None,
+            fanout: gather::DEFAULT_FANOUT,
+            pull_budget: gather::DEFAULT_BUDGET,
         };
         let mut g = Gatherer::new(&cfg);
         let mut lb = LoadBalance::new(1);
@@ -973,8 +1177,7 @@ mod tests {
         g.last_rate = Instant::now() - Duration::from_secs(1);
         g.resample(&mut lb);
         assert_eq!(g.sample, 8);
-        let asked: Scope = serde_json::from_slice(&g.request.payload).unwrap();
-        assert_eq!(asked.sample, 8);
+        assert_eq!(g.request.scope.sample, 8);
         // Within the budget: kept; far below it: halved, down to every call.
         analysed(&mut lb, 40_000);
         g.last_rate = Instant::now() - Duration::from_secs(1);

@@ -71,6 +71,10 @@ keys! {
         "file the monitor keeps the status `vargr top` shows in";
     "monitor.coschedule", "VARGR_MONITOR_COSCHEDULE", Some("false"),
         "monitors analyse only while a rank of their process waits in a receive";
+    "monitor.fanout", "VARGR_MONITOR_FANOUT", Some("32"),
+        "children of each agent in the monitor's gather tree (at least the processes: a flat gather)";
+    "monitor.budget_ms", "VARGR_MONITOR_BUDGET_MS", Some("2000"),
+        "milliseconds a pull's gather tree has to answer; later agents are named missing";
     "tree.commnode", "VARGR_COMMNODE", None,
         "program started as a tree's internal nodes (default: this vargr)";
     "sync.ssh", "VARGR_SSH", Some("ssh"),

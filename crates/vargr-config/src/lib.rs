@@ -236,6 +236,14 @@ impl Config {
                     .filter(|p| !p.is_empty())
                     .collect(),
                 status_file: r.text("monitor.status").map(PathBuf::from),
+                fanout: match r.parse::<usize>("monitor.fanout")? {
+                    Some(0) => return Err(r.bad("monitor.fanout", "a fan-out of 0".to_string())),
+                    Some(k) => k,
+                    None => vargr_coll::gather::DEFAULT_FANOUT,
+                },
+                pull_budget: r
+                    .parse("monitor.budget_ms")?
+                    .map_or(vargr_coll::gather::DEFAULT_BUDGET, Duration::from_millis),
             }),
         };
         let codec_engine = match r.text("links.codec_engine") {

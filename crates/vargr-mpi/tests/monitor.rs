@@ -224,3 +224,74 @@ fn an_mpi4py_programs_late_rank_is_named_live() {
     let expected = plain(&args);
     with_named_status(dir.path(), &runtime, &args, &expected);
 }
+
+/// With a gather fan-out of 2, the agents of 8 ranks form a tree (the monitor's children
+/// are ranks 0 and 1, whose agents gather ranks 2..6 and, below rank 2's, 6 and 7):
+/// while the run is live the monitor pulls over 2 connections, and at the end it has
+/// every call and every record, as the flat gather does. Ranks whose parent agent
+/// finished first answer the monitor directly for their last records.
+#[test]
+fn an_mpi_runs_agents_gather_through_a_tree() {
+    if !have_mpirun() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = dir.path().join("run");
+    std::fs::create_dir(&runtime).unwrap();
+    let prog = build_c(dir.path(), "monitor_check");
+    let status = dir.path().join("status.json");
+    let run = Command::new(vargr())
+        .args(["mpi-run", "--monitor=load-balance", "--status"])
+        .arg(&status)
+        .args(["--", "mpirun"])
+        .args(MPIRUN)
+        .args([
+            "-n",
+            "8",
+            &prog,
+            &ITERS.to_string(),
+            &LATE.to_string(),
+            "3000",
+        ])
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("VARGR_MONITOR_FANOUT", "2")
+        .env_remove("LD_PRELOAD")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Live: all eight ranks heard from, over the monitor's two children.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut seen_tree = false;
+    let mut run = run;
+    while !seen_tree && run.try_wait().unwrap().is_none() {
+        if let Some(st) = std::fs::read(&status)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        {
+            seen_tree =
+                st["connections"] == 2 && st["nodes"].as_array().is_some_and(|n| n.len() == 8);
+        }
+        assert!(Instant::now() < deadline, "the run never showed a tree");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (_, err) = finished(run);
+    assert!(
+        seen_tree,
+        "the run ended before its status showed the tree: {err}"
+    );
+    let st: serde_json::Value = serde_json::from_slice(&std::fs::read(&status).unwrap()).unwrap();
+    assert_eq!(
+        collector(&st, "ctx0/allreduce")["calls"],
+        ITERS as u64,
+        "{st:#}"
+    );
+    assert_eq!(collector(&st, "ctx0/allreduce")["culprit"], LATE, "{st:#}");
+    assert_eq!(st["lost"], 0, "{st:#}");
+    assert_eq!(
+        st["records"].as_u64().unwrap(),
+        8 * ITERS as u64 * 2,
+        "{st:#}"
+    );
+    assert_eq!(st["nodes"].as_array().unwrap().len(), 8, "{st:#}");
+}
