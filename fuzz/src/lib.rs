@@ -16,6 +16,7 @@ pub mod dedup_delta;
 pub mod dedup_layout;
 pub mod dedup_protocol;
 pub mod link_seal;
+pub mod monitor_gather;
 pub mod monitor_reply;
 pub mod mpi_frame;
 pub mod mutate;
@@ -96,6 +97,11 @@ pub const TARGETS: &[Target] = &[
         name: "monitor_reply",
         run: monitor_reply::run,
         seeds: seeds::monitor_reply,
+    },
+    Target {
+        name: "monitor_gather",
+        run: monitor_gather::run,
+        seeds: seeds::monitor_gather,
     },
     Target {
         name: "rfb_decode",

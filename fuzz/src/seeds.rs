@@ -347,6 +347,25 @@ pub fn monitor_reply() -> Seeds {
     out
 }
 
+pub fn monitor_gather() -> Seeds {
+    // Answers as interior agents send them: one process's reply, and two processes'
+    // merged with a missing agent; and a plain reply, which a leaf sends.
+    let mut merged = vargr_coll::gather::Gathered::default();
+    for (_, r) in replies() {
+        merged.merge(vargr_coll::gather::Gathered::of(r));
+    }
+    merged.missing.push("agent of rank 5".into());
+    let (_, first) = replies().swap_remove(0);
+    vec![
+        ("merged".into(), merged.encode()),
+        (
+            "one".into(),
+            vargr_coll::gather::Gathered::of(first.clone()).encode(),
+        ),
+        ("plain".into(), first.encode()),
+    ]
+}
+
 pub fn tbon_monitor() -> Seeds {
     // Entries as vargr-tbon's `push_entry` lays them out: node, length (u32::MAX for a
     // node that did not answer), the reply's bytes.
