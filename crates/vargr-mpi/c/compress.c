@@ -29,8 +29,8 @@
  *
  * A request the program frees while active is finished in the background (see bg).
  *
- * What is not done: a persistent receive started while the stash holds a message
- * it would match gets the next one. */
+ * A persistent receive started while the stash holds a message it matches takes that
+ * message without starting (see presatisfy). */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -206,7 +206,13 @@ typedef struct {
      * with this status and result, which the wait or test that frees it reports. */
     int landed, landed_rc;
     MPI_Status landed_st;
+    /* OP_PRECV started while the stash held a message it matches: that message (a
+     * `stashed`), taken instead of starting the MPI request. */
+    void *pre;
 } op;
+
+/* Persistent receives satisfied from the stash and not finished yet (see cx_start). */
+static int presatisfied;
 
 REQMAP(ops, op)
 
@@ -768,13 +774,16 @@ static int landing(int kind, void *buf, int count, MPI_Datatype t, int src, int 
         free(w);
         return rc;
     }
+    /* A persistent receive keeps what it asks for, to look in the stash at each start. */
     op o = {.kind = kind,
             .buf = buf,
             .count = count,
             .type = t,
             .comm = comm,
             .temp = w,
-            .temp_len = len};
+            .temp_len = len,
+            .source = src,
+            .tag = tag};
     remember(*req, &o);
     return MPI_SUCCESS;
 }
@@ -1011,12 +1020,45 @@ static int refill(MPI_Request r) {
     return MPI_SUCCESS;
 }
 
+/* Takes the stashed message persistent receive `r` matches, if there is one: a probe
+ * took it out of MPI before the receive started, so it comes before anything MPI would
+ * match now. The MPI request is then not started; MPI reports an inactive persistent
+ * request complete at once, and cx_finish delivers the message. Returns whether. */
+static int presatisfy(MPI_Request r) {
+    op o;
+    if (__atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) == 0 || !find(r, &o, 1) ||
+        o.kind != OP_PRECV || o.pre != NULL) {
+        return 0;
+    }
+    stashed *s = stash_take(o.comm, o.source, o.tag);
+    if (s == NULL) {
+        return 0;
+    }
+    o.pre = s;
+    remember(r, &o);
+    __atomic_add_fetch(&presatisfied, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
 int cx_start(MPI_Request *req) {
+    if (presatisfy(*req)) {
+        return MPI_SUCCESS;
+    }
     int rc = refill(*req);
     return rc == MPI_SUCCESS ? PMPI_Start(req) : rc;
 }
 
 int cx_startall(int n, MPI_Request reqs[]) {
+    if (__atomic_load_n(&stash_count, __ATOMIC_ACQUIRE) != 0) {
+        /* A receive may take a stashed message: each request in turn. */
+        for (int i = 0; i < n; i++) {
+            int rc = cx_start(&reqs[i]);
+            if (rc != MPI_SUCCESS) {
+                return rc;
+            }
+        }
+        return MPI_SUCCESS;
+    }
     for (int i = 0; i < n; i++) {
         int rc = refill(reqs[i]);
         if (rc != MPI_SUCCESS) {
@@ -1024,6 +1066,19 @@ int cx_startall(int n, MPI_Request reqs[]) {
         }
     }
     return PMPI_Startall(n, reqs);
+}
+
+int cx_presatisfied(int n, const MPI_Request reqs[]) {
+    if (__atomic_load_n(&presatisfied, __ATOMIC_ACQUIRE) == 0) {
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        op o;
+        if (reqs[i] != MPI_REQUEST_NULL && find(reqs[i], &o, 1) && o.pre != NULL) {
+            return i;
+        }
+    }
+    return -1;
 }
 
 int cx_request_free(MPI_Request *req) {
@@ -1065,6 +1120,13 @@ int cx_request_free(MPI_Request *req) {
 /* Puts what receive `o` got into the caller's buffer (decoded, unpacked) and makes `st`
  * the caller's view; keeps `o`'s temporary buffer. */
 static int land_received(const op *o, MPI_Status *st) {
+    if (o->pre != NULL) {
+        const stashed *p = o->pre;
+        st->MPI_SOURCE = p->source;
+        st->MPI_TAG = p->tag;
+        st->MPI_ERROR = MPI_SUCCESS;
+        return deliver(p->wire, p->len, o->buf, o->count, o->type, o->comm, st);
+    }
     int cancelled = 0;
     PMPI_Test_cancelled(st, &cancelled);
     if (o->kind == OP_STASHED) {
@@ -1131,8 +1193,15 @@ int cx_finish(MPI_Request r, MPI_Status *st) {
         return MPI_SUCCESS;
     }
     int rc = finish_op(&o, st);
-    if (o.kind == OP_PRECV && o.landed) {
+    if (o.kind == OP_PRECV && (o.landed || o.pre != NULL)) {
+        if (o.pre != NULL) {
+            stashed *p = o.pre;
+            free(p->wire);
+            free(p);
+            __atomic_sub_fetch(&presatisfied, 1, __ATOMIC_RELEASE);
+        }
         o.landed = 0;
+        o.pre = NULL;
         remember(r, &o);
     }
     return rc;

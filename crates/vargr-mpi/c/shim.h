@@ -72,6 +72,10 @@ int cx_start(MPI_Request *req);
 int cx_startall(int n, MPI_Request reqs[]);
 int cx_request_free(MPI_Request *req);
 int cx_request_get_status(MPI_Request req, int *flag, MPI_Status *st);
+/* The index of a persistent receive among `reqs` that took a stashed message when it
+ * started (MPI sees it inactive, so MPI's any and some calls would pass it over), or
+ * -1; cheap when there is none. */
+int cx_presatisfied(int n, const MPI_Request reqs[]);
 int cx_alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
                 MPI_Datatype rtype, MPI_Comm comm);
 int cx_alltoallv(const void *sbuf, const int scounts[], const int sdispls[], MPI_Datatype stype,

@@ -398,6 +398,43 @@ int main(int argc, char **argv) {
         MPI_Request_free(&r);
     }
 
+    /* 14. A probe takes a frame out of MPI (into the library's stash); a persistent
+     * receive started after it must get that message first, then the next one: with
+     * MPI_Waitany, MPI_Wait, and again with MPI_Startall and MPI_Waitall. */
+    {
+        MPI_Request sends[4], r;
+        double *more = malloc(4 * N * sizeof(double));
+        for (int k = 0; k < 4; k++) {
+            fill(more + k * N, N, rank + 90 + k);
+            MPI_Isend(more + k * N, N - k, MPI_DOUBLE, far_peer(), 21, MPI_COMM_WORLD,
+                      &sends[k]);
+        }
+        MPI_Recv_init(b, N, MPI_DOUBLE, far_peer(), 21, MPI_COMM_WORLD, &r);
+        for (int k = 0; k < 4; k++) {
+            int idx = -1, count = -1;
+            MPI_Probe(far_peer(), 21, MPI_COMM_WORLD, &st);
+            MPI_Get_count(&st, MPI_DOUBLE, &count);
+            if (k < 2) {
+                MPI_Start(&r);
+            } else {
+                MPI_Startall(1, &r);
+            }
+            if (k == 0) {
+                MPI_Waitany(1, &r, &idx, &st);
+            } else if (k == 1) {
+                MPI_Wait(&r, &st);
+            } else {
+                MPI_Waitall(1, &r, &st);
+            }
+            char what[48];
+            snprintf(what, sizeof what, "persistent after probe %d (probed %d)", k, count);
+            say(what, b, N * sizeof(double), &st, MPI_DOUBLE);
+        }
+        MPI_Request_free(&r);
+        MPI_Waitall(4, sends, MPI_STATUSES_IGNORE);
+        free(more);
+    }
+
     free(a);
     free(b);
     MPI_Finalize();

@@ -11,6 +11,10 @@ pub const MPIRUN: &[&str] = &[
     "--oversubscribe",
     "--bind-to",
     "none",
+    // A program that deadlocks (a matching bug) ends with an error instead of holding
+    // the test run for ever.
+    "--timeout",
+    "300",
 ];
 
 pub fn have_mpirun() -> bool {
