@@ -6,6 +6,8 @@
  *                          never matches (HPCC RandomAccess's loop)
  *   call_cost messages N   N rounds of MPI_Irecv, MPI_Isend and MPI_Waitall of one int
  *                          to itself (every round: three calls, two messages)
+ *   call_cost blocking N   N rounds of MPI_Send and MPI_Recv of 8 bytes to itself
+ *                          (IMB's PingPong as one process can make it)
  *
  * One process; the script runs each twice (N and 2N) and divides the difference. */
 
@@ -17,8 +19,9 @@
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     long n = argc > 2 ? atol(argv[2]) : 0;
-    if (argc != 3 || n < 1 || (strcmp(argv[1], "polls") && strcmp(argv[1], "messages"))) {
-        fprintf(stderr, "usage: call_cost polls|messages N\n");
+    if (argc != 3 || n < 1 ||
+        (strcmp(argv[1], "polls") && strcmp(argv[1], "messages") && strcmp(argv[1], "blocking"))) {
+        fprintf(stderr, "usage: call_cost polls|messages|blocking N\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int a = 1, b = 0, index = 0, flag = 0;
@@ -35,6 +38,12 @@ int main(int argc, char **argv) {
         }
         MPI_Cancel(&r[0]);
         MPI_Wait(&r[0], &st[0]);
+    } else if (!strcmp(argv[1], "blocking")) {
+        char out[8] = {0}, in[8];
+        for (long i = 0; i < n; i++) {
+            MPI_Send(out, 8, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+            MPI_Recv(in, 8, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        }
     } else {
         for (long i = 0; i < n; i++) {
             MPI_Irecv(&b, 1, MPI_INT, 0, 5, MPI_COMM_WORLD, &r[0]);

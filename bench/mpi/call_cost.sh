@@ -26,7 +26,7 @@ count() { # mode what rounds
     "$work/call_cost" "$2" "$3" 2>&1 | sed -n 's/.*Collected : //p'
 }
 printf '%-9s %-8s %s\n' what mode "instructions per round"
-for what in polls messages; do
+for what in polls messages blocking; do
   for mode in off preload trace; do
     one=$(count $mode $what $n)
     two=$(count $mode $what $((2 * n)))
