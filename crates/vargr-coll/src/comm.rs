@@ -404,7 +404,10 @@ impl Comm {
             collector: self.collector(coll),
             seq,
         };
-        let r = execute(&ctx, sched, input, work);
+        let r = {
+            let _steps = crate::rank_scheduler::collective_scope();
+            execute(&ctx, sched, input, work)
+        };
         self.trace_call(coll, seq, start, work.len().max(input.len()), r.is_ok());
         r
     }

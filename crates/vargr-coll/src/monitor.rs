@@ -936,6 +936,7 @@ mod tests {
                     })
                     .collect(),
             }],
+            usage: None,
         }
     }
 

@@ -1294,6 +1294,7 @@ pub(crate) mod tests {
                     records,
                 })
                 .collect(),
+            usage: None,
         }
     }
 

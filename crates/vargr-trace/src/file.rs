@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Alignment, Calibration};
 use crate::record::Record;
+use crate::usage::ProcessUsage;
 
 const MAGIC: &[u8; 8] = b"VARGRTR2";
 /// Version 1: no checksum.
@@ -50,6 +51,9 @@ pub struct TraceFile {
     /// Collector names by id.
     pub collectors: Vec<String>,
     pub threads: Vec<ThreadTrace>,
+    /// What the process's rank threads did with the CPU (absent in older files and in
+    /// processes that ran no ranks).
+    pub usage: Option<ProcessUsage>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -63,6 +67,8 @@ struct Header {
     align: Alignment,
     collectors: Vec<String>,
     threads: Vec<ThreadHeader>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    usage: Option<ProcessUsage>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -140,6 +146,7 @@ impl TraceFile {
                     records: t.records.len() as u64,
                 })
                 .collect(),
+            usage: self.usage.clone(),
         };
         let h = serde_json::to_vec(&header).expect("a trace header always serializes");
         let n: usize = self.threads.iter().map(|t| t.records.len()).sum();
@@ -228,6 +235,7 @@ impl TraceFile {
             align: header.align,
             collectors: header.collectors,
             threads,
+            usage: header.usage,
         })
     }
 
@@ -356,6 +364,7 @@ mod tests {
                     peer: 1,
                 }],
             }],
+            usage: None,
         }
     }
 
