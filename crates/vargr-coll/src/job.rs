@@ -28,9 +28,9 @@ use crate::hierarchy::Hierarchy;
 use crate::inproc::{Fabric, InProcess, WaitPolicy};
 use crate::monitor::{self, MonitorConfig, MonitorHandle};
 use crate::rank_scheduler::{self, SchedPolicy, Scheduler, LOW};
-use crate::usage::{self, RankState, ThreadUsage};
 use crate::select::Selector;
 use crate::transport::{Match, Matched, Transport};
+use crate::usage::{self, RankState, ThreadUsage};
 
 /// One rank's endpoint on a process's mesh.
 pub struct MeshTransport {

@@ -34,10 +34,10 @@
 //! not stop the application.
 
 use std::cell::{Cell, RefCell};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 use std::str::FromStr;
+use std::sync::Arc;
 use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// How ranks of one process share its cores.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -388,7 +388,9 @@ mod tests {
         s.release();
         step.join().unwrap();
         // The slot is free, and still the rank going back to compute waits.
-        until(&s, |st| st.free == 1 && st.waiting[LOW] == 1 && st.waiting[HIGH] == 0);
+        until(&s, |st| {
+            st.free == 1 && st.waiting[LOW] == 1 && st.waiting[HIGH] == 0
+        });
         order.lock().unwrap().push("helper blocks");
         s.helper_busy(false);
         compute.join().unwrap();

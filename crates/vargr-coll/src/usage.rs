@@ -89,7 +89,12 @@ pub fn parse_stat(text: &str) -> Result<(char, u64, u64), ProcError> {
     let mut letters = state.chars();
     let letter = match (letters.next(), letters.next()) {
         (Some(c), None) => c,
-        _ => return Err(proc_error("stat", format!("state {state:?} is not one letter"))),
+        _ => {
+            return Err(proc_error(
+                "stat",
+                format!("state {state:?} is not one letter"),
+            ))
+        }
     };
     Ok((letter, num("utime", utime)?, num("stime", stime)?))
 }
@@ -555,7 +560,10 @@ mod tests {
 
     #[test]
     fn malformed_proc_text_names_what_is_wrong() {
-        assert!(parse_stat("12 no paren S 1").unwrap_err().reason.contains(')'));
+        assert!(parse_stat("12 no paren S 1")
+            .unwrap_err()
+            .reason
+            .contains(')'));
         let short = parse_stat("1 (x) R 1 2 3").unwrap_err();
         assert!(short.reason.contains("13 needed"), "{short}");
         let bad = STAT.replace(" 57 ", " 5x7 ");
@@ -563,8 +571,9 @@ mod tests {
         assert!(parse_stat(&STAT.replace(") S ", ") SS ")).is_err());
         let e = parse_status("voluntary_ctxt_switches:\t3\n").unwrap_err();
         assert!(e.reason.contains("nonvoluntary"), "{e}");
-        assert!(parse_status("voluntary_ctxt_switches: many\nnonvoluntary_ctxt_switches: 1")
-            .is_err());
+        assert!(
+            parse_status("voluntary_ctxt_switches: many\nnonvoluntary_ctxt_switches: 1").is_err()
+        );
     }
 
     /// Waits until `tid` shows `want`, up to a generous deadline; the state it last saw.
@@ -632,14 +641,21 @@ mod tests {
         assert!(s.transitions >= 6, "{}", s.transitions);
         // Never both ranks ready: rank 0 was in communication while rank 1 lived.
         assert_eq!(s.tlp_at_least(2), 0.0);
-        assert!(s.tlp_at_least(1) > 0.0 && s.tlp_at_least(1) < 1.0, "{:?}", s.tlp);
+        assert!(
+            s.tlp_at_least(1) > 0.0 && s.tlp_at_least(1) < 1.0,
+            "{:?}",
+            s.tlp
+        );
         let t = s.share.computing + s.share.communication + s.share.other;
         assert!((t - 1.0).abs() < 1e-9, "{:?}", s.share);
         assert!(s.share.communication > 0.0);
         let total: f64 = s.tlp.iter().sum();
         assert!((total - 1.0).abs() < 1e-9, "{:?}", s.tlp);
         // Rank 1 used some CPU or was at least accounted (both ranks have entries).
-        assert_eq!(s.per_rank.iter().map(|r| r.rank).collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(
+            s.per_rank.iter().map(|r| r.rank).collect::<Vec<_>>(),
+            [0, 1]
+        );
         // An unregistered thread changes nothing.
         let before = u.snapshot().transitions;
         drop(enter(RankState::Other));

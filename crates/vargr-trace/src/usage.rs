@@ -129,10 +129,7 @@ impl ProcessUsage {
     /// One line for tables: TLP_1, TLP_2, share computing, system time, switches.
     pub fn summary_line(&self) -> String {
         let (v, i) = self.switches();
-        let hw = match (
-            self.counter(|c| c.instructions),
-            self.counter(|c| c.cycles),
-        ) {
+        let hw = match (self.counter(|c| c.instructions), self.counter(|c| c.cycles)) {
             (Some(ins), Some(cyc)) if cyc > 0 => format!("IPC {:.2}", ins as f64 / cyc as f64),
             _ => format!(
                 "counters unavailable: {}",
