@@ -369,6 +369,28 @@ mod tests {
     }
 
     #[test]
+    fn usage_travels_in_the_header_and_its_absence_writes_the_old_header() {
+        let bytes = sample().encode();
+        let hlen = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        let header = std::str::from_utf8(&bytes[12..12 + hlen]).unwrap();
+        // Without usage the header is what older versions wrote, and reads back the same.
+        assert!(!header.contains("usage"), "{header}");
+        let mut f = sample();
+        f.usage = Some(crate::usage::ProcessUsage {
+            seconds: 1.5,
+            ranks: 2,
+            tlp: vec![0.5, 0.25, 0.25],
+            transitions: 9,
+            ..Default::default()
+        });
+        let back = TraceFile::decode(&f.encode(), Path::new("u.vtr")).unwrap();
+        assert_eq!(back, f);
+        // A header from before usage existed (no key at all) still reads.
+        let old = TraceFile::decode(&bytes, Path::new("old.vtr")).unwrap();
+        assert_eq!(old.usage, None);
+    }
+
+    #[test]
     fn files_round_trip_through_disk() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.vtr");
