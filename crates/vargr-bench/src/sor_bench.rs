@@ -52,6 +52,10 @@ pub struct SorBenchArgs {
     /// Convergence tests: `plain` (allreduce) and `cond` (conditional allreduce).
     #[arg(long, value_delimiter = ',', default_value = "plain,cond")]
     tests: Vec<String>,
+    /// Runs of each configuration; the record is the run with the median time, and
+    /// keeps every run's time.
+    #[arg(long, default_value_t = 3)]
+    repeat: u32,
     /// How often each process samples its rank threads' kernel states, in ms.
     #[arg(long, default_value_t = 2)]
     sample_ms: u64,
@@ -103,6 +107,9 @@ pub struct SorRecord {
     pub llc_misses: Option<u64>,
     /// Why there are no counters (the kernel's refusal), if there are none.
     pub counters_unavailable: Option<String>,
+    /// Every run's total time (the record's figures are the median run's).
+    #[serde(default)]
+    pub runs_s: Vec<f64>,
     /// Each process's figures (one per process, in rank order).
     pub processes: Vec<ProcessUsage>,
 }
@@ -279,8 +286,43 @@ fn record(run: &Run, rtt_ms: f64, o: RankOutput) -> SorRecord {
         counters_unavailable: ps
             .iter()
             .find_map(|p| p.counters_unavailable().map(str::to_string)),
+        runs_s: vec![o.seconds],
         processes: o.processes,
     }
+}
+
+/// One `vargr run` job of `run`; rank 0's output.
+fn run_once(
+    vargr: &std::path::Path,
+    bench: &std::path::Path,
+    a: &SorBenchArgs,
+    run: &Run,
+    what: &str,
+) -> Result<RankOutput> {
+    let mut cmd = Command::new(vargr);
+    cmd.args(["run", "-n", &run.ranks.to_string()])
+        .args(["--ranks-per-process", &run.ranks_per_process.to_string()]);
+    if run.wan {
+        cmd.args(["--sites", "2", "--wan", &format!("rtt={}", a.rtt)]);
+    }
+    let out = cmd
+        .args(["--sched", run.sched.name(), "--"])
+        .arg(bench)
+        .args(["coll-sor-rank", "--test", run.test])
+        .args(["--side", &a.side.to_string()])
+        .args(["--epsilon", &a.epsilon.to_string()])
+        .args(["--sample-ms", &a.sample_ms.to_string()])
+        .output()
+        .context("starting vargr run")?;
+    if !out.status.success() {
+        bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .with_context(|| format!("{what}: no record in {text:?}"))?;
+    serde_json::from_str(line).with_context(|| format!("{what}: {line}"))
 }
 
 pub fn sor_bench(a: SorBenchArgs, programs: &Programs) -> Result<()> {
@@ -326,40 +368,28 @@ pub fn sor_bench(a: SorBenchArgs, programs: &Programs) -> Result<()> {
     }
     let mut records: Vec<SorRecord> = Vec::new();
     for run in &runs {
-        let ranks = run.ranks;
-        let mut cmd = Command::new(vargr);
-        cmd.args(["run", "-n", &ranks.to_string()])
-            .args(["--ranks-per-process", &run.ranks_per_process.to_string()]);
-        if run.wan {
-            cmd.args(["--sites", "2", "--wan", &format!("rtt={}", a.rtt)]);
-        }
-        let out = cmd
-            .args(["--sched", run.sched.name(), "--"])
-            .arg(bench)
-            .args(["coll-sor-rank", "--test", run.test])
-            .args(["--side", &a.side.to_string()])
-            .args(["--epsilon", &a.epsilon.to_string()])
-            .args(["--sample-ms", &a.sample_ms.to_string()])
-            .output()
-            .context("starting vargr run")?;
         let what = format!(
-            "SOR with {ranks} ranks ({}/process, {}, {}, sched {})",
+            "SOR with {} ranks ({}/process, {}, {}, sched {})",
+            run.ranks,
             run.ranks_per_process,
             if run.wan { "WAN" } else { "one site" },
             run.test,
             run.sched.name()
         );
-        if !out.status.success() {
-            bail!("{what} failed: {}", String::from_utf8_lossy(&out.stderr));
+        let mut outs = (0..a.repeat.max(1))
+            .map(|_| run_once(vargr, bench, &a, run, &what))
+            .collect::<Result<Vec<RankOutput>>>()?;
+        let runs_s: Vec<f64> = outs.iter().map(|o| o.seconds).collect();
+        for o in &outs[1..] {
+            ensure!(
+                (o.iterations, o.checksum) == (outs[0].iterations, outs[0].checksum),
+                "{what}: two runs computed different grids"
+            );
         }
-        let text = String::from_utf8_lossy(&out.stdout);
-        let line = text
-            .lines()
-            .find(|l| l.starts_with('{'))
-            .with_context(|| format!("{what}: no record in {text:?}"))?;
-        let o: RankOutput =
-            serde_json::from_str(line).with_context(|| format!("{what}: {line}"))?;
-        let rec = record(run, rtt_ms, o);
+        outs.sort_by(|x, y| x.seconds.total_cmp(&y.seconds));
+        let o = outs.swap_remove(outs.len() / 2);
+        let mut rec = record(run, rtt_ms, o);
+        rec.runs_s = runs_s;
         eprintln!(
             "{what}: {} iterations in {:.2} s; {}",
             rec.iterations,

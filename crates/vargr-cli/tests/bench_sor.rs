@@ -42,6 +42,8 @@ fn every_scheduler_computes_the_same_grid_and_reports_thread_usage() {
         "2ms",
         "--sample-ms",
         "1",
+        "--repeat",
+        "2",
         "--json",
         json.to_str().unwrap(),
     ];
@@ -73,6 +75,7 @@ fn every_scheduler_computes_the_same_grid_and_reports_thread_usage() {
         assert_eq!(r["iterations"], first["iterations"], "{r}");
         assert_eq!(r["checksum"], first["checksum"], "{r}");
         assert!(r["iterations"].as_u64().unwrap() > 10, "{r}");
+        assert_eq!(r["runs_s"].as_array().unwrap().len(), 2, "{r}");
         let (t1, t2) = (share(r, "tlp_1"), share(r, "tlp_2"));
         assert!(t2 <= t1 + 1e-9, "{r}");
         let states = share(r, "computing_share")
