@@ -676,7 +676,7 @@ impl Job {
             self.size()
         ));
         let usage = self.usage.snapshot();
-        file.usage = (usage.ranks > 0).then_some(usage);
+        file.usage = (usage.ranks > 0).then(|| Box::new(usage));
         std::fs::create_dir_all(dir).map_err(|e| job_error(format!("{}: {e}", dir.display())))?;
         let path = dir.join(format!("{}-{:05}.vtr", file.host, r.start));
         file.write(&path).map_err(job_error)?;

@@ -1203,7 +1203,7 @@ pub fn analyze(files: &[TraceFile]) -> Analysis {
                 process: f.process.clone(),
                 host: f.host.clone(),
                 pid: f.pid,
-                usage: f.usage.clone()?,
+                usage: f.usage.as_deref()?.clone(),
             })
         })
         .collect();

@@ -52,8 +52,9 @@ pub struct TraceFile {
     pub collectors: Vec<String>,
     pub threads: Vec<ThreadTrace>,
     /// What the process's rank threads did with the CPU (absent in older files and in
-    /// processes that ran no ranks).
-    pub usage: Option<ProcessUsage>,
+    /// processes that ran no ranks). Boxed: most files are read and passed around
+    /// without it.
+    pub usage: Option<Box<ProcessUsage>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -68,7 +69,7 @@ struct Header {
     collectors: Vec<String>,
     threads: Vec<ThreadHeader>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    usage: Option<ProcessUsage>,
+    usage: Option<Box<ProcessUsage>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -376,13 +377,13 @@ mod tests {
         // Without usage the header is what older versions wrote, and reads back the same.
         assert!(!header.contains("usage"), "{header}");
         let mut f = sample();
-        f.usage = Some(crate::usage::ProcessUsage {
+        f.usage = Some(Box::new(crate::usage::ProcessUsage {
             seconds: 1.5,
             ranks: 2,
             tlp: vec![0.5, 0.25, 0.25],
             transitions: 9,
             ..Default::default()
-        });
+        }));
         let back = TraceFile::decode(&f.encode(), Path::new("u.vtr")).unwrap();
         assert_eq!(back, f);
         // A header from before usage existed (no key at all) still reads.

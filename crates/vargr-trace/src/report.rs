@@ -1464,7 +1464,7 @@ mod tests {
             vec![(1, vec![rec(EventOp::Call, 0, 0, 1, 2, NO_PEER)])],
         );
         with.process = "ranks 1..3 of 3".into();
-        with.usage = Some(ProcessUsage {
+        with.usage = Some(Box::new(ProcessUsage {
             seconds: 2.0,
             ranks: 2,
             tlp: vec![0.25, 0.33, 0.42],
@@ -1488,7 +1488,7 @@ mod tests {
                     ..Default::default()
                 },
             }],
-        });
+        }));
         // A run without usage has no section.
         let none = analyze(std::slice::from_ref(&plain));
         assert!(!render(&none, "t").contains("id=\"threads\""));
