@@ -544,8 +544,9 @@ impl Job {
     }
 
     /// What this process's rank threads have done with the CPU so far (see
-    /// [`crate::usage`]): measured for every [`Job::run`], with kernel states sampled
-    /// once [`Job::sample_threads`] asked for it (traced jobs always sample).
+    /// [`crate::usage`]): measured for every [`Job::run`] (a second run adds its ranks
+    /// again), with kernel states sampled once [`Job::sample_threads`] asked for it
+    /// (traced jobs always sample).
     pub fn usage(&self) -> &Arc<ThreadUsage> {
         &self.usage
     }
