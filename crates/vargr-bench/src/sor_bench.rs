@@ -6,7 +6,8 @@
 //! Each configuration is one `vargr run` job. Besides the time, every process measures
 //! what its rank threads did with the CPU ([`vargr_coll::usage`]): the seed's TLP
 //! (share of time with at least N ranks not blocked in communication), the share of time
-//! the kernel saw N of them runnable, user and system time, context switches, and
+//! the kernel saw N of them runnable, the time they were runnable without a CPU, user
+//! and system time, context switches, and
 //! hardware counters where the kernel allows them. Rank 0 gathers every process's
 //! figures and the ranks' checksums and prints one JSON record; the driver checks that
 //! every configuration with the same ranks computed the same grid in the same number
@@ -100,6 +101,9 @@ pub struct SorRecord {
     pub system_s: f64,
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
+    /// Time the ranks were runnable but had no CPU, seconds (summed), if measured.
+    #[serde(default)]
+    pub runqueue_wait_s: Option<f64>,
     /// Hardware counters summed over the ranks (user level), when every rank has them.
     pub instructions: Option<u64>,
     pub cycles: Option<u64>,
@@ -279,6 +283,7 @@ fn record(run: &Run, rtt_ms: f64, o: RankOutput) -> SorRecord {
         system_s: ps.iter().map(ProcessUsage::system_s).sum(),
         voluntary_switches: vol,
         involuntary_switches: invol,
+        runqueue_wait_s: ps.iter().map(ProcessUsage::runqueue_wait_s).sum(),
         instructions: sum_counter(|c| c.instructions),
         cycles: sum_counter(|c| c.cycles),
         l1d_misses: sum_counter(|c| c.l1d_misses),
@@ -422,7 +427,7 @@ pub fn sor_bench(a: SorBenchArgs, programs: &Programs) -> Result<()> {
 
 fn print_table(records: &[SorRecord]) {
     println!(
-        "\n{:>5} {:>4} {:>4} {:>14} {:>10} {:>5} {:>8} {:>9} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>9} {:>5}",
+        "\n{:>5} {:>4} {:>4} {:>14} {:>10} {:>5} {:>8} {:>9} {:>6} {:>6} {:>6} {:>6} {:>7} {:>7} {:>7} {:>9} {:>5}",
         "ranks",
         "/prc",
         "net",
@@ -437,6 +442,7 @@ fn print_table(records: &[SorRecord]) {
         "R>=2",
         "user s",
         "sys s",
+        "rq s",
         "switches",
         "IPC"
     );
@@ -446,7 +452,7 @@ fn print_table(records: &[SorRecord]) {
             _ => "-".into(),
         };
         println!(
-            "{:>5} {:>4} {:>4} {:>14} {:>10} {:>5} {:>8.2} {:>9.1} {:>5.0}% {:>5.0}% {:>5.0}% {:>5.0}% {:>7.2} {:>7.2} {:>9} {:>5}",
+            "{:>5} {:>4} {:>4} {:>14} {:>10} {:>5} {:>8.2} {:>9.1} {:>5.0}% {:>5.0}% {:>5.0}% {:>5.0}% {:>7.2} {:>7.2} {:>7} {:>9} {:>5}",
             r.ranks,
             r.ranks_per_process,
             if r.sites > 1 { "wan" } else { "lan" },
@@ -461,6 +467,7 @@ fn print_table(records: &[SorRecord]) {
             100.0 * r.os_runnable_2,
             r.user_s,
             r.system_s,
+            r.runqueue_wait_s.map_or("-".into(), |w| format!("{w:.2}")),
             r.voluntary_switches + r.involuntary_switches,
             ipc
         );

@@ -85,6 +85,11 @@ fn every_scheduler_computes_the_same_grid_and_reports_thread_usage() {
         share(r, "os_runnable_2");
         assert!(r["system_s"].as_f64().unwrap() >= 0.0, "{r}");
         assert!(r["user_s"].as_f64().unwrap() >= 0.0, "{r}");
+        // Linux keeps per-task scheduler statistics: time runnable without a CPU.
+        assert!(
+            r["runqueue_wait_s"].as_f64().is_some_and(|w| w >= 0.0),
+            "{r}"
+        );
         // Ranks block in receives and wake up: the kernel counted their switches.
         let switches =
             r["voluntary_switches"].as_u64().unwrap() + r["involuntary_switches"].as_u64().unwrap();

@@ -11,7 +11,8 @@
 //! - What the kernel thinks is sampled: a thread reads every rank thread's
 //!   `/proc/self/task/<tid>/stat` state now and then, so "wants a CPU but has none"
 //!   (state `R` with fewer cores than runnable threads) is visible too.
-//! - Per rank, user and system time and context switches come from `/proc` at the start
+//! - Per rank, user and system time, context switches and the time spent runnable but
+//!   waiting for a CPU (`schedstat`'s run delay) come from `/proc` at the start
 //!   and end of its window, and hardware counters (instructions, cycles, L1D and LLC read
 //!   misses; user level only, like the seed's perfctr virtual counters) from
 //!   `perf_event_open` where the kernel allows it. Where it does not, the reason is kept
@@ -49,6 +50,9 @@ pub struct TaskSample {
     pub stime: u64,
     pub voluntary: u64,
     pub involuntary: u64,
+    /// Nanoseconds spent runnable but waiting for a CPU (`schedstat`'s run delay);
+    /// `None` where the kernel keeps no scheduler statistics.
+    pub run_delay_ns: Option<u64>,
 }
 
 /// Why a `/proc` text could not be read.
@@ -116,6 +120,18 @@ pub fn parse_status(text: &str) -> Result<(u64, u64), ProcError> {
     ))
 }
 
+/// Parses `schedstat`: time on the CPU, time waiting for one (both ns), timeslices.
+pub fn parse_schedstat(text: &str) -> Result<(u64, u64), ProcError> {
+    let mut it = text.split_ascii_whitespace().map(|s| {
+        s.parse::<u64>()
+            .map_err(|_| proc_error("schedstat", format!("{s:?} is not a number")))
+    });
+    match (it.next(), it.next()) {
+        (Some(run), Some(wait)) => Ok((run?, wait?)),
+        _ => Err(proc_error("schedstat", "fewer than two fields")),
+    }
+}
+
 /// Reads a small `/proc` file (they are a few hundred bytes; bounded anyway).
 fn read_small(path: &str) -> Result<String, ProcError> {
     let mut s = String::new();
@@ -135,12 +151,17 @@ pub fn read_task(tid: i32) -> Result<TaskSample, ProcError> {
     let (state, utime, stime) = parse_stat(&read_small(&format!("/proc/self/task/{tid}/stat"))?)?;
     let (voluntary, involuntary) =
         parse_status(&read_small(&format!("/proc/self/task/{tid}/status"))?)?;
+    let run_delay_ns = read_small(&format!("/proc/self/task/{tid}/schedstat"))
+        .and_then(|t| parse_schedstat(&t))
+        .ok()
+        .map(|(_, wait)| wait);
     Ok(TaskSample {
         state,
         utime,
         stime,
         voluntary,
         involuntary,
+        run_delay_ns,
     })
 }
 
@@ -282,14 +303,17 @@ impl RankEntry {
     fn usage_now(&self) -> RankUsage {
         let tick = clock_ticks_per_second();
         let end = read_task(self.tid).ok();
-        let (user_s, system_s, v, i) = match (self.start, end) {
+        let (user_s, system_s, v, i, wait) = match (self.start, end) {
             (Some(a), Some(b)) => (
                 b.utime.saturating_sub(a.utime) as f64 / tick,
                 b.stime.saturating_sub(a.stime) as f64 / tick,
                 b.voluntary.saturating_sub(a.voluntary),
                 b.involuntary.saturating_sub(a.involuntary),
+                a.run_delay_ns
+                    .zip(b.run_delay_ns)
+                    .map(|(x, y)| y.saturating_sub(x) as f64 / 1e9),
             ),
-            _ => (0.0, 0.0, 0, 0),
+            _ => (0.0, 0.0, 0, 0, None),
         };
         RankUsage {
             rank: self.rank,
@@ -297,6 +321,7 @@ impl RankEntry {
             system_s,
             voluntary_switches: v,
             involuntary_switches: i,
+            runqueue_wait_s: wait,
             counters: self.counters.read(),
         }
     }
@@ -556,6 +581,9 @@ mod tests {
     fn stat_fields_count_from_the_last_parenthesis() {
         assert_eq!(parse_stat(STAT), Ok(('S', 57, 13)));
         assert_eq!(parse_status(STATUS), Ok((150, 7)));
+        assert_eq!(parse_schedstat("123456 7890 12\n"), Ok((123456, 7890)));
+        assert!(parse_schedstat("123456").is_err());
+        assert!(parse_schedstat("1 -2 3").unwrap_err().reason.contains("-2"));
     }
 
     #[test]

@@ -800,10 +800,12 @@ fn threads_section(h: &mut String, a: &Analysis) {
          the mean share of a rank's time in each state; R&ge;2 the share of <code>/proc</code> \
          samples with at least two rank threads runnable; user and system time and \
          context switches (voluntary / involuntary) are summed over the ranks; IPC from \
-         the hardware counters where the kernel allowed them.</p>\n<table><tr>\
+         the hardware counters where the kernel allowed them; waiting for a CPU is the \
+         time the ranks were runnable without one (<code>schedstat</code>).</p>\n<table><tr>\
          <th class=\"l\">process</th><th>ranks</th><th>seconds</th><th>TLP<sub>1</sub></th>\
          <th>TLP<sub>2</sub></th><th>computing</th><th>communication</th><th>slot wait</th>\
-         <th>R&ge;2</th><th>user</th><th>system</th><th>switches</th><th class=\"l\">counters</th></tr>\n",
+         <th>R&ge;2</th><th>user</th><th>system</th><th>waiting for a CPU</th><th>switches</th>\
+         <th class=\"l\">counters</th></tr>\n",
     );
     for p in a.threads.iter().take(MAX_TABLE_ROWS) {
         let u = &p.usage;
@@ -813,7 +815,7 @@ fn threads_section(h: &mut String, a: &Analysis) {
             h,
             "<tr><td class=\"l\">{} ({}:{})</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td>\
              <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2} s</td><td>{:.2} s</td>\
-             <td>{v} / {i}</td><td class=\"l\">{}</td></tr>",
+             <td>{}</td><td>{v} / {i}</td><td class=\"l\">{}</td></tr>",
             esc(&p.process),
             esc(&p.host),
             p.pid,
@@ -831,6 +833,8 @@ fn threads_section(h: &mut String, a: &Analysis) {
             },
             u.user_s(),
             u.system_s(),
+            u.runqueue_wait_s()
+                .map_or("–".into(), |w| format!("{w:.2} s")),
             esc(&counters_text(u)),
         );
     }
@@ -1328,6 +1332,7 @@ pub fn text(a: &Analysis) -> String {
             "R>=2",
             "user",
             "system",
+            "CPU wait",
             "switches",
             "counters",
         ]
@@ -1352,6 +1357,8 @@ pub fn text(a: &Analysis) -> String {
                 },
                 format!("{:.2} s", u.user_s()),
                 format!("{:.2} s", u.system_s()),
+                u.runqueue_wait_s()
+                    .map_or("-".into(), |w| format!("{w:.2} s")),
                 format!("{v}/{i}"),
                 counters_text(u),
             ]);
@@ -1483,6 +1490,7 @@ mod tests {
                 system_s: 0.25,
                 voluntary_switches: 7,
                 involuntary_switches: 3,
+                runqueue_wait_s: Some(0.125),
                 counters: Counters {
                     unavailable: Some("perf_event_open: <denied>".into()),
                     ..Default::default()
@@ -1503,6 +1511,10 @@ mod tests {
         let t = text(&a);
         assert!(t.contains("ranks 1..3 of 3"), "{t}");
         assert!(t.contains("1.50 s") && t.contains("7/3"), "{t}");
+        assert!(
+            html.contains("<td>0.12 s</td>") && t.contains("0.12 s"),
+            "{t}"
+        );
         let j = json(&a);
         assert_eq!(j["threads"][0]["usage"]["tlp"][2], 0.42);
         assert_eq!(j["threads"][0]["process"], "ranks 1..3 of 3");

@@ -58,6 +58,10 @@ pub struct RankUsage {
     /// Context switches (from `/proc/self/task/<tid>/status`).
     pub voluntary_switches: u64,
     pub involuntary_switches: u64,
+    /// Time runnable but waiting for a CPU, seconds (`/proc/self/task/<tid>/schedstat`;
+    /// absent where the kernel keeps no scheduler statistics).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runqueue_wait_s: Option<f64>,
     pub counters: Counters,
 }
 
@@ -104,6 +108,14 @@ impl ProcessUsage {
         self.per_rank.iter().map(|r| r.user_s).sum()
     }
 
+    /// Time the ranks spent runnable without a CPU, seconds, if every rank has it.
+    pub fn runqueue_wait_s(&self) -> Option<f64> {
+        if self.per_rank.is_empty() {
+            return None;
+        }
+        self.per_rank.iter().map(|r| r.runqueue_wait_s).sum()
+    }
+
     /// Context switches of all ranks: (voluntary, involuntary).
     pub fn switches(&self) -> (u64, u64) {
         self.per_rank.iter().fold((0, 0), |(v, i), r| {
@@ -136,8 +148,11 @@ impl ProcessUsage {
                 self.counters_unavailable().unwrap_or("not measured")
             ),
         };
+        let rq = self
+            .runqueue_wait_s()
+            .map_or("-".into(), |w| format!("{w:.2} s"));
         format!(
-            "TLP_1 {:.0}% TLP_2 {:.0}%, computing {:.0}% of rank time, R>=2 {:.0}%, user {:.2} s, system {:.2} s, switches {v}/{i}, {hw}",
+            "TLP_1 {:.0}% TLP_2 {:.0}%, computing {:.0}% of rank time, R>=2 {:.0}%, user {:.2} s, system {:.2} s, waiting for a CPU {rq}, switches {v}/{i}, {hw}",
             100.0 * self.tlp_at_least(1),
             100.0 * self.tlp_at_least(2),
             100.0 * self.share.computing,
