@@ -22,6 +22,7 @@ mod noise;
 mod procs;
 mod skew;
 mod sor;
+mod sor_bench;
 mod trace;
 mod tree;
 mod video;
@@ -104,8 +105,10 @@ enum Cmd {
     /// The seed's noise-allreduce benchmark: sorting between WAN allreduces, system noise
     /// counted, with the tree, MagPIe and cond_allreduce on the seed's inputs.
     Noise(noise::NoiseBenchArgs),
-    /// Red-black SOR over two emulated sites with 1, 2 and 4 ranks per core.
-    Sor(wan::SorBenchArgs),
+    /// Red-black SOR with 1, 2 and 4 ranks per core, on one site and over two emulated
+    /// sites, under each user-level scheduler, with thread-level parallelism, system time,
+    /// context switches and hardware counters per run.
+    Sor(sor_bench::SorBenchArgs),
     /// Cost of the always-on collectors: per call, and on gsum and compute-gsum.
     Trace(trace::TraceBenchArgs),
     /// Message compression over emulated links: each codec and the adaptive engine on
@@ -199,7 +202,7 @@ enum Cmd {
     CodecBenchRank(codec::CodecRankArgs),
     /// One rank of `vargr bench sor`.
     #[command(hide = true)]
-    CollSorRank(wan::SorRankArgs),
+    CollSorRank(sor_bench::SorRankArgs),
     /// One rank of `vargr bench longcut`.
     #[command(hide = true)]
     LongcutRank(longcut::LongcutRankArgs),
@@ -219,7 +222,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::Io(a) => io::bench(a, programs),
         Cmd::Wan(a) => wan::run(a, programs),
         Cmd::Noise(a) => noise::run(a, programs),
-        Cmd::Sor(a) => wan::sor_bench(a, programs),
+        Cmd::Sor(a) => sor_bench::sor_bench(a, programs),
         Cmd::Trace(a) => trace::run(a, programs),
         Cmd::Codec(a) => codec::run(a, programs),
         Cmd::Dedup(a) => dedup::run(a, programs),
@@ -240,7 +243,7 @@ pub fn run(cli: Cli, programs: &Programs) -> Result<()> {
         Cmd::SorCheck { side, epsilon } => coll_check::sor_check(side, epsilon),
         Cmd::CollBenchRank(a) => coll_rank::run(a),
         Cmd::CollWanRank(a) => wan::rank(a),
-        Cmd::CollSorRank(a) => wan::sor_rank(a),
+        Cmd::CollSorRank(a) => sor_bench::sor_rank(a),
         Cmd::LongcutRank(a) => longcut::rank(a),
         Cmd::TraceBenchRank(a) => trace::rank(a),
         Cmd::CodecBenchRank(a) => codec::rank(a),

@@ -83,8 +83,8 @@ pub struct RunArgs {
     #[arg(long, alias = "codec-trace", value_name = "DIR")]
     codec_samples: Option<PathBuf>,
     /// How ranks that share a process share its cores (sets VARGR_SCHED): none,
-    /// serialize (one computes at a time) or priority (ranks talking to other processes
-    /// run first).
+    /// serialize (one computes at a time), priority (ranks talking to other processes
+    /// run first) or coschedule (collective communication goes before computation).
     #[arg(long)]
     sched: Option<String>,
     /// Write every process's collector records (trace files) into this directory at the

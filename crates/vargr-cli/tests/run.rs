@@ -366,12 +366,13 @@ fn collectives_equal_open_mpi_for_processes_threads_and_mpirun() {
     let dir = tempfile::tempdir().unwrap();
     let reference = build_mpi_reference(dir.path());
     let reference = reference.to_str().unwrap();
-    // Processes; ranks as threads under the priority scheduler; threads and processes
-    // mixed; all threads; three sites over an emulated
+    // Processes; ranks as threads under the priority and the coscheduling scheduler;
+    // threads and processes mixed; all threads; three sites over an emulated
     // WAN (hierarchical algorithms chosen from the job's sites).
-    let cases: [(usize, &[&str]); 5] = [
+    let cases: [(usize, &[&str]); 6] = [
         (4, &[]),
         (6, &["--ranks-per-process", "3", "--sched", "priority"]),
+        (6, &["--ranks-per-process", "3", "--sched", "coschedule"]),
         (7, &["--ranks-per-process", "3"]),
         (6, &["--ranks-per-process", "6"]),
         (

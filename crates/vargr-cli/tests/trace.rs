@@ -128,6 +128,34 @@ fn a_traced_job_exports_a_valid_timeline_and_a_report() {
     );
     assert!(html.contains("<svg"));
     assert!(!html.contains("<script"));
+    // Each process's rank threads: TLP, states, CPU time, counters or why not.
+    assert!(
+        html.contains("<h2 id=\"threads\">Rank threads</h2>"),
+        "{html}"
+    );
+    let r = ok(&["trace", "report", d, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&r.stdout).expect("JSON");
+    let threads = doc["threads"].as_array().expect("threads");
+    assert_eq!(threads.len(), 2, "{threads:?}");
+    for p in threads {
+        let u = &p["usage"];
+        assert_eq!(u["ranks"], 2, "{p}");
+        let tlp: f64 = u["tlp"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|x| x.as_f64())
+            .sum();
+        assert!((tlp - 1.0).abs() < 1e-6, "{p}");
+        assert!(u["transitions"].as_u64().unwrap() > 0, "{p}");
+        for r in u["per_rank"].as_array().unwrap() {
+            let c = &r["counters"];
+            assert!(
+                c["instructions"].is_u64() || c["unavailable"].is_string(),
+                "{r}"
+            );
+        }
+    }
 }
 
 #[test]

@@ -378,7 +378,11 @@ impl Comm {
         };
         // Keep sequence numbers in step with ranks that use message schedules.
         self.next_tag();
-        let r = group.allreduce(self.me, work, kind, op);
+        // Waits in the arena bypass the transport: count the call as communication.
+        let r = {
+            let _in_comm = crate::usage::enter(crate::usage::RankState::Communication);
+            group.allreduce(self.me, work, kind, op)
+        };
         self.trace_call(coll, seq, start, work.len(), r.is_ok());
         r
     }
@@ -404,7 +408,10 @@ impl Comm {
             collector: self.collector(coll),
             seq,
         };
-        let r = execute(&ctx, sched, input, work);
+        let r = {
+            let _steps = crate::rank_scheduler::collective_scope();
+            execute(&ctx, sched, input, work)
+        };
         self.trace_call(coll, seq, start, work.len().max(input.len()), r.is_ok());
         r
     }

@@ -287,14 +287,20 @@ impl Root {
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("cond-prefetch-{s}"))
-                    .spawn(move || prefetch(&*t, peer, req, rep, s, &c))
+                    .spawn(move || {
+                        let _helper = crate::rank_scheduler::collective_helper();
+                        prefetch(&*t, peer, req, rep, s, &c)
+                    })
                     .expect("spawning a prefetch thread"),
             );
             let (t, p) = (transport.clone(), published.clone());
             threads.push(
                 std::thread::Builder::new()
                     .name(format!("cond-serve-{s}"))
-                    .spawn(move || serve(&*t, peer, req, rep, &p))
+                    .spawn(move || {
+                        let _helper = crate::rank_scheduler::collective_helper();
+                        serve(&*t, peer, req, rep, &p)
+                    })
                     .expect("spawning a serving thread"),
             );
         }
@@ -360,8 +366,11 @@ fn serve(t: &dyn Transport, peer: usize, req: u64, rep: u64, published: &Shared<
         };
         let mut p = published.lock();
         while p.seq <= after && p.flags & FLAG_CLOSED == 0 {
+            // Idle until our root publishes: no core to keep free for this thread.
+            crate::rank_scheduler::helper_set_busy(false);
             p = published.cv.wait(p).unwrap_or_else(|e| e.into_inner());
         }
+        crate::rank_scheduler::helper_set_busy(true);
         let tuple = *p;
         drop(p);
         if t.send(peer, rep, tuple.encode()).is_err() || tuple.flags & FLAG_CLOSED != 0 {

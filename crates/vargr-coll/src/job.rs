@@ -27,9 +27,10 @@ use crate::error::{CollError, Result};
 use crate::hierarchy::Hierarchy;
 use crate::inproc::{Fabric, InProcess, WaitPolicy};
 use crate::monitor::{self, MonitorConfig, MonitorHandle};
-use crate::rank_scheduler::{SchedPolicy, Scheduler, HIGH, LOW};
+use crate::rank_scheduler::{self, SchedPolicy, Scheduler, LOW};
 use crate::select::Selector;
 use crate::transport::{Match, Matched, Transport};
+use crate::usage::{self, RankState, ThreadUsage};
 
 /// One rank's endpoint on a process's mesh.
 pub struct MeshTransport {
@@ -204,12 +205,25 @@ impl MeshTransport {
         if let Some(s) = sched {
             s.release();
         }
+        // A collective's helper thread waiting is one less to make room for.
+        let helper = self.sched.as_ref().filter(|_| rank_scheduler::is_helper());
+        if let Some(s) = helper {
+            rank_scheduler::helper_attach(s);
+            rank_scheduler::helper_set_busy(false);
+        }
         let blocked = monitor::Blocked::enter();
+        let in_comm = usage::enter(RankState::Communication);
         let r = wait();
+        drop(in_comm);
         drop(blocked);
+        if helper.is_some() {
+            rank_scheduler::helper_set_busy(true);
+        }
         if let Some(s) = sched {
             let remote = self.sent_remote.load(Ordering::Relaxed);
-            s.acquire(if remote { HIGH } else { LOW });
+            let class = s.class_after_wait(remote, rank_scheduler::in_collective());
+            let _slot_wait = usage::enter(RankState::Other);
+            s.acquire(class);
             HOLDS_SLOT.with(|h| h.set(true));
         }
         r
@@ -357,7 +371,12 @@ pub struct Job {
     trace_dir: Option<std::path::PathBuf>,
     monitor_config: Option<MonitorConfig>,
     clock_sync: bool,
+    /// What this process's rank threads do with the CPU (TLP, system time, counters).
+    usage: Arc<ThreadUsage>,
 }
+
+/// How often a traced job samples its rank threads' kernel states.
+const TRACE_SAMPLE_PERIOD: Duration = Duration::from_millis(5);
 
 fn job_error(e: impl std::fmt::Display) -> CollError {
     CollError::Job {
@@ -463,6 +482,7 @@ impl Job {
             trace_dir: opts.trace_dir,
             monitor_config: opts.monitor,
             clock_sync: opts.clock_sync,
+            usage: ThreadUsage::new(),
         };
         job.align_clocks()?;
         job.start_monitor()?;
@@ -523,6 +543,19 @@ impl Job {
         Ok(())
     }
 
+    /// What this process's rank threads have done with the CPU so far (see
+    /// [`crate::usage`]): measured for every [`Job::run`] (a second run adds its ranks
+    /// again), with kernel states sampled once [`Job::sample_threads`] asked for it
+    /// (traced jobs always sample).
+    pub fn usage(&self) -> &Arc<ThreadUsage> {
+        &self.usage
+    }
+
+    /// Samples the rank threads' kernel states (`/proc`) every `period` from now on.
+    pub fn sample_threads(&self, period: Duration) {
+        self.usage.start_sampler(period);
+    }
+
     /// The ranks this process hosts.
     pub fn local_ranks(&self) -> Range<usize> {
         let env = self.mesh.env();
@@ -580,6 +613,9 @@ impl Job {
         F: Fn(Comm) -> Result<R> + Sync,
     {
         let f = &f;
+        if self.trace_dir.is_some() {
+            self.sample_threads(TRACE_SAMPLE_PERIOD);
+        }
         std::thread::scope(|s| {
             let handles: Vec<_> = self
                 .local_ranks()
@@ -589,6 +625,7 @@ impl Job {
                         .name(format!("rank-{r}"))
                         .spawn_scoped(s, move || {
                             vargr_trace::set_thread_label(&format!("rank {r}"), Some(r as u32));
+                            let _usage = self.usage.register_rank(r as u32);
                             let _slot = self.sched.as_deref().map(Slot::take);
                             f(world?.comm()?)
                         })
@@ -622,6 +659,7 @@ impl Job {
             agent.linger();
         }
         self.mesh.flush(Duration::from_secs(30));
+        self.usage.stop_sampler();
         if let Some(dir) = &self.trace_dir {
             if let Err(e) = self.write_trace(dir) {
                 tracing::warn!("could not write the trace: {e}");
@@ -632,12 +670,14 @@ impl Job {
     /// Writes this process's collector records to `DIR/<host>-<first rank>.vtr`.
     pub fn write_trace(&self, dir: &std::path::Path) -> Result<std::path::PathBuf> {
         let r = self.local_ranks();
-        let file = vargr_trace::Tracer::new().snapshot(&format!(
+        let mut file = vargr_trace::Tracer::new().snapshot(&format!(
             "ranks {}..{} of {}",
             r.start,
             r.end,
             self.size()
         ));
+        let usage = self.usage.snapshot();
+        file.usage = (usage.ranks > 0).then(|| Box::new(usage));
         std::fs::create_dir_all(dir).map_err(|e| job_error(format!("{}: {e}", dir.display())))?;
         let path = dir.join(format!("{}-{:05}.vtr", file.host, r.start));
         file.write(&path).map_err(job_error)?;
@@ -655,6 +695,7 @@ struct Slot<'a>(&'a Scheduler);
 
 impl Slot<'_> {
     fn take(s: &Scheduler) -> Slot<'_> {
+        let _slot_wait = usage::enter(RankState::Other);
         s.acquire(LOW);
         HOLDS_SLOT.with(|h| h.set(true));
         Slot(s)

@@ -57,6 +57,7 @@ mod rank_scheduler;
 mod schedule;
 mod select;
 mod transport;
+pub mod usage;
 
 pub use arena::{Arena, Group};
 pub use bench::{bench_allreduce, bench_allreduce_with};

@@ -1138,6 +1138,7 @@ mod tests {
                     })
                     .collect(),
             }],
+            usage: None,
         }
     }
 

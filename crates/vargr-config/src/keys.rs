@@ -42,7 +42,7 @@ keys! {
     "job.shm", "VARGR_SHM", Some("true"),
         "processes of a job that is all on one host exchange messages through shared memory (false: over their sockets)";
     "job.sched", "VARGR_SCHED", Some("none"),
-        "how ranks sharing a process share its cores: none, serialize or priority";
+        "how ranks sharing a process share its cores: none, serialize, priority or coschedule";
     "coll.table", "VARGR_COLL_TABLE", None,
         "a TOML or JSON file of collective algorithm selection rules";
     "coll.barrier", "VARGR_COLL_BARRIER", None, "the barrier's algorithm, whatever the table says";

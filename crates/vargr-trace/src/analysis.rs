@@ -1140,7 +1140,18 @@ pub struct Analysis {
     pub stages: crate::stages::StageTimes,
     /// Latencies per tree node (node files of a traced tree).
     pub tree: crate::tree::TreeTimes,
+    /// What each process's rank threads did with the CPU, for files that carry it.
+    pub threads: Vec<ProcessThreads>,
     pub summary: Summary,
+}
+
+/// One process's thread usage, named as its trace file names it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProcessThreads {
+    pub process: String,
+    pub host: String,
+    pub pid: u32,
+    pub usage: crate::usage::ProcessUsage,
 }
 
 /// Runs every analysis of this module over `files`.
@@ -1185,6 +1196,17 @@ pub fn analyze(files: &[TraceFile]) -> Analysis {
         span_ns: tl.last().saturating_sub(tl.origin()),
         culprit: culprit(&lb),
     };
+    let threads = files
+        .iter()
+        .filter_map(|f| {
+            Some(ProcessThreads {
+                process: f.process.clone(),
+                host: f.host.clone(),
+                pid: f.pid,
+                usage: f.usage.as_deref()?.clone(),
+            })
+        })
+        .collect();
     Analysis {
         timeline: tl,
         messages: msgs,
@@ -1194,6 +1216,7 @@ pub fn analyze(files: &[TraceFile]) -> Analysis {
         links,
         stages,
         tree,
+        threads,
         summary,
     }
 }
@@ -1294,6 +1317,7 @@ pub(crate) mod tests {
                     records,
                 })
                 .collect(),
+            usage: None,
         }
     }
 

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::clock::{Alignment, Calibration};
 use crate::record::Record;
+use crate::usage::ProcessUsage;
 
 const MAGIC: &[u8; 8] = b"VARGRTR2";
 /// Version 1: no checksum.
@@ -50,6 +51,10 @@ pub struct TraceFile {
     /// Collector names by id.
     pub collectors: Vec<String>,
     pub threads: Vec<ThreadTrace>,
+    /// What the process's rank threads did with the CPU (absent in older files and in
+    /// processes that ran no ranks). Boxed: most files are read and passed around
+    /// without it.
+    pub usage: Option<Box<ProcessUsage>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -63,6 +68,8 @@ struct Header {
     align: Alignment,
     collectors: Vec<String>,
     threads: Vec<ThreadHeader>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    usage: Option<Box<ProcessUsage>>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -140,6 +147,7 @@ impl TraceFile {
                     records: t.records.len() as u64,
                 })
                 .collect(),
+            usage: self.usage.clone(),
         };
         let h = serde_json::to_vec(&header).expect("a trace header always serializes");
         let n: usize = self.threads.iter().map(|t| t.records.len()).sum();
@@ -228,6 +236,7 @@ impl TraceFile {
             align: header.align,
             collectors: header.collectors,
             threads,
+            usage: header.usage,
         })
     }
 
@@ -356,7 +365,30 @@ mod tests {
                     peer: 1,
                 }],
             }],
+            usage: None,
         }
+    }
+
+    #[test]
+    fn usage_travels_in_the_header_and_its_absence_writes_the_old_header() {
+        let bytes = sample().encode();
+        let hlen = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;
+        let header = std::str::from_utf8(&bytes[12..12 + hlen]).unwrap();
+        // Without usage the header is what older versions wrote, and reads back the same.
+        assert!(!header.contains("usage"), "{header}");
+        let mut f = sample();
+        f.usage = Some(Box::new(crate::usage::ProcessUsage {
+            seconds: 1.5,
+            ranks: 2,
+            tlp: vec![0.5, 0.25, 0.25],
+            transitions: 9,
+            ..Default::default()
+        }));
+        let back = TraceFile::decode(&f.encode(), Path::new("u.vtr")).unwrap();
+        assert_eq!(back, f);
+        // A header from before usage existed (no key at all) still reads.
+        let old = TraceFile::decode(&bytes, Path::new("old.vtr")).unwrap();
+        assert_eq!(old.usage, None);
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod ring;
 pub mod scope;
 pub mod stages;
 pub mod tree;
+pub mod usage;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
@@ -275,6 +276,7 @@ impl Tracer {
             align: alignment(),
             collectors: collector_names(),
             threads,
+            usage: None,
         }
     }
 }

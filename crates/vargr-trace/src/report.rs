@@ -109,6 +109,7 @@ pub fn render(a: &Analysis, title: &str) -> String {
     statistics(&mut h, a);
     stage_section(&mut h, a);
     tree_section(&mut h, a);
+    threads_section(&mut h, a);
     links(&mut h, a);
     h.push_str("</body></html>\n");
     h
@@ -787,6 +788,79 @@ fn stage_bars(h: &mut String, rows: &[StageTime]) {
     h.push_str("</svg>\n");
 }
 
+/// Per process: TLP, rank states, CPU time, switches and counters (seed 000 §7.4).
+fn threads_section(h: &mut String, a: &Analysis) {
+    if a.threads.is_empty() {
+        return;
+    }
+    h.push_str(
+        "<h2 id=\"threads\">Rank threads</h2>\n<p class=\"note\">Per process over its \
+         ranks' lifetime (seed 000 §7.4): TLP<sub>N</sub> is the share of time with at least \
+         N ranks not blocked in communication; computing, communication and slot wait are \
+         the mean share of a rank's time in each state; R&ge;2 the share of <code>/proc</code> \
+         samples with at least two rank threads runnable; user and system time and \
+         context switches (voluntary / involuntary) are summed over the ranks; IPC from \
+         the hardware counters where the kernel allowed them; waiting for a CPU is the \
+         time the ranks were runnable without one (<code>schedstat</code>).</p>\n<table><tr>\
+         <th class=\"l\">process</th><th>ranks</th><th>seconds</th><th>TLP<sub>1</sub></th>\
+         <th>TLP<sub>2</sub></th><th>computing</th><th>communication</th><th>slot wait</th>\
+         <th>R&ge;2</th><th>user</th><th>system</th><th>waiting for a CPU</th><th>switches</th>\
+         <th class=\"l\">counters</th></tr>\n",
+    );
+    for p in a.threads.iter().take(MAX_TABLE_ROWS) {
+        let u = &p.usage;
+        let (v, i) = u.switches();
+        let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+        let _ = writeln!(
+            h,
+            "<tr><td class=\"l\">{} ({}:{})</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td>\
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2} s</td><td>{:.2} s</td>\
+             <td>{}</td><td>{v} / {i}</td><td class=\"l\">{}</td></tr>",
+            esc(&p.process),
+            esc(&p.host),
+            p.pid,
+            u.ranks,
+            u.seconds,
+            pct(u.tlp_at_least(1)),
+            pct(u.tlp_at_least(2)),
+            pct(u.share.computing),
+            pct(u.share.communication),
+            pct(u.share.other),
+            if u.os_samples > 0 {
+                pct(u.os_runnable_at_least(2))
+            } else {
+                "–".into()
+            },
+            u.user_s(),
+            u.system_s(),
+            u.runqueue_wait_s()
+                .map_or("–".into(), |w| format!("{w:.2} s")),
+            esc(&counters_text(u)),
+        );
+    }
+    h.push_str("</table>\n");
+}
+
+/// `IPC 1.20, 3.1M L1D misses` or why there are no counters.
+fn counters_text(u: &crate::usage::ProcessUsage) -> String {
+    match (u.counter(|c| c.instructions), u.counter(|c| c.cycles)) {
+        (Some(ins), Some(cyc)) if cyc > 0 => {
+            let mut s = format!("IPC {:.2}", ins as f64 / cyc as f64);
+            if let Some(m) = u.counter(|c| c.l1d_misses) {
+                s += &format!(", {m} L1D misses");
+            }
+            if let Some(m) = u.counter(|c| c.llc_misses) {
+                s += &format!(", {m} LLC misses");
+            }
+            s
+        }
+        _ => format!(
+            "unavailable: {}",
+            u.counters_unavailable().unwrap_or("not measured")
+        ),
+    }
+}
+
 fn tree_section(h: &mut String, a: &Analysis) {
     let tr = &a.tree;
     if tr.is_empty() {
@@ -1086,6 +1160,7 @@ pub fn json(a: &Analysis) -> serde_json::Value {
         "links": links,
         "stages": a.stages,
         "tree": a.tree,
+        "threads": a.threads,
     })
 }
 
@@ -1245,6 +1320,53 @@ pub fn text(a: &Analysis) -> String {
             );
         }
     }
+    if !a.threads.is_empty() {
+        let mut rows = vec![[
+            "process",
+            "ranks",
+            "TLP_1",
+            "TLP_2",
+            "computing",
+            "comm",
+            "slot wait",
+            "R>=2",
+            "user",
+            "system",
+            "CPU wait",
+            "switches",
+            "counters",
+        ]
+        .map(String::from)
+        .to_vec()];
+        let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+        for p in a.threads.iter().take(MAX_TABLE_ROWS) {
+            let u = &p.usage;
+            let (v, i) = u.switches();
+            rows.push(vec![
+                p.process.clone(),
+                u.ranks.to_string(),
+                pct(u.tlp_at_least(1)),
+                pct(u.tlp_at_least(2)),
+                pct(u.share.computing),
+                pct(u.share.communication),
+                pct(u.share.other),
+                if u.os_samples > 0 {
+                    pct(u.os_runnable_at_least(2))
+                } else {
+                    "-".into()
+                },
+                format!("{:.2} s", u.user_s()),
+                format!("{:.2} s", u.system_s()),
+                u.runqueue_wait_s()
+                    .map_or("-".into(), |w| format!("{w:.2} s")),
+                format!("{v}/{i}"),
+                counters_text(u),
+            ]);
+        }
+        out += "\nrank threads (TLP_N: share of time with at least N ranks not blocked in \
+                communication; R>=2: /proc samples with two or more runnable):\n";
+        out += &columns(&rows);
+    }
     out
 }
 
@@ -1333,6 +1455,69 @@ mod tests {
         assert!(!html.contains("<script"));
         assert!(html.contains("&lt;script&gt;alert(&#39;x&#39;)"));
         assert!(html.contains("&lt;b&gt;host&lt;/b&gt;"));
+    }
+
+    #[test]
+    fn thread_usage_shows_where_files_carry_it() {
+        use crate::usage::{Counters, ProcessUsage, RankUsage, StateShare};
+        let plain = file(
+            "a",
+            0,
+            vec![(0, vec![rec(EventOp::Call, 0, 0, 1, 2, NO_PEER)])],
+        );
+        let mut with = file(
+            "b",
+            0,
+            vec![(1, vec![rec(EventOp::Call, 0, 0, 1, 2, NO_PEER)])],
+        );
+        with.process = "ranks 1..3 of 3".into();
+        with.usage = Some(Box::new(ProcessUsage {
+            seconds: 2.0,
+            ranks: 2,
+            tlp: vec![0.25, 0.33, 0.42],
+            computing: vec![0.5, 0.5],
+            os_runnable: vec![0.0, 0.5, 0.5],
+            os_samples: 10,
+            share: StateShare {
+                computing: 0.6,
+                communication: 0.3,
+                other: 0.1,
+            },
+            transitions: 40,
+            per_rank: vec![RankUsage {
+                rank: 1,
+                user_s: 1.5,
+                system_s: 0.25,
+                voluntary_switches: 7,
+                involuntary_switches: 3,
+                runqueue_wait_s: Some(0.125),
+                counters: Counters {
+                    unavailable: Some("perf_event_open: <denied>".into()),
+                    ..Default::default()
+                },
+            }],
+        }));
+        // A run without usage has no section.
+        let none = analyze(std::slice::from_ref(&plain));
+        assert!(!render(&none, "t").contains("id=\"threads\""));
+        assert!(!text(&none).contains("rank threads"));
+        let a = analyze(&[plain, with]);
+        assert_eq!(a.threads.len(), 1);
+        let html = render(&a, "t");
+        balanced(&html).unwrap();
+        assert!(html.contains("id=\"threads\""));
+        assert!(html.contains("<td>75%</td><td>42%</td>"), "{html}");
+        assert!(html.contains("unavailable: perf_event_open: &lt;denied&gt;"));
+        let t = text(&a);
+        assert!(t.contains("ranks 1..3 of 3"), "{t}");
+        assert!(t.contains("1.50 s") && t.contains("7/3"), "{t}");
+        assert!(
+            html.contains("<td>0.12 s</td>") && t.contains("0.12 s"),
+            "{t}"
+        );
+        let j = json(&a);
+        assert_eq!(j["threads"][0]["usage"]["tlp"][2], 0.42);
+        assert_eq!(j["threads"][0]["process"], "ranks 1..3 of 3");
     }
 
     #[test]

@@ -611,6 +611,7 @@ mod tests {
                         .collect(),
                 })
                 .collect(),
+            usage: None,
         }
     }
 

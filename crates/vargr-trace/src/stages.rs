@@ -191,6 +191,7 @@ mod tests {
                 lost: 0,
                 records,
             }],
+            usage: None,
         }
     }
 

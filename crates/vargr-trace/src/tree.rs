@@ -517,6 +517,7 @@ pub(crate) mod tests {
                 lost: 0,
                 records,
             }],
+            usage: None,
         }
     }
 
