@@ -265,6 +265,7 @@ pub fn sample_trace() -> vargr_trace::TraceFile {
             },
         },
         align: Alignment::default(),
+        usage: None,
         collectors: vec!["coll/allreduce".into(), "net/send".into()],
         threads: vec![
             ThreadTrace {
