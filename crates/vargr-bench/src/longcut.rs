@@ -240,17 +240,21 @@ pub fn run(a: LongcutArgs, programs: &Programs) -> Result<()> {
                     &a.sor_epsilon.to_string(),
                 ],
             )?;
-            let mut it = out.split_whitespace();
-            let (Some(iters), Some(secs)) = (it.next(), it.next()) else {
-                bail!("SOR under {name}: no result in {out:?}");
+            // Rank 0 prints one JSON object (crate::sor_bench's RankOutput).
+            let result: serde_json::Value = serde_json::from_str(out.trim())
+                .with_context(|| format!("SOR under {name}: no result in {out:?}"))?;
+            let (Some(iterations), Some(secs)) =
+                (result["iterations"].as_u64(), result["seconds"].as_f64())
+            else {
+                bail!("SOR under {name}: no iterations and seconds in {out:?}");
             };
             records.push(Record {
                 workload: "sor".into(),
                 ranks: 4,
                 sites: 4,
                 bytes: a.sor_side * 8,
-                iterations: iters.parse()?,
-                mean_us: secs.parse::<f64>()? * 1e6,
+                iterations,
+                mean_us: secs * 1e6,
                 ..base.clone()
             });
         }
