@@ -27,30 +27,39 @@ fn final_view(stderr: &str, status: &Path) -> (String, String, serde_json::Value
     (culprit, gathered, st)
 }
 
-/// `vargr run -n N --monitor` over the slow-rank program with this gather fan-out.
+/// `vargr run -n N --monitor` over the slow-rank program (rank 2 sleeps `sleep_us`
+/// before each of `iters` allreduces), keeping its status in `status`.
+fn slow_rank_job(n: usize, status: &Path, iters: u32, sleep_us: u32) -> Vec<String> {
+    let (n, iters, sleep_us) = (n.to_string(), iters.to_string(), sleep_us.to_string());
+    [
+        "run",
+        "-n",
+        &n,
+        "--monitor",
+        "load-balance",
+        "--status",
+        status.to_str().unwrap(),
+        "--",
+        vargr_bench(),
+        "slow-rank",
+        "--rank",
+        "2",
+        "--iters",
+        &iters,
+        "--sleep-us",
+        &sleep_us,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+/// [`slow_rank_job`] run to its end with this gather fan-out.
 fn monitored_job(n: usize, fanout: usize, status: &Path, iters: u32) -> CliRun {
     let fanout = fanout.to_string();
-    let n = n.to_string();
-    let iters = iters.to_string();
+    let args = slow_rank_job(n, status, iters, 2000);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run_cli_env(
-        &[
-            "run",
-            "-n",
-            &n,
-            "--monitor",
-            "load-balance",
-            "--status",
-            status.to_str().unwrap(),
-            "--",
-            vargr_bench(),
-            "slow-rank",
-            "--rank",
-            "2",
-            "--iters",
-            &iters,
-            "--sleep-us",
-            "2000",
-        ],
+        &args,
         &[("VARGR_MONITOR_FANOUT", Some(OsStr::new(&fanout)))],
         Duration::from_secs(180),
     )
@@ -132,24 +141,7 @@ fn a_stalled_interior_agent_is_named_and_the_rest_of_the_tree_still_answers() {
     // Nine one-rank processes, fan-out 2: the monitor's children are the agents of
     // ranks 0 and 1; rank 1's has ranks 4 and 5 below it.
     let mut job = Command::new(vargr())
-        .args([
-            "run",
-            "-n",
-            "9",
-            "--monitor",
-            "load-balance",
-            "--status",
-            status.to_str().unwrap(),
-            "--",
-            vargr_bench(),
-            "slow-rank",
-            "--rank",
-            "2",
-            "--iters",
-            "400",
-            "--sleep-us",
-            "10000",
-        ])
+        .args(slow_rank_job(9, &status, 400, 10_000))
         .env("VARGR_MONITOR_FANOUT", "2")
         .env("VARGR_MONITOR_BUDGET_MS", "1000")
         .stdin(Stdio::null())
