@@ -17,6 +17,7 @@
 int vargr_w_MPI_Init(int *argc, char ***argv);
 int vargr_w_MPI_Init_thread(int *argc, char ***argv, int required, int *provided);
 int vargr_w_MPI_Finalize(void);
+int vargr_w_MPI_Pcontrol(const int level, ...);
 int vargr_w_MPI_Send(const void *, int, MPI_Datatype, int, int, MPI_Comm);
 int vargr_w_MPI_Ssend(const void *, int, MPI_Datatype, int, int, MPI_Comm);
 int vargr_w_MPI_Bsend(const void *, int, MPI_Datatype, int, int, MPI_Comm);
@@ -147,6 +148,9 @@ void vargr_f_init_thread(F *required, F *provided, F *ierr) {
 }
 
 void vargr_f_finalize(F *ierr) { *ierr = vargr_w_MPI_Finalize(); }
+
+/* MPI_PCONTROL(LEVEL) has no IERROR. */
+void vargr_f_pcontrol(F *level) { vargr_w_MPI_Pcontrol((int)*level); }
 
 /* ---- point to point ----------------------------------------------------------------------- */
 

@@ -23,7 +23,16 @@ typedef struct {
 } comm_info;
 
 comm_info *vargr_info_of(MPI_Comm comm);
-uint32_t vargr_world_of(const comm_info *c, int rank);
+
+/* The world rank of `rank` of communicator `c`, or NO_PEER (MPI_ANY_SOURCE,
+ * MPI_PROC_NULL, MPI_ROOT). */
+static inline uint32_t vargr_world_of(const comm_info *c, int rank) {
+    if (c == NULL || rank < 0 || rank >= c->size) {
+        return NO_PEER;
+    }
+    return c->world ? c->world[rank] : (uint32_t)rank;
+}
+
 uint64_t vargr_bytes_of(int count, MPI_Datatype t);
 
 /* ---- compress.c ---------------------------------------------------------------------- */

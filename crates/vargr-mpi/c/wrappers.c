@@ -20,13 +20,18 @@
 
 /* ---- the C ABI of the Rust core (src/events.rs) -------------------------------------- */
 
+/* The calling thread's ring (WriterRing in src/events.rs): records are written straight
+ * into it (put()), as vargr_trace's Ring::push does. */
 typedef struct {
-    uint64_t start, end, bytes;
-    uint32_t comm, peer, seq;
-    uint16_t kind;
-    uint8_t op, status;
-} vargr_mpi_event;
+    uint64_t *slots; /* mask + 1 slots of four words */
+    uint64_t mask;
+    uint64_t *head;  /* records ever written */
+    uint64_t drain_mask;
+} writer_ring;
 
+extern int vargr_mpi_ring(writer_ring *out);
+extern uint16_t vargr_mpi_collector(uint32_t comm, uint16_t kind);
+extern void vargr_mpi_drain(void);
 extern uint64_t vargr_mpi_now(void);
 
 /* vargr_trace::now() without a call into Rust on every wrapped call: the time-stamp
@@ -40,7 +45,6 @@ extern uint64_t vargr_mpi_now(void);
 extern int vargr_mpi_start(int rank, int size, int kinds, const char *built_for,
                            const char *runs_on);
 extern void vargr_mpi_comm(uint32_t id, uint32_t low, uint32_t size);
-extern void vargr_mpi_record(const vargr_mpi_event *e, int n);
 extern void vargr_mpi_finish(void);
 
 /* In the order of KINDS in src/events.rs; vargr_mpi_start checks the count. */
@@ -62,6 +66,9 @@ enum {
  * path saves no registers and makes no frame: a program that polls calls MPI_Test
  * millions of times a second, and a frame for every call is a few percent of it. */
 #define NOINLINE __attribute__((noinline))
+/* Per-thread state in the static TLS block (the library is loaded at start-up, not
+ * opened later), so that reading it is one instruction, not a call to __tls_get_addr. */
+#define TLS_IE __attribute__((tls_model("initial-exec")))
 
 /* vargr_trace::EventOp */
 enum { OP_CALL = 1, OP_SEND = 2, OP_RECV = 3, OP_USER = 7 };
@@ -113,8 +120,11 @@ static void check_abi(char *runs_on, size_t cap) {
 
 /* ---- communicators ---------------------------------------------------------------------- */
 
-/* Whether records are kept: set once by MPI_Init, before other threads call MPI. */
-static int on;
+/* Whether this process records (MPI_Init's answer), and whether it records now: that,
+ * less MPI_Pcontrol's pauses. Atomic since MPI_Pcontrol may come from any thread; a
+ * load is a plain move on x86-64. */
+static int recording;
+static _Atomic int on;
 static int keyval = MPI_KEYVAL_INVALID;
 static comm_info world_info;
 static uint32_t next_id = 1;
@@ -197,24 +207,42 @@ comm_info *vargr_info_of(MPI_Comm comm) {
     return c ? c : new_info(comm);
 }
 
-uint32_t vargr_world_of(const comm_info *c, int rank) {
-    if (c == NULL || rank < 0 || rank >= c->size) {
-        return NO_PEER; /* MPI_ANY_SOURCE, MPI_PROC_NULL, MPI_ROOT */
-    }
-    return c->world ? c->world[rank] : (uint32_t)rank;
-}
+/* The size of the last predefined datatype a thread asked for: predefined types are never
+ * freed, so the handle keeps its size, and most programs send one or two kinds of
+ * element (asking MPI costs each traced call more than the rest of its record). */
+static __thread MPI_Datatype last_type TLS_IE;
+static __thread int last_size TLS_IE; /* 0: none yet */
 
-uint64_t vargr_bytes_of(int count, MPI_Datatype t) {
+static NOINLINE int type_size(MPI_Datatype t) {
     int s = 0;
-    if (count <= 0 || PMPI_Type_size(t, &s) != MPI_SUCCESS || s <= 0) {
+    if (PMPI_Type_size(t, &s) != MPI_SUCCESS || s <= 0) {
         return 0;
     }
+    int ints = 0, addresses = 0, types = 0, combiner = 0;
+    if (PMPI_Type_get_envelope(t, &ints, &addresses, &types, &combiner) == MPI_SUCCESS &&
+        combiner == MPI_COMBINER_NAMED) {
+        last_type = t;
+        last_size = s;
+    }
+    return s;
+}
+
+static inline uint64_t bytes_of(int count, MPI_Datatype t) {
+    if (count <= 0) {
+        return 0;
+    }
+    int s = last_size > 0 && t == last_type ? last_size : type_size(t);
     return (uint64_t)count * (uint64_t)s;
 }
 
-#define info_of vargr_info_of
+uint64_t vargr_bytes_of(int count, MPI_Datatype t) { return bytes_of(count, t); }
+
+/* vargr_info_of without a call for the world, the communicator of most calls. */
+static inline comm_info *info_of(MPI_Comm comm) {
+    return comm == MPI_COMM_WORLD ? &world_info : vargr_info_of(comm);
+}
+
 #define world_of vargr_world_of
-#define bytes_of vargr_bytes_of
 
 /* The MPI calls the wrappers make: through compress.c while compression is on. */
 #define SEND(...) (cx_floor ? cx_send(CX_SEND, __VA_ARGS__) : PMPI_Send(__VA_ARGS__))
@@ -230,25 +258,56 @@ uint64_t vargr_bytes_of(int count, MPI_Datatype t) {
 
 static uint64_t max64(uint64_t a, uint64_t b) { return a > b ? a : b; }
 
-/* Events of one call, handed to the Rust core in one call (a message and its call). */
-typedef struct {
-    vargr_mpi_event e[3];
-    int n;
-} batch;
+/* The calling thread's ring; slots NULL until its first record. */
+static __thread writer_ring ring TLS_IE;
 
-static void add(batch *b, int kind, int op, const comm_info *c, uint32_t peer, int seq,
-                uint64_t bytes, uint64_t start, uint64_t end, int rc) {
-    b->e[b->n++] = (vargr_mpi_event){
-        .start = start,
-        .end = end,
-        .bytes = bytes,
-        .comm = c ? c->id : NO_COMM,
-        .peer = peer,
-        .seq = (uint32_t)seq,
-        .kind = (uint16_t)kind,
-        .op = (uint8_t)op,
-        .status = rc != MPI_SUCCESS,
-    };
+/* Collector id + 1 of (communicator slot, kind), 0 until asked of the Rust core, which
+ * names and registers collectors. Communicators past the first COMM_SLOTS - 2 share the
+ * last slot, as in src/events.rs. */
+#define COMM_SLOTS 1024
+static uint32_t collector_ids[COMM_SLOTS * K_COUNT];
+
+static NOINLINE uint32_t register_collector(uint32_t *cell, uint32_t comm, int kind) {
+    uint32_t id = (uint32_t)vargr_mpi_collector(comm, (uint16_t)kind) + 1;
+    __atomic_store_n(cell, id, __ATOMIC_RELAXED);
+    return id;
+}
+
+static inline uint16_t collector_of(uint32_t comm, int kind) {
+    size_t slot = comm == NO_COMM ? 0 : comm + 1 < COMM_SLOTS ? comm + 1 : COMM_SLOTS - 1;
+    uint32_t *cell = &collector_ids[slot * K_COUNT + (size_t)kind];
+    uint32_t id = __atomic_load_n(cell, __ATOMIC_RELAXED);
+    if (__builtin_expect(id == 0, 0)) {
+        id = register_collector(cell, comm, kind);
+    }
+    return (uint16_t)(id - 1);
+}
+
+/* The calling thread's ring for its first record: 0 if recording did not start. */
+static NOINLINE int fetch_ring(void) { return vargr_mpi_ring(&ring); }
+
+/* Writes one record (vargr_trace::Record's four words) to the calling thread's ring.
+ * Inlined, with its rare calls out of line: a frame for it would cost a third of it. */
+static inline __attribute__((always_inline)) void put(int kind, int op, uint32_t comm,
+                                                      uint32_t peer, uint32_t seq,
+                                                      uint64_t bytes, uint64_t start,
+                                                      uint64_t end, int status) {
+    if (__builtin_expect(ring.slots == NULL, 0) && !fetch_ring()) {
+        return;
+    }
+    uint64_t w3 = (uint64_t)collector_of(comm, kind) | (uint64_t)(uint8_t)op << 16 |
+                  (uint64_t)(uint8_t)status << 24 | (uint64_t)peer << 32;
+    uint64_t h = __atomic_load_n(ring.head, __ATOMIC_RELAXED);
+    uint64_t *slot = ring.slots + 4 * (h & ring.mask);
+    __atomic_store_n(&slot[0], start, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[1], end, __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[2], seq | (bytes < UINT32_MAX ? bytes : UINT32_MAX) << 32,
+                     __ATOMIC_RELAXED);
+    __atomic_store_n(&slot[3], w3, __ATOMIC_RELAXED);
+    __atomic_store_n(ring.head, h + 1, __ATOMIC_RELEASE);
+    if (__builtin_expect(((h + 1) & ring.drain_mask) == 0, 0)) {
+        vargr_mpi_drain();
+    }
 }
 
 /* Unsuccessful tests and probes, counted in runs: one run per kind of poll (test,
@@ -259,8 +318,7 @@ static void add(batch *b, int kind, int op, const comm_info *c, uint32_t peer, i
  * times a second, often alternating MPI_Test and MPI_Testany) and a record each, or
  * even a clock read each, would cost it more than the polls: only a run's first poll
  * reads the clock. An iprobe for another (communicator, source, tag) starts a new run
- * of its kind. Per thread, in the static TLS block (the library is loaded at
- * start-up), so that a poll pays no TLS lookup either. */
+ * of its kind. */
 typedef struct {
     uint32_t polls; /* 0: no run */
     const comm_info *comm;
@@ -270,48 +328,37 @@ typedef struct {
 } poll_run;
 
 #define POLL_KINDS (K_IPROBE_POLLS - K_TEST_POLLS + 1)
-#define TLS_IE __attribute__((tls_model("initial-exec")))
 static __thread poll_run runs[POLL_KINDS] TLS_IE;
 /* Bit i: runs[i] is open. */
 static __thread unsigned open_runs TLS_IE;
 
-/* The event of run i (of kind K_TEST_POLLS + i), ending at `end`. */
-static vargr_mpi_event run_event(int i, uint64_t end) {
+/* Records run i (of kind K_TEST_POLLS + i) as ending at `end`. */
+static void put_run(int i, uint64_t end) {
     const poll_run *r = &runs[i];
-    return (vargr_mpi_event){
-        .start = r->start,
-        .end = end > r->start ? end : r->start,
-        .bytes = 0,
-        .comm = r->comm ? r->comm->id : NO_COMM,
-        .peer = r->peer,
-        .seq = r->polls,
-        .kind = (uint16_t)(K_TEST_POLLS + i),
-        .op = OP_USER,
-        .status = 0,
-    };
+    put(K_TEST_POLLS + i, OP_USER, r->comm ? r->comm->id : NO_COMM, r->peer, r->polls, 0,
+        r->start, end > r->start ? end : r->start, 0);
 }
 
 /* Records the open runs as ending at `end`, oldest first, and closes them. */
 static NOINLINE void close_runs(uint64_t end) {
-    vargr_mpi_event e[POLL_KINDS];
+    int order[POLL_KINDS];
     int n = 0;
     for (int i = 0; i < POLL_KINDS; i++) {
         if (!(open_runs & (1u << i))) {
             continue;
         }
-        vargr_mpi_event ev = run_event(i, end);
         int k = n++;
-        while (k > 0 && e[k - 1].start > ev.start) {
-            e[k] = e[k - 1];
+        while (k > 0 && runs[order[k - 1]].start > runs[i].start) {
+            order[k] = order[k - 1];
             k--;
         }
-        e[k] = ev;
-        runs[i].polls = 0;
+        order[k] = i;
+    }
+    for (int k = 0; k < n; k++) {
+        put_run(order[k], end);
+        runs[order[k]].polls = 0;
     }
     open_runs = 0;
-    if (n > 0) {
-        vargr_mpi_record(e, n);
-    }
 }
 
 /* The entry time of a test or probe of run kind `kind`: none (0) while a run of that
@@ -328,8 +375,7 @@ static NOINLINE void poll_run_start(int kind, const comm_info *c, uint32_t peer,
     int i = kind - K_TEST_POLLS;
     poll_run *r = &runs[i];
     if (r->polls != 0) {
-        vargr_mpi_event ev = run_event(i, t0);
-        vargr_mpi_record(&ev, 1);
+        put_run(i, t0);
     }
     r->comm = c;
     r->peer = peer;
@@ -364,23 +410,15 @@ static inline __attribute__((always_inline)) void test_polled(int kind, uint64_t
     poll_run_start(kind, NULL, NO_PEER, 0, t0);
 }
 
-static void flush(batch *b) {
-    if (open_runs) {
-        /* The runs end where the call after them began. */
-        close_runs(b->n > 0 ? b->e[0].start : NOW());
-    }
-    if (b->n > 0) {
-        vargr_mpi_record(b->e, b->n);
-    }
-    b->n = 0;
-}
-
-static void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
+/* Records one event of a call. The thread's open poll runs end where the call began,
+ * and are recorded first. */
+static inline void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
                  uint64_t start, uint64_t end, int rc) {
-    batch b;
-    b.n = 0;
-    add(&b, kind, op, c, peer, seq, bytes, start, end, rc);
-    flush(&b);
+    if (open_runs) {
+        close_runs(start);
+    }
+    put(kind, op, c ? c->id : NO_COMM, peer, (uint32_t)seq, bytes, start, end,
+        rc != MPI_SUCCESS);
 }
 
 /* ---- pending non-blocking operations, by request handle --------------------------------- */
@@ -426,24 +464,15 @@ static void complete(MPI_Request r, const MPI_Status *st, uint64_t end) {
          n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, p.start, end, MPI_SUCCESS);
 }
 
-/* A received message, from its status, into the call's batch. */
-static void received_into(batch *b, const comm_info *c, const MPI_Status *st, uint64_t start,
-                          uint64_t end) {
+/* A received message, from its status. */
+static void received(const comm_info *c, const MPI_Status *st, uint64_t start, uint64_t end) {
     if (st->MPI_SOURCE == MPI_PROC_NULL) {
         return;
     }
     int n = 0;
     PMPI_Get_count(st, MPI_BYTE, &n);
-    add(b, K_P2P, OP_RECV, c, world_of(c, st->MPI_SOURCE), st->MPI_TAG,
-        n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, start, end, MPI_SUCCESS);
-}
-
-/* A received message, from its status. */
-static void received(const comm_info *c, const MPI_Status *st, uint64_t start, uint64_t end) {
-    batch b;
-    b.n = 0;
-    received_into(&b, c, st, start, end);
-    flush(&b);
+    emit(K_P2P, OP_RECV, c, world_of(c, st->MPI_SOURCE), st->MPI_TAG,
+         n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, start, end, MPI_SUCCESS);
 }
 
 /* ---- start and end ---------------------------------------------------------------------- */
@@ -458,7 +487,8 @@ static void started(const char *runs_on) {
     world_info.size = size;
     world_info.world = NULL;
     world_info.remote = -1;
-    on = vargr_mpi_start(rank, size, K_COUNT, BUILT_FOR, runs_on);
+    recording = vargr_mpi_start(rank, size, K_COUNT, BUILT_FOR, runs_on);
+    on = recording;
     cx_init(rank, size);
 }
 
@@ -484,14 +514,34 @@ int vargr_w_MPI_Init_thread(int *argc, char ***argv, int required, int *provided
 
 int vargr_w_MPI_Finalize(void) {
     cx_finalize();
-    if (on) {
+    if (recording) {
         /* Writes the trace file while MPI still runs (nothing of it is used, but a
          * launcher may end the job soon after the last rank finalizes). */
         close_runs(NOW());
         on = 0;
+        recording = 0;
         vargr_mpi_finish();
     }
     return PMPI_Finalize();
+}
+
+/* The profiling interface's switch (MPI_Pcontrol): level 0 pauses recording in this
+ * process, any other level resumes it; compression goes on either way. Ranks should
+ * pause and resume at the same points of the program, as for any profiler: collective
+ * calls are numbered only while recorded. A pause ends the calling thread's poll runs;
+ * a request started before a pause and completed after it has no message record (its
+ * completion may have gone unseen, so the table of pending requests starts afresh). */
+int vargr_w_MPI_Pcontrol(const int level, ...) {
+    if (recording) {
+        if (level == 0 && on) {
+            on = 0;
+            close_runs(NOW());
+        } else if (level != 0 && !on) {
+            pending_map_clear();
+            on = 1;
+        }
+    }
+    return PMPI_Pcontrol(level);
 }
 
 /* ---- point to point --------------------------------------------------------------------- */
@@ -503,13 +553,10 @@ static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, 
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     uint32_t peer = world_of(c, dest);
-    batch ev;
-    ev.n = 0;
     if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
-        add(&ev, K_P2P, OP_SEND, c, peer, tag, b, t0, t1, rc);
+        emit(K_P2P, OP_SEND, c, peer, tag, b, t0, t1, rc);
     }
-    add(&ev, kind, OP_USER, c, peer, tag, b, t0, t1, rc);
-    flush(&ev);
+    emit(kind, OP_USER, c, peer, tag, b, t0, t1, rc);
     return rc;
 }
 
@@ -667,15 +714,12 @@ static NOINLINE int traced_MPI_Recv(void *buf, int count, MPI_Datatype t, int sr
     int rc = RECV(buf, count, t, src, tag, comm, s);
     uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
-    batch ev;
-    ev.n = 0;
     if (rc == MPI_SUCCESS) {
-        received_into(&ev, c, s, t0, t1);
+        received(c, s, t0, t1);
     }
-    add(&ev, K_RECV, OP_USER, c, world_of(c, rc == MPI_SUCCESS ? s->MPI_SOURCE : src),
-        rc == MPI_SUCCESS ? s->MPI_TAG : tag, rc == MPI_SUCCESS ? bytes_of(count, t) : 0, t0,
-        t1, rc);
-    flush(&ev);
+    emit(K_RECV, OP_USER, c, world_of(c, rc == MPI_SUCCESS ? s->MPI_SOURCE : src),
+         rc == MPI_SUCCESS ? s->MPI_TAG : tag, rc == MPI_SUCCESS ? bytes_of(count, t) : 0, t0,
+         t1, rc);
     return rc;
 }
 
@@ -720,16 +764,13 @@ static NOINLINE int traced_MPI_Sendrecv(const void *sbuf, int scount, MPI_Dataty
     uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(scount, stype) : 0;
-    batch ev;
-    ev.n = 0;
     if (rc == MPI_SUCCESS) {
         if (dest != MPI_PROC_NULL) {
-            add(&ev, K_P2P, OP_SEND, c, world_of(c, dest), stag, b, t0, t1, rc);
+            emit(K_P2P, OP_SEND, c, world_of(c, dest), stag, b, t0, t1, rc);
         }
-        received_into(&ev, c, s, t0, t1);
+        received(c, s, t0, t1);
     }
-    add(&ev, K_SENDRECV, OP_USER, c, world_of(c, dest), stag, b, t0, t1, rc);
-    flush(&ev);
+    emit(K_SENDRECV, OP_USER, c, world_of(c, dest), stag, b, t0, t1, rc);
     return rc;
 }
 

@@ -18,32 +18,26 @@
 
 use std::ffi::{c_char, c_int, CStr};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use vargr_coll::open_plane::{AgentSpec, JoinedAgent};
 use vargr_trace::scope::ScopeReducer;
-use vargr_trace::{EventOp, Held, Record, ThreadTrace, Tracer};
+use vargr_trace::{EventOp, ForeignRing, Held, ThreadTrace, Tracer};
 
 use crate::settings::Settings;
 
-/// One event from the wrappers (`vargr_mpi_event` in C).
+/// The calling thread's ring as the wrappers write it (`vargr_mpi_ring` in C): records
+/// go straight from C into the ring, one thread-local read and five stores each, the
+/// wrappers keeping collector ids in a table of their own.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Event {
-    pub start: u64,
-    pub end: u64,
-    pub bytes: u64,
-    /// Communicator id (0: the world) or [`NO_COMM`].
-    pub comm: u32,
-    pub peer: u32,
-    pub seq: u32,
-    /// Index into [`KINDS`].
-    pub kind: u16,
-    /// A `vargr_trace::EventOp`.
-    pub op: u8,
-    pub status: u8,
+#[derive(Debug, Clone, Copy)]
+pub struct WriterRing {
+    pub ring: ForeignRing,
+    /// The writer calls `vargr_mpi_drain` when `head & drain_mask` becomes 0, that is
+    /// each time the ring passes another half of itself: the reader comes before the
+    /// ring overwrites what was not read.
+    pub drain_mask: u64,
 }
 
 /// Calls on no communicator (waits and tests).
@@ -94,7 +88,8 @@ pub const KINDS: [&str; 41] = [
     "iprobe-polls",
 ];
 
-/// Communicators with collectors of their own; later ones share the last slot.
+/// Communicators with collectors of their own; later ones share the last slot. The
+/// wrappers' table of collector ids has as many (`COMM_SLOTS` in c/wrappers.c).
 const COMM_SLOTS: usize = 1024;
 
 /// Records kept in memory per process before the oldest go (128 MiB): rings are
@@ -115,8 +110,6 @@ struct State {
     dir: Option<PathBuf>,
     /// Context names by communicator id.
     contexts: Mutex<Vec<Option<String>>>,
-    /// Collector id + 1 for (communicator slot, kind); 0: not registered yet.
-    collectors: Box<[AtomicU32]>,
     held: Mutex<Reader>,
     /// Half a ring, less one (a power of two less one): a thread drains its ring each
     /// time its count of records passes another half of it.
@@ -162,18 +155,11 @@ impl State {
             .unwrap_or_else(|| format!("ctx{comm}"))
     }
 
-    #[inline]
+    /// The collector of calls of `kind` on communicator `comm`, registered on first
+    /// use (the wrappers keep the ids).
     fn collector(&self, comm: u32, kind: u16) -> u16 {
         let kind = usize::from(kind).min(KINDS.len() - 1);
-        let cell = &self.collectors[Self::slot(comm) * KINDS.len() + kind];
-        match cell.load(Ordering::Relaxed) {
-            0 => {
-                let id = vargr_trace::collector(&format!("{}/{}", self.context(comm), KINDS[kind]));
-                cell.store(u32::from(id) + 1, Ordering::Relaxed);
-                id
-            }
-            v => (v - 1) as u16,
-        }
+        vargr_trace::collector(&format!("{}/{}", self.context(comm), KINDS[kind]))
     }
 
     /// Moves what every thread's ring holds into memory, for the trace file and the
@@ -268,9 +254,6 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
         process: process.clone(),
         dir,
         contexts: Mutex::new(vec![Some("ctx0".into())]),
-        collectors: (0..COMM_SLOTS * KINDS.len())
-            .map(|_| AtomicU32::new(0))
-            .collect(),
         held: Mutex::new(Reader {
             tracer: Tracer::new(),
             trace: Held::new(HELD),
@@ -314,29 +297,29 @@ pub fn comm(id: u32, low: u32) {
     }
 }
 
-/// Writes events as records of the calling thread (the wrappers pass a message and its
-/// call together). The path of every call an interposed program makes: one ring
-/// lookup for all of them.
-pub fn record(events: &[Event]) {
-    let Some(st) = STATE.get() else { return };
-    // At most half a ring at a time, so that a drain comes before the ring would
-    // overwrite what was not read yet (the wrappers pass a few events at a time).
-    for chunk in events.chunks((st.drain_mask + 1) as usize) {
-        let records = chunk.iter().map(|e| Record {
-            start: e.start,
-            end: e.end,
-            seq: e.seq,
-            bytes: e.bytes.min(u64::from(u32::MAX)) as u32,
-            collector: st.collector(e.comm, e.kind),
-            op: e.op,
-            status: e.status,
-            peer: e.peer,
-        });
-        let written = vargr_trace::record_as(st.rank, records);
-        // Drain each time the ring passes another half of itself.
-        if written & st.drain_mask < chunk.len() as u64 {
-            st.drain();
-        }
+/// The calling thread's ring, its track labelled with the process's rank, if recording
+/// started.
+pub fn writer_ring() -> Option<WriterRing> {
+    let st = STATE.get()?;
+    Some(WriterRing {
+        ring: vargr_trace::foreign_writer(st.rank),
+        drain_mask: st.drain_mask,
+    })
+}
+
+/// The collector id of calls of `kind` (an index into [`KINDS`]) on communicator `comm`
+/// (or [`NO_COMM`]).
+pub fn collector(comm: u32, kind: u16) -> u16 {
+    match STATE.get() {
+        Some(st) => st.collector(comm, kind),
+        None => u16::MAX,
+    }
+}
+
+/// Moves what the rings hold into memory (a writer's ring passed another half).
+pub fn drain() {
+    if let Some(st) = STATE.get() {
+        st.drain();
     }
 }
 
@@ -405,18 +388,33 @@ pub extern "C" fn vargr_mpi_comm(id: u32, low: u32, _size: u32) {
     comm(id, low);
 }
 
-/// `n` events (a message and its call, or one event).
+/// The calling thread's ring into `out`: 1, or 0 (nothing written) if recording did not
+/// start.
 ///
 /// # Safety
-/// `e` points to `n` valid events.
+/// `out` is NULL or points to a `WriterRing` the caller may write.
 #[no_mangle]
-pub unsafe extern "C" fn vargr_mpi_record(e: *const Event, n: c_int) {
-    let Ok(n) = usize::try_from(n) else { return };
-    if e.is_null() || n == 0 {
-        return;
+pub unsafe extern "C" fn vargr_mpi_ring(out: *mut WriterRing) -> c_int {
+    match (writer_ring(), out.is_null()) {
+        (Some(r), false) => {
+            // SAFETY: the caller passes a writable WriterRing.
+            unsafe { out.write(r) };
+            1
+        }
+        _ => 0,
     }
-    // SAFETY: the caller passes `n` valid events.
-    record(unsafe { std::slice::from_raw_parts(e, n) });
+}
+
+/// The collector id of calls of `kind` on communicator `comm` (`UINT32_MAX`: none).
+#[no_mangle]
+pub extern "C" fn vargr_mpi_collector(comm: u32, kind: u16) -> u16 {
+    collector(comm, kind)
+}
+
+/// A writer's ring passed another half of itself.
+#[no_mangle]
+pub extern "C" fn vargr_mpi_drain() {
+    drain();
 }
 
 /// Called by `MPI_Finalize`: writes the trace file, or says why it could not.
@@ -430,7 +428,8 @@ pub extern "C" fn vargr_mpi_finish() {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use vargr_trace::{EventOp, TraceFile, NO_PEER};
+    use std::sync::atomic::Ordering;
+    use vargr_trace::{EventOp, Record, TraceFile, NO_PEER};
 
     // One test: the state is per process, as MPI's is.
     #[test]
@@ -444,27 +443,43 @@ mod tests {
         assert!(!start(&settings, 2, 4, KINDS.len() - 1, "MPI"));
         assert!(start(&settings, 2, 4, KINDS.len(), "Some MPI v1"));
         comm(1, 2);
-        let ev = |comm, kind: usize, op: EventOp, seq, peer, bytes| Event {
-            start: vargr_mpi_now(),
-            end: vargr_mpi_now(),
-            bytes,
-            comm,
-            peer,
-            seq,
-            kind: kind as u16,
-            op: op as u8,
-            status: 0,
+        // What the wrappers do for one record (c/wrappers.c, put()).
+        let ring = writer_ring().expect("recording started");
+        let put = |comm, kind: usize, op: EventOp, seq: u32, peer: u32, bytes: u64| {
+            let words = Record {
+                start: vargr_mpi_now(),
+                end: vargr_mpi_now(),
+                seq,
+                bytes: bytes.min(u64::from(u32::MAX)) as u32,
+                collector: vargr_mpi_collector(comm, kind as u16),
+                op: op as u8,
+                status: 0,
+                peer,
+            }
+            .to_words();
+            let r = ring.ring;
+            // SAFETY: this thread's ring, valid for the process's life; one writer.
+            let h = unsafe {
+                let h = (*r.head).load(Ordering::Relaxed);
+                let slot = r.slots.add(((h & r.mask) * 4) as usize);
+                for (k, w) in words.into_iter().enumerate() {
+                    (*slot.add(k)).store(w, Ordering::Relaxed);
+                }
+                (*r.head).store(h + 1, Ordering::Release);
+                h + 1
+            };
+            if h & ring.drain_mask == 0 {
+                vargr_mpi_drain();
+            }
         };
-        record(&[
-            ev(0, 0, EventOp::Send, 7, 3, 4000),
-            ev(0, 1, EventOp::User, 7, 3, 4000),
-        ]);
-        record(&[ev(NO_COMM, 7, EventOp::User, 1, NO_PEER, 0)]);
-        record(&[ev(1, 17, EventOp::Call, 0, NO_PEER, 1 << 40)]);
+        put(0, 0, EventOp::Send, 7, 3, 4000);
+        put(0, 1, EventOp::User, 7, 3, 4000);
+        put(NO_COMM, 7, EventOp::User, 1, NO_PEER, 0);
+        put(1, 17, EventOp::Call, 0, NO_PEER, 1 << 40);
         // More than a ring holds: draining keeps them all.
         let many = vargr_trace::ring_capacity() * 2;
         for i in 0..many {
-            record(&[ev(0, 14, EventOp::Call, i as u32, NO_PEER, 0)]);
+            put(0, 14, EventOp::Call, i as u32, NO_PEER, 0);
         }
         let path = finish().unwrap().unwrap();
         assert_eq!(

@@ -44,6 +44,7 @@ trampolines! {
     MPI_Init => vargr_w_MPI_Init,
     MPI_Init_thread => vargr_w_MPI_Init_thread,
     MPI_Finalize => vargr_w_MPI_Finalize,
+    MPI_Pcontrol => vargr_w_MPI_Pcontrol,
     MPI_Send => vargr_w_MPI_Send,
     MPI_Ssend => vargr_w_MPI_Ssend,
     MPI_Isend => vargr_w_MPI_Isend,
@@ -118,6 +119,7 @@ pub mod fortran {
         vargr_f_init: mpi_init_, mpi_init__, mpi_init, MPI_INIT, ompi_init_f;
         vargr_f_init_thread: mpi_init_thread_, mpi_init_thread__, mpi_init_thread, MPI_INIT_THREAD, ompi_init_thread_f;
         vargr_f_finalize: mpi_finalize_, mpi_finalize__, mpi_finalize, MPI_FINALIZE, ompi_finalize_f;
+        vargr_f_pcontrol: mpi_pcontrol_, mpi_pcontrol__, mpi_pcontrol, MPI_PCONTROL, ompi_pcontrol_f;
         vargr_f_send: mpi_send_, mpi_send__, mpi_send, MPI_SEND, ompi_send_f;
         vargr_f_ssend: mpi_ssend_, mpi_ssend__, mpi_ssend, MPI_SSEND, ompi_ssend_f;
         vargr_f_bsend: mpi_bsend_, mpi_bsend__, mpi_bsend, MPI_BSEND, ompi_bsend_f;

@@ -184,6 +184,25 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
         assert!(any.iter().all(|m| m.bytes == 800));
         assert!(count(&c, r, "ctx0/p2p", Send) >= 4);
     }
+    // What ran between MPI_Pcontrol(0) and MPI_Pcontrol(1) left nothing: no message
+    // of tag 30 (the sendrecv and barrier counts above are of the recorded ones).
+    for r in 0..4u32 {
+        let left = (r + 3) % 4;
+        assert!(
+            plain
+                .lines()
+                .any(|l| l.starts_with(&format!("rank {r}:"))
+                    && l.ends_with(&format!(" paused {left}"))),
+            "{plain}"
+        );
+        for op in [EventOp::Send, EventOp::Recv] {
+            let msgs = c.get(&(r, "ctx0/p2p".to_string(), op));
+            assert!(
+                msgs.is_none_or(|m| m.iter().all(|m| m.seq != 30)),
+                "rank {r}: a paused message was recorded"
+            );
+        }
+    }
     assert_eq!(count(&c, 0, "ctx0/ssend", EventOp::User), 1);
     let probe = c[&(1, "ctx0/probe".to_string(), EventOp::User)][0];
     assert_eq!((probe.peer, probe.seq, probe.bytes), (0, 11, 40));

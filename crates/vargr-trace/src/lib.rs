@@ -36,7 +36,7 @@ pub use clock::{now, Alignment, Calibration, ClockPoint, SkewProbe};
 pub use file::{write_atomic, FileError, ThreadTrace, TraceFile};
 pub use held::Held;
 pub use record::{EventOp, Record, NO_PEER};
-pub use ring::{Batch, Ring};
+pub use ring::{Batch, ForeignRing, Ring};
 
 /// Records per thread ring unless `VARGR_TRACE_RING` says otherwise.
 pub const DEFAULT_RING: usize = 16 * 1024;
@@ -162,24 +162,22 @@ pub fn record(r: &Record) {
     }
 }
 
-/// Writes `records` to the calling thread's ring, labelling its track as rank `rank`
-/// first unless it is; returns how many records the ring has taken in all. One
-/// thread-local lookup for all of it: the path of every call an interposed MPI program
-/// makes (crates/vargr-mpi).
-#[inline]
-pub fn record_as(rank: u32, records: impl IntoIterator<Item = Record>) -> u64 {
-    if !enabled() {
-        return 0;
-    }
+/// The calling thread's ring for a writer in another language (the C wrappers of
+/// crates/vargr-mpi, whose every call would otherwise pay a call into Rust and a
+/// dynamic thread-local lookup per record), its track labelled as rank `rank` first
+/// unless it is.
+///
+/// The ring stays valid for the life of the process (the registry never drops one), so
+/// the writer may keep it in its own thread-local storage. Only the calling thread may
+/// write it, as [`Ring::push`] does: the record's four words ([`Record::to_words`]) into
+/// slot `head & mask` with relaxed stores, then `head + 1` with a release store.
+pub fn foreign_writer(rank: u32) -> ForeignRing {
     with_ring(|t| {
         if t.labeled.load(Ordering::Relaxed) != rank {
             label(t, &format!("rank {rank}"), Some(rank));
             LABELED.with(|l| l.set(rank));
         }
-        for r in records {
-            t.ring.push(&r);
-        }
-        t.ring.written()
+        t.ring.foreign()
     })
 }
 

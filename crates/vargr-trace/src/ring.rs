@@ -17,6 +17,17 @@ pub struct Ring {
     mask: u64,
 }
 
+/// A ring as a writer in another language sees it ([`crate::foreign_writer`]): `slots`
+/// points at `mask + 1` slots of four words each, `head` at the count of records ever
+/// written.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct ForeignRing {
+    pub slots: *const AtomicU64,
+    pub mask: u64,
+    pub head: *const AtomicU64,
+}
+
 /// What a read returned.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Batch {
@@ -58,6 +69,15 @@ impl Ring {
             s.store(w, Ordering::Relaxed);
         }
         self.head.store(h + 1, Ordering::Release);
+    }
+
+    /// The ring's words for a writer in another language (see [`crate::foreign_writer`]).
+    pub fn foreign(&self) -> ForeignRing {
+        ForeignRing {
+            slots: self.slots.as_ptr().cast(),
+            mask: self.mask,
+            head: &self.head,
+        }
     }
 
     /// Reads the records written since `cursor` (at most a ring's worth).
@@ -125,6 +145,29 @@ mod tests {
         assert_eq!(b.records.len(), 7);
         assert_eq!(b.next, 20);
         assert!(r.read_from(20).records.is_empty());
+    }
+
+    #[test]
+    fn a_foreign_writer_storing_words_as_push_does_is_read_alike() {
+        let r = Ring::new(8);
+        let f = r.foreign();
+        for i in 0..12 {
+            // SAFETY: `f` is this ring's, which outlives the loop; one writer, as
+            // foreign_writer prescribes.
+            unsafe {
+                let h = (*f.head).load(Ordering::Relaxed);
+                let slot = f.slots.add(((h & f.mask) * 4) as usize);
+                for (k, w) in rec(i).to_words().into_iter().enumerate() {
+                    (*slot.add(k)).store(w, Ordering::Relaxed);
+                }
+                (*f.head).store(h + 1, Ordering::Release);
+            }
+        }
+        let b = r.read_from(0);
+        // As after pushes: 0..4 overwritten, 4 dropped as the slot a writer could be
+        // filling.
+        assert_eq!(b.records, (5..12).map(rec).collect::<Vec<_>>());
+        assert_eq!((b.lost, b.next), (5, 12));
     }
 
     #[test]

@@ -200,6 +200,16 @@ int main(int argc, char **argv) {
     MPI_Comm_free(&half);
     at += snprintf(line + at, LINE - at, " scan %d half %d", scan, hs);
 
+    /* Paused by MPI_Pcontrol(0): a Sendrecv around the ring (tag 30) and a Barrier leave
+     * no record; MPI_Pcontrol(1) resumes. */
+    MPI_Pcontrol(0);
+    int paused = -1;
+    MPI_Sendrecv(&rank, 1, MPI_INT, right, 30, &paused, 1, MPI_INT, left, 30, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    MPI_Barrier(MPI_COMM_WORLD);
+    MPI_Pcontrol(1);
+    at += snprintf(line + at, LINE - at, " paused %d", paused);
+
     char all[4 * LINE];
     MPI_Gather(line, LINE, MPI_CHAR, all, LINE, MPI_CHAR, 0, MPI_COMM_WORLD);
     if (rank == 0) {
