@@ -10,8 +10,17 @@
 //! joined by a link shaped with tc tbf, bench/mpi/sites.sh, needing root: what
 //! compression gains). A program's time is its own measure (NetPIPE's message times,
 //! IS's timed iterations, HPCC's kernel times, the IMB-like loops' time per call), so
-//! mpirun's start-up is not in it; the statistic is the median over rounds. Bytes
-//! between sites are the link's device counters around each run.
+//! mpirun's start-up is not in it; the statistic is the median over rounds, and beside
+//! it the median over rounds of each round's ratio to mode off (a change of the machine's
+//! speed between rounds cancels). Bytes between sites are the link's device counters
+//! around each run.
+//!
+//! A shared machine's speed moves from run to run by more than tracing costs a small
+//! message, so `--pcontrol-pairs N` also times the IMB-like loops within each run: N
+//! pairs of blocks, one recorded and one paused with `MPI_Pcontrol`, whose ratios give
+//! tracing's cost against the library loaded but paused, with a 95 % confidence
+//! interval of the median (in mode off, where `MPI_Pcontrol` does nothing, the same
+//! ratios show how finely the machine resolves).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -54,6 +63,10 @@ pub struct MpiShimArgs {
     /// Smaller problems (a check of the harness, not a measurement).
     #[arg(long)]
     pub quick: bool,
+    /// imb: also time this many pairs of blocks within each run, one recorded and one
+    /// paused with MPI_Pcontrol (0: no pairs).
+    #[arg(long, default_value_t = 0)]
+    pub pcontrol_pairs: usize,
     /// Seconds one run may take.
     #[arg(long, default_value_t = 600)]
     pub timeout: u64,
@@ -84,12 +97,52 @@ pub struct ShimRecord {
     pub verified: bool,
     /// The library's summary line (compression modes), from the last round.
     pub summary: Option<String>,
+    /// Median over rounds of the round's time against mode off's in the same round,
+    /// in percent, and the range over rounds.
+    pub paired_overhead_pct: Option<f64>,
+    pub paired_range_pct: Option<[f64; 2]>,
+    /// Recorded against paused blocks within runs (`--pcontrol-pairs`).
+    pub pcontrol: Option<PcontrolPairs>,
+}
+
+/// Pairs of blocks of one run, one recorded and one paused by `MPI_Pcontrol`, over all
+/// rounds: the median of the pairs' ratios of recorded to paused time, in percent above
+/// 1, and the 95 % confidence interval of that median (order statistics).
+#[derive(Debug, Clone, Serialize)]
+pub struct PcontrolPairs {
+    pub pairs: usize,
+    pub median_pct: f64,
+    pub ci95_pct: [f64; 2],
+}
+
+impl PcontrolPairs {
+    fn of(ratios: &[f64]) -> Option<PcontrolPairs> {
+        let mut s = ratios.to_vec();
+        s.sort_by(f64::total_cmp);
+        let n = s.len();
+        if n == 0 {
+            return None;
+        }
+        // The median's 95 % interval runs between the order statistics n/2 ∓ 0.98·√n
+        // (the binomial's normal approximation).
+        let half = 0.98 * (n as f64).sqrt();
+        let lo = ((n as f64 / 2.0 - half).floor().max(0.0) as usize).min(n - 1);
+        let hi = ((n as f64 / 2.0 + half).ceil() as usize).min(n - 1);
+        let pct = |r: f64| (r - 1.0) * 100.0;
+        Some(PcontrolPairs {
+            pairs: n,
+            median_pct: pct(crate::tree::median(&s)),
+            ci95_pct: [pct(s[lo]), pct(s[hi])],
+        })
+    }
 }
 
 /// A program's figures from one run: kernel name to seconds, and what must match mode
 /// off's (a checksum, or the verdicts).
 struct Outcome {
     times: Vec<(String, f64)>,
+    /// Kernel to its recorded/paused ratios (`--pcontrol-pairs`).
+    pairs: Vec<(String, Vec<f64>)>,
     result: String,
     passed: bool,
 }
@@ -233,7 +286,15 @@ impl Programs {
                     _ => "100000",
                 };
                 let exe = self.imb_loops.as_ref().context("imb_loops not built")?;
-                (vec![exe.display().to_string(), iters.into(), "8".into()], 2)
+                (
+                    vec![
+                        exe.display().to_string(),
+                        iters.into(),
+                        "8".into(),
+                        a.pcontrol_pairs.to_string(),
+                    ],
+                    2,
+                )
             }
             other => bail!("program {other:?}"),
         })
@@ -261,6 +322,7 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
             ensure!(sizes > 0, "np.out holds no results");
             Ok(Outcome {
                 times: vec![(if wan { "netpipe" } else { "netpipe-small" }.into(), total)],
+                pairs: Vec::new(),
                 result: format!("{sizes} sizes"),
                 passed: true,
             })
@@ -280,6 +342,7 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
             let iters: f64 = field("iterations")?.parse()?;
             Ok(Outcome {
                 times: vec![("is".into(), per * iters)],
+                pairs: Vec::new(),
                 result: field("checksum")?,
                 passed: field("verification")? == "SUCCESSFUL",
             })
@@ -326,6 +389,7 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
                     ("hpcc-randomaccess".into(), num("MPIRandomAccess_time")?),
                     ("hpcc-fft".into(), fft),
                 ],
+                pairs: Vec::new(),
                 result: verdicts.concat(),
                 passed,
             })
@@ -349,12 +413,30 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
                 .lines()
                 .find_map(|l| l.strip_prefix("check: "))
                 .context("no check line")?;
+            // With pairs: "PingPong recorded/paused: R R ...", one ratio per pair.
+            let mut pairs = Vec::new();
+            for (name, kernel) in [
+                ("PingPong", "imb-pingpong"),
+                ("Allreduce", "imb-allreduce"),
+                ("Barrier", "imb-barrier"),
+            ] {
+                let prefix = format!("{name} recorded/paused:");
+                if let Some(l) = stdout.lines().find_map(|l| l.strip_prefix(&prefix)) {
+                    let ratios = l
+                        .split_whitespace()
+                        .map(str::parse)
+                        .collect::<Result<Vec<f64>, _>>()
+                        .with_context(|| format!("{name}'s ratios {l:?}"))?;
+                    pairs.push((kernel.to_string(), ratios));
+                }
+            }
             Ok(Outcome {
                 times: vec![
                     ("imb-pingpong".into(), value("PingPong")?),
                     ("imb-allreduce".into(), value("Allreduce")?),
                     ("imb-barrier".into(), value("Barrier")?),
                 ],
+                pairs,
                 result: check.to_string(),
                 passed: true,
             })
@@ -528,7 +610,7 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
             .filter(|p| !(wan && p.as_str() == "imb"))
             .collect();
         // (program, mode) -> rows of (kernel, seconds, bytes), one per round.
-        type Runs = Vec<(Vec<(String, f64)>, u64, String, bool, Option<String>)>;
+        type Runs = Vec<(Outcome, u64, Option<String>)>;
         let mut runs: BTreeMap<(String, String), Runs> = BTreeMap::new();
         let total = a.runs * net_programs.len() * modes.len();
         let mut step = 0;
@@ -575,31 +657,39 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
                     let _ = std::fs::remove_dir_all(&run_dir);
                     runs.entry((program.clone(), mode.to_string()))
                         .or_default()
-                        .push((o.times, bytes, o.result, o.passed, summary));
+                        .push((o, bytes, summary));
                 }
             }
         }
         for &program in &net_programs {
-            let reference = runs
-                .get(&(program.clone(), "off".into()))
-                .and_then(|r| r.first())
-                .map(|r| r.2.clone());
-            let mut off_seconds: BTreeMap<String, f64> = BTreeMap::new();
+            let off_runs = runs.get(&(program.clone(), "off".into()));
+            let reference = off_runs.and_then(|r| r.first()).map(|r| r.0.result.clone());
             for mode in &modes {
                 let Some(rs) = runs.get(&(program.clone(), mode.to_string())) else {
                     continue;
                 };
-                let kernels: Vec<String> = rs[0].0.iter().map(|(k, _)| k.clone()).collect();
+                let kernels: Vec<String> = rs[0].0.times.iter().map(|(k, _)| k.clone()).collect();
                 let verified = rs
                     .iter()
-                    .all(|r| r.3 && reference.as_ref().is_none_or(|x| *x == r.2));
+                    .all(|r| r.0.passed && reference.as_ref().is_none_or(|x| *x == r.0.result));
                 let bytes: Vec<f64> = rs.iter().map(|r| r.1 as f64).collect();
                 for (i, kernel) in kernels.iter().enumerate() {
-                    let times_s: Vec<f64> = rs.iter().map(|r| r.0[i].1).collect();
+                    let times_s: Vec<f64> = rs.iter().map(|r| r.0.times[i].1).collect();
                     let seconds = crate::tree::median(&times_s);
-                    if mode.as_str() == "off" {
-                        off_seconds.insert(kernel.clone(), seconds);
-                    }
+                    let off_times: Option<Vec<f64>> =
+                        off_runs.map(|o| o.iter().map(|r| r.0.times[i].1).collect());
+                    let off_seconds = off_times.as_deref().map(crate::tree::median);
+                    let round_pct: Vec<f64> = off_times
+                        .iter()
+                        .flat_map(|o| times_s.iter().zip(o))
+                        .map(|(t, o)| (t / o - 1.0) * 100.0)
+                        .collect();
+                    let ratios: Vec<f64> = rs
+                        .iter()
+                        .flat_map(|r| &r.0.pairs)
+                        .filter(|(k, _)| k == kernel)
+                        .flat_map(|(_, v)| v.iter().copied())
+                        .collect();
                     records.push(ShimRecord {
                         benchmark: "mpi-shim".into(),
                         program: kernel.clone(),
@@ -616,14 +706,21 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
                         },
                         mode: mode.to_string(),
                         seconds,
-                        overhead_pct: off_seconds
-                            .get(kernel)
-                            .map(|off| (seconds / off - 1.0) * 100.0),
+                        overhead_pct: off_seconds.map(|off| (seconds / off - 1.0) * 100.0),
                         bytes_between_sites: wan.then(|| crate::tree::median(&bytes) as u64),
                         times_s,
                         measure: measure_of(kernel).into(),
                         verified,
-                        summary: rs.last().and_then(|r| r.4.clone()),
+                        summary: rs.last().and_then(|r| r.2.clone()),
+                        paired_overhead_pct: (!round_pct.is_empty())
+                            .then(|| crate::tree::median(&round_pct)),
+                        paired_range_pct: (!round_pct.is_empty()).then(|| {
+                            [
+                                round_pct.iter().copied().fold(f64::INFINITY, f64::min),
+                                round_pct.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                            ]
+                        }),
+                        pcontrol: PcontrolPairs::of(&ratios),
                     });
                 }
             }
@@ -650,19 +747,52 @@ fn time_cell(s: f64) -> String {
 
 fn print_table(records: &[ShimRecord]) {
     println!(
-        "{:<18} {:<16} {:<20} {:>12} {:>9} {:>14} {:>8}",
-        "program", "link", "mode", "time", "overhead", "between_sites", "verified"
+        "{:<18} {:<16} {:<20} {:>12} {:>9} {:>22} {:>26} {:>14} {:>8}",
+        "program",
+        "link",
+        "mode",
+        "time",
+        "overhead",
+        "per round [range]",
+        "recorded/paused [95% CI]",
+        "between_sites",
+        "verified"
     );
     for r in records {
         println!(
-            "{:<18} {:<16} {:<20} {:>12} {:>9} {:>14} {:>8}",
+            "{:<18} {:<16} {:<20} {:>12} {:>9} {:>22} {:>26} {:>14} {:>8}",
             r.program,
             r.link,
             r.mode,
             time_cell(r.seconds),
             r.overhead_pct.map_or("-".into(), |p| format!("{p:+.1}%")),
+            match (r.paired_overhead_pct, r.paired_range_pct) {
+                (Some(p), Some([lo, hi])) => format!("{p:+.1}% [{lo:+.0}, {hi:+.0}]"),
+                _ => "-".into(),
+            },
+            r.pcontrol.as_ref().map_or("-".into(), |p| format!(
+                "{:+.1}% [{:+.1}, {:+.1}] ({})",
+                p.median_pct, p.ci95_pct[0], p.ci95_pct[1], p.pairs
+            )),
             r.bytes_between_sites.map_or("-".into(), |b| b.to_string()),
             r.verified
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcontrol_pairs_give_the_median_and_its_order_statistic_interval() {
+        // 1.00, 1.01, ..., 1.24: median 1.12; n = 25, 12.5 -/+ 4.9 -> indices 7 and 18.
+        let ratios: Vec<f64> = (0..25).rev().map(|i| 1.0 + i as f64 / 100.0).collect();
+        let p = PcontrolPairs::of(&ratios).unwrap();
+        assert_eq!(p.pairs, 25);
+        assert!((p.median_pct - 12.0).abs() < 1e-9, "{p:?}");
+        assert!((p.ci95_pct[0] - 7.0).abs() < 1e-9, "{p:?}");
+        assert!((p.ci95_pct[1] - 18.0).abs() < 1e-9, "{p:?}");
+        assert!(PcontrolPairs::of(&[]).is_none());
     }
 }

@@ -53,6 +53,8 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
             "off,trace,monitor,codec-fixed:lz4",
             "--networks",
             "local,tcp,wan",
+            "--pcontrol-pairs",
+            "4",
             "--json",
             json.to_str().unwrap(),
         ],
@@ -91,7 +93,11 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
         assert_eq!(r["bytes_between_sites"].is_u64(), wan, "{r}");
         if r["mode"] == "off" {
             assert_eq!(r["overhead_pct"].as_f64(), Some(0.0), "{r}");
+            assert_eq!(r["paired_overhead_pct"].as_f64(), Some(0.0), "{r}");
         }
+        // The loops' blocks, recorded and paused by MPI_Pcontrol: 4 pairs a run.
+        let imb = r["program"].as_str().unwrap().starts_with("imb-");
+        assert_eq!(r["pcontrol"]["pairs"].as_u64(), imb.then_some(4), "{r}");
     }
     let between = |mode: &str| {
         find("netpipe", 2, mode)["bytes_between_sites"]
