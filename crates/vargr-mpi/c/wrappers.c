@@ -410,6 +410,12 @@ static inline __attribute__((always_inline)) void test_polled(int kind, uint64_t
     poll_run_start(kind, NULL, NO_PEER, 0, t0);
 }
 
+/* In a message's status byte: the record stands for the blocking call that carried the
+ * message too (its kind in the low bits), with the same times, peer, tag and bytes.
+ * The Rust core writes the two records into the trace file (src/events.rs, expand);
+ * one record instead of two halves what tracing a small message writes to memory. */
+#define ALSO_CALL 0x80
+
 /* Records one event of a call. The thread's open poll runs end where the call began,
  * and are recorded first. */
 static inline void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
@@ -554,7 +560,11 @@ static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, 
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     uint32_t peer = world_of(c, dest);
     if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
-        emit(K_P2P, OP_SEND, c, peer, tag, b, t0, t1, rc);
+        if (open_runs) {
+            close_runs(t0);
+        }
+        put(K_P2P, OP_SEND, c ? c->id : NO_COMM, peer, (uint32_t)tag, b, t0, t1, ALSO_CALL | kind);
+        return rc;
     }
     emit(kind, OP_USER, c, peer, tag, b, t0, t1, rc);
     return rc;
@@ -714,12 +724,25 @@ static NOINLINE int traced_MPI_Recv(void *buf, int count, MPI_Datatype t, int sr
     int rc = RECV(buf, count, t, src, tag, comm, s);
     uint64_t t1 = NOW();
     comm_info *c = info_of(comm);
-    if (rc == MPI_SUCCESS) {
-        received(c, s, t0, t1);
+    uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
+    if (rc == MPI_SUCCESS && s->MPI_SOURCE != MPI_PROC_NULL) {
+        int n = 0;
+        PMPI_Get_count(s, MPI_BYTE, &n);
+        if (n >= 0 && (uint64_t)n == b) {
+            /* The message filled the buffer: one record for both (the call's bytes are
+             * the buffer's size, the message's what arrived). */
+            if (open_runs) {
+                close_runs(t0);
+            }
+            put(K_P2P, OP_RECV, c ? c->id : NO_COMM, world_of(c, s->MPI_SOURCE), (uint32_t)s->MPI_TAG, b, t0,
+                t1, ALSO_CALL | K_RECV);
+            return rc;
+        }
+        emit(K_P2P, OP_RECV, c, world_of(c, s->MPI_SOURCE), s->MPI_TAG,
+             n == MPI_UNDEFINED || n < 0 ? 0 : (uint64_t)n, t0, t1, MPI_SUCCESS);
     }
     emit(K_RECV, OP_USER, c, world_of(c, rc == MPI_SUCCESS ? s->MPI_SOURCE : src),
-         rc == MPI_SUCCESS ? s->MPI_TAG : tag, rc == MPI_SUCCESS ? bytes_of(count, t) : 0, t0,
-         t1, rc);
+         rc == MPI_SUCCESS ? s->MPI_TAG : tag, b, t0, t1, rc);
     return rc;
 }
 

@@ -15,7 +15,12 @@
 //! analysis groups by). Message records pair up in the analysis as vargr's own do: the
 //! k-th send from A to B with a tag is the k-th receive of B from A with it, MPI's
 //! non-overtaking rule.
+//!
+//! In memory a blocking send, or a blocking receive whose message filled its buffer, is
+//! one record: the message's, marked [`ALSO_CALL`]; the trace file gets both records.
+//! What a rank writes to memory per small message is most of what tracing costs it.
 
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
 use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard, OnceLock};
@@ -23,7 +28,7 @@ use std::time::Duration;
 
 use vargr_coll::open_plane::{AgentSpec, JoinedAgent};
 use vargr_trace::scope::ScopeReducer;
-use vargr_trace::{EventOp, ForeignRing, Held, ThreadTrace, Tracer};
+use vargr_trace::{EventOp, ForeignRing, Held, Record, ThreadTrace, Tracer};
 
 use crate::settings::Settings;
 
@@ -42,6 +47,10 @@ pub struct WriterRing {
 
 /// Calls on no communicator (waits and tests).
 pub const NO_COMM: u32 = u32::MAX;
+
+/// In a message record's status: the record stands for its blocking call too, whose
+/// kind is in the low bits (`ALSO_CALL` in c/wrappers.c).
+pub const ALSO_CALL: u8 = 0x80;
 
 /// The last part of each collector's name, in the order of the C enum.
 pub const KINDS: [&str; 41] = [
@@ -110,6 +119,8 @@ struct State {
     dir: Option<PathBuf>,
     /// Context names by communicator id.
     contexts: Mutex<Vec<Option<String>>>,
+    /// The communicator of each message collector (`CTX/p2p`), for [`State::expand`].
+    p2p_comms: Mutex<HashMap<u16, u32>>,
     held: Mutex<Reader>,
     /// Half a ring, less one (a power of two less one): a thread drains its ring each
     /// time its count of records passes another half of it.
@@ -159,7 +170,44 @@ impl State {
     /// use (the wrappers keep the ids).
     fn collector(&self, comm: u32, kind: u16) -> u16 {
         let kind = usize::from(kind).min(KINDS.len() - 1);
-        vargr_trace::collector(&format!("{}/{}", self.context(comm), KINDS[kind]))
+        let id = vargr_trace::collector(&format!("{}/{}", self.context(comm), KINDS[kind]));
+        if kind == 0 {
+            lock(&self.p2p_comms).insert(id, comm);
+        }
+        id
+    }
+
+    /// Writes out the records a message stands for: one that carries [`ALSO_CALL`] is
+    /// also its blocking call's record (kind in the low bits), with the same fields.
+    fn expand(&self, threads: &mut [ThreadTrace]) {
+        let carries = |r: &Record| {
+            r.status & ALSO_CALL != 0
+                && (r.op == EventOp::Send as u8 || r.op == EventOp::Recv as u8)
+        };
+        let comms = lock(&self.p2p_comms).clone();
+        for t in threads {
+            let n = t.records.iter().filter(|r| carries(r)).count();
+            if n == 0 {
+                continue;
+            }
+            let mut out = Vec::with_capacity(t.records.len() + n);
+            for r in t.records.drain(..) {
+                if !carries(&r) {
+                    out.push(r);
+                    continue;
+                }
+                let kind = u16::from(r.status & !ALSO_CALL);
+                let comm = comms.get(&r.collector).copied().unwrap_or(NO_COMM);
+                out.push(Record { status: 0, ..r });
+                out.push(Record {
+                    collector: self.collector(comm, kind),
+                    op: EventOp::User as u8,
+                    status: 0,
+                    ..r
+                });
+            }
+            t.records = out;
+        }
     }
 
     /// Moves what every thread's ring holds into memory, for the trace file and the
@@ -254,6 +302,7 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
         process: process.clone(),
         dir,
         contexts: Mutex::new(vec![Some("ctx0".into())]),
+        p2p_comms: Mutex::new(HashMap::new()),
         held: Mutex::new(Reader {
             tracer: Tracer::new(),
             trace: Held::new(HELD),
@@ -337,7 +386,8 @@ pub fn finish() -> Result<Option<PathBuf>, vargr_trace::FileError> {
     }
     let Some(dir) = &st.dir else { return Ok(None) };
     st.drain();
-    let threads = lock(&st.held).trace.take();
+    let mut threads = lock(&st.held).trace.take();
+    st.expand(&mut threads);
     let file = Tracer::file_of(&st.process, threads);
     let path = dir.join(format!("{}-{:05}.vtr", file.host, st.rank));
     file.write(&path)?;
@@ -445,7 +495,7 @@ mod tests {
         comm(1, 2);
         // What the wrappers do for one record (c/wrappers.c, put()).
         let ring = writer_ring().expect("recording started");
-        let put = |comm, kind: usize, op: EventOp, seq: u32, peer: u32, bytes: u64| {
+        let put_as = |comm, kind: usize, op: EventOp, seq: u32, peer: u32, bytes: u64, status| {
             let words = Record {
                 start: vargr_mpi_now(),
                 end: vargr_mpi_now(),
@@ -453,7 +503,7 @@ mod tests {
                 bytes: bytes.min(u64::from(u32::MAX)) as u32,
                 collector: vargr_mpi_collector(comm, kind as u16),
                 op: op as u8,
-                status: 0,
+                status,
                 peer,
             }
             .to_words();
@@ -472,8 +522,9 @@ mod tests {
                 vargr_mpi_drain();
             }
         };
-        put(0, 0, EventOp::Send, 7, 3, 4000);
-        put(0, 1, EventOp::User, 7, 3, 4000);
+        let put = |comm, kind, op, seq, peer, bytes| put_as(comm, kind, op, seq, peer, bytes, 0);
+        // A blocking send: one record for the message and the call (kind 1, send).
+        put_as(0, 0, EventOp::Send, 7, 3, 4000, ALSO_CALL | 1);
         put(NO_COMM, 7, EventOp::User, 1, NO_PEER, 0);
         put(1, 17, EventOp::Call, 0, NO_PEER, 1 << 40);
         // More than a ring holds: draining keeps them all.
@@ -498,6 +549,10 @@ mod tests {
         assert_eq!(name(&recs[0]), "ctx0/p2p");
         assert_eq!((recs[0].seq, recs[0].peer, recs[0].bytes), (7, 3, 4000));
         assert_eq!(name(&recs[1]), "ctx0/send");
+        assert_eq!(recs[1].op, EventOp::User as u8);
+        assert_eq!((recs[1].seq, recs[1].peer, recs[1].bytes), (7, 3, 4000));
+        assert_eq!((recs[0].status, recs[1].status), (0, 0));
+        assert_eq!((recs[0].start, recs[0].end), (recs[1].start, recs[1].end));
         assert_eq!(name(&recs[2]), "mpi/wait");
         assert_eq!(name(&recs[3]), "ctx1.2/allreduce");
         assert_eq!(recs[3].bytes, u32::MAX, "bytes saturate");
