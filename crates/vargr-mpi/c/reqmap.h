@@ -4,6 +4,9 @@
  * REQMAP(name, type) defines, for a `type` whose first member is `uint64_t key` (0:
  * free slot):
  *   static void name_put(MPI_Request r, type *e)    -- stores e under r (replacing)
+ *   static int  name_swap(MPI_Request r, type *e, type *old)
+ *                                                   -- as put; 1 and the replaced entry in
+ *                                                      *old if r had one
  *   static int  name_find(MPI_Request r, type *out, int keep)
  *                                                   -- copies r's entry; removes it unless keep
  *   static void name_clear(void)                    -- removes every entry
@@ -51,7 +54,7 @@ static inline uint64_t reqmap_key(MPI_Request r) {
         return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & (name##_cap - 1);                  \
     }                                                                                           \
                                                                                                 \
-    static void name##_put_locked(const type *e) {                                              \
+    static int name##_put_locked(const type *e, type *replaced) {                               \
         if (2 * (name##_used + 1) > name##_cap) {                                               \
             size_t old = name##_cap;                                                            \
             type *was = name##_slots;                                                           \
@@ -60,14 +63,14 @@ static inline uint64_t reqmap_key(MPI_Request r) {
             if (t == NULL) {                                                                    \
                 fprintf(stderr, "vargr-mpi: out of memory for pending requests\n");             \
                 PMPI_Abort(MPI_COMM_WORLD, 1);                                                  \
-                return;                                                                         \
+                return 0;                                                                       \
             }                                                                                   \
             name##_slots = t;                                                                   \
             name##_cap = ncap;                                                                  \
             name##_used = 0;                                                                    \
             for (size_t i = 0; i < old; i++) {                                                  \
                 if (was[i].key) {                                                               \
-                    name##_put_locked(&was[i]);                                                 \
+                    name##_put_locked(&was[i], NULL);                                           \
                 }                                                                               \
             }                                                                                   \
             free(was);                                                                          \
@@ -76,20 +79,29 @@ static inline uint64_t reqmap_key(MPI_Request r) {
         while (name##_slots[i].key && name##_slots[i].key != e->key) {                          \
             i = (i + 1) & (name##_cap - 1);                                                     \
         }                                                                                       \
-        if (!name##_slots[i].key) {                                                             \
+        int found = name##_slots[i].key != 0;                                                   \
+        if (!found) {                                                                           \
             name##_used++;                                                                      \
+        } else if (replaced) {                                                                  \
+            *replaced = name##_slots[i];                                                        \
         }                                                                                       \
         name##_slots[i] = *e;                                                                   \
+        return found;                                                                           \
+    }                                                                                           \
+                                                                                                \
+    __attribute__((unused)) static int name##_swap(MPI_Request r, type *e, type *old) {         \
+        e->key = reqmap_key(r);                                                                 \
+        if (e->key == 0 || r == MPI_REQUEST_NULL) {                                             \
+            return 0;                                                                           \
+        }                                                                                       \
+        reqmap_lock(&name##_lock);                                                              \
+        int found = name##_put_locked(e, old);                                                  \
+        reqmap_unlock(&name##_lock);                                                            \
+        return found;                                                                           \
     }                                                                                           \
                                                                                                 \
     __attribute__((unused)) static void name##_put(MPI_Request r, type *e) {                    \
-        e->key = reqmap_key(r);                                                                 \
-        if (e->key == 0 || r == MPI_REQUEST_NULL) {                                             \
-            return;                                                                             \
-        }                                                                                       \
-        reqmap_lock(&name##_lock);                                                              \
-        name##_put_locked(e);                                                                   \
-        reqmap_unlock(&name##_lock);                                                            \
+        name##_swap(r, e, NULL);                                                                \
     }                                                                                           \
                                                                                                 \
     __attribute__((unused)) static void name##_clear(void) {                                    \

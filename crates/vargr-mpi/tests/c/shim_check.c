@@ -68,6 +68,17 @@ int main(int argc, char **argv) {
     }
     at += snprintf(line + at, LINE - at, " any-source-from %x", from);
 
+    /* Two small sends in a row, completed with their receives by one Waitall: MPI may
+     * finish such sends within MPI_Isend and give both one shared handle. */
+    int two_out[2] = {rank, -rank}, two_in[2];
+    MPI_Request two[4];
+    MPI_Irecv(&two_in[0], 1, MPI_INT, left, 40, MPI_COMM_WORLD, &two[0]);
+    MPI_Irecv(&two_in[1], 1, MPI_INT, left, 41, MPI_COMM_WORLD, &two[1]);
+    MPI_Isend(&two_out[0], 1, MPI_INT, right, 40, MPI_COMM_WORLD, &two[2]);
+    MPI_Isend(&two_out[1], 1, MPI_INT, right, 41, MPI_COMM_WORLD, &two[3]);
+    MPI_Waitall(4, two, MPI_STATUSES_IGNORE);
+    check(two_in[0] == left && two_in[1] == -left, "two small sends", rank);
+
     /* Rank 0 Ssends 10 ints to 1 (tag 11), which probes for the size first; rank 2
      * Isends 5 ints to 3 (tag 12), which polls with Iprobe, alternating with Testany on
      * a receive of tag 15 that rank 2 sends only once 3 says so (tag 16), then Irecv
