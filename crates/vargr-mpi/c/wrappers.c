@@ -44,7 +44,7 @@ extern uint64_t vargr_mpi_now(void);
 #endif
 extern int vargr_mpi_start(int rank, int size, int kinds, const char *built_for,
                            const char *runs_on);
-extern void vargr_mpi_comm(uint32_t id, uint32_t low, uint32_t size);
+extern void vargr_mpi_comm(uint32_t id, uint32_t low, uint32_t group, uint32_t nth);
 extern void vargr_mpi_finish(void);
 
 /* In the order of KINDS in src/events.rs; vargr_mpi_start checks the count. */
@@ -130,9 +130,56 @@ static comm_info world_info;
 static uint32_t next_id = 1;
 static pthread_mutex_t comm_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* Ids in order of first use by this process (world = 0). Processes that use their
- * communicators in another order give one communicator different ids; the trace
- * analysis still groups ranks by the messages between them. */
+/* A hash of a group's members (their world ranks in rank order), FNV-1a by word. */
+static uint32_t hash_ranks(uint32_t h, const uint32_t *world, int n) {
+    for (int i = 0; i < n; i++) {
+        h = (h ^ world[i]) * 16777619u;
+    }
+    return h;
+}
+
+/* The hash of group `g`'s members, `wg` being the world's group. */
+static uint32_t group_hash(MPI_Group g, MPI_Group wg) {
+    int n = 0;
+    PMPI_Group_size(g, &n);
+    int *ranks = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    int *out = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    uint32_t h = 2166136261u;
+    if (ranks && out) {
+        for (int i = 0; i < n; i++) {
+            ranks[i] = i;
+        }
+        PMPI_Group_translate_ranks(g, n, ranks, wg, out);
+        h = hash_ranks(h, (const uint32_t *)out, n);
+    }
+    free(ranks);
+    free(out);
+    return h;
+}
+
+/* Communicators this process named, by group hash: the second one over the same group
+ * is told apart by its place. */
+#define NAMED_GROUPS 256
+static struct {
+    uint32_t hash, count;
+} named[NAMED_GROUPS];
+
+/* How many communicators over group `hash` this process named before. */
+static uint32_t nth_of(uint32_t hash) {
+    for (int i = 0; i < NAMED_GROUPS; i++) {
+        if (named[i].count == 0 || named[i].hash == hash) {
+            named[i].hash = hash;
+            return named[i].count++;
+        }
+    }
+    return 0; /* past the table: a name may repeat, as in the trace's other limits */
+}
+
+/* Ids in order of first use by this process (world = 0): the collector table's index.
+ * Names come from the group instead (src/events.rs), so that every member names a
+ * communicator alike whatever order it first used its communicators in, and messages
+ * on it pair up; two communicators over one group are told apart by the order each
+ * process first used them in. */
 static comm_info *new_info(MPI_Comm comm) {
     comm_info *c = calloc(1, sizeof *c);
     if (c == NULL) {
@@ -173,15 +220,26 @@ static comm_info *new_info(MPI_Comm comm) {
     }
     free(ranks);
     free(out);
+    uint32_t hash = c->world ? hash_ranks(2166136261u, c->world, c->size) : 0;
+    if (inter) {
+        /* Both sides' groups, in an order both sides agree on. */
+        MPI_Group local;
+        PMPI_Comm_group(comm, &local);
+        uint32_t mine = group_hash(local, wg);
+        PMPI_Group_free(&local);
+        uint32_t lo = mine < hash ? mine : hash, hi = mine < hash ? hash : mine;
+        hash = hash_ranks(hash_ranks(2166136261u, &lo, 1), &hi, 1);
+    }
     PMPI_Group_free(&g);
     PMPI_Group_free(&wg);
     pthread_mutex_lock(&comm_lock);
     c->id = next_id++;
+    uint32_t nth = nth_of(hash);
     pthread_mutex_unlock(&comm_lock);
     /* Kept with the communicator, never freed: requests still pending when it is freed
      * point at it. */
     PMPI_Comm_set_attr(comm, keyval, c);
-    vargr_mpi_comm(c->id, low, (uint32_t)c->size);
+    vargr_mpi_comm(c->id, low, hash, nth);
     return c;
 }
 

@@ -10,9 +10,9 @@
 //! | unsuccessful tests or probes of one kind (nothing completed, nothing found) since the thread's last recorded call, one record per kind when the thread next records or finalizes | `mpi/test-polls`, `mpi/testany-polls`, ..., `CTX/iprobe-polls` | user | how many | probes: the source asked for | – | the first one's entry .. the entry of the thread's next recorded call (a test or probe that finds something after a run is timed from its return) |
 //! | a collective | `CTX/allreduce`, ... | call | call number on the communicator | root's world rank (rooted ones) | the larger of what this rank's buffers send and receive | call entry .. return |
 //!
-//! `CTX` is `ctx0` for `MPI_COMM_WORLD` and `ctxN.L` for the N-th other communicator this
-//! process used, L being its lowest world rank (vargr-coll's naming, which the trace
-//! analysis groups by). Message records pair up in the analysis as vargr's own do: the
+//! `CTX` is `ctx0` for `MPI_COMM_WORLD` and `ctxG.L` for another communicator, G a hash
+//! of its group and L its lowest world rank ([`comm`]), so that all its members name it
+//! alike (the trace analysis groups by name). Message records pair up in the analysis as vargr's own do: the
 //! k-th send from A to B with a tag is the k-th receive of B from A with it, MPI's
 //! non-overtaking rule.
 //!
@@ -332,8 +332,13 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
     true
 }
 
-/// Names communicator `id` (not the world's) by its lowest world rank.
-pub fn comm(id: u32, low: u32) {
+/// Names communicator `id` (not the world's), the process's own index of it.
+///
+/// Its name is `ctxG.L`: G six hex digits of a hash of its group (the members' world
+/// ranks; for an intercommunicator both groups), L its lowest world rank, and `-N` after
+/// G for the N-th communicator over one group this process used. Every member names it
+/// alike, so the analysis pairs its messages and joins its collective calls.
+pub fn comm(id: u32, low: u32, group: u32, nth: u32) {
     if let Some(st) = STATE.get() {
         let mut c = lock(&st.contexts);
         let i = id as usize;
@@ -341,7 +346,12 @@ pub fn comm(id: u32, low: u32) {
             if c.len() <= i {
                 c.resize(i + 1, None);
             }
-            c[i] = Some(format!("ctx{id}.{low}"));
+            let place = if nth == 0 {
+                String::new()
+            } else {
+                format!("-{}", nth + 1)
+            };
+            c[i] = Some(format!("ctx{:06x}{place}.{low}", group & 0xff_ffff));
         }
     }
 }
@@ -434,8 +444,8 @@ pub unsafe extern "C" fn vargr_mpi_start(
 
 /// A communicator seen for the first time.
 #[no_mangle]
-pub extern "C" fn vargr_mpi_comm(id: u32, low: u32, _size: u32) {
-    comm(id, low);
+pub extern "C" fn vargr_mpi_comm(id: u32, low: u32, group: u32, nth: u32) {
+    comm(id, low, group, nth);
 }
 
 /// The calling thread's ring into `out`: 1, or 0 (nothing written) if recording did not
@@ -492,7 +502,8 @@ mod tests {
         };
         assert!(!start(&settings, 2, 4, KINDS.len() - 1, "MPI"));
         assert!(start(&settings, 2, 4, KINDS.len(), "Some MPI v1"));
-        comm(1, 2);
+        comm(1, 2, 0xabc_def12, 0);
+        comm(2, 2, 0xabc_def12, 1);
         // What the wrappers do for one record (c/wrappers.c, put()).
         let ring = writer_ring().expect("recording started");
         let put_as = |comm, kind: usize, op: EventOp, seq: u32, peer: u32, bytes: u64, status| {
@@ -554,7 +565,8 @@ mod tests {
         assert_eq!((recs[0].status, recs[1].status), (0, 0));
         assert_eq!((recs[0].start, recs[0].end), (recs[1].start, recs[1].end));
         assert_eq!(name(&recs[2]), "mpi/wait");
-        assert_eq!(name(&recs[3]), "ctx1.2/allreduce");
+        assert_eq!(name(&recs[3]), "ctxcdef12.2/allreduce");
+        assert_eq!(STATE.get().unwrap().context(2), "ctxcdef12-2.2");
         assert_eq!(recs[3].bytes, u32::MAX, "bytes saturate");
         assert!(recs[4..].iter().all(|r| name(r) == "ctx0/barrier"));
         assert!(recs[4..].iter().enumerate().all(|(i, r)| r.seq == i as u32));

@@ -164,9 +164,18 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
         // Rank r sends 4 × (r+1) ints and receives 1+2+3+4 ints.
         assert_eq!(calls("alltoallv").bytes, (16 * (r + 1)).max(40));
         assert_eq!(calls("scatter").bytes, if r == 1 { 48 } else { 12 });
-        // The split communicator (the first other one this process used).
-        let half = format!("ctx1.{}/allreduce", r % 2);
-        assert_eq!(count(&c, r, &half, Call), 1, "{names:?}");
+        // The split communicator, named by its group: alike on both its members, and
+        // not like the other half's.
+        let half: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| n.ends_with(&format!(".{}/allreduce", r % 2)) && n.starts_with("ctx"))
+            .filter(|n| *n != "ctx0/allreduce")
+            .collect();
+        assert_eq!(half.len(), 1, "{names:?}");
+        assert_eq!(count(&c, r, half[0], Call), 1, "{names:?}");
+        assert_eq!(count(&c, (r + 2) % 4, half[0], Call), 1, "{names:?}");
+        assert_eq!(count(&c, (r + 1) % 4, half[0], Call), 0, "{names:?}");
         // Non-blocking receives end when the Waitall completes them, not when posted.
         let wait = c[&(r, "mpi/waitall".to_string(), User)][0];
         let any: Vec<_> = c[&(r, "ctx0/p2p".to_string(), Recv)]
