@@ -1,11 +1,14 @@
 /* Loops of small MPI calls, as the Intel MPI Benchmarks (IMB-MPI1) time them: PingPong
  * between ranks 0 and 1 (the others wait), then Allreduce of one double and Barrier on
- * every rank. Each loop runs a warm-up, then ITERS timed repetitions between barriers.
+ * every rank, and last a loop IMB does not have: rank 0 polling with MPI_Test a receive
+ * that nothing matches (the calls HPCC's RandomAccess makes millions of a second). Each
+ * loop runs a warm-up, then ITERS timed repetitions between barriers.
  *
  *   imb_loops [ITERS [BYTES [PAIRS]]]   (default 100000 repetitions, PingPong of 8 bytes)
  *
- * Rank 0 prints one line per loop, IMB's figures: PingPong's half round trip, and for
- * the collectives the slowest rank's mean time per call, in microseconds.
+ * Rank 0 prints one line per loop, IMB's figures: PingPong's half round trip, for the
+ * collectives the slowest rank's mean time per call, for the polls rank 0's, in
+ * microseconds.
  *
  * With PAIRS > 0 the timed repetitions run as PAIRS pairs of blocks, one block of each
  * pair recorded (MPI_Pcontrol(1)) and the other paused (MPI_Pcontrol(0)), in the order
@@ -20,14 +23,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PINGPONG, ALLREDUCE, BARRIER };
+enum { PINGPONG, ALLREDUCE, BARRIER, POLL, LOOPS };
 
-static const char *const NAMES[] = {"PingPong", "Allreduce", "Barrier"};
+static const char *const NAMES[] = {"PingPong", "Allreduce", "Barrier", "Test"};
 
 typedef struct {
     char *buf;
     int bytes;
     double x, sum;
+    MPI_Request never; /* rank 0's receive that nothing matches */
 } loop_data;
 
 /* n repetitions of loop `which`; returns this rank's time per call. */
@@ -48,6 +52,14 @@ static double repeat(int which, long n, int rank, loop_data *d) {
             }
         }
         return (MPI_Wtime() - t0) / (double)n / 2;
+    case POLL:
+        if (rank == 0) {
+            int flag = 0;
+            for (long i = 0; i < n; i++) {
+                MPI_Test(&d->never, &flag, MPI_STATUS_IGNORE);
+            }
+        }
+        return (MPI_Wtime() - t0) / (double)n;
     case ALLREDUCE:
         for (long i = 0; i < n; i++) {
             MPI_Allreduce(&d->x, &d->sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -64,7 +76,7 @@ static double repeat(int which, long n, int rank, loop_data *d) {
 /* The loop's figure: rank 0's for PingPong, the slowest rank's for collectives. Every
  * rank passes `n` values; rank 0 gets the figures back in `out`. */
 static void figures(int which, const double *mine, double *out, int n) {
-    if (which == PINGPONG) {
+    if (which == PINGPONG || which == POLL) {
         memcpy(out, mine, sizeof(double) * (size_t)n);
     } else {
         MPI_Reduce(mine, out, n, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
@@ -86,11 +98,15 @@ int main(int argc, char **argv) {
         }
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
-    loop_data d = {calloc((size_t)bytes + 1, 1), bytes, rank, 0};
+    loop_data d = {calloc((size_t)bytes + 1, 1), bytes, rank, 0, MPI_REQUEST_NULL};
+    int never_data = 0;
+    if (rank == 0) {
+        MPI_Irecv(&never_data, 1, MPI_INT, 1, 99, MPI_COMM_WORLD, &d.never);
+    }
     long warm = iters / 10 + 1;
-    double figure[3];
-    double *ratios[3] = {0};
-    for (int which = PINGPONG; which <= BARRIER; which++) {
+    double figure[LOOPS];
+    double *ratios[LOOPS] = {0};
+    for (int which = PINGPONG; which < LOOPS; which++) {
         repeat(which, warm, rank, &d);
         if (pairs == 0) {
             double t = repeat(which, iters, rank, &d);
@@ -124,7 +140,8 @@ int main(int argc, char **argv) {
         printf("PingPong %d B: %.4f us\n", bytes, figure[PINGPONG] * 1e6);
         printf("Allreduce 8 B: %.4f us\n", figure[ALLREDUCE] * 1e6);
         printf("Barrier: %.4f us\n", figure[BARRIER] * 1e6);
-        for (int which = PINGPONG; which <= BARRIER && pairs > 0; which++) {
+        printf("Test: %.4f us\n", figure[POLL] * 1e6);
+        for (int which = PINGPONG; which < LOOPS && pairs > 0; which++) {
             printf("%s recorded/paused:", NAMES[which]);
             for (int k = 0; k < pairs; k++) {
                 printf(" %.5f", ratios[which][k]);
@@ -133,8 +150,13 @@ int main(int argc, char **argv) {
         }
         printf("check: %.0f\n", d.sum);
     }
-    for (int which = PINGPONG; which <= BARRIER; which++) {
+    for (int which = PINGPONG; which < LOOPS; which++) {
         free(ratios[which]);
+    }
+    if (rank == 0) {
+        /* The receive was never matched: take it back before finalizing. */
+        MPI_Cancel(&d.never);
+        MPI_Wait(&d.never, MPI_STATUS_IGNORE);
     }
     free(d.buf);
     MPI_Finalize();

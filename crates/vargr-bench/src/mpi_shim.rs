@@ -36,7 +36,8 @@ pub struct MpiShimArgs {
     /// Programs: netpipe (NetPIPE, 64 KiB to 4 MiB), is (an integer sort's exchange like
     /// NAS IS, bench/mpi/is_exchange.c), hpcc (the HPC Challenge: one row per kernel),
     /// imb (IMB-like loops of small calls, bench/mpi/imb_loops.c: PingPong of 8 bytes,
-    /// Allreduce of one double, Barrier, on 2 ranks; one machine only).
+    /// Allreduce of one double, Barrier, and unsuccessful MPI_Test polls, on 2 ranks; one
+    /// machine only).
     #[arg(long, value_delimiter = ',', default_value = "netpipe,is,hpcc,imb")]
     pub programs: Vec<String>,
     /// Modes: off, trace, monitor, codec-adaptive, codec-fixed:CODEC (codec modes run on
@@ -395,7 +396,8 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
             })
         }
         "imb" => {
-            // Lines "PingPong 8 B: T us", "Allreduce 8 B: T us", "Barrier: T us", "check: N".
+            // Lines "PingPong 8 B: T us", "Allreduce 8 B: T us", "Barrier: T us", "Test: T us",
+            // "check: N".
             let value = |prefix: &str| -> Result<f64> {
                 let l = stdout
                     .lines()
@@ -419,6 +421,7 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
                 ("PingPong", "imb-pingpong"),
                 ("Allreduce", "imb-allreduce"),
                 ("Barrier", "imb-barrier"),
+                ("Test", "imb-test"),
             ] {
                 let prefix = format!("{name} recorded/paused:");
                 if let Some(l) = stdout.lines().find_map(|l| l.strip_prefix(&prefix)) {
@@ -435,6 +438,7 @@ fn outcome(program: &str, wan: bool, stdout: &str, run_dir: &Path) -> Result<Out
                     ("imb-pingpong".into(), value("PingPong")?),
                     ("imb-allreduce".into(), value("Allreduce")?),
                     ("imb-barrier".into(), value("Barrier")?),
+                    ("imb-test".into(), value("Test")?),
                 ],
                 pairs,
                 result: check.to_string(),
@@ -523,11 +527,15 @@ fn launch(
         "--oversubscribe",
         "--bind-to",
         "none",
-    ])
-    // More ranks than cores: waiting ranks yield instead of spinning.
-    .args(["--mca", "mpi_yield_when_idle", "1"])
-    .env_remove("LD_PRELOAD")
-    .env_remove("VARGR_JOB");
+    ]);
+    // More ranks than cores: waiting ranks yield instead of spinning. Not otherwise: a
+    // rank that yields at every poll runs HPCC's RandomAccess five times as slowly, and
+    // hides what each poll costs.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if ranks > cores {
+        cmd.args(["--mca", "mpi_yield_when_idle", "1"]);
+    }
+    cmd.env_remove("LD_PRELOAD").env_remove("VARGR_JOB");
     if wan {
         // PMIx and mpirun's own traffic go over the sites' control links to the root
         // namespace; the ranks' messages over the shaped link only.
@@ -566,6 +574,7 @@ fn measure_of(program: &str) -> &'static str {
         "imb-pingpong" => "half the round trip of an 8-byte PingPong between 2 ranks (IMB's t)",
         "imb-allreduce" => "the slowest rank's mean time per Allreduce of one double (IMB's t_max)",
         "imb-barrier" => "the slowest rank's mean time per Barrier (IMB's t_max)",
+        "imb-test" => "rank 0's mean time per unsuccessful MPI_Test of a receive nothing matches",
         _ => "",
     }
 }

@@ -69,9 +69,9 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
             .find(|r| r["program"] == program && r["sites"] == sites && r["mode"] == mode)
             .unwrap_or_else(|| panic!("no record {program} {sites} {mode} in {records:?}"))
     };
-    // On each machine-local network: netpipe, is and imb's three loops, in three modes;
+    // On each machine-local network: netpipe, is and imb's four loops, in three modes;
     // between sites: netpipe and is in four (codec modes run there only).
-    assert_eq!(records.len(), 2 * 5 * 3 + 2 * 4, "{records:?}");
+    assert_eq!(records.len(), 2 * 6 * 3 + 2 * 4, "{records:?}");
     for link in ["shared memory", "TCP on loopback"] {
         for mode in ["off", "trace", "monitor"] {
             let loops = records
@@ -82,7 +82,7 @@ fn mpi_shim_benchmark_measures_every_mode_and_verifies_results() {
                         && r["program"].as_str().unwrap().starts_with("imb-")
                 })
                 .count();
-            assert_eq!(loops, 3, "{link} {mode}: {records:?}");
+            assert_eq!(loops, 4, "{link} {mode}: {records:?}");
         }
     }
     for r in &records {
