@@ -476,13 +476,24 @@ static inline __attribute__((always_inline)) void test_polled(int kind, uint64_t
 
 /* Records one event of a call. The thread's open poll runs end where the call began,
  * and are recorded first. */
-static inline void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq, uint64_t bytes,
-                 uint64_t start, uint64_t end, int rc) {
+static inline void emit(int kind, int op, const comm_info *c, uint32_t peer, int seq,
+                        uint64_t bytes, uint64_t start, uint64_t end, int rc) {
     if (open_runs) {
         close_runs(start);
     }
     put(kind, op, c ? c->id : NO_COMM, peer, (uint32_t)seq, bytes, start, end,
         rc != MPI_SUCCESS);
+}
+
+/* Records a message (op OP_SEND or OP_RECV) that blocking call `call` carried, as one
+ * record standing for both. */
+static inline void emit_with_call(int call, int op, const comm_info *c, uint32_t peer, int tag,
+                                  uint64_t bytes, uint64_t start, uint64_t end) {
+    if (open_runs) {
+        close_runs(start);
+    }
+    put(K_P2P, op, c ? c->id : NO_COMM, peer, (uint32_t)tag, bytes, start, end,
+        ALSO_CALL | call);
 }
 
 /* ---- pending non-blocking operations, by request handle --------------------------------- */
@@ -625,10 +636,7 @@ static int sent(int kind, int rc, int count, MPI_Datatype t, int dest, int tag, 
     uint64_t b = rc == MPI_SUCCESS ? bytes_of(count, t) : 0;
     uint32_t peer = world_of(c, dest);
     if (rc == MPI_SUCCESS && dest != MPI_PROC_NULL) {
-        if (open_runs) {
-            close_runs(t0);
-        }
-        put(K_P2P, OP_SEND, c ? c->id : NO_COMM, peer, (uint32_t)tag, b, t0, t1, ALSO_CALL | kind);
+        emit_with_call(kind, OP_SEND, c, peer, tag, b, t0, t1);
         return rc;
     }
     emit(kind, OP_USER, c, peer, tag, b, t0, t1, rc);
@@ -796,11 +804,7 @@ static NOINLINE int traced_MPI_Recv(void *buf, int count, MPI_Datatype t, int sr
         if (n >= 0 && (uint64_t)n == b) {
             /* The message filled the buffer: one record for both (the call's bytes are
              * the buffer's size, the message's what arrived). */
-            if (open_runs) {
-                close_runs(t0);
-            }
-            put(K_P2P, OP_RECV, c ? c->id : NO_COMM, world_of(c, s->MPI_SOURCE), (uint32_t)s->MPI_TAG, b, t0,
-                t1, ALSO_CALL | K_RECV);
+            emit_with_call(K_RECV, OP_RECV, c, world_of(c, s->MPI_SOURCE), s->MPI_TAG, b, t0, t1);
             return rc;
         }
         emit(K_P2P, OP_RECV, c, world_of(c, s->MPI_SOURCE), s->MPI_TAG,

@@ -809,36 +809,51 @@ fn threads_section(h: &mut String, a: &Analysis) {
     );
     for p in a.threads.iter().take(MAX_TABLE_ROWS) {
         let u = &p.usage;
-        let (v, i) = u.switches();
-        let pct = |x: f64| format!("{:.0}%", 100.0 * x);
-        let _ = writeln!(
+        let mut cells = thread_cells(u, "–");
+        let counters = cells.pop().unwrap_or_default();
+        let _ = write!(
             h,
-            "<tr><td class=\"l\">{} ({}:{})</td><td>{}</td><td>{:.2}</td><td>{}</td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{:.2} s</td><td>{:.2} s</td>\
-             <td>{}</td><td>{v} / {i}</td><td class=\"l\">{}</td></tr>",
+            "<tr><td class=\"l\">{} ({}:{})</td><td>{}</td><td>{:.2}</td>",
             esc(&p.process),
             esc(&p.host),
             p.pid,
-            u.ranks,
+            cells[0],
             u.seconds,
-            pct(u.tlp_at_least(1)),
-            pct(u.tlp_at_least(2)),
-            pct(u.share.computing),
-            pct(u.share.communication),
-            pct(u.share.other),
-            if u.os_samples > 0 {
-                pct(u.os_runnable_at_least(2))
-            } else {
-                "–".into()
-            },
-            u.user_s(),
-            u.system_s(),
-            u.runqueue_wait_s()
-                .map_or("–".into(), |w| format!("{w:.2} s")),
-            esc(&counters_text(u)),
         );
+        for c in &cells[1..] {
+            let _ = write!(h, "<td>{}</td>", esc(c));
+        }
+        let _ = writeln!(h, "<td class=\"l\">{}</td></tr>", esc(&counters));
     }
     h.push_str("</table>\n");
+}
+
+/// One process's "Rank threads" cells after its name, for the HTML and the text table:
+/// ranks, TLP_1, TLP_2, computing, communication, slot wait, R>=2, user, system,
+/// waiting for a CPU, switches (voluntary / involuntary), counters. `none` stands for a
+/// figure that was not measured.
+fn thread_cells(u: &crate::usage::ProcessUsage, none: &str) -> Vec<String> {
+    let pct = |x: f64| format!("{:.0}%", 100.0 * x);
+    let (v, i) = u.switches();
+    vec![
+        u.ranks.to_string(),
+        pct(u.tlp_at_least(1)),
+        pct(u.tlp_at_least(2)),
+        pct(u.share.computing),
+        pct(u.share.communication),
+        pct(u.share.other),
+        if u.os_samples > 0 {
+            pct(u.os_runnable_at_least(2))
+        } else {
+            none.into()
+        },
+        format!("{:.2} s", u.user_s()),
+        format!("{:.2} s", u.system_s()),
+        u.runqueue_wait_s()
+            .map_or(none.into(), |w| format!("{w:.2} s")),
+        format!("{v} / {i}"),
+        counters_text(u),
+    ]
 }
 
 /// `IPC 1.20, 3.1M L1D misses` or why there are no counters.
@@ -1338,30 +1353,10 @@ pub fn text(a: &Analysis) -> String {
         ]
         .map(String::from)
         .to_vec()];
-        let pct = |x: f64| format!("{:.0}%", 100.0 * x);
         for p in a.threads.iter().take(MAX_TABLE_ROWS) {
-            let u = &p.usage;
-            let (v, i) = u.switches();
-            rows.push(vec![
-                p.process.clone(),
-                u.ranks.to_string(),
-                pct(u.tlp_at_least(1)),
-                pct(u.tlp_at_least(2)),
-                pct(u.share.computing),
-                pct(u.share.communication),
-                pct(u.share.other),
-                if u.os_samples > 0 {
-                    pct(u.os_runnable_at_least(2))
-                } else {
-                    "-".into()
-                },
-                format!("{:.2} s", u.user_s()),
-                format!("{:.2} s", u.system_s()),
-                u.runqueue_wait_s()
-                    .map_or("-".into(), |w| format!("{w:.2} s")),
-                format!("{v}/{i}"),
-                counters_text(u),
-            ]);
+            let mut row = vec![p.process.clone()];
+            row.extend(thread_cells(&p.usage, "-"));
+            rows.push(row);
         }
         out += "\nrank threads (TLP_N: share of time with at least N ranks not blocked in \
                 communication; R>=2: /proc samples with two or more runnable):\n";
@@ -1510,7 +1505,8 @@ mod tests {
         assert!(html.contains("unavailable: perf_event_open: &lt;denied&gt;"));
         let t = text(&a);
         assert!(t.contains("ranks 1..3 of 3"), "{t}");
-        assert!(t.contains("1.50 s") && t.contains("7/3"), "{t}");
+        assert!(t.contains("1.50 s") && t.contains("7 / 3"), "{t}");
+        assert!(html.contains("<td>7 / 3</td>"), "{html}");
         assert!(
             html.contains("<td>0.12 s</td>") && t.contains("0.12 s"),
             "{t}"
