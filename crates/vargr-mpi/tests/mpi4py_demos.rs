@@ -234,8 +234,12 @@ req = comm.irecv(bytearray(1 << 20), source=peer, tag=5)
 comm.isend(obj, dest=peer, tag=5).wait()
 again = req.wait()
 digest = hashlib.sha256(pickle.dumps((got, again))).hexdigest()[:16]
+# Paused: MPI.Pcontrol(0) stops the library recording, MPI.Pcontrol(1) resumes it.
+MPI.Pcontrol(0)
+paused = comm.sendrecv(rank, dest=peer, sendtag=30, source=peer, recvtag=30)
+MPI.Pcontrol(1)
 # One write per line: mpirun interleaves the ranks' output between writes.
-os.write(1, f"rank {rank}: from {got['rank']} and {again['rank']}: {digest}\n".encode())
+os.write(1, f"rank {rank}: from {got['rank']} and {again['rank']}: {digest} {paused}\n".encode())
 "#,
     )
     .unwrap();
@@ -251,5 +255,17 @@ os.write(1, f"rank {rank}: from {got['rank']} and {again['rank']}: {digest}\n".e
         .collect();
     for c in ["ctx0/mprobe", "ctx0/mrecv", "ctx0/p2p"] {
         assert!(names.contains(c), "{c} missing from {names:?}");
+    }
+    // Nothing of what ran between MPI.Pcontrol(0) and MPI.Pcontrol(1), tag 30.
+    for f in &files {
+        let p2p = f.collectors.iter().position(|c| c == "ctx0/p2p");
+        for t in &f.threads {
+            assert!(
+                t.records
+                    .iter()
+                    .all(|r| Some(usize::from(r.collector)) != p2p || r.seq != 30),
+                "a paused message was recorded"
+            );
+        }
     }
 }

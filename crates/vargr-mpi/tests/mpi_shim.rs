@@ -732,6 +732,14 @@ fn fortran_programs_are_traced_and_compressed_like_c_ones() {
             .filter(|m| m.bytes == 65536)
             .count();
         assert!(big >= messages, "{name}: {big} messages of 64 KiB matched");
+        if name == "shim_check" {
+            // MPI_PCONTROL(0) paused the library: nothing of tag 30.
+            assert!(program.contains(": paused "), "{program}");
+            assert!(
+                a.messages.matched.iter().all(|m| m.seq != 30),
+                "a paused Fortran message was recorded"
+            );
+        }
     }
 }
 

@@ -78,6 +78,13 @@ program shim_check
   write (*, '(a,i0,a,f0.2,a,i0,a,f0.2)') 'rank ', rank, ': allreduce ', total, &
     ' alltoall ', sum(int(got, kind=8)), ' bcast ', sum(b)
 
+  ! Paused by MPI_PCONTROL(0): a message of tag 30 within the site leaves no record.
+  call MPI_Pcontrol(0)
+  call MPI_Sendrecv(a, 16, MPI_DOUBLE_PRECISION, near, 30, c, 16, MPI_DOUBLE_PRECISION, &
+    near, 30, MPI_COMM_WORLD, status, ierr)
+  call MPI_Pcontrol(1)
+  write (*, '(a,i0,a,f0.2)') 'rank ', rank, ': paused ', sum(c(1:16))
+
   call MPI_Finalize(ierr)
 
 contains
