@@ -12,9 +12,9 @@
 //!
 //! `CTX` is `ctx0` for `MPI_COMM_WORLD` and `ctxG.L` for another communicator, G a hash
 //! of its group and L its lowest world rank ([`comm`]), so that all its members name it
-//! alike (the trace analysis groups by name). Message records pair up in the analysis as vargr's own do: the
-//! k-th send from A to B with a tag is the k-th receive of B from A with it, MPI's
-//! non-overtaking rule.
+//! alike (the trace analysis groups by name). Message records pair up in the analysis
+//! as vargr's own do: the k-th send from A to B with a tag is the k-th receive of B from
+//! A with it, MPI's non-overtaking rule.
 //!
 //! In memory a blocking send, or a blocking receive whose message filled its buffer, is
 //! one record: the message's, marked [`ALSO_CALL`]; the trace file gets both records.
