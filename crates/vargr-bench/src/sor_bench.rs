@@ -178,14 +178,7 @@ pub fn sor_rank(a: SorRankArgs) -> Result<()> {
         let mut lens = vec![0u64; size];
         c.gather(&[mine.len() as u64], &mut lens, 0)?;
         let counts: Vec<usize> = lens.iter().map(|&n| n as usize).collect();
-        let displs: Vec<usize> = counts
-            .iter()
-            .scan(0, |at, &n| {
-                let d = *at;
-                *at += n;
-                Some(d)
-            })
-            .collect();
+        let displs = vargr_coll::packed_displs(&counts);
         let mut all = vec![0u8; counts.iter().sum()];
         c.gatherv(&mine, &mut all, &counts, &displs, 0)?;
         if c.rank() != 0 {

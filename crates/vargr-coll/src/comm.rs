@@ -935,3 +935,17 @@ impl Comm {
         Ok(self.derive(self.ranks.to_vec(), self.me, next[0], &members))
     }
 }
+
+/// Displacements of blocks of `counts` elements laid end to end, from 0: what the `*v`
+/// collectives take when the blocks are packed.
+pub fn packed_displs(counts: &[usize]) -> Vec<usize> {
+    let mut at = 0;
+    counts
+        .iter()
+        .map(|&n| {
+            let d = at;
+            at += n;
+            d
+        })
+        .collect()
+}

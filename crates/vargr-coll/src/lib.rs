@@ -61,7 +61,7 @@ pub mod usage;
 
 pub use arena::{Arena, Group};
 pub use bench::{bench_allreduce, bench_allreduce_with};
-pub use comm::{Comm, Received, Request, Status, World};
+pub use comm::{packed_displs, Comm, Received, Request, Status, World};
 pub use cond::{CondAllreduce, CondOp, CondOutcome, Predicate};
 pub use elem::{Elem, ElemKind};
 pub use error::{CollError, Result};

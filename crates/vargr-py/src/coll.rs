@@ -465,18 +465,6 @@ fn split_counts(counts: &[usize]) -> Vec<std::ops::Range<usize>> {
         .collect()
 }
 
-fn displs_of(counts: &[usize]) -> Vec<usize> {
-    let mut at = 0;
-    counts
-        .iter()
-        .map(|&n| {
-            let d = at;
-            at += n;
-            d
-        })
-        .collect()
-}
-
 // ---- the communicator -----------------------------------------------------------------
 
 type CondKey = (u8, u8, u64);
@@ -541,7 +529,12 @@ impl PyComm {
             c.allgather(&n, &mut lens)?;
             let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
             let mut all = vec![0u8; counts.iter().sum()];
-            c.allgatherv(&mine, &mut all, &counts, &displs_of(&counts))?;
+            c.allgatherv(
+                &mine,
+                &mut all,
+                &counts,
+                &vargr_coll::packed_displs(&counts),
+            )?;
             Ok((all, counts))
         })?;
         Ok(total)
@@ -563,7 +556,7 @@ impl PyComm {
             c.gather(&n, &mut lens, root)?;
             let counts: Vec<usize> = lens.iter().map(|&l| l as usize).collect();
             let mut all = vec![0u8; counts.iter().sum()];
-            let displs = displs_of(&counts);
+            let displs = vargr_coll::packed_displs(&counts);
             c.gatherv(&mine, &mut all, &counts, &displs, root)?;
             Ok((me == root).then_some((all, counts)))
         })
@@ -1050,7 +1043,13 @@ impl PyComm {
             let mut my_len = [0u64];
             c.scatter(&lens, &mut my_len, root)?;
             let mut mine = vec![0u8; my_len[0] as usize];
-            c.scatterv(&flat, &counts, &displs_of(&counts), &mut mine, root)?;
+            c.scatterv(
+                &flat,
+                &counts,
+                &vargr_coll::packed_displs(&counts),
+                &mut mine,
+                root,
+            )?;
             Ok(mine)
         })?;
         loads(py, &mine)
@@ -1088,10 +1087,10 @@ impl PyComm {
             c.alltoallv(
                 &flat,
                 &counts,
-                &displs_of(&counts),
+                &vargr_coll::packed_displs(&counts),
                 &mut all,
                 &rcounts,
-                &displs_of(&rcounts),
+                &vargr_coll::packed_displs(&rcounts),
             )?;
             Ok((all, rcounts))
         })?;
