@@ -1275,11 +1275,40 @@ int vargr_w_MPI_Request_free(MPI_Request *req) {
     return cx_floor ? cx_request_free(req) : PMPI_Request_free(req);
 }
 
-/* Not traced (it neither completes nor frees the request); compressed receives are
- * decoded into the program's buffer as soon as it says they are complete. */
-int vargr_w_MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *st) {
+static int request_get_status(MPI_Request req, int *flag, MPI_Status *st) {
     return cx_floor ? cx_request_get_status(req, flag, st)
                     : PMPI_Request_get_status(req, flag, st);
+}
+
+/* A test that leaves the request to a later wait or test: an unsuccessful one counts in
+ * the thread's run of MPI_Test polls, and the first that finds the request done records
+ * its message (done then, not at the wait that frees it) and a test. Compressed
+ * receives are decoded into the program's buffer as soon as it says they are done. */
+static NOINLINE int traced_MPI_Request_get_status(MPI_Request req, int *flag,
+                                                  MPI_Status *st) {
+    MPI_Status mine;
+    MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
+    uint64_t t0 = poll_start(K_TEST_POLLS);
+    int rc = request_get_status(req, flag, s);
+    if (on && rc == MPI_SUCCESS && !*flag) {
+        test_polled(K_TEST_POLLS, t0);
+        return rc;
+    }
+    if (on) {
+        uint64_t t1 = NOW();
+        if (rc == MPI_SUCCESS) {
+            complete(req, s, t1);
+        }
+        emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0 ? t0 : t1, t1, rc);
+    }
+    return rc;
+}
+
+int vargr_w_MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *st) {
+    if (!on) {
+        return request_get_status(req, flag, st);
+    }
+    return traced_MPI_Request_get_status(req, flag, st);
 }
 
 int vargr_w_MPI_Start(MPI_Request *req) {

@@ -131,6 +131,27 @@ int main(int argc, char **argv) {
         at += snprintf(line + at, LINE - at, " tested %d", v[0]);
     }
 
+    /* Rank 0 sends one int to 1 (tag 17), late; rank 1 polls its receive with
+     * MPI_Request_get_status, which leaves the request to the MPI_Wait after it. */
+    if (rank == 0) {
+        struct timespec late = {0, 20 * 1000 * 1000};
+        nanosleep(&late, NULL);
+        int v = 17;
+        MPI_Send(&v, 1, MPI_INT, 1, 17, MPI_COMM_WORLD);
+    } else if (rank == 1) {
+        int v = 0, flag = 0;
+        long polls = 0;
+        MPI_Request r;
+        MPI_Irecv(&v, 1, MPI_INT, 0, 17, MPI_COMM_WORLD, &r);
+        while (!flag) {
+            MPI_Request_get_status(r, &flag, MPI_STATUS_IGNORE);
+            polls++;
+        }
+        check(polls > 1, "rank 0's late send was there at once", rank);
+        MPI_Wait(&r, MPI_STATUS_IGNORE);
+        at += snprintf(line + at, LINE - at, " status-polled %d", v);
+    }
+
     /* Ranks 1..3 send one int each to 0 (tag 13), which takes them with Waitany; the
      * senders poll with Testall. */
     if (rank == 0) {
