@@ -9,7 +9,6 @@
  *                                                      *old if r had one
  *   static int  name_find(MPI_Request r, type *out, int keep)
  *                                                   -- copies r's entry; removes it unless keep
- *   static void name_clear(void)                    -- removes every entry
  * Open addressing with linear probing and deletion by backward shift, so a lookup
  * touches a few adjacent slots; a lock per table, as MPI calls may come from any
  * thread: a spin lock, since it is held for a few dozen instructions on the path of
@@ -102,15 +101,6 @@ static inline uint64_t reqmap_key(MPI_Request r) {
                                                                                                 \
     __attribute__((unused)) static void name##_put(MPI_Request r, type *e) {                    \
         name##_swap(r, e, NULL);                                                                \
-    }                                                                                           \
-                                                                                                \
-    __attribute__((unused)) static void name##_clear(void) {                                    \
-        reqmap_lock(&name##_lock);                                                              \
-        if (name##_cap) {                                                                       \
-            memset(name##_slots, 0, sizeof *name##_slots * name##_cap);                         \
-        }                                                                                       \
-        name##_used = 0;                                                                        \
-        reqmap_unlock(&name##_lock);                                                            \
     }                                                                                           \
                                                                                                 \
     __attribute__((unused)) static int name##_find(MPI_Request r, type *out, int keep) {        \

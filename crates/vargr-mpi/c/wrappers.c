@@ -525,10 +525,18 @@ static void track(MPI_Request r, int send, comm_info *c, uint32_t peer, int tag,
 /* Removes and returns the operation of `r`. */
 static int take(MPI_Request r, pending *out) { return pending_map_find(r, out, 0); }
 
+/* Requests started while recording are pending: their completions are watched even
+ * while recording is paused, so that each message started before a pause is recorded
+ * when it ends, and the table never keeps a handle MPI has since given to another
+ * request. */
+static inline int pending_live(void) {
+    return __atomic_load_n(&pending_map_used, __ATOMIC_RELAXED) != 0;
+}
+
 /* Records the message of a completed request `r` (its handle before completion). */
 static void complete(MPI_Request r, const MPI_Status *st, uint64_t end) {
     pending p;
-    if (!take(r, &p)) {
+    if (!pending_live() || !take(r, &p)) {
         return; /* persistent, or from a call not wrapped (MPI_Ibcast, ...) */
     }
     if (p.send) {
@@ -611,15 +619,13 @@ int vargr_w_MPI_Finalize(void) {
  * process, any other level resumes it; compression goes on either way. Ranks should
  * pause and resume at the same points of the program, as for any profiler: collective
  * calls are numbered only while recorded. A pause ends the calling thread's poll runs;
- * a request started before a pause and completed after it has no message record (its
- * completion may have gone unseen, so the table of pending requests starts afresh). */
+ * the message of a request started before a pause is still recorded when it ends. */
 int vargr_w_MPI_Pcontrol(const int level, ...) {
     if (recording) {
         if (level == 0 && on) {
             on = 0;
             close_runs(NOW());
         } else if (level != 0 && !on) {
-            pending_map_clear();
             on = 1;
         }
     }
@@ -894,17 +900,17 @@ static NOINLINE int traced_MPI_Wait(MPI_Request *req, MPI_Status *st) {
     if (rc == MPI_SUCCESS) {
         rc = finish(r, s);
     }
+    if (rc == MPI_SUCCESS) {
+        complete(r, s, t1);
+    }
     if (on) {
-        if (rc == MPI_SUCCESS) {
-            complete(r, s, t1);
-        }
         emit(K_WAIT, OP_USER, NULL, NO_PEER, 0, 0, t0, t1, rc);
     }
     return rc;
 }
 
 int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Wait(req, st);
     }
     return traced_MPI_Wait(req, st);
@@ -916,11 +922,11 @@ static NOINLINE int test_done(MPI_Request r, int rc, const int *flag, MPI_Status
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag) {
         rc = finish(r, s);
-    }
-    if (on) {
         if (rc == MPI_SUCCESS) {
             complete(r, s, t1);
         }
+    }
+    if (on) {
         emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
@@ -940,7 +946,7 @@ static NOINLINE int traced_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st)
 }
 
 int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Test(req, flag, st);
     }
     return traced_MPI_Test(req, flag, st);
@@ -1007,7 +1013,7 @@ static int finish_many(many *m, int n, const int *idx, int rc, uint64_t t1) {
         int e = failed ? m->s[i].MPI_ERROR : MPI_SUCCESS;
         if (e == MPI_SUCCESS) {
             e = finish(m->r[i], &m->s[i]);
-            if (e == MPI_SUCCESS && on) {
+            if (e == MPI_SUCCESS) {
                 complete(m->r[i], &m->s[i], t1);
             }
         }
@@ -1044,7 +1050,7 @@ static NOINLINE int traced_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sta
 }
 
 int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Waitall(n, reqs, stats);
     }
     return traced_MPI_Waitall(n, reqs, stats);
@@ -1074,7 +1080,7 @@ static NOINLINE int traced_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI
 }
 
 int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Testall(n, reqs, flag, stats);
     }
     return traced_MPI_Testall(n, reqs, flag, stats);
@@ -1113,7 +1119,7 @@ static NOINLINE int traced_MPI_Waitany(int n, MPI_Request reqs[], int *index, MP
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
         rc = finish(m.r[*index], s);
-        if (rc == MPI_SUCCESS && on) {
+        if (rc == MPI_SUCCESS) {
             complete(m.r[*index], s, t1);
         }
     }
@@ -1125,7 +1131,7 @@ static NOINLINE int traced_MPI_Waitany(int n, MPI_Request reqs[], int *index, MP
 }
 
 int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Waitany(n, reqs, index, st);
     }
     return traced_MPI_Waitany(n, reqs, index, st);
@@ -1138,7 +1144,7 @@ static NOINLINE int testany_done(int n, const MPI_Request *r, int rc, const int 
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag && *index != MPI_UNDEFINED && *index >= 0 && *index < n) {
         rc = finish(r[*index], s);
-        if (rc == MPI_SUCCESS && on) {
+        if (rc == MPI_SUCCESS) {
             complete(r[*index], s, t1);
         }
     }
@@ -1181,7 +1187,7 @@ static NOINLINE int traced_MPI_Testany(int n, MPI_Request reqs[], int *index, in
 }
 
 int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Testany(n, reqs, index, flag, st);
     }
     return traced_MPI_Testany(n, reqs, index, flag, st);
@@ -1253,7 +1259,7 @@ static NOINLINE int traced_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount
 }
 
 int vargr_w_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status stats[]) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Waitsome(n, reqs, outcount, idx, stats);
     }
     return traced_MPI_Waitsome(n, reqs, outcount, idx, stats);
@@ -1265,13 +1271,19 @@ static NOINLINE int traced_MPI_Testsome(int n, MPI_Request reqs[], int *outcount
 }
 
 int vargr_w_MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status stats[]) {
-    if (!on && !cx_floor) {
+    if (!on && !cx_floor && !pending_live()) {
         return PMPI_Testsome(n, reqs, outcount, idx, stats);
     }
     return traced_MPI_Testsome(n, reqs, outcount, idx, stats);
 }
 
+/* A request freed while active: MPI finishes it unseen, so its send is recorded as
+ * ending here and its receive has no message record. */
 int vargr_w_MPI_Request_free(MPI_Request *req) {
+    pending p;
+    if (pending_live() && take(*req, &p) && p.send) {
+        emit(K_P2P, OP_SEND, p.comm, p.peer, p.tag, p.bytes, p.start, NOW(), MPI_SUCCESS);
+    }
     return cx_floor ? cx_request_free(req) : PMPI_Request_free(req);
 }
 
@@ -1294,18 +1306,18 @@ static NOINLINE int traced_MPI_Request_get_status(MPI_Request req, int *flag,
         test_polled(K_TEST_POLLS, t0);
         return rc;
     }
+    uint64_t t1 = NOW();
+    if (rc == MPI_SUCCESS && *flag) {
+        complete(req, s, t1);
+    }
     if (on) {
-        uint64_t t1 = NOW();
-        if (rc == MPI_SUCCESS) {
-            complete(req, s, t1);
-        }
         emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
 }
 
 int vargr_w_MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *st) {
-    if (!on) {
+    if (!on && !pending_live()) {
         return request_get_status(req, flag, st);
     }
     return traced_MPI_Request_get_status(req, flag, st);

@@ -139,10 +139,12 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
     for r in 0..4u32 {
         use EventOp::{Call, Recv, Send, User};
         assert_eq!(count(&c, r, "ctx0/sendrecv", User), 1);
-        // 3 to everyone, 2 to the right, plus part c (rank 2) and part d (ranks 1..3).
-        let isends = [5, 6, 7, 6][r as usize];
+        // 3 to everyone, 2 to the right, plus part c (rank 2) and part d (ranks 1..3),
+        // 2 to the right before the pause, and rank 2's freed one.
+        let isends = [7, 8, 10, 8][r as usize];
         assert_eq!(count(&c, r, "ctx0/isend", User), isends, "rank {r}");
-        assert_eq!(count(&c, r, "mpi/waitall", User), 2);
+        // Everyone to everyone, two small sends, and one after the pause (not the one in it).
+        assert_eq!(count(&c, r, "mpi/waitall", User), 3);
         for coll in [
             "barrier",
             "bcast",
@@ -205,11 +207,19 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
             "{plain}"
         );
         for op in [EventOp::Send, EventOp::Recv] {
-            let msgs = c.get(&(r, "ctx0/p2p".to_string(), op));
+            let msgs = &c[&(r, "ctx0/p2p".to_string(), op)];
             assert!(
-                msgs.is_none_or(|m| m.iter().all(|m| m.seq != 30)),
+                msgs.iter().all(|m| m.seq != 30),
                 "rank {r}: a paused message was recorded"
             );
+            // Started before the pause: recorded, whether done in it (31) or after (32).
+            for tag in [31, 32] {
+                assert_eq!(
+                    msgs.iter().filter(|m| m.seq == tag).count(),
+                    1,
+                    "rank {r} {op:?} tag {tag}"
+                );
+            }
         }
     }
     assert_eq!(count(&c, 0, "ctx0/ssend", EventOp::User), 1);
@@ -251,16 +261,31 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
         "three for the sends to everyone, one for this"
     );
     assert!(waits.iter().any(|w| w.start >= done.end), "{waits:?}");
+    // Rank 2 freed its send of tag 18 at once: recorded as ending at the free, before its
+    // next call (an isend of tag 13), not when MPI gave that call the freed handle.
+    let freed = c[&(2, "ctx0/p2p".to_string(), EventOp::Send)]
+        .iter()
+        .find(|m| m.seq == 18)
+        .copied()
+        .unwrap();
+    let next = c[&(2, "ctx0/isend".to_string(), EventOp::User)]
+        .iter()
+        .find(|m| m.seq == 13)
+        .copied()
+        .unwrap();
+    assert!(freed.end < next.start, "{freed:?} {next:?}");
     assert_eq!(count(&c, 0, "mpi/waitany", EventOp::User), 3);
     assert_eq!(count(&c, 1, "mpi/testall", EventOp::User), 1);
 
     // Every message pairs with its receive: the ring, everyone to everyone, two small
     // sends to the right (whose shared handle must not lose one), parts c
-    // (with rank 3's go-ahead and rank 2's answer to it), the polled one, d.
+    // (with rank 3's go-ahead and rank 2's answer to it), the polled one, the one whose
+    // request was freed at once (recorded as sent at the free), d, and the two around
+    // the ring around the pause.
     let a = analysis::analyze(&files);
     let m = &a.messages;
     assert_eq!((m.unmatched_sends, m.unmatched_recvs), (0, 0));
-    assert_eq!(m.matched.len(), 4 + 12 + 8 + 2 + 2 + 1 + 3);
+    assert_eq!(m.matched.len(), 4 + 12 + 8 + 2 + 2 + 1 + 1 + 3 + 8);
     let ring: BTreeSet<(u32, u32, u32)> = m
         .matched
         .iter()

@@ -132,7 +132,8 @@ int main(int argc, char **argv) {
     }
 
     /* Rank 0 sends one int to 1 (tag 17), late; rank 1 polls its receive with
-     * MPI_Request_get_status, which leaves the request to the MPI_Wait after it. */
+     * MPI_Request_get_status, which leaves the request to the MPI_Wait after it. Rank 2
+     * sends one int to 3 (tag 18) and frees the request at once. */
     if (rank == 0) {
         struct timespec late = {0, 20 * 1000 * 1000};
         nanosleep(&late, NULL);
@@ -150,6 +151,15 @@ int main(int argc, char **argv) {
         check(polls > 1, "rank 0's late send was there at once", rank);
         MPI_Wait(&r, MPI_STATUS_IGNORE);
         at += snprintf(line + at, LINE - at, " status-polled %d", v);
+    } else if (rank == 2) {
+        static int freed = 18;
+        MPI_Request r;
+        MPI_Isend(&freed, 1, MPI_INT, 3, 18, MPI_COMM_WORLD, &r);
+        MPI_Request_free(&r);
+    } else {
+        int v = 0;
+        MPI_Recv(&v, 1, MPI_INT, 2, 18, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        at += snprintf(line + at, LINE - at, " freed-send %d", v);
     }
 
     /* Ranks 1..3 send one int each to 0 (tag 13), which takes them with Waitany; the
@@ -233,13 +243,23 @@ int main(int argc, char **argv) {
     at += snprintf(line + at, LINE - at, " scan %d half %d", scan, hs);
 
     /* Paused by MPI_Pcontrol(0): a Sendrecv around the ring (tag 30) and a Barrier leave
-     * no record; MPI_Pcontrol(1) resumes. */
+     * no record; MPI_Pcontrol(1) resumes. Messages started before the pause are recorded
+     * all the same: around the ring, tag 31 completed in the pause and tag 32 after it. */
+    int early[2] = {-1, -1};
+    MPI_Request er[4];
+    for (int k = 0; k < 2; k++) {
+        MPI_Irecv(&early[k], 1, MPI_INT, left, 31 + k, MPI_COMM_WORLD, &er[2 * k]);
+        MPI_Isend(&rank, 1, MPI_INT, right, 31 + k, MPI_COMM_WORLD, &er[2 * k + 1]);
+    }
     MPI_Pcontrol(0);
     int paused = -1;
     MPI_Sendrecv(&rank, 1, MPI_INT, right, 30, &paused, 1, MPI_INT, left, 30, MPI_COMM_WORLD,
                  MPI_STATUS_IGNORE);
+    MPI_Waitall(2, er, MPI_STATUSES_IGNORE);
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Pcontrol(1);
+    MPI_Waitall(2, er + 2, MPI_STATUSES_IGNORE);
+    check(early[0] == left && early[1] == left, "messages around a pause", rank);
     at += snprintf(line + at, LINE - at, " paused %d", paused);
 
     char all[4 * LINE];
