@@ -936,10 +936,12 @@ static NOINLINE int traced_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st)
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
     MPI_Request r = *req;
-    uint64_t t0 = poll_start(K_TEST_POLLS);
+    uint64_t t0 = on ? poll_start(K_TEST_POLLS) : 0;
     int rc = PMPI_Test(req, flag, s);
-    if (on && rc == MPI_SUCCESS && !*flag) {
-        test_polled(K_TEST_POLLS, t0);
+    if (rc == MPI_SUCCESS && !*flag) {
+        if (on) {
+            test_polled(K_TEST_POLLS, t0);
+        }
         return rc;
     }
     return test_done(r, rc, flag, s, t0);
@@ -1061,11 +1063,13 @@ static NOINLINE int traced_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI
     if (!many_init(&m, n, reqs, stats)) {
         return cx_floor ? no_copies() : PMPI_Testall(n, reqs, flag, stats);
     }
-    uint64_t t0 = poll_start(K_TESTALL_POLLS);
+    uint64_t t0 = on ? poll_start(K_TESTALL_POLLS) : 0;
     int rc = PMPI_Testall(n, reqs, flag, m.s);
-    if (on && rc == MPI_SUCCESS && !*flag) {
+    if (rc == MPI_SUCCESS && !*flag) {
         many_free(&m, stats);
-        test_polled(K_TESTALL_POLLS, t0);
+        if (on) {
+            test_polled(K_TESTALL_POLLS, t0);
+        }
         return rc;
     }
     uint64_t t1 = NOW();
@@ -1170,13 +1174,15 @@ static NOINLINE int traced_MPI_Testany(int n, MPI_Request reqs[], int *index, in
     if (n != 1 && !many_init(&m, n, reqs, MPI_STATUSES_IGNORE)) {
         return cx_floor ? no_copies() : PMPI_Testany(n, reqs, index, flag, st);
     }
-    uint64_t t0 = poll_start(K_TESTANY_POLLS);
+    uint64_t t0 = on ? poll_start(K_TESTANY_POLLS) : 0;
     int rc = PMPI_Testany(n, reqs, index, flag, s);
-    if (on && rc == MPI_SUCCESS && !*flag) {
+    if (rc == MPI_SUCCESS && !*flag) {
         if (n != 1) {
             many_free(&m, MPI_STATUSES_IGNORE);
         }
-        test_polled(K_TESTANY_POLLS, t0);
+        if (on) {
+            test_polled(K_TESTANY_POLLS, t0);
+        }
         return rc;
     }
     rc = testany_done(n, n == 1 ? &one : m.r, rc, index, flag, s, t0);
@@ -1216,9 +1222,16 @@ static NOINLINE int some(int kind, int n, MPI_Request reqs[], int *outcount, int
                : test ? PMPI_Testsome(n, reqs, outcount, idx, stats)
                       : PMPI_Waitsome(n, reqs, outcount, idx, stats);
     }
-    uint64_t t0 = test ? poll_start(K_TESTSOME_POLLS) : NOW();
+    uint64_t t0 = !test ? NOW() : on ? poll_start(K_TESTSOME_POLLS) : 0;
     int rc = test ? PMPI_Testsome(n, reqs, outcount, idx, m.s)
                   : PMPI_Waitsome(n, reqs, outcount, idx, m.s);
+    if (test && rc == MPI_SUCCESS && *outcount == 0) {
+        many_free(&m, stats);
+        if (on) {
+            test_polled(K_TESTSOME_POLLS, t0);
+        }
+        return rc;
+    }
     uint64_t t1 = NOW();
     if (*outcount != MPI_UNDEFINED && *outcount > 0) {
         /* Waitsome puts the k-th completed request's status at k, not at its index. */
@@ -1244,11 +1257,7 @@ static NOINLINE int some(int kind, int n, MPI_Request reqs[], int *outcount, int
     }
     many_free(&m, stats);
     if (on) {
-        if (test && rc == MPI_SUCCESS && *outcount == 0) {
-            test_polled(K_TESTSOME_POLLS, t0);
-        } else {
-            emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0 ? t0 : t1, t1, rc);
-        }
+        emit(kind, OP_USER, NULL, NO_PEER, n, 0, t0 ? t0 : t1, t1, rc);
     }
     return rc;
 }
@@ -1300,10 +1309,12 @@ static NOINLINE int traced_MPI_Request_get_status(MPI_Request req, int *flag,
                                                   MPI_Status *st) {
     MPI_Status mine;
     MPI_Status *s = st == MPI_STATUS_IGNORE ? &mine : st;
-    uint64_t t0 = poll_start(K_TEST_POLLS);
+    uint64_t t0 = on ? poll_start(K_TEST_POLLS) : 0;
     int rc = request_get_status(req, flag, s);
-    if (on && rc == MPI_SUCCESS && !*flag) {
-        test_polled(K_TEST_POLLS, t0);
+    if (rc == MPI_SUCCESS && !*flag) {
+        if (on) {
+            test_polled(K_TEST_POLLS, t0);
+        }
         return rc;
     }
     uint64_t t1 = NOW();
