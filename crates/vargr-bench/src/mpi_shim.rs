@@ -36,8 +36,8 @@ pub struct MpiShimArgs {
     /// Programs: netpipe (NetPIPE, 64 KiB to 4 MiB), is (an integer sort's exchange like
     /// NAS IS, bench/mpi/is_exchange.c), hpcc (the HPC Challenge: one row per kernel),
     /// imb (IMB-like loops of small calls, bench/mpi/imb_loops.c: PingPong of 8 bytes,
-    /// Allreduce of one double, Barrier, and unsuccessful MPI_Test polls, on 2 ranks; one
-    /// machine only).
+    /// Allreduce of one double, Barrier, and unsuccessful MPI_Test polls, on 2 ranks, one
+    /// on each site over wan).
     #[arg(long, value_delimiter = ',', default_value = "netpipe,is,hpcc,imb")]
     pub programs: Vec<String>,
     /// Modes: off, trace, monitor, codec-adaptive, codec-fixed:CODEC (codec modes run on
@@ -284,6 +284,7 @@ impl Programs {
                 let iters = match (network, a.quick) {
                     (_, true) => "2000",
                     ("local", false) => "1000000",
+                    ("wan", false) => "30000",
                     _ => "100000",
                 };
                 let exe = self.imb_loops.as_ref().context("imb_loops not built")?;
@@ -612,12 +613,7 @@ pub fn run(a: MpiShimArgs, programs: &crate::Programs) -> Result<()> {
             .iter()
             .filter(|m| wan || !m.starts_with("codec-"))
             .collect();
-        // The small-call loops measure what the library costs on one machine.
-        let net_programs: Vec<&String> = a
-            .programs
-            .iter()
-            .filter(|p| !(wan && p.as_str() == "imb"))
-            .collect();
+        let net_programs: Vec<&String> = a.programs.iter().collect();
         // (program, mode) -> rows of (kernel, seconds, bytes), one per round.
         type Runs = Vec<(Outcome, u64, Option<String>)>;
         let mut runs: BTreeMap<(String, String), Runs> = BTreeMap::new();
