@@ -336,6 +336,10 @@ impl Gathered {
     }
 }
 
+/// In an answer's frame flags: the agent's last answer. It leaves after it, and its
+/// parent lets it go instead of asking it again and naming it missing.
+pub(crate) const LAST_ANSWER: u8 = 1;
+
 /// One connection down the tree.
 pub(crate) struct Child {
     pub(crate) conn: SecureConn,
@@ -397,7 +401,7 @@ impl Children {
     /// Reads every child's answer to pull `id` until `deadline` (and answers to earlier
     /// pulls that came late, which are merged too). A child that has not answered by
     /// then is named missing and kept; one whose connection fails or that sends what
-    /// does not decode is named and dropped.
+    /// does not decode is named and dropped; one whose answer was its last is dropped.
     pub(crate) fn collect(&mut self, id: u32, deadline: Instant) -> Gathered {
         let mut out = Gathered {
             missing: std::mem::take(&mut self.unasked),
@@ -433,6 +437,9 @@ impl Children {
                     out.missing.push(format!("{} (bad answer: {e})", c.name));
                     return false;
                 }
+            }
+            if f.flags & LAST_ANSWER != 0 {
+                return false;
             }
             if f.stream == id {
                 return true;

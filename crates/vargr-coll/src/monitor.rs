@@ -41,7 +41,7 @@ use vargr_trace::scope::{
 use vargr_trace::Tracer;
 use vargr_wire::{Frame, FrameKind};
 
-use crate::gather::{self, Child, Children, Gathered, Head, Pull};
+use crate::gather::{self, Child, Children, Gathered, Head, Pull, LAST_ANSWER};
 use crate::job::MeshTransport;
 use crate::transport::{Tag, Transport};
 
@@ -360,7 +360,10 @@ pub(crate) fn answer_pulls(
         let own = red.reply(Tracer::file_of(process, Vec::new()));
         let below = below.map(|()| children.collect(req.stream, deadline));
         let body = Gathered::answer(own, below);
-        let f = Frame::new(FrameKind::Data, req.stream, 0, Bytes::from(body));
+        let mut f = Frame::new(FrameKind::Data, req.stream, 0, Bytes::from(body));
+        if last {
+            f.flags |= LAST_ANSWER;
+        }
         if conn.write_frame(&f).is_err() {
             return Ok(Ended::ParentGone);
         }
