@@ -55,6 +55,17 @@ int vargr_w_MPI_Mprobe(int, int, MPI_Comm, MPI_Message *, MPI_Status *);
 int vargr_w_MPI_Improbe(int, int, MPI_Comm, int *, MPI_Message *, MPI_Status *);
 int vargr_w_MPI_Mrecv(void *, int, MPI_Datatype, MPI_Message *, MPI_Status *);
 int vargr_w_MPI_Imrecv(void *, int, MPI_Datatype, MPI_Message *, MPI_Request *);
+int vargr_w_MPI_Comm_dup(MPI_Comm, MPI_Comm *);
+int vargr_w_MPI_Comm_dup_with_info(MPI_Comm, MPI_Info, MPI_Comm *);
+int vargr_w_MPI_Comm_split(MPI_Comm, int, int, MPI_Comm *);
+int vargr_w_MPI_Comm_split_type(MPI_Comm, int, int, MPI_Info, MPI_Comm *);
+int vargr_w_MPI_Comm_create(MPI_Comm, MPI_Group, MPI_Comm *);
+int vargr_w_MPI_Comm_create_group(MPI_Comm, MPI_Group, int, MPI_Comm *);
+int vargr_w_MPI_Cart_create(MPI_Comm, int, const int[], const int[], int, MPI_Comm *);
+int vargr_w_MPI_Cart_sub(MPI_Comm, const int[], MPI_Comm *);
+int vargr_w_MPI_Graph_create(MPI_Comm, int, const int[], const int[], int, MPI_Comm *);
+int vargr_w_MPI_Intercomm_create(MPI_Comm, int, MPI_Comm, int, int, MPI_Comm *);
+int vargr_w_MPI_Intercomm_merge(MPI_Comm, int, MPI_Comm *);
 int vargr_w_MPI_Barrier(MPI_Comm);
 int vargr_w_MPI_Bcast(void *, int, MPI_Datatype, int, MPI_Comm);
 int vargr_w_MPI_Reduce(const void *, void *, int, MPI_Datatype, MPI_Op, int, MPI_Comm);
@@ -415,4 +426,80 @@ void vargr_f_alltoallv(void *sbuf, F *scounts, F *sdispls, F *stype, void *rbuf,
                        F *rdispls, F *rtype, F *comm, F *ierr) {
     *ierr = vargr_w_MPI_Alltoallv(buf_of(sbuf), scounts, sdispls, T(stype), buf_of(rbuf),
                                   rcounts, rdispls, T(rtype), C(comm));
+}
+
+/* Communicators' constructors, so that Fortran programs' communicators are named as they
+ * are made too (wrappers.c, made()). Fortran LOGICAL arrays (periods, remain_dims) pass
+ * as they are: C takes any nonzero as true, whatever the compiler's .TRUE. is. The
+ * distributed graph constructors are left to Open MPI: their Fortran MPI_UNWEIGHTED is
+ * a sentinel address, and their communicators are named at first use. */
+static void comm_out(int rc, const MPI_Comm *made, F *out, F *ierr) {
+    *ierr = rc;
+    if (rc == MPI_SUCCESS) {
+        *out = PMPI_Comm_c2f(*made);
+    }
+}
+
+void vargr_f_comm_dup(F *comm, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Comm_dup(C(comm), &c), &c, out, ierr);
+}
+
+void vargr_f_comm_dup_with_info(F *comm, F *info, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Comm_dup_with_info(C(comm), PMPI_Info_f2c(*info), &c), &c, out, ierr);
+}
+
+void vargr_f_comm_split(F *comm, F *color, F *key, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Comm_split(C(comm), *color, *key, &c), &c, out, ierr);
+}
+
+void vargr_f_comm_split_type(F *comm, F *type, F *key, F *info, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Comm_split_type(C(comm), *type, *key, PMPI_Info_f2c(*info), &c), &c,
+             out, ierr);
+}
+
+void vargr_f_comm_create(F *comm, F *group, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Comm_create(C(comm), PMPI_Group_f2c(*group), &c), &c, out, ierr);
+}
+
+void vargr_f_comm_create_group(F *comm, F *group, F *tag, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Comm_create_group(C(comm), PMPI_Group_f2c(*group), *tag, &c), &c, out,
+             ierr);
+}
+
+void vargr_f_cart_create(F *comm, F *ndims, F *dims, F *periods, F *reorder, F *out,
+                         F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Cart_create(C(comm), *ndims, dims, periods, *reorder != 0, &c), &c,
+             out, ierr);
+}
+
+void vargr_f_cart_sub(F *comm, F *remain, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Cart_sub(C(comm), remain, &c), &c, out, ierr);
+}
+
+void vargr_f_graph_create(F *comm, F *nnodes, F *index, F *edges, F *reorder, F *out,
+                          F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Graph_create(C(comm), *nnodes, index, edges, *reorder != 0, &c), &c,
+             out, ierr);
+}
+
+void vargr_f_intercomm_create(F *local, F *local_leader, F *peer, F *remote_leader, F *tag,
+                              F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Intercomm_create(C(local), *local_leader, C(peer), *remote_leader,
+                                          *tag, &c),
+             &c, out, ierr);
+}
+
+void vargr_f_intercomm_merge(F *inter, F *high, F *out, F *ierr) {
+    MPI_Comm c = MPI_COMM_NULL;
+    comm_out(vargr_w_MPI_Intercomm_merge(C(inter), *high != 0, &c), &c, out, ierr);
 }

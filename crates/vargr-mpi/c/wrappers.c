@@ -175,11 +175,11 @@ static uint32_t nth_of(uint32_t hash) {
     return 0; /* past the table: a name may repeat, as in the trace's other limits */
 }
 
-/* Ids in order of first use by this process (world = 0): the collector table's index.
+/* Ids in order of naming by this process (world = 0): the collector table's index.
  * Names come from the group instead (src/events.rs), so that every member names a
  * communicator alike whatever order it first used its communicators in, and messages
  * on it pair up; two communicators over one group are told apart by the order each
- * process first used them in. */
+ * process named them in, which is the order it made them in (see made()). */
 static comm_info *new_info(MPI_Comm comm) {
     comm_info *c = calloc(1, sizeof *c);
     if (c == NULL) {
@@ -263,6 +263,86 @@ comm_info *vargr_info_of(MPI_Comm comm) {
     }
     pthread_mutex_unlock(&comm_lock);
     return c ? c : new_info(comm);
+}
+
+/* ---- communicators' constructors -------------------------------------------------------- */
+
+/* A communicator is named when it is made, not when first used: its members make their
+ * communicators in the same order, so two over one group (two MPI_Comm_dup of the
+ * world, say) get the same names on every member however each goes on to use them.
+ * Communicators made otherwise (MPI_Comm_idup, by a library's own PMPI calls) are
+ * named at their first traced call. */
+static int made(int rc, const MPI_Comm *comm) {
+    if (rc == MPI_SUCCESS && recording && *comm != MPI_COMM_NULL) {
+        (void)vargr_info_of(*comm);
+    }
+    return rc;
+}
+
+int vargr_w_MPI_Comm_dup(MPI_Comm comm, MPI_Comm *out) {
+    return made(PMPI_Comm_dup(comm, out), out);
+}
+
+int vargr_w_MPI_Comm_dup_with_info(MPI_Comm comm, MPI_Info info, MPI_Comm *out) {
+    return made(PMPI_Comm_dup_with_info(comm, info, out), out);
+}
+
+int vargr_w_MPI_Comm_split(MPI_Comm comm, int color, int key, MPI_Comm *out) {
+    return made(PMPI_Comm_split(comm, color, key, out), out);
+}
+
+int vargr_w_MPI_Comm_split_type(MPI_Comm comm, int type, int key, MPI_Info info,
+                                MPI_Comm *out) {
+    return made(PMPI_Comm_split_type(comm, type, key, info, out), out);
+}
+
+int vargr_w_MPI_Comm_create(MPI_Comm comm, MPI_Group group, MPI_Comm *out) {
+    return made(PMPI_Comm_create(comm, group, out), out);
+}
+
+int vargr_w_MPI_Comm_create_group(MPI_Comm comm, MPI_Group group, int tag, MPI_Comm *out) {
+    return made(PMPI_Comm_create_group(comm, group, tag, out), out);
+}
+
+int vargr_w_MPI_Cart_create(MPI_Comm comm, int ndims, const int dims[], const int periods[],
+                            int reorder, MPI_Comm *out) {
+    return made(PMPI_Cart_create(comm, ndims, dims, periods, reorder, out), out);
+}
+
+int vargr_w_MPI_Cart_sub(MPI_Comm comm, const int remain[], MPI_Comm *out) {
+    return made(PMPI_Cart_sub(comm, remain, out), out);
+}
+
+int vargr_w_MPI_Graph_create(MPI_Comm comm, int nnodes, const int index[], const int edges[],
+                             int reorder, MPI_Comm *out) {
+    return made(PMPI_Graph_create(comm, nnodes, index, edges, reorder, out), out);
+}
+
+int vargr_w_MPI_Dist_graph_create_adjacent(MPI_Comm comm, int indegree, const int sources[],
+                                           const int sourceweights[], int outdegree,
+                                           const int destinations[], const int destweights[],
+                                           MPI_Info info, int reorder, MPI_Comm *out) {
+    return made(PMPI_Dist_graph_create_adjacent(comm, indegree, sources, sourceweights,
+                                                outdegree, destinations, destweights, info,
+                                                reorder, out),
+                out);
+}
+
+int vargr_w_MPI_Dist_graph_create(MPI_Comm comm, int n, const int sources[], const int degrees[],
+                                  const int destinations[], const int weights[], MPI_Info info,
+                                  int reorder, MPI_Comm *out) {
+    return made(PMPI_Dist_graph_create(comm, n, sources, degrees, destinations, weights, info,
+                                       reorder, out),
+                out);
+}
+
+int vargr_w_MPI_Intercomm_create(MPI_Comm local, int local_leader, MPI_Comm peer,
+                                 int remote_leader, int tag, MPI_Comm *out) {
+    return made(PMPI_Intercomm_create(local, local_leader, peer, remote_leader, tag, out), out);
+}
+
+int vargr_w_MPI_Intercomm_merge(MPI_Comm inter, int high, MPI_Comm *out) {
+    return made(PMPI_Intercomm_merge(inter, high, out), out);
 }
 
 /* The size of the last predefined datatype a thread asked for: predefined types are never

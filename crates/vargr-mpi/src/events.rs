@@ -336,8 +336,10 @@ pub fn start(settings: &Settings, rank: u32, size: u32, kinds: usize, runs_on: &
 ///
 /// Its name is `ctxG.L`: G six hex digits of a hash of its group (the members' world
 /// ranks; for an intercommunicator both groups), L its lowest world rank, and `-N` after
-/// G for the N-th communicator over one group this process used. Every member names it
-/// alike, so the analysis pairs its messages and joins its collective calls.
+/// G for the N-th communicator over one group this process made (the wrappers name a
+/// communicator as it is made; one made by a call they do not wrap, as it is first
+/// used). Every member names it alike, so the analysis pairs its messages and joins its
+/// collective calls.
 pub fn comm(id: u32, low: u32, group: u32, nth: u32) {
     if let Some(st) = STATE.get() {
         let mut c = lock(&st.contexts);

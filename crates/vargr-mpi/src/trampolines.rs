@@ -89,6 +89,19 @@ trampolines! {
     MPI_Improbe => vargr_w_MPI_Improbe,
     MPI_Mrecv => vargr_w_MPI_Mrecv,
     MPI_Imrecv => vargr_w_MPI_Imrecv,
+    MPI_Comm_dup => vargr_w_MPI_Comm_dup,
+    MPI_Comm_dup_with_info => vargr_w_MPI_Comm_dup_with_info,
+    MPI_Comm_split => vargr_w_MPI_Comm_split,
+    MPI_Comm_split_type => vargr_w_MPI_Comm_split_type,
+    MPI_Comm_create => vargr_w_MPI_Comm_create,
+    MPI_Comm_create_group => vargr_w_MPI_Comm_create_group,
+    MPI_Cart_create => vargr_w_MPI_Cart_create,
+    MPI_Cart_sub => vargr_w_MPI_Cart_sub,
+    MPI_Graph_create => vargr_w_MPI_Graph_create,
+    MPI_Dist_graph_create_adjacent => vargr_w_MPI_Dist_graph_create_adjacent,
+    MPI_Dist_graph_create => vargr_w_MPI_Dist_graph_create,
+    MPI_Intercomm_create => vargr_w_MPI_Intercomm_create,
+    MPI_Intercomm_merge => vargr_w_MPI_Intercomm_merge,
 }
 
 #[cfg(vargr_mpi_abi = "openmpi")]
@@ -164,5 +177,16 @@ pub mod fortran {
         vargr_f_allgather: mpi_allgather_, mpi_allgather__, mpi_allgather, MPI_ALLGATHER, ompi_allgather_f;
         vargr_f_alltoall: mpi_alltoall_, mpi_alltoall__, mpi_alltoall, MPI_ALLTOALL, ompi_alltoall_f;
         vargr_f_alltoallv: mpi_alltoallv_, mpi_alltoallv__, mpi_alltoallv, MPI_ALLTOALLV, ompi_alltoallv_f;
+        vargr_f_comm_dup: mpi_comm_dup_, mpi_comm_dup__, mpi_comm_dup, MPI_COMM_DUP, ompi_comm_dup_f;
+        vargr_f_comm_dup_with_info: mpi_comm_dup_with_info_, mpi_comm_dup_with_info__, mpi_comm_dup_with_info, MPI_COMM_DUP_WITH_INFO, ompi_comm_dup_with_info_f;
+        vargr_f_comm_split: mpi_comm_split_, mpi_comm_split__, mpi_comm_split, MPI_COMM_SPLIT, ompi_comm_split_f;
+        vargr_f_comm_split_type: mpi_comm_split_type_, mpi_comm_split_type__, mpi_comm_split_type, MPI_COMM_SPLIT_TYPE, ompi_comm_split_type_f;
+        vargr_f_comm_create: mpi_comm_create_, mpi_comm_create__, mpi_comm_create, MPI_COMM_CREATE, ompi_comm_create_f;
+        vargr_f_comm_create_group: mpi_comm_create_group_, mpi_comm_create_group__, mpi_comm_create_group, MPI_COMM_CREATE_GROUP, ompi_comm_create_group_f;
+        vargr_f_cart_create: mpi_cart_create_, mpi_cart_create__, mpi_cart_create, MPI_CART_CREATE, ompi_cart_create_f;
+        vargr_f_cart_sub: mpi_cart_sub_, mpi_cart_sub__, mpi_cart_sub, MPI_CART_SUB, ompi_cart_sub_f;
+        vargr_f_graph_create: mpi_graph_create_, mpi_graph_create__, mpi_graph_create, MPI_GRAPH_CREATE, ompi_graph_create_f;
+        vargr_f_intercomm_create: mpi_intercomm_create_, mpi_intercomm_create__, mpi_intercomm_create, MPI_INTERCOMM_CREATE, ompi_intercomm_create_f;
+        vargr_f_intercomm_merge: mpi_intercomm_merge_, mpi_intercomm_merge__, mpi_intercomm_merge, MPI_INTERCOMM_MERGE, ompi_intercomm_merge_f;
     }
 }

@@ -234,10 +234,23 @@ req = comm.irecv(bytearray(1 << 20), source=peer, tag=5)
 comm.isend(obj, dest=peer, tag=5).wait()
 again = req.wait()
 digest = hashlib.sha256(pickle.dumps((got, again))).hexdigest()[:16]
-# Paused: MPI.Pcontrol(0) stops the library recording, MPI.Pcontrol(1) resumes it.
+# Paused: MPI.Pcontrol(0) stops the library recording, MPI.Pcontrol(1) resumes it. A
+# message started before the pause (tag 31) is recorded all the same.
+early = bytearray(8)
+started = [comm.Irecv(early, source=peer, tag=31), comm.Isend(b"early!!!", dest=peer, tag=31)]
 MPI.Pcontrol(0)
 paused = comm.sendrecv(rank, dest=peer, sendtag=30, source=peer, recvtag=30)
 MPI.Pcontrol(1)
+MPI.Request.Waitall(started)
+# Polled with Request.Get_status (MPI_Request_get_status), freed by Wait (tag 32).
+polled = bytearray(8)
+r = comm.Irecv(polled, source=peer, tag=32)
+s = comm.Isend(b"polled!!", dest=peer, tag=32)
+while not r.Get_status():
+    pass
+r.Wait()
+s.Wait()
+assert bytes(early) == b"early!!!" and bytes(polled) == b"polled!!"
 # One write per line: mpirun interleaves the ranks' output between writes.
 os.write(1, f"rank {rank}: from {got['rank']} and {again['rank']}: {digest} {paused}\n".encode())
 "#,
@@ -256,16 +269,37 @@ os.write(1, f"rank {rank}: from {got['rank']} and {again['rank']}: {digest} {pau
     for c in ["ctx0/mprobe", "ctx0/mrecv", "ctx0/p2p"] {
         assert!(names.contains(c), "{c} missing from {names:?}");
     }
-    // Nothing of what ran between MPI.Pcontrol(0) and MPI.Pcontrol(1), tag 30.
+    // Nothing of what ran between MPI.Pcontrol(0) and MPI.Pcontrol(1), tag 30; the
+    // message started before the pause (31) and the one polled with Get_status (32)
+    // are there, sent and received, and the first Get_status that found 32 done is a
+    // test.
     for f in &files {
         let p2p = f.collectors.iter().position(|c| c == "ctx0/p2p");
-        for t in &f.threads {
-            assert!(
-                t.records
+        let test = f.collectors.iter().position(|c| c == "mpi/test");
+        let msgs: Vec<_> = f
+            .threads
+            .iter()
+            .flat_map(|t| &t.records)
+            .filter(|r| Some(usize::from(r.collector)) == p2p)
+            .collect();
+        assert!(
+            msgs.iter().all(|r| r.seq != 30),
+            "a paused message was recorded"
+        );
+        for tag in [31, 32] {
+            for op in [vargr_trace::EventOp::Send, vargr_trace::EventOp::Recv] {
+                let n = msgs
                     .iter()
-                    .all(|r| Some(usize::from(r.collector)) != p2p || r.seq != 30),
-                "a paused message was recorded"
-            );
+                    .filter(|r| r.seq == tag && r.op == op as u8)
+                    .count();
+                assert_eq!(n, 1, "{}: tag {tag} {op:?}", f.process);
+            }
         }
+        assert!(
+            test.is_some(),
+            "{}: no test in {:?}",
+            f.process,
+            f.collectors
+        );
     }
 }

@@ -231,8 +231,8 @@ int main(int argc, char **argv) {
                                          "alltoall %d alltoallv %d",
                    b[15], y[7], g[7], mine[2], a2a_in[3], vin[12]);
 
-    /* Not wrapped: MPI_Scan and MPI_Comm_split go to MPI untouched; the split
-     * communicator's Allreduce is wrapped and named after it. */
+    /* Not wrapped: MPI_Scan goes to MPI untouched. MPI_Comm_split only names the new
+     * communicator, whose Allreduce is wrapped and named after it. */
     int scan = 0, one = rank + 1;
     MPI_Scan(&one, &scan, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Comm half;
@@ -241,6 +241,23 @@ int main(int argc, char **argv) {
     MPI_Allreduce(&one, &hs, 1, MPI_INT, MPI_SUM, half);
     MPI_Comm_free(&half);
     at += snprintf(line + at, LINE - at, " scan %d half %d", scan, hs);
+
+    /* Two duplicates of the world, first used in opposite orders by even and odd ranks
+     * (tags 50 and 51, to rank ^ 1): named as they are made, their messages pair up. */
+    MPI_Comm dup[2];
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup[0]);
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup[1]);
+    int partner = rank ^ 1, dr[2] = {-1, -1};
+    MPI_Request dq[4];
+    for (int k = 0; k < 2; k++) {
+        int d = rank % 2 == 0 ? k : 1 - k;
+        MPI_Irecv(&dr[d], 1, MPI_INT, partner, 50 + d, dup[d], &dq[2 * k]);
+        MPI_Isend(&rank, 1, MPI_INT, partner, 50 + d, dup[d], &dq[2 * k + 1]);
+    }
+    MPI_Waitall(4, dq, MPI_STATUSES_IGNORE);
+    check(dr[0] == partner && dr[1] == partner, "messages on duplicates", rank);
+    MPI_Comm_free(&dup[0]);
+    MPI_Comm_free(&dup[1]);
 
     /* Paused by MPI_Pcontrol(0): a Sendrecv around the ring (tag 30) and a Barrier leave
      * no record; MPI_Pcontrol(1) resumes. Messages started before the pause are recorded

@@ -10,6 +10,8 @@ program shim_check
   integer :: status(MPI_STATUS_SIZE), reqs(2), stats(MPI_STATUS_SIZE, 2)
   double precision :: a(n), b(n), c(n), total
   integer :: ints(4 * 2000), got(4 * 2000)
+  logical :: done
+  integer :: dups(2), dreqs(4), k
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -78,12 +80,45 @@ program shim_check
   write (*, '(a,i0,a,f0.2,a,i0,a,f0.2)') 'rank ', rank, ': allreduce ', total, &
     ' alltoall ', sum(int(got, kind=8)), ' bcast ', sum(b)
 
-  ! Paused by MPI_PCONTROL(0): a message of tag 30 within the site leaves no record.
+  ! Paused by MPI_PCONTROL(0): a message of tag 30 within the site leaves no record; one
+  ! of tag 31, started before the pause and completed after it, is recorded.
+  call MPI_Irecv(b, 16, MPI_DOUBLE_PRECISION, near, 31, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Isend(a, 16, MPI_DOUBLE_PRECISION, near, 31, MPI_COMM_WORLD, reqs(2), ierr)
   call MPI_Pcontrol(0)
   call MPI_Sendrecv(a, 16, MPI_DOUBLE_PRECISION, near, 30, c, 16, MPI_DOUBLE_PRECISION, &
     near, 30, MPI_COMM_WORLD, status, ierr)
   call MPI_Pcontrol(1)
-  write (*, '(a,i0,a,f0.2)') 'rank ', rank, ': paused ', sum(c(1:16))
+  call MPI_Waitall(2, reqs, stats, ierr)
+  write (*, '(a,i0,a,f0.2,a,f0.2)') 'rank ', rank, ': paused ', sum(c(1:16)), &
+    ' around it ', sum(b(1:16))
+
+  ! Polled with MPI_REQUEST_GET_STATUS (tag 32), then freed by MPI_WAIT.
+  call MPI_Irecv(c, 16, MPI_DOUBLE_PRECISION, near, 32, MPI_COMM_WORLD, reqs(1), ierr)
+  call MPI_Send(a, 16, MPI_DOUBLE_PRECISION, near, 32, MPI_COMM_WORLD, ierr)
+  done = .false.
+  do while (.not. done)
+    call MPI_Request_get_status(reqs(1), done, status, ierr)
+  end do
+  call MPI_Wait(reqs(1), status, ierr)
+  write (*, '(a,i0,a,f0.2)') 'rank ', rank, ': polled ', sum(c(1:16))
+
+  ! Two duplicates of the world, first used in opposite orders by even and odd ranks
+  ! (tags 50 and 51, to the neighbour): named as they are made, their messages pair up.
+  call MPI_Comm_dup(MPI_COMM_WORLD, dups(1), ierr)
+  call MPI_Comm_dup(MPI_COMM_WORLD, dups(2), ierr)
+  do i = 1, 2
+    if (mod(rank, 2) == 0) then
+      k = i
+    else
+      k = 3 - i
+    end if
+    call MPI_Irecv(got(k), 1, MPI_INTEGER, near, 49 + k, dups(k), dreqs(2 * i - 1), ierr)
+    call MPI_Isend(rank, 1, MPI_INTEGER, near, 49 + k, dups(k), dreqs(2 * i), ierr)
+  end do
+  call MPI_Waitall(4, dreqs, MPI_STATUSES_IGNORE, ierr)
+  write (*, '(a,i0,a,i0,a,i0)') 'rank ', rank, ': duplicates ', got(1), ' ', got(2)
+  call MPI_Comm_free(dups(1), ierr)
+  call MPI_Comm_free(dups(2), ierr)
 
   call MPI_Finalize(ierr)
 
