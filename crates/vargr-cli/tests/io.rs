@@ -12,19 +12,6 @@ use std::time::Duration;
 use common::*;
 use vargr_io::workload::{self, Kind};
 
-fn build_io_check(dir: &Path) -> std::path::PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/mpi/io_check.c");
-    let exe = dir.join("io_check");
-    let st = Command::new("mpicc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("mpicc (scripts/test.sh installs Open MPI)");
-    assert!(st.success(), "mpicc failed on {}", src.display());
-    exe
-}
-
 fn results(stdout: &str) -> Vec<serde_json::Value> {
     stdout
         .lines()
@@ -36,7 +23,7 @@ fn results(stdout: &str) -> Vec<serde_json::Value> {
 #[test]
 fn files_written_by_vargr_io_equal_romios_for_every_workload() {
     let dir = tempfile::tempdir().unwrap();
-    let io_check = build_io_check(dir.path());
+    let io_check = build_bench_mpi(dir.path(), "io_check");
     let ranks = 4;
     let bytes = 1 << 20;
     for kind in [Kind::Bips3d, Kind::Stem2, Kind::Ior] {

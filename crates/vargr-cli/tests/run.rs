@@ -326,20 +326,6 @@ fn the_mesh_works_under_open_mpi() {
     all_ok(&stdout, 4);
 }
 
-/// Builds `bench/mpi/coll_check.c` with mpicc into `dir`.
-fn build_mpi_reference(dir: &std::path::Path) -> std::path::PathBuf {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/mpi/coll_check.c");
-    let exe = dir.join("coll_check");
-    let st = Command::new("mpicc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("mpicc not found: install Open MPI (scripts/test.sh installs libopenmpi-dev)");
-    assert!(st.success(), "mpicc failed on {}", src.display());
-    exe
-}
-
 fn mpirun(n: usize, prog: &[&str]) -> String {
     let out = Command::new("mpirun")
         .args([
@@ -364,7 +350,7 @@ fn mpirun(n: usize, prog: &[&str]) -> String {
 #[test]
 fn collectives_equal_open_mpi_for_processes_threads_and_mpirun() {
     let dir = tempfile::tempdir().unwrap();
-    let reference = build_mpi_reference(dir.path());
+    let reference = build_bench_mpi(dir.path(), "coll_check");
     let reference = reference.to_str().unwrap();
     // Processes; ranks as threads under the priority and the coscheduling scheduler;
     // threads and processes mixed; all threads; three sites over an emulated

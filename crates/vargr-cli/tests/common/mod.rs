@@ -22,6 +22,21 @@ pub const TAG_RANK: i32 = 2;
 /// Answers `v` with `v 1 2^rank` (see roles.rs).
 pub const TAG_WAVE: i32 = 8;
 
+/// Builds `bench/mpi/NAME.c` with Open MPI's mpicc into `dir`; returns the program.
+pub fn build_bench_mpi(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let src =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("../../bench/mpi/{name}.c"));
+    let exe = dir.join(name);
+    let st = Command::new("mpicc")
+        .args(["-O2", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("mpicc not found: install Open MPI (scripts/test.sh installs libopenmpi-dev)");
+    assert!(st.success(), "mpicc failed on {}", src.display());
+    exe
+}
+
 /// Bytes recorded per stage-boundary collector (`link/stage/...`) over all trace files
 /// in `dir`.
 pub fn stage_bytes(dir: &std::path::Path) -> std::collections::BTreeMap<String, u64> {
