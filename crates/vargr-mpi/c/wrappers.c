@@ -175,66 +175,85 @@ static uint32_t nth_of(uint32_t hash) {
     return 0; /* past the table: a name may repeat, as in the trace's other limits */
 }
 
-/* Ids in order of naming by this process (world = 0): the collector table's index.
- * Names come from the group instead (src/events.rs), so that every member names a
- * communicator alike whatever order it first used its communicators in, and messages
- * on it pair up; two communicators over one group are told apart by the order each
- * process named them in, which is the order it made them in (see made()). */
-static comm_info *new_info(MPI_Comm comm) {
-    comm_info *c = calloc(1, sizeof *c);
-    if (c == NULL) {
-        return NULL;
-    }
-    c->remote = -1;
+/* The members of `comm` (the remote group's for an intercommunicator): their world
+ * ranks in a new array of *size (NULL if out of memory), the lowest of them, and the
+ * hash its name is made of. Processes outside the world (spawned) have no world rank. */
+static uint32_t *members(MPI_Comm comm, int *size, uint32_t *low, uint32_t *hash) {
     int inter = 0;
     MPI_Group g, wg;
     PMPI_Comm_test_inter(comm, &inter);
-    PMPI_Comm_rank(comm, &c->me);
     if (inter) {
-        PMPI_Comm_remote_size(comm, &c->size);
+        PMPI_Comm_remote_size(comm, size);
         PMPI_Comm_remote_group(comm, &g);
     } else {
-        PMPI_Comm_size(comm, &c->size);
+        PMPI_Comm_size(comm, size);
         PMPI_Comm_group(comm, &g);
     }
     PMPI_Comm_group(MPI_COMM_WORLD, &wg);
-    int n = c->size > 0 ? c->size : 1;
+    int n = *size > 0 ? *size : 1;
     int *ranks = malloc(sizeof(int) * (size_t)n);
     int *out = malloc(sizeof(int) * (size_t)n);
-    c->world = malloc(sizeof(uint32_t) * (size_t)n);
-    uint32_t low = NO_PEER;
-    if (ranks && out && c->world) {
-        for (int i = 0; i < c->size; i++) {
+    uint32_t *world = malloc(sizeof(uint32_t) * (size_t)n);
+    *low = NO_PEER;
+    *hash = 0;
+    if (ranks && out && world) {
+        for (int i = 0; i < *size; i++) {
             ranks[i] = i;
         }
-        PMPI_Group_translate_ranks(g, c->size, ranks, wg, out);
-        for (int i = 0; i < c->size; i++) {
-            /* Processes outside the world (spawned) have no world rank. */
-            c->world[i] = out[i] == MPI_UNDEFINED ? NO_PEER : (uint32_t)out[i];
-            if (c->world[i] < low) {
-                low = c->world[i];
+        PMPI_Group_translate_ranks(g, *size, ranks, wg, out);
+        for (int i = 0; i < *size; i++) {
+            world[i] = out[i] == MPI_UNDEFINED ? NO_PEER : (uint32_t)out[i];
+            if (world[i] < *low) {
+                *low = world[i];
             }
         }
+        *hash = hash_ranks(2166136261u, world, *size);
     } else {
-        c->size = 0;
+        free(world);
+        world = NULL;
+        *size = 0;
     }
     free(ranks);
     free(out);
-    uint32_t hash = c->world ? hash_ranks(2166136261u, c->world, c->size) : 0;
     if (inter) {
         /* Both sides' groups, in an order both sides agree on. */
         MPI_Group local;
         PMPI_Comm_group(comm, &local);
         uint32_t mine = group_hash(local, wg);
         PMPI_Group_free(&local);
-        uint32_t lo = mine < hash ? mine : hash, hi = mine < hash ? hash : mine;
-        hash = hash_ranks(hash_ranks(2166136261u, &lo, 1), &hi, 1);
+        uint32_t lo = mine < *hash ? mine : *hash, hi = mine < *hash ? *hash : mine;
+        *hash = hash_ranks(hash_ranks(2166136261u, &lo, 1), &hi, 1);
     }
     PMPI_Group_free(&g);
     PMPI_Group_free(&wg);
+    return world;
+}
+
+/* A communicator's place among those over its group, kept from when it was made
+ * (made()) until it is first used; the value is the place plus one. */
+static int place_keyval = MPI_KEYVAL_INVALID;
+
+/* Ids in order of first use by this process (world = 0): the collector table's index.
+ * Names come from the group instead (src/events.rs), so that every member names a
+ * communicator alike whatever order it first used its communicators in, and messages
+ * on it pair up; two communicators over one group are told apart by their place among
+ * those this process made over it (made()), or for one made by a call not wrapped, by
+ * the order of first use. */
+static comm_info *new_info(MPI_Comm comm) {
+    comm_info *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        return NULL;
+    }
+    c->remote = -1;
+    PMPI_Comm_rank(comm, &c->me);
+    uint32_t low, hash;
+    c->world = members(comm, &c->size, &low, &hash);
+    void *v = NULL;
+    int made_here = 0;
+    PMPI_Comm_get_attr(comm, place_keyval, &v, &made_here);
     pthread_mutex_lock(&comm_lock);
     c->id = next_id++;
-    uint32_t nth = nth_of(hash);
+    uint32_t nth = made_here ? (uint32_t)((uintptr_t)v - 1) : nth_of(hash);
     pthread_mutex_unlock(&comm_lock);
     /* Kept with the communicator, never freed: requests still pending when it is freed
      * point at it. */
@@ -267,14 +286,21 @@ comm_info *vargr_info_of(MPI_Comm comm) {
 
 /* ---- communicators' constructors -------------------------------------------------------- */
 
-/* A communicator is named when it is made, not when first used: its members make their
- * communicators in the same order, so two over one group (two MPI_Comm_dup of the
- * world, say) get the same names on every member however each goes on to use them.
- * Communicators made otherwise (MPI_Comm_idup, by a library's own PMPI calls) are
- * named at their first traced call. */
+/* A communicator's place among those over its group is taken when it is made, not when
+ * first used: its members make their communicators in the same order, so two over one
+ * group (two MPI_Comm_dup of the world, say) get the same names on every member however
+ * each goes on to use them. Its id and name wait for its first traced call, so that
+ * communicators a program makes and never uses take no collector. Communicators made
+ * otherwise (MPI_Comm_idup, a library's own PMPI calls) take their place at first use. */
 static int made(int rc, const MPI_Comm *comm) {
     if (rc == MPI_SUCCESS && recording && *comm != MPI_COMM_NULL) {
-        (void)vargr_info_of(*comm);
+        int size;
+        uint32_t low, hash;
+        free(members(*comm, &size, &low, &hash));
+        pthread_mutex_lock(&comm_lock);
+        uintptr_t place = nth_of(hash) + 1;
+        pthread_mutex_unlock(&comm_lock);
+        PMPI_Comm_set_attr(*comm, place_keyval, (void *)place);
     }
     return rc;
 }
@@ -652,6 +678,8 @@ static void started(const char *runs_on) {
     PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
     PMPI_Comm_size(MPI_COMM_WORLD, &size);
     PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &keyval, NULL);
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, &place_keyval,
+                            NULL);
     world_info.id = 0;
     world_info.me = rank;
     world_info.size = size;

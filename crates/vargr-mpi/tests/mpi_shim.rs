@@ -175,18 +175,30 @@ fn our_program_runs_the_same_and_its_trace_holds_every_call() {
         // Rank r sends 4 × (r+1) ints and receives 1+2+3+4 ints.
         assert_eq!(calls("alltoallv").bytes, (16 * (r + 1)).max(40));
         assert_eq!(calls("scatter").bytes, if r == 1 { 48 } else { 12 });
-        // The split communicator, named by its group: alike on both its members, and
-        // not like the other half's.
+        // The split communicator, named by its group: alike on both its members, not
+        // like the other half's, and without a place (`-N`), as the first made over its
+        // group.
         let half: Vec<&str> = names
             .iter()
             .copied()
             .filter(|n| n.ends_with(&format!(".{}/allreduce", r % 2)) && n.starts_with("ctx"))
-            .filter(|n| *n != "ctx0/allreduce")
+            .filter(|n| *n != "ctx0/allreduce" && !n.contains('-'))
+            .filter(|n| count(&c, (r + 1) % 4, n, Call) == 0)
             .collect();
         assert_eq!(half.len(), 1, "{names:?}");
         assert_eq!(count(&c, r, half[0], Call), 1, "{names:?}");
         assert_eq!(count(&c, (r + 2) % 4, half[0], Call), 1, "{names:?}");
-        assert_eq!(count(&c, (r + 1) % 4, half[0], Call), 0, "{names:?}");
+        // The constructors' communicators, several over one group (the half's, the
+        // Cartesian column's, MPI_Comm_create's, ...): named alike on both members of
+        // each half.
+        let allreduces = |rank: u32| -> BTreeSet<String> {
+            c.keys()
+                .filter(|k| k.0 == rank && k.1.ends_with("/allreduce") && k.2 == Call)
+                .map(|k| k.1.clone())
+                .collect()
+        };
+        assert_eq!(allreduces(r), allreduces((r + 2) % 4), "rank {r}");
+        assert!(allreduces(r).len() >= 3, "{:?}", allreduces(r));
         // Non-blocking receives end when the Waitall completes them, not when posted.
         let wait = c[&(r, "mpi/waitall".to_string(), User)][0];
         let any: Vec<_> = c[&(r, "ctx0/p2p".to_string(), Recv)]

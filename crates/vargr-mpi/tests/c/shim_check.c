@@ -259,6 +259,53 @@ int main(int argc, char **argv) {
     MPI_Comm_free(&dup[0]);
     MPI_Comm_free(&dup[1]);
 
+    /* Every other constructor the library wraps (to name what it makes): each result is
+     * used once, by an Allreduce of 1 whose sum is its size, and printed. */
+    int sizes[10], nsizes = 0;
+    MPI_Comm made[10];
+    int dims[2] = {2, 2}, periods[2] = {1, 0}, remain[2] = {1, 0};
+    MPI_Cart_create(MPI_COMM_WORLD, 2, dims, periods, 0, &made[0]);
+    MPI_Cart_sub(made[0], remain, &made[1]);
+    MPI_Group world_group, evens;
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    int even_ranks[2] = {0, 2};
+    MPI_Group_incl(world_group, 2, even_ranks, &evens);
+    MPI_Comm_create(MPI_COMM_WORLD, evens, &made[2]);
+    made[3] = MPI_COMM_NULL;
+    if (rank % 2 == 0) {
+        MPI_Comm_create_group(MPI_COMM_WORLD, evens, 60, &made[3]);
+    }
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &made[4]);
+    MPI_Comm_dup_with_info(MPI_COMM_WORLD, MPI_INFO_NULL, &made[5]);
+    int ring_index[4] = {2, 4, 6, 8}, ring_edges[8] = {1, 3, 0, 2, 1, 3, 2, 0};
+    MPI_Graph_create(MPI_COMM_WORLD, 4, ring_index, ring_edges, 0, &made[6]);
+    /* Weighted: GCC takes Open MPI's MPI_UNWEIGHTED, a sentinel address, for an array. */
+    int sources[1] = {left}, to[1] = {right}, weight[1] = {1}, degree[1] = {1};
+    MPI_Dist_graph_create_adjacent(MPI_COMM_WORLD, 1, sources, weight, 1, to, weight,
+                                   MPI_INFO_NULL, 0, &made[7]);
+    MPI_Dist_graph_create(MPI_COMM_WORLD, 1, &rank, degree, to, weight, MPI_INFO_NULL, 0,
+                          &made[8]);
+    MPI_Comm parity, inter;
+    MPI_Comm_split(MPI_COMM_WORLD, rank % 2, rank, &parity);
+    MPI_Intercomm_create(parity, 0, MPI_COMM_WORLD, rank % 2 == 0 ? 1 : 0, 61, &inter);
+    MPI_Intercomm_merge(inter, rank % 2, &made[9]);
+    for (int k = 0; k < 10; k++) {
+        int one = 1, sum = -1;
+        if (made[k] != MPI_COMM_NULL) {
+            MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, made[k]);
+            MPI_Comm_free(&made[k]);
+        }
+        sizes[nsizes++] = sum;
+    }
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&parity);
+    MPI_Group_free(&evens);
+    MPI_Group_free(&world_group);
+    at += snprintf(line + at, LINE - at, " made");
+    for (int k = 0; k < nsizes; k++) {
+        at += snprintf(line + at, LINE - at, " %d", sizes[k]);
+    }
+
     /* Paused by MPI_Pcontrol(0): a Sendrecv around the ring (tag 30) and a Barrier leave
      * no record; MPI_Pcontrol(1) resumes. Messages started before the pause are recorded
      * all the same: around the ring, tag 31 completed in the pause and tag 32 after it. */
