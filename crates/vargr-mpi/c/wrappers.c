@@ -130,6 +130,9 @@ static comm_info world_info;
 static uint32_t next_id = 1;
 static pthread_mutex_t comm_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* FNV-1a's offset basis: the hash of nothing. */
+#define HASH_BASIS 2166136261u
+
 /* A hash of a group's members (their world ranks in rank order), FNV-1a by word. */
 static uint32_t hash_ranks(uint32_t h, const uint32_t *world, int n) {
     for (int i = 0; i < n; i++) {
@@ -138,22 +141,37 @@ static uint32_t hash_ranks(uint32_t h, const uint32_t *world, int n) {
     return h;
 }
 
-/* The hash of group `g`'s members, `wg` being the world's group. */
-static uint32_t group_hash(MPI_Group g, MPI_Group wg) {
-    int n = 0;
-    PMPI_Group_size(g, &n);
-    int *ranks = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-    int *out = malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-    uint32_t h = 2166136261u;
-    if (ranks && out) {
+/* The world rank of each of the `n` members of group `g` (`wg` the world's), in a new
+ * array; NULL if out of memory. Processes outside the world (spawned) have none. */
+static uint32_t *world_ranks(MPI_Group g, MPI_Group wg, int n) {
+    size_t cap = (size_t)(n > 0 ? n : 1);
+    int *ranks = calloc(cap, sizeof(int)); /* zeroed: GCC cannot see n fills it */
+    int *out = malloc(sizeof(int) * cap);
+    uint32_t *world = malloc(sizeof(uint32_t) * cap);
+    if (ranks && out && world) {
         for (int i = 0; i < n; i++) {
             ranks[i] = i;
         }
         PMPI_Group_translate_ranks(g, n, ranks, wg, out);
-        h = hash_ranks(h, (const uint32_t *)out, n);
+        for (int i = 0; i < n; i++) {
+            world[i] = out[i] == MPI_UNDEFINED ? NO_PEER : (uint32_t)out[i];
+        }
+    } else {
+        free(world);
+        world = NULL;
     }
     free(ranks);
     free(out);
+    return world;
+}
+
+/* The hash of group `g`'s members, `wg` being the world's group. */
+static uint32_t group_hash(MPI_Group g, MPI_Group wg) {
+    int n = 0;
+    PMPI_Group_size(g, &n);
+    uint32_t *world = world_ranks(g, wg, n);
+    uint32_t h = world ? hash_ranks(HASH_BASIS, world, n) : HASH_BASIS;
+    free(world);
     return h;
 }
 
@@ -177,7 +195,7 @@ static uint32_t nth_of(uint32_t hash) {
 
 /* The members of `comm` (the remote group's for an intercommunicator): their world
  * ranks in a new array of *size (NULL if out of memory), the lowest of them, and the
- * hash its name is made of. Processes outside the world (spawned) have no world rank. */
+ * hash its name is made of. */
 static uint32_t *members(MPI_Comm comm, int *size, uint32_t *low, uint32_t *hash) {
     int inter = 0;
     MPI_Group g, wg;
@@ -190,31 +208,17 @@ static uint32_t *members(MPI_Comm comm, int *size, uint32_t *low, uint32_t *hash
         PMPI_Comm_group(comm, &g);
     }
     PMPI_Comm_group(MPI_COMM_WORLD, &wg);
-    int n = *size > 0 ? *size : 1;
-    int *ranks = malloc(sizeof(int) * (size_t)n);
-    int *out = malloc(sizeof(int) * (size_t)n);
-    uint32_t *world = malloc(sizeof(uint32_t) * (size_t)n);
+    uint32_t *world = world_ranks(g, wg, *size);
     *low = NO_PEER;
     *hash = 0;
-    if (ranks && out && world) {
+    if (world) {
         for (int i = 0; i < *size; i++) {
-            ranks[i] = i;
+            *low = world[i] < *low ? world[i] : *low;
         }
-        PMPI_Group_translate_ranks(g, *size, ranks, wg, out);
-        for (int i = 0; i < *size; i++) {
-            world[i] = out[i] == MPI_UNDEFINED ? NO_PEER : (uint32_t)out[i];
-            if (world[i] < *low) {
-                *low = world[i];
-            }
-        }
-        *hash = hash_ranks(2166136261u, world, *size);
+        *hash = hash_ranks(HASH_BASIS, world, *size);
     } else {
-        free(world);
-        world = NULL;
         *size = 0;
     }
-    free(ranks);
-    free(out);
     if (inter) {
         /* Both sides' groups, in an order both sides agree on. */
         MPI_Group local;
@@ -222,7 +226,7 @@ static uint32_t *members(MPI_Comm comm, int *size, uint32_t *low, uint32_t *hash
         uint32_t mine = group_hash(local, wg);
         PMPI_Group_free(&local);
         uint32_t lo = mine < *hash ? mine : *hash, hi = mine < *hash ? *hash : mine;
-        *hash = hash_ranks(hash_ranks(2166136261u, &lo, 1), &hi, 1);
+        *hash = hash_ranks(hash_ranks(HASH_BASIS, &lo, 1), &hi, 1);
     }
     PMPI_Group_free(&g);
     PMPI_Group_free(&wg);
@@ -639,6 +643,10 @@ static inline int pending_live(void) {
     return __atomic_load_n(&pending_map_used, __ATOMIC_RELAXED) != 0;
 }
 
+/* Whether a wait or test goes through its traced body: recording, compressing, or
+ * requests started while recording still pending. */
+static inline int watching(void) { return on || cx_floor || pending_live(); }
+
 /* Records the message of a completed request `r` (its handle before completion). */
 static void complete(MPI_Request r, const MPI_Status *st, uint64_t end) {
     pending p;
@@ -1018,18 +1026,22 @@ static NOINLINE int traced_MPI_Wait(MPI_Request *req, MPI_Status *st) {
 }
 
 int vargr_w_MPI_Wait(MPI_Request *req, MPI_Status *st) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Wait(req, st);
     }
     return traced_MPI_Wait(req, st);
 }
 
-/* A test that found its request done, or failed: finishes and records it. */
+/* A test that found its request done, or failed: finishes the request if the test freed
+ * it (`freed`: MPI_Test does, MPI_Request_get_status does not), and records its message
+ * and the test. */
 static NOINLINE int test_done(MPI_Request r, int rc, const int *flag, MPI_Status *s,
-                              uint64_t t0) {
+                              uint64_t t0, int freed) {
     uint64_t t1 = NOW();
     if (rc == MPI_SUCCESS && *flag) {
-        rc = finish(r, s);
+        if (freed) {
+            rc = finish(r, s);
+        }
         if (rc == MPI_SUCCESS) {
             complete(r, s, t1);
         }
@@ -1052,11 +1064,11 @@ static NOINLINE int traced_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st)
         }
         return rc;
     }
-    return test_done(r, rc, flag, s, t0);
+    return test_done(r, rc, flag, s, t0, 1);
 }
 
 int vargr_w_MPI_Test(MPI_Request *req, int *flag, MPI_Status *st) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Test(req, flag, st);
     }
     return traced_MPI_Test(req, flag, st);
@@ -1160,7 +1172,7 @@ static NOINLINE int traced_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sta
 }
 
 int vargr_w_MPI_Waitall(int n, MPI_Request reqs[], MPI_Status stats[]) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Waitall(n, reqs, stats);
     }
     return traced_MPI_Waitall(n, reqs, stats);
@@ -1192,7 +1204,7 @@ static NOINLINE int traced_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI
 }
 
 int vargr_w_MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status stats[]) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Testall(n, reqs, flag, stats);
     }
     return traced_MPI_Testall(n, reqs, flag, stats);
@@ -1243,7 +1255,7 @@ static NOINLINE int traced_MPI_Waitany(int n, MPI_Request reqs[], int *index, MP
 }
 
 int vargr_w_MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *st) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Waitany(n, reqs, index, st);
     }
     return traced_MPI_Waitany(n, reqs, index, st);
@@ -1301,7 +1313,7 @@ static NOINLINE int traced_MPI_Testany(int n, MPI_Request reqs[], int *index, in
 }
 
 int vargr_w_MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *st) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Testany(n, reqs, index, flag, st);
     }
     return traced_MPI_Testany(n, reqs, index, flag, st);
@@ -1376,7 +1388,7 @@ static NOINLINE int traced_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount
 }
 
 int vargr_w_MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status stats[]) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Waitsome(n, reqs, outcount, idx, stats);
     }
     return traced_MPI_Waitsome(n, reqs, outcount, idx, stats);
@@ -1388,7 +1400,7 @@ static NOINLINE int traced_MPI_Testsome(int n, MPI_Request reqs[], int *outcount
 }
 
 int vargr_w_MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int idx[], MPI_Status stats[]) {
-    if (!on && !cx_floor && !pending_live()) {
+    if (!watching()) {
         return PMPI_Testsome(n, reqs, outcount, idx, stats);
     }
     return traced_MPI_Testsome(n, reqs, outcount, idx, stats);
@@ -1425,14 +1437,7 @@ static NOINLINE int traced_MPI_Request_get_status(MPI_Request req, int *flag,
         }
         return rc;
     }
-    uint64_t t1 = NOW();
-    if (rc == MPI_SUCCESS && *flag) {
-        complete(req, s, t1);
-    }
-    if (on) {
-        emit(K_TEST, OP_USER, NULL, NO_PEER, 0, 0, t0 ? t0 : t1, t1, rc);
-    }
-    return rc;
+    return test_done(req, rc, flag, s, t0, 0);
 }
 
 int vargr_w_MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *st) {
